@@ -1,0 +1,214 @@
+//! The key space: how many keys there are and how many `f32` values each one holds.
+//!
+//! Invariant: every key in `[0, num_keys)` has a length of at least one value, and the prefix
+//! sums of the lengths fit in a `u64`. Every input from a worker or a peer is validated here
+//! before it can touch a parameter.
+
+use std::sync::Arc;
+
+use crate::error::AccessError;
+use crate::id::Key;
+
+/// Value lengths of the keys: one length for all, or one per key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValueLengths {
+    /// Every key holds this many values.
+    Uniform(u32),
+    /// Key `k` holds `lengths[k]` values.
+    PerKey(Arc<[u32]>),
+}
+
+/// Why a key space could not be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeySpaceError {
+    /// `num_keys` was zero.
+    #[error("the key space must hold at least one key")]
+    Empty,
+    /// A key was given a value length of zero.
+    #[error("key {key} has value length 0; every key needs at least one value")]
+    ZeroLength {
+        /// The offending key.
+        key: Key,
+    },
+    /// More keys than the store can address.
+    #[error("{num_keys} keys exceed the supported maximum of {max}")]
+    TooManyKeys {
+        /// Requested key count.
+        num_keys: u64,
+        /// Largest supported key count.
+        max: u64,
+    },
+}
+
+/// The dense key range and the value length of each key.
+#[derive(Clone, Debug)]
+pub struct KeySpace {
+    num_keys: u64,
+    lengths: ValueLengths,
+    /// `offsets[k]` is the sum of the lengths of keys `0..k`; only for per-key lengths.
+    offsets: Option<Arc<[u64]>>,
+}
+
+/// The largest key count the store addresses (slot numbers use 29 bits of the key's state word).
+pub const MAX_KEYS: u64 = 1 << 29;
+
+impl KeySpace {
+    /// A key space of `num_keys` keys with `len` values each.
+    pub fn uniform(num_keys: u64, len: u32) -> Result<Self, KeySpaceError> {
+        Self::check_count(num_keys)?;
+        if len == 0 {
+            return Err(KeySpaceError::ZeroLength { key: 0 });
+        }
+        Ok(Self { num_keys, lengths: ValueLengths::Uniform(len), offsets: None })
+    }
+
+    /// A key space whose key `k` holds `lengths[k]` values.
+    pub fn per_key(lengths: Vec<u32>) -> Result<Self, KeySpaceError> {
+        let num_keys = lengths.len() as u64;
+        Self::check_count(num_keys)?;
+        let mut offsets = Vec::with_capacity(lengths.len() + 1);
+        let mut sum = 0u64;
+        for (key, &len) in lengths.iter().enumerate() {
+            if len == 0 {
+                return Err(KeySpaceError::ZeroLength { key: key as Key });
+            }
+            offsets.push(sum);
+            sum += u64::from(len);
+        }
+        offsets.push(sum);
+        Ok(Self {
+            num_keys,
+            lengths: ValueLengths::PerKey(lengths.into()),
+            offsets: Some(offsets.into()),
+        })
+    }
+
+    /// Builds from a [`ValueLengths`] description.
+    pub fn new(num_keys: u64, lengths: ValueLengths) -> Result<Self, KeySpaceError> {
+        match lengths {
+            ValueLengths::Uniform(len) => Self::uniform(num_keys, len),
+            ValueLengths::PerKey(lens) => Self::per_key(lens.to_vec()),
+        }
+    }
+
+    fn check_count(num_keys: u64) -> Result<(), KeySpaceError> {
+        if num_keys == 0 {
+            return Err(KeySpaceError::Empty);
+        }
+        if num_keys > MAX_KEYS {
+            return Err(KeySpaceError::TooManyKeys { num_keys, max: MAX_KEYS });
+        }
+        Ok(())
+    }
+
+    /// Number of keys.
+    pub fn num_keys(&self) -> u64 {
+        self.num_keys
+    }
+
+    /// The lengths description.
+    pub fn lengths(&self) -> &ValueLengths {
+        &self.lengths
+    }
+
+    /// The uniform length, if all keys share one.
+    pub fn uniform_len(&self) -> Option<usize> {
+        match self.lengths {
+            ValueLengths::Uniform(len) => Some(len as usize),
+            ValueLengths::PerKey(_) => None,
+        }
+    }
+
+    /// Value length of `key`. The key must be in range (see [`KeySpace::check_key`]).
+    #[inline]
+    pub fn len(&self, key: Key) -> usize {
+        match &self.lengths {
+            ValueLengths::Uniform(len) => *len as usize,
+            ValueLengths::PerKey(lens) => lens[key as usize] as usize,
+        }
+    }
+
+    /// Position of `key`'s first value in the concatenation of all keys' values.
+    #[inline]
+    pub fn global_offset(&self, key: Key) -> u64 {
+        match (&self.lengths, &self.offsets) {
+            (ValueLengths::Uniform(len), _) => key * u64::from(*len),
+            (ValueLengths::PerKey(_), Some(offsets)) => offsets[key as usize],
+            (ValueLengths::PerKey(_), None) => unreachable!("per-key spaces always have offsets"),
+        }
+    }
+
+    /// Sum of all keys' value lengths.
+    pub fn total_len(&self) -> u64 {
+        self.global_offset(self.num_keys)
+    }
+
+    /// Fails with the first key that is out of range.
+    #[inline]
+    pub fn check_key(&self, key: Key) -> Result<(), AccessError> {
+        if key < self.num_keys {
+            Ok(())
+        } else {
+            Err(AccessError::KeyOutOfRange { key, num_keys: self.num_keys })
+        }
+    }
+
+    /// Validates a batch: every key in range, and `buf_len` equal to the sum of their lengths.
+    /// Returns that sum.
+    pub fn check_batch(&self, keys: &[Key], buf_len: usize) -> Result<usize, AccessError> {
+        let mut expected = 0usize;
+        match &self.lengths {
+            ValueLengths::Uniform(len) => {
+                if let Some(&key) = keys.iter().find(|&&k| k >= self.num_keys) {
+                    return Err(AccessError::KeyOutOfRange { key, num_keys: self.num_keys });
+                }
+                expected = keys.len() * *len as usize;
+            }
+            ValueLengths::PerKey(lens) => {
+                for &key in keys {
+                    self.check_key(key)?;
+                    expected += lens[key as usize] as usize;
+                }
+            }
+        }
+        if expected != buf_len {
+            return Err(AccessError::LengthMismatch { keys: keys.len(), expected, actual: buf_len });
+        }
+        Ok(expected)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_key_offsets_are_prefix_sums() {
+        let space = KeySpace::per_key(vec![2, 5, 1]).unwrap();
+        assert_eq!(space.global_offset(0), 0);
+        assert_eq!(space.global_offset(2), 7);
+        assert_eq!(space.total_len(), 8);
+        assert_eq!(space.len(1), 5);
+    }
+
+    #[test]
+    fn batch_checks_name_the_culprit() {
+        let space = KeySpace::uniform(10, 3).unwrap();
+        assert_eq!(space.check_batch(&[1, 2], 6), Ok(6));
+        assert_eq!(
+            space.check_batch(&[1, 12], 6),
+            Err(AccessError::KeyOutOfRange { key: 12, num_keys: 10 })
+        );
+        assert_eq!(
+            space.check_batch(&[1, 2], 5),
+            Err(AccessError::LengthMismatch { keys: 2, expected: 6, actual: 5 })
+        );
+    }
+
+    #[test]
+    fn rejects_degenerate_spaces() {
+        assert_eq!(KeySpace::uniform(0, 1).unwrap_err(), KeySpaceError::Empty);
+        assert_eq!(KeySpace::uniform(3, 0).unwrap_err(), KeySpaceError::ZeroLength { key: 0 });
+        assert_eq!(KeySpace::per_key(vec![1, 0]).unwrap_err(), KeySpaceError::ZeroLength { key: 1 });
+    }
+}

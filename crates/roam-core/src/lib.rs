@@ -1,0 +1,38 @@
+//! Sans-IO core of the roam parameter server.
+//!
+//! This crate holds everything about roam that does not need an operating system: the key space,
+//! the concurrent parameter store that worker threads access directly, the wire format, the
+//! home-node directory and the node state machine. It opens no sockets, spawns no threads, reads
+//! no clock and draws no unseeded random numbers (`clippy.toml` forbids them); shells drive it —
+//! TCP for real runs (`roam`), a deterministic simulator for tests (`roam-sim`).
+//!
+//! # Layout
+//! - [`id`]: node, worker and request identifiers.
+//! - [`keyspace`]: the dense key range and per-key value lengths; input validation.
+//! - [`directory`]: the versioned home-node table (range or hash partitioning).
+//! - [`store`]: slab-backed values with a latch and residency flags per key (the hot path).
+//! - [`wire`]: the 32-byte header and zero-copy frame bodies; bounded, panic-free decoding.
+//! - [`node`]: the protocol state machine (`issue_*`/`handle_*` in, `poll_*` out).
+//! - [`stats`]: per-node and per-worker counters.
+//! - [`error`]: per-operation error enums.
+//!
+//! # Contract of the state machine
+//! Worker threads first try every key in the [`store::Store`] without any lock but the key's
+//! latch. Keys that are not local are handed to [`node::Node`] under the node lock, which the
+//! shell holds only for the duration of one input and the draining of its outputs.
+
+pub mod directory;
+pub mod error;
+pub mod id;
+pub mod keyspace;
+pub mod node;
+pub mod stats;
+pub mod store;
+pub mod wire;
+
+pub use directory::{HomeTable, Partitioning};
+pub use error::{AccessError, OpError};
+pub use id::{Key, NodeId, ReqId, WorkerId};
+pub use keyspace::{KeySpace, KeySpaceError, ValueLengths};
+pub use node::{Completion, Node, NodeConfig, PullPart, Time};
+pub use store::{Residency, Store, UpdateMode};

@@ -1,0 +1,77 @@
+//! Per-node counters.
+//!
+//! Counters are relaxed atomics: exact once the node is quiet, approximate while it runs. Worker
+//! threads keep their local-access counts in their own [`WorkerCounters`] (one writer each, so no
+//! cache line bounces between cores on the hot path); the node sums them when asked.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Default)]
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: AtomicU64,)*
+        }
+
+        impl $name {
+            /// `(name, value)` of every counter, in declaration order.
+            pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($field), self.$field.load(Ordering::Relaxed)),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Counters of one node's protocol and transport.
+    NodeCounters {
+        /// Keys of pulls this node sent to other nodes (or, without fast local access, to itself).
+        remote_pull_keys,
+        /// Pull operations that needed at least one message.
+        remote_pull_ops,
+        /// Keys of pushes and sets sent by message.
+        remote_push_keys,
+        /// Push and set operations that needed at least one message.
+        remote_push_ops,
+        /// Keys this node served for requests that arrived by message.
+        served_keys,
+        /// Frames sent (including to itself without fast local access).
+        messages_sent,
+        /// Frames received.
+        messages_received,
+        /// Bytes sent, headers included.
+        bytes_sent,
+        /// Bytes received, headers included.
+        bytes_received,
+        /// Frames from peers that made no sense (unknown request, wrong sizes) and were dropped.
+        anomalies,
+    }
+}
+
+counters! {
+    /// Local-access counters of one worker thread (only that thread writes them).
+    WorkerCounters {
+        /// Keys pulled straight from the local store.
+        local_pull_keys,
+        /// Pull operations served entirely locally.
+        local_pull_ops,
+        /// Keys pushed or set straight into the local store.
+        local_push_keys,
+        /// Push and set operations served entirely locally.
+        local_push_ops,
+    }
+}
+
+/// Adds `n` to a counter that only the calling thread writes (a plain load and store: no
+/// read-modify-write on the hot path).
+#[inline]
+pub fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+/// Adds `n` to a counter shared by several threads.
+#[inline]
+pub fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}

@@ -1,0 +1,367 @@
+//! The binary frame format shared by every transport.
+//!
+//! A frame is a fixed 32-byte little-endian header followed by a body of 8-byte words: the
+//! keys (`u64`), then the values (`f32`, padded to a whole word). Bodies are held in `Vec<u64>`
+//! so that both arrays can be viewed in place with `bytemuck` casts, without copying.
+//!
+//! ```text
+//! 0      1      2       4        8          16       20       24       32
+//! | kind | flags| magic | origin | req      | n_keys | n_vals | aux    | keys.. | values.. |
+//! ```
+//!
+//! Invariants: [`Header::decode`] bounds `n_keys` and `n_vals` by [`Limits`] *before* anything is
+//! allocated, and no function here panics on arbitrary input bytes.
+
+use crate::id::{NodeId, ReqId};
+
+/// Header size in bytes.
+pub const HEADER_LEN: usize = 32;
+/// Identifies roam frames (and their format version) on the wire.
+pub const MAGIC: u16 = 0x5231;
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("roam's wire format assumes a little-endian target");
+
+/// What a frame means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Read the keys; answered by [`Kind::PullReply`].
+    Pull = 1,
+    /// Values of a [`Kind::Pull`], in the request's key order.
+    PullReply = 2,
+    /// Apply values to the keys (add, or overwrite with [`FLAG_SET`]); answered by
+    /// [`Kind::PushReply`].
+    Push = 3,
+    /// Acknowledges a [`Kind::Push`]; `aux` holds the number of keys applied.
+    PushReply = 4,
+    /// A node's workers all reached barrier `aux`; sent to the coordinator.
+    Barrier = 5,
+    /// Every node reached barrier `aux`; sent by the coordinator.
+    BarrierRelease = 6,
+    /// Keeps an idle link alive for failure detection.
+    Heartbeat = 7,
+    /// The request `req` was refused; `aux` is a [`RejectCode`], the keys name the culprit.
+    Reject = 8,
+}
+
+impl Kind {
+    fn from_u8(byte: u8) -> Option<Self> {
+        Some(match byte {
+            1 => Self::Pull,
+            2 => Self::PullReply,
+            3 => Self::Push,
+            4 => Self::PushReply,
+            5 => Self::Barrier,
+            6 => Self::BarrierRelease,
+            7 => Self::Heartbeat,
+            8 => Self::Reject,
+            _ => return None,
+        })
+    }
+}
+
+/// [`Kind::Push`] flag: overwrite instead of add.
+pub const FLAG_SET: u8 = 1;
+
+/// Why a peer refused a request (carried in a [`Kind::Reject`] frame's `aux`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum RejectCode {
+    /// A key was out of range (the first key of the frame names it).
+    KeyOutOfRange = 1,
+    /// The values did not match the keys' lengths.
+    LengthMismatch = 2,
+    /// The receiving node does not hold a key it was asked for (the first key names it).
+    NotOwner = 3,
+}
+
+impl RejectCode {
+    /// Decodes a code; unknown codes are reported as `None`.
+    pub fn from_u64(code: u64) -> Option<Self> {
+        Some(match code {
+            1 => Self::KeyOutOfRange,
+            2 => Self::LengthMismatch,
+            3 => Self::NotOwner,
+            _ => return None,
+        })
+    }
+}
+
+/// Size limits enforced on every received frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most keys in one frame.
+    pub max_keys: u32,
+    /// Most values in one frame.
+    pub max_values: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // 16 Mi keys and 256 Mi values (1 GiB): far above any sane batch, far below memory.
+        Self { max_keys: 1 << 24, max_values: 1 << 28 }
+    }
+}
+
+/// Why bytes could not be decoded as a frame.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    /// More bytes are needed (normal while streaming).
+    #[error("incomplete frame: {needed} more bytes needed")]
+    Incomplete {
+        /// How many more bytes would be needed at least.
+        needed: usize,
+    },
+    /// The magic number is wrong: this is not a roam peer, or a different version.
+    #[error("bad magic 0x{0:04x}: not a roam frame of this version")]
+    BadMagic(u16),
+    /// Unknown frame kind.
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    /// A count exceeds [`Limits`].
+    #[error("frame announces {count} {what}, above the limit of {limit}")]
+    TooLarge {
+        /// "keys" or "values".
+        what: &'static str,
+        /// The announced count.
+        count: u32,
+        /// The limit.
+        limit: u32,
+    },
+}
+
+/// A decoded frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// What the frame means.
+    pub kind: Kind,
+    /// Kind-specific flags.
+    pub flags: u8,
+    /// The node that issued the original request (kept when a request is forwarded).
+    pub origin: NodeId,
+    /// The original request's id (on the origin node).
+    pub req: ReqId,
+    /// Number of keys in the body.
+    pub n_keys: u32,
+    /// Number of values in the body.
+    pub n_vals: u32,
+    /// Kind-specific extra word.
+    pub aux: u64,
+}
+
+impl Header {
+    /// Encodes into the 32 wire bytes.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = self.kind as u8;
+        b[1] = self.flags;
+        b[2..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.origin.0.to_le_bytes());
+        b[8..16].copy_from_slice(&self.req.0.to_le_bytes());
+        b[16..20].copy_from_slice(&self.n_keys.to_le_bytes());
+        b[20..24].copy_from_slice(&self.n_vals.to_le_bytes());
+        b[24..32].copy_from_slice(&self.aux.to_le_bytes());
+        b
+    }
+
+    /// Decodes and validates 32 wire bytes; counts are checked against `limits`.
+    pub fn decode(b: &[u8; HEADER_LEN], limits: &Limits) -> Result<Self, DecodeError> {
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| u64::from(u32_at(i)) | (u64::from(u32_at(i + 4)) << 32);
+        let magic = u16::from_le_bytes([b[2], b[3]]);
+        if magic != MAGIC {
+            return Err(DecodeError::BadMagic(magic));
+        }
+        let kind = Kind::from_u8(b[0]).ok_or(DecodeError::UnknownKind(b[0]))?;
+        let n_keys = u32_at(16);
+        let n_vals = u32_at(20);
+        if n_keys > limits.max_keys {
+            return Err(DecodeError::TooLarge { what: "keys", count: n_keys, limit: limits.max_keys });
+        }
+        if n_vals > limits.max_values {
+            return Err(DecodeError::TooLarge {
+                what: "values",
+                count: n_vals,
+                limit: limits.max_values,
+            });
+        }
+        Ok(Self {
+            kind,
+            flags: b[1],
+            origin: NodeId(u32_at(4)),
+            req: ReqId(u64_at(8)),
+            n_keys,
+            n_vals,
+            aux: u64_at(24),
+        })
+    }
+
+    /// Body length in 8-byte words.
+    pub fn body_words(&self) -> usize {
+        self.n_keys as usize + (self.n_vals as usize).div_ceil(2)
+    }
+
+    /// Body length in bytes.
+    pub fn body_len(&self) -> usize {
+        self.body_words() * 8
+    }
+}
+
+/// A whole frame: header plus an aligned body.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Frame {
+    /// The header.
+    pub header: Header,
+    body: Vec<u64>,
+}
+
+impl Frame {
+    /// A frame with the given keys and `n_vals` zeroed values (fill them with
+    /// [`Frame::values_mut`]).
+    pub fn new(kind: Kind, origin: NodeId, req: ReqId, aux: u64, keys: &[u64], n_vals: usize) -> Self {
+        let header = Header {
+            kind,
+            flags: 0,
+            origin,
+            req,
+            n_keys: keys.len() as u32,
+            n_vals: n_vals as u32,
+            aux,
+        };
+        let mut body = vec![0u64; header.body_words()];
+        body[..keys.len()].copy_from_slice(keys);
+        Self { header, body }
+    }
+
+    /// A frame with no body.
+    pub fn control(kind: Kind, origin: NodeId, req: ReqId, aux: u64) -> Self {
+        Self::new(kind, origin, req, aux, &[], 0)
+    }
+
+    /// Assembles a received frame. `body` must hold exactly `header.body_words()` words.
+    pub fn from_parts(header: Header, body: Vec<u64>) -> Option<Self> {
+        (body.len() == header.body_words()).then_some(Self { header, body })
+    }
+
+    /// A zeroed body buffer of the right size for `header`, to read the wire bytes into.
+    pub fn body_buffer(header: &Header) -> Vec<u64> {
+        vec![0u64; header.body_words()]
+    }
+
+    /// The keys.
+    pub fn keys(&self) -> &[u64] {
+        &self.body[..self.header.n_keys as usize]
+    }
+
+    /// The values.
+    pub fn values(&self) -> &[f32] {
+        let words = &self.body[self.header.n_keys as usize..];
+        &bytemuck::cast_slice::<u64, f32>(words)[..self.header.n_vals as usize]
+    }
+
+    /// The values, writable.
+    pub fn values_mut(&mut self) -> &mut [f32] {
+        let n_keys = self.header.n_keys as usize;
+        let n_vals = self.header.n_vals as usize;
+        &mut bytemuck::cast_slice_mut::<u64, f32>(&mut self.body[n_keys..])[..n_vals]
+    }
+
+    /// The body as wire bytes (including padding).
+    pub fn body_bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.body)
+    }
+
+    /// Total bytes on the wire.
+    pub fn wire_len(&self) -> usize {
+        HEADER_LEN + self.body.len() * 8
+    }
+
+    /// Encodes header and body into one contiguous buffer (tests and simulators; the TCP shell
+    /// writes the two parts with one vectored write instead).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.wire_len());
+        out.extend_from_slice(&self.header.encode());
+        out.extend_from_slice(self.body_bytes());
+        out
+    }
+}
+
+/// Decodes one frame from the front of `bytes`, returning it and the bytes consumed.
+pub fn decode(bytes: &[u8], limits: &Limits) -> Result<(Frame, usize), DecodeError> {
+    let Some(head) = bytes.first_chunk::<HEADER_LEN>() else {
+        return Err(DecodeError::Incomplete { needed: HEADER_LEN - bytes.len() });
+    };
+    let header = Header::decode(head, limits)?;
+    let total = HEADER_LEN + header.body_len();
+    if bytes.len() < total {
+        return Err(DecodeError::Incomplete { needed: total - bytes.len() });
+    }
+    let mut body = Frame::body_buffer(&header);
+    bytemuck::cast_slice_mut::<u64, u8>(&mut body).copy_from_slice(&bytes[HEADER_LEN..total]);
+    Ok((Frame { header, body }, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn frame_roundtrips_through_bytes() {
+        let mut frame = Frame::new(Kind::PullReply, NodeId(3), ReqId(77), 9, &[4, 5, 6], 3);
+        frame.values_mut().copy_from_slice(&[1.5, -2.0, 3.25]);
+        let bytes = frame.to_bytes();
+        assert_eq!(bytes.len(), 32 + 3 * 8 + 8);
+        let (back, used) = decode(&bytes, &Limits::default()).unwrap();
+        assert_eq!(used, bytes.len());
+        assert_eq!(back, frame);
+        assert_eq!(back.keys(), &[4, 5, 6]);
+        assert_eq!(back.values(), &[1.5, -2.0, 3.25]);
+    }
+
+    #[test]
+    fn oversized_counts_are_refused_before_allocation() {
+        let frame = Frame::new(Kind::Push, NodeId(0), ReqId(1), 0, &[1], 1);
+        let mut bytes = frame.to_bytes();
+        bytes[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            decode(&bytes, &Limits::default()).unwrap_err(),
+            DecodeError::TooLarge { what: "keys", count: u32::MAX, limit: 1 << 24 }
+        );
+    }
+
+    #[test]
+    fn truncated_frames_are_incomplete() {
+        let bytes = Frame::new(Kind::Pull, NodeId(0), ReqId(1), 0, &[1, 2], 0).to_bytes();
+        for cut in 0..bytes.len() {
+            assert!(matches!(
+                decode(&bytes[..cut], &Limits::default()),
+                Err(DecodeError::Incomplete { .. })
+            ));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn decoder_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode(&bytes, &Limits::default());
+        }
+
+        #[test]
+        fn decoder_never_panics_on_mutated_frames(
+            keys in proptest::collection::vec(any::<u64>(), 0..8),
+            flips in proptest::collection::vec((0usize..128, any::<u8>()), 0..8),
+        ) {
+            let mut bytes = Frame::new(Kind::Push, NodeId(1), ReqId(2), 3, &keys, keys.len()).to_bytes();
+            for (pos, byte) in flips {
+                if let Some(b) = bytes.get_mut(pos) { *b = byte; }
+            }
+            let limits = Limits { max_keys: 64, max_values: 64 };
+            if let Ok((frame, used)) = decode(&bytes, &limits) {
+                prop_assert!(used <= bytes.len());
+                prop_assert!(frame.keys().len() <= 64 && frame.values().len() <= 64);
+            }
+        }
+    }
+}

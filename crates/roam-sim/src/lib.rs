@@ -1,0 +1,1 @@
+//! Placeholder: the simulator is being written.

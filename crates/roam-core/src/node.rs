@@ -1,18 +1,29 @@
-//! The node state machine: routes remote accesses, serves peers, runs barriers.
+//! The node state machine: routes accesses, serves and forwards peers' requests, relocates keys,
+//! runs barriers.
 //!
 //! `Node` is sans-IO. Inputs are the `issue_*` calls of local workers (for keys the fast path
-//! could not serve) and `handle_*` calls of the shell (frames received, peers lost). Outputs are
-//! drained with `poll_transmit` (frames to send, in order, per destination) and `poll_completion`
-//! (finished operations for the shell to hand to waiting workers). After every input the shell
-//! drains transmits first, then completions: a completion never depends on an unsent frame.
+//! could not serve) and the `handle_*` calls of the shell (frames received, peers lost). Outputs
+//! are drained with `poll_transmit` (frames to send, in order, per destination) and then
+//! `poll_completion` (finished operations for the shell to hand to waiting workers).
+//!
+//! Every key has a *home node* (from the [`HomeTable`]) and one *owner*, the only node holding
+//! its value. Under static allocation the owner is always the home. Under dynamic allocation
+//! keys move with [`Node::issue_localize`]; the home node records the current owner of each of
+//! its keys and serialises ownership changes (see `relocate.rs`). Requests travel
+//! requester → (home →) owner, keeping the original requester, which the owner answers
+//! directly; each answer carries the positions of the keys it answers, so a batched request can
+//! be answered in parts by several nodes.
 //!
 //! Invariants:
 //! - Every issued operation produces exactly one [`Completion`], success or error, and never
 //!   waits on a peer that is known to be lost.
-//! - A request from a peer is validated in full (range, lengths, ownership) before any parameter
-//!   is touched; an invalid one is rejected with a [`Kind::Reject`] and changes nothing.
-//! - Frames for one destination leave in the order they were produced (the transport keeps
-//!   per-link FIFO order, which later protocol steps rely on).
+//! - A key's value exists in at most one store; it is removed before it is sent and inserted
+//!   only when it lands, and every operation that reaches a node while the key is on its way
+//!   there is queued and applied in arrival order before the key is used or moved on.
+//! - A request from a peer is validated in full (range, lengths, positions) before any
+//!   parameter is touched; an invalid one is rejected with a [`Kind::Reject`].
+//! - Frames for one destination leave in the order they were produced; the protocol relies on
+//!   per-link FIFO delivery.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -21,9 +32,12 @@ use crate::directory::{HomeTable, Partitioning};
 use crate::error::OpError;
 use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::keyspace::KeySpace;
+use crate::relocate::{Queued, Transit};
 use crate::stats::{NodeCounters, add};
-use crate::store::{Store, UpdateMode};
-use crate::wire::{FLAG_SET, Frame, Kind, RejectCode};
+use crate::store::{Residency, Store, UpdateMode};
+use crate::wire::{FLAG_SET, Frame, Kind};
+
+pub(crate) use crate::barrier::Barriers;
 
 /// A point in (real or virtual) time, in nanoseconds since an arbitrary origin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -40,11 +54,32 @@ pub struct NodeConfig {
     pub workers_per_node: u32,
     /// The key space.
     pub space: KeySpace,
-    /// How keys are assigned to home nodes.
+    /// How keys are assigned to home nodes (the initial owners).
     pub partitioning: Partitioning,
     /// When false, even local keys are accessed through messages to this node (the ablation of a
     /// classic, ps-lite-like server).
     pub fast_local_access: bool,
+    /// Whether keys may move ([`Node::issue_localize`]); false is a classic static server.
+    pub dynamic: bool,
+    /// Whether requesters remember where keys were last seen and send there directly, falling
+    /// back through the home node when the entry is stale.
+    pub location_caches: bool,
+}
+
+impl NodeConfig {
+    /// A static-allocation configuration with fast local access and no location caches.
+    pub fn new(id: NodeId, num_nodes: u32, workers_per_node: u32, space: KeySpace, partitioning: Partitioning) -> Self {
+        Self {
+            id,
+            num_nodes,
+            workers_per_node,
+            space,
+            partitioning,
+            fast_local_access: true,
+            dynamic: false,
+            location_caches: false,
+        }
+    }
 }
 
 /// One answered piece of a pull: where each key's values go in the caller's buffer, and the
@@ -82,55 +117,82 @@ pub struct Completion {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum OpKind {
+pub(crate) enum OpKind {
     Pull,
     Push,
+    Localize,
+    Barrier,
 }
 
-/// One destination's share of an operation.
+/// An operation of a local worker waiting for answers.
 #[derive(Debug)]
-struct SubRequest {
-    dest: NodeId,
-    keys: Vec<Key>,
-    out_offsets: Vec<usize>,
-    answered: bool,
+pub(crate) struct Pending {
+    pub(crate) worker: WorkerId,
+    pub(crate) kind: OpKind,
+    /// Output-buffer offset of each position (pulls only).
+    pub(crate) out_offsets: Vec<usize>,
+    /// Which positions have been answered (guards against duplicate or bogus answers).
+    pub(crate) answered: Vec<bool>,
+    pub(crate) remaining: usize,
+    pub(crate) parts: Vec<PullPart>,
+    pub(crate) error: Option<OpError>,
+    /// Nodes the operation's frames were sent to first (to fail it if one is lost).
+    pub(crate) first_hops: Vec<NodeId>,
 }
 
-#[derive(Debug)]
-struct Pending {
-    worker: WorkerId,
-    kind: OpKind,
-    subs: Vec<SubRequest>,
-    unanswered: usize,
-    parts: Vec<PullPart>,
-    error: Option<OpError>,
-}
-
-/// Barrier bookkeeping: local arrivals, and at the coordinator, node arrivals.
+/// Keys (and their positions and values) gathered for one destination.
 #[derive(Debug, Default)]
-struct Barriers {
-    generation: u64,
-    local_waiters: Vec<(WorkerId, ReqId)>,
-    /// Coordinator only: nodes that reached `generation`.
-    nodes_arrived: u32,
+pub(crate) struct Batch {
+    pub(crate) keys: Vec<Key>,
+    pub(crate) positions: Vec<u32>,
+    pub(crate) values: Vec<f32>,
 }
 
-/// Bits of a wire request id that number the sub-request within its operation.
-const SUB_BITS: u32 = 16;
+impl Batch {
+    pub(crate) fn push(&mut self, key: Key, position: u32, values: &[f32]) {
+        self.keys.push(key);
+        self.positions.push(position);
+        self.values.extend_from_slice(values);
+    }
+
+    /// A frame of `kind` carrying this batch's keys, positions and values.
+    pub(crate) fn into_frame(self, kind: Kind, origin: NodeId, req: ReqId, aux: u64) -> Frame {
+        let mut frame = Frame::with_positions(kind, origin, req, aux, &self.keys, &self.positions, self.values.len());
+        frame.values_mut().copy_from_slice(&self.values);
+        frame
+    }
+}
+
+/// Where an access to a key goes from this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// The value is here.
+    Local,
+    /// The key is on its way here: queue.
+    Transit,
+    /// Send to this node.
+    Remote(NodeId),
+}
 
 /// The protocol state machine of one node. See the module docs for the contract.
 pub struct Node {
-    cfg: NodeConfig,
-    home: HomeTable,
-    store: Arc<Store>,
-    counters: Arc<NodeCounters>,
+    pub(crate) cfg: NodeConfig,
+    pub(crate) home: HomeTable,
+    pub(crate) store: Arc<Store>,
+    pub(crate) counters: Arc<NodeCounters>,
     next_op: u64,
-    pending: HashMap<u64, Pending>,
-    outbox: VecDeque<(NodeId, Frame)>,
-    completions: VecDeque<Completion>,
-    lost: Vec<bool>,
-    barriers: Barriers,
+    pub(crate) pending: HashMap<u64, Pending>,
+    pub(crate) outbox: VecDeque<(NodeId, Frame)>,
+    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) lost: Vec<bool>,
+    pub(crate) barriers: Barriers,
     warnings: VecDeque<String>,
+    /// Home keys of this node whose owner is another node (absent: this node owns it).
+    pub(crate) owners: HashMap<Key, NodeId>,
+    /// Keys on their way to this node, with the operations waiting for them.
+    pub(crate) transit: HashMap<Key, Transit>,
+    /// Location cache: where keys were last seen (only with `location_caches`).
+    pub(crate) cache: HashMap<Key, NodeId>,
 }
 
 impl Node {
@@ -154,6 +216,9 @@ impl Node {
             completions: VecDeque::new(),
             barriers: Barriers::default(),
             warnings: VecDeque::new(),
+            owners: HashMap::new(),
+            transit: HashMap::new(),
+            cache: HashMap::new(),
             cfg,
         }
     }
@@ -173,39 +238,105 @@ impl Node {
         &self.counters
     }
 
-    /// Where requests for `key` should go now.
-    fn route(&self, key: Key) -> NodeId {
-        self.home.home(key)
+    /// The home table.
+    pub fn home_table(&self) -> &HomeTable {
+        &self.home
     }
 
-    fn new_op(&mut self) -> u64 {
+    /// The current owner of `key` as recorded here, if this node is its home.
+    pub fn recorded_owner(&self, key: Key) -> Option<NodeId> {
+        (self.home.home(key) == self.cfg.id).then(|| self.owners.get(&key).copied().unwrap_or(self.cfg.id))
+    }
+
+    /// Where a worker's access to `key` goes.
+    pub(crate) fn route(&mut self, key: Key) -> Route {
+        match self.store.residency(key) {
+            Residency::Local => Route::Local,
+            Residency::InTransit => Route::Transit,
+            Residency::Remote => {
+                if self.cfg.location_caches {
+                    if let Some(&owner) = self.cache.get(&key) {
+                        add(&self.counters.cache_hits, 1);
+                        return Route::Remote(owner);
+                    }
+                    add(&self.counters.cache_misses, 1);
+                }
+                Route::Remote(self.server_route(key))
+            }
+        }
+    }
+
+    /// Where a request for a key that is not here is sent on: the owner if this node is the
+    /// key's home, else the home. (Forwarding never uses the location cache, so that a stale
+    /// entry costs at most one extra hop.)
+    pub(crate) fn server_route(&self, key: Key) -> NodeId {
+        let home = self.home.home(key);
+        if home == self.cfg.id { self.owners.get(&key).copied().unwrap_or(home) } else { home }
+    }
+
+    pub(crate) fn new_op(&mut self, worker: WorkerId, kind: OpKind, keys: usize, out_offsets: Vec<usize>) -> u64 {
         let op = self.next_op;
         self.next_op += 1;
+        self.pending.insert(
+            op,
+            Pending {
+                worker,
+                kind,
+                out_offsets,
+                answered: vec![false; keys],
+                remaining: keys,
+                parts: Vec::new(),
+                error: None,
+                first_hops: Vec::new(),
+            },
+        );
         op
     }
 
-    /// Issues a pull of `keys` (validated by the caller, not served locally) whose values go to
-    /// `out_offsets` in the caller's buffer. The result arrives as a [`Completion`].
-    pub fn issue_pull(&mut self, _now: Time, worker: WorkerId, keys: &[Key], out_offsets: &[usize]) -> ReqId {
-        add(&self.counters.remote_pull_ops, 1);
-        add(&self.counters.remote_pull_keys, keys.len() as u64);
-        let op = self.new_op();
-        let subs = self.split(keys, out_offsets);
-        for (i, sub) in subs.iter().enumerate() {
-            if self.lost[sub.dest.index()] {
-                continue;
-            }
-            let frame = Frame::new(Kind::Pull, self.cfg.id, wire_req(op, i), 0, &sub.keys, 0);
-            self.outbox.push_back((sub.dest, frame));
+    /// Whether accesses that need another node must fail at once: a peer is lost and keys may
+    /// have been on it (dynamic allocation), or the destination itself is lost.
+    fn unreachable(&self, dest: NodeId) -> Option<NodeId> {
+        if self.lost[dest.index()] {
+            return Some(dest);
         }
-        self.start(op, worker, OpKind::Pull, subs)
+        if self.cfg.dynamic { self.lost.iter().position(|&l| l).map(|i| NodeId(i as u32)) } else { None }
+    }
+
+    /// Issues a pull of `keys` (validated by the caller, not served by its fast path) whose
+    /// values go to `out_offsets` in the caller's buffer. The result arrives as a [`Completion`].
+    pub fn issue_pull(&mut self, now: Time, worker: WorkerId, keys: &[Key], out_offsets: &[usize]) -> ReqId {
+        add(&self.counters.remote_pull_ops, 1);
+        let op = self.new_op(worker, OpKind::Pull, keys.len(), out_offsets.to_vec());
+        let mut batches: Vec<Batch> = (0..self.cfg.num_nodes).map(|_| Batch::default()).collect();
+        let mut here = Batch::default();
+        let mut value = Vec::new();
+        for (pos, &key) in keys.iter().enumerate() {
+            let pos = pos as u32;
+            match self.route(key) {
+                Route::Local if self.cfg.fast_local_access => {
+                    value.resize(self.cfg.space.len(key), 0.0);
+                    self.store.pull_local(key, &mut value);
+                    here.push(key, pos, &value);
+                }
+                Route::Local => batches[self.cfg.id.index()].push(key, pos, &[]),
+                Route::Transit => self.queue_local(now, key, Queued::LocalPull { op, pos }),
+                Route::Remote(dest) => batches[dest.index()].push(key, pos, &[]),
+            }
+        }
+        if !here.keys.is_empty() {
+            let reply = here.into_frame(Kind::PullReply, self.cfg.id, ReqId(op), 0);
+            self.accept_pull_answer(op, reply);
+        }
+        self.send_batches(op, Kind::Pull, 0, batches);
+        self.settle(op);
+        ReqId(op)
     }
 
     /// Issues a push (`mode` add or set) of `values` for `keys` (validated by the caller); key
     /// `i`'s update is at `values[offsets[i]..]`.
     pub fn issue_push(
         &mut self,
-        _now: Time,
+        now: Time,
         worker: WorkerId,
         keys: &[Key],
         values: &[f32],
@@ -213,275 +344,183 @@ impl Node {
         mode: UpdateMode,
     ) -> ReqId {
         add(&self.counters.remote_push_ops, 1);
-        add(&self.counters.remote_push_keys, keys.len() as u64);
-        let op = self.new_op();
-        let subs = self.split(keys, offsets);
-        for (i, sub) in subs.iter().enumerate() {
-            if self.lost[sub.dest.index()] {
+        let op = self.new_op(worker, OpKind::Push, keys.len(), Vec::new());
+        let mut batches: Vec<Batch> = (0..self.cfg.num_nodes).map(|_| Batch::default()).collect();
+        for (pos, (&key, &offset)) in keys.iter().zip(offsets).enumerate() {
+            let pos = pos as u32;
+            let update = &values[offset..offset + self.cfg.space.len(key)];
+            match self.route(key) {
+                Route::Local if self.cfg.fast_local_access => {
+                    self.store.push_local(key, update, mode);
+                    self.answer(op, pos);
+                }
+                Route::Local => batches[self.cfg.id.index()].push(key, pos, update),
+                Route::Transit => {
+                    self.queue_local(now, key, Queued::LocalPush { op, pos, update: update.to_vec(), mode });
+                }
+                Route::Remote(dest) => batches[dest.index()].push(key, pos, update),
+            }
+        }
+        let flags = if mode == UpdateMode::Set { FLAG_SET } else { 0 };
+        self.send_batches(op, Kind::Push, flags, batches);
+        self.settle(op);
+        ReqId(op)
+    }
+
+    /// Sends one request frame per non-empty batch, or fails its keys if the destination is
+    /// unreachable.
+    fn send_batches(&mut self, op: u64, kind: Kind, flags: u8, batches: Vec<Batch>) {
+        for (dest, batch) in batches.into_iter().enumerate() {
+            if batch.keys.is_empty() {
                 continue;
             }
-            let n_vals = sub.keys.iter().map(|&k| self.cfg.space.len(k)).sum();
-            let mut frame = Frame::new(Kind::Push, self.cfg.id, wire_req(op, i), 0, &sub.keys, n_vals);
-            if mode == UpdateMode::Set {
-                frame.header.flags |= FLAG_SET;
+            let dest = NodeId(dest as u32);
+            let n = batch.keys.len() as u64;
+            match kind {
+                Kind::Pull => add(&self.counters.remote_pull_keys, n),
+                _ => add(&self.counters.remote_push_keys, n),
             }
-            let mut pos = 0;
-            let out = frame.values_mut();
-            for (&key, &offset) in sub.keys.iter().zip(&sub.out_offsets) {
-                let len = self.cfg.space.len(key);
-                out[pos..pos + len].copy_from_slice(&values[offset..offset + len]);
-                pos += len;
+            if let Some(peer) = self.unreachable(dest) {
+                for &pos in &batch.positions {
+                    self.answer(op, pos);
+                }
+                self.fail(op, OpError::PeerGone { peer });
+                continue;
             }
-            self.outbox.push_back((sub.dest, frame));
-        }
-        self.start(op, worker, OpKind::Push, subs)
-    }
-
-    /// Groups keys by destination, one sub-request per destination, in first-seen order.
-    fn split(&self, keys: &[Key], offsets: &[usize]) -> Vec<SubRequest> {
-        let mut subs: Vec<SubRequest> = Vec::new();
-        let mut index_of = vec![usize::MAX; self.cfg.num_nodes as usize];
-        for (&key, &offset) in keys.iter().zip(offsets) {
-            let dest = self.route(key);
-            let idx = &mut index_of[dest.index()];
-            if *idx == usize::MAX {
-                *idx = subs.len();
-                subs.push(SubRequest { dest, keys: Vec::new(), out_offsets: Vec::new(), answered: false });
+            let mut frame = batch.into_frame(kind, self.cfg.id, ReqId(op), 0);
+            frame.header.flags |= flags;
+            if let Some(p) = self.pending.get_mut(&op) {
+                p.first_hops.push(dest);
             }
-            subs[*idx].keys.push(key);
-            subs[*idx].out_offsets.push(offset);
+            self.outbox.push_back((dest, frame));
         }
-        subs
     }
 
-    fn start(&mut self, op: u64, worker: WorkerId, kind: OpKind, subs: Vec<SubRequest>) -> ReqId {
-        let mut pending =
-            Pending { worker, kind, unanswered: subs.len(), subs, parts: Vec::new(), error: None };
-        for sub in &mut pending.subs {
-            if self.lost[sub.dest.index()] {
-                sub.answered = true;
-                pending.unanswered -= 1;
-                pending.error.get_or_insert(OpError::PeerGone { peer: sub.dest });
-            }
-        }
-        if pending.unanswered == 0 {
-            self.finish(op, pending);
-        } else {
-            self.pending.insert(op, pending);
-        }
-        ReqId(op)
-    }
-
-    fn finish(&mut self, op: u64, pending: Pending) {
-        let result = match pending.error {
-            Some(err) => Err(err),
-            None => Ok(pending.parts),
-        };
-        self.completions.push_back(Completion { worker: pending.worker, req: ReqId(op), result });
-    }
-
-    /// Registers worker `worker`'s arrival at the next barrier across all workers of all nodes.
-    pub fn issue_barrier(&mut self, _now: Time, worker: WorkerId) -> ReqId {
-        let op = self.new_op();
-        if let Some(peer) = self.first_lost() {
-            self.completions.push_back(Completion {
-                worker,
-                req: ReqId(op),
-                result: Err(OpError::PeerGone { peer }),
-            });
-            return ReqId(op);
-        }
-        self.barriers.local_waiters.push((worker, ReqId(op)));
-        if self.barriers.local_waiters.len() == self.cfg.workers_per_node as usize {
-            let generation = self.barriers.generation;
-            if self.cfg.id == NodeId(0) {
-                self.coordinator_arrival(generation);
-            } else {
-                let frame = Frame::control(Kind::Barrier, self.cfg.id, ReqId(0), generation);
-                self.outbox.push_back((NodeId(0), frame));
-            }
-        }
-        ReqId(op)
-    }
-
-    fn first_lost(&self) -> Option<NodeId> {
-        self.lost.iter().position(|&l| l).map(|i| NodeId(i as u32))
-    }
-
-    fn coordinator_arrival(&mut self, generation: u64) {
-        if generation != self.barriers.generation {
-            self.warn(format!("barrier arrival for generation {generation}, expected {}", self.barriers.generation));
+    /// Queues a local worker's access to a key in transit here (or fails it if the key may
+    /// never arrive).
+    fn queue_local(&mut self, _now: Time, key: Key, queued: Queued) {
+        if let Some(peer) = self.unreachable(self.cfg.id) {
+            let (op, pos) = queued.local_op().expect("local accesses name their op");
+            self.answer(op, pos);
+            self.fail(op, OpError::PeerGone { peer });
             return;
         }
-        self.barriers.nodes_arrived += 1;
-        if self.barriers.nodes_arrived == self.cfg.num_nodes {
-            self.barriers.nodes_arrived = 0;
-            for peer in 1..self.cfg.num_nodes {
-                let frame = Frame::control(Kind::BarrierRelease, self.cfg.id, ReqId(0), generation);
-                self.outbox.push_back((NodeId(peer), frame));
+        match self.transit.get_mut(&key) {
+            Some(transit) => transit.queue.push(queued),
+            None => {
+                // The store says in transit but no transit is recorded: a bug, not an input.
+                let (op, pos) = queued.local_op().expect("local accesses name their op");
+                self.answer(op, pos);
+                self.fail(op, OpError::Rejected { peer: self.cfg.id, reason: format!("key {key} is in transit without a record") });
             }
-            self.release_barrier(generation);
         }
     }
 
-    fn release_barrier(&mut self, generation: u64) {
-        if generation != self.barriers.generation {
-            self.warn(format!("barrier release for generation {generation}, expected {}", self.barriers.generation));
-            return;
+    /// Marks position `pos` of `op` answered (once).
+    pub(crate) fn answer(&mut self, op: u64, pos: u32) -> bool {
+        let Some(p) = self.pending.get_mut(&op) else { return false };
+        match p.answered.get_mut(pos as usize) {
+            Some(done) if !*done => {
+                *done = true;
+                p.remaining -= 1;
+                true
+            }
+            _ => false,
         }
-        self.barriers.generation += 1;
-        for (worker, req) in std::mem::take(&mut self.barriers.local_waiters) {
-            self.completions.push_back(Completion { worker, req, result: Ok(Vec::new()) });
+    }
+
+    pub(crate) fn fail(&mut self, op: u64, err: OpError) {
+        if let Some(p) = self.pending.get_mut(&op) {
+            p.error.get_or_insert(err);
+        }
+    }
+
+    /// Takes a pull answer (from a peer, or built here) into `op`, if its positions are new.
+    pub(crate) fn accept_pull_answer(&mut self, op: u64, reply: Frame) -> bool {
+        let Some(p) = self.pending.get(&op) else { return false };
+        let positions = reply.positions();
+        let fresh = positions.len() == reply.keys().len()
+            && positions.iter().all(|&pos| p.answered.get(pos as usize) == Some(&false));
+        let lengths_ok = reply.values().len() == reply.keys().iter().map(|&k| self.cfg.space.len(k)).sum::<usize>();
+        if !fresh || !lengths_ok || p.kind != OpKind::Pull {
+            return false;
+        }
+        let out_offsets = positions.iter().map(|&pos| p.out_offsets[pos as usize]).collect();
+        for pos in positions.to_vec() {
+            self.answer(op, pos);
+        }
+        self.pending.get_mut(&op).expect("checked").parts.push(PullPart { out_offsets, reply });
+        true
+    }
+
+    /// Completes `op` if nothing is outstanding.
+    pub(crate) fn settle(&mut self, op: u64) {
+        if self.pending.get(&op).is_some_and(|p| p.remaining == 0) {
+            let p = self.pending.remove(&op).expect("checked");
+            let result = match p.error {
+                Some(err) => Err(err),
+                None => Ok(p.parts),
+            };
+            self.completions.push_back(Completion { worker: p.worker, req: ReqId(op), result });
         }
     }
 
     /// A frame arrived from `from` (possibly this node itself, without fast local access).
-    pub fn handle_frame(&mut self, _now: Time, from: NodeId, frame: Frame) {
+    pub fn handle_frame(&mut self, now: Time, from: NodeId, frame: Frame) {
         if from.0 >= self.cfg.num_nodes {
             self.warn(format!("frame from unknown node {}", from.0));
             return;
         }
         match frame.header.kind {
-            Kind::Pull => self.serve_pull(from, frame),
-            Kind::Push => self.serve_push(from, frame),
+            Kind::Pull | Kind::Push => self.serve_request(now, from, frame),
             Kind::PullReply | Kind::PushReply | Kind::Reject => self.handle_reply(from, frame),
-            Kind::Barrier if self.cfg.id == NodeId(0) => self.coordinator_arrival(frame.header.aux),
-            Kind::BarrierRelease if from == NodeId(0) => self.release_barrier(frame.header.aux),
-            Kind::Heartbeat => {}
-            kind => self.warn(format!("unexpected {kind:?} frame from {from}")),
+            Kind::Barrier => self.handle_barrier_arrival(from, frame.header.aux),
+            Kind::BarrierRelease => self.handle_barrier_release(from, frame.header.aux),
+            Kind::Localize => self.handle_localize(now, from, frame),
+            Kind::HandOver => self.handle_hand_over(now, from, frame),
+            Kind::Transfer => self.handle_transfer(now, from, frame),
+            Kind::PeerLost => match u32::try_from(frame.header.aux) {
+                Ok(peer) if peer < self.cfg.num_nodes => self.handle_peer_lost(now, NodeId(peer)),
+                _ => self.anomaly(format!("peer-lost notice from {from} names no node")),
+            },
+            Kind::Heartbeat | Kind::Goodbye => {}
         }
     }
 
-    /// Validates the keys of a peer's request: in range and held here. Returns the total value
-    /// length, or the rejection to send.
-    fn validate_request(&self, frame: &Frame) -> Result<usize, (RejectCode, Key)> {
-        let mut total = 0usize;
-        for &key in frame.keys() {
-            if key >= self.cfg.space.num_keys() {
-                return Err((RejectCode::KeyOutOfRange, key));
-            }
-            if self.store.residency(key) != crate::store::Residency::Local {
-                return Err((RejectCode::NotOwner, key));
-            }
-            total += self.cfg.space.len(key);
-        }
-        Ok(total)
-    }
-
-    fn reject(&mut self, to: NodeId, frame: &Frame, code: RejectCode, key: Key) {
-        let reply = Frame::new(Kind::Reject, self.cfg.id, frame.header.req, code as u64, &[key], 0);
-        self.outbox.push_back((to, reply));
-    }
-
-    fn serve_pull(&mut self, from: NodeId, request: Frame) {
-        let total = match self.validate_request(&request) {
-            Ok(total) => total,
-            Err((code, key)) => return self.reject(from, &request, code, key),
-        };
-        let mut reply = Frame::new(Kind::PullReply, self.cfg.id, request.header.req, 0, request.keys(), total);
-        let mut pos = 0;
-        let values = reply.values_mut();
-        for &key in request.keys() {
-            let len = self.cfg.space.len(key);
-            let served = self.store.pull_local(key, &mut values[pos..pos + len]);
-            debug_assert!(served, "validated keys stay local while the node lock is held");
-            pos += len;
-        }
-        add(&self.counters.served_keys, request.keys().len() as u64);
-        self.outbox.push_back((from, reply));
-    }
-
-    fn serve_push(&mut self, from: NodeId, request: Frame) {
-        let total = match self.validate_request(&request) {
-            Ok(total) => total,
-            Err((code, key)) => return self.reject(from, &request, code, key),
-        };
-        if total != request.values().len() {
-            let key = request.keys().first().copied().unwrap_or(0);
-            return self.reject(from, &request, RejectCode::LengthMismatch, key);
-        }
-        let mode = if request.header.flags & FLAG_SET != 0 { UpdateMode::Set } else { UpdateMode::Add };
-        let mut pos = 0;
-        for &key in request.keys() {
-            let len = self.cfg.space.len(key);
-            let applied = self.store.push_local(key, &request.values()[pos..pos + len], mode);
-            debug_assert!(applied, "validated keys stay local while the node lock is held");
-            pos += len;
-        }
-        let n = request.keys().len() as u64;
-        add(&self.counters.served_keys, n);
-        let reply = Frame::control(Kind::PushReply, self.cfg.id, request.header.req, n);
-        self.outbox.push_back((from, reply));
-    }
-
-    fn handle_reply(&mut self, from: NodeId, frame: Frame) {
-        let (op, sub_idx) = split_wire_req(frame.header.req);
-        let Some(pending) = self.pending.get_mut(&op) else {
-            return self.anomaly(format!("{:?} from {from} for unknown request {op}", frame.header.kind));
-        };
-        let Some(sub) = pending.subs.get_mut(sub_idx).filter(|s| !s.answered && s.dest == from) else {
-            return self.anomaly(format!("{:?} from {from} for request {op} that it was not asked", frame.header.kind));
-        };
-        match (frame.header.kind, pending.kind) {
-            (Kind::Reject, _) => {
-                let key = frame.keys().first().copied();
-                let reason = match (RejectCode::from_u64(frame.header.aux), key) {
-                    (Some(RejectCode::KeyOutOfRange), Some(k)) => format!("key {k} is out of range"),
-                    (Some(RejectCode::NotOwner), Some(k)) => format!("key {k} is not held there"),
-                    (Some(RejectCode::LengthMismatch), _) => "value lengths do not match the keys".to_string(),
-                    (code, _) => format!("unknown rejection code {code:?}"),
-                };
-                pending.error.get_or_insert(OpError::Rejected { peer: from, reason });
-            }
-            (Kind::PullReply, OpKind::Pull) => {
-                let expected: usize = sub.keys.iter().map(|&k| self.cfg.space.len(k)).sum();
-                if frame.keys() != sub.keys.as_slice() || frame.values().len() != expected {
-                    pending.error.get_or_insert(OpError::Rejected {
-                        peer: from,
-                        reason: "malformed pull reply (keys or lengths differ from the request)".into(),
-                    });
-                } else {
-                    let out_offsets = std::mem::take(&mut sub.out_offsets);
-                    pending.parts.push(PullPart { out_offsets, reply: frame });
-                }
-            }
-            (Kind::PushReply, OpKind::Push) => {}
-            (kind, expected) => {
-                let message = format!("{kind:?} from {from} does not answer a {expected:?}");
-                return self.anomaly(message);
-            }
-        }
-        sub.answered = true;
-        pending.unanswered -= 1;
-        if pending.unanswered == 0 {
-            let pending = self.pending.remove(&op).expect("present above");
-            self.finish(op, pending);
-        }
-    }
-
-    /// `peer` disconnected or stopped answering: fail everything waiting on it.
+    /// `peer` disconnected or stopped answering: fail everything that may wait on it.
+    ///
+    /// Under static allocation that is every operation with a frame sent to `peer`. Under dynamic
+    /// allocation any key may have been on `peer` or be routed through it, so every operation
+    /// waiting for an answer fails, as does every later access that needs another node.
     pub fn handle_peer_lost(&mut self, _now: Time, peer: NodeId) {
         if peer.0 >= self.cfg.num_nodes || self.lost[peer.index()] || peer == self.cfg.id {
             return;
         }
         self.lost[peer.index()] = true;
-        let mut done = Vec::new();
-        for (&op, pending) in &mut self.pending {
-            for sub in pending.subs.iter_mut().filter(|s| s.dest == peer && !s.answered) {
-                sub.answered = true;
-                pending.unanswered -= 1;
-                pending.error.get_or_insert(OpError::PeerGone { peer });
-            }
-            if pending.unanswered == 0 {
-                done.push(op);
-            }
+        let dynamic = self.cfg.dynamic;
+        let mut doomed: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.kind != OpKind::Barrier && (dynamic || p.first_hops.contains(&peer)))
+            .map(|(&op, _)| op)
+            .collect();
+        // Completions must come out in an order that depends only on the inputs.
+        doomed.sort_unstable();
+        for op in doomed {
+            let p = self.pending.get_mut(&op).expect("collected above");
+            p.remaining = 0;
+            p.error.get_or_insert(OpError::PeerGone { peer });
+            self.settle(op);
         }
-        for op in done {
-            let pending = self.pending.remove(&op).expect("collected above");
-            self.finish(op, pending);
-        }
-        for (worker, req) in std::mem::take(&mut self.barriers.local_waiters) {
-            self.completions.push_back(Completion { worker, req, result: Err(OpError::PeerGone { peer }) });
+        self.fail_barriers(peer);
+        // Tell every other node, so that no one waits for a barrier or a key that depends on
+        // the lost node without knowing it (the loss may be of one link only).
+        for other in 0..self.cfg.num_nodes {
+            let other = NodeId(other);
+            if other != self.cfg.id && !self.lost[other.index()] {
+                let notice = Frame::control(Kind::PeerLost, self.cfg.id, ReqId(0), u64::from(peer.0));
+                self.outbox.push_back((other, notice));
+            }
         }
     }
 
@@ -493,6 +532,11 @@ impl Node {
     /// Number of operations still waiting for answers.
     pub fn pending_ops(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Number of keys on their way to this node.
+    pub fn keys_in_transit(&self) -> usize {
+        self.transit.len()
     }
 
     /// Next frame to send, with its destination. Drain until `None` after every input.
@@ -513,20 +557,12 @@ impl Node {
         self.warnings.pop_front()
     }
 
-    fn warn(&mut self, message: String) {
+    pub(crate) fn warn(&mut self, message: String) {
         self.warnings.push_back(message);
     }
 
-    fn anomaly(&mut self, message: String) {
+    pub(crate) fn anomaly(&mut self, message: String) {
         add(&self.counters.anomalies, 1);
         self.warn(message);
     }
-}
-
-fn wire_req(op: u64, sub: usize) -> ReqId {
-    ReqId((op << SUB_BITS) | sub as u64)
-}
-
-fn split_wire_req(req: ReqId) -> (u64, usize) {
-    (req.0 >> SUB_BITS, (req.0 & ((1 << SUB_BITS) - 1)) as usize)
 }

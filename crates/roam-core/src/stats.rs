@@ -46,6 +46,22 @@ counters! {
         bytes_received,
         /// Frames from peers that made no sense (unknown request, wrong sizes) and were dropped.
         anomalies,
+        /// Request frames this node forwarded towards a key's owner.
+        forwards,
+        /// Keys that moved to this node (relocations in).
+        relocations_in,
+        /// Keys that moved away from this node (relocations out).
+        relocations_out,
+        /// Bytes of values sent away by relocations.
+        relocation_bytes,
+        /// Nanoseconds from localize request to arrival, summed over keys that arrived.
+        relocation_wait_ns,
+        /// Keys named in localize operations issued here.
+        localize_keys,
+        /// Remote accesses routed by a location-cache entry.
+        cache_hits,
+        /// Remote accesses with no location-cache entry (routed through the home node).
+        cache_misses,
     }
 }
 

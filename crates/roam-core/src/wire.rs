@@ -43,6 +43,17 @@ pub enum Kind {
     Heartbeat = 7,
     /// The request `req` was refused; `aux` is a [`RejectCode`], the keys name the culprit.
     Reject = 8,
+    /// The sender is shutting down cleanly and sends nothing more on this link.
+    Goodbye = 9,
+    /// Make the origin node the owner of the keys; sent by the requester to the keys' home.
+    Localize = 10,
+    /// Send the keys' values to the origin node, their new owner; sent by the home node to the
+    /// previous owner.
+    HandOver = 11,
+    /// The keys' values, moving to their new owner (the receiver).
+    Transfer = 12,
+    /// The sender lost its connection to node `aux`; the receiver must treat it as lost too.
+    PeerLost = 13,
 }
 
 impl Kind {
@@ -56,6 +67,11 @@ impl Kind {
             6 => Self::BarrierRelease,
             7 => Self::Heartbeat,
             8 => Self::Reject,
+            9 => Self::Goodbye,
+            10 => Self::Localize,
+            11 => Self::HandOver,
+            12 => Self::Transfer,
+            13 => Self::PeerLost,
             _ => return None,
         })
     }
@@ -63,6 +79,9 @@ impl Kind {
 
 /// [`Kind::Push`] flag: overwrite instead of add.
 pub const FLAG_SET: u8 = 1;
+/// The body holds one `u32` position per key after the keys: the key's index in the operation
+/// that first issued it, so that partial answers from several nodes can be put in place.
+pub const FLAG_POSITIONS: u8 = 2;
 
 /// Why a peer refused a request (carried in a [`Kind::Reject`] frame's `aux`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,8 +91,12 @@ pub enum RejectCode {
     KeyOutOfRange = 1,
     /// The values did not match the keys' lengths.
     LengthMismatch = 2,
-    /// The receiving node does not hold a key it was asked for (the first key names it).
+    /// The receiving node could not route a key it was asked for (the culprit names it).
     NotOwner = 3,
+    /// The frame's positions are missing or inconsistent with its keys.
+    Malformed = 4,
+    /// The request was forwarded too many times without reaching the key's owner.
+    RoutingLoop = 5,
 }
 
 impl RejectCode {
@@ -83,6 +106,8 @@ impl RejectCode {
             1 => Self::KeyOutOfRange,
             2 => Self::LengthMismatch,
             3 => Self::NotOwner,
+            4 => Self::Malformed,
+            5 => Self::RoutingLoop,
             _ => return None,
         })
     }
@@ -199,7 +224,11 @@ impl Header {
 
     /// Body length in 8-byte words.
     pub fn body_words(&self) -> usize {
-        self.n_keys as usize + (self.n_vals as usize).div_ceil(2)
+        self.n_keys as usize + self.position_words() + (self.n_vals as usize).div_ceil(2)
+    }
+
+    fn position_words(&self) -> usize {
+        if self.flags & FLAG_POSITIONS != 0 { (self.n_keys as usize).div_ceil(2) } else { 0 }
     }
 
     /// Body length in bytes.
@@ -234,6 +263,35 @@ impl Frame {
         Self { header, body }
     }
 
+    /// A frame with the given keys, their positions (same count) and `n_vals` zeroed values.
+    pub fn with_positions(
+        kind: Kind,
+        origin: NodeId,
+        req: ReqId,
+        aux: u64,
+        keys: &[u64],
+        positions: &[u32],
+        n_vals: usize,
+    ) -> Self {
+        assert_eq!(keys.len(), positions.len(), "one position per key");
+        let header = Header {
+            kind,
+            flags: FLAG_POSITIONS,
+            origin,
+            req,
+            n_keys: keys.len() as u32,
+            n_vals: n_vals as u32,
+            aux,
+        };
+        let mut body = vec![0u64; header.body_words()];
+        body[..keys.len()].copy_from_slice(keys);
+        let pos_words = header.position_words();
+        bytemuck::cast_slice_mut::<u64, u32>(&mut body[keys.len()..keys.len() + pos_words])
+            [..positions.len()]
+            .copy_from_slice(positions);
+        Self { header, body }
+    }
+
     /// A frame with no body.
     pub fn control(kind: Kind, origin: NodeId, req: ReqId, aux: u64) -> Self {
         Self::new(kind, origin, req, aux, &[], 0)
@@ -254,17 +312,29 @@ impl Frame {
         &self.body[..self.header.n_keys as usize]
     }
 
+    /// The keys' positions (empty unless [`FLAG_POSITIONS`] is set).
+    pub fn positions(&self) -> &[u32] {
+        let start = self.header.n_keys as usize;
+        let words = &self.body[start..start + self.header.position_words()];
+        let n = if words.is_empty() { 0 } else { self.header.n_keys as usize };
+        &bytemuck::cast_slice::<u64, u32>(words)[..n]
+    }
+
+    fn values_start(&self) -> usize {
+        self.header.n_keys as usize + self.header.position_words()
+    }
+
     /// The values.
     pub fn values(&self) -> &[f32] {
-        let words = &self.body[self.header.n_keys as usize..];
+        let words = &self.body[self.values_start()..];
         &bytemuck::cast_slice::<u64, f32>(words)[..self.header.n_vals as usize]
     }
 
     /// The values, writable.
     pub fn values_mut(&mut self) -> &mut [f32] {
-        let n_keys = self.header.n_keys as usize;
+        let start = self.values_start();
         let n_vals = self.header.n_vals as usize;
-        &mut bytemuck::cast_slice_mut::<u64, f32>(&mut self.body[n_keys..])[..n_vals]
+        &mut bytemuck::cast_slice_mut::<u64, f32>(&mut self.body[start..])[..n_vals]
     }
 
     /// The body as wire bytes (including padding).
@@ -312,12 +382,24 @@ mod tests {
         let mut frame = Frame::new(Kind::PullReply, NodeId(3), ReqId(77), 9, &[4, 5, 6], 3);
         frame.values_mut().copy_from_slice(&[1.5, -2.0, 3.25]);
         let bytes = frame.to_bytes();
-        assert_eq!(bytes.len(), 32 + 3 * 8 + 8);
+        assert_eq!(bytes.len(), 32 + 3 * 8 + 16);
         let (back, used) = decode(&bytes, &Limits::default()).unwrap();
         assert_eq!(used, bytes.len());
         assert_eq!(back, frame);
         assert_eq!(back.keys(), &[4, 5, 6]);
         assert_eq!(back.values(), &[1.5, -2.0, 3.25]);
+    }
+
+    #[test]
+    fn positions_sit_between_keys_and_values() {
+        let mut frame =
+            Frame::with_positions(Kind::Pull, NodeId(1), ReqId(2), 0, &[10, 11, 12], &[4, 0, 7], 2);
+        frame.values_mut().copy_from_slice(&[0.5, 1.5]);
+        let (back, _) = decode(&frame.to_bytes(), &Limits::default()).unwrap();
+        assert_eq!(back.keys(), &[10, 11, 12]);
+        assert_eq!(back.positions(), &[4, 0, 7]);
+        assert_eq!(back.values(), &[0.5, 1.5]);
+        assert!(Frame::new(Kind::Pull, NodeId(0), ReqId(0), 0, &[1], 0).positions().is_empty());
     }
 
     #[test]

@@ -1,1 +1,493 @@
-//! launch (being written).
+//! `roam launch`: start N node processes of one program on this machine and supervise them.
+//!
+//! This module owns the local launcher. It picks a free loopback port for the coordinator and a
+//! fresh random cluster token, starts one child per rank with the `ROAM_*` variables that
+//! [`crate::cluster_env`] reads, relays every child's output line by line with a `[node R] `
+//! prefix, and turns the children's fate into one exit code.
+//!
+//! Invariants:
+//! - Output: each relayed line is written to the sink with a single `write_all` under the sink's
+//!   lock, so lines from different nodes never interleave mid-line; a final line without a newline
+//!   gets one, and a line longer than [`MAX_LINE`] is split rather than buffered without bound.
+//!   A failing sink (e.g. a closed pipe) does not stop the draining, so children never block on a
+//!   full pipe.
+//! - Exit code: 0 only if every child exits 0. Otherwise the first failure observed: the child's
+//!   exit code, or 128 + signal if it died from a signal; if the launcher itself was interrupted
+//!   first, 128 + that signal.
+//! - Shutdown: on the first failure (or a SIGINT/SIGTERM to the launcher, which is forwarded) every
+//!   remaining child gets that signal (SIGTERM for a failure), then SIGKILL after [`GRACE`]; a
+//!   second SIGINT/SIGTERM sends SIGKILL at once. Each child runs in its own process group and
+//!   signals go to the whole group, so helpers a child forked (e.g. the commands of an `sh -c`
+//!   script) go with it. Only children not yet reaped are signalled, so a reused pid is never hit.
+//!   The separate groups also mean a terminal's Ctrl-C reaches only the launcher, which forwards
+//!   it once; children get no stdin (`/dev/null`), so they never contend for the terminal.
+
+use std::ffi::OsString;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use parking_lot::Mutex;
+
+use crate::cluster_env::{
+    ROAM_CLUSTER_TOKEN, ROAM_COORDINATOR, ROAM_EMULATE_LATENCY_US, ROAM_NUM_NODES, ROAM_RANK,
+    ROAM_WORKERS_PER_NODE,
+};
+use crate::rendezvous::MAX_NODES;
+
+/// How long children get between SIGTERM and SIGKILL.
+pub const GRACE: Duration = Duration::from_secs(3);
+/// Longest relayed line; longer output is split into lines of this size.
+pub const MAX_LINE: usize = 1 << 20;
+/// How long to wait, after every child is gone, for output still held by their leftovers.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// Arguments of `roam launch`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct LaunchArgs {
+    /// Number of node processes to start on this machine.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NODES)))]
+    pub nodes: u32,
+    /// Worker threads per node (exported to every node as ROAM_WORKERS_PER_NODE).
+    #[arg(long)]
+    pub workers_per_node: Option<u32>,
+    /// Emulated network latency in microseconds (exported as ROAM_EMULATE_LATENCY_US).
+    #[arg(long)]
+    pub latency_us: Option<u64>,
+    /// The program every node runs, followed by its arguments (put `--` before it so that its
+    /// options are not taken for the launcher's).
+    #[arg(
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM [ARGS]..."
+    )]
+    pub program: Vec<OsString>,
+}
+
+/// Runs the cluster with the children's output relayed to this process's stdout and stderr;
+/// returns the exit code the launcher should exit with.
+pub fn run(args: &LaunchArgs) -> anyhow::Result<i32> {
+    run_with_output(args, io::stdout(), io::stderr())
+}
+
+/// [`run`] with the children's prefixed stdout and stderr lines written to the given sinks
+/// (the launcher's own notices go to `stderr` too).
+pub fn run_with_output<O, E>(args: &LaunchArgs, stdout: O, stderr: E) -> anyhow::Result<i32>
+where
+    O: Write + Send + 'static,
+    E: Write + Send + 'static,
+{
+    if args.nodes == 0 || args.nodes > MAX_NODES {
+        bail!("--nodes must be in 1..={MAX_NODES}, got {}", args.nodes);
+    }
+    let Some((program, program_args)) = args.program.split_first() else {
+        bail!("no program given: usage is roam launch --nodes N -- PROGRAM [ARGS]...");
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("picking a free loopback port for the coordinator")?
+        .port();
+    // The port is free now but not reserved; rank 0 binds it moments later, and a clash shows up
+    // as rank 0's bind error rather than as anything silent.
+    let coordinator = format!("127.0.0.1:{port}");
+    let token: String =
+        rand::random::<[u8; 32]>()
+            .iter()
+            .fold(String::with_capacity(64), |mut hex, b| {
+                hex.push(char::from(HEX_DIGITS[usize::from(b >> 4)]));
+                hex.push(char::from(HEX_DIGITS[usize::from(b & 15)]));
+                hex
+            });
+
+    let out = Arc::new(Mutex::new(stdout));
+    let err = Arc::new(Mutex::new(stderr));
+    // Installed before the first child exists, so no signal can slip between spawn and watch.
+    let signals = signals::Guard::install().context("installing SIGINT/SIGTERM handlers")?;
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let mut nodes: Vec<Node> = Vec::with_capacity(args.nodes as usize);
+
+    for rank in 0..args.nodes {
+        let mut cmd = Command::new(program);
+        cmd.args(program_args)
+            .env(ROAM_RANK, rank.to_string())
+            .env(ROAM_NUM_NODES, args.nodes.to_string())
+            .env(ROAM_COORDINATOR, &coordinator)
+            .env(ROAM_CLUSTER_TOKEN, &token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if let Some(w) = args.workers_per_node {
+            cmd.env(ROAM_WORKERS_PER_NODE, w.to_string());
+        }
+        if let Some(l) = args.latency_us {
+            cmd.env(ROAM_EMULATE_LATENCY_US, l.to_string());
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                for n in &mut nodes {
+                    n.signal(libc::SIGKILL);
+                    let _ = n.child.wait();
+                }
+                wait_for_output(&done_rx, 2 * nodes.len(), &err);
+                return Err(e).with_context(|| {
+                    format!("starting node {rank}: {}", program.to_string_lossy())
+                });
+            }
+        };
+        let prefix = format!("[node {rank}] ").into_bytes();
+        if let Some(pipe) = child.stdout.take() {
+            spawn_pump(pipe, prefix.clone(), Arc::clone(&out), done_tx.clone());
+        }
+        if let Some(pipe) = child.stderr.take() {
+            spawn_pump(pipe, prefix, Arc::clone(&err), done_tx.clone());
+        }
+        nodes.push(Node {
+            rank,
+            child,
+            status: None,
+        });
+    }
+    drop(done_tx);
+
+    let code = supervise(&mut nodes, &signals, &err);
+    wait_for_output(&done_rx, 2 * nodes.len(), &err);
+    Ok(code)
+}
+
+/// One child and, once reaped, how it ended.
+struct Node {
+    rank: u32,
+    child: Child,
+    status: Option<ExitStatus>,
+}
+
+impl Node {
+    /// Signals the child's process group, or the child alone if it left its group.
+    fn signal(&self, sig: libc::c_int) {
+        if self.status.is_some() {
+            // Reaped: the pid may already belong to an unrelated process.
+            return;
+        }
+        let Ok(pid) = libc::pid_t::try_from(self.child.id()) else {
+            return;
+        };
+        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child, so
+        // it (and the group it leads) cannot have been recycled.
+        unsafe {
+            if libc::kill(-pid, sig) != 0 {
+                libc::kill(pid, sig);
+            }
+        }
+    }
+}
+
+/// The shell convention for an exit status: the code, or 128 + the terminating signal.
+fn exit_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}"),
+        (None, None) => "ended".to_owned(),
+    }
+}
+
+fn notice<E: Write>(err: &Mutex<E>, msg: &str) {
+    let line = format!("[launch] {msg}\n");
+    let mut e = err.lock();
+    // A broken stderr must not abort supervision.
+    let _ = e.write_all(line.as_bytes()).and_then(|()| e.flush());
+}
+
+/// Waits for every child, stopping the rest on the first failure or a signal; returns the code.
+fn supervise<E: Write>(nodes: &mut [Node], signals: &signals::Guard, err: &Mutex<E>) -> i32 {
+    let mut failure: Option<i32> = None;
+    let mut interrupted: Option<i32> = None;
+    let mut signals_seen = 0;
+    let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+
+    loop {
+        let (count, sig) = signals.received();
+        if count > signals_seen {
+            signals_seen = count;
+            if interrupted.is_none() && failure.is_none() {
+                interrupted = Some(sig);
+                notice(
+                    err,
+                    &format!("received signal {sig}; forwarding it to the nodes"),
+                );
+                nodes.iter().for_each(|n| n.signal(sig));
+                kill_at = Some(Instant::now() + GRACE);
+            } else {
+                // Asked again: the user does not want to wait out the grace period.
+                kill_at = Some(Instant::now());
+            }
+        }
+
+        let mut newly_failed = false;
+        for n in nodes.iter_mut().filter(|n| n.status.is_none()) {
+            let status = match n.child.try_wait() {
+                Ok(Some(s)) => s,
+                Ok(None) => continue,
+                Err(e) => {
+                    // Cannot happen for our own unreaped child; treat it as lost, not as a hang.
+                    notice(err, &format!("cannot wait for node {}: {e}", n.rank));
+                    ExitStatus::from_raw(libc::SIGKILL)
+                }
+            };
+            n.status = Some(status);
+            if !status.success() && failure.is_none() && kill_at.is_none() {
+                failure = Some(exit_code(status));
+                notice(
+                    err,
+                    &format!(
+                        "node {} {}; stopping the other nodes",
+                        n.rank,
+                        describe(status)
+                    ),
+                );
+                kill_at = Some(Instant::now() + GRACE);
+                newly_failed = true;
+            }
+        }
+        if newly_failed {
+            nodes.iter().for_each(|n| n.signal(libc::SIGTERM));
+        }
+        if nodes.iter().all(|n| n.status.is_some()) {
+            break;
+        }
+        if !killed && kill_at.is_some_and(|t| Instant::now() >= t) {
+            killed = true;
+            notice(err, "grace period over; killing the remaining nodes");
+            nodes.iter().for_each(|n| n.signal(libc::SIGKILL));
+        }
+        thread::sleep(POLL_INTERVAL);
+    }
+    failure.or(interrupted.map(|s| 128 + s)).unwrap_or(0)
+}
+
+/// Waits (briefly) until the pumps have relayed everything the children wrote.
+fn wait_for_output<E: Write>(done: &mpsc::Receiver<()>, pumps: usize, err: &Mutex<E>) {
+    let deadline = Instant::now() + DRAIN_GRACE;
+    for _ in 0..pumps {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if done.recv_timeout(left).is_err() {
+            // A background process a node left behind still holds the pipe; stop waiting for it.
+            notice(
+                err,
+                "some node output is still open after every node exited; not waiting for it",
+            );
+            return;
+        }
+    }
+}
+
+fn spawn_pump<R, W>(pipe: R, prefix: Vec<u8>, sink: Arc<Mutex<W>>, done: mpsc::Sender<()>)
+where
+    R: Read + Send + 'static,
+    W: Write + Send + 'static,
+{
+    thread::spawn(move || {
+        pump(pipe, &prefix, &sink);
+        let _ = done.send(());
+    });
+}
+
+/// Relays `pipe` to `sink` line by line, each line prefixed, until end of file.
+fn pump<R: Read, W: Write>(pipe: R, prefix: &[u8], sink: &Mutex<W>) {
+    let mut reader = BufReader::new(pipe);
+    let mut line = Vec::with_capacity(prefix.len() + 256);
+    let mut sink_ok = true;
+    loop {
+        line.clear();
+        line.extend_from_slice(prefix);
+        match (&mut reader)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if line.last() != Some(&b'\n') {
+            line.push(b'\n');
+        }
+        if sink_ok {
+            let mut w = sink.lock();
+            sink_ok = w.write_all(&line).and_then(|()| w.flush()).is_ok();
+        }
+    }
+}
+
+/// Process-wide SIGINT/SIGTERM handling shared by concurrent launches.
+mod signals {
+    use std::io;
+    use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+
+    use parking_lot::Mutex;
+
+    const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    static LAST: AtomicI32 = AtomicI32::new(0);
+    /// Number of live guards, and the dispositions to restore when it drops to zero.
+    static STATE: Mutex<(usize, Vec<libc::sigaction>)> = Mutex::new((0, Vec::new()));
+
+    extern "C" fn on_signal(sig: libc::c_int) {
+        // Only lock-free atomics: anything else is not async-signal-safe.
+        LAST.store(sig, Ordering::SeqCst);
+        COUNT.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Keeps the handlers installed; the previous dispositions return when the last guard drops.
+    pub(super) struct Guard {
+        base: usize,
+    }
+
+    impl Guard {
+        pub(super) fn install() -> io::Result<Self> {
+            let mut state = STATE.lock();
+            if state.0 == 0 {
+                let mut saved = Vec::with_capacity(SIGNALS.len());
+                for sig in SIGNALS {
+                    // SAFETY: sigaction is plain data, valid when zeroed; the handler only
+                    // touches atomics, which is async-signal-safe.
+                    let old = unsafe {
+                        let mut act: libc::sigaction = std::mem::zeroed();
+                        act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+                        act.sa_flags = libc::SA_RESTART;
+                        libc::sigemptyset(&mut act.sa_mask);
+                        let mut old: libc::sigaction = std::mem::zeroed();
+                        if libc::sigaction(sig, &act, &mut old) != 0 {
+                            let e = io::Error::last_os_error();
+                            restore(&saved);
+                            return Err(e);
+                        }
+                        old
+                    };
+                    saved.push(old);
+                }
+                state.1 = saved;
+            }
+            state.0 += 1;
+            Ok(Self {
+                base: COUNT.load(Ordering::SeqCst),
+            })
+        }
+
+        /// Signals received since this guard was installed, and the latest one.
+        pub(super) fn received(&self) -> (usize, libc::c_int) {
+            let count = COUNT.load(Ordering::SeqCst) - self.base;
+            (count, LAST.load(Ordering::SeqCst))
+        }
+    }
+
+    fn restore(saved: &[libc::sigaction]) {
+        for (sig, old) in SIGNALS.iter().zip(saved) {
+            // SAFETY: `old` was filled in by a successful sigaction call for this signal.
+            unsafe {
+                libc::sigaction(*sig, old, std::ptr::null_mut());
+            }
+        }
+    }
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let mut state = STATE.lock();
+            state.0 -= 1;
+            if state.0 == 0 {
+                restore(&state.1);
+                state.1.clear();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        launch: LaunchArgs,
+    }
+
+    #[test]
+    fn parses_the_documented_command_line() {
+        let cli = Cli::try_parse_from([
+            "roam",
+            "--nodes",
+            "3",
+            "--workers-per-node",
+            "4",
+            "--latency-us",
+            "50",
+            "--",
+            "sh",
+            "-c",
+            "echo --nodes",
+        ])
+        .unwrap();
+        let a = cli.launch;
+        assert_eq!(
+            (a.nodes, a.workers_per_node, a.latency_us),
+            (3, Some(4), Some(50))
+        );
+        assert_eq!(a.program, ["sh", "-c", "echo --nodes"]);
+
+        let a = Cli::try_parse_from(["roam", "--nodes", "2", "prog", "-x", "--y"])
+            .unwrap()
+            .launch;
+        assert_eq!(a.program, ["prog", "-x", "--y"]);
+
+        assert!(Cli::try_parse_from(["roam", "--nodes", "0", "--", "sh"]).is_err());
+        assert!(Cli::try_parse_from(["roam", "--nodes", "2"]).is_err());
+    }
+
+    #[test]
+    fn pump_prefixes_splits_and_terminates_lines() {
+        let sink = Mutex::new(Vec::new());
+        let input: &[u8] = b"one\ntwo\n\nlast without newline";
+        pump(input, b"[node 4] ", &sink);
+        assert_eq!(
+            String::from_utf8(sink.into_inner()).unwrap(),
+            "[node 4] one\n[node 4] two\n[node 4] \n[node 4] last without newline\n"
+        );
+
+        let sink = Mutex::new(Vec::new());
+        let long = vec![b'x'; MAX_LINE + 10];
+        pump(&long[..], b"> ", &sink);
+        let out = sink.into_inner();
+        let lines: Vec<&[u8]> = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].len(), 2 + MAX_LINE);
+        assert_eq!(lines[1], b"> xxxxxxxxxx");
+    }
+
+    #[test]
+    fn exit_codes_follow_the_shell_convention() {
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 128 + 9);
+    }
+}

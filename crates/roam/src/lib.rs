@@ -9,8 +9,41 @@
 //! - `auth`: HMAC challenge–response proving knowledge of the cluster token.
 //! - `rendezvous`: the coordinator collects every node's data address and hands out the table.
 //! - `launch`: `roam launch`, a local multi-process launcher.
+//! - `config`: the node's configuration; `error`: start-up errors.
+//! - `runtime`: the running node — core, links, threads; `NodeHandle` is its API.
+//! - `transport`: framed TCP links, vectored writes, bounded reads, latency emulation.
+//! - `worker`: the per-thread API (pull, push, set, wait, barrier) and its local fast path.
+//! - `stats`: counters as a JSON-serialisable snapshot.
+//! - `bench`, `demo`: the `roam bench ops` benchmark and the embedded demo job.
+//!
+//! # Example
+//! ```no_run
+//! let node = roam::NodeHandle::start(roam::Config::new(1000, 4))?;
+//! let worker = node.worker(0)?;
+//! worker.push(&[1, 2], &[1.0; 8])?.wait()?;
+//! let mut out = [0.0; 8];
+//! worker.pull(&[1, 2], &mut out)?.wait()?;
+//! drop(worker);
+//! node.shutdown()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod auth;
+pub mod bench;
 pub mod cluster_env;
+pub mod config;
+pub mod demo;
+pub mod error;
 pub mod launch;
 pub mod rendezvous;
+mod runtime;
+pub mod stats;
+mod transport;
+mod worker;
+
+pub use config::{Allocation, Config};
+pub use error::{StartError, WorkerError};
+pub use roam_core::{AccessError, Key, OpError, ValueLengths};
+pub use runtime::NodeHandle;
+pub use stats::NodeStats;
+pub use worker::{Ticket, Worker};

@@ -1,0 +1,118 @@
+//! Barriers across all worker threads of all nodes.
+//!
+//! Each node counts its workers' arrivals; when all have arrived it tells the coordinator
+//! (node 0), which releases everyone once every node has arrived. Generations number the
+//! barriers so that a late or duplicated message is recognised instead of miscounted.
+
+use crate::error::OpError;
+use crate::id::{NodeId, ReqId, WorkerId};
+use crate::node::{Node, OpKind, Time};
+use crate::wire::{Frame, Kind};
+
+/// Barrier bookkeeping: local arrivals, and at the coordinator, node arrivals.
+#[derive(Debug, Default)]
+pub(crate) struct Barriers {
+    generation: u64,
+    local_waiters: Vec<u64>,
+    /// Arrivals counted towards `workers_per_node` (a node-wide barrier counts as all).
+    local_arrivals: u32,
+    /// Coordinator only: nodes that reached `generation`.
+    nodes_arrived: Vec<bool>,
+}
+
+impl Node {
+    /// Registers worker `worker`'s arrival at the next barrier across all workers of all nodes.
+    pub fn issue_barrier(&mut self, now: Time, worker: WorkerId) -> ReqId {
+        self.arrive_at_barrier(now, worker, 1)
+    }
+
+    /// Registers the whole node at the next barrier at once, on behalf of all its workers (used
+    /// at shutdown, when no worker is inside a barrier). Completes for `worker`.
+    pub fn issue_node_barrier(&mut self, now: Time, worker: WorkerId) -> ReqId {
+        self.arrive_at_barrier(now, worker, self.cfg.workers_per_node)
+    }
+
+    fn arrive_at_barrier(&mut self, _now: Time, worker: WorkerId, weight: u32) -> ReqId {
+        let op = self.new_op(worker, OpKind::Barrier, 1, Vec::new());
+        if let Some(peer) = self.lost.iter().position(|&l| l) {
+            self.answer(op, 0);
+            self.fail(op, OpError::PeerGone { peer: NodeId(peer as u32) });
+            self.settle(op);
+            return ReqId(op);
+        }
+        self.barriers.local_waiters.push(op);
+        self.barriers.local_arrivals += weight;
+        if self.barriers.local_arrivals >= self.cfg.workers_per_node {
+            let generation = self.barriers.generation;
+            if self.cfg.id == NodeId(0) {
+                let id = self.cfg.id;
+                self.coordinator_arrival(id, generation);
+            } else {
+                let frame = Frame::control(Kind::Barrier, self.cfg.id, ReqId(0), generation);
+                self.outbox.push_back((NodeId(0), frame));
+            }
+        }
+        ReqId(op)
+    }
+
+    pub(crate) fn handle_barrier_arrival(&mut self, from: NodeId, generation: u64) {
+        if self.cfg.id != NodeId(0) {
+            return self.anomaly(format!("barrier arrival from {from} at a node that is not the coordinator"));
+        }
+        self.coordinator_arrival(from, generation);
+    }
+
+    fn coordinator_arrival(&mut self, from: NodeId, generation: u64) {
+        if generation != self.barriers.generation {
+            return self.anomaly(format!(
+                "barrier arrival of {from} for generation {generation}, expected {}",
+                self.barriers.generation
+            ));
+        }
+        let arrived = &mut self.barriers.nodes_arrived;
+        arrived.resize(self.cfg.num_nodes as usize, false);
+        if std::mem::replace(&mut arrived[from.index()], true) {
+            return self.anomaly(format!("{from} arrived twice at barrier {generation}"));
+        }
+        if arrived.iter().all(|&a| a) {
+            arrived.iter_mut().for_each(|a| *a = false);
+            for peer in 1..self.cfg.num_nodes {
+                let frame = Frame::control(Kind::BarrierRelease, self.cfg.id, ReqId(0), generation);
+                self.outbox.push_back((NodeId(peer), frame));
+            }
+            self.release_barrier(generation);
+        }
+    }
+
+    pub(crate) fn handle_barrier_release(&mut self, from: NodeId, generation: u64) {
+        if from != NodeId(0) {
+            return self.anomaly(format!("barrier release from {from}, which is not the coordinator"));
+        }
+        self.release_barrier(generation);
+    }
+
+    fn release_barrier(&mut self, generation: u64) {
+        if generation != self.barriers.generation {
+            return self.anomaly(format!(
+                "barrier release for generation {generation}, expected {}",
+                self.barriers.generation
+            ));
+        }
+        self.barriers.generation += 1;
+        self.barriers.local_arrivals = 0;
+        for op in std::mem::take(&mut self.barriers.local_waiters) {
+            self.answer(op, 0);
+            self.settle(op);
+        }
+    }
+
+    /// A peer is lost: no barrier can complete any more.
+    pub(crate) fn fail_barriers(&mut self, peer: NodeId) {
+        self.barriers.local_arrivals = 0;
+        for op in std::mem::take(&mut self.barriers.local_waiters) {
+            self.answer(op, 0);
+            self.fail(op, OpError::PeerGone { peer });
+            self.settle(op);
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Configuration of a simulation: cluster shape, network model, worker pacing and bounds.
+//!
+//! Invariant: a `SimConfig` fully determines a run together with the calls made on the
+//! [`crate::Sim`]; there is no other source of randomness or time.
+
+use roam_core::wire::Limits;
+use roam_core::{KeySpace, Partitioning};
+
+/// Everything a [`crate::Sim`] is built from. Times are virtual nanoseconds.
+///
+/// Build with [`SimConfig::new`] and adjust with the `with_*` methods:
+///
+/// ```
+/// use roam_core::{KeySpace, Partitioning};
+/// use roam_sim::{Sim, SimConfig};
+///
+/// let cfg = SimConfig::new(3, 2, KeySpace::uniform(16, 2).unwrap())
+///     .with_seed(7)
+///     .with_partitioning(Partitioning::Hash)
+///     .with_fast_local_access(false);
+/// let sim = Sim::new(cfg);
+/// assert_eq!(sim.seed(), 7);
+/// ```
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Number of nodes (at least one).
+    pub nodes: u32,
+    /// Worker threads per node (at least one).
+    pub workers_per_node: u32,
+    /// The key space.
+    pub space: KeySpace,
+    /// How keys are assigned to home nodes.
+    pub partitioning: Partitioning,
+    /// Whether workers access local keys directly in the store (true) or through messages to
+    /// their own node (false).
+    pub fast_local_access: bool,
+    /// Whether keys can move (`Op::Localize`); false is static allocation.
+    pub dynamic: bool,
+    /// Whether nodes keep location caches.
+    pub location_caches: bool,
+    /// Seed of the single random number generator of the run.
+    pub seed: u64,
+    /// Smallest one-way delay of a frame, in ns.
+    pub min_delay: u64,
+    /// Largest one-way delay of a frame, in ns (inclusive).
+    pub max_delay: u64,
+    /// Smallest pause of a worker between two operations, in ns.
+    pub min_think: u64,
+    /// Largest pause of a worker between two operations, in ns (inclusive).
+    pub max_think: u64,
+    /// Probability that sending a frame on a link between two different nodes breaks that
+    /// connection (the frame and everything in flight on it are lost and both ends are told the
+    /// other is gone). Self-links never break this way.
+    pub drop_probability: f64,
+    /// Size limits applied when decoding delivered frames.
+    pub limits: Limits,
+    /// Bound on the steps of one [`crate::Sim::run_until_idle`] call.
+    pub max_steps: u64,
+}
+
+impl SimConfig {
+    /// A configuration with `nodes` nodes of `workers_per_node` workers over `space`, range
+    /// partitioning, fast local access, seed 0, 1–50 µs link delays, 0–2 µs worker pauses, no
+    /// loss, default limits and a bound of one million steps.
+    pub fn new(nodes: u32, workers_per_node: u32, space: KeySpace) -> Self {
+        Self {
+            nodes,
+            workers_per_node,
+            space,
+            partitioning: Partitioning::Range,
+            fast_local_access: true,
+            dynamic: false,
+            location_caches: false,
+            seed: 0,
+            min_delay: 1_000,
+            max_delay: 50_000,
+            min_think: 0,
+            max_think: 2_000,
+            drop_probability: 0.0,
+            limits: Limits::default(),
+            max_steps: 1_000_000,
+        }
+    }
+
+    /// Sets the seed.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets the partitioning.
+    pub fn with_partitioning(mut self, partitioning: Partitioning) -> Self {
+        self.partitioning = partitioning;
+        self
+    }
+
+    /// Sets whether local keys bypass the protocol.
+    pub fn with_fast_local_access(mut self, fast: bool) -> Self {
+        self.fast_local_access = fast;
+        self
+    }
+
+    /// Enables dynamic allocation (relocation with `Op::Localize`).
+    pub fn with_dynamic(mut self, dynamic: bool) -> Self {
+        self.dynamic = dynamic;
+        self
+    }
+
+    /// Enables location caches.
+    pub fn with_location_caches(mut self, caches: bool) -> Self {
+        self.location_caches = caches;
+        self
+    }
+
+    /// Sets the range of one-way frame delays (ns, inclusive).
+    pub fn with_delay(mut self, min: u64, max: u64) -> Self {
+        assert!(min <= max, "min delay {min} above max delay {max}");
+        self.min_delay = min;
+        self.max_delay = max;
+        self
+    }
+
+    /// Sets the range of worker pauses between operations (ns, inclusive).
+    pub fn with_think(mut self, min: u64, max: u64) -> Self {
+        assert!(
+            min <= max,
+            "min think time {min} above max think time {max}"
+        );
+        self.min_think = min;
+        self.max_think = max;
+        self
+    }
+
+    /// Sets the probability that a frame breaks its connection (see
+    /// [`SimConfig::drop_probability`]).
+    pub fn with_drop_probability(mut self, p: f64) -> Self {
+        assert!(
+            (0.0..=1.0).contains(&p),
+            "drop probability {p} is not in [0, 1]"
+        );
+        self.drop_probability = p;
+        self
+    }
+
+    /// Sets the decoding limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets the step bound of [`crate::Sim::run_until_idle`].
+    pub fn with_max_steps(mut self, max_steps: u64) -> Self {
+        self.max_steps = max_steps;
+        self
+    }
+}

@@ -1,0 +1,125 @@
+//! Configuration of one roam node.
+//!
+//! Every field has a default that makes a single-node run work with no environment at all;
+//! cluster fields left unset are resolved from the environment at start (see `cluster_env`).
+
+use std::time::Duration;
+
+use roam_core::wire::Limits;
+use roam_core::{Partitioning, ValueLengths};
+
+use crate::cluster_env::ClusterOverrides;
+
+/// How keys are placed on nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocation {
+    /// Classic parameter server: node `i` owns a contiguous key range for the whole run.
+    StaticRange,
+    /// Classic parameter server: keys spread pseudo-randomly over nodes for the whole run.
+    StaticHash,
+    /// Keys start at their home node (see [`Config::home`]) and move to the nodes that
+    /// localize them (Lapse).
+    Dynamic,
+}
+
+impl Allocation {
+    /// Whether keys can move.
+    pub fn is_dynamic(self) -> bool {
+        self == Self::Dynamic
+    }
+
+    /// The name used on command lines and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::StaticRange => "static-range",
+            Self::StaticHash => "static-hash",
+            Self::Dynamic => "dynamic",
+        }
+    }
+}
+
+impl std::str::FromStr for Allocation {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "static-range" => Ok(Self::StaticRange),
+            "static-hash" => Ok(Self::StaticHash),
+            "dynamic" => Ok(Self::Dynamic),
+            other => Err(format!(
+                "unknown allocation {other:?}: expected static-range, static-hash or dynamic"
+            )),
+        }
+    }
+}
+
+/// Configuration of a node. Build with [`Config::new`] and adjust the public fields.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Number of keys; keys are `0..num_keys`.
+    pub num_keys: u64,
+    /// Values per key: uniform or per key.
+    pub value_lengths: ValueLengths,
+    /// Worker threads per node; `None` reads `ROAM_WORKERS_PER_NODE`, else 1.
+    pub workers_per_node: Option<u32>,
+    /// Key placement.
+    pub allocation: Allocation,
+    /// Home nodes under dynamic allocation: by key range or by hash (static modes imply theirs).
+    pub home: Partitioning,
+    /// Under dynamic allocation, whether nodes remember where keys were last seen and send
+    /// there directly (see the consistency notes in the docs).
+    pub location_caches: bool,
+    /// Whether workers access local keys directly (true) or through the node's message path.
+    pub fast_local_access: bool,
+    /// Rank, node count and coordinator; unset fields come from the environment.
+    pub cluster: ClusterOverrides,
+    /// Cluster secret; `None` reads `ROAM_CLUSTER_TOKEN` (required for more than one node).
+    pub token: Option<String>,
+    /// Emulated one-way link latency in µs; `None` reads `ROAM_EMULATE_LATENCY_US`, else 0.
+    pub emulate_latency_us: Option<u64>,
+    /// A peer silent for this long is declared gone and every operation waiting on it fails.
+    pub peer_timeout: Duration,
+    /// How long start-up may take to find and connect all peers.
+    pub rendezvous_timeout: Duration,
+    /// Bounds on received frames.
+    pub limits: Limits,
+}
+
+impl Config {
+    /// The home-node partitioning in effect.
+    pub(crate) fn partitioning(&self) -> Partitioning {
+        match self.allocation {
+            Allocation::StaticRange => Partitioning::Range,
+            Allocation::StaticHash => Partitioning::Hash,
+            Allocation::Dynamic => self.home,
+        }
+    }
+
+    /// A configuration for `num_keys` keys of `value_len` values each, with defaults elsewhere.
+    pub fn new(num_keys: u64, value_len: u32) -> Self {
+        Self::with_lengths(num_keys, ValueLengths::Uniform(value_len))
+    }
+
+    /// A configuration with per-key value lengths (`lengths[k]` values for key `k`).
+    pub fn per_key(lengths: Vec<u32>) -> Self {
+        Self::with_lengths(lengths.len() as u64, ValueLengths::PerKey(lengths.into()))
+    }
+
+    fn with_lengths(num_keys: u64, value_lengths: ValueLengths) -> Self {
+        Self {
+            num_keys,
+            value_lengths,
+            workers_per_node: None,
+            allocation: Allocation::StaticRange,
+            home: Partitioning::Range,
+            location_caches: false,
+            fast_local_access: true,
+            cluster: ClusterOverrides::default(),
+            token: None,
+            emulate_latency_us: None,
+            peer_timeout: Duration::from_secs(5),
+            rendezvous_timeout: Duration::from_secs(60),
+            limits: Limits::default(),
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Errors of the node's life cycle (start and shutdown). Access errors come from `roam-core`.
+
+use roam_core::KeySpaceError;
+
+use crate::cluster_env::{ClusterEnvError, SettingError, TokenError};
+use crate::rendezvous::RendezvousError;
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The key space is invalid.
+    #[error("invalid key space: {0}")]
+    KeySpace(#[from] KeySpaceError),
+    /// Rank, size, coordinator or another environment setting is missing or malformed.
+    #[error("cluster configuration: {0}")]
+    ClusterEnv(#[from] ClusterEnvError),
+    /// The cluster token is missing.
+    #[error("{0}")]
+    Token(#[from] TokenError),
+    /// A numeric setting from the environment is malformed.
+    #[error("{0}")]
+    Setting(#[from] SettingError),
+    /// The nodes could not find each other.
+    #[error("rendezvous failed: {0}")]
+    Rendezvous(#[from] RendezvousError),
+    /// A data connection to a peer could not be established in time.
+    #[error("could not connect to {peer} at {addr}: {reason}")]
+    Connect {
+        /// The peer's rank.
+        peer: u32,
+        /// The peer's data address.
+        addr: std::net::SocketAddr,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Some peers never connected to this node.
+    #[error("peers {missing:?} did not connect to this node within {secs} s")]
+    PeersMissing {
+        /// Ranks that never connected.
+        missing: Vec<u32>,
+        /// The timeout.
+        secs: u64,
+    },
+    /// `workers_per_node` was zero.
+    #[error("workers_per_node must be at least 1")]
+    NoWorkers,
+    /// An OS resource (thread, socket) could not be created.
+    #[error("I/O error during start: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Why a worker handle could not be taken.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WorkerError {
+    /// The index is not below `workers_per_node`.
+    #[error("worker {index} does not exist: this node has {workers} workers")]
+    NoSuchWorker {
+        /// Requested index.
+        index: u32,
+        /// Workers per node.
+        workers: u32,
+    },
+    /// The handle was already taken.
+    #[error("worker {index} was already taken; each worker handle exists once")]
+    AlreadyTaken {
+        /// Requested index.
+        index: u32,
+    },
+}

@@ -1,0 +1,529 @@
+//! The running node: owns the protocol core, its links and the threads that drive them.
+//!
+//! Threads of one node process:
+//! - worker threads (the user's), which access local keys in the store directly and enter the
+//!   protocol only for remote keys;
+//! - one reader per peer, feeding received frames to the core;
+//! - one loopback server, feeding frames a node sends itself (without fast local access);
+//! - one heartbeat thread, so that a silent peer can be told from a busy one;
+//! - with latency emulation, one sender per link that holds frames until they are due;
+//! - an acceptor that authenticates incoming connections.
+//!
+//! Invariants:
+//! - The node lock is held only for one core input plus the draining of its outputs, never
+//!   across I/O: frames are queued under it (fixing their per-link order) and written after.
+//! - Every completion the core produces reaches its worker's slot, so a waiting worker always
+//!   wakes: either with a result or with the error of a lost peer.
+
+use std::collections::HashMap;
+use std::io::BufReader;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use roam_core::stats::{NodeCounters, WorkerCounters};
+use roam_core::wire::{Frame, Kind, Limits};
+use roam_core::{Completion, KeySpace, Node, NodeConfig, NodeId, OpError, PullPart, ReqId, Store, Time, WorkerId};
+
+use crate::auth::{self, Purpose};
+use crate::cluster_env;
+use crate::config::Config;
+use crate::error::{StartError, WorkerError};
+use crate::rendezvous;
+use crate::stats::NodeStats;
+use crate::transport::{Link, ReadError, Sink, read_frame};
+use crate::worker::Worker;
+
+/// Results delivered to one worker, by request.
+#[derive(Default)]
+pub(crate) struct WorkerSlot {
+    pub(crate) results: Mutex<HashMap<u64, Result<Vec<PullPart>, OpError>>>,
+    pub(crate) ready: Condvar,
+}
+
+/// State shared by the node's threads and its worker handles.
+pub(crate) struct Shared {
+    pub(crate) rank: NodeId,
+    pub(crate) num_nodes: u32,
+    pub(crate) workers_per_node: u32,
+    pub(crate) space: KeySpace,
+    pub(crate) store: Arc<Store>,
+    pub(crate) fast_local_access: bool,
+    pub(crate) dynamic: bool,
+    pub(crate) counters: Arc<NodeCounters>,
+    pub(crate) worker_counters: Vec<Arc<WorkerCounters>>,
+    /// One per worker, plus one for the node itself (shutdown barrier).
+    pub(crate) slots: Vec<WorkerSlot>,
+    node: Mutex<Node>,
+    /// Index = peer rank; this node's own entry is the loopback link.
+    links: Vec<Arc<Link>>,
+    epoch: Instant,
+    pub(crate) shutting_down: Arc<AtomicBool>,
+    departed: Vec<AtomicBool>,
+    lost: Vec<AtomicBool>,
+    taken: Mutex<Vec<bool>>,
+    pub(crate) limits: Limits,
+    pub(crate) allocation: &'static str,
+    pub(crate) latency_us: u64,
+}
+
+impl Shared {
+    pub(crate) fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Runs one input on the core and carries out what it asks: frames are queued under the
+    /// node lock, written and delivered after it is released.
+    pub(crate) fn with_node<R>(&self, input: impl FnOnce(&mut Node, Time) -> R) -> R {
+        let mut touched: Vec<usize> = Vec::new();
+        let mut completions: Vec<Completion> = Vec::new();
+        let result;
+        {
+            let mut node = self.node.lock();
+            result = input(&mut node, self.now());
+            while let Some((dest, frame)) = node.poll_transmit() {
+                self.links[dest.index()].enqueue(frame);
+                if !touched.contains(&dest.index()) {
+                    touched.push(dest.index());
+                }
+            }
+            while let Some(done) = node.poll_completion() {
+                completions.push(done);
+            }
+            while let Some(warning) = node.poll_warning() {
+                tracing::warn!(node = self.rank.0, "{warning}");
+            }
+        }
+        for idx in touched {
+            let link = &self.links[idx];
+            if let Err(err) = link.flush() {
+                self.peer_lost(link.peer, &format!("write failed: {err}"));
+            }
+        }
+        self.deliver(completions);
+        result
+    }
+
+    fn deliver(&self, completions: Vec<Completion>) {
+        for done in completions {
+            let slot = &self.slots[done.worker.index()];
+            slot.results.lock().insert(done.req.0, done.result);
+            slot.ready.notify_all();
+        }
+    }
+
+    /// Declares `peer` gone: every operation waiting on it fails.
+    pub(crate) fn peer_lost(&self, peer: NodeId, reason: &str) {
+        if peer == self.rank || self.lost[peer.index()].swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if !self.departed[peer.index()].load(Ordering::Acquire) {
+            tracing::warn!(node = self.rank.0, "{peer} lost: {reason}");
+        }
+        self.with_node(|node, now| node.handle_peer_lost(now, peer));
+    }
+
+    /// Blocks until request `req` of worker `worker` completes, and takes its result.
+    pub(crate) fn wait_result(&self, worker: WorkerId, req: ReqId) -> Result<Vec<PullPart>, OpError> {
+        let slot = &self.slots[worker.index()];
+        let mut results = slot.results.lock();
+        loop {
+            if let Some(result) = results.remove(&req.0) {
+                return result;
+            }
+            slot.ready.wait(&mut results);
+        }
+    }
+
+    /// Blocks until request `req` completes, leaving its result for the ticket; returns a
+    /// copy of its error, if any.
+    pub(crate) fn wait_complete(&self, worker: WorkerId, req: ReqId) -> Result<(), OpError> {
+        let slot = &self.slots[worker.index()];
+        let mut results = slot.results.lock();
+        loop {
+            if let Some(result) = results.get(&req.0) {
+                return result.as_ref().map(drop).map_err(Clone::clone);
+            }
+            slot.ready.wait(&mut results);
+        }
+    }
+
+    pub(crate) fn is_complete(&self, worker: WorkerId, req: ReqId) -> bool {
+        self.slots[worker.index()].results.lock().contains_key(&req.0)
+    }
+}
+
+/// A running roam node (one per process). Hand out one [`Worker`] per thread with
+/// [`NodeHandle::worker`]; finish with [`NodeHandle::shutdown`].
+pub struct NodeHandle {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    readers: Vec<JoinHandle<()>>,
+    acceptor_addr: Option<SocketAddr>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    finished: bool,
+}
+
+impl NodeHandle {
+    /// Joins the cluster described by `cfg` and the environment, and starts the node.
+    pub fn start(cfg: Config) -> Result<Self, StartError> {
+        let env = cluster_env::resolve_from_process_env(&cfg.cluster)?;
+        let workers_per_node = match cfg.workers_per_node {
+            Some(w) => w,
+            None => cluster_env::workers_per_node_from_process_env()?.unwrap_or(1),
+        };
+        if workers_per_node == 0 {
+            return Err(StartError::NoWorkers);
+        }
+        let latency_us = match cfg.emulate_latency_us {
+            Some(l) => l,
+            None => cluster_env::emulate_latency_us_from_process_env()?.unwrap_or(0),
+        };
+        let space = KeySpace::new(cfg.num_keys, cfg.value_lengths.clone())?;
+        let rank = NodeId(env.rank);
+        let num_nodes = env.num_nodes;
+        let node = Node::new(NodeConfig {
+            id: rank,
+            num_nodes,
+            workers_per_node,
+            space: space.clone(),
+            partitioning: cfg.partitioning(),
+            fast_local_access: cfg.fast_local_access,
+            dynamic: cfg.allocation.is_dynamic(),
+            location_caches: cfg.location_caches && cfg.allocation.is_dynamic(),
+        });
+        let store = node.store().clone();
+        let counters = node.counters().clone();
+        let latency = Duration::from_micros(latency_us);
+        let deadline = Instant::now() + cfg.rendezvous_timeout;
+        let stopping = Arc::new(AtomicBool::new(false));
+
+        // Network: rendezvous, then accept from and connect to every peer.
+        let mut outgoing: Vec<Option<TcpStream>> = (0..num_nodes).map(|_| None).collect();
+        let mut incoming_rx = None;
+        let mut acceptor = None;
+        let mut acceptor_addr = None;
+        if num_nodes > 1 {
+            let token: Vec<u8> = match &cfg.token {
+                Some(t) => t.clone().into_bytes(),
+                None => cluster_env::cluster_token_from_process_env(num_nodes)?.unwrap_or_default(),
+            };
+            let rv = rendezvous::rendezvous(&env, &token, cfg.rendezvous_timeout)?;
+            acceptor_addr = Some(rv.listener.local_addr()?);
+            let (tx, rx) = mpsc::channel();
+            incoming_rx = Some(rx);
+            acceptor = Some(spawn_acceptor(rank, rv.listener, token.clone(), tx, stopping.clone())?);
+            for (peer, &addr) in rv.peers.iter().enumerate() {
+                if peer as u32 != rank.0 {
+                    outgoing[peer] = Some(connect_peer(rank, peer as u32, addr, &token, deadline)?);
+                }
+            }
+        }
+
+        let (loop_tx, loop_rx) = mpsc::channel::<Frame>();
+        let links = (0..num_nodes)
+            .map(|peer| {
+                let sink = match outgoing[peer as usize].take() {
+                    Some(stream) => Sink::Tcp(stream),
+                    None => Sink::Loopback(loop_tx.clone()),
+                };
+                Arc::new(Link::new(NodeId(peer), sink, latency, counters.clone()))
+            })
+            .collect::<Vec<_>>();
+        drop(loop_tx);
+
+        let shared = Arc::new(Shared {
+            rank,
+            num_nodes,
+            workers_per_node,
+            space,
+            store,
+            fast_local_access: cfg.fast_local_access,
+            dynamic: cfg.allocation.is_dynamic(),
+            counters,
+            worker_counters: (0..workers_per_node).map(|_| Arc::default()).collect(),
+            slots: (0..=workers_per_node).map(|_| WorkerSlot::default()).collect(),
+            node: Mutex::new(node),
+            links,
+            epoch: Instant::now(),
+            shutting_down: stopping,
+            departed: (0..num_nodes).map(|_| AtomicBool::new(false)).collect(),
+            lost: (0..num_nodes).map(|_| AtomicBool::new(false)).collect(),
+            taken: Mutex::new(vec![false; workers_per_node as usize]),
+            limits: cfg.limits,
+            allocation: cfg.allocation.name(),
+            latency_us,
+        });
+
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let mut threads = Vec::new();
+        threads.extend(acceptor);
+        threads.push(spawn_loopback(&shared, loop_rx, stop.clone())?);
+        for link in shared.links.iter().filter(|l| l.delayed()) {
+            let link = link.clone();
+            let sh = shared.clone();
+            threads.push(spawn_named(format!("roam-delay-{}", link.peer.0), move || {
+                if let Err(err) = link.run_delayed_sender() {
+                    sh.peer_lost(link.peer, &format!("write failed: {err}"));
+                }
+            })?);
+        }
+
+        let mut readers = Vec::new();
+        if let Some(rx) = incoming_rx {
+            let mut connected = vec![false; num_nodes as usize];
+            connected[rank.index()] = true;
+            while connected.iter().any(|c| !c) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok((peer, stream)) if !connected[peer as usize] => {
+                        connected[peer as usize] = true;
+                        readers.push(spawn_reader(&shared, NodeId(peer), stream, cfg.peer_timeout)?);
+                    }
+                    Ok((peer, _)) => tracing::warn!(node = rank.0, "duplicate data connection from node {peer} closed"),
+                    Err(_) => {
+                        let missing = (0..num_nodes).filter(|&p| !connected[p as usize]).collect();
+                        return Err(StartError::PeersMissing { missing, secs: cfg.rendezvous_timeout.as_secs() });
+                    }
+                }
+            }
+            threads.push(spawn_heartbeat(&shared, cfg.peer_timeout / 4, stop.clone())?);
+        }
+
+        Ok(Self { shared, threads, readers, acceptor_addr, stop, finished: false })
+    }
+
+    /// This node's rank.
+    pub fn rank(&self) -> u32 {
+        self.shared.rank.0
+    }
+
+    /// Number of nodes in the cluster.
+    pub fn num_nodes(&self) -> u32 {
+        self.shared.num_nodes
+    }
+
+    /// Worker threads per node.
+    pub fn workers_per_node(&self) -> u32 {
+        self.shared.workers_per_node
+    }
+
+    /// The key space.
+    pub fn key_space(&self) -> &KeySpace {
+        &self.shared.space
+    }
+
+    /// The handle of worker `index` (`0..workers_per_node`), to be used by one thread.
+    pub fn worker(&self, index: u32) -> Result<Worker, WorkerError> {
+        let workers = self.shared.workers_per_node;
+        let mut taken = self.shared.taken.lock();
+        match taken.get_mut(index as usize) {
+            None => Err(WorkerError::NoSuchWorker { index, workers }),
+            Some(true) => Err(WorkerError::AlreadyTaken { index }),
+            Some(t) => {
+                *t = true;
+                Ok(Worker::new(self.shared.clone(), WorkerId(index)))
+            }
+        }
+    }
+
+    /// All worker handles at once.
+    pub fn workers(&self) -> Result<Vec<Worker>, WorkerError> {
+        (0..self.shared.workers_per_node).map(|i| self.worker(i)).collect()
+    }
+
+    /// A snapshot of this node's counters.
+    pub fn stats(&self) -> NodeStats {
+        NodeStats::collect(&self.shared)
+    }
+
+    /// Leaves the cluster cleanly: waits until every node has called `shutdown` (so no peer
+    /// still needs this node's keys), says goodbye, closes links and joins the node's threads.
+    /// Prints the node's counters as one JSON line on stdout and returns them.
+    pub fn shutdown(mut self) -> Result<NodeStats, OpError> {
+        let control = WorkerId(self.shared.workers_per_node);
+        let req = self.shared.with_node(|node, now| node.issue_node_barrier(now, control));
+        let barrier = self.shared.wait_result(control, req).map(drop);
+        let stats = NodeStats::collect(&self.shared);
+        println!("{}", stats.to_json_line());
+        self.close();
+        barrier.map(|()| stats)
+    }
+
+    fn close(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        let shared = &self.shared;
+        shared.shutting_down.store(true, Ordering::Release);
+        for link in shared.links.iter().filter(|l| l.peer != shared.rank) {
+            link.enqueue(Frame::control(Kind::Goodbye, shared.rank, ReqId(0), 0));
+            let _ = link.flush();
+            link.close();
+        }
+        shared.links[shared.rank.index()].close();
+        // Readers end on the peers' goodbyes (or their loss, bounded by the peer timeout).
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        for link in &shared.links {
+            link.shutdown_socket();
+        }
+        if let Some(addr) = self.acceptor_addr {
+            // Wake the acceptor out of `accept`; it sees the shutdown flag and exits.
+            let _ = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for NodeHandle {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn spawn_named(name: String, body: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name).spawn(body)
+}
+
+fn connect_peer(rank: NodeId, peer: u32, addr: SocketAddr, token: &[u8], deadline: Instant) -> Result<TcpStream, StartError> {
+    let mut delay = Duration::from_millis(5);
+    loop {
+        let attempt = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string()).and_then(|mut s| {
+            s.set_nodelay(true).map_err(|e| e.to_string())?;
+            auth::connect_handshake(&mut s, token, rank.0, Purpose::Data).map_err(|e| e.to_string())?;
+            Ok(s)
+        });
+        match attempt {
+            Ok(stream) => return Ok(stream),
+            Err(reason) if Instant::now() + delay >= deadline => {
+                return Err(StartError::Connect { peer, addr, reason });
+            }
+            Err(_) => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// Accepts data connections for the node's whole life: authenticated ones are handed to the
+/// node, anything else is closed and logged while the node keeps running.
+fn spawn_acceptor(
+    rank: NodeId,
+    listener: TcpListener,
+    token: Vec<u8>,
+    tx: mpsc::Sender<(u32, TcpStream)>,
+    stopping: Arc<AtomicBool>,
+) -> std::io::Result<JoinHandle<()>> {
+    let token: Arc<[u8]> = token.into();
+    spawn_named(format!("roam-accept-{}", rank.0), move || {
+        let tx = Arc::new(Mutex::new(tx));
+        for conn in listener.incoming() {
+            if stopping.load(Ordering::Acquire) {
+                return;
+            }
+            let Ok(mut stream) = conn else { continue };
+            let (token, tx) = (token.clone(), tx.clone());
+            // Handshakes run on their own short-lived thread so a silent client cannot stall
+            // the acceptor; the handshake itself is bounded by a read timeout.
+            let handshake = std::thread::Builder::new().name("roam-handshake".into()).spawn(move || {
+                let peer_addr = stream.peer_addr().ok();
+                match auth::accept_handshake(&mut stream, &token) {
+                    Ok(hello) if hello.purpose == Purpose::Data => {
+                        let _ = stream.set_nodelay(true);
+                        if tx.lock().send((hello.rank, stream)).is_err() {
+                            tracing::warn!(node = rank.0, "late data connection from node {} closed", hello.rank);
+                        }
+                    }
+                    Ok(hello) => tracing::warn!(node = rank.0, "connection from {peer_addr:?} with purpose {:?} closed", hello.purpose),
+                    Err(err) => tracing::warn!(node = rank.0, "rejected connection from {peer_addr:?}: {err}"),
+                }
+            });
+            if handshake.is_err() {
+                tracing::warn!(node = rank.0, "could not spawn a handshake thread; connection dropped");
+            }
+        }
+    })
+}
+
+fn spawn_reader(shared: &Arc<Shared>, peer: NodeId, stream: TcpStream, timeout: Duration) -> std::io::Result<JoinHandle<()>> {
+    stream.set_read_timeout(Some(timeout))?;
+    let shared = shared.clone();
+    spawn_named(format!("roam-read-{}", peer.0), move || {
+        let mut reader = BufReader::with_capacity(1 << 16, stream);
+        loop {
+            match read_frame(&mut reader, &shared.limits) {
+                Ok(frame) => {
+                    roam_core::stats::add(&shared.counters.messages_received, 1);
+                    roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
+                    if frame.header.kind == Kind::Goodbye {
+                        shared.departed[peer.index()].store(true, Ordering::Release);
+                        shared.peer_lost(peer, "departed");
+                        return;
+                    }
+                    shared.with_node(|node, now| node.handle_frame(now, peer, frame));
+                }
+                Err(err) => {
+                    let reason = match err {
+                        ReadError::Io(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                            format!("silent for {} ms", timeout.as_millis())
+                        }
+                        other => other.to_string(),
+                    };
+                    shared.peer_lost(peer, &reason);
+                    return;
+                }
+            }
+        }
+    })
+}
+
+fn spawn_loopback(shared: &Arc<Shared>, rx: mpsc::Receiver<Frame>, stop: Arc<(Mutex<bool>, Condvar)>) -> std::io::Result<JoinHandle<()>> {
+    let shared = shared.clone();
+    spawn_named(format!("roam-server-{}", shared.rank.0), move || loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(frame) => {
+                roam_core::stats::add(&shared.counters.messages_received, 1);
+                roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
+                let rank = shared.rank;
+                shared.with_node(|node, now| node.handle_frame(now, rank, frame));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) if !*stop.0.lock() => {}
+            Err(_) => return,
+        }
+    })
+}
+
+fn spawn_heartbeat(shared: &Arc<Shared>, interval: Duration, stop: Arc<(Mutex<bool>, Condvar)>) -> std::io::Result<JoinHandle<()>> {
+    let shared = shared.clone();
+    spawn_named(format!("roam-heartbeat-{}", shared.rank.0), move || {
+        let mut stopped = stop.0.lock();
+        while !*stopped {
+            stop.1.wait_for(&mut stopped, interval);
+            if *stopped {
+                return;
+            }
+            for link in shared.links.iter().filter(|l| l.peer != shared.rank) {
+                if shared.lost[link.peer.index()].load(Ordering::Acquire) {
+                    continue;
+                }
+                link.enqueue(Frame::control(Kind::Heartbeat, shared.rank, ReqId(0), 0));
+                if let Err(err) = link.flush() {
+                    let peer = link.peer;
+                    parking_lot::MutexGuard::unlocked(&mut stopped, || shared.peer_lost(peer, &format!("write failed: {err}")));
+                }
+            }
+        }
+    })
+}

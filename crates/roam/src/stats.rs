@@ -1,0 +1,98 @@
+//! A node's counters as a plain, serialisable snapshot (the shutdown JSON line).
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use crate::runtime::Shared;
+
+/// Counters of one node at one instant. Local figures are summed over its workers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct NodeStats {
+    /// The node's rank.
+    pub rank: u32,
+    /// Nodes in the cluster.
+    pub num_nodes: u32,
+    /// Worker threads on this node.
+    pub workers_per_node: u32,
+    /// Allocation mode name.
+    pub allocation: String,
+    /// Whether workers accessed local keys directly.
+    pub fast_local_access: bool,
+    /// Emulated one-way latency per frame, µs.
+    pub emulated_latency_us: u64,
+    /// Keys pulled straight from the local store.
+    pub local_pull_keys: u64,
+    /// Pulls served entirely from the local store.
+    pub local_pull_ops: u64,
+    /// Keys pushed or set straight into the local store.
+    pub local_push_keys: u64,
+    /// Pushes and sets served entirely locally.
+    pub local_push_ops: u64,
+    /// Keys pulled through messages.
+    pub remote_pull_keys: u64,
+    /// Pulls that needed messages.
+    pub remote_pull_ops: u64,
+    /// Keys pushed or set through messages.
+    pub remote_push_keys: u64,
+    /// Pushes and sets that needed messages.
+    pub remote_push_ops: u64,
+    /// Keys this node served for requests that came by message.
+    pub served_keys: u64,
+    /// Frames sent.
+    pub messages_sent: u64,
+    /// Frames received.
+    pub messages_received: u64,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+    /// Bytes received.
+    pub bytes_received: u64,
+    /// Nonsensical frames from peers that were dropped.
+    pub anomalies: u64,
+    /// Keys currently held by this node.
+    pub keys_held: u64,
+    /// Fraction of accessed keys that were served locally.
+    pub local_fraction: f64,
+}
+
+impl NodeStats {
+    pub(crate) fn collect(shared: &Shared) -> Self {
+        let node = &shared.counters;
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let mut stats = Self {
+            rank: shared.rank.0,
+            num_nodes: shared.num_nodes,
+            workers_per_node: shared.workers_per_node,
+            allocation: shared.allocation.to_string(),
+            fast_local_access: shared.fast_local_access,
+            emulated_latency_us: shared.latency_us,
+            remote_pull_keys: get(&node.remote_pull_keys),
+            remote_pull_ops: get(&node.remote_pull_ops),
+            remote_push_keys: get(&node.remote_push_keys),
+            remote_push_ops: get(&node.remote_push_ops),
+            served_keys: get(&node.served_keys),
+            messages_sent: get(&node.messages_sent),
+            messages_received: get(&node.messages_received),
+            bytes_sent: get(&node.bytes_sent),
+            bytes_received: get(&node.bytes_received),
+            anomalies: get(&node.anomalies),
+            keys_held: shared.store.count_local(),
+            ..Self::default()
+        };
+        for w in &shared.worker_counters {
+            stats.local_pull_keys += get(&w.local_pull_keys);
+            stats.local_pull_ops += get(&w.local_pull_ops);
+            stats.local_push_keys += get(&w.local_push_keys);
+            stats.local_push_ops += get(&w.local_push_ops);
+        }
+        let local = stats.local_pull_keys + stats.local_push_keys;
+        let total = local + stats.remote_pull_keys + stats.remote_push_keys;
+        stats.local_fraction = if total == 0 { 0.0 } else { local as f64 / total as f64 };
+        stats
+    }
+
+    /// One JSON line: `{"roam_node_stats": {...}}`.
+    pub fn to_json_line(&self) -> String {
+        serde_json::json!({ "roam_node_stats": self }).to_string()
+    }
+}

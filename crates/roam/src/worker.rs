@@ -1,0 +1,242 @@
+//! The worker handle: one per worker thread, the API of pull, push, set, wait and barrier.
+//!
+//! Every access first validates the whole batch (nothing changes on bad input), then serves
+//! local keys straight from the store under their latches — no message, no node lock — and
+//! hands only the remaining keys to the protocol, one batched message per destination node.
+//!
+//! A pull's [`Ticket`] borrows the output buffer until it is waited on (or dropped, which also
+//! waits), so remote values can be copied in only when the caller asks for them and the buffer
+//! can never be read half-filled.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use roam_core::stats::{WorkerCounters, bump};
+use roam_core::{AccessError, Key, KeySpace, OpError, ReqId, Residency, UpdateMode, WorkerId};
+
+use crate::runtime::Shared;
+
+/// A handle for one worker thread. Not `Sync`: each thread takes its own from the node.
+pub struct Worker {
+    shared: Arc<Shared>,
+    id: WorkerId,
+    counters: Arc<WorkerCounters>,
+    outstanding: RefCell<HashSet<u64>>,
+    misses: RefCell<(Vec<Key>, Vec<usize>)>,
+}
+
+/// An issued operation. Wait on it with [`Ticket::wait`] (or [`Worker::wait`]); dropping it
+/// waits too. For a pull, the output buffer is complete once the ticket is waited.
+#[must_use = "an operation is only known to be complete once its ticket is waited"]
+pub struct Ticket<'a> {
+    worker: &'a Worker,
+    req: Option<ReqId>,
+    out: Option<&'a mut [f32]>,
+}
+
+impl Ticket<'_> {
+    /// Whether the operation has completed (a following `wait` returns immediately).
+    pub fn is_finished(&self) -> bool {
+        self.req.is_none_or(|req| self.worker.shared.is_complete(self.worker.id, req))
+    }
+
+    /// Blocks until the operation completes; for a pull, the values are then in the buffer.
+    pub fn wait(mut self) -> Result<(), OpError> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<(), OpError> {
+        let Some(req) = self.req.take() else { return Ok(()) };
+        let result = self.worker.shared.wait_result(self.worker.id, req);
+        self.worker.outstanding.borrow_mut().remove(&req.0);
+        let parts = result?;
+        if let Some(out) = self.out.as_deref_mut() {
+            for part in &parts {
+                part.scatter(&self.worker.shared.space, out);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if let Err(err) = self.finish() {
+            tracing::warn!("operation dropped without wait failed: {err}");
+        }
+    }
+}
+
+impl Worker {
+    pub(crate) fn new(shared: Arc<Shared>, id: WorkerId) -> Self {
+        let counters = shared.worker_counters[id.index()].clone();
+        Self {
+            shared,
+            id,
+            counters,
+            outstanding: RefCell::default(),
+            misses: RefCell::default(),
+        }
+    }
+
+    /// This worker's index on its node.
+    pub fn id(&self) -> u32 {
+        self.id.0
+    }
+
+    /// This worker's node rank.
+    pub fn rank(&self) -> u32 {
+        self.shared.rank.0
+    }
+
+    /// Nodes in the cluster.
+    pub fn num_nodes(&self) -> u32 {
+        self.shared.num_nodes
+    }
+
+    /// Worker threads per node.
+    pub fn workers_per_node(&self) -> u32 {
+        self.shared.workers_per_node
+    }
+
+    /// This worker's index among all workers of all nodes.
+    pub fn global_id(&self) -> u32 {
+        self.shared.rank.0 * self.shared.workers_per_node + self.id.0
+    }
+
+    /// The key space.
+    pub fn key_space(&self) -> &KeySpace {
+        &self.shared.space
+    }
+
+    /// Reads the values of `keys` into `out` (their lengths concatenated in key order). Local
+    /// keys are copied before this returns; the rest arrive when the ticket is waited.
+    pub fn pull<'a>(&'a self, keys: &[Key], out: &'a mut [f32]) -> Result<Ticket<'a>, AccessError> {
+        self.shared.space.check_batch(keys, out.len())?;
+        let mut misses = self.misses.borrow_mut();
+        let (miss_keys, miss_offsets) = &mut *misses;
+        miss_keys.clear();
+        miss_offsets.clear();
+        let store = &self.shared.store;
+        let space = &self.shared.space;
+        let mut offset = 0;
+        for &key in keys {
+            let len = space.len(key);
+            let here = &mut out[offset..offset + len];
+            if !(self.shared.fast_local_access && store.pull_local(key, here)) {
+                miss_keys.push(key);
+                miss_offsets.push(offset);
+            }
+            offset += len;
+        }
+        bump(&self.counters.local_pull_keys, (keys.len() - miss_keys.len()) as u64);
+        if miss_keys.is_empty() {
+            bump(&self.counters.local_pull_ops, 1);
+            return Ok(Ticket { worker: self, req: None, out: None });
+        }
+        let req = self.shared.with_node(|node, now| node.issue_pull(now, self.id, miss_keys, miss_offsets));
+        self.outstanding.borrow_mut().insert(req.0);
+        Ok(Ticket { worker: self, req: Some(req), out: Some(out) })
+    }
+
+    /// Adds `vals` to the values of `keys` (additive update, e.g. a gradient step).
+    pub fn push(&self, keys: &[Key], vals: &[f32]) -> Result<Ticket<'_>, AccessError> {
+        self.update(keys, vals, UpdateMode::Add)
+    }
+
+    /// Overwrites the values of `keys` with `vals`.
+    pub fn set(&self, keys: &[Key], vals: &[f32]) -> Result<Ticket<'_>, AccessError> {
+        self.update(keys, vals, UpdateMode::Set)
+    }
+
+    fn update(&self, keys: &[Key], vals: &[f32], mode: UpdateMode) -> Result<Ticket<'_>, AccessError> {
+        self.shared.space.check_batch(keys, vals.len())?;
+        let mut misses = self.misses.borrow_mut();
+        let (miss_keys, miss_offsets) = &mut *misses;
+        miss_keys.clear();
+        miss_offsets.clear();
+        let store = &self.shared.store;
+        let space = &self.shared.space;
+        let mut offset = 0;
+        for &key in keys {
+            let len = space.len(key);
+            if !(self.shared.fast_local_access && store.push_local(key, &vals[offset..offset + len], mode)) {
+                miss_keys.push(key);
+                miss_offsets.push(offset);
+            }
+            offset += len;
+        }
+        bump(&self.counters.local_push_keys, (keys.len() - miss_keys.len()) as u64);
+        if miss_keys.is_empty() {
+            bump(&self.counters.local_push_ops, 1);
+            return Ok(Ticket { worker: self, req: None, out: None });
+        }
+        let req = self
+            .shared
+            .with_node(|node, now| node.issue_push(now, self.id, miss_keys, vals, miss_offsets, mode));
+        self.outstanding.borrow_mut().insert(req.0);
+        Ok(Ticket { worker: self, req: Some(req), out: None })
+    }
+
+    /// Moves ownership of `keys` to this node (dynamic allocation; a no-op otherwise). Keys
+    /// already here or on their way are cheap; the ticket completes once all have landed.
+    /// Accesses stay correct wherever the keys are while they move.
+    pub fn localize(&self, keys: &[Key]) -> Result<Ticket<'_>, AccessError> {
+        let space = &self.shared.space;
+        if let Some(&key) = keys.iter().find(|&&k| k >= space.num_keys()) {
+            return Err(AccessError::KeyOutOfRange { key, num_keys: space.num_keys() });
+        }
+        let store = &self.shared.store;
+        if !self.shared.dynamic || keys.iter().all(|&k| store.residency(k) == Residency::Local) {
+            return Ok(Ticket { worker: self, req: None, out: None });
+        }
+        let req = self.shared.with_node(|node, now| node.issue_localize(now, self.id, keys));
+        self.outstanding.borrow_mut().insert(req.0);
+        Ok(Ticket { worker: self, req: Some(req), out: None })
+    }
+
+    /// Blocks until `ticket`'s operation completes (same as [`Ticket::wait`]).
+    pub fn wait(&self, ticket: Ticket<'_>) -> Result<(), OpError> {
+        ticket.wait()
+    }
+
+    /// Whether `ticket`'s operation has completed.
+    pub fn is_finished(&self, ticket: &Ticket<'_>) -> bool {
+        ticket.is_finished()
+    }
+
+    /// Blocks until every operation this worker issued has completed. Results stay with their
+    /// tickets (a pull's buffer is filled when its ticket is waited); returns the first error
+    /// among them, if any.
+    pub fn wait_all(&self) -> Result<(), OpError> {
+        let outstanding: Vec<u64> = self.outstanding.borrow().iter().copied().collect();
+        let mut first_error = None;
+        for req in outstanding {
+            if let Err(err) = self.shared.wait_complete(self.id, ReqId(req)) {
+                first_error.get_or_insert(err);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Copies `key`'s values into `out` if the key is local right now; never sends a message.
+    pub fn pull_if_local(&self, key: Key, out: &mut [f32]) -> Result<bool, AccessError> {
+        self.shared.space.check_batch(std::slice::from_ref(&key), out.len())?;
+        let hit = self.shared.fast_local_access && self.shared.store.pull_local(key, out);
+        if hit {
+            bump(&self.counters.local_pull_keys, 1);
+            bump(&self.counters.local_pull_ops, 1);
+        }
+        Ok(hit)
+    }
+
+    /// Waits for this worker's outstanding operations, then for every worker thread of every
+    /// node to reach the barrier. Operations issued before the barrier by any worker have been
+    /// applied when it returns.
+    pub fn barrier(&self) -> Result<(), OpError> {
+        self.wait_all()?;
+        let req = self.shared.with_node(|node, now| node.issue_barrier(now, self.id));
+        self.shared.wait_result(self.id, req).map(drop)
+    }
+}

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The project's test command (README "Tests"): everything CI runs besides fmt and clippy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p roam --bin roam
+cargo test --workspace --release

@@ -492,7 +492,17 @@ impl Node {
     /// Under static allocation that is every operation with a frame sent to `peer`. Under dynamic
     /// allocation any key may have been on `peer` or be routed through it, so every operation
     /// waiting for an answer fails, as does every later access that needs another node.
-    pub fn handle_peer_lost(&mut self, _now: Time, peer: NodeId) {
+    pub fn handle_peer_lost(&mut self, now: Time, peer: NodeId) {
+        self.lose_peer(now, peer, false);
+    }
+
+    /// `peer` left cleanly (it said goodbye after the final node-wide barrier): later accesses
+    /// that need it fail, but the barrier it passed is not failed and no loss is broadcast.
+    pub fn handle_peer_departed(&mut self, now: Time, peer: NodeId) {
+        self.lose_peer(now, peer, true);
+    }
+
+    fn lose_peer(&mut self, _now: Time, peer: NodeId, departed: bool) {
         if peer.0 >= self.cfg.num_nodes || self.lost[peer.index()] || peer == self.cfg.id {
             return;
         }
@@ -511,6 +521,9 @@ impl Node {
             p.remaining = 0;
             p.error.get_or_insert(OpError::PeerGone { peer });
             self.settle(op);
+        }
+        if departed {
+            return;
         }
         self.fail_barriers(peer);
         // Tell every other node, so that no one waits for a barrier or a key that depends on

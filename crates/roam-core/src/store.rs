@@ -66,8 +66,11 @@ struct SlotAlloc {
 pub struct Store {
     space: KeySpace,
     states: Box<[AtomicU32]>,
+    /// log2 of the slots per chunk (a power of two, so locating a slot is a shift and a mask).
     /// Uniform lengths: slots per chunk. Per-key lengths: keys per chunk (slot == key).
-    slots_per_chunk: u64,
+    chunk_shift: u32,
+    /// The uniform value length, or 0 with per-key lengths.
+    uniform_len: usize,
     chunks: Box<[AtomicPtr<f32>]>,
     chunk_lens: Box<[usize]>,
     alloc: UnsafeCell<SlotAlloc>,
@@ -84,13 +87,12 @@ impl Store {
     /// An empty store for `space` (no key local).
     pub fn new(space: KeySpace) -> Self {
         let num_keys = space.num_keys();
-        let slots_per_chunk = match space.lengths() {
-            ValueLengths::Uniform(len) => (CHUNK_VALUES / u64::from(*len)).max(1),
-            ValueLengths::PerKey(_) => {
-                let avg = space.total_len().div_ceil(num_keys).max(1);
-                (CHUNK_VALUES / avg).max(1)
-            }
+        let avg_len = match space.lengths() {
+            ValueLengths::Uniform(len) => u64::from(*len),
+            ValueLengths::PerKey(_) => space.total_len().div_ceil(num_keys).max(1),
         };
+        let chunk_shift = (CHUNK_VALUES / avg_len).max(1).ilog2();
+        let slots_per_chunk = 1u64 << chunk_shift;
         let num_chunks = num_keys.div_ceil(slots_per_chunk) as usize;
         let chunk_lens = (0..num_chunks as u64)
             .map(|c| {
@@ -103,7 +105,8 @@ impl Store {
             states: (0..num_keys).map(|_| AtomicU32::new(0)).collect(),
             chunks: (0..num_chunks).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             chunk_lens,
-            slots_per_chunk,
+            chunk_shift,
+            uniform_len: space.uniform_len().unwrap_or(0),
             alloc: UnsafeCell::new(SlotAlloc { next_slot: 0, free_slots: Vec::new() }),
             space,
         }
@@ -136,6 +139,58 @@ impl Store {
     #[inline]
     pub fn push_local(&self, key: Key, update: &[f32], mode: UpdateMode) -> bool {
         self.with_local(key, |vals| apply(vals, update, mode))
+    }
+
+    /// Pulls a batch of keys of the uniform length `len` into `out` (`keys.len() * len` values),
+    /// calling `miss(i)` for each key `i` that is not local. Prefetches a few keys ahead, so
+    /// that the cache misses of a random batch overlap instead of queuing behind each latch.
+    #[inline]
+    pub fn pull_batch_local(&self, keys: &[Key], out: &mut [f32], len: usize, mut miss: impl FnMut(usize)) {
+        debug_assert_eq!(out.len(), keys.len() * len);
+        for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
+            self.prefetch_ahead(keys, i);
+            if !self.pull_local(key, here) {
+                miss(i);
+            }
+        }
+    }
+
+    /// Applies a batch of updates of the uniform length `len`; like [`Store::pull_batch_local`].
+    #[inline]
+    pub fn push_batch_local(&self, keys: &[Key], update: &[f32], len: usize, mode: UpdateMode, mut miss: impl FnMut(usize)) {
+        debug_assert_eq!(update.len(), keys.len() * len);
+        for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
+            self.prefetch_ahead(keys, i);
+            if !self.push_local(key, vals, mode) {
+                miss(i);
+            }
+        }
+    }
+
+    /// Prefetches the state word of key `i + 2 * D` and the values of key `i + D`.
+    #[inline(always)]
+    fn prefetch_ahead(&self, keys: &[Key], i: usize) {
+        const D: usize = 4;
+        if let Some(&far) = keys.get(i + 2 * D) {
+            if let Some(state) = self.states.get(far as usize) {
+                prefetch(state.as_ptr().cast());
+            }
+        }
+        if let Some(&near) = keys.get(i + D) {
+            if let Some(state) = self.states.get(near as usize) {
+                let s = state.load(Ordering::Relaxed);
+                if s & LOCAL != 0 && self.uniform_len != 0 {
+                    let slot = s & SLOT_MASK;
+                    let chunk = (slot >> self.chunk_shift) as usize;
+                    let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
+                    let base = self.chunks[chunk].load(Ordering::Relaxed);
+                    if !base.is_null() {
+                        // Only an address for the prefetch hint: never dereferenced here.
+                        prefetch(base.wrapping_add(within * self.uniform_len).cast());
+                    }
+                }
+            }
+        }
     }
 
     /// Runs `f` on the key's values under its latch if the key is local.
@@ -237,7 +292,7 @@ impl Store {
                 alloc.next_slot - 1
             }),
         };
-        let chunk = (u64::from(slot) / self.slots_per_chunk) as usize;
+        let chunk = (slot >> self.chunk_shift) as usize;
         if self.chunks[chunk].load(Ordering::Acquire).is_null() {
             let values = vec![0f32; self.chunk_lens[chunk]].into_boxed_slice();
             self.chunks[chunk].store(Box::into_raw(values).cast::<f32>(), Ordering::Release);
@@ -257,17 +312,16 @@ impl Store {
     #[inline]
     #[allow(clippy::mut_from_ref)]
     unsafe fn values_mut(&self, key: Key, slot: u32) -> &mut [f32] {
-        let slot = u64::from(slot);
-        let chunk = slot / self.slots_per_chunk;
-        let len = self.space.len(key);
-        let offset = match self.space.uniform_len() {
-            Some(l) => ((slot % self.slots_per_chunk) as usize) * l,
-            None => {
-                (self.space.global_offset(slot)
-                    - self.space.global_offset(chunk * self.slots_per_chunk)) as usize
-            }
+        let chunk = (slot >> self.chunk_shift) as usize;
+        let (offset, len) = if self.uniform_len != 0 {
+            let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
+            (within * self.uniform_len, self.uniform_len)
+        } else {
+            let first = (chunk as u64) << self.chunk_shift;
+            let offset = self.space.global_offset(u64::from(slot)) - self.space.global_offset(first);
+            (offset as usize, self.space.len(key))
         };
-        let base = self.chunks[chunk as usize].load(Ordering::Acquire);
+        let base = self.chunks[chunk].load(Ordering::Acquire);
         // SAFETY: per the contract, the chunk is allocated with room for this slot's values,
         // and the latch gives us exclusive access to them.
         unsafe { std::slice::from_raw_parts_mut(base.add(offset), len) }
@@ -308,6 +362,18 @@ pub fn apply(vals: &mut [f32], update: &[f32], mode: UpdateMode) {
         UpdateMode::Add => vals.iter_mut().zip(update).for_each(|(v, u)| *v += u),
         UpdateMode::Set => vals.copy_from_slice(update),
     }
+}
+
+/// A cache prefetch hint (no effect on other targets).
+#[inline(always)]
+fn prefetch(ptr: *const i8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint; it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(ptr, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
 }
 
 #[inline]

@@ -41,6 +41,8 @@ pub enum OpKind {
     Set,
     /// A global barrier.
     Barrier,
+    /// A relocation request (reads and writes nothing).
+    Localize,
 }
 
 /// How an operation ended.
@@ -102,7 +104,7 @@ impl OpRecord {
     ) -> impl Iterator<Item = (Key, &'a [f32])> + 'a {
         let input: &[f32] = match self.kind {
             OpKind::Push | OpKind::Set => &self.input,
-            OpKind::Pull | OpKind::Barrier => &[],
+            OpKind::Pull | OpKind::Barrier | OpKind::Localize => &[],
         };
         split_per_key(&self.keys, input, space)
     }
@@ -155,12 +157,17 @@ pub enum Fault {
         /// What the decoder said.
         reason: String,
     },
-    /// Node `at` was told that `peer` is lost (`handle_peer_lost` was called).
+    /// Node `at` started treating `peer` as lost: its connection to `peer` ended
+    /// (`handle_peer_lost` was called, `via` is `None`), or a `Kind::PeerLost` notice from
+    /// node `via` told it (every node that loses a peer tells all others, so a loss seen by any
+    /// node becomes a loss everywhere).
     PeerLost {
         /// The node told.
         at: NodeId,
         /// The peer reported lost.
         peer: NodeId,
+        /// The node whose notice told it, or `None` for the end of its own connection.
+        via: Option<NodeId>,
     },
 }
 
@@ -213,7 +220,7 @@ impl History {
     /// When node `at` was first told that `peer` is lost, if it was.
     pub fn peer_lost_at(&self, at: NodeId, peer: NodeId) -> Option<Stamp> {
         self.faults.iter().find_map(|f| match f.fault {
-            Fault::PeerLost { at: a, peer: p } if a == at && p == peer => Some(f.at),
+            Fault::PeerLost { at: a, peer: p, .. } if a == at && p == peer => Some(f.at),
             _ => None,
         })
     }

@@ -38,6 +38,38 @@ impl Fnv64 {
     }
 }
 
+/// A 128-bit FNV-1a accumulator, for state keys that must not collide in practice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fnv128(u128);
+
+impl Default for Fnv128 {
+    fn default() -> Self {
+        Self(0x6c62_272e_07bb_0142_62b8_2175_6295_c58d)
+    }
+}
+
+impl Fnv128 {
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+
+    /// Mixes in raw bytes.
+    pub fn bytes(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u128::from(b);
+            self.0 = self.0.wrapping_mul(Self::PRIME);
+        }
+    }
+
+    /// Mixes in a number (little-endian).
+    pub fn u64(&mut self, x: u64) {
+        self.bytes(&x.to_le_bytes());
+    }
+
+    /// The current value.
+    pub fn value(&self) -> u128 {
+        self.0
+    }
+}
+
 /// The pair of hashes a [`crate::Sim`] maintains.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Trace {
@@ -69,6 +101,13 @@ mod tests {
         let mut h = Fnv64::default();
         h.bytes(b"a");
         assert_eq!(h.value(), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn fnv128_matches_the_reference_value() {
+        let mut h = Fnv128::default();
+        h.bytes(b"a");
+        assert_eq!(h.value(), 0xd228_cb69_6f1a_8caf_78912b_704e_4a8964);
     }
 
     #[test]

@@ -67,6 +67,17 @@ pub enum Op {
         /// Block until acknowledged or only issue.
         wait: bool,
     },
+    /// Move ownership of `keys` to this worker's node (dynamic allocation). Like the real shell,
+    /// the worker first checks the store: if allocation is static or every key is already local
+    /// it completes at once without involving the node; otherwise it hands *all* keys to
+    /// `Node::issue_localize` (keys already local or on their way are cheap there). Reads and
+    /// writes nothing.
+    Localize {
+        /// Keys to move here.
+        keys: Vec<Key>,
+        /// Block until every key has landed, or only issue.
+        wait: bool,
+    },
     /// Wait for every worker of every node. Always blocking; it does not wait for this worker's
     /// asynchronous ops (put a [`Op::WaitAll`] before it for that).
     Barrier,
@@ -107,6 +118,22 @@ impl Op {
         Self::Push {
             keys: keys.into(),
             vals: vals.into(),
+            wait: false,
+        }
+    }
+
+    /// A synchronous localize.
+    pub fn localize(keys: impl Into<Vec<Key>>) -> Self {
+        Self::Localize {
+            keys: keys.into(),
+            wait: true,
+        }
+    }
+
+    /// An asynchronous localize.
+    pub fn localize_async(keys: impl Into<Vec<Key>>) -> Self {
+        Self::Localize {
+            keys: keys.into(),
             wait: false,
         }
     }

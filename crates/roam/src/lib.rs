@@ -14,7 +14,8 @@
 //! - `transport`: framed TCP links, vectored writes, bounded reads, latency emulation.
 //! - `worker`: the per-thread API (pull, push, set, wait, barrier) and its local fast path.
 //! - `stats`: counters as a JSON-serialisable snapshot.
-//! - `bench`, `demo`: the `roam bench ops` benchmark and the embedded demo job.
+//! - `bench`, `demo`, `check`: the `roam bench ops` benchmark, the embedded demo job and the
+//!   end-to-end self-checks.
 //!
 //! # Example
 //! ```no_run
@@ -30,6 +31,7 @@
 
 pub mod auth;
 pub mod bench;
+pub mod check;
 pub mod cluster_env;
 pub mod config;
 pub mod demo;

@@ -1,7 +1,7 @@
 //! The `roam` command: launcher, benchmarks and the embedded demo job.
 
 use clap::{Parser, Subcommand};
-use roam::{bench, demo, launch};
+use roam::{bench, check, demo, launch};
 
 #[derive(Parser)]
 #[command(name = "roam", version, about = "roam: a parameter server whose parameters move to where they are used")]
@@ -19,6 +19,9 @@ enum Command {
     Bench(BenchCommand),
     /// The embedded default job: a short distributed matrix factorisation on planted data.
     Demo(demo::DemoArgs),
+    /// End-to-end self-checks with exact expected results (run under `roam launch`).
+    #[command(subcommand)]
+    Check(check::CheckCommand),
 }
 
 #[derive(Subcommand)]
@@ -45,6 +48,7 @@ fn main() -> anyhow::Result<()> {
             0
         }
         Command::Demo(args) => demo::run(&args)?,
+        Command::Check(command) => check::run(&command).map(|()| 0)?,
     };
     std::process::exit(code);
 }

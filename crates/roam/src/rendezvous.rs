@@ -866,19 +866,36 @@ mod tests {
     fn duplicate_rank_is_rejected() {
         let port = free_port();
         let n0 = spawn_node(env(0, 3, port), TOKEN, Duration::from_secs(20));
-        let a = spawn_node(env(1, 3, port), TOKEN, Duration::from_secs(20));
-        let b = spawn_node(env(1, 3, port), TOKEN, Duration::from_secs(20));
-        let n2 = spawn_node(env(2, 3, port), TOKEN, Duration::from_secs(20));
-        // Exactly one of the two rank-1 nodes is dropped, and says so.
-        let (ra, rb) = (a.join().unwrap(), b.join().unwrap());
-        let dup = match (&ra, &rb) {
-            (Err(e), _) | (_, Err(e)) => e.to_string(),
-            _ => panic!("both rank-1 registrations were accepted"),
+        wait_listening(port);
+        // Two registrations for rank 1, by hand so that both surely arrive before rank 2.
+        let register = |data_port: u16| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            auth::connect_handshake(&mut s, TOKEN, 1, Purpose::Rendezvous).unwrap();
+            let addr = SocketAddr::from(([127, 0, 0, 1], data_port));
+            s.write_all(&encode_entry(addr)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            s
         };
-        assert!(ra.is_ok() != rb.is_ok(), "exactly one must win");
-        assert!(dup.contains("no address table"), "{dup}");
+        let mut a = register(1001);
+        let mut b = register(1002);
+        // Exactly one is dropped (end of file); the other keeps waiting for the table.
+        let mut byte = [0u8; 1];
+        let a_dropped = matches!(a.read(&mut byte), Ok(0));
+        let b_dropped = matches!(b.read(&mut byte), Ok(0));
+        assert!(
+            a_dropped != b_dropped,
+            "a dropped: {a_dropped}, b dropped: {b_dropped}"
+        );
+        let (mut winner, winner_port) = if a_dropped { (b, 1002) } else { (a, 1001) };
+
+        let n2 = spawn_node(env(2, 3, port), TOKEN, Duration::from_secs(20));
         let r0 = n0.join().unwrap().unwrap();
+        assert_eq!(r0.peers[1].port(), winner_port);
         assert_eq!(r0.peers, n2.join().unwrap().unwrap().peers);
+        winner.set_read_timeout(None).unwrap();
+        let mut table = Vec::new();
+        winner.read_to_end(&mut table).unwrap();
+        assert_eq!(table, encode_table(&r0.peers));
     }
 
     #[test]

@@ -469,7 +469,8 @@ fn spawn_reader(shared: &Arc<Shared>, peer: NodeId, stream: TcpStream, timeout: 
                     roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
                     if frame.header.kind == Kind::Goodbye {
                         shared.departed[peer.index()].store(true, Ordering::Release);
-                        shared.peer_lost(peer, "departed");
+                        shared.lost[peer.index()].store(true, Ordering::Release);
+                        shared.with_node(|node, now| node.handle_peer_departed(now, peer));
                         return;
                     }
                     shared.with_node(|node, now| node.handle_frame(now, peer, frame));

@@ -49,6 +49,22 @@ pub struct NodeStats {
     pub bytes_received: u64,
     /// Nonsensical frames from peers that were dropped.
     pub anomalies: u64,
+    /// Request frames forwarded towards a key's owner.
+    pub forwards: u64,
+    /// Keys that moved to this node.
+    pub relocations_in: u64,
+    /// Keys that moved away from this node.
+    pub relocations_out: u64,
+    /// Bytes of values this node sent away by relocation.
+    pub relocation_bytes: u64,
+    /// Keys named in localize operations issued here.
+    pub localize_keys: u64,
+    /// Mean time from a key's localize request to its arrival here, µs.
+    pub localize_mean_us: f64,
+    /// Remote accesses routed by a location-cache entry.
+    pub cache_hits: u64,
+    /// Remote accesses without a location-cache entry.
+    pub cache_misses: u64,
     /// Keys currently held by this node.
     pub keys_held: u64,
     /// Fraction of accessed keys that were served locally.
@@ -76,6 +92,17 @@ impl NodeStats {
             bytes_sent: get(&node.bytes_sent),
             bytes_received: get(&node.bytes_received),
             anomalies: get(&node.anomalies),
+            forwards: get(&node.forwards),
+            relocations_in: get(&node.relocations_in),
+            relocations_out: get(&node.relocations_out),
+            relocation_bytes: get(&node.relocation_bytes),
+            localize_keys: get(&node.localize_keys),
+            localize_mean_us: match get(&node.relocations_in) {
+                0 => 0.0,
+                n => get(&node.relocation_wait_ns) as f64 / n as f64 / 1e3,
+            },
+            cache_hits: get(&node.cache_hits),
+            cache_misses: get(&node.cache_misses),
             keys_held: shared.store.count_local(),
             ..Self::default()
         };

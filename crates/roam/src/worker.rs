@@ -119,16 +119,25 @@ impl Worker {
         miss_keys.clear();
         miss_offsets.clear();
         let store = &self.shared.store;
-        let space = &self.shared.space;
-        let mut offset = 0;
-        for &key in keys {
-            let len = space.len(key);
-            let here = &mut out[offset..offset + len];
-            if !(self.shared.fast_local_access && store.pull_local(key, here)) {
-                miss_keys.push(key);
-                miss_offsets.push(offset);
+        let fast = self.shared.fast_local_access;
+        if let (Some(len), true) = (self.shared.space.uniform_len(), fast) {
+            // The common case, kept free of per-key length lookups.
+            store.pull_batch_local(keys, out, len, |i| {
+                miss_keys.push(keys[i]);
+                miss_offsets.push(i * len);
+            });
+        } else {
+            let space = &self.shared.space;
+            let mut offset = 0;
+            for &key in keys {
+                let len = space.len(key);
+                let here = &mut out[offset..offset + len];
+                if !(fast && store.pull_local(key, here)) {
+                    miss_keys.push(key);
+                    miss_offsets.push(offset);
+                }
+                offset += len;
             }
-            offset += len;
         }
         bump(&self.counters.local_pull_keys, (keys.len() - miss_keys.len()) as u64);
         if miss_keys.is_empty() {
@@ -157,15 +166,23 @@ impl Worker {
         miss_keys.clear();
         miss_offsets.clear();
         let store = &self.shared.store;
-        let space = &self.shared.space;
-        let mut offset = 0;
-        for &key in keys {
-            let len = space.len(key);
-            if !(self.shared.fast_local_access && store.push_local(key, &vals[offset..offset + len], mode)) {
-                miss_keys.push(key);
-                miss_offsets.push(offset);
+        let fast = self.shared.fast_local_access;
+        if let (Some(len), true) = (self.shared.space.uniform_len(), fast) {
+            store.push_batch_local(keys, vals, len, mode, |i| {
+                miss_keys.push(keys[i]);
+                miss_offsets.push(i * len);
+            });
+        } else {
+            let space = &self.shared.space;
+            let mut offset = 0;
+            for &key in keys {
+                let len = space.len(key);
+                if !(fast && store.push_local(key, &vals[offset..offset + len], mode)) {
+                    miss_keys.push(key);
+                    miss_offsets.push(offset);
+                }
+                offset += len;
             }
-            offset += len;
         }
         bump(&self.counters.local_push_keys, (keys.len() - miss_keys.len()) as u64);
         if miss_keys.is_empty() {

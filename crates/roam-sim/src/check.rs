@@ -1,4 +1,25 @@
-//! A per-key linearizability checker for histories where every key has a single copy.
+//! Consistency checkers for histories of the simulator.
+//!
+//! - [`check_linearizable`]: a complete per-key linearizability checker (a search for one total
+//!   order per key, in the style of Wing & Gong with Lowe's memoisation, as in Porcupine and
+//!   Knossos). Every successful pull, push and set on a key, sync or async, must take effect at
+//!   one instant between its invocation and its return, in one order per key that explains
+//!   every value read. With [`Consistency::program_order`] the order must also respect each
+//!   worker's program order on the key, async ops included (the per-worker FIFO, "PRAM",
+//!   guarantee). Since a synchronous op returns before its worker issues the next one, passing
+//!   this check implies that the synchronous ops are sequentially consistent.
+//! - [`final_sums`]: independent accounting of the final value of every key: its last set plus
+//!   exactly the pushes after it, with only pushes that failed because a peer was lost allowed
+//!   to be missing.
+//! - [`check_per_key_linearizable`]: the original read-by-read check (a necessary condition for
+//!   linearizability, cheap, used by the static-allocation tests).
+//!
+//! Real-time order uses [`crate::Stamp::seq`]: op `a` certainly precedes `b` iff `a` returned
+//! before `b` was invoked. Failed or pending writes may have taken effect at any time after their
+//! invocation, or never (see [`crate::history`]), so the search may place them anywhere after
+//! their invocation or leave them out.
+//!
+//! # The read-by-read check
 //!
 //! Each key is treated as a register of `f32` values supporting add (push), overwrite (set) and
 //! read (pull), starting at zero. For every successful read it checks that *some* placement of
@@ -12,17 +33,15 @@
 //! separately. Subset sums are exact when the values are integers below 2^24 (tests should write
 //! such values, for which `f32` addition is exact and commutative); otherwise only the bounds
 //! are checked.
-//!
-//! Real-time order uses [`crate::Stamp::seq`]: op `a` certainly precedes `b` iff `a` returned
-//! before `b` was invoked. Failed or pending writes may have taken effect at any time after their
-//! invocation (see [`crate::history`]), so they are never certain and never excluded.
 
 use std::collections::HashSet;
 use std::fmt;
 
 use roam_core::Key;
 
-use crate::history::{History, OpKind, OpRecord};
+use roam_core::OpError;
+
+use crate::history::{History, OpKind, OpRecord, Outcome};
 
 /// A read that no placement of the writes explains.
 #[derive(Clone, Debug, PartialEq)]
@@ -192,6 +211,439 @@ fn context(history: &History, read: &OpRecord, key: Key) -> String {
         }
     }
     out
+}
+
+// ----- complete per-key linearizability ------------------------------------------------------
+
+/// What [`check_linearizable`] requires besides one real-time-respecting order per key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Consistency {
+    /// The ops of one worker on one key must also take effect in the order the worker issued
+    /// them, asynchronous ones included (failed ones excepted: they may happen at any time).
+    pub program_order: bool,
+    /// Give up on a key after visiting this many search states (0: no bound). The search is
+    /// exponential in the worst case; a key that exceeds the bound is reported as a violation
+    /// saying so, never silently accepted.
+    pub max_states: u64,
+}
+
+impl Consistency {
+    /// Linearizability per key (real-time order only), with a bound of ten million states.
+    pub fn linearizable() -> Self {
+        Self { program_order: false, max_states: 10_000_000 }
+    }
+
+    /// Linearizability per key plus per-worker program order.
+    pub fn with_program_order() -> Self {
+        Self { program_order: true, ..Self::linearizable() }
+    }
+}
+
+/// What [`check_linearizable`] checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinearizableReport {
+    /// Keys with at least one op.
+    pub keys: usize,
+    /// (key, op) pairs placed, final reads included.
+    pub entries: usize,
+    /// (key, read) pairs among them.
+    pub reads: usize,
+    /// Search states visited, over all keys.
+    pub states: u64,
+}
+
+/// A key whose ops no order explains.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NotLinearizable {
+    /// The key.
+    pub key: Key,
+    /// Why: no order exists, or the search bound was hit.
+    pub reason: String,
+    /// The key's ops (and how far the search got), for the failure message.
+    pub context: String,
+}
+
+impl fmt::Display for NotLinearizable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "key {}: {}\n{}", self.key, self.reason, self.context)
+    }
+}
+
+impl std::error::Error for NotLinearizable {}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Effect {
+    Add(Vec<f32>),
+    Set(Vec<f32>),
+    Read(Vec<f32>),
+}
+
+/// One op's effect on one key.
+#[derive(Clone, Debug)]
+struct Entry {
+    /// History index, or `None` for the virtual final read.
+    op: Option<usize>,
+    call: u64,
+    /// `u64::MAX` for optional entries (failed or pending writes).
+    ret: u64,
+    optional: bool,
+    effect: Effect,
+    /// With program order: the previous required entry of the same worker on this key.
+    pred: Option<usize>,
+}
+
+/// Checks that every key's ops are linearizable (see the module docs and [`Consistency`]).
+///
+/// `finals`, if given, holds each key's value at the end of the run (`None` if no node holds
+/// it): it is checked as a read that follows every op, so the final state must be explained
+/// too: no completed update lost or applied twice.
+pub fn check_linearizable(
+    history: &History,
+    opts: Consistency,
+    finals: Option<&[Option<Vec<f32>>]>,
+) -> Result<LinearizableReport, NotLinearizable> {
+    let space = history.space();
+    let num_keys = space.num_keys() as usize;
+    let mut per_key: Vec<Vec<Entry>> = vec![Vec::new(); num_keys];
+    let mut last_seq = 0;
+    for op in history.ops() {
+        last_seq = last_seq.max(op.invoke.seq).max(op.ret.map_or(0, |r| r.seq));
+        let (call, ret) = (op.invoke.seq, op.ret.map_or(u64::MAX, |r| r.seq));
+        match op.kind {
+            OpKind::Push | OpKind::Set => {
+                let optional = !op.succeeded();
+                for (key, vals) in op.writes(space) {
+                    let effect = if op.kind == OpKind::Set {
+                        Effect::Set(vals.to_vec())
+                    } else {
+                        Effect::Add(vals.to_vec())
+                    };
+                    let ret = if optional { u64::MAX } else { ret };
+                    per_key[key as usize].push(Entry { op: Some(op.id), call, ret, optional, effect, pred: None });
+                }
+            }
+            OpKind::Pull => {
+                for (key, vals) in op.reads(space) {
+                    let effect = Effect::Read(vals.to_vec());
+                    per_key[key as usize].push(Entry { op: Some(op.id), call, ret, optional: false, effect, pred: None });
+                }
+            }
+            OpKind::Barrier | OpKind::Localize => {}
+        }
+    }
+    if let Some(finals) = finals {
+        for (key, value) in finals.iter().enumerate().take(num_keys) {
+            if let Some(value) = value {
+                let effect = Effect::Read(value.clone());
+                per_key[key].push(Entry {
+                    op: None,
+                    call: last_seq + 1,
+                    ret: last_seq + 2,
+                    optional: false,
+                    effect,
+                    pred: None,
+                });
+            }
+        }
+    }
+    let mut report = LinearizableReport::default();
+    for (key, mut entries) in per_key.into_iter().enumerate() {
+        if entries.is_empty() {
+            continue;
+        }
+        if opts.program_order {
+            link_program_order(history, &mut entries);
+        }
+        report.keys += 1;
+        report.entries += entries.len();
+        report.reads += entries.iter().filter(|e| matches!(e.effect, Effect::Read(_))).count();
+        let len = space.len(key as Key);
+        let mut search = Search::new(&entries, len, opts.max_states);
+        let found = search.run();
+        report.states += search.states;
+        if !found {
+            let reason = if search.exhausted_bound {
+                format!("search gave up after {} states (raise Consistency::max_states)", search.states)
+            } else if opts.program_order {
+                "no order of its ops respects real time and every worker's program order and explains every value read".into()
+            } else {
+                "no order of its ops respects real time and explains every value read".into()
+            };
+            return Err(NotLinearizable {
+                key: key as Key,
+                reason,
+                context: describe(history, &entries, &search.best),
+            });
+        }
+    }
+    Ok(report)
+}
+
+/// Links every required entry to the previous required entry of the same worker.
+fn link_program_order(history: &History, entries: &mut [Entry]) {
+    let mut order: Vec<usize> = (0..entries.len()).filter(|&i| !entries[i].optional && entries[i].op.is_some()).collect();
+    order.sort_by_key(|&i| {
+        let op = &history.ops()[entries[i].op.expect("filtered")];
+        (op.worker, op.program_index)
+    });
+    for pair in order.windows(2) {
+        let (a, b) = (&history.ops()[entries[pair[0]].op.unwrap()], &history.ops()[entries[pair[1]].op.unwrap()]);
+        if a.worker == b.worker {
+            entries[pair[1]].pred = Some(pair[0]);
+        }
+    }
+}
+
+struct Search<'a> {
+    entries: &'a [Entry],
+    /// Candidate order: by return (earliest deadline first), optional entries last.
+    by_deadline: Vec<usize>,
+    len: usize,
+    max_states: u64,
+    states: u64,
+    exhausted_bound: bool,
+    seen: HashSet<(Box<[u64]>, Box<[u32]>)>,
+    /// The deepest partial order found (for diagnostics).
+    best: Vec<usize>,
+    path: Vec<usize>,
+}
+
+impl<'a> Search<'a> {
+    fn new(entries: &'a [Entry], len: usize, max_states: u64) -> Self {
+        let mut by_deadline: Vec<usize> = (0..entries.len()).collect();
+        by_deadline.sort_by_key(|&i| (entries[i].ret, entries[i].call));
+        Self {
+            entries,
+            by_deadline,
+            len,
+            max_states,
+            states: 0,
+            exhausted_bound: false,
+            seen: HashSet::new(),
+            best: Vec::new(),
+            path: Vec::new(),
+        }
+    }
+
+    fn run(&mut self) -> bool {
+        let done = vec![0u64; self.entries.len().div_ceil(64)];
+        let value = vec![0.0f32; self.len];
+        self.visit(&done, &value)
+    }
+
+    fn visit(&mut self, done: &[u64], value: &[f32]) -> bool {
+        let is_done = |i: usize| done[i / 64] & (1 << (i % 64)) != 0;
+        // The earliest return among required entries not placed yet bounds what may go next.
+        let mut min_ret = u64::MAX;
+        let mut all_required = true;
+        for (i, e) in self.entries.iter().enumerate() {
+            if !e.optional && !is_done(i) {
+                all_required = false;
+                min_ret = min_ret.min(e.ret);
+            }
+        }
+        if all_required {
+            return true;
+        }
+        if self.path.len() > self.best.len() {
+            self.best = self.path.clone();
+        }
+        for idx in 0..self.by_deadline.len() {
+            let i = self.by_deadline[idx];
+            let e = &self.entries[i];
+            if is_done(i) || e.call >= min_ret || e.pred.is_some_and(|p| !is_done(p)) {
+                continue;
+            }
+            let mut next = value.to_vec();
+            match &e.effect {
+                Effect::Add(u) => next.iter_mut().zip(u).for_each(|(v, u)| *v += u),
+                Effect::Set(u) => next.copy_from_slice(u),
+                Effect::Read(r) => {
+                    if r.as_slice() != value {
+                        continue;
+                    }
+                }
+            }
+            let mut next_done = done.to_vec();
+            next_done[i / 64] |= 1 << (i % 64);
+            let bits: Box<[u32]> = next.iter().map(|v| v.to_bits()).collect();
+            if !self.seen.insert((next_done.clone().into_boxed_slice(), bits)) {
+                continue;
+            }
+            self.states += 1;
+            if self.max_states > 0 && self.states > self.max_states {
+                self.exhausted_bound = true;
+                return false;
+            }
+            self.path.push(i);
+            if self.visit(&next_done, &next) {
+                return true;
+            }
+            self.path.pop();
+            if self.exhausted_bound {
+                return false;
+            }
+        }
+        false
+    }
+}
+
+fn describe(history: &History, entries: &[Entry], best: &[usize]) -> String {
+    const MAX_LINES: usize = 80;
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_by_key(|&i| entries[i].call);
+    let mut out = String::new();
+    let line = |e: &Entry| match e.op {
+        Some(op) => format!("{}", history.ops()[op]),
+        None => format!("final value {:?} (a read after everything)", e.effect),
+    };
+    for &i in order.iter().take(MAX_LINES) {
+        out += &format!("  {}\n", line(&entries[i]));
+    }
+    if order.len() > MAX_LINES {
+        out += &format!("  ... and {} more ops\n", order.len() - MAX_LINES);
+    }
+    out += &format!("  longest explainable prefix ({} of {} ops):", best.len(), entries.len());
+    for &i in best {
+        out += &format!(" {}", entries[i].op.map_or("final".into(), |op| format!("#{op}")));
+    }
+    out
+}
+
+// ----- final values ---------------------------------------------------------------------------
+
+/// How a key's final value compares with the writes of the history (see [`final_sums`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum FinalVerdict {
+    /// Equal to the last set (or zero) plus exactly the pushes after it; none may be missing.
+    Exact,
+    /// Equal to the last set plus every successful push after it plus some of the pushes that
+    /// failed because a peer was lost (or never completed): `optional` of them were in doubt.
+    WithinLosses {
+        /// Pushes that may or may not have been applied.
+        optional: usize,
+    },
+    /// The history does not say which set came last or whether a push came after it (a failed
+    /// set, or a successful write concurrent with the last set): not checked.
+    Ambiguous(String),
+    /// No live node holds the key (it was lost with a peer, or in transit when a link broke).
+    Vanished,
+    /// The value is not explained: an update was lost or applied twice.
+    Wrong(String),
+}
+
+/// The final-value verdict of one key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyFinal {
+    /// The key.
+    pub key: Key,
+    /// The verdict.
+    pub verdict: FinalVerdict,
+}
+
+/// Accounts for every key's final value independently of any order search: the key's last set
+/// `S` (the successful set invoked last, which must certainly follow every other set; zero if
+/// there is none) plus the sum of the pushes certainly after `S` (invoked after `S` returned).
+/// Pushes certainly before `S` are overwritten. Successful pushes must all be in the sum; pushes
+/// that failed with [`OpError::PeerGone`], or never completed, may or may not be; a push that
+/// failed for any other reason must not have been applied, so it is a `Wrong` verdict as soon
+/// as it could matter. `finals[k]` is key `k`'s value at the end of the run, after every op
+/// has returned or failed (`None` if no node holds it).
+///
+/// Values should be small integers so that sums are exact in `f32` in any order; the optional
+/// pushes are then matched by an exact subset sum.
+pub fn final_sums(history: &History, finals: &[Option<Vec<f32>>]) -> Vec<KeyFinal> {
+    let space = history.space();
+    (0..space.num_keys())
+        .map(|key| KeyFinal { key, verdict: final_verdict(history, key, finals.get(key as usize).cloned().flatten()) })
+        .collect()
+}
+
+/// [`final_sums`], requiring every key to be [`FinalVerdict::Exact`] (a fault-free run);
+/// returns the number of keys checked.
+pub fn check_final_sums_exact(history: &History, finals: &[Option<Vec<f32>>]) -> Result<usize, String> {
+    let verdicts = final_sums(history, finals);
+    for v in &verdicts {
+        if v.verdict != FinalVerdict::Exact {
+            return Err(format!("key {}: {:?}", v.key, v.verdict));
+        }
+    }
+    Ok(verdicts.len())
+}
+
+fn final_verdict(history: &History, key: Key, last: Option<Vec<f32>>) -> FinalVerdict {
+    let space = history.space();
+    let on_key = |op: &&OpRecord| op.keys.contains(&key);
+    let writes: Vec<&OpRecord> =
+        history.ops().iter().filter(|op| matches!(op.kind, OpKind::Push | OpKind::Set)).filter(on_key).collect();
+    let value_of = |op: &OpRecord| -> Vec<f32> {
+        let mut sum = vec![0.0f32; space.len(key)];
+        for (k, vals) in op.writes(space) {
+            if k == key {
+                // A key named twice in one push is added twice; in one set, the last one wins.
+                match op.kind {
+                    OpKind::Set => sum.copy_from_slice(vals),
+                    _ => sum.iter_mut().zip(vals).for_each(|(s, v)| *s += v),
+                }
+            }
+        }
+        sum
+    };
+    let ret = |op: &OpRecord| if op.succeeded() { op.ret.map_or(u64::MAX, |r| r.seq) } else { u64::MAX };
+    if let Some(failed) = writes.iter().find(|op| op.kind == OpKind::Set && !op.succeeded()) {
+        return FinalVerdict::Ambiguous(format!("set #{} failed or never completed", failed.id));
+    }
+    let last_set = writes.iter().filter(|op| op.kind == OpKind::Set).max_by_key(|op| op.invoke.seq);
+    let (base, s_invoke, s_ret) = match last_set {
+        Some(s) => {
+            if let Some(other) = writes.iter().find(|op| op.kind == OpKind::Set && op.id != s.id && ret(op) > s.invoke.seq) {
+                return FinalVerdict::Ambiguous(format!("sets #{} and #{} may be in either order", other.id, s.id));
+            }
+            (value_of(s), s.invoke.seq, ret(s))
+        }
+        None => (vec![0.0; space.len(key)], 0, 0),
+    };
+    let mut must = base;
+    let mut may: Vec<Vec<f32>> = Vec::new();
+    for p in writes.iter().filter(|op| op.kind == OpKind::Push) {
+        let certainly_before = last_set.is_some() && ret(p) < s_invoke;
+        let certainly_after = last_set.is_none() || p.invoke.seq > s_ret;
+        match &p.outcome {
+            Outcome::Done if certainly_after => {
+                must.iter_mut().zip(value_of(p)).for_each(|(m, v)| *m += v);
+            }
+            Outcome::Done if certainly_before => {}
+            Outcome::Done => {
+                return FinalVerdict::Ambiguous(format!("push #{} is concurrent with the last set", p.id));
+            }
+            Outcome::Failed(OpError::PeerGone { .. }) | Outcome::Pending => {
+                if !certainly_before {
+                    may.push(value_of(p));
+                }
+            }
+            Outcome::Failed(err) => {
+                if !certainly_before {
+                    return FinalVerdict::Wrong(format!("push #{} failed with {err}, yet could count", p.id));
+                }
+            }
+            Outcome::Pulled(_) => unreachable!("pushes do not pull"),
+        }
+    }
+    let Some(last) = last else { return FinalVerdict::Vanished };
+    for c in 0..must.len() {
+        let target = f64::from(last[c]) - f64::from(must[c]);
+        let options: Vec<f64> = may.iter().map(|v| f64::from(v[c])).collect();
+        let ok = if options.is_empty() { last[c] == must[c] } else { subset_sum_reaches(&options, target) };
+        if !ok {
+            return FinalVerdict::Wrong(format!(
+                "component {c} is {} but the last set and the pushes after it give {}{}",
+                last[c],
+                must[c],
+                if options.is_empty() { String::new() } else { format!(" plus some of {options:?}") }
+            ));
+        }
+    }
+    if may.is_empty() { FinalVerdict::Exact } else { FinalVerdict::WithinLosses { optional: may.len() } }
 }
 
 #[cfg(test)]

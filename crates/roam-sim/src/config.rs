@@ -56,12 +56,15 @@ pub struct SimConfig {
     pub limits: Limits,
     /// Bound on the steps of one [`crate::Sim::run_until_idle`] call.
     pub max_steps: u64,
+    /// Whether to check after every step that no key is held by two nodes at once
+    /// ([`crate::Sim::check_single_copy`]); a violation panics with the seed.
+    pub check_invariants: bool,
 }
 
 impl SimConfig {
     /// A configuration with `nodes` nodes of `workers_per_node` workers over `space`, range
     /// partitioning, fast local access, seed 0, 1–50 µs link delays, 0–2 µs worker pauses, no
-    /// loss, default limits and a bound of one million steps.
+    /// loss, default limits, a bound of one million steps and invariant checks after every step.
     pub fn new(nodes: u32, workers_per_node: u32, space: KeySpace) -> Self {
         Self {
             nodes,
@@ -79,6 +82,7 @@ impl SimConfig {
             drop_probability: 0.0,
             limits: Limits::default(),
             max_steps: 1_000_000,
+            check_invariants: true,
         }
     }
 
@@ -145,6 +149,12 @@ impl SimConfig {
     /// Sets the decoding limits.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Sets whether invariants are checked after every step.
+    pub fn with_invariant_checks(mut self, on: bool) -> Self {
+        self.check_invariants = on;
         self
     }
 

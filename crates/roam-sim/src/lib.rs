@@ -11,7 +11,9 @@
 //! - [`worker`]: scripts ([`Op`]) and simulated workers, issuing operations like the real shell.
 //! - [`sim`]: the event loop ([`Sim::step`], [`Sim::run_until_idle`]) and fault injection.
 //! - [`history`]: what every operation did and returned, for consistency checkers.
-//! - [`check`]: a per-key linearizability checker for single-copy (static) placement.
+//! - [`check`]: consistency checkers: complete per-key linearizability (optionally with
+//!   per-worker program order), final-value accounting, and the cheaper read-by-read check.
+//! - [`explore`]: exhaustive exploration of every interleaving of a small scenario.
 //! - [`trace`]: the trace hashes that make determinism testable.
 //! - [`seed`]: seed selection from `ROAM_SIM_SEED` / `ROAM_SIM_SEEDS` for randomized tests.
 //!
@@ -23,6 +25,7 @@
 
 pub mod check;
 pub mod config;
+pub mod explore;
 pub mod history;
 pub mod net;
 pub mod seed;
@@ -30,10 +33,13 @@ pub mod sim;
 pub mod trace;
 pub mod worker;
 
-pub use check::{Violation, check_per_key_linearizable};
+pub use check::{
+    Consistency, FinalVerdict, KeyFinal, LinearizableReport, NotLinearizable, Violation,
+    check_final_sums_exact, check_linearizable, check_per_key_linearizable, final_sums,
+};
 pub use config::SimConfig;
 pub use history::{Fault, FaultRecord, History, OpKind, OpRecord, Outcome, Stamp};
 pub use net::LinkStats;
 pub use seed::{for_each_seed, seeds};
-pub use sim::{Sim, SimError, Warning};
+pub use sim::{Choice, Sim, SimError, Warning};
 pub use worker::{Op, WorkerRef};

@@ -20,12 +20,14 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use roam_core::stats::add;
 use roam_core::wire::{self, Frame};
-use roam_core::{Completion, Key, Node, NodeConfig, NodeId, OpError, ReqId, Time, UpdateMode};
+use roam_core::{
+    Completion, Key, Node, NodeConfig, NodeId, OpError, ReqId, Residency, Time, UpdateMode,
+};
 
 use crate::config::SimConfig;
 use crate::history::{Fault, History, OpKind, OpRecord, Outcome, Stamp};
 use crate::net::{Link, LinkStats, Payload};
-use crate::trace::Trace;
+use crate::trace::{Fnv128, Trace};
 use crate::worker::{Blocked, Op, Outstanding, Worker, WorkerRef};
 
 /// A diagnostic emitted by a node's `poll_warning` (or by the simulated transport).
@@ -92,6 +94,21 @@ enum Event {
     Worker(usize, usize),
 }
 
+/// An event that can run next, for callers that pick the interleaving themselves
+/// ([`Sim::choices`], [`Sim::step_choice`]; the exhaustive explorer of [`crate::explore`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Choice {
+    /// Deliver the head entry of link `from -> to`.
+    Deliver {
+        /// Sending node.
+        from: NodeId,
+        /// Receiving node.
+        to: NodeId,
+    },
+    /// Run the next op of this worker.
+    Run(WorkerRef),
+}
+
 const TAG_FRAME: u8 = 1;
 const TAG_CLOSE: u8 = 2;
 const TAG_INVOKE: u8 = 3;
@@ -111,6 +128,11 @@ pub struct Sim {
     history: History,
     warnings: Vec<Warning>,
     trace: Trace,
+    /// Per node, a hash of every input it received, in order (a node is a deterministic
+    /// function of its inputs, so equal hashes mean equal node states).
+    inputs: Vec<Fnv128>,
+    /// Hash of the invocations and returns of the history, in order, with outcomes.
+    history_order: Fnv128,
     tamper: Option<Tamper>,
 }
 
@@ -161,6 +183,8 @@ impl Sim {
             history: History::new(cfg.space.clone()),
             warnings: Vec::new(),
             trace: Trace::default(),
+            inputs: vec![Fnv128::default(); n],
+            history_order: Fnv128::default(),
             tamper: None,
             cfg,
         }
@@ -268,6 +292,77 @@ impl Sim {
             .then_some(out)
     }
 
+    /// The live nodes holding `key` right now (at most one: see [`Sim::check_single_copy`]).
+    pub fn holders(&self, key: Key) -> Vec<NodeId> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.crashed && n.node.store().residency(key) == Residency::Local)
+            .map(|(i, _)| NodeId(i as u32))
+            .collect()
+    }
+
+    /// Checks that no key is held by more than one live node (a key's value exists in at most
+    /// one store). Run after every step unless [`SimConfig::check_invariants`] is off.
+    pub fn check_single_copy(&self) -> Result<(), String> {
+        for key in 0..self.cfg.space.num_keys() {
+            let holders = self.holders(key);
+            if holders.len() > 1 {
+                return Err(format!("key {key} is held by {holders:?} at once"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the placement of a quiet, fault-free cluster: every key is held by exactly one
+    /// node, no key is in transit, no op is pending, and every home node records the actual
+    /// holder as the owner of its keys.
+    pub fn check_quiescent_placement(&self) -> Result<(), String> {
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.node.keys_in_transit() != 0 || n.node.pending_ops() != 0 {
+                return Err(format!(
+                    "node {i} is not quiet: {} keys in transit, {} ops pending",
+                    n.node.keys_in_transit(),
+                    n.node.pending_ops()
+                ));
+            }
+        }
+        for key in 0..self.cfg.space.num_keys() {
+            let holders = self.holders(key);
+            let [holder] = holders[..] else {
+                return Err(format!("key {key} is held by {holders:?}, not by one node"));
+            };
+            let home = self.cfg_home(key);
+            let recorded = self.nodes[home.index()].node.recorded_owner(key);
+            if recorded != Some(holder) {
+                return Err(format!(
+                    "key {key} is held by {holder} but its home {home} records {recorded:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn cfg_home(&self, key: Key) -> NodeId {
+        self.nodes[0].node.home_table().home(key)
+    }
+
+    /// A key for the whole state of the run that matters for its future and for checks of its
+    /// history: what every node received, in order, the faults, and the invocations and returns
+    /// of the history, in order, with their outcomes. Two runs with equal keys continue alike
+    /// and have histories that no checker can tell apart (only the relative order of history
+    /// events and their values matter to checkers). Sound as a state key only when the run draws
+    /// no random numbers any more (zero-width delay and think ranges, no loss), as in the
+    /// exhaustive explorer.
+    pub fn state_key(&self) -> u128 {
+        let mut h = Fnv128::default();
+        for input in &self.inputs {
+            h.bytes(&input.value().to_le_bytes());
+        }
+        h.bytes(&self.history_order.value().to_le_bytes());
+        h.value()
+    }
+
     // ----- scripting -------------------------------------------------------------------------
 
     /// Appends `ops` to `worker`'s script; an idle worker starts on them at once.
@@ -364,6 +459,68 @@ impl Sim {
     /// then runs one ready event chosen by the RNG. Returns false, doing nothing, if no event is
     /// pending (held links do not count).
     pub fn step(&mut self) -> bool {
+        let mut ready = self.ready_events();
+        let Some(earliest) = ready.iter().map(|(t, _)| *t).min() else {
+            return false;
+        };
+        self.now = self.now.max(earliest);
+        let now = self.now;
+        ready.retain(|(t, _)| *t <= now);
+        let pick = if ready.len() == 1 {
+            0
+        } else {
+            self.rng.random_range(0..ready.len())
+        };
+        self.run_event(ready[pick].1);
+        true
+    }
+
+    /// Every event that could run next, whatever its ready time: the head of every link that is
+    /// not held, and the next op of every worker of a live node that may go on.
+    pub fn choices(&self) -> Vec<Choice> {
+        let n = self.cfg.nodes as usize;
+        self.ready_events()
+            .into_iter()
+            .map(|(_, e)| match e {
+                Event::Link(idx) => Choice::Deliver {
+                    from: NodeId((idx / n) as u32),
+                    to: NodeId((idx % n) as u32),
+                },
+                Event::Worker(node, w) => Choice::Run(self.nodes[node].workers[w].id),
+            })
+            .collect()
+    }
+
+    /// Runs `choice` (one of [`Sim::choices`]), advancing virtual time to its ready time if that
+    /// is later. Draws no random number itself.
+    ///
+    /// # Panics
+    /// If `choice` cannot run now.
+    pub fn step_choice(&mut self, choice: Choice) {
+        let n = self.cfg.nodes as usize;
+        let (ready, event) = match choice {
+            Choice::Deliver { from, to } => {
+                let idx = self.link_index(from, to);
+                (self.links[idx].head_ready(), Event::Link(idx))
+            }
+            Choice::Run(w) => {
+                let node = &self.nodes[w.node.index()];
+                let ready = if node.crashed {
+                    None
+                } else {
+                    node.workers[w.worker.index()].next_event()
+                };
+                (ready, Event::Worker(w.node.index(), w.worker.index()))
+            }
+        };
+        let Some(ready) = ready else {
+            self.internal_error(format!("{choice:?} cannot run now ({n} nodes)"));
+        };
+        self.now = self.now.max(ready);
+        self.run_event(event);
+    }
+
+    fn ready_events(&self) -> Vec<(Time, Event)> {
         let mut ready: Vec<(Time, Event)> = Vec::new();
         for (idx, link) in self.links.iter().enumerate() {
             if let Some(t) = link.head_ready() {
@@ -377,23 +534,20 @@ impl Sim {
                 }
             }
         }
-        let Some(earliest) = ready.iter().map(|(t, _)| *t).min() else {
-            return false;
-        };
-        self.now = self.now.max(earliest);
-        let now = self.now;
-        ready.retain(|(t, _)| *t <= now);
-        let pick = if ready.len() == 1 {
-            0
-        } else {
-            self.rng.random_range(0..ready.len())
-        };
+        ready
+    }
+
+    fn run_event(&mut self, event: Event) {
         self.steps += 1;
-        match ready[pick].1 {
+        match event {
             Event::Link(idx) => self.deliver(idx),
             Event::Worker(n, w) => self.run_worker(n, w),
         }
-        true
+        if self.cfg.check_invariants
+            && let Err(message) = self.check_single_copy()
+        {
+            self.internal_error(message);
+        }
     }
 
     /// Runs events until none is pending; fails if that takes more than
@@ -451,9 +605,18 @@ impl Sim {
             Fault::ProtocolViolation { at, from, .. } => {
                 vec![4, u64::from(at.0), u64::from(from.0)]
             }
-            Fault::PeerLost { at, peer } => vec![5, u64::from(at.0), u64::from(peer.0)],
+            Fault::PeerLost { at, peer, via } => vec![
+                5,
+                u64::from(at.0),
+                u64::from(peer.0),
+                via.map_or(u64::MAX, |v| u64::from(v.0)),
+            ],
         };
         self.trace.event(self.now.0, TAG_FAULT, &words, &[]);
+        for input in &mut self.inputs {
+            input.bytes(&[TAG_FAULT]);
+            words.iter().for_each(|&w| input.u64(w));
+        }
         self.history.fault(at, fault);
     }
 
@@ -532,8 +695,11 @@ impl Sim {
                     &[u64::from(from.0), u64::from(to.0)],
                     &[],
                 );
-                self.fault(Fault::PeerLost { at: to, peer: from });
+                self.inputs[to.index()].bytes(&[TAG_CLOSE]);
+                self.inputs[to.index()].u64(u64::from(from.0));
+                let before = self.lost_by(to);
                 self.nodes[to.index()].node.handle_peer_lost(self.now, from);
+                self.note_losses(to, &before, None);
                 self.drain(to);
                 return;
             }
@@ -557,9 +723,15 @@ impl Sim {
         );
         let reason = match wire::decode(&bytes, &self.cfg.limits) {
             Ok((frame, used)) if used == bytes.len() => {
+                let input = &mut self.inputs[to.index()];
+                input.bytes(&[TAG_FRAME]);
+                input.u64(u64::from(from.0));
+                input.bytes(&bytes);
+                let before = self.lost_by(to);
                 self.nodes[to.index()]
                     .node
                     .handle_frame(self.now, from, frame);
+                self.note_losses(to, &before, Some(from));
                 self.drain(to);
                 return;
             }
@@ -580,6 +752,23 @@ impl Sim {
         });
         if from != to {
             self.break_connection(from, to);
+        }
+    }
+
+    fn lost_by(&self, id: NodeId) -> Vec<bool> {
+        (0..self.cfg.nodes)
+            .map(|p| self.nodes[id.index()].node.is_lost(NodeId(p)))
+            .collect()
+    }
+
+    /// Records, before the node's outputs are drained, every peer that `id` started treating as
+    /// lost during its last input.
+    fn note_losses(&mut self, id: NodeId, before: &[bool], via: Option<NodeId>) {
+        for (p, &was) in before.iter().enumerate() {
+            let peer = NodeId(p as u32);
+            if !was && self.nodes[id.index()].node.is_lost(peer) {
+                self.fault(Fault::PeerLost { at: id, peer, via });
+            }
         }
     }
 
@@ -645,6 +834,10 @@ impl Sim {
             &[n as u64, w as u64, record as u64, ok],
             &[],
         );
+        let h = &mut self.history_order;
+        h.bytes(&[TAG_RETURN]);
+        h.u64(record as u64);
+        h.bytes(format!("{outcome:?}").as_bytes());
         self.history.complete(record, at, outcome);
         let think = draw(&mut self.rng, self.cfg.min_think, self.cfg.max_think);
         let worker = &mut self.nodes[n].workers[w];
@@ -667,6 +860,10 @@ impl Sim {
             .script
             .pop_front()
             .expect("ready workers have script left");
+        let input = &mut self.inputs[n];
+        input.bytes(&[TAG_INVOKE]);
+        input.u64(w as u64);
+        input.bytes(format!("{op:?}").as_bytes());
         match op {
             Op::Sleep(d) => worker.ready_at = Time(now.0 + d),
             Op::WaitAll => {
@@ -698,6 +895,7 @@ impl Sim {
             Op::Set { keys, vals, wait } => {
                 self.issue_push(n, w, keys, vals, UpdateMode::Set, Pace { wait, think })
             }
+            Op::Localize { keys, wait } => self.issue_localize(n, w, keys, Pace { wait, think }),
         }
     }
 
@@ -727,6 +925,8 @@ impl Sim {
             outcome: Outcome::Pending,
         };
         let id = self.history.invoke(record);
+        self.history_order.bytes(&[TAG_INVOKE]);
+        self.history_order.u64(id as u64);
         self.trace.event(
             self.now.0,
             TAG_INVOKE,
@@ -851,6 +1051,27 @@ impl Sim {
         let req = self.nodes[n]
             .node
             .issue_push(self.now, wid, &remote, &vals, &offsets, mode);
+        self.hand_off(n, w, req, record, Vec::new(), pace);
+    }
+
+    /// Like the real shell: a no-op unless allocation is dynamic and some key is not local,
+    /// else every key is handed to the node.
+    fn issue_localize(&mut self, n: usize, w: usize, keys: Vec<Key>, pace: Pace) {
+        let space = self.cfg.space.clone();
+        let record = self.invoke(n, w, OpKind::Localize, keys.clone(), Vec::new(), pace.wait);
+        if let Some(&key) = keys.iter().find(|&&k| k >= space.num_keys()) {
+            let err = roam_core::AccessError::KeyOutOfRange {
+                key,
+                num_keys: space.num_keys(),
+            };
+            return self.finish_locally(n, w, record, Outcome::Failed(err.into()), pace.think);
+        }
+        let store = self.nodes[n].node.store().clone();
+        if !self.cfg.dynamic || keys.iter().all(|&k| store.residency(k) == Residency::Local) {
+            return self.finish_locally(n, w, record, Outcome::Done, pace.think);
+        }
+        let wid = self.nodes[n].workers[w].id.worker;
+        let req = self.nodes[n].node.issue_localize(self.now, wid, &keys);
         self.hand_off(n, w, req, record, Vec::new(), pace);
     }
 

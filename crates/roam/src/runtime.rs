@@ -312,6 +312,11 @@ impl NodeHandle {
         self.shared.workers_per_node
     }
 
+    /// The address this node accepts peer connections on (`None` for a single node).
+    pub fn data_addr(&self) -> Option<SocketAddr> {
+        self.acceptor_addr
+    }
+
     /// The key space.
     pub fn key_space(&self) -> &KeySpace {
         &self.shared.space

@@ -1,11 +1,19 @@
-//! `roam bench ops`: micro-benchmark of local and remote access, run under `roam launch`.
+//! `roam bench ops`: micro-benchmark of local and remote access and of relocation, run under
+//! `roam launch`.
 //!
-//! Phases, each `--seconds` long and separated by barriers: local pull, local push, remote pull
-//! (synchronous, latency recorded per batch), remote push (synchronous). Every worker of every
-//! node runs each phase; per-worker throughputs are summed through the parameter server itself
-//! (additive pushes into a few result keys homed on the last node), and rank 0 prints one JSON
-//! line. Keys are drawn uniformly from this node's keys (local phases) or the other nodes' keys
-//! (remote phases) with a seeded generator.
+//! Phases, separated by barriers, run by every worker of every node:
+//! 1. `local_pull`, `local_push`: batches of keys this node owns (`--seconds` each);
+//! 2. `remote_pull`, `remote_push`: synchronous batches of keys other nodes own (`--seconds`
+//!    each; pull latency recorded per batch);
+//! 3. `relocate` (dynamic allocation): each worker synchronously localizes `--relocations` keys,
+//!    one at a time, from the next node's keys;
+//! 4. path latencies: synchronous single-key pulls served locally, by the owner directly
+//!    (requester → owner), and forwarded (requester → home → owner; needs 3 nodes).
+//!
+//! Keys are drawn with a seeded generator before the clock starts. Static phases use the lower
+//! half of each node's home range, relocation the upper half, so phases do not disturb each
+//! other. Per-worker throughputs are summed through the parameter server itself (additive
+//! pushes into result keys), and rank 0 prints one JSON line.
 
 use std::time::{Duration, Instant};
 
@@ -33,9 +41,18 @@ pub struct OpsArgs {
     /// Keys per pull or push.
     #[arg(long, default_value_t = 100)]
     pub batch: usize,
-    /// Seconds per phase.
+    /// Seconds per throughput phase.
     #[arg(long, default_value_t = 2.0)]
     pub seconds: f64,
+    /// Keys each worker relocates, one at a time (dynamic allocation).
+    #[arg(long, default_value_t = 2_000)]
+    pub relocations: usize,
+    /// Single-key pulls per path for the path latencies.
+    #[arg(long, default_value_t = 2_000)]
+    pub path_samples: usize,
+    /// Allocation (static-range skips the relocation phases).
+    #[arg(long, default_value = "dynamic")]
+    pub allocation: Allocation,
     /// Route local keys through messages too (classic, ps-lite-like ablation).
     #[arg(long)]
     pub no_fast_local_access: bool,
@@ -44,46 +61,60 @@ pub struct OpsArgs {
     pub seed: u64,
 }
 
-const PHASES: [&str; 4] = ["local_pull", "local_push", "remote_pull", "remote_push"];
+const PHASES: [&str; 5] = ["local_pull", "local_push", "remote_pull", "remote_push", "relocate"];
+
+/// Which keys each phase draws from, per node.
+struct KeyPlan {
+    /// Lower half of each node's home range: never relocated.
+    fixed: Vec<Vec<Key>>,
+    /// Upper half of each node's home range: relocated in the relocation phase.
+    movable: Vec<Vec<Key>>,
+}
+
+impl KeyPlan {
+    fn new(keys: u64, total_keys: u64, nodes: u32) -> Self {
+        let table = HomeTable::new(total_keys, nodes, Partitioning::Range);
+        let (mut fixed, mut movable) = (Vec::new(), Vec::new());
+        for n in 0..nodes {
+            let mine: Vec<Key> = table.keys_of(NodeId(n)).filter(|&k| k < keys).collect();
+            let mid = mine.len().div_ceil(2);
+            fixed.push(mine[..mid].to_vec());
+            movable.push(mine[mid..].to_vec());
+        }
+        Self { fixed, movable }
+    }
+
+    /// Keys that worker `w` (of `t` per node) of node `r` relocates: from the next node's
+    /// movable keys, indices `w, w + t, ...`.
+    fn relocated_by(&self, r: u32, w: u32, t: u32, count: usize) -> Vec<Key> {
+        let from = &self.movable[((r + 1) % self.movable.len() as u32) as usize];
+        from.iter().skip(w as usize).step_by(t as usize).take(count).copied().collect()
+    }
+}
 
 /// Runs the benchmark on this node; rank 0 prints the JSON line.
 pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
     let value_len = args.value_len.max(1);
     // Result keys after the data keys: one float per phase, summed over all workers.
     let result_keys = (PHASES.len() as u64).div_ceil(u64::from(value_len));
-    let mut cfg = Config::new(args.keys + result_keys, value_len);
-    cfg.allocation = Allocation::StaticRange;
+    let total_keys = args.keys + result_keys;
+    let mut cfg = Config::new(total_keys, value_len);
+    cfg.allocation = args.allocation;
+    cfg.home = Partitioning::Range;
     cfg.fast_local_access = !args.no_fast_local_access;
     let node = NodeHandle::start(cfg).context("starting the node")?;
     let rank = node.rank();
     let num_nodes = node.num_nodes();
-
     let reference = (rank == 0).then(row_copy_reference);
+    let plan = KeyPlan::new(args.keys, total_keys, num_nodes);
 
-    let table = HomeTable::new(args.keys + result_keys, num_nodes, Partitioning::Range);
-    let mut local: Vec<Key> = table.keys_of(NodeId(rank)).filter(|&k| k < args.keys).collect();
-    let mut remote: Vec<Key> = (0..num_nodes)
-        .filter(|&n| n != rank)
-        .flat_map(|n| table.keys_of(NodeId(n)).filter(|&k| k < args.keys).collect::<Vec<_>>())
-        .collect();
-    if local.is_empty() {
-        local.push(0);
-    }
-    if remote.is_empty() {
-        remote = local.clone();
-    }
-    let seconds = Duration::from_secs_f64(args.seconds);
     let (workers, results): (Vec<Worker>, Vec<WorkerResult>) = std::thread::scope(|scope| {
         let handles: Vec<_> = node
             .workers()?
             .into_iter()
             .map(|w| {
-                let (local, remote) = (&local, &remote);
-                let seed = args.seed ^ (u64::from(w.global_id()) << 32);
-                scope.spawn(move || {
-                    run_worker(&w, local, remote, args.batch, seconds, seed, args.keys, result_keys)
-                        .map(|r| (w, r))
-                })
+                let plan = &plan;
+                scope.spawn(move || run_worker(&w, plan, args, args.keys, result_keys).map(|r| (w, r)))
             })
             .collect();
         handles
@@ -97,13 +128,8 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
         let mut rates = vec![0f32; (result_keys * u64::from(value_len)) as usize];
         let keys: Vec<Key> = (args.keys..args.keys + result_keys).collect();
         workers[0].pull(&keys, &mut rates)?.wait()?;
-        let (p50, p99, mean) = results
-            .first()
-            .map(|r| {
-                let h = &r.remote_pull_latency;
-                (h.value_at_quantile(0.5) as f64 / 1e3, h.value_at_quantile(0.99) as f64 / 1e3, h.mean() / 1e3)
-            })
-            .unwrap_or_default();
+        let mine = &results[0];
+        let quantile = |h: &Histogram<u64>, q: f64| (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1e3);
         let stats = node.stats();
         let line = json!({
             "bench": "ops",
@@ -113,15 +139,23 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
             "value_len": value_len,
             "batch": args.batch,
             "seconds": args.seconds,
+            "allocation": args.allocation.name(),
             "fast_local_access": !args.no_fast_local_access,
             "emulated_latency_us": stats.emulated_latency_us,
             "local_pull_keys_per_s": rates[0] as f64,
             "local_push_keys_per_s": rates[1] as f64,
             "remote_pull_keys_per_s": rates[2] as f64,
             "remote_push_keys_per_s": rates[3] as f64,
-            "remote_pull_p50_us": p50,
-            "remote_pull_p99_us": p99,
-            "remote_pull_mean_us": mean,
+            "remote_pull_p50_us": quantile(&mine.remote_pull, 0.5),
+            "remote_pull_p99_us": quantile(&mine.remote_pull, 0.99),
+            "relocate_keys_per_s": args.allocation.is_dynamic().then_some(rates[4] as f64),
+            "localize_p50_us": quantile(&mine.localize, 0.5),
+            "localize_p99_us": quantile(&mine.localize, 0.99),
+            "pull_latency_p50_us": {
+                "local": quantile(&mine.paths[0], 0.5),
+                "owner": quantile(&mine.paths[1], 0.5),
+                "forwarded": quantile(&mine.paths[2], 0.5),
+            },
             "reference_row_copy_rows_per_s": reference,
             "rss_bytes": rss_bytes(),
             "values_bytes_held": stats.keys_held * u64::from(value_len) * 4,
@@ -134,65 +168,106 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
 }
 
 struct WorkerResult {
-    remote_pull_latency: Histogram<u64>,
+    remote_pull: Histogram<u64>,
+    localize: Histogram<u64>,
+    /// Single-key pull latency served locally, by the owner, forwarded.
+    paths: [Histogram<u64>; 3],
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_worker(
-    w: &Worker,
-    local: &[Key],
-    remote: &[Key],
-    batch: usize,
-    seconds: Duration,
-    seed: u64,
-    first_result_key: Key,
-    result_keys: u64,
-) -> anyhow::Result<WorkerResult> {
+fn draw(rng: &mut SmallRng, pool: &[Key], n: usize) -> Vec<Key> {
+    if pool.is_empty() {
+        return Vec::new();
+    }
+    (0..n).map(|_| pool[rng.random_range(0..pool.len())]).collect()
+}
+
+fn run_worker(w: &Worker, plan: &KeyPlan, args: &OpsArgs, first_result_key: Key, result_keys: u64) -> anyhow::Result<WorkerResult> {
+    let (rank, nodes, t) = (w.rank(), w.num_nodes(), w.workers_per_node());
     let len = w.key_space().len(0);
-    let mut rng = SmallRng::seed_from_u64(seed);
-    // Keys are drawn before the clock starts: the benchmark measures the server, not the RNG.
-    const POOL: usize = 1 << 20;
-    let mut keys = vec![0; batch];
+    let batch = args.batch.max(1);
+    let seconds = Duration::from_secs_f64(args.seconds);
+    let mut rng = SmallRng::seed_from_u64(args.seed ^ (u64::from(w.global_id()) << 32));
+    let local = &plan.fixed[rank as usize];
+    let remote: Vec<Key> = (0..nodes).filter(|&n| n != rank).flat_map(|n| plan.fixed[n as usize].clone()).collect();
     let mut buf = vec![0.5f32; batch * len];
-    let mut latency = Histogram::<u64>::new(3)?;
+    let mut result = WorkerResult {
+        remote_pull: Histogram::new(3)?,
+        localize: Histogram::new(3)?,
+        paths: [Histogram::new(3)?, Histogram::new(3)?, Histogram::new(3)?],
+    };
     let mut rates = vec![0f32; (result_keys as usize) * len];
-    for (phase, name) in PHASES.iter().enumerate() {
+
+    // Throughput phases.
+    for (phase, name) in PHASES[..4].iter().enumerate() {
         w.barrier()?;
-        let pool = if name.starts_with("local") { local } else { remote };
-        let drawn: Vec<Key> = (0..POOL.max(batch)).map(|_| pool[rng.random_range(0..pool.len())]).collect();
-        let mut cursor = 0;
+        let pool = if name.starts_with("local") { local } else { &remote };
+        // Drawn before the clock starts: the benchmark measures the server, not the RNG.
+        let drawn = draw(&mut rng, pool, (1 << 20).max(batch));
+        if drawn.is_empty() {
+            continue;
+        }
         let pull = name.ends_with("pull");
         let start = Instant::now();
-        let mut done_keys = 0u64;
-        let mut iterations = 0u64;
+        let (mut done_keys, mut cursor) = (0u64, 0usize);
         loop {
             if cursor + batch > drawn.len() {
                 cursor = 0;
             }
-            keys.copy_from_slice(&drawn[cursor..cursor + batch]);
+            let keys = &drawn[cursor..cursor + batch];
             cursor += batch;
             let t0 = (phase == 2).then(Instant::now);
             if pull {
-                w.pull(&keys, &mut buf)?.wait()?;
+                w.pull(keys, &mut buf)?.wait()?;
             } else {
-                w.push(&keys, &buf)?.wait()?;
+                w.push(keys, &buf)?.wait()?;
             }
             if let Some(t0) = t0 {
-                latency.record(t0.elapsed().as_nanos() as u64)?;
+                result.remote_pull.record(t0.elapsed().as_nanos() as u64)?;
             }
             done_keys += batch as u64;
-            iterations += 1;
             // Reading the clock costs as much as a local access of a small batch: do it rarely.
-            if iterations % 64 == 0 && start.elapsed() >= seconds {
+            if (done_keys / batch as u64) % 64 == 0 && start.elapsed() >= seconds {
                 break;
             }
         }
         rates[phase] = (done_keys as f64 / start.elapsed().as_secs_f64()) as f32;
     }
+
+    if args.allocation.is_dynamic() && nodes > 1 {
+        // Relocation: synchronous single-key localizes.
+        w.barrier()?;
+        let mine = plan.relocated_by(rank, w.id(), t, args.relocations);
+        let start = Instant::now();
+        for &key in &mine {
+            let t0 = Instant::now();
+            w.localize(&[key])?.wait()?;
+            result.localize.record(t0.elapsed().as_nanos() as u64)?;
+        }
+        rates[4] = (mine.len() as f64 / start.elapsed().as_secs_f64()) as f32;
+    }
+
+    // Path latencies, single-key synchronous pulls.
+    w.barrier()?;
+    let mut one = vec![0f32; len];
+    let forwarded: Vec<Key> = if args.allocation.is_dynamic() && nodes >= 3 {
+        // Keys homed two nodes on, now owned by the next node: requester, home and owner differ.
+        let owner = (rank + 1) % nodes;
+        (0..t).flat_map(|w| plan.relocated_by(owner, w, t, args.relocations)).collect()
+    } else {
+        Vec::new()
+    };
+    for (path, pool) in [&local[..], &remote[..], &forwarded[..]].into_iter().enumerate() {
+        for key in draw(&mut rng, pool, args.path_samples) {
+            let t0 = Instant::now();
+            w.pull(&[key], &mut one)?.wait()?;
+            result.paths[path].record(t0.elapsed().as_nanos() as u64)?;
+        }
+    }
+
     let result_keys: Vec<Key> = (first_result_key..first_result_key + result_keys).collect();
     w.push(&result_keys, &rates)?.wait()?;
     w.barrier()?;
-    Ok(WorkerResult { remote_pull_latency: latency })
+    Ok(result)
 }
 
 /// The physical reference: one thread copying random 400-byte rows out of a 1M-row array.

@@ -2,5 +2,5 @@
 # The project's test command (README "Tests"): everything CI runs besides fmt and clippy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p roam --bin roam
+cargo build --release -p roam-cli --bin roam
 cargo test --workspace --release

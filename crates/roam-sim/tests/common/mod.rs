@@ -100,3 +100,124 @@ pub(crate) fn concat(expected: &[Vec<f32>], keys: &[Key]) -> Vec<f32> {
         .flat_map(|&k| expected[k as usize].iter().copied())
         .collect()
 }
+
+/// Shape of a random dynamic-allocation case; `None` fields are drawn at random.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DynShape {
+    pub(crate) caches: Option<bool>,
+    pub(crate) fast: Option<bool>,
+    pub(crate) partitioning: Option<roam_core::Partitioning>,
+    /// Ops per worker in each of the two random phases.
+    pub(crate) ops_per_phase: usize,
+}
+
+/// A random dynamic-allocation run: the configuration, every worker's script and the value
+/// each key must end with (computed from the scripts alone).
+pub(crate) struct DynCase {
+    pub(crate) cfg: roam_sim::SimConfig,
+    pub(crate) scripts: Vec<(WorkerRef, Vec<Op>)>,
+    pub(crate) expected: Vec<Vec<f32>>,
+}
+
+/// 2–4 nodes of 1–3 workers over 1–6 keys of 1–2 values, so that relocations collide, random
+/// delays and pauses, and scripts in four phases separated by `WaitAll` + `Barrier`:
+/// 1. random sync and async pulls, pushes, sets and localizes (batches of distinct keys);
+/// 2. one synchronous set per key (a fence value, by a worker chosen per key);
+/// 3. random pulls, pushes and localizes (no sets);
+/// 4. a synchronous pull of every key by every worker.
+///
+/// A key's final value is therefore its fence value plus every push of phase 3.
+pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
+    use rand::seq::index::sample;
+    let mut rng = test_rng(seed ^ 0xd1a);
+    let nodes = rng.random_range(2..=4);
+    let workers_per_node = rng.random_range(1..=3);
+    let num_keys = rng.random_range(1..=6);
+    let space = KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=2)).collect()).unwrap();
+    let partitioning = shape.partitioning.unwrap_or(if rng.random_bool(0.5) {
+        roam_core::Partitioning::Range
+    } else {
+        roam_core::Partitioning::Hash
+    });
+    let min_delay = rng.random_range(0..=2_000);
+    let max_delay = min_delay + rng.random_range(1..=80_000);
+    let max_think = rng.random_range(0..=20_000);
+    let cfg = roam_sim::SimConfig::new(nodes, workers_per_node, space.clone())
+        .with_seed(seed)
+        .with_partitioning(partitioning)
+        .with_fast_local_access(shape.fast.unwrap_or_else(|| rng.random_bool(0.5)))
+        .with_dynamic(true)
+        .with_location_caches(shape.caches.unwrap_or_else(|| rng.random_bool(0.5)))
+        .with_delay(min_delay, max_delay)
+        .with_think(0, max_think);
+    let workers: Vec<WorkerRef> =
+        (0..nodes).flat_map(|n| (0..workers_per_node).map(move |w| WorkerRef::new(n, w))).collect();
+    let mut scripts: Vec<(WorkerRef, Vec<Op>)> = workers.iter().map(|&w| (w, Vec::new())).collect();
+    let mut expected: Vec<Vec<f32>> = (0..num_keys).map(|k| vec![0.0; space.len(k)]).collect();
+    let all = all_keys(&space);
+    let fence = [Op::WaitAll, Op::Barrier];
+    let random_phase = |rng: &mut ChaCha8Rng, script: &mut Vec<Op>, sets: bool, counted: Option<&mut Vec<Vec<f32>>>| {
+        let mut counted = counted;
+        for _ in 0..shape.ops_per_phase {
+            let n = rng.random_range(1..=num_keys.min(3) as usize);
+            let keys: Vec<Key> = sample(rng, num_keys as usize, n).into_iter().map(|k| k as Key).collect();
+            let len: usize = keys.iter().map(|&k| space.len(k)).sum();
+            let wait = rng.random_bool(0.5);
+            let op = match rng.random_range(0..20) {
+                0..5 => Op::Pull { keys, wait },
+                5..10 => {
+                    let vals: Vec<f32> = (0..len).map(|_| f32::from(rng.random_range(1u8..=4))).collect();
+                    if let Some(expected) = counted.as_deref_mut() {
+                        let mut pos = 0;
+                        for &k in &keys {
+                            for slot in expected[k as usize].iter_mut() {
+                                *slot += vals[pos];
+                                pos += 1;
+                            }
+                        }
+                    }
+                    Op::Push { keys, vals, wait }
+                }
+                10..12 if sets => {
+                    let vals = (0..len).map(|_| f32::from(rng.random_range(0u8..=50))).collect();
+                    Op::Set { keys, vals, wait }
+                }
+                10..12 => Op::WaitAll,
+                _ => Op::Localize { keys, wait },
+            };
+            script.push(op);
+            if rng.random_bool(0.08) {
+                script.push(Op::WaitAll);
+            }
+        }
+    };
+    for (_, script) in &mut scripts {
+        random_phase(&mut rng, script, true, None);
+        script.extend(fence.clone());
+    }
+    for k in 0..num_keys {
+        let vals: Vec<f32> = (0..space.len(k)).map(|_| f32::from(rng.random_range(0u8..=50))).collect();
+        expected[k as usize].clone_from(&vals);
+        let w = rng.random_range(0..scripts.len());
+        scripts[w].1.push(Op::set(vec![k], vals));
+    }
+    for (_, script) in &mut scripts {
+        script.extend(fence.clone());
+        random_phase(&mut rng, script, false, Some(&mut expected));
+        script.extend(fence.clone());
+        script.push(Op::pull(all.clone()));
+    }
+    DynCase { cfg, scripts, expected }
+}
+
+/// Every key's value as held by the live nodes at the end of a run.
+pub(crate) fn finals(sim: &Sim) -> Vec<Option<Vec<f32>>> {
+    (0..sim.config().space.num_keys()).map(|k| sim.peek(k)).collect()
+}
+
+/// Sum of a node counter over all nodes.
+pub(crate) fn total(sim: &Sim, counter: impl Fn(&roam_core::stats::NodeCounters) -> &std::sync::atomic::AtomicU64) -> u64 {
+    (0..sim.config().nodes)
+        .map(|n| counter(sim.node(NodeId(n)).counters()).load(std::sync::atomic::Ordering::Relaxed))
+        .sum()
+}

@@ -19,9 +19,22 @@ enum Command {
     Bench(BenchCommand),
     /// The embedded default job: a short distributed matrix factorisation on planted data.
     Demo(demo::DemoArgs),
+    /// Train a model: matrix factorisation, knowledge-graph embeddings or word vectors.
+    #[command(subcommand)]
+    Train(TrainCommand),
     /// End-to-end self-checks with exact expected results (run under `roam launch`).
     #[command(subcommand)]
     Check(check::CheckCommand),
+}
+
+#[derive(Subcommand)]
+enum TrainCommand {
+    /// Matrix factorisation by DSGD with parameter blocking.
+    Mf(roam_apps::mf::Args),
+    /// Knowledge-graph embeddings (ComplEx, RESCAL).
+    Kge(roam_apps::kge::Args),
+    /// Skip-gram word vectors with negative sampling.
+    W2v(roam_apps::w2v::Args),
 }
 
 #[derive(Subcommand)]
@@ -49,6 +62,9 @@ fn main() -> anyhow::Result<()> {
             0
         }
         Command::Demo(args) => demo::run(&args)?,
+        Command::Train(TrainCommand::Mf(args)) => roam_apps::mf::run(&args).map(|()| 0)?,
+        Command::Train(TrainCommand::Kge(args)) => roam_apps::kge::run(&args).map(|()| 0)?,
+        Command::Train(TrainCommand::W2v(args)) => roam_apps::w2v::run(&args).map(|()| 0)?,
         Command::Check(command) => check::run(&command).map(|()| 0)?,
     };
     std::process::exit(code);

@@ -1,0 +1,233 @@
+//! What every training job shares: modes, cluster-wide sums, the result line, progress.
+//!
+//! Modes map onto node configurations:
+//! - `single`: one node with all threads, no network (the baseline every distributed run must
+//!   beat); started without the cluster environment even under a launcher would be wrong, so
+//!   it refuses to run with more than one node;
+//! - `classic`: static allocation with keys spread at random (hash) over nodes, fast local
+//!   access on;
+//! - `classic-nolocal`: the same with every access through the node's message path (ps-lite);
+//! - `lapse`: dynamic allocation (home by range) with the workload's locality technique.
+
+use std::time::Instant;
+
+use anyhow::ensure;
+use roam::{Allocation, Config, Key, NodeHandle, NodeStats, Worker};
+use roam_core::Partitioning;
+use serde::Serialize;
+
+/// How a job places its parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// One node, all threads, no network.
+    Single,
+    /// Static allocation, keys spread at random over nodes, fast local access.
+    Classic,
+    /// Static allocation, every access through messages (a ps-lite-like server).
+    ClassicNolocal,
+    /// Dynamic allocation with the workload's locality technique.
+    Lapse,
+}
+
+impl Mode {
+    /// The mode's name as given on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Single => "single",
+            Self::Classic => "classic",
+            Self::ClassicNolocal => "classic-nolocal",
+            Self::Lapse => "lapse",
+        }
+    }
+
+    /// Whether the workload should localize parameters (only in `lapse` mode).
+    pub fn localizes(self) -> bool {
+        self == Self::Lapse
+    }
+
+    /// Applies the mode to a configuration.
+    pub fn configure(self, cfg: &mut Config) {
+        let (allocation, fast) = match self {
+            Self::Single => (Allocation::StaticRange, true),
+            Self::Classic => (Allocation::StaticHash, true),
+            Self::ClassicNolocal => (Allocation::StaticHash, false),
+            Self::Lapse => (Allocation::Dynamic, true),
+        };
+        cfg.allocation = allocation;
+        cfg.home = Partitioning::Range;
+        cfg.fast_local_access = fast;
+        if self == Self::Single {
+            cfg.cluster.rank = Some(0);
+            cfg.cluster.num_nodes = Some(1);
+        }
+    }
+
+    /// Starts the node for this mode, refusing `single` inside a multi-node launch.
+    pub fn start(self, mut cfg: Config) -> anyhow::Result<NodeHandle> {
+        if self == Self::Single {
+            let launched = std::env::var("ROAM_NUM_NODES").ok().and_then(|n| n.parse::<u32>().ok());
+            ensure!(
+                launched.unwrap_or(1) <= 1,
+                "mode single runs on one node; it was launched on {} nodes (drop `roam launch`)",
+                launched.unwrap_or(1)
+            );
+        }
+        self.configure(&mut cfg);
+        Ok(NodeHandle::start(cfg)?)
+    }
+}
+
+/// Number of 16-bit limbs per counter: sums over up to 256 nodes stay exact in `f32`.
+const LIMBS: usize = 4;
+
+/// Keys reserved for summing `u64` counters over all nodes exactly through the parameter
+/// server (each counter is split into 16-bit limbs, which `f32` adds exactly).
+#[derive(Clone, Debug)]
+pub struct SumKeys {
+    keys: Vec<Key>,
+    len: usize,
+    counters: usize,
+}
+
+impl SumKeys {
+    /// Values needed to sum `counters` counters.
+    pub fn values_needed(counters: usize) -> usize {
+        counters * LIMBS
+    }
+
+    /// Uses `keys` (of `len` values each, at least `values_needed(counters)` in total).
+    pub fn new(keys: Vec<Key>, len: usize, counters: usize) -> Self {
+        assert!(keys.len() * len >= Self::values_needed(counters), "not enough room for the sums");
+        Self { keys, len, counters }
+    }
+
+    /// Number of keys needed for `counters` counters at `len` values per key.
+    pub fn keys_needed(counters: usize, len: usize) -> usize {
+        Self::values_needed(counters).div_ceil(len)
+    }
+
+    /// Called by exactly one worker per node with that node's counters: returns, on every
+    /// calling worker, the sums over all nodes. All workers of all nodes must call
+    /// [`SumKeys::barrier_and_read`] afterwards (it contains the barriers).
+    pub fn contribute(&self, worker: &Worker, counters: &[u64]) -> anyhow::Result<()> {
+        ensure!(counters.len() == self.counters, "expected {} counters", self.counters);
+        let mut vals = vec![0f32; self.keys.len() * self.len];
+        for (i, &c) in counters.iter().enumerate() {
+            for limb in 0..LIMBS {
+                vals[i * LIMBS + limb] = ((c >> (16 * limb)) & 0xffff) as f32;
+            }
+        }
+        worker.push(&self.keys, &vals)?.wait()?;
+        Ok(())
+    }
+
+    /// Barrier, read the sums, barrier, and (on global worker 0) reset them for the next use.
+    pub fn barrier_and_read(&self, worker: &Worker) -> anyhow::Result<Vec<u64>> {
+        worker.barrier()?;
+        let mut vals = vec![0f32; self.keys.len() * self.len];
+        worker.pull(&self.keys, &mut vals)?.wait()?;
+        worker.barrier()?;
+        if worker.global_id() == 0 {
+            worker.set(&self.keys, &vec![0f32; vals.len()])?.wait()?;
+        }
+        worker.barrier()?;
+        Ok((0..self.counters)
+            .map(|i| (0..LIMBS).map(|limb| (vals[i * LIMBS + limb] as u64) << (16 * limb)).sum())
+            .collect())
+    }
+}
+
+/// Cluster-wide counters reported with every job.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClusterCounters {
+    /// Fraction of accessed keys served locally, over all nodes.
+    pub local_fraction: f64,
+    /// Frames sent by all nodes.
+    pub messages_sent: u64,
+    /// Bytes sent by all nodes.
+    pub bytes_sent: u64,
+    /// Keys relocated (moved in) on all nodes.
+    pub relocations: u64,
+}
+
+/// The counters [`ClusterCounters`] is summed from, in [`SumKeys`] order.
+pub const CLUSTER_COUNTERS: usize = 5;
+
+/// This node's contribution to [`ClusterCounters`].
+pub fn node_counters(stats: &NodeStats) -> [u64; CLUSTER_COUNTERS] {
+    let local = stats.local_pull_keys + stats.local_push_keys;
+    let remote = stats.remote_pull_keys + stats.remote_push_keys;
+    [local, local + remote, stats.messages_sent, stats.bytes_sent, stats.relocations_in]
+}
+
+impl ClusterCounters {
+    /// From sums of [`node_counters`] over all nodes.
+    pub fn from_sums(sums: &[u64]) -> Self {
+        Self {
+            local_fraction: if sums[1] == 0 { 0.0 } else { sums[0] as f64 / sums[1] as f64 },
+            messages_sent: sums[2],
+            bytes_sent: sums[3],
+            relocations: sums[4],
+        }
+    }
+}
+
+/// Wall-clock stopwatch for epochs.
+#[derive(Debug)]
+pub struct Stopwatch(Instant);
+
+impl Stopwatch {
+    /// Starts now.
+    pub fn start() -> Self {
+        Self(Instant::now())
+    }
+
+    /// Seconds since start.
+    pub fn seconds(&self) -> f64 {
+        self.0.elapsed().as_secs_f64()
+    }
+}
+
+/// A progress bar on rank 0's first worker only (hidden elsewhere and when not a terminal).
+pub fn progress(worker: &Worker, len: u64, what: &str) -> indicatif::ProgressBar {
+    if worker.global_id() != 0 {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_prefix(what.to_string());
+    bar
+}
+
+/// The one JSON line rank 0 prints at the end of a training job.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrainReport {
+    /// `mf`, `kge` or `w2v`.
+    pub app: &'static str,
+    /// The mode's name.
+    pub mode: &'static str,
+    /// Nodes in the run.
+    pub nodes: u32,
+    /// Worker threads per node.
+    pub workers_per_node: u32,
+    /// Dataset name (directory or synthetic spec).
+    pub dataset: String,
+    /// Per-epoch figures: `{epoch, seconds, loss, ...quality}`.
+    pub epochs: Vec<serde_json::Value>,
+    /// Cluster-wide counters.
+    #[serde(flatten)]
+    pub counters: ClusterCounters,
+    /// App-specific settings worth recording (dimension, learning rate, ...).
+    pub settings: serde_json::Value,
+}
+
+impl TrainReport {
+    /// Prints the report as one JSON line on stdout.
+    pub fn print(&self) {
+        println!("{}", serde_json::to_string(self).expect("reports serialise"));
+    }
+}

@@ -1,0 +1,14 @@
+//! The `kge` workload (being written).
+
+/// Options of `roam train kge`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Allocation mode.
+    #[arg(long, value_enum)]
+    pub mode: crate::common::Mode,
+}
+
+/// Trains on this node (rank 0 prints the report).
+pub fn run(_args: &Args) -> anyhow::Result<()> {
+    anyhow::bail!("roam train kge is not implemented yet")
+}

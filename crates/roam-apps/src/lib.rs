@@ -1,0 +1,16 @@
+//! Training workloads on roam: the three applications of the Lapse paper, each runnable in every
+//! allocation mode (see [`common::Mode`]).
+//!
+//! # Layout
+//! - [`common`]: modes, exact cluster-wide sums, the result line, progress bars.
+//! - `mf`: matrix factorisation by DSGD with parameter blocking.
+//! - `kge`: knowledge-graph embeddings (ComplEx, RESCAL) with AdaGrad and filtered ranking.
+//! - `w2v`: skip-gram word vectors with negative sampling.
+//!
+//! `anyhow` is used here because these are applications (their errors end up printed by the
+//! `roam` binary), not library code.
+
+pub mod common;
+pub mod kge;
+pub mod mf;
+pub mod w2v;

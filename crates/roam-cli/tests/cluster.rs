@@ -1,38 +1,9 @@
 //! Multi-process tests over real TCP: `roam launch` starts node processes of the `roam` binary
 //! on loopback, and the self-checks verify exact results (see `roam check --help`).
 
-use std::process::{Command, Output};
+mod common;
 
-fn roam() -> &'static str {
-    env!("CARGO_BIN_EXE_roam")
-}
-
-/// Runs `roam launch --nodes N --workers-per-node T -- roam ARGS...`, asserting success.
-fn launch(nodes: u32, workers: u32, args: &[&str]) -> String {
-    let out: Output = Command::new(roam())
-        .args(["launch", "--nodes", &nodes.to_string(), "--workers-per-node", &workers.to_string(), "--", roam()])
-        .args(args)
-        .output()
-        .expect("running roam launch");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "roam {args:?} failed ({}):\n{stdout}\n{stderr}", out.status);
-    stdout
-}
-
-/// The per-node stats lines printed at shutdown.
-fn node_stats(stdout: &str) -> Vec<serde_json::Value> {
-    stdout
-        .lines()
-        .filter_map(|l| l.split_once("] ").map(|(_, rest)| rest))
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v.get("roam_node_stats").cloned())
-        .collect()
-}
-
-fn sum(stats: &[serde_json::Value], field: &str) -> u64 {
-    stats.iter().map(|s| s[field].as_u64().unwrap_or_else(|| panic!("no {field} in {s}"))).sum()
-}
+use common::{launch, node_stats, sum};
 
 #[test]
 fn concurrent_increments_to_one_key_with_a_relocating_worker_are_exact() {
@@ -97,8 +68,7 @@ fn a_vanished_peer_fails_waiting_operations_instead_of_hanging() {
 #[test]
 fn the_demo_job_trains_and_its_loss_falls() {
     let out = launch(2, 2, &["demo", "--epochs", "3", "--entries", "40000"]);
-    let line = out.lines().find(|l| l.contains("\"demo-mf\"")).expect("demo result line");
-    let json: serde_json::Value = serde_json::from_str(line.split_once("] ").unwrap().1).unwrap();
+    let json = common::json_with(&out, "app", "demo-mf");
     let rmse: Vec<f64> = json["train_rmse"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     assert_eq!(rmse.len(), 3);
     assert!(rmse[2] < rmse[0] * 0.8, "RMSE must fall: {rmse:?}");
@@ -107,8 +77,7 @@ fn the_demo_job_trains_and_its_loss_falls() {
 #[test]
 fn bench_ops_reports_every_figure() {
     let out = launch(2, 1, &["bench", "ops", "--keys", "1000", "--seconds", "0.2", "--batch", "10"]);
-    let line = out.lines().find(|l| l.contains("\"bench\":\"ops\"")).expect("bench line");
-    let json: serde_json::Value = serde_json::from_str(line.split_once("] ").unwrap().1).unwrap();
+    let json = common::json_with(&out, "bench", "ops");
     for field in [
         "local_pull_keys_per_s",
         "local_push_keys_per_s",

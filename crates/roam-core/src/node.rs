@@ -446,7 +446,7 @@ impl Node {
             return false;
         }
         let out_offsets = positions.iter().map(|&pos| p.out_offsets[pos as usize]).collect();
-        for pos in positions.to_vec() {
+        for &pos in positions {
             self.answer(op, pos);
         }
         self.pending.get_mut(&op).expect("checked").parts.push(PullPart { out_offsets, reply });

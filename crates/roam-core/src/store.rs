@@ -171,13 +171,15 @@ impl Store {
     #[inline(always)]
     fn prefetch_ahead(&self, keys: &[Key], i: usize) {
         const D: usize = 4;
-        if let Some(&far) = keys.get(i + 2 * D) {
-            if let Some(state) = self.states.get(far as usize) {
-                prefetch(state.as_ptr().cast());
-            }
+        if let Some(&far) = keys.get(i + 2 * D)
+            && let Some(state) = self.states.get(far as usize)
+        {
+            prefetch(state.as_ptr().cast());
         }
-        if let Some(&near) = keys.get(i + D) {
-            if let Some(state) = self.states.get(near as usize) {
+        if let Some(&near) = keys.get(i + D)
+            && let Some(state) = self.states.get(near as usize)
+        {
+            {
                 let s = state.load(Ordering::Relaxed);
                 if s & LOCAL != 0 && self.uniform_len != 0 {
                     let slot = s & SLOT_MASK;

@@ -448,6 +448,24 @@ impl<'a> Search<'a> {
         if self.path.len() > self.best.len() {
             self.best = self.path.clone();
         }
+        // A read that may go next and matches the current value goes next, without branching:
+        // it changes nothing, and nothing still unplaced has to precede it, so any order that
+        // places it later stays valid with it moved here.
+        let free_read = self.entries.iter().enumerate().position(|(i, e)| {
+            !is_done(i)
+                && e.call < min_ret
+                && e.pred.is_none_or(|p| is_done(p))
+                && matches!(&e.effect, Effect::Read(r) if r.as_slice() == value)
+        });
+        if let Some(i) = free_read {
+            let mut next_done = done.to_vec();
+            next_done[i / 64] |= 1 << (i % 64);
+            self.states += 1;
+            self.path.push(i);
+            let found = self.visit(&next_done, value);
+            self.path.pop();
+            return found;
+        }
         for idx in 0..self.by_deadline.len() {
             let i = self.by_deadline[idx];
             let e = &self.entries[i];

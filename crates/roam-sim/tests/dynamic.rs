@@ -71,7 +71,11 @@ fn run_case(seed: u64, shape: DynShape) -> (Sim, bool, bool) {
     // Per-key linearizability (with every worker's program order where it is guaranteed: see
     // `async_order.rs`), the final values included.
     let opts = if !caches && fast { Consistency::with_program_order() } else { Consistency::linearizable() };
-    check_linearizable(history, opts, Some(&finals)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
+    let t0 = std::time::Instant::now();
+    let rep = check_linearizable(history, opts, Some(&finals)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
+    if std::env::var_os("ROAM_SIM_VERBOSE").is_some() {
+        eprintln!("seed {seed}: {} ops, {} steps, check {:?} {rep:?}", history.ops().len(), sim.steps(), t0.elapsed());
+    }
     (sim, caches, fast)
 }
 

@@ -226,7 +226,7 @@ fn run_worker(w: &Worker, plan: &KeyPlan, args: &OpsArgs, first_result_key: Key,
             }
             done_keys += batch as u64;
             // Reading the clock costs as much as a local access of a small batch: do it rarely.
-            if (done_keys / batch as u64) % 64 == 0 && start.elapsed() >= seconds {
+            if (done_keys / batch as u64).is_multiple_of(64) && start.elapsed() >= seconds {
                 break;
             }
         }

@@ -96,8 +96,8 @@ where
         .and_then(|l| l.local_addr())
         .context("picking a free loopback port for the coordinator")?
         .port();
-    // The port is free now but not reserved; rank 0 binds it moments later, and a clash shows up
-    // as rank 0's bind error rather than as anything silent.
+    // The port is free now but not reserved; rank 0 binds it moments later, and should another
+    // process take it meanwhile, rank 0 fails with a bind error naming it, not silently.
     let coordinator = format!("127.0.0.1:{port}");
     let token: String =
         rand::random::<[u8; 32]>()
@@ -114,6 +114,7 @@ where
     let signals = signals::Guard::install().context("installing SIGINT/SIGTERM handlers")?;
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let mut nodes: Vec<Node> = Vec::with_capacity(args.nodes as usize);
+    let mut pumps = 0;
 
     for rank in 0..args.nodes {
         let mut cmd = Command::new(program);
@@ -139,7 +140,7 @@ where
                     n.signal(libc::SIGKILL);
                     let _ = n.child.wait();
                 }
-                wait_for_output(&done_rx, 2 * nodes.len(), &err);
+                wait_for_output(&done_rx, pumps, &err);
                 return Err(e).with_context(|| {
                     format!("starting node {rank}: {}", program.to_string_lossy())
                 });
@@ -147,10 +148,10 @@ where
         };
         let prefix = format!("[node {rank}] ").into_bytes();
         if let Some(pipe) = child.stdout.take() {
-            spawn_pump(pipe, prefix.clone(), Arc::clone(&out), done_tx.clone());
+            pumps += usize::from(spawn_pump(pipe, prefix.clone(), &out, &err, &done_tx));
         }
         if let Some(pipe) = child.stderr.take() {
-            spawn_pump(pipe, prefix, Arc::clone(&err), done_tx.clone());
+            pumps += usize::from(spawn_pump(pipe, prefix, &err, &err, &done_tx));
         }
         nodes.push(Node {
             rank,
@@ -161,7 +162,7 @@ where
     drop(done_tx);
 
     let code = supervise(&mut nodes, &signals, &err);
-    wait_for_output(&done_rx, 2 * nodes.len(), &err);
+    wait_for_output(&done_rx, pumps, &err);
     Ok(code)
 }
 
@@ -298,15 +299,35 @@ fn wait_for_output<E: Write>(done: &mpsc::Receiver<()>, pumps: usize, err: &Mute
     }
 }
 
-fn spawn_pump<R, W>(pipe: R, prefix: Vec<u8>, sink: Arc<Mutex<W>>, done: mpsc::Sender<()>)
+/// Relays `pipe` on its own thread; returns whether the thread (and so its `done` message)
+/// exists. Without a thread the pipe is dropped, so the child sees a closed pipe, not a full one.
+fn spawn_pump<R, W, E>(
+    pipe: R,
+    prefix: Vec<u8>,
+    sink: &Arc<Mutex<W>>,
+    err: &Mutex<E>,
+    done: &mpsc::Sender<()>,
+) -> bool
 where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
+    E: Write,
 {
-    thread::spawn(move || {
-        pump(pipe, &prefix, &sink);
-        let _ = done.send(());
-    });
+    let (sink, done) = (Arc::clone(sink), done.clone());
+    let spawned = thread::Builder::new()
+        .name("roam-launch-output".into())
+        .spawn(move || {
+            pump(pipe, &prefix, &sink);
+            let _ = done.send(());
+        });
+    if let Err(e) = spawned {
+        notice(
+            err,
+            &format!("cannot start a thread to relay node output: {e}"),
+        );
+        return false;
+    }
+    true
 }
 
 /// Relays `pipe` to `sink` line by line, each line prefixed, until end of file.

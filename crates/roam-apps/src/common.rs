@@ -66,7 +66,9 @@ impl Mode {
     /// Starts the node for this mode, refusing `single` inside a multi-node launch.
     pub fn start(self, mut cfg: Config) -> anyhow::Result<NodeHandle> {
         if self == Self::Single {
-            let launched = std::env::var("ROAM_NUM_NODES").ok().and_then(|n| n.parse::<u32>().ok());
+            let launched = std::env::var("ROAM_NUM_NODES")
+                .ok()
+                .and_then(|n| n.parse::<u32>().ok());
             ensure!(
                 launched.unwrap_or(1) <= 1,
                 "mode single runs on one node; it was launched on {} nodes (drop `roam launch`)",
@@ -98,8 +100,15 @@ impl SumKeys {
 
     /// Uses `keys` (of `len` values each, at least `values_needed(counters)` in total).
     pub fn new(keys: Vec<Key>, len: usize, counters: usize) -> Self {
-        assert!(keys.len() * len >= Self::values_needed(counters), "not enough room for the sums");
-        Self { keys, len, counters }
+        assert!(
+            keys.len() * len >= Self::values_needed(counters),
+            "not enough room for the sums"
+        );
+        Self {
+            keys,
+            len,
+            counters,
+        }
     }
 
     /// Number of keys needed for `counters` counters at `len` values per key.
@@ -111,7 +120,11 @@ impl SumKeys {
     /// calling worker, the sums over all nodes. All workers of all nodes must call
     /// [`SumKeys::barrier_and_read`] afterwards (it contains the barriers).
     pub fn contribute(&self, worker: &Worker, counters: &[u64]) -> anyhow::Result<()> {
-        ensure!(counters.len() == self.counters, "expected {} counters", self.counters);
+        ensure!(
+            counters.len() == self.counters,
+            "expected {} counters",
+            self.counters
+        );
         let mut vals = vec![0f32; self.keys.len() * self.len];
         for (i, &c) in counters.iter().enumerate() {
             for limb in 0..LIMBS {
@@ -133,7 +146,11 @@ impl SumKeys {
         }
         worker.barrier()?;
         Ok((0..self.counters)
-            .map(|i| (0..LIMBS).map(|limb| (vals[i * LIMBS + limb] as u64) << (16 * limb)).sum())
+            .map(|i| {
+                (0..LIMBS)
+                    .map(|limb| (vals[i * LIMBS + limb] as u64) << (16 * limb))
+                    .sum()
+            })
             .collect())
     }
 }
@@ -158,14 +175,24 @@ pub const CLUSTER_COUNTERS: usize = 5;
 pub fn node_counters(stats: &NodeStats) -> [u64; CLUSTER_COUNTERS] {
     let local = stats.local_pull_keys + stats.local_push_keys;
     let remote = stats.remote_pull_keys + stats.remote_push_keys;
-    [local, local + remote, stats.messages_sent, stats.bytes_sent, stats.relocations_in]
+    [
+        local,
+        local + remote,
+        stats.messages_sent,
+        stats.bytes_sent,
+        stats.relocations_in,
+    ]
 }
 
 impl ClusterCounters {
     /// From sums of [`node_counters`] over all nodes.
     pub fn from_sums(sums: &[u64]) -> Self {
         Self {
-            local_fraction: if sums[1] == 0 { 0.0 } else { sums[0] as f64 / sums[1] as f64 },
+            local_fraction: if sums[1] == 0 {
+                0.0
+            } else {
+                sums[0] as f64 / sums[1] as f64
+            },
             messages_sent: sums[2],
             bytes_sent: sums[3],
             relocations: sums[4],
@@ -196,8 +223,10 @@ pub fn progress(worker: &Worker, len: u64, what: &str) -> indicatif::ProgressBar
     }
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar.set_prefix(what.to_string());
     bar
@@ -228,6 +257,9 @@ pub struct TrainReport {
 impl TrainReport {
     /// Prints the report as one JSON line on stdout.
     pub fn print(&self) {
-        println!("{}", serde_json::to_string(self).expect("reports serialise"));
+        println!(
+            "{}",
+            serde_json::to_string(self).expect("reports serialise")
+        );
     }
 }

@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use roam::{bench, check, demo, launch};
 
 #[derive(Parser)]
-#[command(name = "roam", version, about = "roam: a parameter server whose parameters move to where they are used")]
+#[command(
+    name = "roam",
+    version,
+    about = "roam: a parameter server whose parameters move to where they are used"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -58,7 +62,10 @@ fn main() -> anyhow::Result<()> {
         Command::Launch(args) => launch::run(&args)?,
         Command::Bench(BenchCommand::Ops(args)) => bench::run_ops(&args).map(|()| 0)?,
         Command::Bench(BenchCommand::RowCopy) => {
-            println!("{}", serde_json::json!({ "reference_row_copy_rows_per_s": bench::row_copy_reference() }));
+            println!(
+                "{}",
+                serde_json::json!({ "reference_row_copy_rows_per_s": bench::row_copy_reference() })
+            );
             0
         }
         Command::Demo(args) => demo::run(&args)?,

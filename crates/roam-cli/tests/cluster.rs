@@ -9,20 +9,56 @@ use common::{launch, node_stats, sum};
 fn concurrent_increments_to_one_key_with_a_relocating_worker_are_exact() {
     // The Lapse acceptance test: 3 nodes x 2 workers push (1, 2) 100 000 times each while one
     // worker localizes the key every 1 000 operations.
-    let out = launch(3, 2, &["check", "increments", "--ops", "100000", "--localize-every", "1000", "--localizers", "1"]);
-    assert!(out.contains("6 workers x 100000 ops on 1 keys verified exactly"), "{out}");
+    let out = launch(
+        3,
+        2,
+        &[
+            "check",
+            "increments",
+            "--ops",
+            "100000",
+            "--localize-every",
+            "1000",
+            "--localizers",
+            "1",
+        ],
+    );
+    assert!(
+        out.contains("6 workers x 100000 ops on 1 keys verified exactly"),
+        "{out}"
+    );
     let stats = node_stats(&out);
     assert_eq!(stats.len(), 3, "{out}");
-    assert!(sum(&stats, "relocations_in") >= 1, "the key must have moved: {out}");
+    assert!(
+        sum(&stats, "relocations_in") >= 1,
+        "the key must have moved: {out}"
+    );
     assert_eq!(sum(&stats, "anomalies"), 0, "{out}");
 }
 
 #[test]
 fn concurrent_increments_with_random_localizes_on_many_keys_are_exact() {
-    let out = launch(3, 2, &["check", "increments", "--keys", "40", "--ops", "20000", "--localize-every", "50"]);
+    let out = launch(
+        3,
+        2,
+        &[
+            "check",
+            "increments",
+            "--keys",
+            "40",
+            "--ops",
+            "20000",
+            "--localize-every",
+            "50",
+        ],
+    );
     assert!(out.contains("verified exactly"), "{out}");
     let stats = node_stats(&out);
-    assert_eq!(sum(&stats, "relocations_in"), sum(&stats, "relocations_out"), "{out}");
+    assert_eq!(
+        sum(&stats, "relocations_in"),
+        sum(&stats, "relocations_out"),
+        "{out}"
+    );
     assert!(sum(&stats, "relocations_in") > 100, "{out}");
     assert!(sum(&stats, "forwards") > 0, "{out}");
 }
@@ -32,7 +68,19 @@ fn increments_are_exact_with_location_caches_and_synchronous_pushes() {
     let out = launch(
         2,
         2,
-        &["check", "increments", "--keys", "8", "--ops", "5000", "--localize-every", "20", "--location-caches", "--window", "1"],
+        &[
+            "check",
+            "increments",
+            "--keys",
+            "8",
+            "--ops",
+            "5000",
+            "--localize-every",
+            "20",
+            "--location-caches",
+            "--window",
+            "1",
+        ],
     );
     assert!(out.contains("verified exactly"), "{out}");
     assert!(sum(&node_stats(&out), "cache_hits") > 0, "{out}");
@@ -40,22 +88,48 @@ fn increments_are_exact_with_location_caches_and_synchronous_pushes() {
 
 #[test]
 fn increments_are_exact_in_every_static_mode() {
-    for extra in [&["--allocation", "static-range"][..], &["--allocation", "static-hash"], &["--allocation", "static-hash", "--no-fast-local-access"]] {
+    for extra in [
+        &["--allocation", "static-range"][..],
+        &["--allocation", "static-hash"],
+        &["--allocation", "static-hash", "--no-fast-local-access"],
+    ] {
         let mut args = vec!["check", "increments", "--keys", "16", "--ops", "5000"];
         args.extend_from_slice(extra);
         let out = launch(2, 2, &args);
         assert!(out.contains("verified exactly"), "{extra:?}: {out}");
         let stats = node_stats(&out);
-        assert_eq!(sum(&stats, "relocations_in"), 0, "static modes never move keys: {out}");
+        assert_eq!(
+            sum(&stats, "relocations_in"),
+            0,
+            "static modes never move keys: {out}"
+        );
         if extra.contains(&"--no-fast-local-access") {
-            assert_eq!(sum(&stats, "local_push_keys"), 0, "every access goes through messages: {out}");
+            assert_eq!(
+                sum(&stats, "local_push_keys"),
+                0,
+                "every access goes through messages: {out}"
+            );
         }
     }
 }
 
 #[test]
 fn dynamic_mode_without_fast_local_access_is_exact() {
-    let out = launch(2, 2, &["check", "increments", "--keys", "8", "--ops", "5000", "--localize-every", "100", "--no-fast-local-access"]);
+    let out = launch(
+        2,
+        2,
+        &[
+            "check",
+            "increments",
+            "--keys",
+            "8",
+            "--ops",
+            "5000",
+            "--localize-every",
+            "100",
+            "--no-fast-local-access",
+        ],
+    );
     assert!(out.contains("verified exactly"), "{out}");
 }
 
@@ -69,14 +143,32 @@ fn a_vanished_peer_fails_waiting_operations_instead_of_hanging() {
 fn the_demo_job_trains_and_its_loss_falls() {
     let out = launch(2, 2, &["demo", "--epochs", "3", "--entries", "40000"]);
     let json = common::json_with(&out, "app", "demo-mf");
-    let rmse: Vec<f64> = json["train_rmse"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let rmse: Vec<f64> = json["train_rmse"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
     assert_eq!(rmse.len(), 3);
     assert!(rmse[2] < rmse[0] * 0.8, "RMSE must fall: {rmse:?}");
 }
 
 #[test]
 fn bench_ops_reports_every_figure() {
-    let out = launch(2, 1, &["bench", "ops", "--keys", "1000", "--seconds", "0.2", "--batch", "10"]);
+    let out = launch(
+        2,
+        1,
+        &[
+            "bench",
+            "ops",
+            "--keys",
+            "1000",
+            "--seconds",
+            "0.2",
+            "--batch",
+            "10",
+        ],
+    );
     let json = common::json_with(&out, "bench", "ops");
     for field in [
         "local_pull_keys_per_s",
@@ -86,6 +178,9 @@ fn bench_ops_reports_every_figure() {
         "remote_pull_p50_us",
         "remote_pull_p99_us",
     ] {
-        assert!(json[field].as_f64().is_some_and(|v| v > 0.0), "{field} missing or zero: {json}");
+        assert!(
+            json[field].as_f64().is_some_and(|v| v > 0.0),
+            "{field} missing or zero: {json}"
+        );
     }
 }

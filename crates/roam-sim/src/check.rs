@@ -466,8 +466,20 @@ impl<'a> Search<'a> {
             self.path.pop();
             return found;
         }
-        for idx in 0..self.by_deadline.len() {
-            let i = self.by_deadline[idx];
+        // Writes that may go next, with the value after each. Those that make some read that
+        // may go next match are tried first, then the rest by earliest deadline.
+        let pending_reads: Vec<&[f32]> = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|&(i, e)| !is_done(i) && e.call < min_ret)
+            .filter_map(|(_, e)| match &e.effect {
+                Effect::Read(r) => Some(r.as_slice()),
+                _ => None,
+            })
+            .collect();
+        let mut options: Vec<(bool, usize, Vec<f32>)> = Vec::new();
+        for &i in &self.by_deadline {
             let e = &self.entries[i];
             if is_done(i) || e.call >= min_ret || e.pred.is_some_and(|p| !is_done(p)) {
                 continue;
@@ -476,12 +488,18 @@ impl<'a> Search<'a> {
             match &e.effect {
                 Effect::Add(u) => next.iter_mut().zip(u).for_each(|(v, u)| *v += u),
                 Effect::Set(u) => next.copy_from_slice(u),
-                Effect::Read(r) => {
-                    if r.as_slice() != value {
-                        continue;
-                    }
-                }
+                // Reads that may go next but do not match cannot go next.
+                Effect::Read(_) => continue,
             }
+            let helps = pending_reads.contains(&next.as_slice());
+            options.push((!helps, options.len(), next));
+        }
+        options.sort_by_key(|&(later, rank, _)| (later, rank));
+        for (_, rank, next) in options {
+            let i = self.by_deadline.iter().copied().filter(|&i| {
+                let e = &self.entries[i];
+                !is_done(i) && e.call < min_ret && e.pred.is_none_or(|p| is_done(p)) && !matches!(e.effect, Effect::Read(_))
+            }).nth(rank).expect("ranked above");
             let mut next_done = done.to_vec();
             next_done[i / 64] |= 1 << (i % 64);
             let bits: Box<[u32]> = next.iter().map(|v| v.to_bits()).collect();

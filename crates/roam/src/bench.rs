@@ -61,7 +61,13 @@ pub struct OpsArgs {
     pub seed: u64,
 }
 
-const PHASES: [&str; 5] = ["local_pull", "local_push", "remote_pull", "remote_push", "relocate"];
+const PHASES: [&str; 5] = [
+    "local_pull",
+    "local_push",
+    "remote_pull",
+    "remote_push",
+    "relocate",
+];
 
 /// Which keys each phase draws from, per node.
 struct KeyPlan {
@@ -88,7 +94,12 @@ impl KeyPlan {
     /// movable keys, indices `w, w + t, ...`.
     fn relocated_by(&self, r: u32, w: u32, t: u32, count: usize) -> Vec<Key> {
         let from = &self.movable[((r + 1) % self.movable.len() as u32) as usize];
-        from.iter().skip(w as usize).step_by(t as usize).take(count).copied().collect()
+        from.iter()
+            .skip(w as usize)
+            .step_by(t as usize)
+            .take(count)
+            .copied()
+            .collect()
     }
 }
 
@@ -114,7 +125,9 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
             .into_iter()
             .map(|w| {
                 let plan = &plan;
-                scope.spawn(move || run_worker(&w, plan, args, args.keys, result_keys).map(|r| (w, r)))
+                scope.spawn(move || {
+                    run_worker(&w, plan, args, args.keys, result_keys).map(|r| (w, r))
+                })
             })
             .collect();
         handles
@@ -129,7 +142,9 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
         let keys: Vec<Key> = (args.keys..args.keys + result_keys).collect();
         workers[0].pull(&keys, &mut rates)?.wait()?;
         let mine = &results[0];
-        let quantile = |h: &Histogram<u64>, q: f64| (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1e3);
+        let quantile = |h: &Histogram<u64>, q: f64| {
+            (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1e3)
+        };
         let stats = node.stats();
         let line = json!({
             "bench": "ops",
@@ -178,17 +193,28 @@ fn draw(rng: &mut SmallRng, pool: &[Key], n: usize) -> Vec<Key> {
     if pool.is_empty() {
         return Vec::new();
     }
-    (0..n).map(|_| pool[rng.random_range(0..pool.len())]).collect()
+    (0..n)
+        .map(|_| pool[rng.random_range(0..pool.len())])
+        .collect()
 }
 
-fn run_worker(w: &Worker, plan: &KeyPlan, args: &OpsArgs, first_result_key: Key, result_keys: u64) -> anyhow::Result<WorkerResult> {
+fn run_worker(
+    w: &Worker,
+    plan: &KeyPlan,
+    args: &OpsArgs,
+    first_result_key: Key,
+    result_keys: u64,
+) -> anyhow::Result<WorkerResult> {
     let (rank, nodes, t) = (w.rank(), w.num_nodes(), w.workers_per_node());
     let len = w.key_space().len(0);
     let batch = args.batch.max(1);
     let seconds = Duration::from_secs_f64(args.seconds);
     let mut rng = SmallRng::seed_from_u64(args.seed ^ (u64::from(w.global_id()) << 32));
     let local = &plan.fixed[rank as usize];
-    let remote: Vec<Key> = (0..nodes).filter(|&n| n != rank).flat_map(|n| plan.fixed[n as usize].clone()).collect();
+    let remote: Vec<Key> = (0..nodes)
+        .filter(|&n| n != rank)
+        .flat_map(|n| plan.fixed[n as usize].clone())
+        .collect();
     let mut buf = vec![0.5f32; batch * len];
     let mut result = WorkerResult {
         remote_pull: Histogram::new(3)?,
@@ -200,7 +226,11 @@ fn run_worker(w: &Worker, plan: &KeyPlan, args: &OpsArgs, first_result_key: Key,
     // Throughput phases.
     for (phase, name) in PHASES[..4].iter().enumerate() {
         w.barrier()?;
-        let pool = if name.starts_with("local") { local } else { &remote };
+        let pool = if name.starts_with("local") {
+            local
+        } else {
+            &remote
+        };
         // Drawn before the clock starts: the benchmark measures the server, not the RNG.
         let drawn = draw(&mut rng, pool, (1 << 20).max(batch));
         if drawn.is_empty() {
@@ -252,11 +282,16 @@ fn run_worker(w: &Worker, plan: &KeyPlan, args: &OpsArgs, first_result_key: Key,
     let forwarded: Vec<Key> = if args.allocation.is_dynamic() && nodes >= 3 {
         // Keys homed two nodes on, now owned by the next node: requester, home and owner differ.
         let owner = (rank + 1) % nodes;
-        (0..t).flat_map(|w| plan.relocated_by(owner, w, t, args.relocations)).collect()
+        (0..t)
+            .flat_map(|w| plan.relocated_by(owner, w, t, args.relocations))
+            .collect()
     } else {
         Vec::new()
     };
-    for (path, pool) in [&local[..], &remote[..], &forwarded[..]].into_iter().enumerate() {
+    for (path, pool) in [&local[..], &remote[..], &forwarded[..]]
+        .into_iter()
+        .enumerate()
+    {
         for key in draw(&mut rng, pool, args.path_samples) {
             let t0 = Instant::now();
             w.pull(&[key], &mut one)?.wait()?;

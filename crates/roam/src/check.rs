@@ -88,7 +88,10 @@ fn worker_rng(seed: u64, global: u32) -> SmallRng {
 }
 
 fn increments(args: &IncrementsArgs) -> anyhow::Result<()> {
-    ensure!(args.keys > 0 && args.window > 0, "--keys and --window must be positive");
+    ensure!(
+        args.keys > 0 && args.window > 0,
+        "--keys and --window must be positive"
+    );
     let mut cfg = Config::new(args.keys, 2);
     cfg.allocation = args.allocation;
     cfg.fast_local_access = !args.no_fast_local_access;
@@ -117,7 +120,10 @@ fn increments(args: &IncrementsArgs) -> anyhow::Result<()> {
             started.elapsed().as_secs_f64()
         );
     }
-    eprintln!("relocations in {}, out {}, forwards {}", stats.relocations_in, stats.relocations_out, stats.forwards);
+    eprintln!(
+        "relocations in {}, out {}, forwards {}",
+        stats.relocations_in, stats.relocations_out, stats.forwards
+    );
     node.shutdown()?;
     Ok(())
 }
@@ -125,7 +131,8 @@ fn increments(args: &IncrementsArgs) -> anyhow::Result<()> {
 fn push_increments(w: &Worker, args: &IncrementsArgs, total_workers: u32) -> anyhow::Result<()> {
     let me = w.global_id();
     let total = w.num_nodes() * w.workers_per_node();
-    let localizes = args.localize_every > 0 && (args.localizers == 0 || me >= total.saturating_sub(args.localizers));
+    let localizes = args.localize_every > 0
+        && (args.localizers == 0 || me >= total.saturating_sub(args.localizers));
     let mut rng = worker_rng(args.seed, me);
     let mut tickets = std::collections::VecDeque::new();
     for i in 0..args.ops {
@@ -158,7 +165,12 @@ fn push_increments(w: &Worker, args: &IncrementsArgs, total_workers: u32) -> any
     for (key, pair) in values.chunks_exact(2).enumerate() {
         let want = expected[key];
         if f64::from(pair[0]) != want || f64::from(pair[1]) != 2.0 * want {
-            bail!("key {key}: value ({}, {}) but exactly ({want}, {}) was pushed", pair[0], pair[1], 2.0 * want);
+            bail!(
+                "key {key}: value ({}, {}) but exactly ({want}, {}) was pushed",
+                pair[0],
+                pair[1],
+                2.0 * want
+            );
         }
     }
     w.barrier()?;
@@ -185,7 +197,9 @@ fn peer_loss(args: &PeerLossArgs) -> anyhow::Result<()> {
     let result = loop {
         // Until the loss is noticed the pull may still succeed; afterwards it must fail.
         match worker.pull(&[key], &mut out)?.wait() {
-            Ok(()) if started.elapsed() < Duration::from_secs(30) => std::thread::sleep(Duration::from_millis(5)),
+            Ok(()) if started.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
             other => break other,
         }
     };
@@ -198,7 +212,11 @@ fn peer_loss(args: &PeerLossArgs) -> anyhow::Result<()> {
         Err(OpError::PeerGone { .. }) => {}
         other => bail!("expected the barrier to fail with a peer gone, got {other:?}"),
     }
-    println!("peer-loss: node {} saw node {last} gone after {:.3} s", node.rank(), waited.as_secs_f64());
+    println!(
+        "peer-loss: node {} saw node {last} gone after {:.3} s",
+        node.rank(),
+        waited.as_secs_f64()
+    );
     drop(worker);
     drop(node);
     Ok(())

@@ -80,12 +80,20 @@ fn train(args: &DemoArgs) -> anyhow::Result<()> {
     cfg.allocation = args.allocation;
     let node = NodeHandle::start(cfg).context("starting the node")?;
     let total_workers = (node.num_nodes() * node.workers_per_node()) as usize;
-    let (u, v) = (planted(args.rows, rank, args.seed), planted(args.cols, rank, args.seed ^ 1));
+    let (u, v) = (
+        planted(args.rows, rank, args.seed),
+        planted(args.cols, rank, args.seed ^ 1),
+    );
     let mut rng = SmallRng::seed_from_u64(args.seed ^ 2);
     let entries: Vec<(u64, u64, f32)> = (0..args.entries)
         .map(|_| {
-            let (i, j) = (rng.random_range(0..args.rows), rng.random_range(0..args.cols));
-            let dot: f32 = (0..rank).map(|d| u[i as usize * rank + d] * v[j as usize * rank + d]).sum();
+            let (i, j) = (
+                rng.random_range(0..args.rows),
+                rng.random_range(0..args.cols),
+            );
+            let dot: f32 = (0..rank)
+                .map(|d| u[i as usize * rank + d] * v[j as usize * rank + d])
+                .sum();
             (i, j, dot + NOISE * (rng.random::<f32>() - 0.5))
         })
         .collect();
@@ -122,17 +130,27 @@ fn train(args: &DemoArgs) -> anyhow::Result<()> {
 
 fn planted(n: u64, rank: usize, seed: u64) -> Vec<f32> {
     let mut rng = SmallRng::seed_from_u64(seed);
-    (0..n as usize * rank).map(|_| rng.random::<f32>() / (rank as f32).sqrt() * 2.0).collect()
+    (0..n as usize * rank)
+        .map(|_| rng.random::<f32>() / (rank as f32).sqrt() * 2.0)
+        .collect()
 }
 
 /// One worker's epochs; worker 0 of rank 0 returns the RMSE per epoch.
-fn worker_loop(w: &Worker, args: &DemoArgs, entries: &[(u64, u64, f32)], total: usize, loss_key: Key) -> anyhow::Result<Vec<f64>> {
+fn worker_loop(
+    w: &Worker,
+    args: &DemoArgs,
+    entries: &[(u64, u64, f32)],
+    total: usize,
+    loss_key: Key,
+) -> anyhow::Result<Vec<f64>> {
     let rank = args.rank as usize;
     let me = w.global_id() as usize;
     if me == 0 {
         let mut rng = SmallRng::seed_from_u64(args.seed ^ 3);
         let keys: Vec<Key> = (0..loss_key).collect();
-        let init: Vec<f32> = (0..keys.len() * rank).map(|_| 0.1 + 0.2 * rng.random::<f32>()).collect();
+        let init: Vec<f32> = (0..keys.len() * rank)
+            .map(|_| 0.1 + 0.2 * rng.random::<f32>())
+            .collect();
         w.set(&keys, &init)?.wait()?;
     }
     w.barrier()?;
@@ -152,7 +170,10 @@ fn worker_loop(w: &Worker, args: &DemoArgs, entries: &[(u64, u64, f32)], total: 
             let n = keys.len() * rank;
             w.pull(&keys, &mut vals[..n])?.wait()?;
             for (e, &&(_, _, rating)) in chunk.iter().enumerate() {
-                let (wi, hj) = (&vals[2 * e * rank..(2 * e + 1) * rank], &vals[(2 * e + 1) * rank..(2 * e + 2) * rank]);
+                let (wi, hj) = (
+                    &vals[2 * e * rank..(2 * e + 1) * rank],
+                    &vals[(2 * e + 1) * rank..(2 * e + 2) * rank],
+                );
                 let err = wi.iter().zip(hj).map(|(a, b)| a * b).sum::<f32>() - rating;
                 sq_err += f64::from(err * err);
                 for d in 0..rank {
@@ -170,7 +191,11 @@ fn worker_loop(w: &Worker, args: &DemoArgs, entries: &[(u64, u64, f32)], total: 
         if me == 0 {
             w.pull(&[loss_key], &mut loss)?.wait()?;
             rmses.push((f64::from(loss[0]) / f64::from(loss[1])).sqrt());
-            eprintln!("epoch {}: train RMSE {:.4}", rmses.len(), rmses.last().unwrap());
+            eprintln!(
+                "epoch {}: train RMSE {:.4}",
+                rmses.len(),
+                rmses.last().unwrap()
+            );
             w.set(&[loss_key], &vec![0f32; rank])?.wait()?;
         }
         w.barrier()?;

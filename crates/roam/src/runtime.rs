@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use roam_core::stats::{NodeCounters, WorkerCounters};
 use roam_core::wire::{Frame, Kind, Limits};
-use roam_core::{Completion, KeySpace, Node, NodeConfig, NodeId, OpError, PullPart, ReqId, Store, Time, WorkerId};
+use roam_core::{
+    Completion, KeySpace, Node, NodeConfig, NodeId, OpError, PullPart, ReqId, Store, Time, WorkerId,
+};
 
 use crate::auth::{self, Purpose};
 use crate::cluster_env;
@@ -128,7 +130,11 @@ impl Shared {
     }
 
     /// Blocks until request `req` of worker `worker` completes, and takes its result.
-    pub(crate) fn wait_result(&self, worker: WorkerId, req: ReqId) -> Result<Vec<PullPart>, OpError> {
+    pub(crate) fn wait_result(
+        &self,
+        worker: WorkerId,
+        req: ReqId,
+    ) -> Result<Vec<PullPart>, OpError> {
         let slot = &self.slots[worker.index()];
         let mut results = slot.results.lock();
         loop {
@@ -153,7 +159,10 @@ impl Shared {
     }
 
     pub(crate) fn is_complete(&self, worker: WorkerId, req: ReqId) -> bool {
-        self.slots[worker.index()].results.lock().contains_key(&req.0)
+        self.slots[worker.index()]
+            .results
+            .lock()
+            .contains_key(&req.0)
     }
 }
 
@@ -216,7 +225,13 @@ impl NodeHandle {
             acceptor_addr = Some(rv.listener.local_addr()?);
             let (tx, rx) = mpsc::channel();
             incoming_rx = Some(rx);
-            acceptor = Some(spawn_acceptor(rank, rv.listener, token.clone(), tx, stopping.clone())?);
+            acceptor = Some(spawn_acceptor(
+                rank,
+                rv.listener,
+                token.clone(),
+                tx,
+                stopping.clone(),
+            )?);
             for (peer, &addr) in rv.peers.iter().enumerate() {
                 if peer as u32 != rank.0 {
                     outgoing[peer] = Some(connect_peer(rank, peer as u32, addr, &token, deadline)?);
@@ -246,7 +261,9 @@ impl NodeHandle {
             dynamic: cfg.allocation.is_dynamic(),
             counters,
             worker_counters: (0..workers_per_node).map(|_| Arc::default()).collect(),
-            slots: (0..=workers_per_node).map(|_| WorkerSlot::default()).collect(),
+            slots: (0..=workers_per_node)
+                .map(|_| WorkerSlot::default())
+                .collect(),
             node: Mutex::new(node),
             links,
             epoch: Instant::now(),
@@ -266,11 +283,14 @@ impl NodeHandle {
         for link in shared.links.iter().filter(|l| l.delayed()) {
             let link = link.clone();
             let sh = shared.clone();
-            threads.push(spawn_named(format!("roam-delay-{}", link.peer.0), move || {
-                if let Err(err) = link.run_delayed_sender() {
-                    sh.peer_lost(link.peer, &format!("write failed: {err}"));
-                }
-            })?);
+            threads.push(spawn_named(
+                format!("roam-delay-{}", link.peer.0),
+                move || {
+                    if let Err(err) = link.run_delayed_sender() {
+                        sh.peer_lost(link.peer, &format!("write failed: {err}"));
+                    }
+                },
+            )?);
         }
 
         let mut readers = Vec::new();
@@ -282,19 +302,41 @@ impl NodeHandle {
                 match rx.recv_timeout(left) {
                     Ok((peer, stream)) if !connected[peer as usize] => {
                         connected[peer as usize] = true;
-                        readers.push(spawn_reader(&shared, NodeId(peer), stream, cfg.peer_timeout)?);
+                        readers.push(spawn_reader(
+                            &shared,
+                            NodeId(peer),
+                            stream,
+                            cfg.peer_timeout,
+                        )?);
                     }
-                    Ok((peer, _)) => tracing::warn!(node = rank.0, "duplicate data connection from node {peer} closed"),
+                    Ok((peer, _)) => tracing::warn!(
+                        node = rank.0,
+                        "duplicate data connection from node {peer} closed"
+                    ),
                     Err(_) => {
                         let missing = (0..num_nodes).filter(|&p| !connected[p as usize]).collect();
-                        return Err(StartError::PeersMissing { missing, secs: cfg.rendezvous_timeout.as_secs() });
+                        return Err(StartError::PeersMissing {
+                            missing,
+                            secs: cfg.rendezvous_timeout.as_secs(),
+                        });
                     }
                 }
             }
-            threads.push(spawn_heartbeat(&shared, cfg.peer_timeout / 4, stop.clone())?);
+            threads.push(spawn_heartbeat(
+                &shared,
+                cfg.peer_timeout / 4,
+                stop.clone(),
+            )?);
         }
 
-        Ok(Self { shared, threads, readers, acceptor_addr, stop, finished: false })
+        Ok(Self {
+            shared,
+            threads,
+            readers,
+            acceptor_addr,
+            stop,
+            finished: false,
+        })
     }
 
     /// This node's rank.
@@ -338,7 +380,9 @@ impl NodeHandle {
 
     /// All worker handles at once.
     pub fn workers(&self) -> Result<Vec<Worker>, WorkerError> {
-        (0..self.shared.workers_per_node).map(|i| self.worker(i)).collect()
+        (0..self.shared.workers_per_node)
+            .map(|i| self.worker(i))
+            .collect()
     }
 
     /// A snapshot of this node's counters.
@@ -351,7 +395,9 @@ impl NodeHandle {
     /// Prints the node's counters as one JSON line on stdout and returns them.
     pub fn shutdown(mut self) -> Result<NodeStats, OpError> {
         let control = WorkerId(self.shared.workers_per_node);
-        let req = self.shared.with_node(|node, now| node.issue_node_barrier(now, control));
+        let req = self
+            .shared
+            .with_node(|node, now| node.issue_node_barrier(now, control));
         let barrier = self.shared.wait_result(control, req).map(drop);
         let stats = NodeStats::collect(&self.shared);
         println!("{}", stats.to_json_line());
@@ -397,18 +443,30 @@ impl Drop for NodeHandle {
     }
 }
 
-fn spawn_named(name: String, body: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+fn spawn_named(
+    name: String,
+    body: impl FnOnce() + Send + 'static,
+) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name(name).spawn(body)
 }
 
-fn connect_peer(rank: NodeId, peer: u32, addr: SocketAddr, token: &[u8], deadline: Instant) -> Result<TcpStream, StartError> {
+fn connect_peer(
+    rank: NodeId,
+    peer: u32,
+    addr: SocketAddr,
+    token: &[u8],
+    deadline: Instant,
+) -> Result<TcpStream, StartError> {
     let mut delay = Duration::from_millis(5);
     loop {
-        let attempt = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string()).and_then(|mut s| {
-            s.set_nodelay(true).map_err(|e| e.to_string())?;
-            auth::connect_handshake(&mut s, token, rank.0, Purpose::Data).map_err(|e| e.to_string())?;
-            Ok(s)
-        });
+        let attempt = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .map_err(|e| e.to_string())
+            .and_then(|mut s| {
+                s.set_nodelay(true).map_err(|e| e.to_string())?;
+                auth::connect_handshake(&mut s, token, rank.0, Purpose::Data)
+                    .map_err(|e| e.to_string())?;
+                Ok(s)
+            });
         match attempt {
             Ok(stream) => return Ok(stream),
             Err(reason) if Instant::now() + delay >= deadline => {
@@ -442,27 +500,48 @@ fn spawn_acceptor(
             let (token, tx) = (token.clone(), tx.clone());
             // Handshakes run on their own short-lived thread so a silent client cannot stall
             // the acceptor; the handshake itself is bounded by a read timeout.
-            let handshake = std::thread::Builder::new().name("roam-handshake".into()).spawn(move || {
-                let peer_addr = stream.peer_addr().ok();
-                match auth::accept_handshake(&mut stream, &token) {
-                    Ok(hello) if hello.purpose == Purpose::Data => {
-                        let _ = stream.set_nodelay(true);
-                        if tx.lock().send((hello.rank, stream)).is_err() {
-                            tracing::warn!(node = rank.0, "late data connection from node {} closed", hello.rank);
+            let handshake = std::thread::Builder::new()
+                .name("roam-handshake".into())
+                .spawn(move || {
+                    let peer_addr = stream.peer_addr().ok();
+                    match auth::accept_handshake(&mut stream, &token) {
+                        Ok(hello) if hello.purpose == Purpose::Data => {
+                            let _ = stream.set_nodelay(true);
+                            if tx.lock().send((hello.rank, stream)).is_err() {
+                                tracing::warn!(
+                                    node = rank.0,
+                                    "late data connection from node {} closed",
+                                    hello.rank
+                                );
+                            }
                         }
+                        Ok(hello) => tracing::warn!(
+                            node = rank.0,
+                            "connection from {peer_addr:?} with purpose {:?} closed",
+                            hello.purpose
+                        ),
+                        Err(err) => tracing::warn!(
+                            node = rank.0,
+                            "rejected connection from {peer_addr:?}: {err}"
+                        ),
                     }
-                    Ok(hello) => tracing::warn!(node = rank.0, "connection from {peer_addr:?} with purpose {:?} closed", hello.purpose),
-                    Err(err) => tracing::warn!(node = rank.0, "rejected connection from {peer_addr:?}: {err}"),
-                }
-            });
+                });
             if handshake.is_err() {
-                tracing::warn!(node = rank.0, "could not spawn a handshake thread; connection dropped");
+                tracing::warn!(
+                    node = rank.0,
+                    "could not spawn a handshake thread; connection dropped"
+                );
             }
         }
     })
 }
 
-fn spawn_reader(shared: &Arc<Shared>, peer: NodeId, stream: TcpStream, timeout: Duration) -> std::io::Result<JoinHandle<()>> {
+fn spawn_reader(
+    shared: &Arc<Shared>,
+    peer: NodeId,
+    stream: TcpStream,
+    timeout: Duration,
+) -> std::io::Result<JoinHandle<()>> {
     stream.set_read_timeout(Some(timeout))?;
     let shared = shared.clone();
     spawn_named(format!("roam-read-{}", peer.0), move || {
@@ -482,7 +561,12 @@ fn spawn_reader(shared: &Arc<Shared>, peer: NodeId, stream: TcpStream, timeout: 
                 }
                 Err(err) => {
                     let reason = match err {
-                        ReadError::Io(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        ReadError::Io(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
                             format!("silent for {} ms", timeout.as_millis())
                         }
                         other => other.to_string(),
@@ -495,23 +579,33 @@ fn spawn_reader(shared: &Arc<Shared>, peer: NodeId, stream: TcpStream, timeout: 
     })
 }
 
-fn spawn_loopback(shared: &Arc<Shared>, rx: mpsc::Receiver<Frame>, stop: Arc<(Mutex<bool>, Condvar)>) -> std::io::Result<JoinHandle<()>> {
+fn spawn_loopback(
+    shared: &Arc<Shared>,
+    rx: mpsc::Receiver<Frame>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+) -> std::io::Result<JoinHandle<()>> {
     let shared = shared.clone();
-    spawn_named(format!("roam-server-{}", shared.rank.0), move || loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(frame) => {
-                roam_core::stats::add(&shared.counters.messages_received, 1);
-                roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
-                let rank = shared.rank;
-                shared.with_node(|node, now| node.handle_frame(now, rank, frame));
+    spawn_named(format!("roam-server-{}", shared.rank.0), move || {
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(frame) => {
+                    roam_core::stats::add(&shared.counters.messages_received, 1);
+                    roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
+                    let rank = shared.rank;
+                    shared.with_node(|node, now| node.handle_frame(now, rank, frame));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if !*stop.0.lock() => {}
+                Err(_) => return,
             }
-            Err(mpsc::RecvTimeoutError::Timeout) if !*stop.0.lock() => {}
-            Err(_) => return,
         }
     })
 }
 
-fn spawn_heartbeat(shared: &Arc<Shared>, interval: Duration, stop: Arc<(Mutex<bool>, Condvar)>) -> std::io::Result<JoinHandle<()>> {
+fn spawn_heartbeat(
+    shared: &Arc<Shared>,
+    interval: Duration,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+) -> std::io::Result<JoinHandle<()>> {
     let shared = shared.clone();
     spawn_named(format!("roam-heartbeat-{}", shared.rank.0), move || {
         let mut stopped = stop.0.lock();
@@ -527,7 +621,9 @@ fn spawn_heartbeat(shared: &Arc<Shared>, interval: Duration, stop: Arc<(Mutex<bo
                 link.enqueue(Frame::control(Kind::Heartbeat, shared.rank, ReqId(0), 0));
                 if let Err(err) = link.flush() {
                     let peer = link.peer;
-                    parking_lot::MutexGuard::unlocked(&mut stopped, || shared.peer_lost(peer, &format!("write failed: {err}")));
+                    parking_lot::MutexGuard::unlocked(&mut stopped, || {
+                        shared.peer_lost(peer, &format!("write failed: {err}"))
+                    });
                 }
             }
         }

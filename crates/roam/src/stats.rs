@@ -114,7 +114,11 @@ impl NodeStats {
         }
         let local = stats.local_pull_keys + stats.local_push_keys;
         let total = local + stats.remote_pull_keys + stats.remote_push_keys;
-        stats.local_fraction = if total == 0 { 0.0 } else { local as f64 / total as f64 };
+        stats.local_fraction = if total == 0 {
+            0.0
+        } else {
+            local as f64 / total as f64
+        };
         stats
     }
 

@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use roam_core::NodeId;
 use roam_core::stats::{NodeCounters, add};
 use roam_core::wire::{DecodeError, Frame, HEADER_LEN, Header, Limits};
-use roam_core::NodeId;
 
 /// Where a link's frames go.
 pub(crate) enum Sink {
@@ -54,7 +54,12 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub(crate) fn new(peer: NodeId, sink: Sink, latency: Duration, counters: Arc<NodeCounters>) -> Self {
+    pub(crate) fn new(
+        peer: NodeId,
+        sink: Sink,
+        latency: Duration,
+        counters: Arc<NodeCounters>,
+    ) -> Self {
         Self {
             peer,
             queue: Mutex::new(VecDeque::new()),
@@ -145,7 +150,10 @@ impl Link {
     fn write_batch(&self, sink: &mut Sink, batch: &mut Vec<Frame>) -> io::Result<()> {
         if self.broken.load(Ordering::Relaxed) {
             batch.clear();
-            return Err(io::Error::new(io::ErrorKind::BrokenPipe, format!("link to {} is broken", self.peer)));
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                format!("link to {} is broken", self.peer),
+            ));
         }
         let bytes: usize = batch.iter().map(Frame::wire_len).sum();
         add(&self.counters.messages_sent, batch.len() as u64);
@@ -189,7 +197,10 @@ pub(crate) fn write_frames(stream: &mut impl Write, frames: &[Frame]) -> io::Res
         while !remaining.is_empty() {
             let n = stream.write_vectored(remaining)?;
             if n == 0 {
-                return Err(io::Error::new(io::ErrorKind::WriteZero, "connection closed while writing"));
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "connection closed while writing",
+                ));
             }
             IoSlice::advance_slices(&mut remaining, n);
         }
@@ -248,18 +259,33 @@ mod tests {
         write_frames(&mut wire, &frames).unwrap();
         let mut reader = &wire[..];
         for expected in &frames {
-            assert_eq!(&read_frame(&mut reader, &Limits::default()).unwrap(), expected);
+            assert_eq!(
+                &read_frame(&mut reader, &Limits::default()).unwrap(),
+                expected
+            );
         }
-        assert!(matches!(read_frame(&mut reader, &Limits::default()), Err(ReadError::Closed)));
+        assert!(matches!(
+            read_frame(&mut reader, &Limits::default()),
+            Err(ReadError::Closed)
+        ));
     }
 
     #[test]
     fn oversized_announcements_fail_before_reading_the_body() {
         let frame = Frame::new(Kind::Pull, NodeId(0), ReqId(0), 0, &[1, 2, 3], 0);
         let bytes = frame.to_bytes();
-        let limits = Limits { max_keys: 2, max_values: 2 };
+        let limits = Limits {
+            max_keys: 2,
+            max_values: 2,
+        };
         let err = read_frame(&mut &bytes[..], &limits).unwrap_err();
-        assert!(matches!(err, ReadError::Decode(DecodeError::TooLarge { what: "keys", .. })), "{err}");
+        assert!(
+            matches!(
+                err,
+                ReadError::Decode(DecodeError::TooLarge { what: "keys", .. })
+            ),
+            "{err}"
+        );
     }
 
     proptest::proptest! {

@@ -38,7 +38,8 @@ pub struct Ticket<'a> {
 impl Ticket<'_> {
     /// Whether the operation has completed (a following `wait` returns immediately).
     pub fn is_finished(&self) -> bool {
-        self.req.is_none_or(|req| self.worker.shared.is_complete(self.worker.id, req))
+        self.req
+            .is_none_or(|req| self.worker.shared.is_complete(self.worker.id, req))
     }
 
     /// Blocks until the operation completes; for a pull, the values are then in the buffer.
@@ -47,7 +48,9 @@ impl Ticket<'_> {
     }
 
     fn finish(&mut self) -> Result<(), OpError> {
-        let Some(req) = self.req.take() else { return Ok(()) };
+        let Some(req) = self.req.take() else {
+            return Ok(());
+        };
         let result = self.worker.shared.wait_result(self.worker.id, req);
         self.worker.outstanding.borrow_mut().remove(&req.0);
         let parts = result?;
@@ -139,14 +142,27 @@ impl Worker {
                 offset += len;
             }
         }
-        bump(&self.counters.local_pull_keys, (keys.len() - miss_keys.len()) as u64);
+        bump(
+            &self.counters.local_pull_keys,
+            (keys.len() - miss_keys.len()) as u64,
+        );
         if miss_keys.is_empty() {
             bump(&self.counters.local_pull_ops, 1);
-            return Ok(Ticket { worker: self, req: None, out: None });
+            return Ok(Ticket {
+                worker: self,
+                req: None,
+                out: None,
+            });
         }
-        let req = self.shared.with_node(|node, now| node.issue_pull(now, self.id, miss_keys, miss_offsets));
+        let req = self
+            .shared
+            .with_node(|node, now| node.issue_pull(now, self.id, miss_keys, miss_offsets));
         self.outstanding.borrow_mut().insert(req.0);
-        Ok(Ticket { worker: self, req: Some(req), out: Some(out) })
+        Ok(Ticket {
+            worker: self,
+            req: Some(req),
+            out: Some(out),
+        })
     }
 
     /// Adds `vals` to the values of `keys` (additive update, e.g. a gradient step).
@@ -159,7 +175,12 @@ impl Worker {
         self.update(keys, vals, UpdateMode::Set)
     }
 
-    fn update(&self, keys: &[Key], vals: &[f32], mode: UpdateMode) -> Result<Ticket<'_>, AccessError> {
+    fn update(
+        &self,
+        keys: &[Key],
+        vals: &[f32],
+        mode: UpdateMode,
+    ) -> Result<Ticket<'_>, AccessError> {
         self.shared.space.check_batch(keys, vals.len())?;
         let mut misses = self.misses.borrow_mut();
         let (miss_keys, miss_offsets) = &mut *misses;
@@ -184,16 +205,27 @@ impl Worker {
                 offset += len;
             }
         }
-        bump(&self.counters.local_push_keys, (keys.len() - miss_keys.len()) as u64);
+        bump(
+            &self.counters.local_push_keys,
+            (keys.len() - miss_keys.len()) as u64,
+        );
         if miss_keys.is_empty() {
             bump(&self.counters.local_push_ops, 1);
-            return Ok(Ticket { worker: self, req: None, out: None });
+            return Ok(Ticket {
+                worker: self,
+                req: None,
+                out: None,
+            });
         }
-        let req = self
-            .shared
-            .with_node(|node, now| node.issue_push(now, self.id, miss_keys, vals, miss_offsets, mode));
+        let req = self.shared.with_node(|node, now| {
+            node.issue_push(now, self.id, miss_keys, vals, miss_offsets, mode)
+        });
         self.outstanding.borrow_mut().insert(req.0);
-        Ok(Ticket { worker: self, req: Some(req), out: None })
+        Ok(Ticket {
+            worker: self,
+            req: Some(req),
+            out: None,
+        })
     }
 
     /// Moves ownership of `keys` to this node (dynamic allocation; a no-op otherwise). Keys
@@ -202,15 +234,28 @@ impl Worker {
     pub fn localize(&self, keys: &[Key]) -> Result<Ticket<'_>, AccessError> {
         let space = &self.shared.space;
         if let Some(&key) = keys.iter().find(|&&k| k >= space.num_keys()) {
-            return Err(AccessError::KeyOutOfRange { key, num_keys: space.num_keys() });
+            return Err(AccessError::KeyOutOfRange {
+                key,
+                num_keys: space.num_keys(),
+            });
         }
         let store = &self.shared.store;
         if !self.shared.dynamic || keys.iter().all(|&k| store.residency(k) == Residency::Local) {
-            return Ok(Ticket { worker: self, req: None, out: None });
+            return Ok(Ticket {
+                worker: self,
+                req: None,
+                out: None,
+            });
         }
-        let req = self.shared.with_node(|node, now| node.issue_localize(now, self.id, keys));
+        let req = self
+            .shared
+            .with_node(|node, now| node.issue_localize(now, self.id, keys));
         self.outstanding.borrow_mut().insert(req.0);
-        Ok(Ticket { worker: self, req: Some(req), out: None })
+        Ok(Ticket {
+            worker: self,
+            req: Some(req),
+            out: None,
+        })
     }
 
     /// Blocks until `ticket`'s operation completes (same as [`Ticket::wait`]).
@@ -239,7 +284,9 @@ impl Worker {
 
     /// Copies `key`'s values into `out` if the key is local right now; never sends a message.
     pub fn pull_if_local(&self, key: Key, out: &mut [f32]) -> Result<bool, AccessError> {
-        self.shared.space.check_batch(std::slice::from_ref(&key), out.len())?;
+        self.shared
+            .space
+            .check_batch(std::slice::from_ref(&key), out.len())?;
         let hit = self.shared.fast_local_access && self.shared.store.pull_local(key, out);
         if hit {
             bump(&self.counters.local_pull_keys, 1);
@@ -253,7 +300,9 @@ impl Worker {
     /// applied when it returns.
     pub fn barrier(&self) -> Result<(), OpError> {
         self.wait_all()?;
-        let req = self.shared.with_node(|node, now| node.issue_barrier(now, self.id));
+        let req = self
+            .shared
+            .with_node(|node, now| node.issue_barrier(now, self.id));
         self.shared.wait_result(self.id, req).map(drop)
     }
 }

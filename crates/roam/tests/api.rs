@@ -10,14 +10,22 @@ use roam::{AccessError, Allocation, Config, NodeHandle, OpError};
 
 fn single(cfg: Config) -> NodeHandle {
     let mut cfg = cfg;
-    cfg.cluster = ClusterOverrides { rank: Some(0), num_nodes: Some(1), coordinator: None };
+    cfg.cluster = ClusterOverrides {
+        rank: Some(0),
+        num_nodes: Some(1),
+        coordinator: None,
+    };
     cfg.workers_per_node = Some(cfg.workers_per_node.unwrap_or(1));
     NodeHandle::start(cfg).expect("single node starts")
 }
 
 /// Starts `n` nodes of one cluster in this process (one thread each to get through rendezvous).
 fn cluster(n: u32, make: impl Fn() -> Config + Sync) -> Vec<NodeHandle> {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
@@ -52,7 +60,10 @@ fn shutdown_all(nodes: Vec<NodeHandle>) {
 fn push_set_pull_roundtrip_on_one_node() {
     let node = single(Config::new(10, 3));
     let w = node.worker(0).unwrap();
-    w.set(&[4, 7], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap().wait().unwrap();
+    w.set(&[4, 7], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        .unwrap()
+        .wait()
+        .unwrap();
     w.push(&[7, 4, 7], &[1.0; 9]).unwrap().wait().unwrap();
     let mut out = [0.0; 6];
     w.pull(&[7, 4], &mut out).unwrap().wait().unwrap();
@@ -72,10 +83,23 @@ fn bad_input_is_refused_with_the_culprit_named_and_changes_nothing() {
     let w = node.worker(0).unwrap();
     w.set(&[1], &[5.0, 5.0]).unwrap().wait().unwrap();
     let err = w.push(&[1, 10], &[1.0; 4]).err().unwrap();
-    assert_eq!(err, AccessError::KeyOutOfRange { key: 10, num_keys: 10 });
+    assert_eq!(
+        err,
+        AccessError::KeyOutOfRange {
+            key: 10,
+            num_keys: 10
+        }
+    );
     assert!(err.to_string().contains("key 10"), "{err}");
     let err = w.push(&[1, 2], &[1.0; 3]).err().unwrap();
-    assert_eq!(err, AccessError::LengthMismatch { keys: 2, expected: 4, actual: 3 });
+    assert_eq!(
+        err,
+        AccessError::LengthMismatch {
+            keys: 2,
+            expected: 4,
+            actual: 3
+        }
+    );
     let mut out = [0.0; 5];
     assert!(w.pull(&[1, 2], &mut out).is_err());
     assert!(w.pull_if_local(99, &mut out[..2]).is_err());
@@ -91,16 +115,30 @@ fn bad_input_is_refused_with_the_culprit_named_and_changes_nothing() {
 fn per_key_value_lengths() {
     let node = single(Config::per_key(vec![1, 4, 2]));
     let w = node.worker(0).unwrap();
-    w.set(&[2, 1, 0], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]).unwrap().wait().unwrap();
+    w.set(&[2, 1, 0], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+        .unwrap()
+        .wait()
+        .unwrap();
     let mut out = [0.0; 5];
     w.pull(&[1, 0], &mut out).unwrap().wait().unwrap();
     assert_eq!(out, [3.0, 4.0, 5.0, 6.0, 7.0]);
-    assert_eq!(w.push(&[1], &[1.0; 2]).err(), Some(AccessError::LengthMismatch { keys: 1, expected: 4, actual: 2 }));
+    assert_eq!(
+        w.push(&[1], &[1.0; 2]).err(),
+        Some(AccessError::LengthMismatch {
+            keys: 1,
+            expected: 4,
+            actual: 2
+        })
+    );
 }
 
 #[test]
 fn two_nodes_serve_each_other_in_every_allocation_mode() {
-    for (allocation, fast) in [(Allocation::StaticRange, true), (Allocation::StaticHash, false), (Allocation::Dynamic, true)] {
+    for (allocation, fast) in [
+        (Allocation::StaticRange, true),
+        (Allocation::StaticHash, false),
+        (Allocation::Dynamic, true),
+    ] {
         let nodes = cluster(2, || {
             let mut cfg = Config::new(100, 2);
             cfg.allocation = allocation;
@@ -117,7 +155,10 @@ fn two_nodes_serve_each_other_in_every_allocation_mode() {
                     if allocation == Allocation::Dynamic && node.rank() == 1 {
                         w.localize(&keys[..50]).unwrap().wait().unwrap();
                         let mut one = [0.0; 2];
-                        assert!(w.pull_if_local(3, &mut one).unwrap(), "localized keys are local");
+                        assert!(
+                            w.pull_if_local(3, &mut one).unwrap(),
+                            "localized keys are local"
+                        );
                     }
                     w.barrier().unwrap();
                     let mut out = vec![0.0; 200];
@@ -180,18 +221,28 @@ fn operations_after_a_peer_left_fail_instead_of_waiting() {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(matches!(result, Err(OpError::PeerGone { peer }) if peer.0 == 1), "{result:?}");
+    assert!(
+        matches!(result, Err(OpError::PeerGone { peer }) if peer.0 == 1),
+        "{result:?}"
+    );
     assert!(w.barrier().is_err());
 }
 
 #[test]
 fn a_missing_token_is_a_clear_start_error() {
     let mut cfg = Config::new(10, 1);
-    cfg.cluster = ClusterOverrides { rank: Some(1), num_nodes: Some(2), coordinator: Some("127.0.0.1:1".into()) };
+    cfg.cluster = ClusterOverrides {
+        rank: Some(1),
+        num_nodes: Some(2),
+        coordinator: Some("127.0.0.1:1".into()),
+    };
     cfg.workers_per_node = Some(1);
     if std::env::var_os("ROAM_CLUSTER_TOKEN").is_some() {
         return; // The environment provides one; this case cannot be shown here.
     }
-    let err = NodeHandle::start(cfg).err().expect("no token, no start").to_string();
+    let err = NodeHandle::start(cfg)
+        .err()
+        .expect("no token, no start")
+        .to_string();
     assert!(err.contains("ROAM_CLUSTER_TOKEN"), "{err}");
 }

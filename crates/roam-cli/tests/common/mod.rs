@@ -13,7 +13,15 @@ pub fn roam() -> &'static str {
 /// returns stdout.
 pub fn launch(nodes: u32, workers: u32, args: &[&str]) -> String {
     let out: Output = Command::new(roam())
-        .args(["launch", "--nodes", &nodes.to_string(), "--workers-per-node", &workers.to_string(), "--", roam()])
+        .args([
+            "launch",
+            "--nodes",
+            &nodes.to_string(),
+            "--workers-per-node",
+            &workers.to_string(),
+            "--",
+            roam(),
+        ])
         .args(args)
         .output()
         .expect("running roam launch");
@@ -22,14 +30,21 @@ pub fn launch(nodes: u32, workers: u32, args: &[&str]) -> String {
 
 /// Runs `roam ARGS...` directly (one process), asserting success; returns stdout.
 pub fn run(args: &[&str]) -> String {
-    let out = Command::new(roam()).args(args).output().expect("running roam");
+    let out = Command::new(roam())
+        .args(args)
+        .output()
+        .expect("running roam");
     check(out, args)
 }
 
 fn check(out: Output, args: &[&str]) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "roam {args:?} failed ({}):\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "roam {args:?} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
     stdout
 }
 
@@ -37,7 +52,13 @@ fn check(out: Output, args: &[&str]) -> String {
 pub fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
     stdout
         .lines()
-        .map(|l| if l.starts_with("[node ") { l.split_once("] ").map_or(l, |(_, rest)| rest) } else { l })
+        .map(|l| {
+            if l.starts_with("[node ") {
+                l.split_once("] ").map_or(l, |(_, rest)| rest)
+            } else {
+                l
+            }
+        })
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .collect()
 }
@@ -52,10 +73,20 @@ pub fn json_with(stdout: &str, field: &str, value: &str) -> serde_json::Value {
 
 /// The per-node stats lines printed at shutdown.
 pub fn node_stats(stdout: &str) -> Vec<serde_json::Value> {
-    json_lines(stdout).into_iter().filter_map(|v| v.get("roam_node_stats").cloned()).collect()
+    json_lines(stdout)
+        .into_iter()
+        .filter_map(|v| v.get("roam_node_stats").cloned())
+        .collect()
 }
 
 /// Sum of an integer field over the per-node stats.
 pub fn sum(stats: &[serde_json::Value], field: &str) -> u64 {
-    stats.iter().map(|s| s[field].as_u64().unwrap_or_else(|| panic!("no {field} in {s}"))).sum()
+    stats
+        .iter()
+        .map(|s| {
+            s[field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no {field} in {s}"))
+        })
+        .sum()
 }

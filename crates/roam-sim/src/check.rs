@@ -411,7 +411,7 @@ struct Search<'a> {
 impl<'a> Search<'a> {
     fn new(entries: &'a [Entry], len: usize, max_states: u64) -> Self {
         let mut by_deadline: Vec<usize> = (0..entries.len()).collect();
-        by_deadline.sort_by_key(|&i| (entries[i].ret, entries[i].call));
+        by_deadline.sort_by_key(|&i| (entries[i].call, entries[i].ret));
         Self {
             entries,
             by_deadline,

@@ -171,6 +171,8 @@ impl Shared {
 pub struct NodeHandle {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    /// One per peer link; they finish the links' last frames (goodbyes) at shutdown.
+    senders: Vec<JoinHandle<()>>,
     readers: Vec<JoinHandle<()>>,
     acceptor_addr: Option<SocketAddr>,
     stop: Arc<(Mutex<bool>, Condvar)>,
@@ -242,13 +244,14 @@ impl NodeHandle {
         let (loop_tx, loop_rx) = mpsc::channel::<Frame>();
         let links = (0..num_nodes)
             .map(|peer| {
-                let sink = match outgoing[peer as usize].take() {
-                    Some(stream) => Sink::Tcp(stream),
-                    None => Sink::Loopback(loop_tx.clone()),
+                // Frames a node sends itself cross no network: no emulated latency.
+                let (sink, latency) = match outgoing[peer as usize].take() {
+                    Some(stream) => (Sink::Tcp(stream), latency),
+                    None => (Sink::Loopback(loop_tx.clone()), Duration::ZERO),
                 };
-                Arc::new(Link::new(NodeId(peer), sink, latency, counters.clone()))
+                Link::new(NodeId(peer), sink, latency, counters.clone()).map(Arc::new)
             })
-            .collect::<Vec<_>>();
+            .collect::<std::io::Result<Vec<_>>>()?;
         drop(loop_tx);
 
         let shared = Arc::new(Shared {
@@ -280,63 +283,72 @@ impl NodeHandle {
         let mut threads = Vec::new();
         threads.extend(acceptor);
         threads.push(spawn_loopback(&shared, loop_rx, stop.clone())?);
-        for link in shared.links.iter().filter(|l| l.delayed()) {
+        let mut senders = Vec::new();
+        for link in shared.links.iter().filter(|l| l.peer != rank) {
             let link = link.clone();
             let sh = shared.clone();
-            threads.push(spawn_named(
-                format!("roam-delay-{}", link.peer.0),
+            senders.push(spawn_named(
+                format!("roam-send-{}", link.peer.0),
                 move || {
-                    if let Err(err) = link.run_delayed_sender() {
+                    if let Err(err) = link.run_sender() {
                         sh.peer_lost(link.peer, &format!("write failed: {err}"));
                     }
                 },
             )?);
         }
-
-        let mut readers = Vec::new();
-        if let Some(rx) = incoming_rx {
-            let mut connected = vec![false; num_nodes as usize];
-            connected[rank.index()] = true;
-            while connected.iter().any(|c| !c) {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match rx.recv_timeout(left) {
-                    Ok((peer, stream)) if !connected[peer as usize] => {
-                        connected[peer as usize] = true;
-                        readers.push(spawn_reader(
-                            &shared,
-                            NodeId(peer),
-                            stream,
-                            cfg.peer_timeout,
-                        )?);
-                    }
-                    Ok((peer, _)) => tracing::warn!(
-                        node = rank.0,
-                        "duplicate data connection from node {peer} closed"
-                    ),
-                    Err(_) => {
-                        let missing = (0..num_nodes).filter(|&p| !connected[p as usize]).collect();
-                        return Err(StartError::PeersMissing {
-                            missing,
-                            secs: cfg.rendezvous_timeout.as_secs(),
-                        });
-                    }
-                }
-            }
-            threads.push(spawn_heartbeat(
-                &shared,
-                cfg.peer_timeout / 4,
-                stop.clone(),
-            )?);
-        }
-
-        Ok(Self {
+        // From here on a failure drops the handle, which stops every thread started so far.
+        let mut handle = Self {
             shared,
             threads,
-            readers,
+            senders,
+            readers: Vec::new(),
             acceptor_addr,
             stop,
             finished: false,
-        })
+        };
+        if let Some(rx) = incoming_rx {
+            handle.accept_peers(&rx, deadline, cfg.peer_timeout, cfg.rendezvous_timeout)?;
+        }
+        Ok(handle)
+    }
+
+    /// Waits until every peer has connected to this node, then starts heartbeats.
+    fn accept_peers(
+        &mut self,
+        rx: &mpsc::Receiver<(u32, TcpStream)>,
+        deadline: Instant,
+        peer_timeout: Duration,
+        rendezvous_timeout: Duration,
+    ) -> Result<(), StartError> {
+        let (rank, num_nodes) = (self.shared.rank, self.shared.num_nodes);
+        let mut connected = vec![false; num_nodes as usize];
+        connected[rank.index()] = true;
+        while connected.iter().any(|c| !c) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((peer, stream)) if peer < num_nodes && !connected[peer as usize] => {
+                    connected[peer as usize] = true;
+                    let reader = spawn_reader(&self.shared, NodeId(peer), stream, peer_timeout)?;
+                    self.readers.push(reader);
+                }
+                Ok((peer, _)) => {
+                    tracing::warn!(
+                        node = rank.0,
+                        "duplicate or unknown data connection from node {peer} closed"
+                    );
+                }
+                Err(_) => {
+                    let missing = (0..num_nodes).filter(|&p| !connected[p as usize]).collect();
+                    return Err(StartError::PeersMissing {
+                        missing,
+                        secs: rendezvous_timeout.as_secs(),
+                    });
+                }
+            }
+        }
+        let heartbeat = spawn_heartbeat(&self.shared, peer_timeout / 4, self.stop.clone())?;
+        self.threads.push(heartbeat);
+        Ok(())
     }
 
     /// This node's rank.
@@ -418,7 +430,11 @@ impl NodeHandle {
             link.close();
         }
         shared.links[shared.rank.index()].close();
-        // Readers end on the peers' goodbyes (or their loss, bounded by the peer timeout).
+        // Our goodbyes are out once the senders end; readers end on the peers' goodbyes (or
+        // their loss, bounded by the peer timeout).
+        for sender in self.senders.drain(..) {
+            let _ = sender.join();
+        }
         for reader in self.readers.drain(..) {
             let _ = reader.join();
         }

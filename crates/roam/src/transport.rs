@@ -7,17 +7,23 @@
 //! [`read_frame`]: a fixed header, validated and bounded before the body is allocated, then the
 //! body read into an aligned buffer that the core views in place.
 //!
+//! Sockets are written without blocking. What the kernel does not take at once stays in the
+//! link's backlog and is finished by the link's own sender thread, so that no thread that
+//! *reads* (a peer reader, the loopback server) ever blocks on a full socket: two nodes whose
+//! readers both waited to write to each other would otherwise deadlock.
+//!
 //! Invariants:
 //! - Frames leave a link in the order they were enqueued (per-link FIFO, which the protocol
-//!   relies on).
+//!   relies on): the backlog is always written before anything queued after it.
 //! - A frame enqueued is written by some thread without further calls: a flusher re-checks the
-//!   queue after releasing the writer.
+//!   queue after releasing the writer, and the sender thread drains the queue after a backlog.
 //! - With latency emulation, a frame is written no earlier than its enqueue time plus the
-//!   latency, by the link's own sender thread.
+//!   latency, by the link's sender thread.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -29,7 +35,7 @@ use roam_core::wire::{DecodeError, Frame, HEADER_LEN, Header, Limits};
 
 /// Where a link's frames go.
 pub(crate) enum Sink {
-    /// A TCP connection to a peer.
+    /// A TCP connection to a peer (set to non-blocking by [`Link::new`]).
     Tcp(TcpStream),
     /// This node itself (without fast local access): frames are handed to the node's own
     /// server thread, as a classic parameter server would.
@@ -41,13 +47,27 @@ struct Outgoing {
     frame: Frame,
 }
 
+/// The sink and the frames it has started but not finished writing.
+struct Writer {
+    sink: Sink,
+    backlog: VecDeque<Frame>,
+    /// Bytes of the first backlog frame already written.
+    written: usize,
+}
+
+/// How long a closing link keeps trying to deliver its last frames to a peer that reads
+/// nothing.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
 /// The sending half towards one node.
 pub(crate) struct Link {
     pub(crate) peer: NodeId,
     queue: Mutex<VecDeque<Outgoing>>,
-    sink: Mutex<Sink>,
+    writer: Mutex<Writer>,
     latency: Duration,
+    /// Signalled (with `queue` held) when the sender thread has work.
     wake: Condvar,
+    has_backlog: AtomicBool,
     broken: AtomicBool,
     closed: AtomicBool,
     counters: Arc<NodeCounters>,
@@ -59,21 +79,29 @@ impl Link {
         sink: Sink,
         latency: Duration,
         counters: Arc<NodeCounters>,
-    ) -> Self {
-        Self {
+    ) -> io::Result<Self> {
+        if let Sink::Tcp(stream) = &sink {
+            stream.set_nonblocking(true)?;
+        }
+        Ok(Self {
             peer,
             queue: Mutex::new(VecDeque::new()),
-            sink: Mutex::new(sink),
+            writer: Mutex::new(Writer {
+                sink,
+                backlog: VecDeque::new(),
+                written: 0,
+            }),
             latency,
             wake: Condvar::new(),
+            has_backlog: AtomicBool::new(false),
             broken: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             counters,
-        }
+        })
     }
 
-    /// Whether frames are held back by a sender thread (latency emulation) rather than written
-    /// by the enqueuing thread.
+    /// Whether frames are held back by the sender thread (latency emulation) rather than
+    /// written by the enqueuing thread.
     pub(crate) fn delayed(&self) -> bool {
         !self.latency.is_zero()
     }
@@ -81,106 +109,236 @@ impl Link {
     /// Queues a frame; call with the node lock held so that queue order is protocol order.
     pub(crate) fn enqueue(&self, frame: Frame) {
         let due = Instant::now() + self.latency;
-        self.queue.lock().push_back(Outgoing { due, frame });
+        let mut queue = self.queue.lock();
+        queue.push_back(Outgoing { due, frame });
         if self.delayed() {
             self.wake.notify_one();
         }
     }
 
-    /// Writes out everything queued (no-op with latency emulation: the sender thread does it).
-    /// An error means the link is broken and the peer must be considered lost.
+    /// Writes out what is queued, as far as the socket takes it without blocking; the sender
+    /// thread finishes the rest. An error means the link is broken and the peer is lost.
     pub(crate) fn flush(&self) -> io::Result<()> {
         if self.delayed() {
             return Ok(());
         }
-        let mut batch = Vec::new();
         loop {
-            let Some(mut sink) = self.sink.try_lock() else {
+            let Some(mut writer) = self.writer.try_lock() else {
                 // The holder re-checks the queue after releasing, so our frames go out.
                 return Ok(());
             };
-            batch.extend(self.queue.lock().drain(..).map(|o| o.frame));
-            if batch.is_empty() {
+            if !writer.backlog.is_empty() {
+                // The sender thread is finishing a backlog and drains the queue after it.
                 return Ok(());
             }
-            let result = self.write_batch(&mut sink, &mut batch);
-            drop(sink);
-            result?;
+            writer
+                .backlog
+                .extend(self.queue.lock().drain(..).map(|o| o.frame));
+            if writer.backlog.is_empty() {
+                return Ok(());
+            }
+            if !self.write_backlog(&mut writer)? {
+                self.has_backlog.store(true, Ordering::Release);
+                drop(writer);
+                let _queue = self.queue.lock();
+                self.wake.notify_one();
+                return Ok(());
+            }
+            drop(writer);
             if self.queue.lock().is_empty() {
                 return Ok(());
             }
         }
     }
 
-    /// Sender-thread body for latency emulation: writes each frame once it is due.
-    pub(crate) fn run_delayed_sender(&self) -> io::Result<()> {
-        let mut batch = Vec::new();
+    /// The sender thread: finishes backlogs the socket would not take at once, and with
+    /// latency emulation writes every frame once it is due. Returns when the link is closed and
+    /// everything is written (or the peer stopped reading for [`CLOSE_GRACE`]).
+    pub(crate) fn run_sender(&self) -> io::Result<()> {
+        let mut closing_since: Option<Instant> = None;
         loop {
             {
                 let mut queue = self.queue.lock();
                 loop {
-                    if self.closed.load(Ordering::Acquire) && queue.is_empty() {
+                    let backlog = self.has_backlog.load(Ordering::Acquire);
+                    if self.closed.load(Ordering::Acquire)
+                        && !backlog
+                        && (queue.is_empty() || !self.delayed())
+                    {
                         return Ok(());
                     }
+                    if backlog {
+                        break;
+                    }
                     match queue.front() {
-                        Some(first) if first.due <= Instant::now() => break,
-                        Some(first) => {
+                        Some(first) if self.delayed() && first.due <= Instant::now() => break,
+                        Some(first) if self.delayed() => {
                             let due = first.due;
                             self.wake.wait_until(&mut queue, due);
                         }
-                        None => self.wake.wait(&mut queue),
+                        _ => {
+                            self.wake.wait_for(&mut queue, Duration::from_millis(200));
+                        }
                     }
                 }
-                let now = Instant::now();
-                while queue.front().is_some_and(|o| o.due <= now) {
-                    batch.push(queue.pop_front().expect("checked").frame);
+            }
+            let mut writer = self.writer.lock();
+            loop {
+                if writer.backlog.is_empty() {
+                    let now = Instant::now();
+                    let mut queue = self.queue.lock();
+                    while queue.front().is_some_and(|o| o.due <= now) {
+                        writer
+                            .backlog
+                            .push_back(queue.pop_front().expect("checked").frame);
+                    }
+                }
+                if writer.backlog.is_empty() {
+                    break;
+                }
+                if !self.write_backlog(&mut writer)? {
+                    if self.closed.load(Ordering::Acquire) {
+                        let since = *closing_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > CLOSE_GRACE {
+                            writer.backlog.clear();
+                            break;
+                        }
+                    }
+                    wait_writable(&writer.sink, Duration::from_millis(50));
                 }
             }
-            let mut sink = self.sink.lock();
-            self.write_batch(&mut sink, &mut batch)?;
+            self.has_backlog.store(false, Ordering::Release);
+            drop(writer);
+            // A flusher that found the writer taken relied on us to write its frames.
+            if !self.delayed() {
+                self.flush()?;
+            }
         }
     }
 
-    /// Stops the delayed sender once its queue is empty.
+    /// Stops the sender thread once everything queued is written.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        let _queue = self.queue.lock();
         self.wake.notify_all();
     }
 
-    fn write_batch(&self, sink: &mut Sink, batch: &mut Vec<Frame>) -> io::Result<()> {
+    /// Writes as much of the backlog as the sink takes without blocking; true when all of it
+    /// went out.
+    fn write_backlog(&self, writer: &mut Writer) -> io::Result<bool> {
         if self.broken.load(Ordering::Relaxed) {
-            batch.clear();
+            writer.backlog.clear();
             return Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 format!("link to {} is broken", self.peer),
             ));
         }
-        let bytes: usize = batch.iter().map(Frame::wire_len).sum();
-        add(&self.counters.messages_sent, batch.len() as u64);
-        add(&self.counters.bytes_sent, bytes as u64);
+        let Writer {
+            sink,
+            backlog,
+            written,
+        } = writer;
+        let sent = |frame: &Frame| {
+            add(&self.counters.messages_sent, 1);
+            add(&self.counters.bytes_sent, frame.wire_len() as u64);
+        };
         let result = match sink {
-            Sink::Tcp(stream) => write_frames(stream, batch),
-            Sink::Loopback(tx) => batch
+            Sink::Tcp(stream) => write_some(stream, backlog, written, sent),
+            Sink::Loopback(tx) => backlog
                 .drain(..)
-                .try_for_each(|f| tx.send(f))
+                .try_for_each(|f| {
+                    sent(&f);
+                    tx.send(f)
+                })
+                .map(|()| true)
                 .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "loopback server stopped")),
         };
-        batch.clear();
         if result.is_err() {
             self.broken.store(true, Ordering::Relaxed);
+            writer.backlog.clear();
         }
         result
     }
 
     /// Shuts the TCP connection down (both directions), waking a peer's reader with EOF.
     pub(crate) fn shutdown_socket(&self) {
-        if let Sink::Tcp(stream) = &*self.sink.lock() {
+        if let Sink::Tcp(stream) = &self.writer.lock().sink {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
     }
 }
 
-/// Writes frames with vectored writes: header and body of each frame as separate slices.
+/// Writes frames from the front of `backlog` until done or the socket would block; fully
+/// written frames are removed, `written` tracks the partial one. True when all went out.
+fn write_some(
+    stream: &mut TcpStream,
+    backlog: &mut VecDeque<Frame>,
+    written: &mut usize,
+    sent: impl Fn(&Frame),
+) -> io::Result<bool> {
+    // Bound the number of slices per call (IOV_MAX is 1024 on Linux).
+    const FRAMES_PER_CALL: usize = 256;
+    while !backlog.is_empty() {
+        let group = backlog.len().min(FRAMES_PER_CALL);
+        let headers: Vec<[u8; HEADER_LEN]> = backlog
+            .iter()
+            .take(group)
+            .map(|f| f.header.encode())
+            .collect();
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(group * 2);
+        let mut skip = *written;
+        for (header, frame) in headers.iter().zip(backlog.iter()) {
+            for part in [&header[..], frame.body_bytes()] {
+                if skip >= part.len() {
+                    skip -= part.len();
+                } else {
+                    slices.push(IoSlice::new(&part[skip..]));
+                    skip = 0;
+                }
+            }
+        }
+        let n = match stream.write_vectored(&slices) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "connection closed while writing",
+                ));
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        drop(slices);
+        let mut advanced = *written + n;
+        while let Some(front) = backlog.front() {
+            if advanced < front.wire_len() {
+                break;
+            }
+            advanced -= front.wire_len();
+            sent(front);
+            backlog.pop_front();
+        }
+        *written = advanced;
+    }
+    Ok(true)
+}
+
+/// Waits until the socket can take more bytes (or `timeout` passes).
+fn wait_writable(sink: &Sink, timeout: Duration) {
+    if let Sink::Tcp(stream) = sink {
+        let mut fd = libc::pollfd {
+            fd: stream.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(&mut fd, 1, timeout.as_millis() as libc::c_int) };
+    }
+}
+
+/// Writes frames with vectored writes to a blocking writer (tests: a byte-stream round trip).
+#[cfg(test)]
 pub(crate) fn write_frames(stream: &mut impl Write, frames: &[Frame]) -> io::Result<()> {
     // Bound the number of slices per call (IOV_MAX is 1024 on Linux).
     const FRAMES_PER_CALL: usize = 256;

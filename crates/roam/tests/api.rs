@@ -246,3 +246,44 @@ fn a_missing_token_is_a_clear_start_error() {
         .to_string();
     assert!(err.contains("ROAM_CLUSTER_TOKEN"), "{err}");
 }
+
+#[test]
+fn heavy_traffic_in_both_directions_does_not_deadlock() {
+    // Both nodes keep many large pushes and pulls to each other in flight, far more than the
+    // socket buffers hold: reader threads must never block on a full socket, or the two nodes
+    // would wait for each other forever.
+    let nodes = cluster(2, || Config::new(2_000, 1_000));
+    std::thread::scope(|scope| {
+        for node in &nodes {
+            scope.spawn(move || {
+                let w = node.worker(0).unwrap();
+                let other: Vec<u64> = if node.rank() == 0 {
+                    (1_000..2_000).collect()
+                } else {
+                    (0..1_000).collect()
+                };
+                let update = vec![1.0f32; other.len() * 1_000];
+                let mut outs = vec![vec![0f32; other.len() * 1_000]; 8];
+                for _ in 0..4 {
+                    let pushes: Vec<_> = (0..8).map(|_| w.push(&other, &update).unwrap()).collect();
+                    let pulls: Vec<_> = outs
+                        .iter_mut()
+                        .map(|out| w.pull(&other, out).unwrap())
+                        .collect();
+                    for t in pushes.into_iter().chain(pulls) {
+                        t.wait().unwrap();
+                    }
+                }
+                w.barrier().unwrap();
+                let mut out = vec![0f32; other.len() * 1_000];
+                w.pull(&other, &mut out).unwrap().wait().unwrap();
+                assert!(
+                    out.iter().all(|&v| v == 32.0),
+                    "every push applied exactly once"
+                );
+                w.barrier().unwrap();
+            });
+        }
+    });
+    shutdown_all(nodes);
+}

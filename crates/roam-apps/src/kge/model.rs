@@ -1,0 +1,276 @@
+//! The scoring models (ComplEx, RESCAL), their parameter layout, and the AdaGrad step.
+//!
+//! Both models are bilinear: `score(s, r, o) = sᵀ M_r o` for a relation-specific matrix `M_r`.
+//! Training and evaluation use that through three primitives, so a positive triple and all its
+//! negatives cost a constant number of `M_r`-products instead of one per scored triple:
+//! [`Model::tail_query`] (`M_rᵀ a`, so `score(a, r, b) = tail_query(a, r) · b`),
+//! [`Model::head_query`] (`M_r b`, so `score(a, r, b) = a · head_query(r, b)`) and
+//! [`Model::add_relation_grad`] (`∂(aᵀ M_r b)/∂r`, which is linear in `a` and in `b`).
+//!
+//! Layout of a key's values (the AdaGrad accumulator lives in the same key, right after the
+//! embedding, so one pull brings everything one update needs):
+//! - ComplEx, `dim` = D complex components: entity and relation `[re(D), im(D), acc(2D)]`,
+//!   4D values. (Lapse's `--embed_dim 100` counts real values, i.e. 50 complex components.)
+//! - RESCAL: entity `[e(D), acc(D)]`, relation `[R(D×D) row-major, acc(D×D)]` as one key.
+
+use rand::Rng;
+
+/// Half-width of the uniform initialisation of embeddings (as in Lapse's kge app).
+pub const INIT_RANGE: f32 = 1e-2;
+
+/// Added under AdaGrad's square root so a zero accumulator and gradient divide safely (Lapse
+/// initialises its accumulators to the same 1e-6 instead).
+pub const ADAGRAD_EPS: f32 = 1e-6;
+
+/// Which scoring model to train.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModelKind {
+    /// ComplEx (Trouillon et al. 2016): complex embeddings, diagonal relations.
+    Complex,
+    /// RESCAL (Nickel et al. 2011): real embeddings, full D×D relation matrices.
+    Rescal,
+}
+
+impl ModelKind {
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Complex => "complex",
+            Self::Rescal => "rescal",
+        }
+    }
+}
+
+/// A model of a given dimension.
+#[derive(Clone, Copy, Debug)]
+pub struct Model {
+    /// ComplEx or RESCAL.
+    pub kind: ModelKind,
+    /// Complex components (ComplEx) or real components (RESCAL) of an entity.
+    pub dim: usize,
+}
+
+impl Model {
+    /// Embedding values of an entity (without the accumulator).
+    pub fn entity_len(&self) -> usize {
+        match self.kind {
+            ModelKind::Complex => 2 * self.dim,
+            ModelKind::Rescal => self.dim,
+        }
+    }
+
+    /// Embedding values of a relation (without the accumulator).
+    pub fn relation_len(&self) -> usize {
+        match self.kind {
+            ModelKind::Complex => 2 * self.dim,
+            ModelKind::Rescal => self.dim * self.dim,
+        }
+    }
+
+    /// `sᵀ M_r o`.
+    pub fn score(&self, s: &[f32], r: &[f32], o: &[f32], scratch: &mut Vec<f32>) -> f32 {
+        scratch.resize(self.entity_len(), 0.0);
+        self.tail_query(s, r, scratch);
+        dot(scratch, o)
+    }
+
+    /// `out = M_rᵀ a`: the vector whose dot product with `b` is `score(a, r, b)`.
+    pub fn tail_query(&self, a: &[f32], r: &[f32], out: &mut [f32]) {
+        let d = self.dim;
+        match self.kind {
+            ModelKind::Complex => {
+                let (a_re, a_im) = a.split_at(d);
+                let (r_re, r_im) = r.split_at(d);
+                let (o_re, o_im) = out.split_at_mut(d);
+                for i in 0..d {
+                    o_re[i] = r_re[i] * a_re[i] - r_im[i] * a_im[i];
+                    o_im[i] = r_re[i] * a_im[i] + r_im[i] * a_re[i];
+                }
+            }
+            ModelKind::Rescal => {
+                out[..d].fill(0.0);
+                for (x, row) in a.iter().zip(r.chunks_exact(d)) {
+                    axpy(*x, row, &mut out[..d]);
+                }
+            }
+        }
+    }
+
+    /// `out = M_r b`: the vector whose dot product with `a` is `score(a, r, b)`.
+    pub fn head_query(&self, r: &[f32], b: &[f32], out: &mut [f32]) {
+        let d = self.dim;
+        match self.kind {
+            ModelKind::Complex => {
+                let (b_re, b_im) = b.split_at(d);
+                let (r_re, r_im) = r.split_at(d);
+                let (o_re, o_im) = out.split_at_mut(d);
+                for i in 0..d {
+                    o_re[i] = r_re[i] * b_re[i] + r_im[i] * b_im[i];
+                    o_im[i] = r_re[i] * b_im[i] - r_im[i] * b_re[i];
+                }
+            }
+            ModelKind::Rescal => {
+                for (o, row) in out[..d].iter_mut().zip(r.chunks_exact(d)) {
+                    *o = dot(row, b);
+                }
+            }
+        }
+    }
+
+    /// `d_r += ∂(aᵀ M_r b)/∂r`.
+    pub fn add_relation_grad(&self, a: &[f32], b: &[f32], d_r: &mut [f32]) {
+        let d = self.dim;
+        match self.kind {
+            ModelKind::Complex => {
+                let (a_re, a_im) = a.split_at(d);
+                let (b_re, b_im) = b.split_at(d);
+                let (g_re, g_im) = d_r.split_at_mut(d);
+                for i in 0..d {
+                    g_re[i] += a_re[i] * b_re[i] + a_im[i] * b_im[i];
+                    g_im[i] += a_re[i] * b_im[i] - a_im[i] * b_re[i];
+                }
+            }
+            ModelKind::Rescal => {
+                for (x, row) in a.iter().zip(d_r.chunks_exact_mut(d)) {
+                    axpy(*x, b, row);
+                }
+            }
+        }
+    }
+
+    /// Fills a key's initial values: uniform embedding in `±INIT_RANGE`, zero accumulator.
+    pub fn init_key(values: &mut [f32], rng: &mut impl Rng) {
+        let (emb, acc) = values.split_at_mut(values.len() / 2);
+        for v in emb {
+            *v = rng.random_range(-INIT_RANGE..INIT_RANGE);
+        }
+        acc.fill(0.0);
+    }
+}
+
+/// AdaGrad as additive updates: for a key's pulled `[emb, acc]` and the gradient `g` of its
+/// embedding, writes `out = [−eta·g/√(acc+g²+eps), g²]`, to be pushed (added) to the key.
+pub fn adagrad_delta(pulled: &[f32], g: &[f32], eta: f32, out: &mut [f32]) {
+    let n = g.len();
+    let acc = &pulled[n..2 * n];
+    let (d_emb, d_acc) = out[..2 * n].split_at_mut(n);
+    for i in 0..n {
+        let g2 = g[i] * g[i];
+        d_acc[i] = g2;
+        d_emb[i] = -eta * g[i] / (acc[i] + g2 + ADAGRAD_EPS).sqrt();
+    }
+}
+
+/// Dot product, written with independent accumulators so it vectorises.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `y += alpha·x`.
+pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += alpha * x;
+    }
+}
+
+/// `ln(1 + e^x)`, stable for large `|x|`.
+pub fn softplus(x: f32) -> f32 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
+}
+
+/// `1 / (1 + e^−x)`.
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
+
+    use super::*;
+
+    fn random(n: usize, rng: &mut SmallRng) -> Vec<f32> {
+        (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
+    }
+
+    /// The ComplEx score written directly as Re(⟨s, r, conj(o)⟩).
+    fn complex_reference(d: usize, s: &[f32], r: &[f32], o: &[f32]) -> f32 {
+        (0..d)
+            .map(|i| {
+                let (sr, si, rr, ri, or, oi) = (s[i], s[d + i], r[i], r[d + i], o[i], o[d + i]);
+                // (s * r) * conj(o), real part.
+                let (pr, pi) = (sr * rr - si * ri, sr * ri + si * rr);
+                pr * or + pi * oi
+            })
+            .sum()
+    }
+
+    #[test]
+    fn queries_and_gradients_agree_with_the_score() {
+        let seed = 11;
+        println!("seed {seed}");
+        let mut rng = SmallRng::seed_from_u64(seed);
+        for kind in [ModelKind::Complex, ModelKind::Rescal] {
+            let m = Model { kind, dim: 5 };
+            let (s, r, o) = (random(m.entity_len(), &mut rng), random(m.relation_len(), &mut rng), random(m.entity_len(), &mut rng));
+            let mut scratch = Vec::new();
+            let f = m.score(&s, &r, &o, &mut scratch);
+            if kind == ModelKind::Complex {
+                assert!((f - complex_reference(5, &s, &r, &o)).abs() < 1e-5);
+            } else {
+                let direct: f32 = (0..5).flat_map(|a| (0..5).map(move |b| (a, b))).map(|(a, b)| r[a * 5 + b] * s[a] * o[b]).sum();
+                assert!((f - direct).abs() < 1e-5);
+            }
+            let mut p = vec![0.0; m.entity_len()];
+            m.head_query(&r, &o, &mut p);
+            assert!((dot(&s, &p) - f).abs() < 1e-5, "{kind:?}: s·M o");
+            // Relation gradient against finite differences.
+            let mut g = vec![0.0; m.relation_len()];
+            m.add_relation_grad(&s, &o, &mut g);
+            for i in 0..m.relation_len() {
+                let mut r2 = r.clone();
+                r2[i] += 1e-2;
+                let fd = (m.score(&s, &r2, &o, &mut scratch) - f) / 1e-2;
+                assert!((fd - g[i]).abs() < 1e-3, "{kind:?} relation grad {i}: {fd} vs {}", g[i]);
+            }
+        }
+    }
+
+    #[test]
+    fn adagrad_step_is_the_documented_formula() {
+        let pulled = [1.0, 2.0, /* acc */ 0.0, 3.0];
+        let g = [0.5, -1.0];
+        let mut out = [0.0; 4];
+        adagrad_delta(&pulled, &g, 0.1, &mut out);
+        let expect0 = -0.1 * 0.5 / (0.25f32 + ADAGRAD_EPS).sqrt();
+        let expect1 = 0.1 * 1.0 / (3.0f32 + 1.0 + ADAGRAD_EPS).sqrt();
+        assert!((out[0] - expect0).abs() < 1e-6 && (out[1] - expect1).abs() < 1e-6, "{out:?}");
+        assert_eq!(&out[2..], &[0.25, 1.0]);
+        // A first step moves every coordinate by about eta against the gradient's sign.
+        assert!((out[0] + 0.1).abs() < 1e-4);
+        // Pushing the deltas additively gives the textbook AdaGrad state.
+        let applied: Vec<f32> = pulled.iter().zip(&out).map(|(p, d)| p + d).collect();
+        assert_eq!(applied[2..], [0.25, 4.0]);
+    }
+
+    #[test]
+    fn softplus_and_sigmoid_are_stable() {
+        assert!((softplus(0.0) - 2f32.ln()).abs() < 1e-6);
+        assert_eq!(softplus(100.0), 100.0);
+        assert!(softplus(-100.0) >= 0.0 && softplus(-100.0) < 1e-30);
+        assert!((sigmoid(0.0) - 0.5).abs() < 1e-7);
+        assert!(sigmoid(-200.0).is_finite() && sigmoid(200.0) == 1.0);
+    }
+}

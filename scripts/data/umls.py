@@ -1,0 +1,67 @@
+"""UMLS knowledge graph as shipped in the pykeen wheel.
+
+Steps:
+  1. Read pykeen/datasets/umls/{train,valid,test}.txt from the wheel (a zip;
+     read with zipfile, nothing is installed). They are plain text (gunzipped
+     first if a member turns out to be gzip-compressed).
+  2. Check that every line is "head<TAB>relation<TAB>tail".
+  3. Write them unchanged (byte for byte) as train.txt, valid.txt, test.txt.
+"""
+
+import argparse
+import gzip
+import os
+import sys
+import zipfile
+
+PREFIX = "pykeen/datasets/umls/"
+SPLITS = ("train", "valid", "test")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--describe", action="store_true", help="print the conversion steps")
+    ap.add_argument("--wheel")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.describe:
+        print(__doc__.strip())
+        return
+    if not (a.wheel and a.out):
+        ap.error("--wheel and --out are required")
+
+    os.makedirs(a.out, exist_ok=True)
+    ents, rels = set(), set()
+    counts = {}
+    with zipfile.ZipFile(a.wheel) as z:
+        names = set(z.namelist())
+        for split in SPLITS:
+            member = PREFIX + split + ".txt"
+            if member not in names and member + ".gz" in names:
+                member += ".gz"
+            if member not in names:
+                sys.exit("umls.py: %s not found in %s" % (PREFIX + split + ".txt", a.wheel))
+            data = z.read(member)
+            if data[:2] == b"\x1f\x8b":
+                data = gzip.decompress(data)
+            n = 0
+            for ln, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+                parts = line.split("\t")
+                if len(parts) != 3 or not all(parts):
+                    sys.exit("umls.py: %s line %d is not head<TAB>relation<TAB>tail" % (member, ln))
+                ents.update((parts[0], parts[2]))
+                rels.add(parts[1])
+                n += 1
+            if not data.endswith(b"\n"):
+                data += b"\n"
+            with open(os.path.join(a.out, split + ".txt"), "wb") as f:
+                f.write(data)
+            counts[split] = n
+    for split in SPLITS:
+        print("%s: %d" % (split, counts[split]))
+    print("entities: %d" % len(ents))
+    print("relations: %d" % len(rels))
+
+
+if __name__ == "__main__":
+    main()

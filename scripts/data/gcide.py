@@ -22,8 +22,8 @@ Steps (corpus.txt):
 
 Steps (similar_pairs.tsv):
   5. From WordNet 3.0 (Debian wordnet-base data.{noun,verb,adj,adv}), for
-     every synset take its single-word lemmas (lowercased, letters only)
-     and form all unordered pairs of different words.
+     every synset take its single-word lemmas (letters only, at least 3 of
+     them, lowercased) and form all unordered pairs of different words.
   6. Keep pairs where both words occur at least 20 times in corpus.txt;
      write "w1<TAB>w2" with w1 < w2, sorted, each pair once.
 """
@@ -40,6 +40,7 @@ import wordnet  # noqa: E402
 
 MIN_COUNT = 20
 MIN_TOKENS = 3
+MIN_LETTERS = 3
 
 B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 B64_VAL = {c: i for i, c in enumerate(B64)}
@@ -70,9 +71,11 @@ _PRON_BACKSLASH = re.compile(r"\\[^\\\n]*\\")
 # stress/syllable mark or a letter code or a '?'.
 _PRON_PAREN = re.compile(r"\((?=[^()\s]*[*\"`?\[])[^()\s]*(?:;\s*\d+)?\)")
 _AUTHOR = re.compile(r"--\s*\{?[A-Z][^\n]*")
-_DOMAIN = re.compile(r"\((?:\s*(?:&|and)?\s*[A-Z][A-Za-z\[\]\"'`^=~.,*-]*\.)+\s*\)")
+# "(Bot.)", "(Zo[\"o]l.)", "(Mar. Law)", "(Anat. & Physiol.)": capitalized
+# words, the first one abbreviated.
+_DOMAIN = re.compile(r"\(\s*[A-Z][^()\s]*\.(?:\s*(?:&|and|,)?\s*[A-Z][^()\s]*)*\s*\)")
 _POS_HEAD = re.compile(
-    r"^[\s,;]*(?:(?:n|v|a|adv|adj|prep|conj|interj|pron|pr|p|vb|imp|pl|sing|t|i|"
+    r"^[\s,;]*(?:(?:n|v|a|adv|adj|prep|conj|interj|pron|prop|pr|p|vb|imp|pl|sing|t|i|"
     r"superl|compar|fem|masc|pref|suff|prefix|suffix|obs|&)\b\.?[\s,;]*)+"
 )
 _TAG = re.compile(r"<[^<>\n]*>")
@@ -183,7 +186,7 @@ def main():
     n_synsets = 0
     for _sid, lemmas, _pointers in wordnet.read_synsets(a.wordnet_dir):
         n_synsets += 1
-        words = sorted({w.lower() for w in lemmas if re.fullmatch(r"[A-Za-z]+", w)})
+        words = sorted({w.lower() for w in lemmas if re.fullmatch(r"[A-Za-z]{%d,}" % MIN_LETTERS, w)})
         words = [w for w in words if counts[w] >= MIN_COUNT]
         for i in range(len(words)):
             for j in range(i + 1, len(words)):

@@ -89,8 +89,8 @@ def main():
     print("users: %d" % len(users))
     print("items: %d" % len(items))
     print("rating values: %s" % " ".join(ratings))
-    print("test users not in train: %d" % len(users - train_users))
-    print("test items not in train: %d" % len(items - train_items))
+    print("users with ratings only in test: %d" % len(users - train_users))
+    print("items with ratings only in test: %d" % len(items - train_items))
 
 
 if __name__ == "__main__":

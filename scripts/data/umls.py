@@ -5,7 +5,8 @@ Steps:
      read with zipfile, nothing is installed). They are plain text (gunzipped
      first if a member turns out to be gzip-compressed).
   2. Check that every line is "head<TAB>relation<TAB>tail".
-  3. Write them unchanged (byte for byte) as train.txt, valid.txt, test.txt.
+  3. Write them unchanged as train.txt, valid.txt, test.txt (byte for byte;
+     a final newline would be added if one were missing).
 """
 
 import argparse

@@ -2,13 +2,18 @@
 //! `cargo run --release -p roam-core --example store_bench -- [keys] [value_len] [batch]`.
 //! Prints ns per key for batched local pulls and pushes of uniformly random keys.
 
+// A benchmark harness, not part of the sans-IO core: it may read the clock.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use roam_core::{KeySpace, Store, UpdateMode};
 
 fn main() {
-    let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>().expect("numeric argument"));
+    let mut args = std::env::args()
+        .skip(1)
+        .map(|a| a.parse::<u64>().expect("numeric argument"));
     let keys = args.next().unwrap_or(100_000);
     let len = args.next().unwrap_or(10) as usize;
     let batch = args.next().unwrap_or(100) as usize;
@@ -21,7 +26,12 @@ fn main() {
     let drawn: Vec<u64> = (0..1 << 20).map(|_| rng.random_range(0..keys)).collect();
     let mut out = vec![0f32; batch * len];
     let update = vec![1f32; batch * len];
-    for (name, pull) in [("pull", true), ("push", false), ("pull", true), ("push", false)] {
+    for (name, pull) in [
+        ("pull", true),
+        ("push", false),
+        ("pull", true),
+        ("push", false),
+    ] {
         let rounds = 200_000;
         let start = Instant::now();
         let mut misses = 0;

@@ -36,7 +36,12 @@ impl Node {
         let op = self.new_op(worker, OpKind::Barrier, 1, Vec::new());
         if let Some(peer) = self.lost.iter().position(|&l| l) {
             self.answer(op, 0);
-            self.fail(op, OpError::PeerGone { peer: NodeId(peer as u32) });
+            self.fail(
+                op,
+                OpError::PeerGone {
+                    peer: NodeId(peer as u32),
+                },
+            );
             self.settle(op);
             return ReqId(op);
         }
@@ -57,7 +62,9 @@ impl Node {
 
     pub(crate) fn handle_barrier_arrival(&mut self, from: NodeId, generation: u64) {
         if self.cfg.id != NodeId(0) {
-            return self.anomaly(format!("barrier arrival from {from} at a node that is not the coordinator"));
+            return self.anomaly(format!(
+                "barrier arrival from {from} at a node that is not the coordinator"
+            ));
         }
         self.coordinator_arrival(from, generation);
     }
@@ -86,7 +93,9 @@ impl Node {
 
     pub(crate) fn handle_barrier_release(&mut self, from: NodeId, generation: u64) {
         if from != NodeId(0) {
-            return self.anomaly(format!("barrier release from {from}, which is not the coordinator"));
+            return self.anomaly(format!(
+                "barrier release from {from}, which is not the coordinator"
+            ));
         }
         self.release_barrier(generation);
     }

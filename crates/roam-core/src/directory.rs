@@ -31,9 +31,15 @@ impl HomeTable {
     pub fn new(num_keys: u64, num_nodes: u32, partitioning: Partitioning) -> Self {
         assert!(num_nodes > 0, "a cluster has at least one node");
         let per_node = num_keys.div_ceil(u64::from(num_nodes));
-        let range_starts =
-            (0..u64::from(num_nodes)).map(|i| (i * per_node).min(num_keys)).collect();
-        Self { version: 0, num_keys, partitioning, range_starts }
+        let range_starts = (0..u64::from(num_nodes))
+            .map(|i| (i * per_node).min(num_keys))
+            .collect();
+        Self {
+            version: 0,
+            num_keys,
+            partitioning,
+            range_starts,
+        }
     }
 
     /// The version of this table.
@@ -69,10 +75,16 @@ impl HomeTable {
         match self.partitioning {
             Partitioning::Range => {
                 let start = self.range_starts[node.index()];
-                let end = self.range_starts.get(node.index() + 1).copied().unwrap_or(self.num_keys);
+                let end = self
+                    .range_starts
+                    .get(node.index() + 1)
+                    .copied()
+                    .unwrap_or(self.num_keys);
                 Box::new(start..end)
             }
-            Partitioning::Hash => Box::new((0..self.num_keys).filter(move |&k| self.home(k) == node)),
+            Partitioning::Hash => {
+                Box::new((0..self.num_keys).filter(move |&k| self.home(k) == node))
+            }
         }
     }
 }
@@ -111,7 +123,11 @@ mod tests {
         let table = HomeTable::new(10_000, 4, Partitioning::Hash);
         for n in 0..4 {
             let mine: Vec<_> = table.keys_of(NodeId(n)).collect();
-            assert!(mine.len() > 2_000 && mine.len() < 3_000, "node {n}: {}", mine.len());
+            assert!(
+                mine.len() > 2_000 && mine.len() < 3_000,
+                "node {n}: {}",
+                mine.len()
+            );
             assert!(mine.iter().all(|&k| table.home(k) == NodeId(n)));
         }
     }

@@ -17,9 +17,7 @@ pub enum AccessError {
         num_keys: u64,
     },
     /// The value buffer does not hold exactly the keys' values.
-    #[error(
-        "buffer holds {actual} values but the {keys} keys have {expected} values in total"
-    )]
+    #[error("buffer holds {actual} values but the {keys} keys have {expected} values in total")]
     LengthMismatch {
         /// Number of keys in the batch.
         keys: usize,

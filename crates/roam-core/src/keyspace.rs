@@ -59,7 +59,11 @@ impl KeySpace {
         if len == 0 {
             return Err(KeySpaceError::ZeroLength { key: 0 });
         }
-        Ok(Self { num_keys, lengths: ValueLengths::Uniform(len), offsets: None })
+        Ok(Self {
+            num_keys,
+            lengths: ValueLengths::Uniform(len),
+            offsets: None,
+        })
     }
 
     /// A key space whose key `k` holds `lengths[k]` values.
@@ -96,7 +100,10 @@ impl KeySpace {
             return Err(KeySpaceError::Empty);
         }
         if num_keys > MAX_KEYS {
-            return Err(KeySpaceError::TooManyKeys { num_keys, max: MAX_KEYS });
+            return Err(KeySpaceError::TooManyKeys {
+                num_keys,
+                max: MAX_KEYS,
+            });
         }
         Ok(())
     }
@@ -149,7 +156,10 @@ impl KeySpace {
         if key < self.num_keys {
             Ok(())
         } else {
-            Err(AccessError::KeyOutOfRange { key, num_keys: self.num_keys })
+            Err(AccessError::KeyOutOfRange {
+                key,
+                num_keys: self.num_keys,
+            })
         }
     }
 
@@ -160,7 +170,10 @@ impl KeySpace {
         match &self.lengths {
             ValueLengths::Uniform(len) => {
                 if let Some(&key) = keys.iter().find(|&&k| k >= self.num_keys) {
-                    return Err(AccessError::KeyOutOfRange { key, num_keys: self.num_keys });
+                    return Err(AccessError::KeyOutOfRange {
+                        key,
+                        num_keys: self.num_keys,
+                    });
                 }
                 expected = keys.len() * *len as usize;
             }
@@ -172,7 +185,11 @@ impl KeySpace {
             }
         }
         if expected != buf_len {
-            return Err(AccessError::LengthMismatch { keys: keys.len(), expected, actual: buf_len });
+            return Err(AccessError::LengthMismatch {
+                keys: keys.len(),
+                expected,
+                actual: buf_len,
+            });
         }
         Ok(expected)
     }
@@ -197,18 +214,31 @@ mod tests {
         assert_eq!(space.check_batch(&[1, 2], 6), Ok(6));
         assert_eq!(
             space.check_batch(&[1, 12], 6),
-            Err(AccessError::KeyOutOfRange { key: 12, num_keys: 10 })
+            Err(AccessError::KeyOutOfRange {
+                key: 12,
+                num_keys: 10
+            })
         );
         assert_eq!(
             space.check_batch(&[1, 2], 5),
-            Err(AccessError::LengthMismatch { keys: 2, expected: 6, actual: 5 })
+            Err(AccessError::LengthMismatch {
+                keys: 2,
+                expected: 6,
+                actual: 5
+            })
         );
     }
 
     #[test]
     fn rejects_degenerate_spaces() {
         assert_eq!(KeySpace::uniform(0, 1).unwrap_err(), KeySpaceError::Empty);
-        assert_eq!(KeySpace::uniform(3, 0).unwrap_err(), KeySpaceError::ZeroLength { key: 0 });
-        assert_eq!(KeySpace::per_key(vec![1, 0]).unwrap_err(), KeySpaceError::ZeroLength { key: 1 });
+        assert_eq!(
+            KeySpace::uniform(3, 0).unwrap_err(),
+            KeySpaceError::ZeroLength { key: 0 }
+        );
+        assert_eq!(
+            KeySpace::per_key(vec![1, 0]).unwrap_err(),
+            KeySpaceError::ZeroLength { key: 1 }
+        );
     }
 }

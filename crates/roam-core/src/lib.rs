@@ -21,12 +21,12 @@
 //! latch. Keys that are not local are handed to [`node::Node`] under the node lock, which the
 //! shell holds only for the duration of one input and the draining of its outputs.
 
+mod barrier;
 pub mod directory;
 pub mod error;
 pub mod id;
 pub mod keyspace;
 pub mod node;
-mod barrier;
 mod relocate;
 mod serve;
 pub mod stats;

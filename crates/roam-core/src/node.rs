@@ -68,7 +68,13 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     /// A static-allocation configuration with fast local access and no location caches.
-    pub fn new(id: NodeId, num_nodes: u32, workers_per_node: u32, space: KeySpace, partitioning: Partitioning) -> Self {
+    pub fn new(
+        id: NodeId,
+        num_nodes: u32,
+        workers_per_node: u32,
+        space: KeySpace,
+        partitioning: Partitioning,
+    ) -> Self {
         Self {
             id,
             num_nodes,
@@ -131,6 +137,8 @@ pub(crate) struct Pending {
     pub(crate) kind: OpKind,
     /// Output-buffer offset of each position (pulls only).
     pub(crate) out_offsets: Vec<usize>,
+    /// The key asked at each position (pulls only), to check that answers name the right keys.
+    pub(crate) keys: Vec<Key>,
     /// Which positions have been answered (guards against duplicate or bogus answers).
     pub(crate) answered: Vec<bool>,
     pub(crate) remaining: usize,
@@ -157,7 +165,15 @@ impl Batch {
 
     /// A frame of `kind` carrying this batch's keys, positions and values.
     pub(crate) fn into_frame(self, kind: Kind, origin: NodeId, req: ReqId, aux: u64) -> Frame {
-        let mut frame = Frame::with_positions(kind, origin, req, aux, &self.keys, &self.positions, self.values.len());
+        let mut frame = Frame::with_positions(
+            kind,
+            origin,
+            req,
+            aux,
+            &self.keys,
+            &self.positions,
+            self.values.len(),
+        );
         frame.values_mut().copy_from_slice(&self.values);
         frame
     }
@@ -245,7 +261,8 @@ impl Node {
 
     /// The current owner of `key` as recorded here, if this node is its home.
     pub fn recorded_owner(&self, key: Key) -> Option<NodeId> {
-        (self.home.home(key) == self.cfg.id).then(|| self.owners.get(&key).copied().unwrap_or(self.cfg.id))
+        (self.home.home(key) == self.cfg.id)
+            .then(|| self.owners.get(&key).copied().unwrap_or(self.cfg.id))
     }
 
     /// Where a worker's access to `key` goes.
@@ -254,7 +271,8 @@ impl Node {
             Residency::Local => Route::Local,
             Residency::InTransit => Route::Transit,
             Residency::Remote => {
-                if self.cfg.location_caches {
+                // At the key's home the owner record is exact; the cache helps elsewhere only.
+                if self.cfg.location_caches && self.home.home(key) != self.cfg.id {
                     if let Some(&owner) = self.cache.get(&key) {
                         add(&self.counters.cache_hits, 1);
                         return Route::Remote(owner);
@@ -271,10 +289,20 @@ impl Node {
     /// entry costs at most one extra hop.)
     pub(crate) fn server_route(&self, key: Key) -> NodeId {
         let home = self.home.home(key);
-        if home == self.cfg.id { self.owners.get(&key).copied().unwrap_or(home) } else { home }
+        if home == self.cfg.id {
+            self.owners.get(&key).copied().unwrap_or(home)
+        } else {
+            home
+        }
     }
 
-    pub(crate) fn new_op(&mut self, worker: WorkerId, kind: OpKind, keys: usize, out_offsets: Vec<usize>) -> u64 {
+    pub(crate) fn new_op(
+        &mut self,
+        worker: WorkerId,
+        kind: OpKind,
+        keys: usize,
+        out_offsets: Vec<usize>,
+    ) -> u64 {
         let op = self.next_op;
         self.next_op += 1;
         self.pending.insert(
@@ -283,6 +311,7 @@ impl Node {
                 worker,
                 kind,
                 out_offsets,
+                keys: Vec::new(),
                 answered: vec![false; keys],
                 remaining: keys,
                 parts: Vec::new(),
@@ -299,14 +328,25 @@ impl Node {
         if self.lost[dest.index()] {
             return Some(dest);
         }
-        if self.cfg.dynamic { self.lost.iter().position(|&l| l).map(|i| NodeId(i as u32)) } else { None }
+        if self.cfg.dynamic {
+            self.lost.iter().position(|&l| l).map(|i| NodeId(i as u32))
+        } else {
+            None
+        }
     }
 
     /// Issues a pull of `keys` (validated by the caller, not served by its fast path) whose
     /// values go to `out_offsets` in the caller's buffer. The result arrives as a [`Completion`].
-    pub fn issue_pull(&mut self, now: Time, worker: WorkerId, keys: &[Key], out_offsets: &[usize]) -> ReqId {
+    pub fn issue_pull(
+        &mut self,
+        now: Time,
+        worker: WorkerId,
+        keys: &[Key],
+        out_offsets: &[usize],
+    ) -> ReqId {
         add(&self.counters.remote_pull_ops, 1);
         let op = self.new_op(worker, OpKind::Pull, keys.len(), out_offsets.to_vec());
+        self.pending.get_mut(&op).expect("just created").keys = keys.to_vec();
         let mut batches: Vec<Batch> = (0..self.cfg.num_nodes).map(|_| Batch::default()).collect();
         let mut here = Batch::default();
         let mut value = Vec::new();
@@ -356,7 +396,16 @@ impl Node {
                 }
                 Route::Local => batches[self.cfg.id.index()].push(key, pos, update),
                 Route::Transit => {
-                    self.queue_local(now, key, Queued::LocalPush { op, pos, update: update.to_vec(), mode });
+                    self.queue_local(
+                        now,
+                        key,
+                        Queued::LocalPush {
+                            op,
+                            pos,
+                            update: update.to_vec(),
+                            mode,
+                        },
+                    );
                 }
                 Route::Remote(dest) => batches[dest.index()].push(key, pos, update),
             }
@@ -411,14 +460,22 @@ impl Node {
                 // The store says in transit but no transit is recorded: a bug, not an input.
                 let (op, pos) = queued.local_op().expect("local accesses name their op");
                 self.answer(op, pos);
-                self.fail(op, OpError::Rejected { peer: self.cfg.id, reason: format!("key {key} is in transit without a record") });
+                self.fail(
+                    op,
+                    OpError::Rejected {
+                        peer: self.cfg.id,
+                        reason: format!("key {key} is in transit without a record"),
+                    },
+                );
             }
         }
     }
 
     /// Marks position `pos` of `op` answered (once).
     pub(crate) fn answer(&mut self, op: u64, pos: u32) -> bool {
-        let Some(p) = self.pending.get_mut(&op) else { return false };
+        let Some(p) = self.pending.get_mut(&op) else {
+            return false;
+        };
         match p.answered.get_mut(pos as usize) {
             Some(done) if !*done => {
                 *done = true;
@@ -437,19 +494,38 @@ impl Node {
 
     /// Takes a pull answer (from a peer, or built here) into `op`, if its positions are new.
     pub(crate) fn accept_pull_answer(&mut self, op: u64, reply: Frame) -> bool {
-        let Some(p) = self.pending.get(&op) else { return false };
+        let Some(p) = self.pending.get(&op) else {
+            return false;
+        };
         let positions = reply.positions();
+        // Each answered key must be the one asked at its position (else its values would land
+        // in another key's place, or past the caller's buffer if its length differs).
         let fresh = positions.len() == reply.keys().len()
-            && positions.iter().all(|&pos| p.answered.get(pos as usize) == Some(&false));
-        let lengths_ok = reply.values().len() == reply.keys().iter().map(|&k| self.cfg.space.len(k)).sum::<usize>();
+            && positions.iter().zip(reply.keys()).all(|(&pos, &key)| {
+                p.answered.get(pos as usize) == Some(&false)
+                    && p.keys.get(pos as usize) == Some(&key)
+            });
+        let lengths_ok = reply.values().len()
+            == reply
+                .keys()
+                .iter()
+                .map(|&k| self.cfg.space.len(k))
+                .sum::<usize>();
         if !fresh || !lengths_ok || p.kind != OpKind::Pull {
             return false;
         }
-        let out_offsets = positions.iter().map(|&pos| p.out_offsets[pos as usize]).collect();
+        let out_offsets = positions
+            .iter()
+            .map(|&pos| p.out_offsets[pos as usize])
+            .collect();
         for &pos in positions {
             self.answer(op, pos);
         }
-        self.pending.get_mut(&op).expect("checked").parts.push(PullPart { out_offsets, reply });
+        self.pending
+            .get_mut(&op)
+            .expect("checked")
+            .parts
+            .push(PullPart { out_offsets, reply });
         true
     }
 
@@ -461,7 +537,11 @@ impl Node {
                 Some(err) => Err(err),
                 None => Ok(p.parts),
             };
-            self.completions.push_back(Completion { worker: p.worker, req: ReqId(op), result });
+            self.completions.push_back(Completion {
+                worker: p.worker,
+                req: ReqId(op),
+                result,
+            });
         }
     }
 
@@ -531,7 +611,8 @@ impl Node {
         for other in 0..self.cfg.num_nodes {
             let other = NodeId(other);
             if other != self.cfg.id && !self.lost[other.index()] {
-                let notice = Frame::control(Kind::PeerLost, self.cfg.id, ReqId(0), u64::from(peer.0));
+                let notice =
+                    Frame::control(Kind::PeerLost, self.cfg.id, ReqId(0), u64::from(peer.0));
                 self.outbox.push_back((other, notice));
             }
         }

@@ -28,11 +28,26 @@ pub(crate) enum Queued {
     /// A local worker's pull: position `pos` of operation `op`.
     LocalPull { op: u64, pos: u32 },
     /// A local worker's push or set.
-    LocalPush { op: u64, pos: u32, update: Vec<f32>, mode: UpdateMode },
+    LocalPush {
+        op: u64,
+        pos: u32,
+        update: Vec<f32>,
+        mode: UpdateMode,
+    },
     /// A peer's pull, to be answered to `origin`.
-    RemotePull { origin: NodeId, req: ReqId, pos: u32 },
+    RemotePull {
+        origin: NodeId,
+        req: ReqId,
+        pos: u32,
+    },
     /// A peer's push or set, to be acknowledged to `origin`.
-    RemotePush { origin: NodeId, req: ReqId, pos: u32, update: Vec<f32>, mode: UpdateMode },
+    RemotePush {
+        origin: NodeId,
+        req: ReqId,
+        pos: u32,
+        update: Vec<f32>,
+        mode: UpdateMode,
+    },
     /// A local worker's localize: done when the key lands.
     Localize { op: u64, pos: u32 },
 }
@@ -41,9 +56,9 @@ impl Queued {
     /// The local operation and position this entry belongs to, if it is local.
     pub(crate) fn local_op(&self) -> Option<(u64, u32)> {
         match *self {
-            Self::LocalPull { op, pos } | Self::LocalPush { op, pos, .. } | Self::Localize { op, pos } => {
-                Some((op, pos))
-            }
+            Self::LocalPull { op, pos }
+            | Self::LocalPush { op, pos, .. }
+            | Self::Localize { op, pos } => Some((op, pos)),
             Self::RemotePull { .. } | Self::RemotePush { .. } => None,
         }
     }
@@ -79,6 +94,18 @@ impl Node {
                 Residency::Local => {
                     self.answer(op, pos);
                 }
+                // Once a peer is lost the key may never land (it may have been on that peer or in
+                // a transfer cut with it): fail rather than wait, like queued pulls and pushes.
+                Residency::InTransit if self.lost.iter().any(|&l| l) => {
+                    let peer = self.lost.iter().position(|&l| l).expect("checked");
+                    self.answer(op, pos);
+                    self.fail(
+                        op,
+                        crate::OpError::PeerGone {
+                            peer: NodeId(peer as u32),
+                        },
+                    );
+                }
                 Residency::InTransit => match self.transit.get_mut(&key) {
                     Some(t) => t.queue.push(Queued::Localize { op, pos }),
                     None => {
@@ -89,16 +116,30 @@ impl Node {
                 Residency::Remote => {
                     if let Some(peer) = self.lost.iter().position(|&l| l) {
                         self.answer(op, pos);
-                        self.fail(op, crate::OpError::PeerGone { peer: NodeId(peer as u32) });
+                        self.fail(
+                            op,
+                            crate::OpError::PeerGone {
+                                peer: NodeId(peer as u32),
+                            },
+                        );
                         continue;
                     }
                     self.store.set_in_transit(key, true);
-                    self.transit.insert(key, Transit { queue: vec![Queued::Localize { op, pos }], then_to: None, since: now });
+                    self.transit.insert(
+                        key,
+                        Transit {
+                            queue: vec![Queued::Localize { op, pos }],
+                            then_to: None,
+                            since: now,
+                        },
+                    );
                     let home = self.home.home(key);
                     if home == me {
                         let old = self.owners.remove(&key).unwrap_or(me);
                         if old == me {
-                            self.anomaly(format!("home key {key} is neither here nor recorded elsewhere"));
+                            self.anomaly(format!(
+                                "home key {key} is neither here nor recorded elsewhere"
+                            ));
                         } else {
                             hand_over[old.index()].push(key);
                         }
@@ -129,19 +170,30 @@ impl Node {
         let me = self.cfg.id;
         let new_owner = frame.header.origin;
         if new_owner != from || new_owner.0 >= self.cfg.num_nodes {
-            return self.anomaly(format!("localize from {from} on behalf of node {}", new_owner.0));
+            return self.anomaly(format!(
+                "localize from {from} on behalf of node {}",
+                new_owner.0
+            ));
         }
         let mut hand_over: Vec<Vec<Key>> = vec![Vec::new(); self.cfg.num_nodes as usize];
         let mut moving = Vec::new();
         for &key in frame.keys() {
             if key >= self.cfg.space.num_keys() || self.home.home(key) != me {
-                self.anomaly(format!("localize of key {key} sent to {me}, which is not its home"));
+                self.anomaly(format!(
+                    "localize of key {key} sent to {me}, which is not its home"
+                ));
                 continue;
             }
-            let old = if new_owner == me { self.owners.remove(&key) } else { self.owners.insert(key, new_owner) };
+            let old = if new_owner == me {
+                self.owners.remove(&key)
+            } else {
+                self.owners.insert(key, new_owner)
+            };
             let old = old.unwrap_or(me);
             if old == new_owner {
-                self.anomaly(format!("{new_owner} asked for key {key}, which it already owns"));
+                self.anomaly(format!(
+                    "{new_owner} asked for key {key}, which it already owns"
+                ));
             } else if old == me {
                 moving.push(key);
             } else {
@@ -163,7 +215,12 @@ impl Node {
         if new_owner.0 >= self.cfg.num_nodes || new_owner == self.cfg.id {
             return self.anomaly(format!("hand-over from {from} to node {}", new_owner.0));
         }
-        let keys: Vec<Key> = frame.keys().iter().copied().filter(|&k| k < self.cfg.space.num_keys()).collect();
+        let keys: Vec<Key> = frame
+            .keys()
+            .iter()
+            .copied()
+            .filter(|&k| k < self.cfg.space.num_keys())
+            .collect();
         self.release(now, new_owner, &keys);
     }
 
@@ -183,7 +240,9 @@ impl Node {
                     Some(t) if t.then_to.is_none() => t.then_to = Some(new_owner),
                     _ => self.anomaly(format!("key {key} handed on twice while in transit")),
                 },
-                Residency::Remote => self.anomaly(format!("asked to hand over key {key}, which is not here")),
+                Residency::Remote => {
+                    self.anomaly(format!("asked to hand over key {key}, which is not here"))
+                }
             }
         }
         self.send_transfer(new_owner, transfer);
@@ -194,13 +253,23 @@ impl Node {
             return;
         }
         add(&self.counters.relocations_out, transfer.keys.len() as u64);
-        add(&self.counters.relocation_bytes, (transfer.values.len() * 4) as u64);
+        add(
+            &self.counters.relocation_bytes,
+            (transfer.values.len() * 4) as u64,
+        );
         if self.cfg.location_caches {
             for &key in &transfer.keys {
                 self.cache.insert(key, to);
             }
         }
-        let frame = Frame::new(Kind::Transfer, self.cfg.id, ReqId(0), 0, &transfer.keys, transfer.values.len());
+        let frame = Frame::new(
+            Kind::Transfer,
+            self.cfg.id,
+            ReqId(0),
+            0,
+            &transfer.keys,
+            transfer.values.len(),
+        );
         let mut frame = frame;
         frame.values_mut().copy_from_slice(&transfer.values);
         self.outbox.push_back((to, frame));
@@ -208,8 +277,20 @@ impl Node {
 
     /// Values landed: apply what queued for them, then keep or pass them on.
     pub(crate) fn handle_transfer(&mut self, now: Time, from: NodeId, frame: Frame) {
-        let lengths: usize = frame.keys().iter().map(|&k| if k < self.cfg.space.num_keys() { self.cfg.space.len(k) } else { 0 }).sum();
-        if lengths != frame.values().len() || frame.keys().iter().any(|&k| k >= self.cfg.space.num_keys()) {
+        let lengths: usize = frame
+            .keys()
+            .iter()
+            .map(|&k| {
+                if k < self.cfg.space.num_keys() {
+                    self.cfg.space.len(k)
+                } else {
+                    0
+                }
+            })
+            .sum();
+        if lengths != frame.values().len()
+            || frame.keys().iter().any(|&k| k >= self.cfg.space.num_keys())
+        {
             return self.anomaly(format!("malformed transfer from {from}"));
         }
         let mut offset = 0;
@@ -228,14 +309,22 @@ impl Node {
                 continue;
             };
             add(&self.counters.relocations_in, 1);
-            add(&self.counters.relocation_wait_ns, now.0.saturating_sub(transit.since.0));
+            add(
+                &self.counters.relocation_wait_ns,
+                now.0.saturating_sub(transit.since.0),
+            );
             for queued in transit.queue {
                 match queued {
                     Queued::LocalPull { op, pos } => {
                         entry(&mut local_pulls, op).push(key, pos, &value);
                         touched_ops.push(op);
                     }
-                    Queued::LocalPush { op, pos, update, mode } => {
+                    Queued::LocalPush {
+                        op,
+                        pos,
+                        update,
+                        mode,
+                    } => {
                         apply(&mut value, &update, mode);
                         self.answer(op, pos);
                         touched_ops.push(op);
@@ -247,7 +336,13 @@ impl Node {
                     Queued::RemotePull { origin, req, pos } => {
                         entry(&mut replies, (origin, req, Kind::PullReply)).push(key, pos, &value);
                     }
-                    Queued::RemotePush { origin, req, pos, update, mode } => {
+                    Queued::RemotePush {
+                        origin,
+                        req,
+                        pos,
+                        update,
+                        mode,
+                    } => {
                         apply(&mut value, &update, mode);
                         entry(&mut replies, (origin, req, Kind::PushReply)).push(key, pos, &[]);
                     }

@@ -31,9 +31,16 @@ impl Node {
             }
             total += self.cfg.space.len(key);
         }
-        let expected = if frame.header.kind == Kind::Push { total } else { 0 };
+        let expected = if frame.header.kind == Kind::Push {
+            total
+        } else {
+            0
+        };
         if frame.values().len() != expected {
-            return Err((RejectCode::LengthMismatch, keys.first().copied().unwrap_or(0)));
+            return Err((
+                RejectCode::LengthMismatch,
+                keys.first().copied().unwrap_or(0),
+            ));
         }
         Ok(())
     }
@@ -41,29 +48,57 @@ impl Node {
     /// Refuses the given keys of a request; the origin's operation fails with the reason.
     fn reject(&mut self, origin: NodeId, req: ReqId, batch: Batch, code: RejectCode, culprit: Key) {
         let aux = code as u64 | (culprit << 8);
-        let frame = Frame::with_positions(Kind::Reject, self.cfg.id, req, aux, &batch.keys, &batch.positions, 0);
+        let frame = Frame::with_positions(
+            Kind::Reject,
+            self.cfg.id,
+            req,
+            aux,
+            &batch.keys,
+            &batch.positions,
+            0,
+        );
         self.outbox.push_back((origin, frame));
     }
 
     pub(crate) fn serve_request(&mut self, now: Time, _from: NodeId, request: Frame) {
-        let (origin, req, hops) = (request.header.origin, request.header.req, request.header.aux);
+        let (origin, req, hops) = (
+            request.header.origin,
+            request.header.req,
+            request.header.aux,
+        );
         if origin.0 >= self.cfg.num_nodes {
             return self.anomaly(format!("request names unknown origin node {}", origin.0));
         }
         if let Err((code, culprit)) = self.validate_request(&request) {
-            let all = Batch { keys: request.keys().to_vec(), positions: request.positions().to_vec(), values: Vec::new() };
-            let all = if all.positions.len() == all.keys.len() { all } else { Batch::default() };
+            let all = Batch {
+                keys: request.keys().to_vec(),
+                positions: request.positions().to_vec(),
+                values: Vec::new(),
+            };
+            let all = if all.positions.len() == all.keys.len() {
+                all
+            } else {
+                Batch::default()
+            };
             return self.reject(origin, req, all, code, culprit);
         }
         let is_pull = request.header.kind == Kind::Pull;
-        let mode = if request.header.flags & FLAG_SET != 0 { UpdateMode::Set } else { UpdateMode::Add };
+        let mode = if request.header.flags & FLAG_SET != 0 {
+            UpdateMode::Set
+        } else {
+            UpdateMode::Add
+        };
         let mut answered = Batch::default();
         let mut forward: Vec<Batch> = (0..self.cfg.num_nodes).map(|_| Batch::default()).collect();
         let mut unroutable = Batch::default();
         let mut offset = 0;
         for (&key, &pos) in request.keys().iter().zip(request.positions()) {
             let len = self.cfg.space.len(key);
-            let update = if is_pull { &[][..] } else { &request.values()[offset..offset + len] };
+            let update = if is_pull {
+                &[][..]
+            } else {
+                &request.values()[offset..offset + len]
+            };
             offset += update.len();
             match self.store.residency(key) {
                 Residency::Local => {
@@ -82,7 +117,13 @@ impl Node {
                     let queued = if is_pull {
                         Queued::RemotePull { origin, req, pos }
                     } else {
-                        Queued::RemotePush { origin, req, pos, update: update.to_vec(), mode }
+                        Queued::RemotePush {
+                            origin,
+                            req,
+                            pos,
+                            update: update.to_vec(),
+                            mode,
+                        }
                     };
                     match self.transit.get_mut(&key) {
                         Some(transit) => transit.queue.push(queued),
@@ -101,7 +142,11 @@ impl Node {
         }
         add(&self.counters.served_keys, answered.keys.len() as u64);
         if !answered.keys.is_empty() {
-            let kind = if is_pull { Kind::PullReply } else { Kind::PushReply };
+            let kind = if is_pull {
+                Kind::PullReply
+            } else {
+                Kind::PushReply
+            };
             let reply = answered.into_frame(kind, self.cfg.id, req, 0);
             self.send_reply(now, origin, reply);
         }
@@ -116,8 +161,14 @@ impl Node {
         }
         if !unroutable.keys.is_empty() {
             let culprit = unroutable.keys[0];
-            let code = if hops >= MAX_HOPS { RejectCode::RoutingLoop } else { RejectCode::NotOwner };
-            self.anomaly(format!("cannot route key {culprit} of a request from {origin} ({code:?})"));
+            let code = if hops >= MAX_HOPS {
+                RejectCode::RoutingLoop
+            } else {
+                RejectCode::NotOwner
+            };
+            self.anomaly(format!(
+                "cannot route key {culprit} of a request from {origin} ({code:?})"
+            ));
             self.reject(origin, req, unroutable, code, culprit);
         }
     }
@@ -139,7 +190,10 @@ impl Node {
     fn handle_reply_at(&mut self, _now: Time, from: NodeId, frame: Frame) {
         let op = frame.header.req.0;
         let Some(pending) = self.pending.get(&op) else {
-            return self.anomaly(format!("{:?} from {from} for unknown request {op}", frame.header.kind));
+            return self.anomaly(format!(
+                "{:?} from {from} for unknown request {op}",
+                frame.header.kind
+            ));
         };
         let kind = pending.kind;
         if self.cfg.location_caches && from != self.cfg.id {
@@ -151,15 +205,38 @@ impl Node {
         }
         match (frame.header.kind, kind) {
             (Kind::PullReply, OpKind::Pull) => {
+                let claimed = frame.positions().to_vec();
                 if !self.accept_pull_answer(op, frame) {
-                    self.fail(op, OpError::Rejected { peer: from, reason: "malformed or duplicate pull answer".into() });
-                    return self.anomaly(format!("malformed or duplicate pull answer from {from} for request {op}"));
+                    self.fail(
+                        op,
+                        OpError::Rejected {
+                            peer: from,
+                            reason: "malformed or duplicate pull answer".into(),
+                        },
+                    );
+                    self.anomaly(format!(
+                        "malformed or duplicate pull answer from {from} for request {op}"
+                    ));
+                    // The positions it claims get no proper answer any more: the pull fails
+                    // now instead of waiting for them forever.
+                    for pos in claimed {
+                        self.answer(op, pos);
+                    }
+                    return self.settle(op);
                 }
             }
             (Kind::PushReply, OpKind::Push) => {
+                if frame.positions().is_empty() {
+                    // Every answer names the positions it answers; this one answers nothing.
+                    return self.anomaly(format!(
+                        "push answer from {from} for request {op} names no key"
+                    ));
+                }
                 for &pos in frame.positions() {
                     if !self.answer(op, pos) {
-                        self.anomaly(format!("duplicate push answer from {from} for request {op}"));
+                        self.anomaly(format!(
+                            "duplicate push answer from {from} for request {op}"
+                        ));
                     }
                 }
             }
@@ -168,10 +245,18 @@ impl Node {
                 let culprit = frame.header.aux >> 8;
                 let reason = match RejectCode::from_u64(code) {
                     Some(RejectCode::KeyOutOfRange) => format!("key {culprit} is out of range"),
-                    Some(RejectCode::NotOwner) => format!("key {culprit} could not be routed to its owner"),
-                    Some(RejectCode::LengthMismatch) => "value lengths do not match the keys".to_string(),
-                    Some(RejectCode::Malformed) => "the request's positions were malformed".to_string(),
-                    Some(RejectCode::RoutingLoop) => format!("key {culprit} was forwarded too often"),
+                    Some(RejectCode::NotOwner) => {
+                        format!("key {culprit} could not be routed to its owner")
+                    }
+                    Some(RejectCode::LengthMismatch) => {
+                        "value lengths do not match the keys".to_string()
+                    }
+                    Some(RejectCode::Malformed) => {
+                        "the request's positions were malformed".to_string()
+                    }
+                    Some(RejectCode::RoutingLoop) => {
+                        format!("key {culprit} was forwarded too often")
+                    }
                     None => format!("unknown rejection code {code}"),
                 };
                 if frame.positions().is_empty() {
@@ -186,7 +271,9 @@ impl Node {
                 self.fail(op, OpError::Rejected { peer: from, reason });
             }
             (other, expected) => {
-                return self.anomaly(format!("{other:?} from {from} does not answer a {expected:?}"));
+                return self.anomaly(format!(
+                    "{other:?} from {from} does not answer a {expected:?}"
+                ));
             }
         }
         self.settle(op);

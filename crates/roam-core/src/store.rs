@@ -103,11 +103,16 @@ impl Store {
             .collect();
         Self {
             states: (0..num_keys).map(|_| AtomicU32::new(0)).collect(),
-            chunks: (0..num_chunks).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            chunks: (0..num_chunks)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
             chunk_lens,
             chunk_shift,
             uniform_len: space.uniform_len().unwrap_or(0),
-            alloc: UnsafeCell::new(SlotAlloc { next_slot: 0, free_slots: Vec::new() }),
+            alloc: UnsafeCell::new(SlotAlloc {
+                next_slot: 0,
+                free_slots: Vec::new(),
+            }),
             space,
         }
     }
@@ -145,7 +150,13 @@ impl Store {
     /// calling `miss(i)` for each key `i` that is not local. Prefetches a few keys ahead, so
     /// that the cache misses of a random batch overlap instead of queuing behind each latch.
     #[inline]
-    pub fn pull_batch_local(&self, keys: &[Key], out: &mut [f32], len: usize, mut miss: impl FnMut(usize)) {
+    pub fn pull_batch_local(
+        &self,
+        keys: &[Key],
+        out: &mut [f32],
+        len: usize,
+        mut miss: impl FnMut(usize),
+    ) {
         debug_assert_eq!(out.len(), keys.len() * len);
         for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
             self.prefetch_ahead(keys, i);
@@ -157,7 +168,14 @@ impl Store {
 
     /// Applies a batch of updates of the uniform length `len`; like [`Store::pull_batch_local`].
     #[inline]
-    pub fn push_batch_local(&self, keys: &[Key], update: &[f32], len: usize, mode: UpdateMode, mut miss: impl FnMut(usize)) {
+    pub fn push_batch_local(
+        &self,
+        keys: &[Key],
+        update: &[f32],
+        len: usize,
+        mode: UpdateMode,
+        mut miss: impl FnMut(usize),
+    ) {
         debug_assert_eq!(update.len(), keys.len() * len);
         for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
             self.prefetch_ahead(keys, i);
@@ -320,7 +338,8 @@ impl Store {
             (within * self.uniform_len, self.uniform_len)
         } else {
             let first = (chunk as u64) << self.chunk_shift;
-            let offset = self.space.global_offset(u64::from(slot)) - self.space.global_offset(first);
+            let offset =
+                self.space.global_offset(u64::from(slot)) - self.space.global_offset(first);
             (offset as usize, self.space.len(key))
         };
         let base = self.chunks[chunk].load(Ordering::Acquire);
@@ -331,7 +350,10 @@ impl Store {
 
     /// Number of keys currently local (walks the state words; for stats and tests).
     pub fn count_local(&self) -> u64 {
-        self.states.iter().filter(|s| s.load(Ordering::Relaxed) & LOCAL != 0).count() as u64
+        self.states
+            .iter()
+            .filter(|s| s.load(Ordering::Relaxed) & LOCAL != 0)
+            .count() as u64
     }
 
     /// Bytes of values held in allocated chunks.
@@ -400,7 +422,10 @@ mod tests {
         let mut out = [0.0; 2];
         assert!(!store.pull_local(1, &mut out));
         assert!(store.insert(1, &[1.0, 2.0]));
-        assert!(!store.insert(1, &[9.0, 9.0]), "second insert must not overwrite");
+        assert!(
+            !store.insert(1, &[9.0, 9.0]),
+            "second insert must not overwrite"
+        );
         assert!(store.push_local(1, &[0.5, 0.5], UpdateMode::Add));
         assert!(store.pull_local(1, &mut out));
         assert_eq!(out, [1.5, 2.5]);

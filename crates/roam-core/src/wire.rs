@@ -125,7 +125,10 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         // 16 Mi keys and 256 Mi values (1 GiB): far above any sane batch, far below memory.
-        Self { max_keys: 1 << 24, max_values: 1 << 28 }
+        Self {
+            max_keys: 1 << 24,
+            max_values: 1 << 28,
+        }
     }
 }
 
@@ -202,7 +205,11 @@ impl Header {
         let n_keys = u32_at(16);
         let n_vals = u32_at(20);
         if n_keys > limits.max_keys {
-            return Err(DecodeError::TooLarge { what: "keys", count: n_keys, limit: limits.max_keys });
+            return Err(DecodeError::TooLarge {
+                what: "keys",
+                count: n_keys,
+                limit: limits.max_keys,
+            });
         }
         if n_vals > limits.max_values {
             return Err(DecodeError::TooLarge {
@@ -228,7 +235,11 @@ impl Header {
     }
 
     fn position_words(&self) -> usize {
-        if self.flags & FLAG_POSITIONS != 0 { (self.n_keys as usize).div_ceil(2) } else { 0 }
+        if self.flags & FLAG_POSITIONS != 0 {
+            (self.n_keys as usize).div_ceil(2)
+        } else {
+            0
+        }
     }
 
     /// Body length in bytes.
@@ -248,7 +259,14 @@ pub struct Frame {
 impl Frame {
     /// A frame with the given keys and `n_vals` zeroed values (fill them with
     /// [`Frame::values_mut`]).
-    pub fn new(kind: Kind, origin: NodeId, req: ReqId, aux: u64, keys: &[u64], n_vals: usize) -> Self {
+    pub fn new(
+        kind: Kind,
+        origin: NodeId,
+        req: ReqId,
+        aux: u64,
+        keys: &[u64],
+        n_vals: usize,
+    ) -> Self {
         let header = Header {
             kind,
             flags: 0,
@@ -316,7 +334,11 @@ impl Frame {
     pub fn positions(&self) -> &[u32] {
         let start = self.header.n_keys as usize;
         let words = &self.body[start..start + self.header.position_words()];
-        let n = if words.is_empty() { 0 } else { self.header.n_keys as usize };
+        let n = if words.is_empty() {
+            0
+        } else {
+            self.header.n_keys as usize
+        };
         &bytemuck::cast_slice::<u64, u32>(words)[..n]
     }
 
@@ -360,12 +382,16 @@ impl Frame {
 /// Decodes one frame from the front of `bytes`, returning it and the bytes consumed.
 pub fn decode(bytes: &[u8], limits: &Limits) -> Result<(Frame, usize), DecodeError> {
     let Some(head) = bytes.first_chunk::<HEADER_LEN>() else {
-        return Err(DecodeError::Incomplete { needed: HEADER_LEN - bytes.len() });
+        return Err(DecodeError::Incomplete {
+            needed: HEADER_LEN - bytes.len(),
+        });
     };
     let header = Header::decode(head, limits)?;
     let total = HEADER_LEN + header.body_len();
     if bytes.len() < total {
-        return Err(DecodeError::Incomplete { needed: total - bytes.len() });
+        return Err(DecodeError::Incomplete {
+            needed: total - bytes.len(),
+        });
     }
     let mut body = Frame::body_buffer(&header);
     bytemuck::cast_slice_mut::<u64, u8>(&mut body).copy_from_slice(&bytes[HEADER_LEN..total]);
@@ -392,14 +418,25 @@ mod tests {
 
     #[test]
     fn positions_sit_between_keys_and_values() {
-        let mut frame =
-            Frame::with_positions(Kind::Pull, NodeId(1), ReqId(2), 0, &[10, 11, 12], &[4, 0, 7], 2);
+        let mut frame = Frame::with_positions(
+            Kind::Pull,
+            NodeId(1),
+            ReqId(2),
+            0,
+            &[10, 11, 12],
+            &[4, 0, 7],
+            2,
+        );
         frame.values_mut().copy_from_slice(&[0.5, 1.5]);
         let (back, _) = decode(&frame.to_bytes(), &Limits::default()).unwrap();
         assert_eq!(back.keys(), &[10, 11, 12]);
         assert_eq!(back.positions(), &[4, 0, 7]);
         assert_eq!(back.values(), &[0.5, 1.5]);
-        assert!(Frame::new(Kind::Pull, NodeId(0), ReqId(0), 0, &[1], 0).positions().is_empty());
+        assert!(
+            Frame::new(Kind::Pull, NodeId(0), ReqId(0), 0, &[1], 0)
+                .positions()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -409,7 +446,11 @@ mod tests {
         bytes[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(
             decode(&bytes, &Limits::default()).unwrap_err(),
-            DecodeError::TooLarge { what: "keys", count: u32::MAX, limit: 1 << 24 }
+            DecodeError::TooLarge {
+                what: "keys",
+                count: u32::MAX,
+                limit: 1 << 24
+            }
         );
     }
 

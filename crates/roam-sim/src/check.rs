@@ -230,12 +230,18 @@ pub struct Consistency {
 impl Consistency {
     /// Linearizability per key (real-time order only), with a bound of ten million states.
     pub fn linearizable() -> Self {
-        Self { program_order: false, max_states: 10_000_000 }
+        Self {
+            program_order: false,
+            max_states: 10_000_000,
+        }
     }
 
     /// Linearizability per key plus per-worker program order.
     pub fn with_program_order() -> Self {
-        Self { program_order: true, ..Self::linearizable() }
+        Self {
+            program_order: true,
+            ..Self::linearizable()
+        }
     }
 }
 
@@ -319,13 +325,27 @@ pub fn check_linearizable(
                         Effect::Add(vals.to_vec())
                     };
                     let ret = if optional { u64::MAX } else { ret };
-                    per_key[key as usize].push(Entry { op: Some(op.id), call, ret, optional, effect, pred: None });
+                    per_key[key as usize].push(Entry {
+                        op: Some(op.id),
+                        call,
+                        ret,
+                        optional,
+                        effect,
+                        pred: None,
+                    });
                 }
             }
             OpKind::Pull => {
                 for (key, vals) in op.reads(space) {
                     let effect = Effect::Read(vals.to_vec());
-                    per_key[key as usize].push(Entry { op: Some(op.id), call, ret, optional: false, effect, pred: None });
+                    per_key[key as usize].push(Entry {
+                        op: Some(op.id),
+                        call,
+                        ret,
+                        optional: false,
+                        effect,
+                        pred: None,
+                    });
                 }
             }
             OpKind::Barrier | OpKind::Localize => {}
@@ -356,14 +376,20 @@ pub fn check_linearizable(
         }
         report.keys += 1;
         report.entries += entries.len();
-        report.reads += entries.iter().filter(|e| matches!(e.effect, Effect::Read(_))).count();
+        report.reads += entries
+            .iter()
+            .filter(|e| matches!(e.effect, Effect::Read(_)))
+            .count();
         let len = space.len(key as Key);
         let mut search = Search::new(&entries, len, opts.max_states);
         let found = search.run();
         report.states += search.states;
         if !found {
             let reason = if search.exhausted_bound {
-                format!("search gave up after {} states (raise Consistency::max_states)", search.states)
+                format!(
+                    "search gave up after {} states (raise Consistency::max_states)",
+                    search.states
+                )
             } else if opts.program_order {
                 "no order of its ops respects real time and every worker's program order and explains every value read".into()
             } else {
@@ -381,18 +407,26 @@ pub fn check_linearizable(
 
 /// Links every required entry to the previous required entry of the same worker.
 fn link_program_order(history: &History, entries: &mut [Entry]) {
-    let mut order: Vec<usize> = (0..entries.len()).filter(|&i| !entries[i].optional && entries[i].op.is_some()).collect();
+    let mut order: Vec<usize> = (0..entries.len())
+        .filter(|&i| !entries[i].optional && entries[i].op.is_some())
+        .collect();
     order.sort_by_key(|&i| {
         let op = &history.ops()[entries[i].op.expect("filtered")];
         (op.worker, op.program_index)
     });
     for pair in order.windows(2) {
-        let (a, b) = (&history.ops()[entries[pair[0]].op.unwrap()], &history.ops()[entries[pair[1]].op.unwrap()]);
+        let (a, b) = (
+            &history.ops()[entries[pair[0]].op.unwrap()],
+            &history.ops()[entries[pair[1]].op.unwrap()],
+        );
         if a.worker == b.worker {
             entries[pair[1]].pred = Some(pair[0]);
         }
     }
 }
+
+/// A search state: which entries are placed, and the value's bits.
+type Visited = (Box<[u64]>, Box<[u32]>);
 
 struct Search<'a> {
     entries: &'a [Entry],
@@ -402,17 +436,25 @@ struct Search<'a> {
     max_states: u64,
     states: u64,
     exhausted_bound: bool,
-    seen: HashSet<(Box<[u64]>, Box<[u32]>)>,
+    seen: HashSet<Visited>,
     /// The deepest partial order found (for diagnostics).
     best: Vec<usize>,
     path: Vec<usize>,
+    /// Whether every value written or read is a small non-negative integer, so that the
+    /// subset-sum pruning of [`Search::reads_reachable`] is exact.
+    integral: bool,
 }
 
 impl<'a> Search<'a> {
     fn new(entries: &'a [Entry], len: usize, max_states: u64) -> Self {
         let mut by_deadline: Vec<usize> = (0..entries.len()).collect();
         by_deadline.sort_by_key(|&i| (entries[i].call, entries[i].ret));
+        let small = |v: &f32| v.fract() == 0.0 && (0.0..65_536.0).contains(v);
+        let integral = entries.iter().all(|e| match &e.effect {
+            Effect::Add(v) | Effect::Set(v) | Effect::Read(v) => v.iter().all(small),
+        });
         Self {
+            integral,
             entries,
             by_deadline,
             len,
@@ -448,13 +490,16 @@ impl<'a> Search<'a> {
         if self.path.len() > self.best.len() {
             self.best = self.path.clone();
         }
+        if !self.reads_reachable(done, value) {
+            return false;
+        }
         // A read that may go next and matches the current value goes next, without branching:
         // it changes nothing, and nothing still unplaced has to precede it, so any order that
         // places it later stays valid with it moved here.
         let free_read = self.entries.iter().enumerate().position(|(i, e)| {
             !is_done(i)
                 && e.call < min_ret
-                && e.pred.is_none_or(|p| is_done(p))
+                && e.pred.is_none_or(&is_done)
                 && matches!(&e.effect, Effect::Read(r) if r.as_slice() == value)
         });
         if let Some(i) = free_read {
@@ -496,14 +541,26 @@ impl<'a> Search<'a> {
         }
         options.sort_by_key(|&(later, rank, _)| (later, rank));
         for (_, rank, next) in options {
-            let i = self.by_deadline.iter().copied().filter(|&i| {
-                let e = &self.entries[i];
-                !is_done(i) && e.call < min_ret && e.pred.is_none_or(|p| is_done(p)) && !matches!(e.effect, Effect::Read(_))
-            }).nth(rank).expect("ranked above");
+            let i = self
+                .by_deadline
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let e = &self.entries[i];
+                    !is_done(i)
+                        && e.call < min_ret
+                        && e.pred.is_none_or(&is_done)
+                        && !matches!(e.effect, Effect::Read(_))
+                })
+                .nth(rank)
+                .expect("ranked above");
             let mut next_done = done.to_vec();
             next_done[i / 64] |= 1 << (i % 64);
             let bits: Box<[u32]> = next.iter().map(|v| v.to_bits()).collect();
-            if !self.seen.insert((next_done.clone().into_boxed_slice(), bits)) {
+            if !self
+                .seen
+                .insert((next_done.clone().into_boxed_slice(), bits))
+            {
                 continue;
             }
             self.states += 1;
@@ -524,6 +581,194 @@ impl<'a> Search<'a> {
     }
 }
 
+impl Search<'_> {
+    /// A necessary condition for the state to lead anywhere: every read not placed yet can
+    /// still be explained, component by component, from the current value (if no unplaced set
+    /// must precede it) plus the unplaced pushes that must precede it plus some of those that
+    /// may, or from an unplaced set that may precede it plus some unplaced pushes that may
+    /// follow that set and precede the read. Exact subset sums over small integers (bitsets);
+    /// always true for other values.
+    fn reads_reachable(&self, done: &[u64], value: &[f32]) -> bool {
+        if !self.integral {
+            return true;
+        }
+        let is_done = |i: usize| done[i / 64] & (1 << (i % 64)) != 0;
+        let open = |i: usize| !is_done(i);
+        let mut items: Vec<&[f32]> = Vec::new();
+        let mut target = vec![0.0f64; self.len];
+        for (ri, r) in self.entries.iter().enumerate() {
+            let Effect::Read(want) = &r.effect else {
+                continue;
+            };
+            if is_done(ri) {
+                continue;
+            }
+            // From the current value.
+            let set_must_intervene = self.entries.iter().enumerate().any(|(i, e)| {
+                open(i) && !e.optional && matches!(e.effect, Effect::Set(_)) && e.ret < r.call
+            });
+            let mut ok = false;
+            if !set_must_intervene {
+                items.clear();
+                for c in 0..self.len {
+                    target[c] = f64::from(want[c]) - f64::from(value[c]);
+                }
+                for (i, e) in self.entries.iter().enumerate() {
+                    if let Effect::Add(u) = &e.effect
+                        && open(i)
+                        && e.call < r.ret
+                    {
+                        if !e.optional && e.ret < r.call {
+                            target
+                                .iter_mut()
+                                .zip(u)
+                                .for_each(|(t, u)| *t -= f64::from(*u));
+                        } else {
+                            items.push(u);
+                        }
+                    }
+                }
+                ok = vector_subset_hits(&target, &items);
+            }
+            // From an unplaced set.
+            for (si, s) in self.entries.iter().enumerate() {
+                if ok {
+                    break;
+                }
+                let Effect::Set(base) = &s.effect else {
+                    continue;
+                };
+                if !open(si) || s.call >= r.ret {
+                    continue;
+                }
+                for c in 0..self.len {
+                    target[c] = f64::from(want[c]) - f64::from(base[c]);
+                }
+                if target.iter().any(|&t| t < 0.0) {
+                    continue;
+                }
+                items.clear();
+                for (i, e) in self.entries.iter().enumerate() {
+                    if let Effect::Add(u) = &e.effect
+                        && open(i)
+                        && e.call < r.ret
+                        && e.ret > s.call
+                    {
+                        items.push(u);
+                    }
+                }
+                ok = vector_subset_hits(&target, &items);
+            }
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Whether some subset of `items` (vectors of small non-negative integers) may sum to `target`:
+/// exactly, by a dynamic program over the grid of partial sums bounded by the target (items are
+/// non-negative, so no partial sum above it matters); rows index all components but the last,
+/// each row a bitset of the last. For targets too large for that it checks each component
+/// separately, which can only say yes too often. Sound for pruning either way: it never says no
+/// when the answer is yes.
+fn vector_subset_hits(target: &[f64], items: &[&[f32]]) -> bool {
+    if target.iter().any(|&t| t < 0.0 || t.fract() != 0.0) {
+        return false;
+    }
+    let dims = target.len();
+    let t: Vec<usize> = target.iter().map(|&x| x as usize).collect();
+    let rows: usize = t[..dims - 1].iter().map(|&x| x + 1).product();
+    if dims == 1 || t[dims - 1] >= 64 || rows > 1 << 12 {
+        return (0..dims).all(|c| {
+            let column: Vec<f32> = items.iter().map(|v| v[c]).collect();
+            subset_sum_hits(target[c], &column)
+        });
+    }
+    let last = dims - 1;
+    let mask = if t[last] == 63 {
+        u64::MAX
+    } else {
+        (1u64 << (t[last] + 1)) - 1
+    };
+    let mut grid = vec![0u64; rows];
+    grid[0] = 1;
+    let mut coords = vec![0usize; last];
+    for item in items {
+        if item.iter().zip(&t).any(|(&v, &tc)| v as usize > tc) {
+            continue;
+        }
+        let shift = item[last] as usize;
+        // Rows from the highest down, so that each item is used at most once.
+        for r in (0..rows).rev() {
+            if grid[r] == 0 {
+                continue;
+            }
+            // Destination row: add the item's leading components, if they stay within bounds.
+            let mut rest = r;
+            for (c, coord) in coords.iter_mut().enumerate() {
+                *coord = rest % (t[c] + 1);
+                rest /= t[c] + 1;
+            }
+            let mut dest = 0;
+            let mut stride = 1;
+            let mut fits = true;
+            for c in 0..last {
+                let x = coords[c] + item[c] as usize;
+                if x > t[c] {
+                    fits = false;
+                    break;
+                }
+                dest += x * stride;
+                stride *= t[c] + 1;
+            }
+            if fits {
+                grid[dest] |= (grid[r] << shift) & mask;
+            }
+        }
+    }
+    grid[rows - 1] & (1 << t[last]) != 0
+}
+
+/// Whether some subset of `items` (small non-negative integers) sums to `target`.
+fn subset_sum_hits(target: f64, items: &[f32]) -> bool {
+    if target < 0.0 || target.fract() != 0.0 {
+        return false;
+    }
+    let shifts: Vec<u64> = items.iter().map(|&v| v as u64).collect();
+    bitset_subset_hits(target as u64, &shifts)
+}
+
+fn bitset_subset_hits(target: u64, items: &[u64]) -> bool {
+    let total: u64 = items.iter().sum();
+    if target > total {
+        return false;
+    }
+    let target = target as usize;
+    let words = target / 64 + 1;
+    let mut bits = vec![0u64; words];
+    bits[0] = 1;
+    for &item in items {
+        let shift = item as usize;
+        if shift == 0 || shift > target {
+            continue;
+        }
+        let (w, b) = (shift / 64, shift % 64);
+        for i in (w..words).rev() {
+            let mut moved = bits[i - w] << b;
+            if b > 0 && i > w {
+                moved |= bits[i - w - 1] >> (64 - b);
+            }
+            bits[i] |= moved;
+        }
+        if bits[target / 64] & (1 << (target % 64)) != 0 {
+            return true;
+        }
+    }
+    bits[target / 64] & (1 << (target % 64)) != 0
+}
+
 fn describe(history: &History, entries: &[Entry], best: &[usize]) -> String {
     const MAX_LINES: usize = 80;
     let mut order: Vec<usize> = (0..entries.len()).collect();
@@ -539,9 +784,16 @@ fn describe(history: &History, entries: &[Entry], best: &[usize]) -> String {
     if order.len() > MAX_LINES {
         out += &format!("  ... and {} more ops\n", order.len() - MAX_LINES);
     }
-    out += &format!("  longest explainable prefix ({} of {} ops):", best.len(), entries.len());
+    out += &format!(
+        "  longest explainable prefix ({} of {} ops):",
+        best.len(),
+        entries.len()
+    );
     for &i in best {
-        out += &format!(" {}", entries[i].op.map_or("final".into(), |op| format!("#{op}")));
+        out += &format!(
+            " {}",
+            entries[i].op.map_or("final".into(), |op| format!("#{op}"))
+        );
     }
     out
 }
@@ -591,13 +843,19 @@ pub struct KeyFinal {
 pub fn final_sums(history: &History, finals: &[Option<Vec<f32>>]) -> Vec<KeyFinal> {
     let space = history.space();
     (0..space.num_keys())
-        .map(|key| KeyFinal { key, verdict: final_verdict(history, key, finals.get(key as usize).cloned().flatten()) })
+        .map(|key| KeyFinal {
+            key,
+            verdict: final_verdict(history, key, finals.get(key as usize).cloned().flatten()),
+        })
         .collect()
 }
 
 /// [`final_sums`], requiring every key to be [`FinalVerdict::Exact`] (a fault-free run);
 /// returns the number of keys checked.
-pub fn check_final_sums_exact(history: &History, finals: &[Option<Vec<f32>>]) -> Result<usize, String> {
+pub fn check_final_sums_exact(
+    history: &History,
+    finals: &[Option<Vec<f32>>],
+) -> Result<usize, String> {
     let verdicts = final_sums(history, finals);
     for v in &verdicts {
         if v.verdict != FinalVerdict::Exact {
@@ -610,8 +868,12 @@ pub fn check_final_sums_exact(history: &History, finals: &[Option<Vec<f32>>]) ->
 fn final_verdict(history: &History, key: Key, last: Option<Vec<f32>>) -> FinalVerdict {
     let space = history.space();
     let on_key = |op: &&OpRecord| op.keys.contains(&key);
-    let writes: Vec<&OpRecord> =
-        history.ops().iter().filter(|op| matches!(op.kind, OpKind::Push | OpKind::Set)).filter(on_key).collect();
+    let writes: Vec<&OpRecord> = history
+        .ops()
+        .iter()
+        .filter(|op| matches!(op.kind, OpKind::Push | OpKind::Set))
+        .filter(on_key)
+        .collect();
     let value_of = |op: &OpRecord| -> Vec<f32> {
         let mut sum = vec![0.0f32; space.len(key)];
         for (k, vals) in op.writes(space) {
@@ -625,15 +887,33 @@ fn final_verdict(history: &History, key: Key, last: Option<Vec<f32>>) -> FinalVe
         }
         sum
     };
-    let ret = |op: &OpRecord| if op.succeeded() { op.ret.map_or(u64::MAX, |r| r.seq) } else { u64::MAX };
-    if let Some(failed) = writes.iter().find(|op| op.kind == OpKind::Set && !op.succeeded()) {
+    let ret = |op: &OpRecord| {
+        if op.succeeded() {
+            op.ret.map_or(u64::MAX, |r| r.seq)
+        } else {
+            u64::MAX
+        }
+    };
+    if let Some(failed) = writes
+        .iter()
+        .find(|op| op.kind == OpKind::Set && !op.succeeded())
+    {
         return FinalVerdict::Ambiguous(format!("set #{} failed or never completed", failed.id));
     }
-    let last_set = writes.iter().filter(|op| op.kind == OpKind::Set).max_by_key(|op| op.invoke.seq);
+    let last_set = writes
+        .iter()
+        .filter(|op| op.kind == OpKind::Set)
+        .max_by_key(|op| op.invoke.seq);
     let (base, s_invoke, s_ret) = match last_set {
         Some(s) => {
-            if let Some(other) = writes.iter().find(|op| op.kind == OpKind::Set && op.id != s.id && ret(op) > s.invoke.seq) {
-                return FinalVerdict::Ambiguous(format!("sets #{} and #{} may be in either order", other.id, s.id));
+            if let Some(other) = writes
+                .iter()
+                .find(|op| op.kind == OpKind::Set && op.id != s.id && ret(op) > s.invoke.seq)
+            {
+                return FinalVerdict::Ambiguous(format!(
+                    "sets #{} and #{} may be in either order",
+                    other.id, s.id
+                ));
             }
             (value_of(s), s.invoke.seq, ret(s))
         }
@@ -650,7 +930,10 @@ fn final_verdict(history: &History, key: Key, last: Option<Vec<f32>>) -> FinalVe
             }
             Outcome::Done if certainly_before => {}
             Outcome::Done => {
-                return FinalVerdict::Ambiguous(format!("push #{} is concurrent with the last set", p.id));
+                return FinalVerdict::Ambiguous(format!(
+                    "push #{} is concurrent with the last set",
+                    p.id
+                ));
             }
             Outcome::Failed(OpError::PeerGone { .. }) | Outcome::Pending => {
                 if !certainly_before {
@@ -659,27 +942,46 @@ fn final_verdict(history: &History, key: Key, last: Option<Vec<f32>>) -> FinalVe
             }
             Outcome::Failed(err) => {
                 if !certainly_before {
-                    return FinalVerdict::Wrong(format!("push #{} failed with {err}, yet could count", p.id));
+                    return FinalVerdict::Wrong(format!(
+                        "push #{} failed with {err}, yet could count",
+                        p.id
+                    ));
                 }
             }
             Outcome::Pulled(_) => unreachable!("pushes do not pull"),
         }
     }
-    let Some(last) = last else { return FinalVerdict::Vanished };
+    let Some(last) = last else {
+        return FinalVerdict::Vanished;
+    };
     for c in 0..must.len() {
         let target = f64::from(last[c]) - f64::from(must[c]);
         let options: Vec<f64> = may.iter().map(|v| f64::from(v[c])).collect();
-        let ok = if options.is_empty() { last[c] == must[c] } else { subset_sum_reaches(&options, target) };
+        let ok = if options.is_empty() {
+            last[c] == must[c]
+        } else {
+            subset_sum_reaches(&options, target)
+        };
         if !ok {
             return FinalVerdict::Wrong(format!(
                 "component {c} is {} but the last set and the pushes after it give {}{}",
                 last[c],
                 must[c],
-                if options.is_empty() { String::new() } else { format!(" plus some of {options:?}") }
+                if options.is_empty() {
+                    String::new()
+                } else {
+                    format!(" plus some of {options:?}")
+                }
             ));
         }
     }
-    if may.is_empty() { FinalVerdict::Exact } else { FinalVerdict::WithinLosses { optional: may.len() } }
+    if may.is_empty() {
+        FinalVerdict::Exact
+    } else {
+        FinalVerdict::WithinLosses {
+            optional: may.len(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -814,8 +1116,15 @@ mod linearizable_tests {
         let mut specs: Vec<&Spec> = specs.iter().collect();
         specs.sort_by_key(|s| s.3);
         for &(worker, kind, value, inv, ret, ref outcome) in specs {
-            let input = if matches!(kind, OpKind::Push | OpKind::Set) { vec![value] } else { vec![] };
-            let stamp = |t: u64| Stamp { time: Time(t), seq: t };
+            let input = if matches!(kind, OpKind::Push | OpKind::Set) {
+                vec![value]
+            } else {
+                vec![]
+            };
+            let stamp = |t: u64| Stamp {
+                time: Time(t),
+                seq: t,
+            };
             h.invoke(OpRecord {
                 id: 0,
                 worker: WorkerRef::new(0, worker),
@@ -854,13 +1163,23 @@ mod linearizable_tests {
         let err = check_linearizable(&h, Consistency::linearizable(), None).unwrap_err();
         assert_eq!(err.key, 0);
         assert!(err.to_string().contains("no order"), "{err}");
-        assert!(lin(&history(&[(0, Push, 2.0, 1, 2, DONE), (1, Pull, 0.0, 3, 4, read(2.0))])));
+        assert!(lin(&history(&[
+            (0, Push, 2.0, 1, 2, DONE),
+            (1, Pull, 0.0, 3, 4, read(2.0))
+        ])));
     }
 
     #[test]
     fn values_from_nowhere_and_double_applied_updates_are_rejected() {
         let base = [(0, Push, 1.0, 1, 2, DONE), (1, Push, 4.0, 3, 10, DONE)];
-        for (seen, ok) in [(1.0, true), (5.0, true), (4.0, false), (3.0, false), (6.0, false), (2.0, false)] {
+        for (seen, ok) in [
+            (1.0, true),
+            (5.0, true),
+            (4.0, false),
+            (3.0, false),
+            (6.0, false),
+            (2.0, false),
+        ] {
             let mut h = base.to_vec();
             h.push((2, Pull, 0.0, 5, 6, read(seen)));
             assert_eq!(lin(&history(&h)), ok, "read {seen}");
@@ -869,8 +1188,13 @@ mod linearizable_tests {
 
     #[test]
     fn the_final_value_must_hold_every_completed_update_exactly_once() {
-        let h = history(&[(0, Push, 1.0, 1, 4, DONE), (1, Push, 2.0, 2, 3, DONE), (2, Push, 4.0, 5, 6, DONE)]);
-        let check = |v: f32| check_linearizable(&h, Consistency::linearizable(), Some(&[Some(vec![v])]));
+        let h = history(&[
+            (0, Push, 1.0, 1, 4, DONE),
+            (1, Push, 2.0, 2, 3, DONE),
+            (2, Push, 4.0, 5, 6, DONE),
+        ]);
+        let check =
+            |v: f32| check_linearizable(&h, Consistency::linearizable(), Some(&[Some(vec![v])]));
         assert!(check(7.0).is_ok());
         assert!(check(6.0).is_err(), "a lost update");
         assert!(check(8.0).is_err(), "an update applied twice");
@@ -894,14 +1218,21 @@ mod linearizable_tests {
             (2, Pull, 0.0, 5, 6, read(2.0)),
             (3, Pull, 0.0, 7, 8, read(1.0)),
         ]);
-        assert!(check_per_key_linearizable(&h).is_ok(), "the weaker checker misses it");
+        assert!(
+            check_per_key_linearizable(&h).is_ok(),
+            "the weaker checker misses it"
+        );
         assert!(!lin(&h));
     }
 
     #[test]
     fn program_order_catches_reordered_async_ops_of_one_worker() {
         // Worker 0 issues set 1 then set 2 without waiting; a later read sees 1.
-        let h = history(&[(0, Set, 1.0, 1, 10, DONE), (0, Set, 2.0, 2, 11, DONE), (1, Pull, 0.0, 12, 13, read(1.0))]);
+        let h = history(&[
+            (0, Set, 1.0, 1, 10, DONE),
+            (0, Set, 2.0, 2, 11, DONE),
+            (1, Pull, 0.0, 12, 13, read(1.0)),
+        ]);
         assert!(lin(&h), "linearizable: the windows overlap");
         assert!(!pram(&h), "but not in worker 0's order");
         // Its own async read issued after an async push must see the push.
@@ -913,23 +1244,46 @@ mod linearizable_tests {
 
     #[test]
     fn a_bounded_search_reports_that_it_gave_up() {
-        let mut specs: Vec<Spec> = (0..14).map(|i| (i, Push, f32::from(1u16 << i), 1 + i as u64, 100, DONE)).collect();
+        let mut specs: Vec<Spec> = (0..14)
+            .map(|i| (i, Push, f32::from(1u16 << i), 1 + i as u64, 100, DONE))
+            .collect();
         specs.push((15, Pull, 0.0, 50, 60, read(-1.0)));
         let h = history(&specs);
-        let opts = Consistency { max_states: 500, ..Consistency::linearizable() };
+        let opts = Consistency {
+            max_states: 500,
+            ..Consistency::linearizable()
+        };
         let err = check_linearizable(&h, opts, None).unwrap_err();
         assert!(err.reason.contains("gave up"), "{err}");
         // Unbounded, the search proves it impossible (2^14 subsets, memoised).
-        let err = check_linearizable(&h, Consistency { max_states: 0, ..opts }, None).unwrap_err();
+        let err = check_linearizable(
+            &h,
+            Consistency {
+                max_states: 0,
+                ..opts
+            },
+            None,
+        )
+        .unwrap_err();
         assert!(err.reason.contains("no order"), "{err}");
     }
 
     /// The definition, by brute force: some order of all successful ops and any subset of the
     /// failed writes respects real time (and program order) and explains every read.
     fn oracle(h: &History, program_order: bool) -> bool {
-        let ops: Vec<&OpRecord> = h.ops().iter().filter(|o| o.kind != Pull || o.succeeded()).collect();
+        let ops: Vec<&OpRecord> = h
+            .ops()
+            .iter()
+            .filter(|o| o.kind != Pull || o.succeeded())
+            .collect();
         let required: Vec<bool> = ops.iter().map(|o| o.succeeded()).collect();
-        let ret = |o: &OpRecord| if o.succeeded() { o.ret.unwrap().seq } else { u64::MAX };
+        let ret = |o: &OpRecord| {
+            if o.succeeded() {
+                o.ret.unwrap().seq
+            } else {
+                u64::MAX
+            }
+        };
         let n = ops.len();
         let mut order = Vec::new();
         let mut used = vec![false; n];
@@ -1016,7 +1370,9 @@ mod linearizable_tests {
                     _ => Set,
                 });
             }
-            let inputs: Vec<f32> = (0..n).map(|_| f32::from(rng.random_range(1u8..=3))).collect();
+            let inputs: Vec<f32> = (0..n)
+                .map(|_| f32::from(rng.random_range(1u8..=3)))
+                .collect();
             let mut reads = vec![0.0f32; n];
             for &i in &by_point {
                 match kinds[i] {
@@ -1051,8 +1407,18 @@ mod linearizable_tests {
             }
             let h = history(&specs);
             let (l, p) = (lin(&h), pram(&h));
-            assert_eq!(l, oracle(&h, false), "linearizability verdicts differ on\n{:#?}", h.ops());
-            assert_eq!(p, oracle(&h, true), "program-order verdicts differ on\n{:#?}", h.ops());
+            assert_eq!(
+                l,
+                oracle(&h, false),
+                "linearizability verdicts differ on\n{:#?}",
+                h.ops()
+            );
+            assert_eq!(
+                p,
+                oracle(&h, true),
+                "program-order verdicts differ on\n{:#?}",
+                h.ops()
+            );
             assert!(!p || l, "program order only adds constraints");
             match (l, p) {
                 (true, true) => valid += 1,
@@ -1060,7 +1426,50 @@ mod linearizable_tests {
                 _ => invalid += 1,
             }
         }
-        assert!(valid > 500 && invalid > 300 && po_only > 30, "{valid} {invalid} {po_only}");
+        assert!(
+            valid > 500 && invalid > 300 && po_only > 30,
+            "{valid} {invalid} {po_only}"
+        );
+    }
+
+    #[test]
+    fn vector_subset_sums_match_brute_force() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for _ in 0..2000 {
+            let dims = rng.random_range(1..=3);
+            let n = rng.random_range(0..=8);
+            let items: Vec<Vec<f32>> = (0..n)
+                .map(|_| {
+                    (0..dims)
+                        .map(|_| f32::from(rng.random_range(0u8..=5)))
+                        .collect()
+                })
+                .collect();
+            let target: Vec<f64> = (0..dims)
+                .map(|_| f64::from(rng.random_range(0u8..=14)))
+                .collect();
+            let brute = (0..1u32 << n).any(|mask| {
+                (0..dims).all(|c| {
+                    let sum: f64 = (0..n)
+                        .filter(|i| mask & (1 << i) != 0)
+                        .map(|i| f64::from(items[i][c]))
+                        .sum();
+                    sum == target[c]
+                })
+            });
+            let refs: Vec<&[f32]> = items.iter().map(Vec::as_slice).collect();
+            let fast = vector_subset_hits(&target, &refs);
+            if dims == 1 {
+                assert_eq!(fast, brute, "{target:?} {items:?}");
+            } else {
+                assert!(
+                    fast || !brute,
+                    "pruning must never reject a reachable target: {target:?} {items:?}"
+                );
+                // Small targets are exact.
+                assert_eq!(fast, brute, "{target:?} {items:?}");
+            }
+        }
     }
 
     #[test]
@@ -1075,17 +1484,39 @@ mod linearizable_tests {
         let verdict = |v: f32| final_sums(&h, &[Some(vec![v])])[0].verdict.clone();
         assert_eq!(verdict(12.0), FinalVerdict::WithinLosses { optional: 1 });
         assert_eq!(verdict(16.0), FinalVerdict::WithinLosses { optional: 1 });
-        assert!(matches!(verdict(13.0), FinalVerdict::Wrong(_)), "the overwritten push counted");
-        assert!(matches!(verdict(10.0), FinalVerdict::Wrong(_)), "a successful push lost");
-        assert!(matches!(verdict(14.0), FinalVerdict::Wrong(_)), "applied twice");
+        assert!(
+            matches!(verdict(13.0), FinalVerdict::Wrong(_)),
+            "the overwritten push counted"
+        );
+        assert!(
+            matches!(verdict(10.0), FinalVerdict::Wrong(_)),
+            "a successful push lost"
+        );
+        assert!(
+            matches!(verdict(14.0), FinalVerdict::Wrong(_)),
+            "applied twice"
+        );
         assert_eq!(final_sums(&h, &[None])[0].verdict, FinalVerdict::Vanished);
-        let exact = history(&[(0, Set, 10.0, 1, 2, DONE), (1, Push, 2.0, 5, 6, DONE), (1, Push, 2.0, 7, 8, DONE)]);
+        let exact = history(&[
+            (0, Set, 10.0, 1, 2, DONE),
+            (1, Push, 2.0, 5, 6, DONE),
+            (1, Push, 2.0, 7, 8, DONE),
+        ]);
         assert_eq!(check_final_sums_exact(&exact, &[Some(vec![14.0])]), Ok(1));
         assert!(check_final_sums_exact(&exact, &[Some(vec![12.0])]).is_err());
         let racy = history(&[(0, Set, 10.0, 1, 4, DONE), (1, Push, 2.0, 2, 3, DONE)]);
-        assert!(matches!(final_sums(&racy, &[Some(vec![10.0])])[0].verdict, FinalVerdict::Ambiguous(_)));
-        let rejected = Outcome::Failed(OpError::Rejected { peer: NodeId(0), reason: "x".into() });
+        assert!(matches!(
+            final_sums(&racy, &[Some(vec![10.0])])[0].verdict,
+            FinalVerdict::Ambiguous(_)
+        ));
+        let rejected = Outcome::Failed(OpError::Rejected {
+            peer: NodeId(0),
+            reason: "x".into(),
+        });
         let h = history(&[(0, Push, 1.0, 1, 2, rejected)]);
-        assert!(matches!(final_sums(&h, &[Some(vec![1.0])])[0].verdict, FinalVerdict::Wrong(_)));
+        assert!(matches!(
+            final_sums(&h, &[Some(vec![1.0])])[0].verdict,
+            FinalVerdict::Wrong(_)
+        ));
     }
 }

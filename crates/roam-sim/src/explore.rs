@@ -41,10 +41,16 @@ impl ExploreConfig {
     /// If the variable is set but is not a number.
     pub fn from_env(default_depth: usize) -> Self {
         let max_depth = match std::env::var(DEPTH_VAR) {
-            Ok(v) => v.trim().parse().unwrap_or_else(|_| panic!("{DEPTH_VAR}={v:?} is not a number")),
+            Ok(v) => v
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{DEPTH_VAR}={v:?} is not a number")),
             Err(_) => default_depth,
         };
-        Self { max_depth, merge_states: true }
+        Self {
+            max_depth,
+            merge_states: true,
+        }
     }
 
     /// Whether `ROAM_SIM_EXHAUSTIVE_DEPTH` is set (the long mode).
@@ -174,7 +180,8 @@ where
 
     fn run_check(&mut self, sim: &Sim, complete: bool) {
         let check = &mut *self.check;
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(sim, complete)));
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(sim, complete)));
         if let Err(panic) = outcome {
             eprintln!(
                 "exhaustive exploration: check failed after {} events; choices: {:?}",

@@ -17,6 +17,20 @@
 //! - [`trace`]: the trace hashes that make determinism testable.
 //! - [`seed`]: seed selection from `ROAM_SIM_SEED` / `ROAM_SIM_SEEDS` for randomized tests.
 //!
+//! # Guarantees the tests establish (dynamic allocation)
+//! - Every op, synchronous or not, takes effect on each of its keys at one instant between its
+//!   invocation and its return: histories are linearizable per key
+//!   ([`check_linearizable`]), so synchronous ops are sequentially consistent, with or without
+//!   location caches or fast local access. No update is lost or applied twice
+//!   ([`final_sums`]); after a loss only pushes that failed with `PeerGone` may be missing.
+//! - Without location caches *and with fast local access*, one worker's ops on one key take
+//!   effect in issue order, asynchronous ones included (per-worker FIFO per key, "PRAM"):
+//!   `tests/async_order.rs`, and every interleaving of the scenarios of `tests/exhaustive.rs`.
+//! - With location caches, or without fast local access, a worker's asynchronous ops on one
+//!   key can take effect out of issue order (scripted in `tests/async_order.rs`): an op can take
+//!   a shorter path (a cache hit straight to the owner; a direct send after the key left this
+//!   node) than an earlier one still in flight (via the home; on the node's link to itself).
+//!
 //! # Contract with the core
 //! The simulator plays the shell exactly as the TCP shell will: after every input to a node it
 //! drains `poll_transmit` into the links, then `poll_completion` to the workers, then

@@ -925,8 +925,17 @@ impl Sim {
             outcome: Outcome::Pending,
         };
         let id = self.history.invoke(record);
-        self.history_order.bytes(&[TAG_INVOKE]);
-        self.history_order.u64(id as u64);
+        // Which worker's which op this record is: ids follow invocation order, so they alone
+        // would not tell two histories apart.
+        for word in [
+            TAG_INVOKE as u64,
+            n as u64,
+            w as u64,
+            program_index as u64,
+            id as u64,
+        ] {
+            self.history_order.u64(word);
+        }
         self.trace.event(
             self.now.0,
             TAG_INVOKE,

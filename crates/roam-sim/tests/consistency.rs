@@ -162,7 +162,11 @@ fn the_checker_catches_a_value_corrupted_in_flight() {
             if bytes[0] == Kind::PullReply as u8 && n_keys > 0 {
                 corrupted += 1;
                 if corrupted == 5 {
-                    let positions = if bytes[1] & FLAG_POSITIONS != 0 { 8 * n_keys.div_ceil(2) } else { 0 };
+                    let positions = if bytes[1] & FLAG_POSITIONS != 0 {
+                        8 * n_keys.div_ceil(2)
+                    } else {
+                        0
+                    };
                     let at = HEADER_LEN + 8 * n_keys + positions;
                     let v = f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) + 1000.0;
                     bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());

@@ -96,7 +96,10 @@ fn check_loss_propagation(sim: &Sim, seed: u64) {
     for &a in nodes.iter().filter(|&&a| live(a)) {
         for &b in nodes.iter().filter(|&&b| b != a && live(b)) {
             if connection_broke(sim, a, b) {
-                assert!(sim.node(a).is_lost(b), "seed {seed}: {a} never saw its connection to {b} end");
+                assert!(
+                    sim.node(a).is_lost(b),
+                    "seed {seed}: {a} never saw its connection to {b} end"
+                );
             }
         }
     }
@@ -264,8 +267,14 @@ fn broken_connection_fails_only_ops_across_it() {
         assert!(sim.unfinished_workers().is_empty());
         let (n0, n1, n2) = (NodeId(0), NodeId(1), NodeId(2));
         assert!(sim.node(n1).is_lost(n2) && sim.node(n2).is_lost(n1));
-        assert!(sim.node(n0).is_lost(n1) && sim.node(n0).is_lost(n2), "node 0 was told of both losses");
-        assert!(!sim.node(n1).is_lost(n0) && !sim.node(n2).is_lost(n0), "nobody loses node 0");
+        assert!(
+            sim.node(n0).is_lost(n1) && sim.node(n0).is_lost(n2),
+            "node 0 was told of both losses"
+        );
+        assert!(
+            !sim.node(n1).is_lost(n0) && !sim.node(n2).is_lost(n0),
+            "nobody loses node 0"
+        );
         let history = sim.history();
         // Each end told node 0 about the other; nobody else told anybody anything new.
         let losses: Vec<_> = history
@@ -280,16 +289,32 @@ fn broken_connection_fails_only_ops_across_it() {
         sorted.sort();
         assert_eq!(
             sorted,
-            [(n0, n1, Some(n2)), (n0, n2, Some(n1)), (n1, n2, None), (n2, n1, None)],
+            [
+                (n0, n1, Some(n2)),
+                (n0, n2, Some(n1)),
+                (n1, n2, None),
+                (n2, n1, None)
+            ],
             "seed {seed}"
         );
         for op in history.ops() {
-            let only_own_node_0_keys = op.worker.node == n0 && !touches(&sim, op, n1) && !touches(&sim, op, n2);
-            if op.id < broke_at && op.ret.is_some_and(|r| history.faults().iter().all(|f| r < f.at)) {
-                assert!(op.succeeded(), "seed {seed}: op done before the break failed: {op}");
+            let only_own_node_0_keys =
+                op.worker.node == n0 && !touches(&sim, op, n1) && !touches(&sim, op, n2);
+            if op.id < broke_at
+                && op
+                    .ret
+                    .is_some_and(|r| history.faults().iter().all(|f| r < f.at))
+            {
+                assert!(
+                    op.succeeded(),
+                    "seed {seed}: op done before the break failed: {op}"
+                );
             }
             if only_own_node_0_keys {
-                assert!(op.succeeded(), "seed {seed}: node 0's own keys are unaffected: {op}");
+                assert!(
+                    op.succeeded(),
+                    "seed {seed}: node 0's own keys are unaffected: {op}"
+                );
             }
         }
         check_failures_name_the_lost_peer(&sim, seed);
@@ -331,7 +356,11 @@ fn barrier_does_not_hang_when_two_non_coordinators_lose_each_other() {
         );
         for n in 0..3 {
             let node = NodeId(n);
-            let last = sim.history().of_worker(WorkerRef::new(n, 0)).last().unwrap();
+            let last = sim
+                .history()
+                .of_worker(WorkerRef::new(n, 0))
+                .last()
+                .unwrap();
             // The second barrier starts after the first ended; by then every node knows.
             assert!(
                 matches!(last.outcome, Outcome::Failed(OpError::PeerGone { peer }) if peer != node),

@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use roam_core::wire::{self, FLAG_SET, Frame, Kind, Limits};
+use roam_core::wire::{self, FLAG_POSITIONS, FLAG_SET, Frame, Kind, Limits};
 use roam_core::{KeySpace, NodeId, OpError, ReqId};
 use roam_sim::{Fault, Op, Outcome, Sim, SimConfig, WorkerRef, for_each_seed};
 
@@ -27,10 +27,26 @@ fn decode(bytes: &[u8]) -> Frame {
     wire::decode(bytes, &Limits::default()).unwrap().0
 }
 
-/// A copy of `frame` with other keys and values (header fields otherwise kept).
+/// A copy of `frame` with other keys and values (header fields otherwise kept; positions kept
+/// where the original has them, else numbered in order).
 fn rebuild(frame: &Frame, keys: &[u64], values: &[f32]) -> Vec<u8> {
     let h = frame.header;
-    let mut out = Frame::new(h.kind, h.origin, h.req, h.aux, keys, values.len());
+    let mut out = if h.flags & FLAG_POSITIONS != 0 {
+        let positions: Vec<u32> = (0..keys.len())
+            .map(|i| frame.positions().get(i).copied().unwrap_or(i as u32))
+            .collect();
+        Frame::with_positions(
+            h.kind,
+            h.origin,
+            h.req,
+            h.aux,
+            keys,
+            &positions,
+            values.len(),
+        )
+    } else {
+        Frame::new(h.kind, h.origin, h.req, h.aux, keys, values.len())
+    };
     out.header.flags = h.flags;
     out.values_mut().copy_from_slice(values);
     out.to_bytes()
@@ -147,7 +163,12 @@ fn a_malformed_pull_reply_fails_the_pull() {
         let edits: [Edit; 3] = [
             |f| rebuild(f, &[f.keys()[1], f.keys()[0]], f.values()),
             |f| rebuild(f, f.keys(), &f.values()[1..]),
-            |f| rebuild(f, &f.keys()[..1], &f.values()[..2]),
+            // A third key at a position the pull does not have. (A reply naming fewer keys is
+            // a partial answer under the positions protocol, not a malformed one.)
+            |f| {
+                let keys = [f.keys()[0], f.keys()[1], f.keys()[0]];
+                rebuild(f, &keys, &[f.values(), &f.values()[..2]].concat())
+            },
         ];
         for edit in edits {
             let mut sim = cluster(seed);
@@ -162,7 +183,7 @@ fn a_malformed_pull_reply_fails_the_pull() {
             });
             sim.run_until_idle().unwrap();
             let pull = sim.history().of_worker(W1).last().unwrap();
-            rejected_by_node_0(&pull.outcome, "malformed pull reply");
+            rejected_by_node_0(&pull.outcome, "malformed or duplicate pull answer");
             assert!(sim.unfinished_workers().is_empty());
         }
     });

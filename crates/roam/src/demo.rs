@@ -65,6 +65,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<i32> {
             nodes: args.nodes,
             workers_per_node: Some(args.workers_per_node),
             latency_us: None,
+            network: Default::default(),
             program,
         };
         return crate::launch::run(&launch);

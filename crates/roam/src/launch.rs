@@ -21,6 +21,12 @@
 //!   script) go with it. Only children not yet reaped are signalled, so a reused pid is never hit.
 //!   The separate groups also mean a terminal's Ctrl-C reaches only the launcher, which forwards
 //!   it once; children get no stdin (`/dev/null`), so they never contend for the terminal.
+//! - Network: loopback unless asked otherwise. With `--netns` (or a profile or bandwidth that
+//!   needs it) every node runs in its own network namespace ([`crate::netns`]), created after the
+//!   signal handlers are installed and deleted after every child has been reaped — on success,
+//!   on failure, after a forwarded SIGINT/SIGTERM, and (by its drop guard) on an error or a
+//!   panic in the launcher. Namespaces left by a launcher that was SIGKILLed are removed by the
+//!   next `--netns` run. Every node gets `ROAM_NETWORK_PROFILE`.
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -31,12 +37,15 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, bail, ensure};
 use parking_lot::Mutex;
 
 use crate::cluster_env::{
     ROAM_CLUSTER_TOKEN, ROAM_COORDINATOR, ROAM_EMULATE_LATENCY_US, ROAM_NUM_NODES, ROAM_RANK,
     ROAM_WORKERS_PER_NODE,
+};
+use crate::netns::{
+    self, Cluster, Network, Profile, ROAM_NETNS, ROAM_NETWORK_BANDWIDTH, ROAM_NETWORK_PROFILE, Rate,
 };
 use crate::rendezvous::MAX_NODES;
 
@@ -58,9 +67,13 @@ pub struct LaunchArgs {
     /// Worker threads per node (exported to every node as ROAM_WORKERS_PER_NODE).
     #[arg(long)]
     pub workers_per_node: Option<u32>,
-    /// Emulated network latency in microseconds (exported as ROAM_EMULATE_LATENCY_US).
+    /// Emulated one-way network latency in microseconds (exported as ROAM_EMULATE_LATENCY_US);
+    /// overrides the latency of a network profile.
     #[arg(long)]
     pub latency_us: Option<u64>,
+    /// Network namespaces, bandwidth shaping and profiles (default: plain loopback).
+    #[command(flatten)]
+    pub network: NetworkArgs,
     /// The program every node runs, followed by its arguments (put `--` before it so that its
     /// options are not taken for the launcher's).
     #[arg(
@@ -73,15 +86,44 @@ pub struct LaunchArgs {
     pub program: Vec<OsString>,
 }
 
+/// The network options of `roam launch` (see [`Network::resolve`] for how they combine).
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+pub struct NetworkArgs {
+    /// Run every node in its own network namespace, joined by a bridge (needs root, `ip`).
+    #[arg(long)]
+    pub netns: bool,
+    /// Network profile (default loopback); 10gbe and 1gbe imply --netns.
+    #[arg(long, value_enum)]
+    pub profile: Option<Profile>,
+    /// Per-node link bandwidth in each direction, tc syntax (e.g. 10gbit, 500mbit); implies
+    /// --netns and --profile custom; shaped with tc tbf.
+    #[arg(long, value_name = "RATE")]
+    pub bandwidth: Option<Rate>,
+}
+
 /// Runs the cluster with the children's output relayed to this process's stdout and stderr;
 /// returns the exit code the launcher should exit with.
 pub fn run(args: &LaunchArgs) -> anyhow::Result<i32> {
     run_with_output(args, io::stdout(), io::stderr())
 }
 
-/// [`run`] with the children's prefixed stdout and stderr lines written to the given sinks
-/// (the launcher's own notices go to `stderr` too).
+/// [`run`] with the children's prefixed stdout and stderr lines written to the given sinks (the
+/// launcher's own notices go to `stderr` too).
 pub fn run_with_output<O, E>(args: &LaunchArgs, stdout: O, stderr: E) -> anyhow::Result<i32>
+where
+    O: Write + Send + 'static,
+    E: Write + Send + 'static,
+{
+    run_with_network(args, &args.network, stdout, stderr)
+}
+
+/// [`run_with_output`] on the network the options describe.
+pub fn run_with_network<O, E>(
+    args: &LaunchArgs,
+    network: &NetworkArgs,
+    stdout: O,
+    stderr: E,
+) -> anyhow::Result<i32>
 where
     O: Write + Send + 'static,
     E: Write + Send + 'static,
@@ -92,13 +134,20 @@ where
     let Some((program, program_args)) = args.program.split_first() else {
         bail!("no program given: usage is roam launch --nodes N -- PROGRAM [ARGS]...");
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("picking a free loopback port for the coordinator")?
-        .port();
-    // The port is free now but not reserved; rank 0 binds it moments later, and should another
-    // process take it meanwhile, rank 0 fails with a bind error naming it, not silently.
-    let coordinator = format!("127.0.0.1:{port}");
+    let net = Network::resolve(
+        network.netns,
+        network.profile,
+        network.bandwidth,
+        args.latency_us,
+    )?;
+    if net.netns {
+        ensure!(
+            args.nodes <= netns::MAX_NODES,
+            "--netns supports at most {} nodes, got {}",
+            netns::MAX_NODES,
+            args.nodes
+        );
+    }
     let token: String =
         rand::random::<[u8; 32]>()
             .iter()
@@ -110,19 +159,80 @@ where
 
     let out = Arc::new(Mutex::new(stdout));
     let err = Arc::new(Mutex::new(stderr));
-    // Installed before the first child exists, so no signal can slip between spawn and watch.
+    // Installed before the first child or namespace exists, so no signal can slip between
+    // creating them and watching for it.
     let signals = signals::Guard::install().context("installing SIGINT/SIGTERM handlers")?;
+
+    let mut cluster = if net.netns {
+        // `ip netns exec` reports a missing program only from inside the child; say it here.
+        if netns::find_program(program, false).is_none() {
+            bail!(
+                "starting node 0: {}: program not found",
+                program.to_string_lossy()
+            );
+        }
+        let tools = netns::preflight(net.bandwidth.is_some())?;
+        let (removed, problems) = netns::remove_stale(&tools);
+        if !removed.is_empty() {
+            notice(
+                &err,
+                &format!(
+                    "removed network namespaces left by launchers that no longer run: {}",
+                    removed.join(" ")
+                ),
+            );
+        }
+        for p in problems {
+            notice(&err, &format!("removing a stale network namespace: {p}"));
+        }
+        let cluster = Cluster::create(tools, args.nodes, net.bandwidth)?;
+        notice(&err, &format!("{}; {}", net.describe(), cluster.describe()));
+        Some(cluster)
+    } else {
+        None
+    };
+    let coordinator = match &cluster {
+        Some(c) => c.coordinator().to_string(),
+        None => {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .context("picking a free loopback port for the coordinator")?
+                .port();
+            // The port is free now but not reserved; rank 0 binds it moments later, and should
+            // another process take it meanwhile, rank 0 fails with a bind error naming it.
+            format!("127.0.0.1:{port}")
+        }
+    };
+    let (count, sig) = signals.received();
+    if count > 0 {
+        // Interrupted while the namespaces were set up: start nothing.
+        notice(
+            &err,
+            &format!("received signal {sig} before starting the nodes"),
+        );
+        finish_network(cluster.as_mut(), &err);
+        return Ok(128 + sig);
+    }
+
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let mut nodes: Vec<Node> = Vec::with_capacity(args.nodes as usize);
     let mut pumps = 0;
 
     for rank in 0..args.nodes {
-        let mut cmd = Command::new(program);
+        let mut cmd = match &cluster {
+            Some(c) => {
+                let mut cmd = c.command(rank, program);
+                cmd.env(ROAM_NETNS, c.node_namespace(rank));
+                cmd
+            }
+            None => Command::new(program),
+        };
         cmd.args(program_args)
             .env(ROAM_RANK, rank.to_string())
             .env(ROAM_NUM_NODES, args.nodes.to_string())
             .env(ROAM_COORDINATOR, &coordinator)
             .env(ROAM_CLUSTER_TOKEN, &token)
+            .env(ROAM_NETWORK_PROFILE, net.profile.name())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -130,8 +240,11 @@ where
         if let Some(w) = args.workers_per_node {
             cmd.env(ROAM_WORKERS_PER_NODE, w.to_string());
         }
-        if let Some(l) = args.latency_us {
+        if let Some(l) = net.latency_us {
             cmd.env(ROAM_EMULATE_LATENCY_US, l.to_string());
+        }
+        if let Some(b) = net.bandwidth {
+            cmd.env(ROAM_NETWORK_BANDWIDTH, b.to_string());
         }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
@@ -141,6 +254,7 @@ where
                     let _ = n.child.wait();
                 }
                 wait_for_output(&done_rx, pumps, &err);
+                finish_network(cluster.as_mut(), &err);
                 return Err(e).with_context(|| {
                     format!("starting node {rank}: {}", program.to_string_lossy())
                 });
@@ -163,7 +277,27 @@ where
 
     let code = supervise(&mut nodes, &signals, &err);
     wait_for_output(&done_rx, pumps, &err);
-    Ok(code)
+    let cleaned = finish_network(cluster.as_mut(), &err);
+    // A run that leaves namespaces behind did not succeed, whatever its nodes did.
+    Ok(if code == 0 && !cleaned { 1 } else { code })
+}
+
+/// Deletes the run's namespaces, if any, reporting problems; returns whether all are gone.
+fn finish_network<E: Write>(cluster: Option<&mut Cluster>, err: &Mutex<E>) -> bool {
+    let Some(cluster) = cluster else {
+        return true;
+    };
+    let problems = cluster.destroy();
+    for p in &problems {
+        notice(
+            err,
+            &format!(
+                "cleaning up network namespace {}-*: {p} (the next --netns run removes it)",
+                cluster.prefix()
+            ),
+        );
+    }
+    problems.is_empty()
 }
 
 /// One child and, once reaped, how it ended.
@@ -480,6 +614,85 @@ mod tests {
 
         assert!(Cli::try_parse_from(["roam", "--nodes", "0", "--", "sh"]).is_err());
         assert!(Cli::try_parse_from(["roam", "--nodes", "2"]).is_err());
+    }
+
+    #[test]
+    fn network_options_are_parsed_with_the_launch_options() {
+        let a = Cli::try_parse_from([
+            "roam",
+            "--nodes",
+            "2",
+            "--profile",
+            "1gbe",
+            "--latency-us",
+            "20",
+            "--",
+            "prog",
+            "--netns",
+        ])
+        .unwrap()
+        .launch;
+        assert_eq!((a.latency_us, a.program.len()), (Some(20), 2));
+        assert_eq!(
+            a.network,
+            NetworkArgs {
+                netns: false,
+                profile: Some(Profile::OneGbe),
+                bandwidth: None
+            }
+        );
+        let n = Cli::try_parse_from([
+            "roam",
+            "--nodes",
+            "2",
+            "--netns",
+            "--bandwidth",
+            "5gbit",
+            "p",
+        ])
+        .unwrap()
+        .launch
+        .network;
+        assert!(n.netns);
+        assert_eq!(n.bandwidth, Some("5gbit".parse().unwrap()));
+        assert_eq!(n.profile, None);
+
+        for bad in [
+            ["roam", "--nodes", "2", "--profile", "100gbe", "p"],
+            ["roam", "--nodes", "2", "--bandwidth", "fast", "p"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn netns_refusals_come_before_any_child_starts() {
+        let args = LaunchArgs {
+            nodes: 2,
+            workers_per_node: None,
+            latency_us: None,
+            network: NetworkArgs::default(),
+            program: vec!["true".into()],
+        };
+        let loopback_netns = NetworkArgs {
+            netns: true,
+            profile: Some(Profile::Loopback),
+            bandwidth: None,
+        };
+        let e = run_with_network(&args, &loopback_netns, io::sink(), io::sink()).unwrap_err();
+        assert!(
+            e.to_string().contains("cannot be combined with --netns"),
+            "{e}"
+        );
+
+        let mut missing = args.clone();
+        missing.program = vec!["/nonexistent/roam-test-program".into()];
+        let netns = NetworkArgs {
+            netns: true,
+            ..NetworkArgs::default()
+        };
+        let e = run_with_network(&missing, &netns, io::sink(), io::sink()).unwrap_err();
+        assert!(e.to_string().contains("program not found"), "{e}");
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod launch;
+pub mod netns;
 pub mod rendezvous;
 mod runtime;
 pub mod stats;

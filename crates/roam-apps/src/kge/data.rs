@@ -61,11 +61,14 @@ impl Graph {
     pub fn validate(&self) -> anyhow::Result<()> {
         ensure!(!self.train.is_empty(), "{}: no training triples", self.name);
         ensure!(!self.test.is_empty(), "{}: no test triples", self.name);
-        for (split, triples) in [("train", &self.train), ("valid", &self.valid), ("test", &self.test)] {
-            if let Some(t) = triples
-                .iter()
-                .find(|t| t.s >= self.num_entities || t.o >= self.num_entities || t.r >= self.num_relations)
-            {
+        for (split, triples) in [
+            ("train", &self.train),
+            ("valid", &self.valid),
+            ("test", &self.test),
+        ] {
+            if let Some(t) = triples.iter().find(|t| {
+                t.s >= self.num_entities || t.o >= self.num_entities || t.r >= self.num_relations
+            }) {
                 bail!(
                     "{}: {split} triple {t:?} is out of range ({} entities, {} relations)",
                     self.name,
@@ -93,22 +96,39 @@ enum Format {
 /// Loads `dir/{train,valid,test}.{del|txt|tsv}` (the first extension for which `train` exists).
 pub fn load_dir(dir: &Path) -> anyhow::Result<Graph> {
     ensure!(dir.is_dir(), "--data {}: not a directory", dir.display());
-    let Some((ext, format)) = [("del", Format::Ids), ("txt", Format::Names), ("tsv", Format::Names)]
-        .into_iter()
-        .find(|(ext, _)| dir.join(format!("train.{ext}")).is_file())
-    else {
-        bail!("--data {}: no train.del, train.txt or train.tsv in the directory", dir.display());
+    let Some((ext, format)) = [
+        ("del", Format::Ids),
+        ("txt", Format::Names),
+        ("tsv", Format::Names),
+    ]
+    .into_iter()
+    .find(|(ext, _)| dir.join(format!("train.{ext}")).is_file()) else {
+        bail!(
+            "--data {}: no train.del, train.txt or train.tsv in the directory",
+            dir.display()
+        );
     };
-    let paths: Vec<PathBuf> = ["train", "valid", "test"].iter().map(|s| dir.join(format!("{s}.{ext}"))).collect();
+    let paths: Vec<PathBuf> = ["train", "valid", "test"]
+        .iter()
+        .map(|s| dir.join(format!("{s}.{ext}")))
+        .collect();
     for p in &paths {
-        ensure!(p.is_file(), "--data {}: {} is missing (train.{ext} is there)", dir.display(), p.display());
+        ensure!(
+            p.is_file(),
+            "--data {}: {} is missing (train.{ext} is there)",
+            dir.display(),
+            p.display()
+        );
     }
     let texts = paths
         .iter()
         .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let sources: Vec<(String, &str)> =
-        paths.iter().zip(&texts).map(|(p, t)| (p.display().to_string(), t.as_str())).collect();
+    let sources: Vec<(String, &str)> = paths
+        .iter()
+        .zip(&texts)
+        .map(|(p, t)| (p.display().to_string(), t.as_str()))
+        .collect();
     let mut graph = match format {
         Format::Ids => parse_ids(&sources)?,
         Format::Names => parse_names(&sources)?,
@@ -140,9 +160,16 @@ pub fn parse_ids(sources: &[(String, &str)]) -> anyhow::Result<Graph> {
             let mut ids = [0u32; 3];
             for (i, (field, what)) in fields.iter().zip(["head", "relation", "tail"]).enumerate() {
                 let id: u64 = field.parse().map_err(|_| {
-                    anyhow::anyhow!("{file}:{}: {what} {field:?} is not a non-negative integer id", n + 1)
+                    anyhow::anyhow!(
+                        "{file}:{}: {what} {field:?} is not a non-negative integer id",
+                        n + 1
+                    )
                 })?;
-                ensure!(id < MAX_IDS, "{file}:{}: {what} id {id} is too large (limit {MAX_IDS})", n + 1);
+                ensure!(
+                    id < MAX_IDS,
+                    "{file}:{}: {what} id {id} is too large (limit {MAX_IDS})",
+                    n + 1
+                );
                 ids[i] = id as u32;
             }
             ne = ne.max(u64::from(ids[0]) + 1).max(u64::from(ids[2]) + 1);
@@ -154,7 +181,14 @@ pub fn parse_ids(sources: &[(String, &str)]) -> anyhow::Result<Graph> {
     let test = splits.pop().unwrap_or_default();
     let valid = splits.pop().unwrap_or_default();
     let train = splits.pop().unwrap_or_default();
-    Ok(Graph { num_entities: ne as u32, num_relations: nr as u32, train, valid, test, name: String::new() })
+    Ok(Graph {
+        num_entities: ne as u32,
+        num_relations: nr as u32,
+        train,
+        valid,
+        test,
+        name: String::new(),
+    })
 }
 
 /// Parses `[(file name, text); 3]` (train, valid, test) of name triples.
@@ -186,7 +220,11 @@ pub fn parse_names(sources: &[(String, &str)]) -> anyhow::Result<Graph> {
                 fields.len()
             );
             if let Some(i) = fields.iter().position(|f| f.is_empty()) {
-                bail!("{file}:{}: empty {} name: {line:?}", n + 1, ["head", "relation", "tail"][i]);
+                bail!(
+                    "{file}:{}: empty {} name: {line:?}",
+                    n + 1,
+                    ["head", "relation", "tail"][i]
+                );
             }
             let s = id_of(&mut entities, fields[0]);
             let r = id_of(&mut relations, fields[1]);
@@ -218,7 +256,11 @@ mod tests {
     use super::*;
 
     fn src<'a>(train: &'a str, valid: &'a str, test: &'a str) -> Vec<(String, &'a str)> {
-        vec![("train".into(), train), ("valid".into(), valid), ("test".into(), test)]
+        vec![
+            ("train".into(), train),
+            ("valid".into(), valid),
+            ("test".into(), test),
+        ]
     }
 
     #[test]
@@ -239,24 +281,45 @@ mod tests {
 
     #[test]
     fn malformed_lines_name_file_and_line() {
-        let err = parse_ids(&src("0\t1\t2\n0\t1\n", "", "")).unwrap_err().to_string();
+        let err = parse_ids(&src("0\t1\t2\n0\t1\n", "", ""))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("train:2") && err.contains("2 field"), "{err}");
-        let err = parse_ids(&src("0\t1\t2\n", "0\tx\t2\n", "")).unwrap_err().to_string();
-        assert!(err.contains("valid:1") && err.contains("relation \"x\""), "{err}");
-        let err = parse_ids(&src("0\t-1\t2\n", "", "")).unwrap_err().to_string();
+        let err = parse_ids(&src("0\t1\t2\n", "0\tx\t2\n", ""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("valid:1") && err.contains("relation \"x\""),
+            "{err}"
+        );
+        let err = parse_ids(&src("0\t-1\t2\n", "", ""))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("train:1"), "{err}");
-        let err = parse_ids(&src("0\t1\t99999999999\n", "", "")).unwrap_err().to_string();
+        let err = parse_ids(&src("0\t1\t99999999999\n", "", ""))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("too large"), "{err}");
         let err = parse_names(&src("a\tb\n", "", "")).unwrap_err().to_string();
         assert!(err.contains("train:1"), "{err}");
-        let err = parse_names(&src("a\tb\tc\n", "", "a\t\tc\n")).unwrap_err().to_string();
-        assert!(err.contains("test:1") && err.contains("empty relation"), "{err}");
+        let err = parse_names(&src("a\tb\tc\n", "", "a\t\tc\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("test:1") && err.contains("empty relation"),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_graph_without_test_triples_is_refused() {
         let mut g = parse_ids(&src("0\t0\t1\n", "", "")).unwrap();
         g.name = "x".into();
-        assert!(g.validate().unwrap_err().to_string().contains("no test triples"));
+        assert!(
+            g.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("no test triples")
+        );
     }
 }

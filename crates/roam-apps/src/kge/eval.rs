@@ -168,7 +168,13 @@ pub fn evaluate(emb: &Embeddings, triples: &[Triple], filter: &Filter, threads: 
     sums.metrics()
 }
 
-fn rank_share(emb: &Embeddings, triples: &[Triple], filter: &Filter, share: usize, shares: usize) -> Sums {
+fn rank_share(
+    emb: &Embeddings,
+    triples: &[Triple],
+    filter: &Filter,
+    share: usize,
+    shares: usize,
+) -> Sums {
     let n = emb.model.entity_len();
     let mut query = vec![0f32; n];
     let mut scores = vec![0f32; emb.num_entities()];
@@ -215,8 +221,15 @@ mod tests {
     #[test]
     fn evaluate_averages_both_directions_with_the_filter() {
         // RESCAL with dim 1: score(s, r, o) = R·s·o; entity values 1, 2, 3, 4.
-        let model = Model { kind: ModelKind::Rescal, dim: 1 };
-        let emb = Embeddings { model, entities: vec![1.0, 2.0, 3.0, 4.0], relations: vec![1.0] };
+        let model = Model {
+            kind: ModelKind::Rescal,
+            dim: 1,
+        };
+        let emb = Embeddings {
+            model,
+            entities: vec![1.0, 2.0, 3.0, 4.0],
+            relations: vec![1.0],
+        };
         let test = [Triple::new(1, 0, 2)];
         // Unfiltered: tails by s·o = 2·(1,2,3,4): true 2 (score 6) beaten by 3 (8): rank 2.
         // Heads by s·3: true 1 (6) beaten by 2 (9) and 3 (12): rank 3.
@@ -224,7 +237,11 @@ mod tests {
         assert!((m.mrr - (0.5 + 1.0 / 3.0) / 2.0).abs() < 1e-12, "{m:?}");
         assert_eq!((m.hits_at_1, m.hits_at_3, m.hits_at_10), (0.0, 1.0, 1.0));
         // Known (1, 0, 3) filters tail 3; known (3, 0, 2) filters head 3.
-        let known = [Triple::new(1, 0, 2), Triple::new(1, 0, 3), Triple::new(3, 0, 2)];
+        let known = [
+            Triple::new(1, 0, 2),
+            Triple::new(1, 0, 3),
+            Triple::new(3, 0, 2),
+        ];
         let m = evaluate(&emb, &test, &Filter::new(&known), 1);
         assert!((m.mrr - (1.0 + 0.5) / 2.0).abs() < 1e-12, "{m:?}");
         assert_eq!(m.hits_at_1, 0.5);

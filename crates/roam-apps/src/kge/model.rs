@@ -15,7 +15,7 @@
 
 use rand::Rng;
 
-/// Half-width of the uniform initialisation of embeddings (as in Lapse's kge app).
+/// Default half-width of the uniform initialisation of embeddings (Lapse's kge app uses 1e-2).
 pub const INIT_RANGE: f32 = 1e-2;
 
 /// Added under AdaGrad's square root so a zero accumulator and gradient divide safely (Lapse
@@ -138,11 +138,15 @@ impl Model {
         }
     }
 
-    /// Fills a key's initial values: uniform embedding in `±INIT_RANGE`, zero accumulator.
-    pub fn init_key(values: &mut [f32], rng: &mut impl Rng) {
+    /// Fills a key's initial values: uniform embedding in `±range`, zero accumulator.
+    pub fn init_key(values: &mut [f32], range: f32, rng: &mut impl Rng) {
         let (emb, acc) = values.split_at_mut(values.len() / 2);
         for v in emb {
-            *v = rng.random_range(-INIT_RANGE..INIT_RANGE);
+            *v = if range > 0.0 {
+                rng.random_range(-range..range)
+            } else {
+                0.0
+            };
         }
         acc.fill(0.0);
     }
@@ -158,6 +162,18 @@ pub fn adagrad_delta(pulled: &[f32], g: &[f32], eta: f32, out: &mut [f32]) {
         let g2 = g[i] * g[i];
         d_acc[i] = g2;
         d_emb[i] = -eta * g[i] / (acc[i] + g2 + ADAGRAD_EPS).sqrt();
+    }
+}
+
+/// AdaGrad applied in place to a key's `[emb, acc]` (the same arithmetic as
+/// [`adagrad_delta`] followed by adding the delta).
+pub fn adagrad_apply(values: &mut [f32], g: &[f32], eta: f32) {
+    let n = g.len();
+    let (emb, acc) = values[..2 * n].split_at_mut(n);
+    for i in 0..n {
+        let g2 = g[i] * g[i];
+        emb[i] -= eta * g[i] / (acc[i] + g2 + ADAGRAD_EPS).sqrt();
+        acc[i] += g2;
     }
 }
 
@@ -184,14 +200,17 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// `ln(1 + e^x)`, stable for large `|x|`.
-pub fn softplus(x: f32) -> f32 {
-    x.max(0.0) + (-x.abs()).exp().ln_1p()
-}
-
-/// `1 / (1 + e^−x)`.
-pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+/// The logistic loss of score `f` for `label` (1: true triple, 0: corruption) and its
+/// derivative in `f`: `(σ(f) − label, ln(1 + e^f) − label·f)`, with one `exp` and one
+/// `ln_1p`, stable for large `|f|`.
+pub fn logistic(f: f32, label: f32) -> (f32, f32) {
+    let z = (-f.abs()).exp();
+    let sigma = if f >= 0.0 {
+        1.0 / (1.0 + z)
+    } else {
+        z / (1.0 + z)
+    };
+    (sigma - label, f.max(0.0) + z.ln_1p() - label * f)
 }
 
 #[cfg(test)]
@@ -224,13 +243,20 @@ mod tests {
         let mut rng = SmallRng::seed_from_u64(seed);
         for kind in [ModelKind::Complex, ModelKind::Rescal] {
             let m = Model { kind, dim: 5 };
-            let (s, r, o) = (random(m.entity_len(), &mut rng), random(m.relation_len(), &mut rng), random(m.entity_len(), &mut rng));
+            let (s, r, o) = (
+                random(m.entity_len(), &mut rng),
+                random(m.relation_len(), &mut rng),
+                random(m.entity_len(), &mut rng),
+            );
             let mut scratch = Vec::new();
             let f = m.score(&s, &r, &o, &mut scratch);
             if kind == ModelKind::Complex {
                 assert!((f - complex_reference(5, &s, &r, &o)).abs() < 1e-5);
             } else {
-                let direct: f32 = (0..5).flat_map(|a| (0..5).map(move |b| (a, b))).map(|(a, b)| r[a * 5 + b] * s[a] * o[b]).sum();
+                let direct: f32 = (0..5)
+                    .flat_map(|a| (0..5).map(move |b| (a, b)))
+                    .map(|(a, b)| r[a * 5 + b] * s[a] * o[b])
+                    .sum();
                 assert!((f - direct).abs() < 1e-5);
             }
             let mut p = vec![0.0; m.entity_len()];
@@ -243,7 +269,11 @@ mod tests {
                 let mut r2 = r.clone();
                 r2[i] += 1e-2;
                 let fd = (m.score(&s, &r2, &o, &mut scratch) - f) / 1e-2;
-                assert!((fd - g[i]).abs() < 1e-3, "{kind:?} relation grad {i}: {fd} vs {}", g[i]);
+                assert!(
+                    (fd - g[i]).abs() < 1e-3,
+                    "{kind:?} relation grad {i}: {fd} vs {}",
+                    g[i]
+                );
             }
         }
     }
@@ -256,7 +286,10 @@ mod tests {
         adagrad_delta(&pulled, &g, 0.1, &mut out);
         let expect0 = -0.1 * 0.5 / (0.25f32 + ADAGRAD_EPS).sqrt();
         let expect1 = 0.1 * 1.0 / (3.0f32 + 1.0 + ADAGRAD_EPS).sqrt();
-        assert!((out[0] - expect0).abs() < 1e-6 && (out[1] - expect1).abs() < 1e-6, "{out:?}");
+        assert!(
+            (out[0] - expect0).abs() < 1e-6 && (out[1] - expect1).abs() < 1e-6,
+            "{out:?}"
+        );
         assert_eq!(&out[2..], &[0.25, 1.0]);
         // A first step moves every coordinate by about eta against the gradient's sign.
         assert!((out[0] + 0.1).abs() < 1e-4);
@@ -266,11 +299,20 @@ mod tests {
     }
 
     #[test]
-    fn softplus_and_sigmoid_are_stable() {
-        assert!((softplus(0.0) - 2f32.ln()).abs() < 1e-6);
-        assert_eq!(softplus(100.0), 100.0);
-        assert!(softplus(-100.0) >= 0.0 && softplus(-100.0) < 1e-30);
-        assert!((sigmoid(0.0) - 0.5).abs() < 1e-7);
-        assert!(sigmoid(-200.0).is_finite() && sigmoid(200.0) == 1.0);
+    fn logistic_loss_is_stable_and_matches_its_definition() {
+        for f in [-3.0f32, -0.5, 0.0, 0.7, 4.0] {
+            let sigma = 1.0 / (1.0 + (-f).exp());
+            let (d1, l1) = logistic(f, 1.0);
+            let (d0, l0) = logistic(f, 0.0);
+            assert!((d1 - (sigma - 1.0)).abs() < 1e-6 && (d0 - sigma).abs() < 1e-6);
+            assert!(
+                (l1 + sigma.ln()).abs() < 1e-5 && (l0 + (1.0 - sigma).ln()).abs() < 1e-5,
+                "{f}"
+            );
+        }
+        assert_eq!(logistic(100.0, 1.0), (0.0, 0.0));
+        assert_eq!(logistic(-100.0, 1.0), (-1.0, 100.0));
+        assert_eq!(logistic(100.0, 0.0), (1.0, 100.0));
+        assert!(logistic(-200.0, 0.0).1 >= 0.0 && logistic(200.0, 0.0).0.is_finite());
     }
 }

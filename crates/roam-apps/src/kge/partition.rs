@@ -23,7 +23,9 @@ pub struct Partition {
 impl Partition {
     /// The relations owned by global worker `w`, in id order.
     pub fn relations_of(&self, w: u32) -> Vec<u32> {
-        (0..self.owner.len() as u32).filter(|&r| self.owner[r as usize] == w).collect()
+        (0..self.owner.len() as u32)
+            .filter(|&r| self.owner[r as usize] == w)
+            .collect()
     }
 }
 
@@ -70,7 +72,11 @@ mod tests {
         let train: Vec<Triple> = (0..5_000)
             .map(|_| {
                 let r = (rng.random::<f64>().powi(3) * f64::from(nr)) as u32;
-                Triple::new(rng.random_range(0..100), r.min(nr - 1), rng.random_range(0..100))
+                Triple::new(
+                    rng.random_range(0..100),
+                    r.min(nr - 1),
+                    rng.random_range(0..100),
+                )
             })
             .collect();
         for workers in [1, 2, 3, 4, 8] {
@@ -86,14 +92,23 @@ mod tests {
                     relations_seen[w].insert(r);
                 }
             }
-            assert!(seen.iter().all(|&c| c == 1), "each triple exactly once ({workers} workers)");
+            assert!(
+                seen.iter().all(|&c| c == 1),
+                "each triple exactly once ({workers} workers)"
+            );
             for a in 0..workers as usize {
                 for b in a + 1..workers as usize {
-                    assert!(relations_seen[a].is_disjoint(&relations_seen[b]), "workers {a} and {b} share a relation");
+                    assert!(
+                        relations_seen[a].is_disjoint(&relations_seen[b]),
+                        "workers {a} and {b} share a relation"
+                    );
                 }
             }
             // LPT bound: no worker above the average plus the largest relation.
-            let largest = (0..nr).map(|r| train.iter().filter(|t| t.r == r).count()).max().unwrap();
+            let largest = (0..nr)
+                .map(|r| train.iter().filter(|t| t.r == r).count())
+                .max()
+                .unwrap();
             let avg = train.len().div_ceil(workers as usize);
             assert!(p.triples.iter().all(|t| t.len() <= avg + largest));
             assert_eq!(p, by_relation(&train, nr, workers), "deterministic");
@@ -102,7 +117,9 @@ mod tests {
 
     #[test]
     fn equal_relations_are_balanced_exactly() {
-        let train: Vec<Triple> = (0..8u32).flat_map(|r| (0..10).map(move |i| Triple::new(i, r, i + 1))).collect();
+        let train: Vec<Triple> = (0..8u32)
+            .flat_map(|r| (0..10).map(move |i| Triple::new(i, r, i + 1)))
+            .collect();
         let p = by_relation(&train, 8, 4);
         assert!(p.triples.iter().all(|t| t.len() == 20));
         assert_eq!(p.relations_of(0).len(), 2);

@@ -64,7 +64,11 @@ impl Ratings {
         if self.test.is_empty() {
             return 0.0;
         }
-        let sse: f64 = self.test.iter().map(|e| (f64::from(e.value) - mean).powi(2)).sum();
+        let sse: f64 = self
+            .test
+            .iter()
+            .map(|e| (f64::from(e.value) - mean).powi(2))
+            .sum();
         (sse / self.test.len() as f64).sqrt()
     }
 }
@@ -101,32 +105,45 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Ratings> {
                 test.rows,
                 test.cols
             );
-            Ok(Ratings { rows: train.rows, cols: train.cols, train: train.entries, test: test.entries, test_dropped: 0 })
+            Ok(Ratings {
+                rows: train.rows,
+                cols: train.cols,
+                train: train.entries,
+                test: test.entries,
+                test_dropped: 0,
+            })
         }
         Format::Triples => {
             let mut users = HashMap::new();
             let mut items = HashMap::new();
             let train = read_triples(&train_path, &mut users, &mut items, true)?;
             let before = (users.len(), items.len());
-            let mut dropped = 0;
             let test = read_triples(&test_path, &mut users, &mut items, false)?;
             debug_assert_eq!(before, (users.len(), items.len()));
+            let seen = test.len();
             let test: Vec<Entry> = test
                 .into_iter()
-                .filter_map(|e| {
-                    let kept = e.row != u32::MAX && e.col != u32::MAX;
-                    dropped += usize::from(!kept);
-                    kept.then_some(e)
-                })
+                .filter(|e| e.row != u32::MAX && e.col != u32::MAX)
                 .collect();
-            Ok(Ratings { rows: users.len() as u32, cols: items.len() as u32, train, test, test_dropped: dropped })
+            let dropped = seen - test.len();
+            Ok(Ratings {
+                rows: users.len() as u32,
+                cols: items.len() as u32,
+                train,
+                test,
+                test_dropped: dropped,
+            })
         }
     }
 }
 
 /// Finds the file for `stem` in `dir` and its format.
 fn find(dir: &Path, stem: &str) -> anyhow::Result<(PathBuf, Format)> {
-    for (ext, format) in [("mmc", Format::MatrixMarket), ("tsv", Format::Triples), ("txt", Format::Triples)] {
+    for (ext, format) in [
+        ("mmc", Format::MatrixMarket),
+        ("tsv", Format::Triples),
+        ("txt", Format::Triples),
+    ] {
         let path = dir.join(format!("{stem}.{ext}"));
         if path.is_file() {
             return Ok((path, format));
@@ -138,7 +155,11 @@ fn find(dir: &Path, stem: &str) -> anyhow::Result<(PathBuf, Format)> {
         BufReader::new(File::open(&bare).with_context(|| format!("opening {}", bare.display()))?)
             .read_line(&mut first)
             .with_context(|| format!("reading {}", bare.display()))?;
-        let format = if first.starts_with("%%MatrixMarket") { Format::MatrixMarket } else { Format::Triples };
+        let format = if first.starts_with("%%MatrixMarket") {
+            Format::MatrixMarket
+        } else {
+            Format::Triples
+        };
         return Ok((bare, format));
     }
     bail!(
@@ -149,14 +170,19 @@ fn find(dir: &Path, stem: &str) -> anyhow::Result<(PathBuf, Format)> {
 
 /// Calls `each(line_number, line)` for every line of `path`, with clear errors for unreadable
 /// or non-UTF-8 input.
-fn for_each_line(path: &Path, mut each: impl FnMut(usize, &str) -> anyhow::Result<()>) -> anyhow::Result<()> {
+fn for_each_line(
+    path: &Path,
+    mut each: impl FnMut(usize, &str) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut reader = BufReader::new(file);
     let mut bytes = Vec::new();
     let mut number = 0;
     loop {
         bytes.clear();
-        let n = reader.read_until(b'\n', &mut bytes).with_context(|| format!("reading {}", path.display()))?;
+        let n = reader
+            .read_until(b'\n', &mut bytes)
+            .with_context(|| format!("reading {}", path.display()))?;
         if n == 0 {
             return Ok(());
         }
@@ -194,13 +220,28 @@ pub fn read_mmc(path: &Path) -> anyhow::Result<MatrixMarket> {
         }
         let fields: Vec<&str> = trimmed.split_ascii_whitespace().collect();
         let Some((rows, cols, declared)) = size else {
-            ensure!(fields.len() == 3, "{name}:{n}: expected the size line `rows cols entries`, got {trimmed:?}");
+            ensure!(
+                fields.len() == 3,
+                "{name}:{n}: expected the size line `rows cols entries`, got {trimmed:?}"
+            );
             let parse = |s: &str, what: &str| -> anyhow::Result<u64> {
-                s.parse::<u64>().with_context(|| format!("{name}:{n}: {what} {s:?} is not a non-negative integer"))
+                s.parse::<u64>().with_context(|| {
+                    format!("{name}:{n}: {what} {s:?} is not a non-negative integer")
+                })
             };
-            let (r, c, l) = (parse(fields[0], "rows")?, parse(fields[1], "columns")?, parse(fields[2], "entries")?);
-            ensure!(r >= 1 && c >= 1, "{name}:{n}: the matrix must have at least one row and column, got {r}x{c}");
-            ensure!(r + c <= MAX_DIM, "{name}:{n}: {r}x{c} is too large (rows + columns must be at most {MAX_DIM})");
+            let (r, c, l) = (
+                parse(fields[0], "rows")?,
+                parse(fields[1], "columns")?,
+                parse(fields[2], "entries")?,
+            );
+            ensure!(
+                r >= 1 && c >= 1,
+                "{name}:{n}: the matrix must have at least one row and column, got {r}x{c}"
+            );
+            ensure!(
+                r + c <= MAX_DIM,
+                "{name}:{n}: {r}x{c} is too large (rows + columns must be at most {MAX_DIM})"
+            );
             size = Some((r as u32, c as u32, l));
             entries.reserve(l.min(1 << 24) as usize);
             return Ok(());
@@ -214,7 +255,9 @@ pub fn read_mmc(path: &Path) -> anyhow::Result<MatrixMarket> {
             "{name}:{n}: more entries than the {declared} declared on the size line"
         );
         let index = |s: &str, max: u32, what: &str| -> anyhow::Result<u32> {
-            let i = s.parse::<u64>().with_context(|| format!("{name}:{n}: {what} {s:?} is not a positive integer"))?;
+            let i = s
+                .parse::<u64>()
+                .with_context(|| format!("{name}:{n}: {what} {s:?} is not a positive integer"))?;
             ensure!(
                 (1..=u64::from(max)).contains(&i),
                 "{name}:{n}: {what} {i} is outside 1..={max} (indices are 1-based)"
@@ -235,30 +278,49 @@ pub fn read_mmc(path: &Path) -> anyhow::Result<MatrixMarket> {
         "{name}: the size line declares {declared} entries but the file has {}",
         entries.len()
     );
-    Ok(MatrixMarket { rows, cols, entries })
+    Ok(MatrixMarket {
+        rows,
+        cols,
+        entries,
+    })
 }
 
 /// Accepts only the banner of a general real or integer coordinate matrix.
 fn check_banner(banner: &str) -> anyhow::Result<()> {
-    let words: Vec<String> = banner.split_ascii_whitespace().map(str::to_ascii_lowercase).collect();
-    ensure!(words.first().map(String::as_str) == Some("%%matrixmarket"), "not a MatrixMarket banner");
+    let words: Vec<String> = banner
+        .split_ascii_whitespace()
+        .map(str::to_ascii_lowercase)
+        .collect();
     ensure!(
-        words.get(1).map(String::as_str) == Some("matrix") && words.get(2).map(String::as_str) == Some("coordinate"),
+        words.first().map(String::as_str) == Some("%%matrixmarket"),
+        "not a MatrixMarket banner"
+    );
+    ensure!(
+        words.get(1).map(String::as_str) == Some("matrix")
+            && words.get(2).map(String::as_str) == Some("coordinate"),
         "only `matrix coordinate` (sparse) files are supported"
     );
     ensure!(
-        matches!(words.get(3).map(String::as_str), Some("real" | "integer" | "double")),
+        matches!(
+            words.get(3).map(String::as_str),
+            Some("real" | "integer" | "double")
+        ),
         "only real or integer values are supported"
     );
     ensure!(
-        words.get(4).map(String::as_str).is_none_or(|s| s == "general"),
+        words
+            .get(4)
+            .map(String::as_str)
+            .is_none_or(|s| s == "general"),
         "only `general` matrices are supported (not symmetric or skew)"
     );
     Ok(())
 }
 
 fn parse_value(s: &str) -> anyhow::Result<f32> {
-    let v: f32 = s.parse().map_err(|_| anyhow::anyhow!("value {s:?} is not a number"))?;
+    let v: f32 = s
+        .parse()
+        .map_err(|_| anyhow::anyhow!("value {s:?} is not a number"))?;
     ensure!(v.is_finite(), "value {s:?} is not finite");
     Ok(v)
 }
@@ -280,7 +342,10 @@ fn read_triples(
             return Ok(());
         }
         let fields: Vec<&str> = trimmed.split_ascii_whitespace().collect();
-        ensure!(fields.len() >= 3, "{name}:{n}: expected `user item rating`, got {trimmed:?}");
+        ensure!(
+            fields.len() >= 3,
+            "{name}:{n}: expected `user item rating`, got {trimmed:?}"
+        );
         let first = !seen_data;
         seen_data = true;
         let value = match parse_value(fields[2]) {
@@ -289,14 +354,17 @@ fn read_triples(
             Err(_) if first && fields[2].parse::<f64>().is_err() => return Ok(()),
             Err(err) => return Err(err.context(format!("{name}:{n}"))),
         };
-        let mut index = |map: &mut HashMap<String, u32>, token: &str| -> anyhow::Result<u32> {
+        let index = |map: &mut HashMap<String, u32>, token: &str| -> anyhow::Result<u32> {
             if let Some(&i) = map.get(token) {
                 return Ok(i);
             }
             if !grow {
                 return Ok(u32::MAX);
             }
-            ensure!((map.len() as u64) < MAX_DIM / 2, "{name}:{n}: too many distinct ids");
+            ensure!(
+                (map.len() as u64) < MAX_DIM / 2,
+                "{name}:{n}: too many distinct ids"
+            );
             let i = map.len() as u32;
             map.insert(token.to_string(), i);
             Ok(i)
@@ -357,13 +425,30 @@ mod tests {
     #[test]
     fn reads_matrix_market_one_based() {
         let dir = dir_with(&[
-            ("train.mmc", &format!("{BANNER}3 2 3\n1 1 1.5\n3 2 -2\n2 1 4e-1\n")),
+            (
+                "train.mmc",
+                &format!("{BANNER}3 2 3\n1 1 1.5\n3 2 -2\n2 1 4e-1\n"),
+            ),
             ("test.mmc", &format!("{BANNER}3 2 1\n3 1 7\n")),
         ]);
         let r = load_dir(dir.path()).unwrap();
         assert_eq!((r.rows, r.cols), (3, 2));
-        assert_eq!(r.train[1], Entry { row: 2, col: 1, value: -2.0 });
-        assert_eq!(r.test, vec![Entry { row: 2, col: 0, value: 7.0 }]);
+        assert_eq!(
+            r.train[1],
+            Entry {
+                row: 2,
+                col: 1,
+                value: -2.0
+            }
+        );
+        assert_eq!(
+            r.test,
+            vec![Entry {
+                row: 2,
+                col: 0,
+                value: 7.0
+            }]
+        );
         assert_eq!(r.test_dropped, 0);
     }
 
@@ -379,22 +464,34 @@ mod tests {
     }
 
     fn mmc_error(body: &str) -> String {
-        let dir = dir_with(&[("train.mmc", body), ("test.mmc", &format!("{BANNER}3 2 0\n"))]);
+        let dir = dir_with(&[
+            ("train.mmc", body),
+            ("test.mmc", &format!("{BANNER}3 2 0\n")),
+        ]);
         format!("{:#}", load_dir(dir.path()).unwrap_err())
     }
 
     #[test]
     fn matrix_market_errors_name_file_and_line() {
         let e = mmc_error(&format!("{BANNER}3 2 2\n1 1 1\n4 1 2\n"));
-        assert!(e.contains("train.mmc:5") && e.contains("row 4 is outside 1..=3"), "{e}");
+        assert!(
+            e.contains("train.mmc:5") && e.contains("row 4 is outside 1..=3"),
+            "{e}"
+        );
         let e = mmc_error(&format!("{BANNER}3 2 2\n1 1 1\n0 1 2\n"));
         assert!(e.contains("train.mmc:5") && e.contains("1-based"), "{e}");
         let e = mmc_error(&format!("{BANNER}3 2 2\n1 1 x\n1 2 2\n"));
-        assert!(e.contains("train.mmc:4") && e.contains("not a number"), "{e}");
+        assert!(
+            e.contains("train.mmc:4") && e.contains("not a number"),
+            "{e}"
+        );
         let e = mmc_error(&format!("{BANNER}3 2 3\n1 1 1\n"));
         assert!(e.contains("declares 3 entries but the file has 1"), "{e}");
         let e = mmc_error(&format!("{BANNER}3 2 1\n1 1 1\n2 2 2\n"));
-        assert!(e.contains("train.mmc:5") && e.contains("more entries"), "{e}");
+        assert!(
+            e.contains("train.mmc:5") && e.contains("more entries"),
+            "{e}"
+        );
         let e = mmc_error("%%MatrixMarket matrix array real general\n3 2\n");
         assert!(e.contains("coordinate"), "{e}");
         let e = mmc_error(&format!("{BANNER}3 2 1\n1 1 nan\n"));
@@ -418,14 +515,38 @@ mod tests {
     #[test]
     fn reads_triples_with_remapping_and_drops_unseen_test_ids() {
         let dir = dir_with(&[
-            ("train.tsv", "user_id:token\titem_id:token\trating:float\nu7\tm3\t4\t881250949\nu2\tm3\t3\nu7\tm9\t5\n"),
+            (
+                "train.tsv",
+                "user_id:token\titem_id:token\trating:float\nu7\tm3\t4\t881250949\nu2\tm3\t3\nu7\tm9\t5\n",
+            ),
             ("test.tsv", "u2\tm9\t1\nu5\tm3\t2\nu7\tm4\t3\n"),
         ]);
         let r = load_dir(dir.path()).unwrap();
         assert_eq!((r.rows, r.cols), (2, 2));
-        assert_eq!(r.train[0], Entry { row: 0, col: 0, value: 4.0 });
-        assert_eq!(r.train[2], Entry { row: 0, col: 1, value: 5.0 });
-        assert_eq!(r.test, vec![Entry { row: 1, col: 1, value: 1.0 }]);
+        assert_eq!(
+            r.train[0],
+            Entry {
+                row: 0,
+                col: 0,
+                value: 4.0
+            }
+        );
+        assert_eq!(
+            r.train[2],
+            Entry {
+                row: 0,
+                col: 1,
+                value: 5.0
+            }
+        );
+        assert_eq!(
+            r.test,
+            vec![Entry {
+                row: 1,
+                col: 1,
+                value: 1.0
+            }]
+        );
         assert_eq!(r.test_dropped, 2);
         assert!((r.train_mean() - 4.0).abs() < 1e-12);
     }
@@ -434,10 +555,16 @@ mod tests {
     fn triple_errors_name_file_and_line() {
         let dir = dir_with(&[("train.tsv", "a\tb\t1\na\tb\n"), ("test.tsv", "")]);
         let e = format!("{:#}", load_dir(dir.path()).unwrap_err());
-        assert!(e.contains("train.tsv:2") && e.contains("expected `user item rating`"), "{e}");
+        assert!(
+            e.contains("train.tsv:2") && e.contains("expected `user item rating`"),
+            "{e}"
+        );
         let dir = dir_with(&[("train.tsv", "a\tb\t1\na\tb\tfive\n"), ("test.tsv", "")]);
         let e = format!("{:#}", load_dir(dir.path()).unwrap_err());
-        assert!(e.contains("train.tsv:2") && e.contains("not a number"), "{e}");
+        assert!(
+            e.contains("train.tsv:2") && e.contains("not a number"),
+            "{e}"
+        );
         let dir = dir_with(&[("train.tsv", "a\tb\t1\n")]);
         std::fs::write(dir.path().join("test.tsv"), b"a b \xff\n").unwrap();
         let e = format!("{:#}", load_dir(dir.path()).unwrap_err());
@@ -449,7 +576,10 @@ mod tests {
 
     #[test]
     fn bare_names_are_sniffed() {
-        let dir = dir_with(&[("train", &format!("{BANNER}2 2 1\n1 1 1\n")), ("test", &format!("{BANNER}2 2 0\n"))]);
+        let dir = dir_with(&[
+            ("train", &format!("{BANNER}2 2 1\n1 1 1\n")),
+            ("test", &format!("{BANNER}2 2 0\n")),
+        ]);
         assert_eq!(load_dir(dir.path()).unwrap().train.len(), 1);
     }
 }

@@ -36,7 +36,8 @@ pub struct RawCorpus {
 impl RawCorpus {
     /// Reads a plain-text file: words separated by whitespace, one sentence per line.
     pub fn read(path: &Path) -> anyhow::Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("reading the corpus {}", path.display()))?;
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading the corpus {}", path.display()))?;
         Self::parse(&bytes).with_context(|| format!("in the corpus {}", path.display()))
     }
 
@@ -46,16 +47,29 @@ impl RawCorpus {
         let mut ids: HashMap<&[u8], u32> = HashMap::new();
         for (line_no, line) in bytes.split(|&b| b == b'\n').enumerate() {
             if let Some(col) = line.iter().position(|&b| b == 0) {
-                bail!("line {}: NUL byte at column {}: this is not a text file", line_no + 1, col + 1);
+                bail!(
+                    "line {}: NUL byte at column {}: this is not a text file",
+                    line_no + 1,
+                    col + 1
+                );
             }
             if let Err(e) = std::str::from_utf8(line) {
-                bail!("line {}: not UTF-8 text (invalid byte at column {})", line_no + 1, e.valid_up_to() + 1);
+                bail!(
+                    "line {}: not UTF-8 text (invalid byte at column {})",
+                    line_no + 1,
+                    e.valid_up_to() + 1
+                );
             }
             let start = corpus.tokens.len();
-            for word in line.split(u8::is_ascii_whitespace).filter(|w| !w.is_empty()) {
+            for word in line
+                .split(u8::is_ascii_whitespace)
+                .filter(|w| !w.is_empty())
+            {
                 let next = ids.len() as u32;
                 let id = *ids.entry(word).or_insert_with(|| {
-                    corpus.names.push(String::from_utf8_lossy(word).into_owned());
+                    corpus
+                        .names
+                        .push(String::from_utf8_lossy(word).into_owned());
                     next
                 });
                 corpus.tokens.push(id);
@@ -65,7 +79,11 @@ impl RawCorpus {
             }
         }
         ensure!(!corpus.tokens.is_empty(), "the file contains no words");
-        ensure!(corpus.names.len() < OOV as usize, "too many distinct words ({})", corpus.names.len());
+        ensure!(
+            corpus.names.len() < OOV as usize,
+            "too many distinct words ({})",
+            corpus.names.len()
+        );
         Ok(corpus)
     }
 
@@ -78,18 +96,29 @@ impl RawCorpus {
         );
         let n = self.tokens.len();
         let start = n - ((n as f64 * fraction).round() as usize).min(n);
-        ensure!(start > 0, "the corpus has {n} words: none left for training after holding out {fraction}");
+        ensure!(
+            start > 0,
+            "the corpus has {n} words: none left for training after holding out {fraction}"
+        );
         Ok(start)
     }
 
     /// The sentences of tokens `range`, encoded through `vocab` (out-of-vocabulary words
     /// dropped, lines cut at [`MAX_SENTENCE`] words).
     pub fn sentences(&self, range: std::ops::Range<usize>, vocab: &Vocab) -> Sentences {
-        let mut out = Sentences { words: Vec::new(), starts: vec![0] };
+        let mut out = Sentences {
+            words: Vec::new(),
+            starts: vec![0],
+        };
         // Line boundaries inside the range, plus the range start (a line may straddle it).
         let first = self.line_starts.partition_point(|&s| s <= range.start);
         let bounds = std::iter::once(range.start)
-            .chain(self.line_starts[first..].iter().copied().take_while(|&s| s < range.end))
+            .chain(
+                self.line_starts[first..]
+                    .iter()
+                    .copied()
+                    .take_while(|&s| s < range.end),
+            )
             .chain(std::iter::once(range.end))
             .collect::<Vec<_>>();
         for line in bounds.windows(2) {
@@ -158,7 +187,10 @@ mod tests {
     use super::*;
 
     fn vocab(c: &RawCorpus, min_count: u64) -> Vocab {
-        Vocab::build(&c.tokens, c.names.len(), min_count, |r| c.names[r as usize].clone()).unwrap()
+        Vocab::build(&c.tokens, c.names.len(), min_count, |r| {
+            c.names[r as usize].clone()
+        })
+        .unwrap()
     }
 
     #[test]
@@ -171,9 +203,21 @@ mod tests {
 
     #[test]
     fn malformed_text_is_an_error_naming_the_line() {
-        assert!(RawCorpus::parse(b"").unwrap_err().to_string().contains("no words"));
-        assert!(RawCorpus::parse(b" \n\n  \n").unwrap_err().to_string().contains("no words"));
-        let err = RawCorpus::parse(b"ok\nbad \xff word\n").unwrap_err().to_string();
+        assert!(
+            RawCorpus::parse(b"")
+                .unwrap_err()
+                .to_string()
+                .contains("no words")
+        );
+        assert!(
+            RawCorpus::parse(b" \n\n  \n")
+                .unwrap_err()
+                .to_string()
+                .contains("no words")
+        );
+        let err = RawCorpus::parse(b"ok\nbad \xff word\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("line 2") && err.contains("column 5"), "{err}");
         let err = RawCorpus::parse(b"a\nb\nc\0").unwrap_err().to_string();
         assert!(err.contains("line 3") && err.contains("NUL"), "{err}");
@@ -210,7 +254,9 @@ mod tests {
 
     #[test]
     fn parts_are_contiguous_and_cover_everything() {
-        let text: String = (0..50).map(|i| format!("{}\n", "x y ".repeat(i % 7 + 1))).collect();
+        let text: String = (0..50)
+            .map(|i| format!("{}\n", "x y ".repeat(i % 7 + 1)))
+            .collect();
         let c = RawCorpus::parse(text.as_bytes()).unwrap();
         let s = c.sentences(0..c.tokens.len(), &vocab(&c, 1));
         for parts in [1, 2, 3, 8] {

@@ -1,10 +1,10 @@
 //! The skip-gram negative-sampling arithmetic, independent of where the vectors live.
 //!
-//! A sentence is first *planned* (subsampling, random window shrinks and the negatives it will
-//! use are drawn up front), so a worker knows every key the sentence touches before training
-//! it: that is what lets it localize the next sentence and pull a whole sentence at once.
-//! Training then applies word2vec.c's per-pair updates, in word2vec.c's order, to local copies
-//! of the vectors:
+//! A batch of consecutive sentences is first *planned* (subsampling, random window shrinks and
+//! the negatives it will use are drawn up front), so a worker knows every key the batch touches
+//! before training it: that is what lets it localize the next batch and pull a whole batch at
+//! once. Training then applies word2vec.c's per-pair updates, in word2vec.c's order, to local
+//! copies of the vectors (windows stay inside their sentence):
 //!
 //! ```text
 //! for each position i (center word w), b = shrink[i]:
@@ -17,8 +17,8 @@
 //! ```
 //!
 //! with word2vec.c's clipping (σ is 0 or 1 beyond |x| > 6) and its rule that a negative equal to
-//! the center word is skipped. The loss of a pair is `-ln σ(h·v_w) − Σ ln σ(−h·v_n)` over the
-//! negatives used.
+//! the center word is skipped. The loss of a pair is `-ln σ(h·v_w) − Σ ln σ(−h·v_n)` over
+//! the negatives used.
 
 use rand::Rng;
 
@@ -26,11 +26,12 @@ use rand::Rng;
 pub const MAX_EXP: f32 = 6.0;
 const TABLE: usize = 1000;
 
-/// Tabulated σ and softplus on `[−MAX_EXP, MAX_EXP]` (word2vec.c's `expTable`).
+/// Tabulated σ and softplus on `[−MAX_EXP, MAX_EXP]` (word2vec.c's `expTable`, plus the loss),
+/// read with one lookup per target.
 #[derive(Clone, Debug)]
 pub struct Sigmoid {
-    sig: Vec<f32>,
-    softplus: Vec<f32>,
+    /// `(σ(x), ln(1 + e^x))` at `TABLE + 1` points.
+    table: Vec<(f32, f32)>,
 }
 
 impl Default for Sigmoid {
@@ -40,40 +41,38 @@ impl Default for Sigmoid {
 }
 
 impl Sigmoid {
-    /// Builds the tables.
+    /// Builds the table.
     pub fn new() -> Self {
         let x = |i: usize| (i as f64 / TABLE as f64 * 2.0 - 1.0) * f64::from(MAX_EXP);
-        let sig = (0..=TABLE).map(|i| (1.0 / (1.0 + (-x(i)).exp())) as f32).collect();
-        let softplus = (0..=TABLE).map(|i| x(i).exp().ln_1p() as f32).collect();
-        Self { sig, softplus }
+        let table = (0..=TABLE)
+            .map(|i| {
+                (
+                    (1.0 / (1.0 + (-x(i)).exp())) as f32,
+                    x(i).exp().ln_1p() as f32,
+                )
+            })
+            .collect();
+        Self { table }
     }
 
-    #[inline]
-    fn index(f: f32) -> usize {
-        ((f + MAX_EXP) * (TABLE as f32 / MAX_EXP / 2.0)) as usize
-    }
-
-    /// `label − σ(f)`, with σ saturated beyond ±[`MAX_EXP`] as word2vec.c does.
-    #[inline]
-    pub fn gradient(&self, f: f32, label: f32) -> f32 {
-        if f > MAX_EXP {
-            label - 1.0
+    /// For score `f` of a positive (`label` 1) or negative (0) target: the gradient scale
+    /// `label − σ(f)`, with σ saturated to 0 or 1 beyond ±[`MAX_EXP`] as word2vec.c does, and
+    /// the target's loss `−ln σ(f)` or `−ln σ(−f)` (exact beyond the table).
+    #[inline(always)]
+    pub fn step(&self, f: f32, positive: bool) -> (f32, f32) {
+        let (sigma, softplus) = if f > MAX_EXP {
+            (1.0, f + (-f).exp().ln_1p())
         } else if f < -MAX_EXP {
-            label
+            (0.0, f.exp().ln_1p())
         } else {
-            label - self.sig[Self::index(f)]
-        }
-    }
-
-    /// `ln(1 + e^x)` (so the loss of a positive is `softplus(−f)`, of a negative `softplus(f)`).
-    #[inline]
-    pub fn softplus(&self, x: f32) -> f32 {
-        if x > MAX_EXP {
-            x + (-x).exp().ln_1p()
-        } else if x < -MAX_EXP {
-            x.exp().ln_1p()
+            // In range, so the float-to-int conversion needs no saturation.
+            self.table[((f + MAX_EXP) * (TABLE as f32 / MAX_EXP / 2.0)) as i32 as usize]
+        };
+        // softplus(−f) = softplus(f) − f.
+        if positive {
+            (1.0 - sigma, softplus - f)
         } else {
-            self.softplus[Self::index(x)]
+            (-sigma, softplus)
         }
     }
 }
@@ -89,43 +88,67 @@ pub struct Params {
     pub negative: usize,
 }
 
-/// A sentence with all its random choices made.
+/// A batch of consecutive sentences with all their random choices made.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
-    /// The words kept by subsampling.
+    /// The words kept by subsampling, sentence after sentence.
     pub words: Vec<u32>,
+    /// End (exclusive index in `words`) of each sentence: windows never cross these.
+    pub ends: Vec<usize>,
     /// Per position, how much the window shrinks (`0..window`).
     pub shrink: Vec<u32>,
     /// The negatives, `negative` per pair, in training order.
     pub negatives: Vec<u32>,
-    /// Words of the sentence before subsampling (what learning-rate decay counts).
+    /// Words of the sentences before subsampling (what learning-rate decay counts).
     pub raw_words: usize,
 }
 
 impl Plan {
-    /// Plans `sentence`: keeps each word with probability `keep[w]`, draws a window shrink per
-    /// kept position and `negative` negatives per pair from `draw_negative`.
-    pub fn make(
+    /// Empties the plan.
+    pub fn clear(&mut self) {
+        self.words.clear();
+        self.ends.clear();
+        self.shrink.clear();
+        self.negatives.clear();
+        self.raw_words = 0;
+    }
+
+    /// Plans one sentence alone (see [`Plan::add`]).
+    pub fn make<R: Rng>(
         &mut self,
         sentence: &[u32],
         keep: &[f32],
         p: Params,
-        rng: &mut impl Rng,
-        mut draw_negative: impl FnMut(&mut dyn rand::RngCore) -> u32,
-    ) where
-        for<'r> &'r mut dyn rand::RngCore: Rng,
-    {
-        self.words.clear();
-        self.shrink.clear();
-        self.negatives.clear();
-        self.raw_words = sentence.len();
+        rng: &mut R,
+        draw_negative: impl FnMut(&mut R) -> u32,
+    ) {
+        self.clear();
+        self.add(sentence, keep, p, rng, draw_negative);
+    }
+
+    /// Appends `sentence`: keeps each word with probability `keep[w]`, draws a window shrink
+    /// per kept position and `negative` negatives per pair from `draw_negative`.
+    pub fn add<R: Rng>(
+        &mut self,
+        sentence: &[u32],
+        keep: &[f32],
+        p: Params,
+        rng: &mut R,
+        mut draw_negative: impl FnMut(&mut R) -> u32,
+    ) {
+        self.raw_words += sentence.len();
+        let start = self.words.len();
         for &w in sentence {
             let k = keep[w as usize];
             if k >= 1.0 || rng.random::<f32>() < k {
                 self.words.push(w);
             }
         }
-        let len = self.words.len();
+        let len = self.words.len() - start;
+        if len == 0 {
+            return;
+        }
+        self.ends.push(self.words.len());
         for i in 0..len {
             let b = rng.random_range(0..p.window as u32);
             self.shrink.push(b);
@@ -160,69 +183,145 @@ impl std::ops::AddAssign for SentenceStats {
     }
 }
 
-/// Trains one planned sentence on local copies in `buf`: `syn0(w)` and `syn1(w)` give the
-/// offset of a word's input and output vector in `buf`; `syn1` returns `None` for a negative
-/// whose vector is unavailable, which is then skipped. `h` and `e` are scratch of `dim` values.
-#[allow(clippy::too_many_arguments)]
-pub fn train_sentence(
+/// Marks a negative whose vector is unavailable in [`Offsets::negatives`].
+pub const ABSENT: usize = usize::MAX;
+
+/// Where a planned sentence's vectors sit in the batch buffer, resolved once per sentence so
+/// the pair loop does no lookups.
+#[derive(Clone, Debug, Default)]
+pub struct Offsets {
+    /// Per kept position, the offset of its word's input vector.
+    pub syn0: Vec<usize>,
+    /// Per kept position, the offset of its word's output vector.
+    pub syn1: Vec<usize>,
+    /// Per planned negative, the offset of its output vector, or [`ABSENT`].
+    pub negatives: Vec<usize>,
+}
+
+impl Offsets {
+    /// Resolves `plan` through `syn0(w)` and `syn1(w)` (`None`: the vector is unavailable, only
+    /// allowed for negatives).
+    pub fn fill(
+        &mut self,
+        plan: &Plan,
+        syn0: impl Fn(u32) -> usize,
+        syn1: impl Fn(u32) -> Option<usize>,
+    ) {
+        self.syn0.clear();
+        self.syn1.clear();
+        self.negatives.clear();
+        for &w in &plan.words {
+            self.syn0.push(syn0(w));
+            self.syn1
+                .push(syn1(w).expect("a sentence word's output vector is always present"));
+        }
+        self.negatives
+            .extend(plan.negatives.iter().map(|&n| syn1(n).unwrap_or(ABSENT)));
+    }
+}
+
+/// One target of one pair: scores `h` against `v`, adds the gradient for `h` to `e`, updates
+/// `v`; returns the target's loss.
+#[inline(always)]
+fn update_target(
+    h: &[f32],
+    e: &mut [f32],
+    v: &mut [f32],
+    positive: bool,
+    alpha: f32,
+    sig: &Sigmoid,
+) -> f32 {
+    let (g, loss) = sig.step(dot(h, v), positive);
+    let g = g * alpha;
+    for ((ed, vd), hd) in e.iter_mut().zip(v.iter_mut()).zip(h) {
+        *ed += g * *vd;
+        *vd += g * hd;
+    }
+    loss
+}
+
+/// Trains one planned batch of sentences on local copies in `buf`, whose vectors `at`
+/// locates; negatives marked [`ABSENT`] are skipped. `h` and `e` are scratch of `dim` values.
+pub fn train_batch(
     plan: &Plan,
+    at: &Offsets,
     p: Params,
     alpha: f32,
     sig: &Sigmoid,
-    syn0: impl Fn(u32) -> usize,
-    syn1: impl Fn(u32) -> Option<usize>,
     buf: &mut [f32],
     scratch: (&mut [f32], &mut [f32]),
 ) -> SentenceStats {
     let (h, e) = scratch;
     let dim = p.dim;
-    let len = plan.words.len();
     let mut stats = SentenceStats::default();
     let mut next_negative = 0;
-    for (i, &word) in plan.words.iter().enumerate() {
-        let reach = p.window - plan.shrink[i] as usize;
-        let center_out = syn1(word).expect("a sentence word's output vector is always present");
-        for c in i.saturating_sub(reach)..=(i + reach).min(len - 1) {
-            if c == i {
-                continue;
-            }
-            let l1 = syn0(plan.words[c]);
-            h.copy_from_slice(&buf[l1..l1 + dim]);
-            e.fill(0.0);
-            let mut loss = 0f32;
-            let mut update = |l2: usize, label: f32, buf: &mut [f32]| {
-                let v = &mut buf[l2..l2 + dim];
-                let f: f32 = h.iter().zip(v.iter()).map(|(a, b)| a * b).sum();
-                loss += sig.softplus(if label > 0.0 { -f } else { f });
-                let g = sig.gradient(f, label) * alpha;
-                for d in 0..dim {
-                    e[d] += g * v[d];
-                    v[d] += g * h[d];
-                }
-            };
-            update(center_out, 1.0, buf);
-            for &target in &plan.negatives[next_negative..next_negative + p.negative] {
-                if target == word {
+    let mut start = 0;
+    for &end in &plan.ends {
+        for i in start..end {
+            let word = plan.words[i];
+            let reach = p.window - plan.shrink[i] as usize;
+            let center_out = at.syn1[i];
+            for c in i.saturating_sub(reach).max(start)..=(i + reach).min(end - 1) {
+                if c == i {
                     continue;
                 }
-                match syn1(target) {
-                    Some(l2) => {
-                        update(l2, 0.0, buf);
+                let l1 = at.syn0[c];
+                h.copy_from_slice(&buf[l1..l1 + dim]);
+                e.fill(0.0);
+                let mut loss = update_target(
+                    h,
+                    e,
+                    &mut buf[center_out..center_out + dim],
+                    true,
+                    alpha,
+                    sig,
+                );
+                let targets = next_negative..next_negative + p.negative;
+                for (&target, &l2) in plan.negatives[targets.clone()]
+                    .iter()
+                    .zip(&at.negatives[targets])
+                {
+                    if target == word {
+                        continue;
+                    }
+                    if l2 == ABSENT {
+                        stats.skipped += 1;
+                    } else {
+                        loss += update_target(h, e, &mut buf[l2..l2 + dim], false, alpha, sig);
                         stats.negatives += 1;
                     }
-                    None => stats.skipped += 1,
                 }
+                next_negative += p.negative;
+                for (x, d) in buf[l1..l1 + dim].iter_mut().zip(e.iter()) {
+                    *x += d;
+                }
+                stats.loss += f64::from(loss);
+                stats.pairs += 1;
             }
-            next_negative += p.negative;
-            for (x, d) in buf[l1..l1 + dim].iter_mut().zip(e.iter()) {
-                *x += d;
-            }
-            stats.loss += f64::from(loss);
-            stats.pairs += 1;
         }
+        start = end;
     }
     debug_assert_eq!(next_negative, plan.negatives.len());
     stats
+}
+
+/// Dot product with eight independent accumulators, so that it vectorises.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]
@@ -231,22 +330,59 @@ mod tests {
 
     use super::*;
 
+    fn offsets(
+        plan: &Plan,
+        syn0: impl Fn(u32) -> usize,
+        syn1: impl Fn(u32) -> Option<usize>,
+    ) -> Offsets {
+        let mut at = Offsets::default();
+        at.fill(plan, syn0, syn1);
+        at
+    }
+
+    #[test]
+    fn dot_matches_the_sum_of_products() {
+        for n in [0usize, 3, 8, 13, 100] {
+            let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+            let b: Vec<f32> = (0..n).map(|i| 1.0 - i as f32 * 0.25).collect();
+            let expect: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!(
+                (dot(&a, &b) - expect).abs() <= 1e-3 * expect.abs().max(1.0),
+                "n {n}"
+            );
+        }
+    }
+
     #[test]
     fn tables_match_the_functions() {
         let s = Sigmoid::new();
         for x in [-7.0f32, -5.9, -1.0, 0.0, 0.3, 2.5, 5.99, 8.0] {
             let sigma = 1.0 / (1.0 + (-x).exp());
-            let clipped = if x > MAX_EXP { 1.0 } else if x < -MAX_EXP { 0.0 } else { sigma };
-            assert!((s.gradient(x, 1.0) - (1.0 - clipped)).abs() < 0.01, "{x}");
-            assert!((s.gradient(x, 0.0) + clipped).abs() < 0.01, "{x}");
-            assert!((s.softplus(x) - x.exp().ln_1p()).abs() < 0.02, "{x}");
+            let clipped = if x > MAX_EXP {
+                1.0
+            } else if x < -MAX_EXP {
+                0.0
+            } else {
+                sigma
+            };
+            let softplus = |y: f32| y.exp().ln_1p();
+            let (g, loss) = s.step(x, true);
+            assert!((g - (1.0 - clipped)).abs() < 0.01, "{x}");
+            assert!((loss - softplus(-x)).abs() < 0.02, "{x}: {loss}");
+            let (g, loss) = s.step(x, false);
+            assert!((g + clipped).abs() < 0.01, "{x}");
+            assert!((loss - softplus(x)).abs() < 0.02, "{x}: {loss}");
         }
     }
 
     #[test]
     fn plans_draw_negative_per_pair_and_keep_everything_without_subsampling() {
         let mut rng = SmallRng::seed_from_u64(5);
-        let p = Params { dim: 4, window: 2, negative: 3 };
+        let p = Params {
+            dim: 4,
+            window: 2,
+            negative: 3,
+        };
         let mut plan = Plan::default();
         plan.make(&[0, 1, 2, 3, 4], &[1.0; 5], p, &mut rng, |_| 9);
         assert_eq!(plan.words, [0, 1, 2, 3, 4]);
@@ -262,13 +398,47 @@ mod tests {
         assert_eq!(plan.raw_words, 5);
     }
 
+    #[test]
+    fn subsampling_keeps_words_at_their_keep_probability() {
+        let seed = 9;
+        println!("seed {seed}");
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let p = Params {
+            dim: 1,
+            window: 1,
+            negative: 0,
+        };
+        let keep = [1.0, 0.3, 0.05];
+        let sentence: Vec<u32> = (0..30_000).map(|i| i % 3).collect();
+        let mut plan = Plan::default();
+        plan.make(&sentence, &keep, p, &mut rng, |_| 0);
+        for (w, &k) in keep.iter().enumerate() {
+            let kept = plan.words.iter().filter(|&&x| x == w as u32).count() as f64 / 10_000.0;
+            let tol = 5.0 * (f64::from(k) * (1.0 - f64::from(k)) / 10_000.0).sqrt() + 1e-9;
+            assert!(
+                (kept - f64::from(k)).abs() <= tol,
+                "word {w}: kept {kept}, expected {k}"
+            );
+        }
+    }
+
     /// Brute-force reference: the same updates written with explicit vectors.
     #[test]
     fn one_pair_update_matches_the_formula() {
         let sig = Sigmoid::new();
-        let p = Params { dim: 2, window: 1, negative: 1 };
+        let p = Params {
+            dim: 2,
+            window: 1,
+            negative: 1,
+        };
         // Words 0 and 1 in a sentence; negative for both pairs is word 2.
-        let plan = Plan { words: vec![0, 1], shrink: vec![0, 0], negatives: vec![2, 2], raw_words: 2 };
+        let plan = Plan {
+            words: vec![0, 1],
+            ends: vec![2],
+            shrink: vec![0, 0],
+            negatives: vec![2, 2],
+            raw_words: 2,
+        };
         // Layout: syn0 of 0, 1 at 0, 2; syn1 of 0, 1, 2 at 4, 6, 8.
         let mut buf = vec![0.5, -0.2, 0.1, 0.3, 0.2, 0.1, -0.3, 0.4, 0.05, -0.1];
         let mut expect = buf.clone();
@@ -289,16 +459,8 @@ mod tests {
             expect[2 * ctx + 1] += e[1];
         }
         let (mut h, mut e) = (vec![0.0; 2], vec![0.0; 2]);
-        let stats = train_sentence(
-            &plan,
-            p,
-            alpha,
-            &sig,
-            |w| 2 * w as usize,
-            |w| Some(4 + 2 * w as usize),
-            &mut buf,
-            (&mut h, &mut e),
-        );
+        let at = offsets(&plan, |w| 2 * w as usize, |w| Some(4 + 2 * w as usize));
+        let stats = train_batch(&plan, &at, p, alpha, &sig, &mut buf, (&mut h, &mut e));
         for (a, b) in buf.iter().zip(&expect) {
             assert!((a - b).abs() < 2e-3, "{buf:?} vs {expect:?}");
         }
@@ -307,25 +469,53 @@ mod tests {
     }
 
     #[test]
+    fn windows_stay_inside_their_sentence_in_a_batch() {
+        let mut rng = SmallRng::seed_from_u64(2);
+        let p = Params {
+            dim: 1,
+            window: 3,
+            negative: 1,
+        };
+        let mut plan = Plan::default();
+        plan.make(&[0, 1], &[1.0; 4], p, &mut rng, |_| 9);
+        plan.add(&[], &[1.0; 4], p, &mut rng, |_| 9);
+        plan.add(&[2, 3], &[1.0; 4], p, &mut rng, |_| 9);
+        assert_eq!((plan.ends.clone(), plan.raw_words), (vec![2, 4], 4));
+        // Two sentences of two words: exactly one context per position, whatever the shrink.
+        assert_eq!(plan.negatives.len(), 4);
+        let mut buf = vec![0.1; 4 + 4 + 1];
+        let at = offsets(&plan, |w| w as usize, |w| Some(4 + w.min(4) as usize));
+        let sig = Sigmoid::new();
+        let s = train_batch(&plan, &at, p, 0.1, &sig, &mut buf, (&mut [0.0], &mut [0.0]));
+        assert_eq!((s.pairs, s.negatives), (4, 4));
+    }
+
+    #[test]
     fn unavailable_and_center_negatives_are_skipped() {
         let sig = Sigmoid::new();
-        let p = Params { dim: 1, window: 1, negative: 2 };
-        let plan = Plan { words: vec![0, 1], shrink: vec![0, 0], negatives: vec![0, 7, 2, 7], raw_words: 2 };
+        let p = Params {
+            dim: 1,
+            window: 1,
+            negative: 2,
+        };
+        let plan = Plan {
+            words: vec![0, 1],
+            ends: vec![2],
+            shrink: vec![0, 0],
+            negatives: vec![0, 7, 2, 7],
+            raw_words: 2,
+        };
         let mut buf = vec![0.1, 0.2, 0.0, 0.0, 0.0];
-        let stats = train_sentence(
+        let at = offsets(
             &plan,
-            p,
-            0.1,
-            &sig,
             |w| w as usize,
             |w| match w {
                 0 | 1 => Some(2 + w as usize),
                 2 => Some(4),
                 _ => None,
             },
-            &mut buf,
-            (&mut [0.0], &mut [0.0]),
         );
+        let stats = train_batch(&plan, &at, p, 0.1, &sig, &mut buf, (&mut [0.0], &mut [0.0]));
         // Pair 1 (center 0): negative 0 is the center (skipped silently), 7 is unavailable.
         // Pair 2 (center 1): 2 trains, 7 unavailable.
         assert_eq!((stats.pairs, stats.negatives, stats.skipped), (2, 1, 2));
@@ -334,20 +524,26 @@ mod tests {
     #[test]
     fn training_lowers_the_loss_of_a_repeated_sentence() {
         let sig = Sigmoid::new();
-        let p = Params { dim: 8, window: 2, negative: 2 };
+        let p = Params {
+            dim: 8,
+            window: 2,
+            negative: 2,
+        };
         let mut rng = SmallRng::seed_from_u64(1);
-        let mut buf: Vec<f32> = (0..80).map(|_| rng.random::<f32>() - 0.5).collect();
+        let mut buf: Vec<f32> = (0..120).map(|_| rng.random::<f32>() - 0.5).collect();
         let mut plan = Plan::default();
         let mut losses = Vec::new();
         for _ in 0..50 {
-            plan.make(&[0, 1, 2, 3, 4], &[1.0; 5], p, &mut rng, |r| 5 + r.random_range(0..5));
-            let s = train_sentence(
+            plan.make(&[0, 1, 2, 3, 4], &[1.0; 5], p, &mut rng, |r| {
+                5 + r.random_range(0..5)
+            });
+            let at = offsets(&plan, |w| 8 * w as usize, |w| Some(40 + 8 * w as usize));
+            let s = train_batch(
                 &plan,
+                &at,
                 p,
                 0.05,
                 &sig,
-                |w| 8 * w as usize,
-                |w| Some(40 + 8 * (w as usize % 5)),
                 &mut buf,
                 (&mut [0.0; 8], &mut [0.0; 8]),
             );

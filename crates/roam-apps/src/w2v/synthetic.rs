@@ -5,9 +5,11 @@
 //! same corpus): the vocabulary has `vocab` words; the first `vocab/20` (at least one) are
 //! *common* words shared by all topics, the others are split round-robin into `topics` topics.
 //! Each sentence picks a topic uniformly and a length uniformly in `[L/2, 3L/2]`; each of its
-//! words is a common word with probability `common`, else a word of the sentence's topic, in
-//! both cases Zipf-distributed with exponent `zipf` over the group's words. Words of one topic
-//! therefore share contexts, and `topic_auc` measures whether the embeddings recovered that.
+//! words is a common word with probability `common`, else a topical word: with probability
+//! `mix` of a uniformly random topic (noise that blurs the planted structure), otherwise of the
+//! sentence's topic; within a group, words are Zipf-distributed with exponent `zipf`. Words of
+//! one topic therefore tend to share contexts, and `topic_auc` measures whether the embeddings
+//! recovered that.
 
 use anyhow::{Context, bail, ensure};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -28,6 +30,8 @@ pub struct Spec {
     pub zipf: f64,
     /// Fraction of tokens that are common words.
     pub common: f64,
+    /// Probability that a topical token comes from a random topic instead of the sentence's.
+    pub mix: f64,
     /// Mean sentence length.
     pub sentence: usize,
     /// Generator seed.
@@ -39,14 +43,23 @@ pub const EMBEDDED: &str = "words=300000,vocab=5000,topics=20,zipf=1.0,seed=1";
 
 impl Default for Spec {
     fn default() -> Self {
-        Self { words: 1_000_000, vocab: 10_000, topics: 20, zipf: 1.0, common: 0.25, sentence: 20, seed: 1 }
+        Self {
+            words: 1_000_000,
+            vocab: 10_000,
+            topics: 20,
+            zipf: 1.0,
+            common: 0.25,
+            mix: 0.2,
+            sentence: 20,
+            seed: 1,
+        }
     }
 }
 
 impl std::str::FromStr for Spec {
     type Err = anyhow::Error;
 
-    /// Parses `key=value,...` with keys words, vocab, topics, zipf, common, sentence, seed
+    /// Parses `key=value,...` with keys words, vocab, topics, zipf, common, mix, sentence, seed
     /// (unset keys keep their defaults; `words` accepts `20e6`-style and `_` separators).
     fn from_str(text: &str) -> anyhow::Result<Self> {
         let mut spec = Self::default();
@@ -57,12 +70,19 @@ impl std::str::FromStr for Spec {
             let value = value.trim();
             let count = || -> anyhow::Result<usize> {
                 let clean = value.replace('_', "");
-                let n: f64 = clean.parse().with_context(|| format!("--synthetic: {key}={value:?} is not a number"))?;
-                ensure!(n >= 0.0 && n.fract() == 0.0 && n < 1e12, "--synthetic: {key}={value:?} is not a count");
+                let n: f64 = clean
+                    .parse()
+                    .with_context(|| format!("--synthetic: {key}={value:?} is not a number"))?;
+                ensure!(
+                    n >= 0.0 && n.fract() == 0.0 && n < 1e12,
+                    "--synthetic: {key}={value:?} is not a count"
+                );
                 Ok(n as usize)
             };
             let real = || -> anyhow::Result<f64> {
-                let x: f64 = value.parse().with_context(|| format!("--synthetic: {key}={value:?} is not a number"))?;
+                let x: f64 = value
+                    .parse()
+                    .with_context(|| format!("--synthetic: {key}={value:?} is not a number"))?;
                 ensure!(x.is_finite(), "--synthetic: {key}={value:?} is not finite");
                 Ok(x)
             };
@@ -74,16 +94,34 @@ impl std::str::FromStr for Spec {
                 "seed" => spec.seed = count()? as u64,
                 "zipf" => spec.zipf = real()?,
                 "common" => spec.common = real()?,
+                "mix" => spec.mix = real()?,
                 other => bail!(
-                    "--synthetic: unknown key {other:?} (expected words, vocab, topics, zipf, common, sentence, seed)"
+                    "--synthetic: unknown key {other:?} \
+                     (expected words, vocab, topics, zipf, common, mix, sentence, seed)"
                 ),
             }
         }
         ensure!(spec.words >= 1, "--synthetic: words must be at least 1");
         ensure!(spec.topics >= 1, "--synthetic: topics must be at least 1");
-        ensure!(spec.sentence >= 2, "--synthetic: sentence must be at least 2");
-        ensure!(spec.zipf >= 0.0, "--synthetic: zipf must be non-negative, got {}", spec.zipf);
-        ensure!((0.0..1.0).contains(&spec.common), "--synthetic: common must be in [0, 1), got {}", spec.common);
+        ensure!(
+            spec.sentence >= 2,
+            "--synthetic: sentence must be at least 2"
+        );
+        ensure!(
+            spec.zipf >= 0.0,
+            "--synthetic: zipf must be non-negative, got {}",
+            spec.zipf
+        );
+        ensure!(
+            (0.0..1.0).contains(&spec.common),
+            "--synthetic: common must be in [0, 1), got {}",
+            spec.common
+        );
+        ensure!(
+            (0.0..=1.0).contains(&spec.mix),
+            "--synthetic: mix must be in [0, 1], got {}",
+            spec.mix
+        );
         ensure!(
             spec.vocab >= spec.common_words() + 2 * spec.topics,
             "--synthetic: vocab {} is too small for {} topics (needs at least {})",
@@ -91,7 +129,11 @@ impl std::str::FromStr for Spec {
             spec.topics,
             spec.common_words() + 2 * spec.topics
         );
-        ensure!(spec.vocab < u32::MAX as usize, "--synthetic: vocab {} is too large", spec.vocab);
+        ensure!(
+            spec.vocab < u32::MAX as usize,
+            "--synthetic: vocab {} is too large",
+            spec.vocab
+        );
         Ok(spec)
     }
 }
@@ -111,24 +153,41 @@ impl Spec {
     /// Generates the corpus.
     pub fn generate(&self) -> RawCorpus {
         let c = self.common_words();
-        let zipf = |n: usize| -> Vec<f64> { (0..n).map(|j| 1.0 / ((j + 1) as f64).powf(self.zipf)).collect() };
+        let zipf = |n: usize| -> Vec<f64> {
+            (0..n)
+                .map(|j| 1.0 / ((j + 1) as f64).powf(self.zipf))
+                .collect()
+        };
         let common = UnigramTable::from_weights(&zipf(c));
         let topic_words: Vec<Vec<u32>> = (0..self.topics)
-            .map(|t| (c + t..self.vocab).step_by(self.topics).map(|id| id as u32).collect())
+            .map(|t| {
+                (c + t..self.vocab)
+                    .step_by(self.topics)
+                    .map(|id| id as u32)
+                    .collect()
+            })
             .collect();
-        let topic_tables: Vec<UnigramTable> = topic_words.iter().map(|w| UnigramTable::from_weights(&zipf(w.len()))).collect();
+        let topic_tables: Vec<UnigramTable> = topic_words
+            .iter()
+            .map(|w| UnigramTable::from_weights(&zipf(w.len())))
+            .collect();
         let mut rng = SmallRng::seed_from_u64(self.seed);
         let mut tokens = Vec::with_capacity(self.words);
         let mut line_starts = Vec::with_capacity(self.words / self.sentence + 1);
         let (lo, hi) = ((self.sentence / 2).max(1), self.sentence * 3 / 2);
         while tokens.len() < self.words {
             line_starts.push(tokens.len());
-            let t = rng.random_range(0..self.topics);
+            let topic = rng.random_range(0..self.topics);
             let len = rng.random_range(lo..=hi).min(self.words - tokens.len());
             for _ in 0..len {
                 let id = if rng.random::<f64>() < self.common {
                     common.sample(&mut rng)
                 } else {
+                    let t = if rng.random::<f64>() < self.mix {
+                        rng.random_range(0..self.topics)
+                    } else {
+                        topic
+                    };
                     topic_words[t][topic_tables[t].sample(&mut rng) as usize]
                 };
                 tokens.push(id);
@@ -141,7 +200,12 @@ impl Spec {
             })
             .collect();
         let topics = Some((0..self.vocab).map(|id| self.topic_of(id)).collect());
-        RawCorpus { tokens, line_starts, names, topics }
+        RawCorpus {
+            tokens,
+            line_starts,
+            names,
+            topics,
+        }
     }
 }
 
@@ -151,8 +215,13 @@ mod tests {
 
     #[test]
     fn parses_specs_and_rejects_bad_ones() {
-        let s: Spec = "words=20e6,vocab=100_000,topics=50,zipf=1.0,seed=1".parse().unwrap();
-        assert_eq!((s.words, s.vocab, s.topics, s.seed), (20_000_000, 100_000, 50, 1));
+        let s: Spec = "words=20e6,vocab=100_000,topics=50,zipf=1.0,seed=1"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            (s.words, s.vocab, s.topics, s.seed),
+            (20_000_000, 100_000, 50, 1)
+        );
         assert_eq!(s.common, 0.25);
         for (bad, needle) in [
             ("words", "key=value"),
@@ -163,6 +232,7 @@ mod tests {
             ("common=1", "common"),
             ("zipf=-1", "zipf"),
             ("zipf=inf", "finite"),
+            ("mix=1.5", "mix"),
         ] {
             let err = bad.parse::<Spec>().unwrap_err().to_string();
             assert!(err.contains(needle), "{bad}: {err}");
@@ -171,7 +241,9 @@ mod tests {
 
     #[test]
     fn generates_the_planted_structure() {
-        let spec: Spec = "words=50000,vocab=400,topics=4,zipf=1.0,seed=3".parse().unwrap();
+        let spec: Spec = "words=50000,vocab=400,topics=4,zipf=1.0,mix=0,seed=3"
+            .parse()
+            .unwrap();
         let c = spec.generate();
         assert_eq!(c.tokens.len(), 50_000);
         assert_eq!(c.names.len(), 400);
@@ -197,6 +269,14 @@ mod tests {
         for &t in &c.tokens {
             counts[t as usize] += 1;
         }
-        assert_eq!(counts.iter().enumerate().max_by_key(|(_, n)| **n).unwrap().0, 0);
+        assert_eq!(
+            counts
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, n)| **n)
+                .unwrap()
+                .0,
+            0
+        );
     }
 }

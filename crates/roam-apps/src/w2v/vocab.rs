@@ -36,15 +36,23 @@ pub const OOV: u32 = u32::MAX;
 impl Vocab {
     /// Counts `tokens` (raw ids below `num_raw`) and keeps words seen at least `min_count`
     /// times. Errors when nothing survives the cut, naming the most frequent word.
-    pub fn build(tokens: &[u32], num_raw: usize, min_count: u64, describe: impl Fn(u32) -> String) -> anyhow::Result<Self> {
+    pub fn build(
+        tokens: &[u32],
+        num_raw: usize,
+        min_count: u64,
+        describe: impl Fn(u32) -> String,
+    ) -> anyhow::Result<Self> {
         ensure!(min_count >= 1, "--min-count must be at least 1 (got 0)");
         let mut counts = vec![0u64; num_raw];
         for &t in tokens {
             counts[t as usize] += 1;
         }
-        let mut kept: Vec<u32> = (0..num_raw as u32).filter(|&r| counts[r as usize] >= min_count).collect();
+        let mut kept: Vec<u32> = (0..num_raw as u32)
+            .filter(|&r| counts[r as usize] >= min_count)
+            .collect();
         if kept.is_empty() {
-            let best = (0..num_raw as u32).max_by_key(|&r| (counts[r as usize], std::cmp::Reverse(r)));
+            let best =
+                (0..num_raw as u32).max_by_key(|&r| (counts[r as usize], std::cmp::Reverse(r)));
             match best {
                 None => bail!("the training text contains no words"),
                 Some(r) => bail!(
@@ -64,7 +72,12 @@ impl Vocab {
         }
         let kept_counts: Vec<u64> = kept.iter().map(|&r| counts[r as usize]).collect();
         let train_words = kept_counts.iter().sum();
-        Ok(Self { counts: kept_counts, raw: kept, index_of_raw, train_words })
+        Ok(Self {
+            counts: kept_counts,
+            raw: kept,
+            index_of_raw,
+            train_words,
+        })
     }
 
     /// Number of words.
@@ -80,7 +93,10 @@ impl Vocab {
     /// word2vec's probability of keeping an occurrence of each word under subsampling with
     /// threshold `sample` (`0` disables it): `(sqrt(f/s) + 1)·s/f` for frequency `f`, capped at 1.
     pub fn keep_probabilities(&self, sample: f64) -> Vec<f32> {
-        self.counts.iter().map(|&c| keep_probability(c, self.train_words, sample)).collect()
+        self.counts
+            .iter()
+            .map(|&c| keep_probability(c, self.train_words, sample))
+            .collect()
     }
 }
 
@@ -141,7 +157,8 @@ impl KeyMap {
 /// Samples words with probability proportional to `count^power` (Walker's alias method).
 #[derive(Clone, Debug)]
 pub struct UnigramTable {
-    prob: Vec<f64>,
+    /// Per bucket, the chance (in units of 2^-32) of keeping the bucket's own word.
+    keep: Vec<u64>,
     alias: Vec<u32>,
 }
 
@@ -156,10 +173,14 @@ impl UnigramTable {
     pub fn from_weights(weights: &[f64]) -> Self {
         let n = weights.len();
         let total: f64 = weights.iter().sum();
-        assert!(n > 0 && total > 0.0, "a sampler needs a positive weight");
+        assert!(
+            n > 0 && n < u32::MAX as usize && total > 0.0,
+            "a sampler needs a positive weight"
+        );
         let mut prob: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
         let mut alias: Vec<u32> = (0..n as u32).collect();
-        let (mut small, mut large): (Vec<u32>, Vec<u32>) = (0..n as u32).partition(|&i| prob[i as usize] < 1.0);
+        let (mut small, mut large): (Vec<u32>, Vec<u32>) =
+            (0..n as u32).partition(|&i| prob[i as usize] < 1.0);
         while let (Some(s), Some(&l)) = (small.pop(), large.last()) {
             alias[s as usize] = l;
             prob[l as usize] -= 1.0 - prob[s as usize];
@@ -172,14 +193,24 @@ impl UnigramTable {
         for i in small.into_iter().chain(large) {
             prob[i as usize] = 1.0;
         }
-        Self { prob, alias }
+        let keep = prob
+            .iter()
+            .map(|p| (p * 4_294_967_296.0).round() as u64)
+            .collect();
+        Self { keep, alias }
     }
 
-    /// Draws one word.
+    /// Draws one word from one 64-bit random number: the high half picks the bucket
+    /// (multiply-shift, bias below 2^-32 · V), the low half decides between bucket and alias.
     #[inline]
     pub fn sample(&self, rng: &mut impl Rng) -> u32 {
-        let i = rng.random_range(0..self.prob.len());
-        if rng.random::<f64>() < self.prob[i] { i as u32 } else { self.alias[i] }
+        let r = rng.next_u64();
+        let i = (((r >> 32) * self.keep.len() as u64) >> 32) as usize;
+        if (r & 0xffff_ffff) < self.keep[i] {
+            i as u32
+        } else {
+            self.alias[i]
+        }
     }
 }
 
@@ -207,7 +238,10 @@ mod tests {
     #[test]
     fn nothing_above_min_count_is_an_error_naming_the_best_word() {
         let err = vocab_of(&[0, 1, 1], 2, 3).unwrap_err().to_string();
-        assert!(err.contains("--min-count 3") && err.contains("\"w1\"") && err.contains("2 times"), "{err}");
+        assert!(
+            err.contains("--min-count 3") && err.contains("\"w1\"") && err.contains("2 times"),
+            "{err}"
+        );
         let err = vocab_of(&[], 0, 1).unwrap_err().to_string();
         assert!(err.contains("no words"), "{err}");
         assert!(vocab_of(&[0], 1, 0).is_err());
@@ -220,7 +254,10 @@ mod tests {
         for count in [1u64, 1000, 4000, 100_000] {
             let f = count as f64 / total as f64;
             let expected = (((f / s).sqrt() + 1.0) * s / f).min(1.0);
-            assert!((f64::from(keep_probability(count, total, s)) - expected).abs() < 1e-6, "count {count}");
+            assert!(
+                (f64::from(keep_probability(count, total, s)) - expected).abs() < 1e-6,
+                "count {count}"
+            );
         }
         // At f = s the word is kept with probability 2·... capped at 1; well above it, rarely.
         assert_eq!(keep_probability(1000, total, s), 1.0);
@@ -262,7 +299,10 @@ mod tests {
                 assert_eq!(m.word_of_key(k), (w, out));
             }
         }
-        assert_ne!((0..10).map(|w| m.syn0(w)).collect::<Vec<_>>(), (0..10).map(|w| 2 * w).collect::<Vec<_>>());
+        assert_ne!(
+            (0..10).map(|w| m.syn0(w)).collect::<Vec<_>>(),
+            (0..10).map(|w| 2 * w).collect::<Vec<_>>()
+        );
         assert_eq!(KeyMap::new(1000, 3, true).syn0(17), m.syn0(17));
         assert_eq!(KeyMap::new(10, 3, false).syn1(4), 9);
     }

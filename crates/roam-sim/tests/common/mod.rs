@@ -133,7 +133,8 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
     let nodes = rng.random_range(2..=4);
     let workers_per_node = rng.random_range(1..=3);
     let num_keys = rng.random_range(1..=6);
-    let space = KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=2)).collect()).unwrap();
+    let space =
+        KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=2)).collect()).unwrap();
     let partitioning = shape.partitioning.unwrap_or(if rng.random_bool(0.5) {
         roam_core::Partitioning::Range
     } else {
@@ -150,23 +151,32 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
         .with_location_caches(shape.caches.unwrap_or_else(|| rng.random_bool(0.5)))
         .with_delay(min_delay, max_delay)
         .with_think(0, max_think);
-    let workers: Vec<WorkerRef> =
-        (0..nodes).flat_map(|n| (0..workers_per_node).map(move |w| WorkerRef::new(n, w))).collect();
+    let workers: Vec<WorkerRef> = (0..nodes)
+        .flat_map(|n| (0..workers_per_node).map(move |w| WorkerRef::new(n, w)))
+        .collect();
     let mut scripts: Vec<(WorkerRef, Vec<Op>)> = workers.iter().map(|&w| (w, Vec::new())).collect();
     let mut expected: Vec<Vec<f32>> = (0..num_keys).map(|k| vec![0.0; space.len(k)]).collect();
     let all = all_keys(&space);
     let fence = [Op::WaitAll, Op::Barrier];
-    let random_phase = |rng: &mut ChaCha8Rng, script: &mut Vec<Op>, sets: bool, counted: Option<&mut Vec<Vec<f32>>>| {
+    let random_phase = |rng: &mut ChaCha8Rng,
+                        script: &mut Vec<Op>,
+                        sets: bool,
+                        counted: Option<&mut Vec<Vec<f32>>>| {
         let mut counted = counted;
         for _ in 0..shape.ops_per_phase {
             let n = rng.random_range(1..=num_keys.min(3) as usize);
-            let keys: Vec<Key> = sample(rng, num_keys as usize, n).into_iter().map(|k| k as Key).collect();
+            let keys: Vec<Key> = sample(rng, num_keys as usize, n)
+                .into_iter()
+                .map(|k| k as Key)
+                .collect();
             let len: usize = keys.iter().map(|&k| space.len(k)).sum();
             let wait = rng.random_bool(0.5);
             let op = match rng.random_range(0..20) {
                 0..5 => Op::Pull { keys, wait },
                 5..10 => {
-                    let vals: Vec<f32> = (0..len).map(|_| f32::from(rng.random_range(1u8..=4))).collect();
+                    let vals: Vec<f32> = (0..len)
+                        .map(|_| f32::from(rng.random_range(1u8..=4)))
+                        .collect();
                     if let Some(expected) = counted.as_deref_mut() {
                         let mut pos = 0;
                         for &k in &keys {
@@ -179,7 +189,9 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
                     Op::Push { keys, vals, wait }
                 }
                 10..12 if sets => {
-                    let vals = (0..len).map(|_| f32::from(rng.random_range(0u8..=50))).collect();
+                    let vals = (0..len)
+                        .map(|_| f32::from(rng.random_range(0u8..=50)))
+                        .collect();
                     Op::Set { keys, vals, wait }
                 }
                 10..12 => Op::WaitAll,
@@ -196,7 +208,9 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
         script.extend(fence.clone());
     }
     for k in 0..num_keys {
-        let vals: Vec<f32> = (0..space.len(k)).map(|_| f32::from(rng.random_range(0u8..=50))).collect();
+        let vals: Vec<f32> = (0..space.len(k))
+            .map(|_| f32::from(rng.random_range(0u8..=50)))
+            .collect();
         expected[k as usize].clone_from(&vals);
         let w = rng.random_range(0..scripts.len());
         scripts[w].1.push(Op::set(vec![k], vals));
@@ -207,16 +221,25 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
         script.extend(fence.clone());
         script.push(Op::pull(all.clone()));
     }
-    DynCase { cfg, scripts, expected }
+    DynCase {
+        cfg,
+        scripts,
+        expected,
+    }
 }
 
 /// Every key's value as held by the live nodes at the end of a run.
 pub(crate) fn finals(sim: &Sim) -> Vec<Option<Vec<f32>>> {
-    (0..sim.config().space.num_keys()).map(|k| sim.peek(k)).collect()
+    (0..sim.config().space.num_keys())
+        .map(|k| sim.peek(k))
+        .collect()
 }
 
 /// Sum of a node counter over all nodes.
-pub(crate) fn total(sim: &Sim, counter: impl Fn(&roam_core::stats::NodeCounters) -> &std::sync::atomic::AtomicU64) -> u64 {
+pub(crate) fn total(
+    sim: &Sim,
+    counter: impl Fn(&roam_core::stats::NodeCounters) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
     (0..sim.config().nodes)
         .map(|n| counter(sim.node(NodeId(n)).counters()).load(std::sync::atomic::Ordering::Relaxed))
         .sum()

@@ -1,0 +1,177 @@
+//! One worker thread's whole job: initialise its share of the model, localize its relations
+//! (lapse mode), run the epochs between cluster-wide barriers, sum the loss exactly over the
+//! cluster, evaluate on global worker 0, and sum the node counters for the report.
+//!
+//! Every worker of every node executes the same sequence of barriers and [`SumKeys`] rounds
+//! (none is skipped on any path), which is what keeps the cluster in step. Epoch seconds are
+//! measured on global worker 0 between the barrier before training and the barrier after it
+//! (all pushes applied), so they cover training only: no loss summing, no evaluation.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use roam::{NodeHandle, Worker};
+use serde_json::json;
+
+use super::data::Graph;
+use super::eval::{Filter, Metrics, evaluate};
+use super::partition::Partition;
+use super::train::{Epoch, Hyper, LossSum, Step, gather, init_params, relation_key};
+use crate::common::{ClusterCounters, Mode, Stopwatch, SumKeys, node_counters, progress};
+
+/// Scale of the fixed-point loss sum (the cluster sums `u64` counters exactly).
+const LOSS_SCALE: f64 = 1e6;
+
+/// What the workers of one process share.
+pub struct Shared<'a> {
+    /// The running node.
+    pub node: &'a NodeHandle,
+    /// The data.
+    pub graph: &'a Graph,
+    /// Data clustering.
+    pub partition: &'a Partition,
+    /// Known triples for filtered ranking.
+    pub filter: &'a Filter,
+    /// Training settings.
+    pub hyper: Hyper,
+    /// The mode (whether to localize).
+    pub mode: Mode,
+    /// Epochs to run.
+    pub epochs: u32,
+    /// Evaluate every this many epochs (0: only after the last).
+    pub eval_every: u32,
+    /// Also evaluate on the validation triples.
+    pub eval_valid: bool,
+    /// Evaluate at most this many triples per split (0: all).
+    pub eval_max: usize,
+    /// Reserved keys for exact cluster sums (5 counters).
+    pub sums: SumKeys,
+    /// This node's loss of the current epoch, summed over its workers.
+    pub node_loss: Mutex<LossSum>,
+}
+
+/// The per-epoch figures and, on global worker 0, the cluster counters.
+pub struct Outcome {
+    /// `{epoch, seconds, loss, mrr, hits_at_1, hits_at_3, hits_at_10, ...}` per epoch.
+    pub epochs: Vec<serde_json::Value>,
+    /// Summed node counters.
+    pub counters: ClusterCounters,
+}
+
+impl Shared<'_> {
+    /// Runs `worker`'s job; `Some` on global worker 0.
+    pub fn run(&self, worker: &Worker) -> anyhow::Result<Option<Outcome>> {
+        let gid = worker.global_id();
+        let total = u64::from(worker.num_nodes() * worker.workers_per_node());
+        let hyper = self.hyper;
+        init_params(worker, self.graph, &hyper, u64::from(gid), total)?;
+        worker.barrier()?;
+        if self.mode.localizes() {
+            // Data clustering: this worker is the only user of its relations.
+            let keys: Vec<u64> = self
+                .partition
+                .relations_of(gid)
+                .into_iter()
+                .map(|r| relation_key(self.graph, r))
+                .collect();
+            worker.localize(&keys)?.wait()?;
+        }
+        worker.barrier()?;
+
+        let epoch_runner = Epoch {
+            graph: self.graph,
+            partition: self.partition,
+            hyper,
+        };
+        let mut step = Step::default();
+        let mut epochs = Vec::new();
+        let mine = self.partition.triples[gid as usize].len() as u64;
+        for epoch in 1..=self.epochs {
+            worker.barrier()?;
+            let clock = Stopwatch::start();
+            let bar = progress(worker, mine, &format!("kge epoch {epoch}/{}", self.epochs));
+            let sum = epoch_runner.run(worker, gid, epoch, &mut step, |k| bar.inc(k))?;
+            worker.barrier()?;
+            let seconds = clock.seconds();
+            bar.finish_and_clear();
+
+            let loss = self.cluster_loss(worker, sum)?;
+            let evaluate_now =
+                epoch == self.epochs || (self.eval_every > 0 && epoch % self.eval_every == 0);
+            let mut row = json!({ "epoch": epoch, "seconds": seconds, "loss": loss });
+            if evaluate_now {
+                if gid == 0 {
+                    self.evaluate_into(worker, &mut row)?;
+                }
+                worker.barrier()?;
+            }
+            if gid == 0 {
+                tracing::info!("kge epoch {epoch}: {row}");
+                epochs.push(row);
+            }
+        }
+
+        if worker.id() == 0 {
+            self.sums
+                .contribute(worker, &node_counters(&self.node.stats()))?;
+        }
+        let counters = ClusterCounters::from_sums(&self.sums.barrier_and_read(worker)?);
+        Ok((gid == 0).then_some(Outcome { epochs, counters }))
+    }
+
+    /// Mean logistic loss per scored triple over the whole cluster (collective).
+    fn cluster_loss(&self, worker: &Worker, sum: LossSum) -> anyhow::Result<f64> {
+        {
+            let mut node = self
+                .node_loss
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            node.loss += sum.loss;
+            node.scored += sum.scored;
+        }
+        worker.barrier()?;
+        if worker.id() == 0 {
+            let node = std::mem::take(
+                &mut *self
+                    .node_loss
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            let fixed = (node.loss * LOSS_SCALE).round() as u64;
+            self.sums
+                .contribute(worker, &[fixed, node.scored, 0, 0, 0])?;
+        }
+        let totals = self.sums.barrier_and_read(worker)?;
+        Ok(totals[0] as f64 / LOSS_SCALE / totals[1].max(1) as f64)
+    }
+
+    /// Pulls the model and adds filtered test (and valid) metrics to `row`.
+    fn evaluate_into(&self, worker: &Worker, row: &mut serde_json::Value) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let emb = gather(worker, self.graph, self.hyper.model)?;
+        let threads = worker.workers_per_node() as usize;
+        let cap = |t: &[super::data::Triple]| {
+            if self.eval_max == 0 {
+                t.len()
+            } else {
+                t.len().min(self.eval_max)
+            }
+        };
+        let test = &self.graph.test[..cap(&self.graph.test)];
+        let m: Metrics = evaluate(&emb, test, self.filter, threads);
+        row["mrr"] = json!(m.mrr);
+        row["hits_at_1"] = json!(m.hits_at_1);
+        row["hits_at_3"] = json!(m.hits_at_3);
+        row["hits_at_10"] = json!(m.hits_at_10);
+        if self.eval_valid && !self.graph.valid.is_empty() {
+            let valid = &self.graph.valid[..cap(&self.graph.valid)];
+            let v = evaluate(&emb, valid, self.filter, threads);
+            row["valid_mrr"] = json!(v.mrr);
+            row["valid_hits_at_1"] = json!(v.hits_at_1);
+            row["valid_hits_at_3"] = json!(v.hits_at_3);
+            row["valid_hits_at_10"] = json!(v.hits_at_10);
+        }
+        row["eval_seconds"] = json!(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+}

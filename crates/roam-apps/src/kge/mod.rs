@@ -1,0 +1,268 @@
+//! The `kge` workload: knowledge-graph embeddings (ComplEx, RESCAL) trained with AdaGrad and
+//! negative sampling on roam, evaluated by filtered link prediction. See
+//! `docs/workloads-kge.md` for the method, the modes and measured numbers.
+//!
+//! Keys: entities `0..ne`, relations `ne..ne+nr` (one key each, also RESCAL's D×D matrices,
+//! through per-key value lengths), then the reserved [`SumKeys`] keys. Each key holds its
+//! embedding followed by its AdaGrad accumulator.
+//!
+//! Layout of this module: [`data`] (loading `--data`), [`synthetic`] (`--synthetic`),
+//! [`partition`] (data clustering by relation), [`model`] (scores, gradients, AdaGrad),
+//! [`train`] (one worker's updates and epochs), [`eval`] (filtered ranking), [`job`] (one
+//! worker thread's collective sequence). This file parses options and runs the threads.
+//!
+//! Every node loads the same data and computes the same partition, so no data is shipped
+//! between nodes. A worker that fails ends its process (after printing the error) instead of
+//! returning: its peers would otherwise wait at the next barrier forever.
+
+pub mod data;
+pub mod eval;
+pub mod job;
+pub mod model;
+pub mod partition;
+pub mod synthetic;
+pub mod train;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use anyhow::{Context, ensure};
+use roam::Config;
+use serde_json::json;
+
+use crate::common::{CLUSTER_COUNTERS, Mode, SumKeys, TrainReport};
+use data::Graph;
+use model::{Model, ModelKind};
+
+/// Options of `roam train kge`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Allocation mode.
+    #[arg(long, value_enum)]
+    pub mode: Mode,
+    /// Directory with train, valid and test files (`.del` integer ids, or `.txt`/`.tsv` names).
+    #[arg(long, conflicts_with = "synthetic")]
+    pub data: Option<PathBuf>,
+    /// Synthetic graph, e.g. `entities=50000,relations=500,triples=1000000,seed=1` (keys:
+    /// entities, relations, triples, clusters, valid, test, seed). Neither this nor `--data`:
+    /// a small built-in synthetic graph.
+    #[arg(long)]
+    pub synthetic: Option<String>,
+    /// Scoring model.
+    #[arg(long, value_enum, default_value = "complex")]
+    pub model: ModelKind,
+    /// Embedding dimension: complex components for ComplEx (2·dim reals), reals for RESCAL.
+    #[arg(long, default_value_t = 100)]
+    pub dim: usize,
+    /// Epochs.
+    #[arg(long, default_value_t = 10)]
+    pub epochs: u32,
+    /// AdaGrad learning rate (0 keeps the initial random model, a baseline).
+    #[arg(long, default_value_t = 0.1)]
+    pub eta: f32,
+    /// L2 regularisation weight (divided by the embedding length, per use of a key; 0.1 is
+    /// the lapse-toy README's setting, Lapse's own default is 1e-3).
+    #[arg(long, default_value_t = 0.1)]
+    pub gamma: f32,
+    /// How a positive's 1 + 2N scored triples become one push per key: `sequential` (Lapse's
+    /// update order, on the pulled copy) or `summed` (one AdaGrad step on the summed gradient).
+    #[arg(long, value_enum, default_value = "summed")]
+    pub update: train::UpdateRule,
+    /// Half-width of the uniform initialisation of embeddings.
+    #[arg(long, default_value_t = model::INIT_RANGE)]
+    pub init_range: f32,
+    /// Corrupted tails and corrupted heads per positive triple (each).
+    #[arg(long, default_value_t = 6)]
+    pub neg_ratio: usize,
+    /// Evaluate every N epochs (0: only after the last epoch, which is always evaluated).
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u32,
+    /// Also report filtered metrics on the validation triples.
+    #[arg(long)]
+    pub eval_valid: bool,
+    /// Evaluate at most this many test (and valid) triples, the first ones (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub eval_max: usize,
+    /// Lapse mode: localize the entities of the triple this many triples ahead (0: never).
+    #[arg(long, default_value_t = 1)]
+    pub localize_ahead: usize,
+    /// Lapse mode: localize the entities of this many triples in one request, once per as many
+    /// triples (1: one request per triple, exactly Lapse's schedule; batching bounds how
+    /// often two nodes can pull the same entity back and forth, see the docs).
+    #[arg(long, default_value_t = 32)]
+    pub localize_batch: usize,
+    /// Seed of initialisation, negatives and shuffles (and of the default synthetic graph).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, else 1).
+    #[arg(long)]
+    pub workers_per_node: Option<u32>,
+}
+
+impl Args {
+    fn validate(&self) -> anyhow::Result<()> {
+        ensure!(self.dim >= 1, "--dim must be at least 1");
+        ensure!(self.epochs >= 1, "--epochs must be at least 1");
+        ensure!(
+            self.eta.is_finite() && self.eta >= 0.0,
+            "--eta must be a finite number >= 0, got {}",
+            self.eta
+        );
+        ensure!(
+            self.gamma.is_finite() && self.gamma >= 0.0,
+            "--gamma must be a finite number >= 0, got {}",
+            self.gamma
+        );
+        ensure!(
+            self.init_range.is_finite() && self.init_range >= 0.0,
+            "--init-range must be a finite number >= 0, got {}",
+            self.init_range
+        );
+        ensure!(
+            self.localize_batch >= 1,
+            "--localize-batch must be at least 1"
+        );
+        ensure!(
+            self.workers_per_node != Some(0),
+            "--workers-per-node must be at least 1"
+        );
+        if self.model == ModelKind::Rescal {
+            ensure!(
+                self.dim <= 4096,
+                "--dim {} is too large for RESCAL (a relation holds 2·dim² values)",
+                self.dim
+            );
+        }
+        Ok(())
+    }
+
+    fn load(&self) -> anyhow::Result<Graph> {
+        match (&self.data, &self.synthetic) {
+            (Some(dir), _) => data::load_dir(dir),
+            (None, Some(spec)) => synthetic::Spec::parse(spec)?.generate(),
+            (None, None) => {
+                let spec = format!("{},seed={}", synthetic::DEFAULT_SPEC, self.seed);
+                synthetic::Spec::parse(&spec)?.generate()
+            }
+        }
+    }
+}
+
+/// Trains on this node (rank 0 prints the report).
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    args.validate()?;
+    let graph = args.load()?;
+    let model = Model {
+        kind: args.model,
+        dim: args.dim,
+    };
+    let mut lengths = train::key_lengths(&graph, model);
+    let sum_len = 2 * model.entity_len();
+    let sum_base = lengths.len() as u64;
+    let sum_keys = SumKeys::keys_needed(CLUSTER_COUNTERS, sum_len);
+    lengths.resize(lengths.len() + sum_keys, sum_len as u32);
+    let mut cfg = if lengths.iter().all(|&l| l == lengths[0]) {
+        // ComplEx: every key has the same length, which keeps the store's uniform fast path.
+        Config::new(lengths.len() as u64, lengths[0])
+    } else {
+        Config::per_key(lengths)
+    };
+    cfg.workers_per_node = args.workers_per_node;
+    let node = args.mode.start(cfg).context("starting the roam node")?;
+    let workers = node.num_nodes() * node.workers_per_node();
+    let partition = partition::by_relation(&graph.train, graph.num_relations, workers);
+    let filter = eval::Filter::new(graph.all());
+    let hyper = train::Hyper {
+        model,
+        eta: args.eta,
+        gamma: args.gamma,
+        neg_ratio: args.neg_ratio,
+        localize_ahead: if args.mode.localizes() {
+            args.localize_ahead
+        } else {
+            0
+        },
+        localize_batch: args.localize_batch,
+        seed: args.seed,
+        update: args.update,
+        init_range: args.init_range,
+    };
+    let shared = job::Shared {
+        node: &node,
+        graph: &graph,
+        partition: &partition,
+        filter: &filter,
+        hyper,
+        mode: args.mode,
+        epochs: args.epochs,
+        eval_every: args.eval_every,
+        eval_valid: args.eval_valid,
+        eval_max: args.eval_max,
+        sums: SumKeys::new(
+            (sum_base..sum_base + sum_keys as u64).collect(),
+            sum_len,
+            CLUSTER_COUNTERS,
+        ),
+        node_loss: Mutex::default(),
+    };
+    let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<job::Outcome>> {
+        let handles = node
+            .workers()?
+            .into_iter()
+            .map(|worker| {
+                let shared = &shared;
+                scope.spawn(move || match shared.run(&worker) {
+                    Ok(outcome) => outcome,
+                    Err(err) => {
+                        eprintln!("error: kge worker {}: {err:#}", worker.global_id());
+                        std::process::exit(1);
+                    }
+                })
+            })
+            .collect::<Vec<_>>();
+        let mut outcome = None;
+        for h in handles {
+            if let Some(o) = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("a kge worker thread panicked"))?
+            {
+                outcome = Some(o);
+            }
+        }
+        Ok(outcome)
+    })?;
+    if let Some(outcome) = outcome {
+        let per_worker: Vec<usize> = partition.triples.iter().map(Vec::len).collect();
+        let report = TrainReport {
+            app: "kge",
+            mode: args.mode.name(),
+            nodes: node.num_nodes(),
+            workers_per_node: node.workers_per_node(),
+            dataset: graph.name.clone(),
+            epochs: outcome.epochs,
+            counters: outcome.counters,
+            settings: json!({
+                "model": model.kind.name(),
+                "dim": model.dim,
+                "eta": args.eta,
+                "gamma": args.gamma,
+                "neg_ratio": args.neg_ratio,
+                "update": args.update.name(),
+                "init_range": args.init_range,
+                "localize_ahead": hyper.localize_ahead,
+                "localize_batch": hyper.localize_batch,
+                "seed": args.seed,
+                "entities": graph.num_entities,
+                "relations": graph.num_relations,
+                "train_triples": graph.train.len(),
+                "valid_triples": graph.valid.len(),
+                "test_triples": graph.test.len(),
+                "eval_max": args.eval_max,
+                "triples_per_worker": per_worker,
+            }),
+        };
+        report.print();
+    }
+    node.shutdown()?;
+    Ok(())
+}

@@ -1,0 +1,486 @@
+//! One worker's training: the update of one positive triple with its negatives, and an epoch
+//! over the worker's triples with look-ahead localization.
+//!
+//! Per positive (s, r, o) with tails t₁..t_N and heads h₁..h_N (uniform random entities,
+//! pre-sampled for the whole epoch so they can be localized ahead):
+//! 1. one pull of the distinct keys involved (embedding and accumulator together);
+//! 2. the logistic loss of all 1 + 2N scored triples (label 1 for the positive, 0 for the
+//!    corruptions, as in Lapse's kge app, which keeps corruptions that happen to be true),
+//!    with gradients summed per key: a key used by several of the scored triples (s, o, r,
+//!    or a repeated negative) gets one gradient, the sum, computed from the pulled values;
+//! 3. L2 regularisation `gamma/len · x` added once per use of the key (Lapse's per-update
+//!    weight), then one AdaGrad step per key, pushed additively as
+//!    `[−eta·g/√(acc+g²+eps), g²]` (one push of all keys, not waited for).
+//!
+//! Summing before the step (instead of Lapse's 1 + 2N separate pull/update/push rounds) makes
+//! the whole positive one read and one write per key, which is what makes remote keys cheap
+//! enough; the per-key sum is the exact gradient of the positive's summed loss.
+//!
+//! Outstanding operations (pushes, look-ahead localizes) are kept in a bounded queue and
+//! reaped as they finish; nothing here waits for a relocation.
+
+use std::collections::VecDeque;
+
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use roam::{Key, Ticket, Worker};
+
+use super::data::{Graph, Triple};
+use super::model::{Model, adagrad_apply, adagrad_delta, axpy, dot, logistic};
+use super::partition::Partition;
+
+/// Operations a worker may have in flight before it waits for the oldest.
+const MAX_PENDING: usize = 64;
+
+/// Keys pulled or set per batch when initialising or gathering all parameters.
+const GATHER_BATCH: usize = 1024;
+
+/// Settings shared by all workers of a process.
+#[derive(Clone, Copy, Debug)]
+pub struct Hyper {
+    /// The scoring model.
+    pub model: Model,
+    /// AdaGrad learning rate.
+    pub eta: f32,
+    /// L2 weight (divided by the embedding length, as in Lapse).
+    pub gamma: f32,
+    /// Corrupted tails and corrupted heads per positive (N each).
+    pub neg_ratio: usize,
+    /// Triples of look-ahead for localizing entities (0: never localize).
+    pub localize_ahead: usize,
+    /// Triples whose entities are localized in one request (every `localize_batch` triples,
+    /// those of the next batch starting `localize_ahead` ahead; 1 is Lapse's technique).
+    pub localize_batch: usize,
+    /// Seed of negatives and shuffles.
+    pub seed: u64,
+    /// How the scored triples of one positive become one push.
+    pub update: UpdateRule,
+    /// Half-width of the uniform initialisation of embeddings.
+    pub init_range: f32,
+}
+
+/// How the 1 + 2N scored triples of a positive are turned into one push per key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum UpdateRule {
+    /// Lapse's sequence of updates (positive, then each corrupted tail and head), applied to
+    /// the pulled copy; the push carries the sum of the steps.
+    Sequential,
+    /// All gradients from the pulled values, summed per key, then one AdaGrad step per key.
+    Summed,
+}
+
+impl UpdateRule {
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sequential => "sequential",
+            Self::Summed => "summed",
+        }
+    }
+}
+
+/// splitmix64 of `a` and `b`: independent seeds per (seed, worker, epoch) or (seed, key).
+pub fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(0x632b_e59b_d9b3_e50f);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Key of relation `r`.
+pub fn relation_key(graph: &Graph, r: u32) -> Key {
+    u64::from(graph.num_entities) + u64::from(r)
+}
+
+/// Value lengths of the model keys: entities, then relations (embedding + accumulator).
+pub fn key_lengths(graph: &Graph, model: Model) -> Vec<u32> {
+    let (e, r) = (
+        2 * model.entity_len() as u32,
+        2 * model.relation_len() as u32,
+    );
+    let mut lengths = vec![e; graph.num_entities as usize];
+    lengths.resize(
+        graph.num_entities as usize + graph.num_relations as usize,
+        r,
+    );
+    lengths
+}
+
+/// Sets the initial values of the model keys `k` with `k % workers == index`; each key's
+/// values come from its own generator, so the initial model is the same for any cluster shape.
+pub fn init_params(
+    worker: &Worker,
+    graph: &Graph,
+    hyper: &Hyper,
+    index: u64,
+    workers: u64,
+) -> anyhow::Result<()> {
+    let (model, seed, init_range) = (hyper.model, hyper.seed, hyper.init_range);
+    let lengths = key_lengths(graph, model);
+    let mine: Vec<Key> = (index..lengths.len() as u64)
+        .step_by(workers as usize)
+        .collect();
+    let mut vals = Vec::new();
+    for keys in mine.chunks(GATHER_BATCH) {
+        vals.clear();
+        for &k in keys {
+            let start = vals.len();
+            vals.resize(start + lengths[k as usize] as usize, 0.0);
+            Model::init_key(
+                &mut vals[start..],
+                init_range,
+                &mut SmallRng::seed_from_u64(mix(seed, k)),
+            );
+        }
+        worker.set(keys, &vals)?.wait()?;
+    }
+    Ok(())
+}
+
+/// Pulls every entity and relation embedding (without accumulators), in batches.
+pub fn gather(
+    worker: &Worker,
+    graph: &Graph,
+    model: Model,
+) -> anyhow::Result<super::eval::Embeddings> {
+    let (e, rl) = (model.entity_len(), model.relation_len());
+    let mut entities = Vec::with_capacity(graph.num_entities as usize * e);
+    let mut relations = Vec::with_capacity(graph.num_relations as usize * rl);
+    let lengths = key_lengths(graph, model);
+    let all: Vec<Key> = (0..lengths.len() as u64).collect();
+    let mut buf = Vec::new();
+    for keys in all.chunks(GATHER_BATCH) {
+        buf.resize(
+            keys.iter().map(|&k| lengths[k as usize] as usize).sum(),
+            0.0,
+        );
+        worker.pull(keys, &mut buf)?.wait()?;
+        let mut offset = 0;
+        for &k in keys {
+            let len = lengths[k as usize] as usize;
+            let target = if k < u64::from(graph.num_entities) {
+                &mut entities
+            } else {
+                &mut relations
+            };
+            target.extend_from_slice(&buf[offset..offset + len / 2]);
+            offset += len;
+        }
+    }
+    Ok(super::eval::Embeddings {
+        model,
+        entities,
+        relations,
+    })
+}
+
+/// Buffers for the update of one positive triple (reused across triples).
+#[derive(Debug, Default)]
+pub struct Step {
+    keys: Vec<Key>,
+    offsets: Vec<usize>,
+    vals: Vec<f32>,
+    grads: Vec<f32>,
+    deltas: Vec<f32>,
+    slot_t: Vec<usize>,
+    slot_h: Vec<usize>,
+    q: Vec<f32>,
+    p: Vec<f32>,
+    u: Vec<f32>,
+    w: Vec<f32>,
+    v: Vec<f32>,
+    tmp: Vec<f32>,
+    work: Vec<f32>,
+    end: usize,
+}
+
+/// Loss of the scored triples of an epoch on one worker.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LossSum {
+    /// Sum of logistic losses.
+    pub loss: f64,
+    /// Scored triples (positives and negatives).
+    pub scored: u64,
+}
+
+impl Step {
+    /// The slot of `key` (of `len` values) in this batch, added if new: repeated keys share
+    /// one slot, which is what sums their gradients.
+    fn slot(&mut self, key: Key, len: usize) -> usize {
+        if let Some(i) = self.keys.iter().position(|&k| k == key) {
+            return i;
+        }
+        self.keys.push(key);
+        self.offsets.push(self.end);
+        self.end += len;
+        self.keys.len() - 1
+    }
+
+    /// Pulls, computes and pushes the update of positive `t` with `negatives` (N corrupted
+    /// tails, then N corrupted heads); returns the push's ticket (not waited) and adds the
+    /// loss to `sum`.
+    pub fn run<'w>(
+        &mut self,
+        worker: &'w Worker,
+        hyper: &Hyper,
+        graph: &Graph,
+        t: Triple,
+        negatives: &[u32],
+        sum: &mut LossSum,
+    ) -> anyhow::Result<Ticket<'w>> {
+        let model = hyper.model;
+        let (e, rl) = (model.entity_len(), model.relation_len());
+        self.keys.clear();
+        self.offsets.clear();
+        self.end = 0;
+        let slot_s = self.slot(u64::from(t.s), 2 * e);
+        let slot_o = self.slot(u64::from(t.o), 2 * e);
+        self.slot_t.clear();
+        self.slot_h.clear();
+        let (tails, heads) = negatives.split_at(hyper.neg_ratio);
+        for &x in tails {
+            let s = self.slot(u64::from(x), 2 * e);
+            self.slot_t.push(s);
+        }
+        for &x in heads {
+            let s = self.slot(u64::from(x), 2 * e);
+            self.slot_h.push(s);
+        }
+        let slot_r = self.slot(relation_key(graph, t.r), 2 * rl);
+        let total = self.end;
+        self.vals.resize(total, 0.0);
+        worker.pull(&self.keys, &mut self.vals)?.wait()?;
+        self.deltas.resize(total, 0.0);
+        let loss = match hyper.update {
+            UpdateRule::Summed => self.summed(hyper, slot_s, slot_o, slot_r),
+            UpdateRule::Sequential => self.sequential(hyper, slot_s, slot_o, slot_r),
+        };
+        sum.loss += loss;
+        sum.scored += 1 + negatives.len() as u64;
+        Ok(worker.push(&self.keys, &self.deltas)?)
+    }
+
+    /// Gradients of all scored triples from the pulled values, summed per key, then one
+    /// AdaGrad step per key; returns the loss.
+    fn summed(&mut self, hyper: &Hyper, slot_s: usize, slot_o: usize, slot_r: usize) -> f64 {
+        let model = hyper.model;
+        let (e, rl) = (model.entity_len(), model.relation_len());
+        self.grads.clear();
+        self.grads.resize(self.vals.len(), 0.0);
+        for buf in [
+            &mut self.q,
+            &mut self.p,
+            &mut self.u,
+            &mut self.w,
+            &mut self.v,
+            &mut self.tmp,
+        ] {
+            buf.clear();
+            buf.resize(e, 0.0);
+        }
+        let vals = &self.vals;
+        let at = |slot: usize, len: usize| &vals[self.offsets[slot]..self.offsets[slot] + len];
+        let (s, o, r) = (at(slot_s, e), at(slot_o, e), at(slot_r, rl));
+        model.tail_query(s, r, &mut self.q);
+        model.head_query(r, o, &mut self.p);
+
+        let f = dot(&self.q, o);
+        let (dl, l) = logistic(f, 1.0);
+        let mut loss = f64::from(l);
+        // u = Σ dl·tail over (s, r, ·) triples; w = Σ dl·head over (·, r, o) triples;
+        // v = the corrupted heads' part of w (the positive's relation gradient is in u).
+        axpy(dl, o, &mut self.u);
+        axpy(dl, s, &mut self.w);
+        let grads = &mut self.grads;
+        for &slot in &self.slot_t {
+            let x = at(slot, e);
+            let f = dot(&self.q, x);
+            let (dl, l) = logistic(f, 0.0);
+            loss += f64::from(l);
+            let off = self.offsets[slot];
+            axpy(dl, &self.q, &mut grads[off..off + e]);
+            axpy(dl, x, &mut self.u);
+        }
+        for &slot in &self.slot_h {
+            let x = at(slot, e);
+            let f = dot(x, &self.p);
+            let (dl, l) = logistic(f, 0.0);
+            loss += f64::from(l);
+            let off = self.offsets[slot];
+            axpy(dl, &self.p, &mut grads[off..off + e]);
+            axpy(dl, x, &mut self.w);
+            axpy(dl, x, &mut self.v);
+        }
+        model.head_query(r, &self.u, &mut self.tmp);
+        let off = self.offsets[slot_s];
+        axpy(1.0, &self.tmp, &mut grads[off..off + e]);
+        model.tail_query(&self.w, r, &mut self.tmp);
+        let off = self.offsets[slot_o];
+        axpy(1.0, &self.tmp, &mut grads[off..off + e]);
+        let off = self.offsets[slot_r];
+        model.add_relation_grad(s, &self.u, &mut grads[off..off + rl]);
+        model.add_relation_grad(&self.v, o, &mut grads[off..off + rl]);
+
+        // L2, once per use: s and o in N + 1 triples each, r in 2N + 1, negatives in one.
+        let n = self.slot_t.len() as f32;
+        let (ge, gr) = (hyper.gamma / e as f32, hyper.gamma / rl as f32);
+        if hyper.gamma > 0.0 {
+            let uses = [
+                (slot_s, ge * (n + 1.0), e),
+                (slot_o, ge * (n + 1.0), e),
+                (slot_r, gr * (2.0 * n + 1.0), rl),
+            ];
+            for (slot, weight, len) in uses
+                .into_iter()
+                .chain(self.slot_t.iter().chain(&self.slot_h).map(|&s| (s, ge, e)))
+            {
+                let off = self.offsets[slot];
+                axpy(weight, &vals[off..off + len], &mut grads[off..off + len]);
+            }
+        }
+
+        for (slot, &off) in self.offsets.iter().enumerate() {
+            let len = if slot == slot_r { rl } else { e };
+            adagrad_delta(
+                &vals[off..off + 2 * len],
+                &grads[off..off + len],
+                hyper.eta,
+                &mut self.deltas[off..off + 2 * len],
+            );
+        }
+        loss
+    }
+
+    /// Lapse's order of updates, applied to a local copy: the positive, then each corrupted
+    /// tail and head in turn, each scored with the values as updated so far and followed by
+    /// its AdaGrad step on its three keys; the pushed delta is the sum of those steps.
+    fn sequential(&mut self, hyper: &Hyper, slot_s: usize, slot_o: usize, slot_r: usize) -> f64 {
+        let model = hyper.model;
+        let (e, rl) = (model.entity_len(), model.relation_len());
+        let (ge, gr) = (hyper.gamma / e as f32, hyper.gamma / rl as f32);
+        self.work.clear();
+        self.work.extend_from_slice(&self.vals);
+        for buf in [&mut self.q, &mut self.p, &mut self.u, &mut self.w] {
+            buf.clear();
+            buf.resize(e, 0.0);
+        }
+        self.v.clear();
+        self.v.resize(rl, 0.0);
+        let mut loss = 0.0;
+        let scored = std::iter::once((slot_s, slot_o, 1.0)).chain(
+            self.slot_t
+                .iter()
+                .zip(&self.slot_h)
+                .flat_map(|(&t, &h)| [(slot_s, t, 0.0), (h, slot_o, 0.0)]),
+        );
+        let (oa_r, offsets) = (self.offsets[slot_r], &self.offsets);
+        for (a, b, label) in scored {
+            let (oa, ob) = (offsets[a], offsets[b]);
+            {
+                let work = &self.work;
+                let (va, vb, vr) = (&work[oa..oa + e], &work[ob..ob + e], &work[oa_r..oa_r + rl]);
+                model.tail_query(va, vr, &mut self.q);
+                model.head_query(vr, vb, &mut self.p);
+                let f = dot(&self.q, vb);
+                let (dl, l) = logistic(f, label);
+                loss += f64::from(l);
+                for i in 0..e {
+                    self.u[i] = dl * self.p[i] + ge * va[i];
+                    self.w[i] = dl * self.q[i] + ge * vb[i];
+                }
+                self.v.fill(0.0);
+                model.add_relation_grad(va, vb, &mut self.v);
+                for (g, x) in self.v.iter_mut().zip(vr) {
+                    *g = dl * *g + gr * x;
+                }
+            }
+            adagrad_apply(&mut self.work[oa..oa + 2 * e], &self.u, hyper.eta);
+            adagrad_apply(&mut self.work[ob..ob + 2 * e], &self.w, hyper.eta);
+            adagrad_apply(&mut self.work[oa_r..oa_r + 2 * rl], &self.v, hyper.eta);
+        }
+        for ((d, w), v) in self.deltas.iter_mut().zip(&self.work).zip(&self.vals) {
+            *d = w - v;
+        }
+        loss
+    }
+}
+
+/// One epoch of one worker over its share of the training triples.
+pub struct Epoch<'a> {
+    /// The graph.
+    pub graph: &'a Graph,
+    /// Data clustering.
+    pub partition: &'a Partition,
+    /// Settings.
+    pub hyper: Hyper,
+}
+
+impl Epoch<'_> {
+    /// Trains global worker `gid` for epoch `epoch` (1-based); `tick` is called with the
+    /// number of triples done since its last call.
+    pub fn run(
+        &self,
+        worker: &Worker,
+        gid: u32,
+        epoch: u32,
+        step: &mut Step,
+        mut tick: impl FnMut(u64),
+    ) -> anyhow::Result<LossSum> {
+        let hyper = &self.hyper;
+        let graph = self.graph;
+        let n = hyper.neg_ratio;
+        let mut rng =
+            SmallRng::seed_from_u64(mix(mix(hyper.seed, u64::from(gid)), u64::from(epoch)));
+        let mut order = self.partition.triples[gid as usize].clone();
+        order.shuffle(&mut rng);
+        // Per triple: N tails, then N heads.
+        let negatives: Vec<u32> = (0..order.len() * 2 * n)
+            .map(|_| rng.random_range(0..graph.num_entities))
+            .collect();
+        let negs = |i: usize| &negatives[i * 2 * n..(i + 1) * 2 * n];
+        let mut pending: VecDeque<Ticket<'_>> = VecDeque::new();
+        let mut ahead_keys: Vec<Key> = Vec::new();
+        let (ahead, batch) = (hyper.localize_ahead, hyper.localize_batch.max(1));
+        // The entities of triples `range` (positives and their negatives), in one request.
+        let mut localize = |range: std::ops::Range<usize>| {
+            ahead_keys.clear();
+            for (i, &triple) in order.iter().enumerate().take(range.end).skip(range.start) {
+                let t = graph.train[triple as usize];
+                ahead_keys.extend([t.s, t.o].iter().chain(negs(i)).map(|&x| u64::from(x)));
+            }
+            ahead_keys.sort_unstable();
+            ahead_keys.dedup();
+            worker.localize(&ahead_keys)
+        };
+        if ahead > 0 {
+            pending.push_back(localize(0..ahead)?);
+        }
+        let mut sum = LossSum::default();
+        let mut since_tick = 0;
+        for i in 0..order.len() {
+            if ahead > 0 && i % batch == 0 && i + ahead < order.len() {
+                pending.push_back(localize(i + ahead..i + ahead + batch)?);
+            }
+            let t = graph.train[order[i] as usize];
+            pending.push_back(step.run(worker, hyper, graph, t, negs(i), &mut sum)?);
+            while pending.front().is_some_and(|t| t.is_finished()) || pending.len() > MAX_PENDING {
+                if let Some(t) = pending.pop_front() {
+                    t.wait()?;
+                }
+            }
+            since_tick += 1;
+            if since_tick == 256 {
+                tick(since_tick);
+                since_tick = 0;
+            }
+        }
+        for t in pending {
+            t.wait()?;
+        }
+        tick(since_tick);
+        Ok(sum)
+    }
+}

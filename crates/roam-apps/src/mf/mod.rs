@@ -1,0 +1,367 @@
+//! The `mf` workload: matrix factorisation by DSGD with parameter blocking (`roam train mf`).
+//!
+//! Model: a rating is predicted as `μ + W_i·H_j`, where `μ` is the mean training rating (a
+//! constant, not learned) and `W_i`, `H_j` are `--dim`-long factors. Keys: W row `i` is key
+//! `i`, H column `j` is key `rows + j`, followed by the reserved keys of two
+//! [`SumKeys`](crate::common::SumKeys) (per-epoch losses, final node counters).
+//!
+//! Training (see `schedule` and `train`): the `P` workers of the cluster split rows and
+//! columns into `P` blocks each; an epoch has `P` sub-epochs separated by barriers, in which
+//! worker `p` runs plain SGD on squared loss plus per-point L2 (`--lambda`) over data block
+//! `(p, (p + s) mod P)` in a seeded random order. The step size follows the bold driver:
+//! ×1.05 after an epoch whose loss fell, ×0.5 after one whose loss rose.
+//!
+//! Reported per epoch: `loss`, the training objective `Σ (r - μ - W_i·H_j)² + λ(|W_i|² + |H_j|²)`
+//! summed over the epoch's points, each measured just before that point's update (the online
+//! loss: exact over all training points, no extra pass; it drives the bold driver); and, on
+//! evaluated epochs (`--eval-every`, always the last), `train_rmse` and `test_rmse` of the
+//! model after the epoch, computed distributedly (each worker its own row block's points) and
+//! summed exactly through the parameter server.
+//!
+//! Modes change only where parameters live (and whether lapse localizes them); the points,
+//! their order, the initial factors and the arithmetic are the same in every mode for the same
+//! total number of workers.
+
+pub mod data;
+pub mod schedule;
+pub mod synthetic;
+pub mod train;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail, ensure};
+use roam::{Config, Key, NodeHandle, Worker};
+use serde_json::json;
+
+use crate::common::{self, ClusterCounters, Mode, Stopwatch, SumKeys, TrainReport};
+use data::Ratings;
+use synthetic::Spec;
+use train::{Hyper, Layout, NodeSums, Point, Trainer, WorkerData};
+
+/// Options of `roam train mf`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Allocation mode.
+    #[arg(long, value_enum)]
+    pub mode: Mode,
+    /// Directory with `train` and `test` (MatrixMarket `.mmc` or `user item rating` `.tsv`).
+    #[arg(long, conflicts_with = "synthetic")]
+    pub data: Option<PathBuf>,
+    /// Synthetic matrix, e.g. `rows=10000,cols=5000,rank=10,nnz=1e6,zipf=1.1,noise=0.1,test=0.1,seed=1`
+    /// (without --data or --synthetic: a small embedded synthetic matrix).
+    #[arg(long)]
+    pub synthetic: Option<String>,
+    /// Epochs.
+    #[arg(long, default_value_t = 30)]
+    pub epochs: u32,
+    /// Factor dimension (rank of the model).
+    #[arg(long, default_value_t = 32)]
+    pub dim: u32,
+    /// L2 weight, applied per point to both factors.
+    #[arg(long, default_value_t = 0.1)]
+    pub lambda: f32,
+    /// Initial learning rate (then adapted by the bold driver).
+    #[arg(long, default_value_t = 0.02)]
+    pub lr: f32,
+    /// Seed of the blocking, the point order and the initial factors.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Evaluate train and test RMSE every N epochs (0 = only after the last).
+    #[arg(long, default_value_t = 1)]
+    pub eval_every: u32,
+    /// Points per pull/push batch (the math does not depend on it).
+    #[arg(long, default_value_t = 256)]
+    pub chunk: usize,
+    /// Lapse mode: localize the next sub-epoch's column block after this fraction of the
+    /// current block (default: at the start of the next sub-epoch only).
+    #[arg(long)]
+    pub prefetch_at: Option<f64>,
+    /// Standard deviation of the initial factors.
+    #[arg(long, default_value_t = 0.1)]
+    pub init_sd: f32,
+    /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, set by `roam launch`, else 1).
+    #[arg(long)]
+    pub workers: Option<u32>,
+}
+
+impl Args {
+    fn validate(&self) -> anyhow::Result<()> {
+        ensure!(self.epochs >= 1, "--epochs must be at least 1");
+        ensure!(
+            (1..=4096).contains(&self.dim),
+            "--dim {} must be in 1..=4096",
+            self.dim
+        );
+        ensure!(
+            self.lambda.is_finite() && self.lambda >= 0.0,
+            "--lambda {} must be >= 0",
+            self.lambda
+        );
+        ensure!(
+            self.lr.is_finite() && self.lr > 0.0,
+            "--lr {} must be > 0",
+            self.lr
+        );
+        ensure!(
+            (1..=1 << 20).contains(&self.chunk),
+            "--chunk {} must be in 1..=1048576",
+            self.chunk
+        );
+        ensure!(
+            self.prefetch_at.is_none_or(|f| (0.0..=1.0).contains(&f)),
+            "--prefetch-at must be in [0, 1]"
+        );
+        ensure!(
+            self.init_sd.is_finite() && self.init_sd >= 0.0,
+            "--init-sd must be >= 0"
+        );
+        ensure!(self.workers != Some(0), "--workers must be at least 1");
+        Ok(())
+    }
+
+    /// The matrix and the dataset name for the report.
+    fn load(&self) -> anyhow::Result<(Ratings, String)> {
+        if let Some(dir) = &self.data {
+            let ratings = data::load_dir(dir)?;
+            return Ok((ratings, dir.display().to_string()));
+        }
+        let (text, name) = match &self.synthetic {
+            Some(spec) => (spec.as_str(), format!("synthetic:{spec}")),
+            None => (
+                Spec::EMBEDDED,
+                format!("embedded-synthetic:{}", Spec::EMBEDDED),
+            ),
+        };
+        let spec: Spec = text.parse()?;
+        Ok((synthetic::generate(&spec), name))
+    }
+}
+
+/// What global worker 0 hands back: the per-epoch records and the cluster counters.
+type Outcome = Option<(Vec<serde_json::Value>, ClusterCounters)>;
+
+/// Trains on this node (rank 0 prints the report).
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    args.validate()?;
+    let (ratings, dataset) = args.load()?;
+    ensure!(
+        !ratings.train.is_empty(),
+        "{dataset}: the training set is empty"
+    );
+    let dim = args.dim as usize;
+    let mean = ratings.train_mean();
+    let model_keys = u64::from(ratings.rows) + u64::from(ratings.cols);
+    let loss_keys = SumKeys::keys_needed(train::SUMS, dim);
+    let counter_keys = SumKeys::keys_needed(common::CLUSTER_COUNTERS, dim);
+    let mut cfg = Config::new(model_keys + (loss_keys + counter_keys) as u64, args.dim);
+    cfg.workers_per_node = args.workers;
+    let node = args.mode.start(cfg).context("starting the roam node")?;
+    let parts = node.num_nodes() * node.workers_per_node();
+    let layout = Layout::new(ratings.rows, ratings.cols, dim, parts, args.seed);
+    let reserved = |from: u64, n: usize| -> Vec<Key> { (from..from + n as u64).collect() };
+    let loss_sums = SumKeys::new(reserved(model_keys, loss_keys), dim, train::SUMS);
+    let counter_sums = SumKeys::new(
+        reserved(model_keys + loss_keys as u64, counter_keys),
+        dim,
+        common::CLUSTER_COUNTERS,
+    );
+    let settings = json!({
+        "dim": args.dim, "lambda": short(args.lambda), "lr": short(args.lr), "seed": args.seed, "chunk": args.chunk,
+        "prefetch_at": args.prefetch_at, "init_sd": short(args.init_sd), "eval_every": args.eval_every,
+        "blocks_per_dimension": parts, "rows": ratings.rows, "cols": ratings.cols,
+        "train_points": ratings.train.len(), "test_points": ratings.test.len(),
+        "test_dropped_unseen": ratings.test_dropped, "train_mean": mean,
+        "baseline_test_rmse": ratings.test_rmse_of_constant(mean),
+        "loss": "online: sum over the epoch of (r - mean - w.h)^2 + lambda(|w|^2 + |h|^2), each before its update",
+    });
+    let mut shares = distribute(
+        &ratings,
+        &layout,
+        mean,
+        node.rank(),
+        node.workers_per_node(),
+    );
+    drop(ratings);
+    let hyper = Hyper {
+        lambda: args.lambda,
+        chunk: args.chunk,
+        localize: args.mode.localizes(),
+        prefetch_at: args.prefetch_at,
+        seed: args.seed,
+        init_sd: args.init_sd,
+    };
+    let node_sums = NodeSums::default();
+    let ctx = Shared {
+        args,
+        node: &node,
+        layout: &layout,
+        hyper,
+        node_sums: &node_sums,
+        loss_sums,
+        counter_sums,
+    };
+    let workers = node.workers().context("taking the node's workers")?;
+    let outcome = std::thread::scope(|scope| -> anyhow::Result<Outcome> {
+        let handles: Vec<_> = workers
+            .into_iter()
+            .zip(shares.drain(..))
+            .map(|(worker, share)| {
+                let ctx = &ctx;
+                scope.spawn(move || ctx.worker(&worker, share))
+            })
+            .collect();
+        let mut outcome = None;
+        for handle in handles {
+            match handle.join() {
+                Ok(result) => {
+                    if let Some(o) = result? {
+                        outcome = Some(o);
+                    }
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Ok(outcome)
+    })?;
+    if let Some((epochs, counters)) = outcome {
+        TrainReport {
+            app: "mf",
+            mode: args.mode.name(),
+            nodes: node.num_nodes(),
+            workers_per_node: node.workers_per_node(),
+            dataset,
+            epochs,
+            counters,
+            settings,
+        }
+        .print();
+    }
+    node.shutdown().context("shutting the node down")?;
+    Ok(())
+}
+
+/// Splits the training and test points among this node's workers (global ids
+/// `rank * per_node ..`), by row block and then column block.
+fn distribute(
+    ratings: &Ratings,
+    layout: &Layout,
+    mean: f64,
+    rank: u32,
+    per_node: u32,
+) -> Vec<WorkerData> {
+    let parts = layout.parts as usize;
+    let first = rank * per_node;
+    let mut shares: Vec<WorkerData> = (0..per_node)
+        .map(|_| WorkerData {
+            train: vec![Vec::new(); parts],
+            test: vec![Vec::new(); parts],
+        })
+        .collect();
+    for (entries, test) in [(&ratings.train, false), (&ratings.test, true)] {
+        for e in entries {
+            let p = layout.rows.block[e.row as usize];
+            if !(first..first + per_node).contains(&p) {
+                continue;
+            }
+            let q = layout.cols.block[e.col as usize] as usize;
+            let point = Point {
+                w: layout.rows.local[e.row as usize],
+                h: layout.cols.local[e.col as usize],
+                r: (f64::from(e.value) - mean) as f32,
+            };
+            let share = &mut shares[(p - first) as usize];
+            let blocks = if test {
+                &mut share.test
+            } else {
+                &mut share.train
+            };
+            blocks[q].push(point);
+        }
+    }
+    shares
+}
+
+/// An `f32` as the `f64` with the same shortest decimal form (`0.05`, not `0.0500000007`).
+fn short(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
+}
+
+/// What the worker threads of a node share.
+struct Shared<'a> {
+    args: &'a Args,
+    node: &'a NodeHandle,
+    layout: &'a Layout,
+    hyper: Hyper,
+    node_sums: &'a NodeSums,
+    loss_sums: SumKeys,
+    counter_sums: SumKeys,
+}
+
+impl Shared<'_> {
+    /// One worker thread: initialise, train, evaluate; global worker 0 returns the outcome.
+    fn worker(&self, worker: &Worker, share: WorkerData) -> anyhow::Result<Outcome> {
+        let args = self.args;
+        let mut trainer = Trainer::new(worker, self.layout, share, self.hyper);
+        trainer.init()?;
+        let bar = common::progress(worker, u64::from(args.epochs * self.layout.parts), "mf");
+        let mut lr = args.lr;
+        let mut previous: Option<f64> = None;
+        let mut records = Vec::new();
+        for epoch in 0..args.epochs {
+            let clock = Stopwatch::start();
+            let online = trainer.epoch(epoch, lr, || bar.inc(1))?;
+            let seconds = clock.seconds();
+            let last = epoch + 1 == args.epochs;
+            let evaluate = last || (args.eval_every > 0 && (epoch + 1) % args.eval_every == 0);
+            let clock = Stopwatch::start();
+            let (train, test) = if evaluate {
+                (
+                    Some(trainer.evaluate(false)?),
+                    Some(trainer.evaluate(true)?),
+                )
+            } else {
+                (None, None)
+            };
+            self.node_sums.add(online, train, test);
+            worker.barrier()?;
+            if worker.id() == 0 {
+                self.loss_sums.contribute(worker, &self.node_sums.take())?;
+            }
+            let sums = self.loss_sums.barrier_and_read(worker)?;
+            let eval_seconds = clock.seconds();
+            if sums[3] > 0 {
+                bail!(
+                    "training diverged in epoch {}: a loss is not finite or too large (learning rate {lr}); \
+                     try a smaller --lr",
+                    epoch + 1
+                );
+            }
+            let sse = train::unfixed(sums[0]);
+            let objective = sse + train::unfixed(sums[1]);
+            let rmse = |sse: u64, n: u64| (n > 0).then(|| (train::unfixed(sse) / n as f64).sqrt());
+            let mut record = json!({
+                "epoch": epoch + 1, "seconds": seconds, "loss": objective, "lr": short(lr),
+                "online_rmse": rmse(sums[0], sums[2]),
+            });
+            if evaluate {
+                record["train_rmse"] = json!(rmse(sums[4], sums[5]));
+                record["test_rmse"] = json!(rmse(sums[6], sums[7]));
+                record["eval_seconds"] = json!(eval_seconds);
+            }
+            bar.set_message(format!("loss {objective:.4e} lr {lr:.3e}"));
+            records.push(record);
+            if let Some(prev) = previous {
+                lr *= if objective < prev { 1.05 } else { 0.5 };
+            }
+            previous = Some(objective);
+        }
+        bar.finish_and_clear();
+        worker.barrier()?;
+        if worker.id() == 0 {
+            self.counter_sums
+                .contribute(worker, &common::node_counters(&self.node.stats()))?;
+        }
+        let counters = ClusterCounters::from_sums(&self.counter_sums.barrier_and_read(worker)?);
+        Ok((worker.global_id() == 0).then_some((records, counters)))
+    }
+}

@@ -1,0 +1,325 @@
+//! The `w2v` workload: skip-gram word vectors with negative sampling (word2vec.c's algorithm)
+//! trained through the parameter server, `roam train w2v`.
+//!
+//! Every node reads (or generates) the whole corpus, holds out its tail, builds the same
+//! vocabulary and the same seeded word → key permutation, then joins the cluster. The training
+//! sentences are split into one contiguous part per worker (`nodes × workers_per_node` parts);
+//! each worker trains its part once per epoch, with a barrier and an exact cluster-wide sum of
+//! loss and counters after each epoch. Global worker 0 then gathers all vectors and scores them
+//! ([`eval`]); rank 0 prints the [`TrainReport`] line.
+//!
+//! Keys: word `w` has `2·slot(w)` (syn0, input) and `2·slot(w)+1` (syn1neg, output), with
+//! `slot` a seeded permutation; the [`SumKeys`] follow. All keys hold `dim` values.
+//!
+//! Layout: [`corpus`] (text, held-out split, sentences), [`synthetic`] (planted-topic Zipf
+//! corpus), [`vocab`] (min-count, subsampling, unigram sampler, key map), [`sgns`] (the
+//! arithmetic), [`train`] (the worker loop and locality), [`eval`] (metrics).
+
+pub mod corpus;
+pub mod eval;
+pub mod sgns;
+pub mod synthetic;
+pub mod train;
+pub mod vocab;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail, ensure};
+use roam::Config;
+use roam_core::Partitioning;
+use serde_json::json;
+
+use self::corpus::RawCorpus;
+use self::eval::{Evaluator, PairList};
+use self::synthetic::Spec;
+use self::train::{Job, NodeSums, SUMMED};
+use self::vocab::{KeyMap, UnigramTable, Vocab};
+use crate::common::{Mode, SumKeys, TrainReport};
+
+/// Options of `roam train w2v`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Allocation mode.
+    #[arg(long, value_enum)]
+    pub mode: Mode,
+    /// Plain-text corpus: whitespace-separated words, one sentence per line (lines longer
+    /// than 1000 words are cut into several sentences).
+    #[arg(long, conflicts_with = "synthetic")]
+    pub data: Option<PathBuf>,
+    /// Synthetic corpus with planted topics, e.g.
+    /// `words=20000000,vocab=100000,topics=50,zipf=1.0,seed=1` (also `common`, `sentence`).
+    /// Without --data or --synthetic a small embedded synthetic corpus is used.
+    #[arg(long)]
+    pub synthetic: Option<String>,
+    /// Word pairs to score (`word1<TAB>word2[<TAB>score]`, e.g. WordNet synonyms): reports
+    /// pair_auc (and pair_spearman when scores are given).
+    #[arg(long)]
+    pub pairs: Option<PathBuf>,
+    /// Passes over the training text.
+    #[arg(long, default_value_t = 5)]
+    pub epochs: u32,
+    /// Vector length.
+    #[arg(long, default_value_t = 100)]
+    pub dim: u32,
+    /// Maximal context words on each side (each position shrinks it at random, as word2vec).
+    #[arg(long, default_value_t = 5)]
+    pub window: u32,
+    /// Negatives per (center, context) pair, drawn from the unigram^0.75 distribution.
+    #[arg(long, default_value_t = 5)]
+    pub negative: u32,
+    /// Initial learning rate; it decays linearly to lr·1e-4 over all epochs' words.
+    #[arg(long, default_value_t = 0.025)]
+    pub lr: f32,
+    /// Words seen fewer times in the training text are dropped.
+    #[arg(long, default_value_t = 5)]
+    pub min_count: u64,
+    /// Subsampling threshold (word2vec's `sample`; 0 disables).
+    #[arg(long, default_value_t = 1e-4)]
+    pub subsample: f64,
+    /// Exponent of the negative-sampling distribution.
+    #[arg(long, default_value_t = 0.75)]
+    pub neg_power: f64,
+    /// Size of a negative-sample list (lapse mode localizes the next list while one is used).
+    #[arg(long, default_value_t = 1000)]
+    pub nls: usize,
+    /// Use a negative only if its vector is on this node at the time (pull_if_local); others
+    /// are skipped. Changes the negative distribution (see docs/workloads-w2v.md).
+    #[arg(long)]
+    pub only_local_neg: bool,
+    /// Consecutive sentences are trained from one batched pull and push of at most this many
+    /// words (windows never cross sentences; 1 gives one batch per sentence).
+    #[arg(long, default_value_t = 1000)]
+    pub batch_words: usize,
+    /// Lapse mode: do not localize the negative lists (negatives are then pulled from wherever
+    /// they are, with the rest of the batch); an ablation of Lapse's `--localize_neg`.
+    #[arg(long)]
+    pub no_localize_neg: bool,
+    /// Fraction of the corpus (its tail) held out for heldout_auc; 0 disables that metric.
+    #[arg(long, default_value_t = 0.05)]
+    pub heldout: f64,
+    /// Most pairs scored per metric.
+    #[arg(long, default_value_t = 100_000)]
+    pub eval_pairs: usize,
+    /// Evaluate every N epochs (0: only after the last, which is always evaluated).
+    #[arg(long, default_value_t = 1)]
+    pub eval_every: u32,
+    /// Keep words on keys in vocabulary order instead of a seeded random permutation.
+    #[arg(long)]
+    pub no_shuffle_keys: bool,
+    /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, else 1).
+    #[arg(long)]
+    pub workers_per_node: Option<u32>,
+    /// Seed of every random choice (initial vectors, subsampling, windows, negatives, key map).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl Args {
+    fn validate(&self) -> anyhow::Result<()> {
+        ensure!(self.epochs >= 1, "--epochs must be at least 1");
+        ensure!(self.dim >= 1, "--dim must be at least 1");
+        ensure!(self.window >= 1, "--window must be at least 1");
+        ensure!(
+            self.lr.is_finite() && self.lr > 0.0,
+            "--lr must be positive, got {}",
+            self.lr
+        );
+        ensure!(
+            self.subsample.is_finite() && self.subsample >= 0.0,
+            "--subsample must be >= 0, got {}",
+            self.subsample
+        );
+        ensure!(self.neg_power.is_finite(), "--neg-power must be finite");
+        ensure!(self.nls >= 1, "--nls must be at least 1");
+        ensure!(self.batch_words >= 1, "--batch-words must be at least 1");
+        ensure!(self.eval_pairs >= 1, "--eval-pairs must be at least 1");
+        ensure!(
+            !(self.only_local_neg && self.mode == Mode::ClassicNolocal),
+            "--only-local-neg needs fast local access, which mode classic-nolocal turns off \
+             (every negative would be skipped)"
+        );
+        ensure!(
+            self.workers_per_node != Some(0),
+            "--workers-per-node must be at least 1"
+        );
+        Ok(())
+    }
+}
+
+/// Trains on this node (rank 0 prints the report).
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    args.validate()?;
+    let (raw, dataset) = load(args)?;
+    let split = raw.heldout_start(args.heldout)?;
+    let vocab = Vocab::build(&raw.tokens[..split], raw.names.len(), args.min_count, |r| {
+        raw.names[r as usize].clone()
+    })
+    .with_context(|| format!("building the vocabulary of {dataset}"))?;
+    let sentences = raw.sentences(0..split, &vocab);
+    let heldout = raw.sentences(split..raw.tokens.len(), &vocab);
+    let keep = vocab.keep_probabilities(args.subsample);
+    let table = UnigramTable::new(&vocab.counts, args.neg_power);
+    let keys = KeyMap::new(vocab.len(), args.seed, !args.no_shuffle_keys);
+    let pairs = match &args.pairs {
+        None => None,
+        Some(path) => {
+            let index: HashMap<&str, u32> = vocab
+                .raw
+                .iter()
+                .enumerate()
+                .map(|(i, &r)| (raw.names[r as usize].as_str(), i as u32))
+                .collect();
+            Some(PairList::read(path, &index)?)
+        }
+    };
+    let topics: Option<Vec<Option<u32>>> = raw
+        .topics
+        .as_ref()
+        .map(|t| vocab.raw.iter().map(|&r| t[r as usize]).collect());
+    let headline = if pairs.is_some() {
+        "pair_auc"
+    } else if topics.is_some() {
+        "topic_auc"
+    } else {
+        "heldout_auc"
+    };
+    if headline == "heldout_auc" && heldout.words.len() < 2 {
+        bail!(
+            "--heldout {} leaves no held-out text to score in {dataset}: raise it or pass --pairs",
+            args.heldout
+        );
+    }
+
+    let dim = args.dim;
+    let sum_keys = SumKeys::keys_needed(SUMMED, dim as usize) as u64;
+    let num_keys = keys.num_keys() + sum_keys;
+    let mut cfg = Config::new(num_keys, dim);
+    cfg.workers_per_node = args.workers_per_node;
+    let node = args.mode.start(cfg).context("starting the node")?;
+    let partitioning = match args.mode {
+        Mode::Classic | Mode::ClassicNolocal => Partitioning::Hash,
+        Mode::Single | Mode::Lapse => Partitioning::Range,
+    };
+    let evaluator = (node.rank() == 0).then(|| {
+        Evaluator::new(
+            &vocab,
+            &heldout,
+            &keep,
+            args.window as usize,
+            &table,
+            topics.as_deref(),
+            pairs,
+            args.eval_pairs,
+            args.seed,
+        )
+    });
+    if let Some((covered, listed)) = evaluator.as_ref().and_then(Evaluator::pair_coverage)
+        && covered == 0
+    {
+        eprintln!(
+            "warning: none of the {listed} listed pairs has both words in the vocabulary; \
+             no pair_auc"
+        );
+    }
+    let sums = SumKeys::new((keys.num_keys()..num_keys).collect(), dim as usize, SUMMED);
+    let node_sums = NodeSums::new(node.workers_per_node() as usize);
+    let job = Job {
+        args,
+        sentences: &sentences,
+        keep: &keep,
+        table: &table,
+        keys: &keys,
+        vocab_len: vocab.len(),
+        sums: &sums,
+        node: &node,
+        node_sums: &node_sums,
+        partitioning,
+        num_keys,
+        localize: args.mode.localizes(),
+        localize_negatives: args.mode.localizes() && !args.no_localize_neg,
+        evaluator: evaluator.as_ref(),
+    };
+    let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<train::Outcome>> {
+        let handles: Vec<_> = node
+            .workers()?
+            .into_iter()
+            .map(|w| {
+                let job = &job;
+                scope.spawn(move || match train::run_worker(job, &w) {
+                    Ok(outcome) => outcome,
+                    Err(err) => {
+                        // The other workers of this node (and of every node) may be blocked in a
+                        // barrier this worker will never reach: end the process, so that peers
+                        // see it leave and fail instead of hanging.
+                        eprintln!("Error: worker {} of node {}: {err:#}", w.id(), w.rank());
+                        std::process::exit(1);
+                    }
+                })
+            })
+            .collect();
+        let mut outcome = None;
+        for h in handles {
+            if let Some(o) = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("a w2v worker panicked"))?
+            {
+                outcome = Some(o);
+            }
+        }
+        Ok(outcome)
+    })?;
+    if let Some(outcome) = outcome {
+        let ev = evaluator.as_ref();
+        TrainReport {
+            app: "w2v",
+            mode: args.mode.name(),
+            nodes: node.num_nodes(),
+            workers_per_node: node.workers_per_node(),
+            dataset,
+            epochs: outcome.epochs,
+            counters: outcome.counters,
+            settings: json!({
+                "metric": headline,
+                "dim": dim,
+                "window": args.window,
+                "negative": args.negative,
+                "lr": args.lr,
+                "min_count": args.min_count,
+                "subsample": args.subsample,
+                "nls": args.nls,
+                "batch_words": args.batch_words,
+                "only_local_neg": args.only_local_neg,
+                "localize_neg": args.mode.localizes() && !args.no_localize_neg,
+                "seed": args.seed,
+                "vocab": vocab.len(),
+                "train_words": sentences.words.len(),
+                "sentences": sentences.len(),
+                "heldout_words": heldout.words.len(),
+                "heldout_pairs": ev.map(Evaluator::heldout_pairs),
+                "heldout_auc_frequency_baseline": ev.and_then(Evaluator::frequency_baseline),
+                "pairs_covered": ev.and_then(Evaluator::pair_coverage).map(|c| c.0),
+                "pairs_listed": ev.and_then(Evaluator::pair_coverage).map(|c| c.1),
+            }),
+        }
+        .print();
+    }
+    node.shutdown()?;
+    Ok(())
+}
+
+/// Reads or generates the corpus; returns it with its name for the report.
+fn load(args: &Args) -> anyhow::Result<(RawCorpus, String)> {
+    if let Some(path) = &args.data {
+        return Ok((RawCorpus::read(path)?, path.display().to_string()));
+    }
+    let (text, name) = match &args.synthetic {
+        Some(s) => (s.as_str(), format!("synthetic:{s}")),
+        None => (
+            synthetic::EMBEDDED,
+            format!("embedded:{}", synthetic::EMBEDDED),
+        ),
+    };
+    let spec: Spec = text.parse()?;
+    Ok((spec.generate(), name))
+}

@@ -1,0 +1,642 @@
+//! One worker's training loop on the parameter server: batched pulls and pushes per batch of
+//! sentences, look-ahead localization (lapse mode), the negative-sample lists, and the
+//! per-epoch sums.
+//!
+//! A worker's part of the corpus is cut into batches of consecutive sentences of at most
+//! `--batch-words` words (default 1000, word2vec's longest sentence, so a long line is one
+//! sentence per batch and short lines share one). Per batch the worker pulls every vector the
+//! batch needs at once (syn0 and syn1neg of its words, syn1neg of its planned negatives),
+//! trains word2vec's per-pair updates on those local copies ([`super::sgns`]), and pushes the
+//! accumulated differences back in one additive batch without waiting. Every mode runs exactly
+//! this arithmetic with the same random choices; modes differ only in where keys live:
+//! - lapse: while batch `i` trains, batch `i + 1`'s keys are being localized (issued, never
+//!   waited); negatives come from lists of `--nls` draws, and each new list is localized when
+//!   it is drawn, i.e. at least one batch before any of it is used;
+//! - `--only-local-neg`: a planned negative whose output vector is not on this node at pull
+//!   time is skipped (`pull_if_local`), instead of fetched.
+//!
+//! Staleness: a worker's copies are as old as its batch's pull, so updates other workers push
+//! meanwhile are not seen until its next batch, and its own updates reach the server only at
+//! the batch's end (they are never lost: pushes add deltas). A batch is at most 1000 words, so
+//! this is word2vec's usual Hogwild-style asynchrony, coarsened to batches of sentences.
+//!
+//! Invariants: every ticket a worker issues is kept in its pending queue until it finishes or is
+//! waited, and the queue is drained before every barrier; counters exclude initialisation and
+//! evaluation traffic (each node snapshots its counters between barriers around them).
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Mutex;
+
+use anyhow::Context;
+use rand::{SeedableRng, rngs::SmallRng};
+use roam::{Key, NodeHandle, Ticket, Worker};
+use roam_core::{HomeTable, NodeId, Partitioning};
+use serde_json::{Map, Value, json};
+
+use super::Args;
+use super::corpus::Sentences;
+use super::eval::{Embeddings, Evaluator};
+use super::sgns::{Offsets, Params, Plan, SentenceStats, Sigmoid, train_batch};
+use super::vocab::{KeyMap, UnigramTable};
+use crate::common::{
+    CLUSTER_COUNTERS, ClusterCounters, Stopwatch, SumKeys, node_counters, progress,
+};
+
+/// Training counters summed over the cluster each epoch, before the cluster counters.
+pub const TRAIN_COUNTERS: usize = 5;
+/// All counters summed through [`SumKeys`].
+pub const SUMMED: usize = TRAIN_COUNTERS + CLUSTER_COUNTERS;
+/// Loss is summed as an integer in these units.
+const LOSS_SCALE: f64 = 1e6;
+/// Keys per message when initialising or gathering vectors.
+const CHUNK: usize = 8192;
+/// Outstanding pushes and localizes a worker lets pile up before it waits for the oldest.
+const MAX_PENDING: usize = 64;
+
+/// Everything a worker reads, shared by all workers of a node.
+pub struct Job<'a> {
+    /// Options.
+    pub args: &'a Args,
+    /// Training sentences (all of them; each worker takes its part).
+    pub sentences: &'a Sentences,
+    /// Subsampling keep probability per word.
+    pub keep: &'a [f32],
+    /// Negative sampler.
+    pub table: &'a UnigramTable,
+    /// Word → keys.
+    pub keys: &'a KeyMap,
+    /// Vocabulary size.
+    pub vocab_len: usize,
+    /// Reserved keys for the per-epoch sums.
+    pub sums: &'a SumKeys,
+    /// The node (for its counters).
+    pub node: &'a NodeHandle,
+    /// Node-local accumulation of the workers' counters.
+    pub node_sums: &'a NodeSums,
+    /// Home partitioning of the run's allocation (who initialises which key).
+    pub partitioning: Partitioning,
+    /// Total keys in the key space.
+    pub num_keys: u64,
+    /// Whether this worker localizes its batches' words (lapse mode).
+    pub localize: bool,
+    /// Whether it also localizes its negative lists (lapse mode without `--no-localize-neg`).
+    pub localize_negatives: bool,
+    /// The metrics (rank 0 only).
+    pub evaluator: Option<&'a Evaluator>,
+}
+
+/// What global worker 0 returns: per-epoch reports and the run's cluster counters.
+pub struct Outcome {
+    /// One JSON object per epoch.
+    pub epochs: Vec<Value>,
+    /// Summed node counters of the training (initialisation and evaluation excluded).
+    pub counters: ClusterCounters,
+}
+
+/// Per-node accumulation of worker counters, and a barrier of the node's workers.
+pub struct NodeSums {
+    acc: Mutex<[u64; TRAIN_COUNTERS]>,
+    barrier: std::sync::Barrier,
+}
+
+impl NodeSums {
+    /// For `workers` worker threads.
+    pub fn new(workers: usize) -> Self {
+        Self {
+            acc: Mutex::new([0; TRAIN_COUNTERS]),
+            barrier: std::sync::Barrier::new(workers),
+        }
+    }
+
+    fn add(&self, c: &[u64; TRAIN_COUNTERS]) {
+        let mut acc = self
+            .acc
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (a, b) in acc.iter_mut().zip(c) {
+            *a += b;
+        }
+    }
+
+    fn take(&self) -> [u64; TRAIN_COUNTERS] {
+        std::mem::take(
+            &mut *self
+                .acc
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+/// Word → position in the batch's key list, cleared in O(1) by bumping a stamp.
+struct SlotMap {
+    slot: Vec<u32>,
+    stamp: Vec<u32>,
+    now: u32,
+}
+
+impl SlotMap {
+    fn new(words: usize) -> Self {
+        Self {
+            slot: vec![0; words],
+            stamp: vec![0; words],
+            now: 1,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.now = self.now.wrapping_add(1);
+        if self.now == 0 {
+            self.stamp.fill(0);
+            self.now = 1;
+        }
+    }
+
+    #[inline]
+    fn get(&self, w: u32) -> Option<usize> {
+        (self.stamp[w as usize] == self.now).then(|| self.slot[w as usize] as usize)
+    }
+
+    /// Records `w` at `slot` unless already present; returns whether it was new.
+    #[inline]
+    fn insert(&mut self, w: u32, slot: usize) -> bool {
+        if self.stamp[w as usize] == self.now {
+            return false;
+        }
+        self.stamp[w as usize] = self.now;
+        self.slot[w as usize] = slot as u32;
+        true
+    }
+}
+
+/// Negatives are consumed from lists of `nls` draws; the next list exists (and, in lapse mode,
+/// is being localized) while the current one is used.
+struct NegativeLists {
+    current: Vec<u32>,
+    next: Vec<u32>,
+    pos: usize,
+}
+
+impl NegativeLists {
+    fn draw(table: &UnigramTable, nls: usize, rng: &mut SmallRng) -> Vec<u32> {
+        (0..nls).map(|_| table.sample(rng)).collect()
+    }
+}
+
+/// A worker's buffers and outstanding operations.
+struct State<'w> {
+    w: &'w Worker,
+    dim: usize,
+    plan: Plan,
+    next_plan: Plan,
+    at: Offsets,
+    syn0: SlotMap,
+    syn1: SlotMap,
+    seen: SlotMap,
+    keys: Vec<Key>,
+    present: Vec<bool>,
+    orig: Vec<f32>,
+    work: Vec<f32>,
+    local_keys: Vec<Key>,
+    h: Vec<f32>,
+    e: Vec<f32>,
+    negatives: NegativeLists,
+    pending: VecDeque<Ticket<'w>>,
+    rng: SmallRng,
+}
+
+impl<'w> State<'w> {
+    /// Keeps a ticket until it finishes; waits for the oldest ones if too many are out.
+    fn hold(&mut self, t: Ticket<'w>) -> anyhow::Result<()> {
+        self.pending.push_back(t);
+        while let Some(front) = self.pending.front() {
+            if front.is_finished() || self.pending.len() > MAX_PENDING {
+                self.pending.pop_front().map(Ticket::wait).transpose()?;
+            } else {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> anyhow::Result<()> {
+        while let Some(t) = self.pending.pop_front() {
+            t.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Localizes the output vectors of a negative list (deduplicated).
+    fn localize_list(&mut self, job: &Job<'_>, which_next: bool) -> anyhow::Result<()> {
+        if !job.localize_negatives {
+            return Ok(());
+        }
+        self.seen.clear();
+        self.local_keys.clear();
+        let list = if which_next {
+            &self.negatives.next
+        } else {
+            &self.negatives.current
+        };
+        for &n in list {
+            if self.seen.insert(n, 0) {
+                self.local_keys.push(job.keys.syn1(n));
+            }
+        }
+        let t = self.w.localize(&self.local_keys)?;
+        self.hold(t)
+    }
+
+    /// Plans the sentences `batch` into `next_plan`, drawing negatives from the lists (and, in
+    /// lapse mode, localizing every list drawn and the plan's own keys).
+    fn plan_next(&mut self, job: &Job<'_>, batch: Range<usize>, p: Params) -> anyhow::Result<()> {
+        let nls = job.args.nls;
+        let mut refills = 0usize;
+        let (negatives, table) = (&mut self.negatives, job.table);
+        self.next_plan.clear();
+        for s in batch {
+            self.next_plan
+                .add(job.sentences.get(s), job.keep, p, &mut self.rng, |rng| {
+                    if negatives.pos == negatives.current.len() {
+                        negatives.current = std::mem::replace(
+                            &mut negatives.next,
+                            NegativeLists::draw(table, nls, rng),
+                        );
+                        negatives.pos = 0;
+                        refills += 1;
+                    }
+                    negatives.pos += 1;
+                    negatives.current[negatives.pos - 1]
+                });
+        }
+        if !job.localize {
+            return Ok(());
+        }
+        if refills > 0 {
+            // Only the newest `next` list has not been localized yet (intermediate lists
+            // drawn within this plan are already consumed by it: they are localized with the
+            // plan's keys below).
+            self.localize_list(job, true)?;
+        }
+        self.seen.clear();
+        self.local_keys.clear();
+        let plan = &self.next_plan;
+        for &w in &plan.words {
+            if self.seen.insert(w, 0) {
+                self.local_keys.push(job.keys.syn0(w));
+                self.local_keys.push(job.keys.syn1(w));
+            }
+        }
+        if refills > 1 && job.localize_negatives {
+            for &n in &plan.negatives {
+                if self.seen.insert(n, 0) {
+                    self.local_keys.push(job.keys.syn1(n));
+                }
+            }
+        }
+        if !self.local_keys.is_empty() {
+            let t = self.w.localize(&self.local_keys)?;
+            self.hold(t)?;
+        }
+        Ok(())
+    }
+
+    /// Pulls, trains and pushes the current plan.
+    fn train_plan(
+        &mut self,
+        job: &Job<'_>,
+        p: Params,
+        alpha: f32,
+        sig: &Sigmoid,
+    ) -> anyhow::Result<SentenceStats> {
+        if self.plan.words.is_empty() {
+            return Ok(SentenceStats::default());
+        }
+        let (dim, km) = (self.dim, job.keys);
+        self.syn0.clear();
+        self.syn1.clear();
+        self.keys.clear();
+        for &w in &self.plan.words {
+            if self.syn0.insert(w, self.keys.len()) {
+                self.keys.push(km.syn0(w));
+            }
+        }
+        for &w in &self.plan.words {
+            if self.syn1.insert(w, self.keys.len()) {
+                self.keys.push(km.syn1(w));
+            }
+        }
+        let word_keys = self.keys.len();
+        for &n in &self.plan.negatives {
+            if self.syn1.insert(n, self.keys.len()) {
+                self.keys.push(km.syn1(n));
+            }
+        }
+        let n = self.keys.len();
+        self.orig.resize(n * dim, 0.0);
+        self.work.resize(n * dim, 0.0);
+        self.present.clear();
+        self.present.resize(n, true);
+        if job.args.only_local_neg {
+            self.w
+                .pull(&self.keys[..word_keys], &mut self.orig[..word_keys * dim])?
+                .wait()?;
+            for i in word_keys..n {
+                self.present[i] = self
+                    .w
+                    .pull_if_local(self.keys[i], &mut self.orig[i * dim..(i + 1) * dim])?;
+            }
+        } else {
+            self.w.pull(&self.keys, &mut self.orig[..n * dim])?.wait()?;
+        }
+        self.work.copy_from_slice(&self.orig);
+        let (syn0, syn1, present) = (&self.syn0, &self.syn1, &self.present);
+        self.at.fill(
+            &self.plan,
+            |w| syn0.get(w).unwrap_or(0) * dim,
+            |w| syn1.get(w).filter(|&s| present[s]).map(|s| s * dim),
+        );
+        let stats = train_batch(
+            &self.plan,
+            &self.at,
+            p,
+            alpha,
+            sig,
+            &mut self.work,
+            (&mut self.h, &mut self.e),
+        );
+        // The deltas, in place, compacted over the vectors that were available.
+        for (x, o) in self.work.iter_mut().zip(&self.orig) {
+            *x -= o;
+        }
+        let mut kept = 0;
+        for i in 0..n {
+            if self.present[i] {
+                if kept != i {
+                    self.keys[kept] = self.keys[i];
+                    self.work.copy_within(i * dim..(i + 1) * dim, kept * dim);
+                }
+                kept += 1;
+            }
+        }
+        let t = self.w.push(&self.keys[..kept], &self.work[..kept * dim])?;
+        self.hold(t)?;
+        Ok(stats)
+    }
+}
+
+/// Sets the initial input vectors this node is home of (each of its workers takes every
+/// `workers_per_node`-th): uniform in ±0.5/dim from a per-word seed, so every mode and cluster
+/// shape starts from the same model. Output vectors start at zero (the store's initial value).
+fn init_vectors(job: &Job<'_>, w: &Worker) -> anyhow::Result<()> {
+    let dim = job.args.dim as usize;
+    let home = HomeTable::new(job.num_keys, w.num_nodes(), job.partitioning);
+    let wpn = u64::from(w.workers_per_node());
+    let mine: Vec<Key> = (0..job.keys.num_keys())
+        .step_by(2)
+        .filter(|&k| home.home(k) == NodeId(w.rank()) && (k / 2) % wpn == u64::from(w.id()))
+        .collect();
+    let mut vals = Vec::with_capacity(CHUNK * dim);
+    for chunk in mine.chunks(CHUNK) {
+        vals.clear();
+        for &k in chunk {
+            let word = job.keys.word_of_key(k).0;
+            vals.extend(initial_vector(job.args.seed, word, dim));
+        }
+        w.set(chunk, &vals)?.wait()?;
+    }
+    Ok(())
+}
+
+/// Word `word`'s initial input vector (word2vec.c's range, `(u − 0.5)/dim`).
+pub fn initial_vector(seed: u64, word: u32, dim: usize) -> impl Iterator<Item = f32> {
+    use rand::Rng;
+    let mut rng =
+        SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(word));
+    (0..dim).map(move |_| (rng.random::<f32>() - 0.5) / dim as f32)
+}
+
+/// Global worker 0 pulls every vector for evaluation.
+fn gather(job: &Job<'_>, w: &Worker) -> anyhow::Result<Embeddings> {
+    let dim = job.args.dim as usize;
+    let v = job.vocab_len as u32;
+    let mut out = Vec::with_capacity(2);
+    for syn1 in [false, true] {
+        let keys: Vec<Key> = (0..v)
+            .map(|x| {
+                if syn1 {
+                    job.keys.syn1(x)
+                } else {
+                    job.keys.syn0(x)
+                }
+            })
+            .collect();
+        let mut m = vec![0f32; keys.len() * dim];
+        for (kc, mc) in keys.chunks(CHUNK).zip(m.chunks_mut(CHUNK * dim)) {
+            w.pull(kc, mc)?.wait()?;
+        }
+        out.push(m);
+    }
+    let syn1 = out.pop().unwrap_or_default();
+    let syn0 = out.pop().unwrap_or_default();
+    Ok(Embeddings { dim, syn0, syn1 })
+}
+
+fn sub(a: [u64; CLUSTER_COUNTERS], b: &[u64; CLUSTER_COUNTERS]) -> [u64; CLUSTER_COUNTERS] {
+    std::array::from_fn(|i| a[i].saturating_sub(b[i]))
+}
+
+/// Groups consecutive sentences of `range` into batches of at most `max_words` words (a longer
+/// sentence is a batch of its own).
+pub fn batches(sentences: &Sentences, range: Range<usize>, max_words: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = range.start;
+    for s in range.clone() {
+        if s > start && sentences.words_in(start..s + 1) > max_words {
+            out.push(start..s);
+            start = s;
+        }
+    }
+    if start < range.end {
+        out.push(start..range.end);
+    }
+    out
+}
+
+/// Runs one worker's whole training; global worker 0 returns the outcome.
+pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> {
+    let a = job.args;
+    let dim = a.dim as usize;
+    let p = Params {
+        dim,
+        window: a.window as usize,
+        negative: a.negative as usize,
+    };
+    let sig = Sigmoid::new();
+    let gid = w.global_id() as usize;
+    let parts = (w.num_nodes() * w.workers_per_node()) as usize;
+    let mine = job.sentences.part(gid, parts);
+    let my_words = job.sentences.words_in(mine.clone()) as f64;
+    let batches = batches(job.sentences, mine, a.batch_words);
+    let schedule = my_words * f64::from(a.epochs) + 1.0;
+
+    init_vectors(job, w).context("initialising the vectors")?;
+    w.barrier()?;
+    // Counters not to report: everything up to here, then every evaluation.
+    let mut excluded = if w.id() == 0 {
+        node_counters(&job.node.stats())
+    } else {
+        [0; CLUSTER_COUNTERS]
+    };
+    w.barrier()?;
+
+    let mut rng =
+        SmallRng::seed_from_u64(a.seed ^ (gid as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f));
+    let nls = a.nls;
+    let current = NegativeLists::draw(job.table, nls, &mut rng);
+    let next = NegativeLists::draw(job.table, nls, &mut rng);
+    let v = job.vocab_len;
+    let mut st = State {
+        w,
+        dim,
+        plan: Plan::default(),
+        next_plan: Plan::default(),
+        at: Offsets::default(),
+        syn0: SlotMap::new(v),
+        syn1: SlotMap::new(v),
+        seen: SlotMap::new(v),
+        keys: Vec::new(),
+        present: Vec::new(),
+        orig: Vec::new(),
+        work: Vec::new(),
+        local_keys: Vec::new(),
+        h: vec![0.0; dim],
+        e: vec![0.0; dim],
+        negatives: NegativeLists {
+            current,
+            next,
+            pos: 0,
+        },
+        pending: VecDeque::new(),
+        rng,
+    };
+    st.localize_list(job, false)?;
+    st.localize_list(job, true)?;
+
+    let bar = progress(w, (my_words * f64::from(a.epochs)) as u64, "w2v");
+    let mut processed = 0f64;
+    let mut epochs = Vec::new();
+    let mut counters = ClusterCounters::default();
+    for epoch in 1..=a.epochs {
+        let clock = Stopwatch::start();
+        let mut stats = SentenceStats::default();
+        let mut alpha = a.lr;
+        if let Some(first) = batches.first() {
+            st.plan_next(job, first.clone(), p)?;
+            for (b, batch) in batches.iter().enumerate() {
+                std::mem::swap(&mut st.plan, &mut st.next_plan);
+                if let Some(next) = batches.get(b + 1) {
+                    st.plan_next(job, next.clone(), p)?;
+                }
+                alpha = a.lr * (1.0 - processed / schedule).max(1e-4) as f32;
+                stats += st.train_plan(job, p, alpha, &sig)?;
+                debug_assert_eq!(st.plan.raw_words, job.sentences.words_in(batch.clone()));
+                processed += st.plan.raw_words as f64;
+                bar.inc(st.plan.raw_words as u64);
+            }
+        }
+        st.drain()?;
+        job.node_sums.add(&[
+            (stats.loss * LOSS_SCALE).round() as u64,
+            stats.pairs,
+            stats.negatives,
+            stats.skipped,
+            my_words as u64,
+        ]);
+        job.node_sums.barrier.wait();
+        if w.id() == 0 {
+            let train = job.node_sums.take();
+            let cluster = sub(node_counters(&job.node.stats()), &excluded);
+            let all: Vec<u64> = train.iter().chain(&cluster).copied().collect();
+            job.sums.contribute(w, &all)?;
+        }
+        let sums = job.sums.barrier_and_read(w)?;
+        let seconds = clock.seconds();
+        counters = ClusterCounters::from_sums(&sums[TRAIN_COUNTERS..]);
+
+        let evaluate = epoch == a.epochs || (a.eval_every > 0 && epoch % a.eval_every == 0);
+        let mut metrics = Map::new();
+        if evaluate {
+            let before = if w.id() == 0 {
+                node_counters(&job.node.stats())
+            } else {
+                [0; CLUSTER_COUNTERS]
+            };
+            w.barrier()?;
+            if let Some(ev) = job.evaluator.filter(|_| gid == 0) {
+                metrics =
+                    ev.evaluate(&gather(job, w).context("gathering the vectors for evaluation")?);
+            }
+            w.barrier()?;
+            if w.id() == 0 {
+                let spent = sub(node_counters(&job.node.stats()), &before);
+                for (x, s) in excluded.iter_mut().zip(spent) {
+                    *x += s;
+                }
+            }
+            w.barrier()?;
+        }
+        if gid == 0 {
+            let (loss, pairs) = (sums[0] as f64 / LOSS_SCALE, sums[1]);
+            let mut row = json!({
+                "epoch": epoch,
+                "seconds": seconds,
+                "loss": if pairs > 0 { loss / pairs as f64 } else { f64::NAN },
+                "pairs": pairs,
+                "negatives": sums[2],
+                "lr": alpha,
+            });
+            if a.only_local_neg {
+                let planned = sums[2] + sums[3];
+                row["negatives_skipped_fraction"] = json!(if planned > 0 {
+                    sums[3] as f64 / planned as f64
+                } else {
+                    0.0
+                });
+            }
+            if let Value::Object(m) = &mut row {
+                m.extend(metrics);
+            }
+            bar.println(format!("epoch {epoch}: {row}"));
+            epochs.push(row);
+        }
+    }
+    bar.finish_and_clear();
+    Ok((gid == 0).then_some(Outcome { epochs, counters }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_group_consecutive_sentences_up_to_the_word_budget() {
+        // Sentence lengths 3, 4, 2, 9, 1, 1.
+        let mut s = Sentences {
+            words: Vec::new(),
+            starts: vec![0],
+        };
+        for len in [3, 4, 2, 9, 1, 1] {
+            s.words.extend(std::iter::repeat_n(0, len));
+            s.starts.push(s.words.len());
+        }
+        assert_eq!(batches(&s, 0..6, 7), vec![0..2, 2..3, 3..4, 4..6]);
+        assert_eq!(batches(&s, 1..4, 100), vec![1..4]);
+        assert_eq!(
+            batches(&s, 0..6, 1),
+            (0..6).map(|i| i..i + 1).collect::<Vec<_>>()
+        );
+        assert!(batches(&s, 3..3, 10).is_empty());
+    }
+}

@@ -1,0 +1,343 @@
+//! End-to-end runs of `roam train kge`: tiny trainings on lapse-toy/kge and on a tiny synthetic
+//! graph in every mode (single without launch, the others on 2 local nodes), RESCAL with its
+//! per-key value lengths, text (names) input, and malformed input. Quality is asserted against
+//! the model's own random-initialisation baseline (`--eta 0`: the initial embeddings scored
+//! with the same filtered ranking), never against timings. Seeds are fixed and printed.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{json_with, launch, roam, run};
+use serde_json::Value;
+
+const TOY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/data/lapse-toy/kge"
+);
+const TINY: &str = "entities=300,relations=12,triples=6000,clusters=15,seed=3";
+
+fn toy() -> String {
+    let path = PathBuf::from(TOY);
+    assert!(
+        path.join("train.del").is_file(),
+        "lapse-toy data missing at {}",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+/// Runs one kge training (single: in-process threads; else 2 nodes) and returns its report.
+fn train(mode: &str, nodes: u32, workers: u32, data: &[&str], extra: &[&str]) -> Value {
+    let workers_s = workers.to_string();
+    let mut args = vec!["train", "kge", "--mode", mode, "--seed", "5"];
+    args.extend_from_slice(data);
+    args.extend_from_slice(extra);
+    println!("seed 5: {args:?} on {nodes} node(s) x {workers} worker(s)");
+    let out = if mode == "single" {
+        args.extend_from_slice(&["--workers-per-node", &workers_s]);
+        run(&args)
+    } else {
+        launch(nodes, workers, &args)
+    };
+    let report = json_with(&out, "app", "kge");
+    assert_eq!(report["mode"], mode, "{out}");
+    report
+}
+
+fn epochs(report: &Value) -> &Vec<Value> {
+    report["epochs"].as_array().expect("epochs list")
+}
+
+fn last(report: &Value, field: &str) -> f64 {
+    epochs(report)
+        .last()
+        .and_then(|e| e[field].as_f64())
+        .unwrap_or_else(|| panic!("no {field} in {report}"))
+}
+
+/// Loss falls from the first to the last epoch, and MRR clearly beats `baseline`.
+fn assert_learned(report: &Value, baseline: f64) {
+    let e = epochs(report);
+    let first = e[0]["loss"].as_f64().expect("loss");
+    let final_loss = last(report, "loss");
+    assert!(
+        final_loss < first,
+        "loss must fall: {first} -> {final_loss} in {report}"
+    );
+    let mrr = last(report, "mrr");
+    assert!(
+        mrr > 3.0 * baseline && mrr > baseline + 0.1,
+        "MRR {mrr} vs random baseline {baseline}: {report}"
+    );
+    for k in ["hits_at_1", "hits_at_3", "hits_at_10"] {
+        let h = last(report, k);
+        assert!((0.0..=1.0).contains(&h), "{k} = {h}");
+    }
+    assert!(
+        last(report, "hits_at_1") <= last(report, "hits_at_3")
+            && last(report, "hits_at_3") <= last(report, "hits_at_10")
+    );
+}
+
+#[test]
+fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic() {
+    let data = toy();
+    let data = ["--data", data.as_str()];
+    let small = ["--dim", "16", "--epochs", "3"];
+    let baseline = last(
+        &train(
+            "single",
+            1,
+            2,
+            &data,
+            &["--dim", "16", "--epochs", "1", "--eta", "0"],
+        ),
+        "mrr",
+    );
+    assert!(
+        baseline < 0.1,
+        "random embeddings rank near chance: {baseline}"
+    );
+
+    let single = train("single", 1, 2, &data, &small);
+    assert_learned(&single, baseline);
+    assert_eq!(single["local_fraction"].as_f64(), Some(1.0));
+    assert_eq!(single["settings"]["entities"], 280);
+    assert_eq!(single["settings"]["relations"], 112);
+
+    let mut local = std::collections::HashMap::new();
+    for mode in ["lapse", "classic", "classic-nolocal"] {
+        let report = train(mode, 2, 2, &data, &small);
+        assert_eq!(
+            (
+                report["nodes"].as_u64(),
+                report["workers_per_node"].as_u64()
+            ),
+            (Some(2), Some(2))
+        );
+        assert_learned(&report, baseline);
+        // Same data, epochs and model: distributed quality is in single's range (loose bound
+        // for 3 epochs of a tiny model; the docs hold the tight comparison).
+        assert!(
+            last(&report, "mrr") > last(&single, "mrr") - 0.1,
+            "{mode}: {report} vs {single}"
+        );
+        local.insert(
+            mode,
+            report["local_fraction"].as_f64().expect("local_fraction"),
+        );
+        if mode == "lapse" {
+            assert!(
+                report["relocations"].as_u64() > Some(0),
+                "lapse moves keys: {report}"
+            );
+        } else {
+            assert_eq!(
+                report["relocations"].as_u64(),
+                Some(0),
+                "static modes never move keys: {report}"
+            );
+        }
+    }
+    assert!(
+        local["lapse"] > local["classic"] + 0.2,
+        "lapse {} vs classic {}",
+        local["lapse"],
+        local["classic"]
+    );
+    assert_eq!(local["classic-nolocal"], 0.0);
+}
+
+#[test]
+fn tiny_synthetic_graph_learns_on_two_nodes_with_one_worker_each() {
+    let data = ["--synthetic", TINY];
+    let small = ["--dim", "16", "--epochs", "4", "--eval-every", "2"];
+    let baseline = last(
+        &train(
+            "single",
+            1,
+            1,
+            &data,
+            &["--dim", "16", "--epochs", "1", "--eta", "0"],
+        ),
+        "mrr",
+    );
+    let single = train("single", 1, 1, &data, &small);
+    assert_learned(&single, baseline);
+    assert!(
+        single["dataset"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("synthetic:entities=300"))
+    );
+    // Evaluated at epochs 2 and 4 only.
+    let evaluated: Vec<bool> = epochs(&single)
+        .iter()
+        .map(|e| e.get("mrr").is_some())
+        .collect();
+    assert_eq!(evaluated, [false, true, false, true]);
+    let lapse = train("lapse", 2, 1, &data, &small);
+    assert_learned(&lapse, baseline);
+    let classic = train("classic", 2, 1, &data, &small);
+    assert_learned(&classic, baseline);
+    assert!(
+        lapse["local_fraction"].as_f64() > classic["local_fraction"].as_f64(),
+        "{lapse}\n{classic}"
+    );
+}
+
+#[test]
+fn rescal_relations_are_single_keys_of_dim_squared_values() {
+    let data = toy();
+    let data = ["--data", data.as_str(), "--model", "rescal"];
+    let baseline = last(
+        &train(
+            "single",
+            1,
+            1,
+            &data,
+            &["--dim", "8", "--epochs", "1", "--eta", "0"],
+        ),
+        "mrr",
+    );
+    let small = ["--dim", "8", "--epochs", "3"];
+    let lapse = train("lapse", 2, 2, &data, &small);
+    assert_eq!(lapse["settings"]["model"], "rescal");
+    assert_learned(&lapse, baseline);
+    let classic = train("classic", 2, 1, &data, &small);
+    assert_learned(&classic, baseline);
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("roam-kge-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating a scratch directory");
+    dir
+}
+
+#[test]
+fn named_triples_in_tsv_files_train() {
+    let dir = scratch("names");
+    // A small graph with a learnable rule: "near" links neighbours on a ring of 60 places.
+    let name = |i: usize| format!("place {}", i % 60);
+    let mut lines = String::new();
+    for i in 0..60 {
+        lines += &format!(
+            "{}\tnear\t{}\n{}\tfar\t{}\n",
+            name(i),
+            name(i + 1),
+            name(i),
+            name(i + 30)
+        );
+    }
+    std::fs::write(dir.join("train.tsv"), &lines).unwrap();
+    std::fs::write(
+        dir.join("valid.tsv"),
+        format!("{}\tnear\t{}\n", name(5), name(6)),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("test.tsv"),
+        format!("{}\tnear\t{}\n", name(7), name(8)),
+    )
+    .unwrap();
+    let report = train(
+        "single",
+        1,
+        1,
+        &["--data", dir.to_str().unwrap()],
+        &["--dim", "8", "--epochs", "2"],
+    );
+    assert_eq!(
+        (
+            report["settings"]["entities"].as_u64(),
+            report["settings"]["relations"].as_u64()
+        ),
+        (Some(60), Some(2))
+    );
+    assert_eq!(report["settings"]["train_triples"], 120);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `roam ARGS` expecting failure; returns stderr.
+fn fails(args: &[&str]) -> String {
+    let out = Command::new(roam())
+        .args(args)
+        .output()
+        .expect("running roam");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "roam {args:?} should fail:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked"),
+        "errors are reported, not panics: {stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn malformed_input_is_a_clear_error() {
+    let dir = scratch("bad");
+    let d = dir.to_str().unwrap();
+    let base = ["train", "kge", "--mode", "single", "--data", d];
+    std::fs::write(dir.join("train.del"), "0\t0\t1\n1\t0\n").unwrap();
+    std::fs::write(dir.join("valid.del"), "").unwrap();
+    let err = fails(&base);
+    assert!(err.contains("test.del is missing"), "{err}");
+    std::fs::write(dir.join("test.del"), "0\t0\t1\n").unwrap();
+    let err = fails(&base);
+    assert!(
+        err.contains("train.del:2") && err.contains("expected 3"),
+        "{err}"
+    );
+    std::fs::write(dir.join("train.del"), "0\t0\t1\n1\tzero\t2\n").unwrap();
+    let err = fails(&base);
+    assert!(
+        err.contains("train.del:2") && err.contains("\"zero\""),
+        "{err}"
+    );
+    std::fs::write(dir.join("train.del"), "0\t0\t1\n").unwrap();
+    std::fs::write(dir.join("test.del"), "\n\n").unwrap();
+    let err = fails(&base);
+    assert!(err.contains("no test triples"), "{err}");
+
+    let err = fails(&[
+        "train",
+        "kge",
+        "--mode",
+        "single",
+        "--data",
+        "/nonexistent/kge",
+    ]);
+    assert!(
+        err.contains("/nonexistent/kge") && err.contains("not a directory"),
+        "{err}"
+    );
+    let err = fails(&[
+        "train",
+        "kge",
+        "--mode",
+        "single",
+        "--synthetic",
+        "entities=10,colour=blue",
+    ]);
+    assert!(err.contains("unknown key \"colour\""), "{err}");
+    let err = fails(&[
+        "train",
+        "kge",
+        "--mode",
+        "single",
+        "--synthetic",
+        "entities=ten",
+    ]);
+    assert!(err.contains("entities") && err.contains("\"ten\""), "{err}");
+    let err = fails(&["train", "kge", "--mode", "single", "--dim", "0"]);
+    assert!(err.contains("--dim"), "{err}");
+    let err = fails(&["train", "kge", "--mode", "single", "--eta", "NaN"]);
+    assert!(err.contains("--eta"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

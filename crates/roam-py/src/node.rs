@@ -1,0 +1,415 @@
+//! `roam.Node`: one node per Python process.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use roam::{Allocation, Config, NodeHandle, NodeStats, ValueLengths};
+use roam_core::{KeySpace, Partitioning};
+
+use crate::buffers::Keys;
+use crate::errors;
+use crate::worker::{PyWorker, WorkerCell, seconds};
+
+/// What the node's workers share with it.
+pub(crate) struct NodeShared {
+    /// The running node; `None` once shut down or closed.
+    handle: Mutex<Option<NodeHandle>>,
+    /// Set when shutdown begins: workers then refuse new operations.
+    pub(crate) closed: AtomicBool,
+    /// The counters at shutdown.
+    final_stats: Mutex<Option<NodeStats>>,
+    pub(crate) space: KeySpace,
+    pub(crate) rank: u32,
+    pub(crate) num_nodes: u32,
+    pub(crate) workers_per_node: u32,
+    allocation: &'static str,
+}
+
+impl NodeShared {
+    pub(crate) fn value_len(&self, key: u64) -> PyResult<usize> {
+        self.space
+            .check_key(key)
+            .map_err(|err| errors::access_error(&err, false))?;
+        Ok(self.space.len(key))
+    }
+
+    fn current_stats(&self) -> Option<NodeStats> {
+        if let Some(handle) = self.handle.lock().as_ref() {
+            return Some(handle.stats());
+        }
+        self.final_stats.lock().clone()
+    }
+
+    /// The counters as a dict: live while running, the final ones after shutdown.
+    pub(crate) fn stats(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
+        let stats = py.detach(|| self.current_stats()).unwrap_or_default();
+        stats_dict(py, &stats)
+    }
+}
+
+fn stats_dict(py: Python<'_>, stats: &NodeStats) -> PyResult<Py<PyDict>> {
+    let dict = PyDict::new(py);
+    let value = serde_json::to_value(stats)
+        .map_err(|e| PyValueError::new_err(format!("stats could not be serialised: {e}")))?;
+    if let serde_json::Value::Object(fields) = value {
+        for (name, v) in fields {
+            match v {
+                serde_json::Value::Bool(b) => dict.set_item(name, b)?,
+                serde_json::Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                    (Some(u), _, _) => dict.set_item(name, u)?,
+                    (None, Some(i), _) => dict.set_item(name, i)?,
+                    (None, None, f) => dict.set_item(name, f.unwrap_or(f64::NAN))?,
+                },
+                serde_json::Value::String(s) => dict.set_item(name, s)?,
+                other => dict.set_item(name, other.to_string())?,
+            }
+        }
+    }
+    Ok(dict.unbind())
+}
+
+/// A roam node: this process's member of the cluster.
+///
+/// Creating it joins the cluster (rank, node count and coordinator come from the arguments, else
+/// from the environment as in Rust: `ROAM_*`, torchrun's `RANK`/`WORLD_SIZE`/`MASTER_ADDR`/
+/// `MASTER_PORT`, Slurm, Open MPI; a single node needs nothing). Use it as a context manager:
+/// leaving the `with` block shuts the node down cleanly (waiting for every node to leave), or,
+/// if the block raised, closes it at once. Take one `Worker` per Python thread with
+/// `node.worker(i)`.
+#[pyclass(frozen, module = "roam", name = "Node")]
+pub(crate) struct PyNode {
+    shared: Arc<NodeShared>,
+    workers: Mutex<Vec<Option<Py<PyWorker>>>>,
+}
+
+fn value_lengths(
+    num_keys: Option<u64>,
+    value_lengths: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(u64, ValueLengths)> {
+    let Some(lengths) = value_lengths else {
+        return Err(PyTypeError::new_err(
+            "value_lengths is required: an int (values per key) or one length per key",
+        ));
+    };
+    if let Ok(len) = lengths.extract::<i64>() {
+        let len = u32::try_from(len).map_err(|_| {
+            PyValueError::new_err(format!("value_lengths must be in 0..2**32, not {len}"))
+        })?;
+        let Some(num_keys) = num_keys else {
+            return Err(PyTypeError::new_err(
+                "num_keys is required when value_lengths is a single int",
+            ));
+        };
+        return Ok((num_keys, ValueLengths::Uniform(len)));
+    }
+    let keys = Keys::get(lengths).map_err(|_| {
+        PyTypeError::new_err("value_lengths must be an int or a sequence/array of ints")
+    })?;
+    let per_key = keys
+        .as_slice()
+        .iter()
+        .map(|&len| {
+            u32::try_from(len).map_err(|_| {
+                let shown = if keys.signed() {
+                    (len as i64).to_string()
+                } else {
+                    len.to_string()
+                };
+                PyValueError::new_err(format!("value lengths must be in 0..2**32, not {shown}"))
+            })
+        })
+        .collect::<PyResult<Vec<u32>>>()?;
+    let n = per_key.len() as u64;
+    if let Some(num_keys) = num_keys.filter(|&k| k != n) {
+        return Err(PyValueError::new_err(format!(
+            "num_keys is {num_keys} but value_lengths has {n} entries"
+        )));
+    }
+    Ok((n, ValueLengths::PerKey(per_key.into())))
+}
+
+impl PyNode {
+    fn leave(&self, py: Python<'_>, clean: bool) -> PyResult<Option<Py<PyDict>>> {
+        let shared = &self.shared;
+        shared.closed.store(true, Ordering::Release);
+        let cells: Vec<Arc<WorkerCell>> = self
+            .workers
+            .lock()
+            .iter()
+            .flatten()
+            .map(|w| w.get().cell().clone())
+            .collect();
+        let result = py.detach(|| {
+            let handle = shared.handle.lock().take();
+            let handle = handle?;
+            if !clean {
+                drop(handle);
+                return None;
+            }
+            // Complete what the workers left pending: their output buffers get filled and the
+            // node's result table is emptied before it leaves.
+            for cell in &cells {
+                cell.drain();
+            }
+            let result = handle.shutdown();
+            if let Ok(stats) = &result {
+                *shared.final_stats.lock() = Some(stats.clone());
+            }
+            Some(result)
+        });
+        match result {
+            None => Ok(None),
+            Some(Ok(stats)) => stats_dict(py, &stats).map(Some),
+            Some(Err(err)) => Err(errors::op_error(&err, false)),
+        }
+    }
+}
+
+#[pymethods]
+impl PyNode {
+    /// Starts this process's node and joins the cluster (the GIL is released meanwhile).
+    #[new]
+    #[pyo3(signature = (
+        num_keys = None,
+        value_lengths = None,
+        *,
+        workers = None,
+        allocation = "static-range",
+        home = "range",
+        location_caches = false,
+        fast_local_access = true,
+        rank = None,
+        num_nodes = None,
+        coordinator = None,
+        token = None,
+        emulate_latency_us = None,
+        peer_timeout = 5.0,
+        rendezvous_timeout = 60.0,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        num_keys: Option<u64>,
+        value_lengths: Option<&Bound<'_, PyAny>>,
+        workers: Option<u32>,
+        allocation: &str,
+        home: &str,
+        location_caches: bool,
+        fast_local_access: bool,
+        rank: Option<u32>,
+        num_nodes: Option<u32>,
+        coordinator: Option<String>,
+        token: Option<String>,
+        emulate_latency_us: Option<u64>,
+        peer_timeout: f64,
+        rendezvous_timeout: f64,
+    ) -> PyResult<Self> {
+        let (num_keys, lengths) = self::value_lengths(num_keys, value_lengths)?;
+        let mut cfg = match lengths {
+            ValueLengths::Uniform(len) => Config::new(num_keys, len),
+            ValueLengths::PerKey(lens) => Config::per_key(lens.to_vec()),
+        };
+        cfg.workers_per_node = workers;
+        cfg.allocation = allocation
+            .parse::<Allocation>()
+            .map_err(PyValueError::new_err)?;
+        cfg.home = match home {
+            "range" => Partitioning::Range,
+            "hash" => Partitioning::Hash,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown home partitioning {other:?}: expected range or hash"
+                )));
+            }
+        };
+        cfg.location_caches = location_caches;
+        cfg.fast_local_access = fast_local_access;
+        cfg.cluster.rank = rank;
+        cfg.cluster.num_nodes = num_nodes;
+        cfg.cluster.coordinator = coordinator;
+        cfg.token = token;
+        cfg.emulate_latency_us = emulate_latency_us;
+        cfg.peer_timeout = seconds("peer_timeout", peer_timeout)?;
+        cfg.rendezvous_timeout = seconds("rendezvous_timeout", rendezvous_timeout)?;
+        let allocation = cfg.allocation.name();
+        let handle = py
+            .detach(|| NodeHandle::start(cfg))
+            .map_err(|err| errors::start_error(&err))?;
+        let shared = NodeShared {
+            space: handle.key_space().clone(),
+            rank: handle.rank(),
+            num_nodes: handle.num_nodes(),
+            workers_per_node: handle.workers_per_node(),
+            allocation,
+            handle: Mutex::new(Some(handle)),
+            closed: AtomicBool::new(false),
+            final_stats: Mutex::new(None),
+        };
+        let workers = (0..shared.workers_per_node).map(|_| None).collect();
+        Ok(Self {
+            shared: Arc::new(shared),
+            workers: Mutex::new(workers),
+        })
+    }
+
+    /// This node's rank (`0..num_nodes`).
+    #[getter]
+    fn rank(&self) -> u32 {
+        self.shared.rank
+    }
+
+    /// Number of nodes in the cluster.
+    #[getter]
+    fn num_nodes(&self) -> u32 {
+        self.shared.num_nodes
+    }
+
+    /// Worker threads per node.
+    #[getter]
+    fn workers_per_node(&self) -> u32 {
+        self.shared.workers_per_node
+    }
+
+    /// Number of keys (keys are `0..num_keys`).
+    #[getter]
+    fn num_keys(&self) -> u64 {
+        self.shared.space.num_keys()
+    }
+
+    /// The value length shared by all keys, or `None` if lengths are per key.
+    #[getter]
+    fn value_length(&self) -> Option<usize> {
+        self.shared.space.uniform_len()
+    }
+
+    /// The allocation mode: `"static-range"`, `"static-hash"` or `"dynamic"`.
+    #[getter]
+    fn allocation(&self) -> &'static str {
+        self.shared.allocation
+    }
+
+    /// Whether the node was shut down or closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// The address this node accepts peer connections on (`None` for a single node or once
+    /// closed).
+    #[getter]
+    fn data_addr(&self) -> Option<String> {
+        self.shared
+            .handle
+            .lock()
+            .as_ref()
+            .and_then(NodeHandle::data_addr)
+            .map(|a| a.to_string())
+    }
+
+    /// The value length of `key`.
+    fn value_len(&self, key: u64) -> PyResult<usize> {
+        self.shared.value_len(key)
+    }
+
+    /// The `Worker` of index `index` (`0..workers_per_node`), for one Python thread. Asking
+    /// twice returns the same object.
+    fn worker(&self, py: Python<'_>, index: i64) -> PyResult<Py<PyWorker>> {
+        let workers = self.shared.workers_per_node;
+        let Some(slot) = usize::try_from(index)
+            .ok()
+            .filter(|&i| i < workers as usize)
+        else {
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            return Err(errors::worker_error(&roam::WorkerError::NoSuchWorker {
+                index,
+                workers,
+            }));
+        };
+        if let Some(w) = &self.workers.lock()[slot] {
+            return Ok(w.clone_ref(py));
+        }
+        if self.closed() {
+            return Err(errors::op_error_msg(
+                "the node has been shut down; its workers accept no more operations".to_owned(),
+            ));
+        }
+        let worker = {
+            let handle = self.shared.handle.lock();
+            let handle = handle
+                .as_ref()
+                .ok_or_else(|| errors::op_error_msg("the node has been shut down".to_owned()))?;
+            handle
+                .worker(slot as u32)
+                .map_err(|err| errors::worker_error(&err))?
+        };
+        let worker = Py::new(
+            py,
+            PyWorker::new(WorkerCell::new(worker, self.shared.clone())),
+        )?;
+        self.workers.lock()[slot] = Some(worker.clone_ref(py));
+        Ok(worker)
+    }
+
+    /// All workers, in index order.
+    fn workers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let all = (0..self.shared.workers_per_node)
+            .map(|i| self.worker(py, i64::from(i)))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, all)
+    }
+
+    /// This node's counters (a dict: local and remote accesses, messages, bytes, relocations,
+    /// `local_fraction`, ...). After shutdown, the final ones.
+    fn stats(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
+        self.shared.stats(py)
+    }
+
+    /// Leaves the cluster cleanly: completes the workers' pending operations, waits until
+    /// every node has called `shutdown`, then closes the links. Prints the counters as one JSON
+    /// line and returns them as a dict (`None` if already shut down). The GIL is released.
+    fn shutdown(&self, py: Python<'_>) -> PyResult<Option<Py<PyDict>>> {
+        self.leave(py, true)
+    }
+
+    /// Leaves the cluster at once, without waiting for the others (they see this node as
+    /// departed: their operations that need it fail). For error paths.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.leave(py, false).map(drop)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Shuts down cleanly, or closes at once if the block raised.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if exc_type.is_some_and(|t| !t.is_none()) {
+            self.close(py)?;
+        } else {
+            self.shutdown(py)?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<roam.Node rank {} of {} ({} workers, {} keys, {}{})>",
+            self.shared.rank,
+            self.shared.num_nodes,
+            self.shared.workers_per_node,
+            self.shared.space.num_keys(),
+            self.shared.allocation,
+            if self.closed() { ", closed" } else { "" }
+        )
+    }
+}

@@ -1,0 +1,689 @@
+//! `roam.Worker` and `roam.Ticket`: the per-thread access API.
+//!
+//! # Design
+//!
+//! A [`roam::Worker`] is `Send` but not `Sync`, and the [`roam::Ticket`] of an operation borrows
+//! the worker (and, for a pull, the output buffer) until it is waited. Python objects, however,
+//! may be used from any thread and a Python ticket must own what it needs. So:
+//!
+//! - [`WorkerCell`] holds the Rust worker next to a mutex. Every use of the worker — issuing an
+//!   operation, waiting, querying or dropping a ticket — happens while that mutex is held, so the
+//!   worker is never used by two threads at once (one Python thread per worker, as intended,
+//!   never contends for it). The mutex is only ever taken with the GIL released (or with
+//!   `try_lock`), and the GIL is never taken while it is held, so the two cannot deadlock.
+//! - The Rust ticket is kept, lifetime-extended to `'static`, in a [`PendingOp`] together with
+//!   the export of the pull's output buffer (see the SAFETY argument in [`WorkerCell::issue`]).
+//!   Every pending operation is also listed in its cell's registry, so it is completed by
+//!   `wait_all`/`barrier` (or when the cell is dropped) even if Python dropped its ticket.
+//! - An operation that completed at issue (all keys local) is finished on the spot and holds
+//!   nothing; its `wait` returns at once.
+//!
+//! The GIL is released while an operation is issued (it may write to sockets) and during every
+//! wait that can block.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use parking_lot::Mutex;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use roam::{AccessError, OpError};
+
+use crate::buffers::{F32Buffer, Keys, PinnedOut, numpy};
+use crate::errors;
+use crate::node::NodeShared;
+
+/// What a Python thread issued and has not yet seen completed.
+struct Registry {
+    /// Operations issued by this worker whose ticket is not yet finished, in issue order.
+    pending: Vec<Arc<PendingOp>>,
+    /// The first error of an operation whose Python ticket was dropped without being waited;
+    /// reported by the next `wait_all` or `barrier`.
+    orphan_error: Option<(OpError, bool)>,
+}
+
+/// One worker handle and its pending operations.
+pub(crate) struct WorkerCell {
+    /// The registry; holding this lock is what entitles a thread to use `worker` and the tickets
+    /// that borrow it. Declared before `worker` so that it is dropped first: a pending ticket
+    /// dropped with it waits for its operation through `worker`, which must still be alive.
+    lock: Mutex<Registry>,
+    /// Used only while `lock` is held (or while the cell is dropped); never borrowed mutably.
+    worker: roam::Worker,
+    node: Arc<NodeShared>,
+    id: u32,
+    global_id: u32,
+}
+
+// SAFETY: `roam::Worker` is `Send` but not `Sync` (it keeps per-thread bookkeeping in `RefCell`s).
+// Every use of `worker` — directly or through a `Ticket` that borrows it — happens while `lock`
+// is held (see `with_lock`, `issue`, `PendingOp::finish`), or during the cell's drop when no
+// other reference exists; so no two threads ever use it at the same time. The other fields are
+// `Sync`.
+unsafe impl Sync for WorkerCell {}
+
+/// The state of one issued operation.
+enum OpState {
+    /// Not yet waited. Field order matters: `ticket` (which writes into `out`'s memory when it
+    /// is waited, also when dropped) is dropped before `out`.
+    Pending {
+        ticket: roam::Ticket<'static>,
+        out: Option<PinnedOut>,
+    },
+    /// Being waited by a thread that holds the worker's lock.
+    Finishing,
+    /// Waited: the operation's result.
+    Done(Result<(), OpError>),
+}
+
+// SAFETY: the only non-`Send` part is the `Ticket`'s `&'static roam::Worker` (the worker is not
+// `Sync`). A ticket is only used or dropped while its worker's lock is held (or while its cell is
+// dropped, exclusively), so moving it to another thread never lets two threads use the worker
+// at once. The ticket's `&mut [f32]` points into `out`'s export, which travels with it.
+unsafe impl Send for OpState {}
+
+/// An issued operation, shared by its Python ticket and its worker's registry.
+pub(crate) struct PendingOp {
+    state: Mutex<OpState>,
+    /// Whether the keys were given as signed integers (for error messages).
+    signed_keys: bool,
+}
+
+impl PendingOp {
+    fn done(result: Result<(), OpError>, signed_keys: bool) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(OpState::Done(result)),
+            signed_keys,
+        })
+    }
+
+    /// The result if the operation was already waited (never blocks).
+    fn result_if_done(&self) -> Option<Result<(), OpError>> {
+        match &*self.state.try_lock()? {
+            OpState::Done(result) => Some(result.clone()),
+            _ => None,
+        }
+    }
+
+    /// Waits for the operation (if not yet done) and returns its result, plus the output
+    /// export to be released by the caller once it holds the GIL. `_held` proves that the
+    /// caller holds the worker's lock.
+    fn finish(&self, _held: &mut Registry) -> (Result<(), OpError>, Option<PinnedOut>) {
+        let taken = {
+            let mut state = self.state.lock();
+            match std::mem::replace(&mut *state, OpState::Finishing) {
+                OpState::Pending { ticket, out } => (ticket, out),
+                OpState::Done(result) => {
+                    *state = OpState::Done(result.clone());
+                    return (result, None);
+                }
+                OpState::Finishing => unreachable!("finishing is only seen under the lock"),
+            }
+        };
+        let (ticket, out) = taken;
+        // Blocks until the operation completes; a pull's remote values land in `out` here.
+        let result = ticket.wait();
+        *self.state.lock() = OpState::Done(result.clone());
+        (result, out)
+    }
+
+    /// Finishes the operation if that does not block; `Some` with its result if it is done.
+    fn try_finish(&self, held: &mut Registry) -> Option<(Result<(), OpError>, Option<PinnedOut>)> {
+        let finished = match &*self.state.lock() {
+            OpState::Pending { ticket, .. } => ticket.is_finished(),
+            OpState::Done(result) => return Some((result.clone(), None)),
+            OpState::Finishing => false,
+        };
+        finished.then(|| self.finish(held))
+    }
+
+    fn is_finished(&self, _held: &mut Registry) -> bool {
+        match &*self.state.lock() {
+            OpState::Pending { ticket, .. } => ticket.is_finished(),
+            OpState::Done(_) => true,
+            OpState::Finishing => false,
+        }
+    }
+}
+
+/// Output exports whose operations are over; dropped (released, unpinned) with the GIL held.
+type Released = Vec<PinnedOut>;
+
+impl WorkerCell {
+    pub(crate) fn new(worker: roam::Worker, node: Arc<NodeShared>) -> Self {
+        Self {
+            id: worker.id(),
+            global_id: worker.global_id(),
+            lock: Mutex::new(Registry {
+                pending: Vec::new(),
+                orphan_error: None,
+            }),
+            worker,
+            node,
+        }
+    }
+
+    fn check_open(&self) -> PyResult<()> {
+        if self.node.closed.load(Ordering::Acquire) {
+            return Err(errors::op_error_msg(
+                "the node has been shut down; its workers accept no more operations".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` with the lock held: taken at once if free, else waited for with the GIL
+    /// released (never while holding the GIL).
+    fn with_lock<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Registry, &roam::Worker) -> R + Send,
+    ) -> R {
+        if let Some(mut reg) = self.lock.try_lock() {
+            return f(&mut reg, &self.worker);
+        }
+        py.detach(|| f(&mut self.lock.lock(), &self.worker))
+    }
+
+    /// Completes, without blocking, the operations whose Python ticket is gone, and forgets
+    /// the ones that are done. Keeps the registry (and the node's result table) small.
+    fn reap(reg: &mut Registry, released: &mut Released) {
+        let mut pending = std::mem::take(&mut reg.pending);
+        pending.retain(|op| {
+            if op.result_if_done().is_some() {
+                return false;
+            }
+            let orphan = Arc::strong_count(op) == 1;
+            if !orphan {
+                return true;
+            }
+            match op.try_finish(reg) {
+                Some((result, out)) => {
+                    if let Err(err) = result {
+                        reg.orphan_error.get_or_insert((err, op.signed_keys));
+                    }
+                    released.extend(out);
+                    false
+                }
+                None => true,
+            }
+        });
+        reg.pending = pending;
+    }
+
+    /// Issues an operation with the GIL released; `out` is the export the operation writes
+    /// into (a pull's output), kept alive until the operation is waited.
+    fn issue<'s, F>(
+        &'s self,
+        py: Python<'_>,
+        signed_keys: bool,
+        out: Option<PinnedOut>,
+        op: F,
+    ) -> PyResult<(Arc<PendingOp>, Released)>
+    where
+        F: FnOnce(&'s roam::Worker) -> Result<roam::Ticket<'s>, AccessError> + Send,
+    {
+        self.check_open()?;
+        let issued = py.detach(|| {
+            let mut released = Released::new();
+            let mut reg = self.lock.lock();
+            Self::reap(&mut reg, &mut released);
+            let ticket = match op(&self.worker) {
+                Ok(ticket) => ticket,
+                Err(err) => {
+                    released.extend(out);
+                    return (Err(err), released);
+                }
+            };
+            if ticket.is_finished() {
+                // All keys were local (or the answers are already in): nothing to keep.
+                let result = ticket.wait();
+                released.extend(out);
+                return (Ok(PendingOp::done(result, signed_keys)), released);
+            }
+            // SAFETY (lifetime extension of the ticket's borrows of `self.worker` and, for a
+            // pull, of `out`'s memory):
+            // - The op is stored in `reg.pending` until it is finished; it is finished (the
+            //   ticket waited and dropped) only under `self.lock`, and otherwise dropped only with
+            //   the registry, i.e. when this cell is dropped — `lock` is declared before `worker`,
+            //   so the worker is still alive then. Every other holder of the op (a Python
+            //   `Ticket`) also holds an `Arc` of this cell, so the cell, and with it `worker`,
+            //   outlives every use of the ticket. `worker` is never borrowed mutably or moved
+            //   (the cell lives in an `Arc`).
+            // - The ticket is only used under `self.lock` (see `WorkerCell`'s `Sync` argument).
+            // - A pull's output slice points into `out`'s export, which is stored with the
+            //   ticket and released only after the ticket was waited or dropped (field order of
+            //   `OpState::Pending`; `finish` waits before returning `out`). The export pins the
+            //   memory: the exporter cannot free or resize it while exported. `PinnedOut` keeps
+            //   any other Rust reference to that memory (another pull's output, keys, values)
+            //   from being created until then.
+            let ticket: roam::Ticket<'static> =
+                unsafe { std::mem::transmute::<roam::Ticket<'_>, roam::Ticket<'static>>(ticket) };
+            let op = Arc::new(PendingOp {
+                state: Mutex::new(OpState::Pending { ticket, out }),
+                signed_keys,
+            });
+            reg.pending.push(op.clone());
+            (Ok(op), released)
+        });
+        let (result, released) = issued;
+        match result {
+            Ok(op) => Ok((op, released)),
+            Err(err) => {
+                drop(released);
+                Err(errors::access_error(&err, signed_keys))
+            }
+        }
+    }
+
+    /// Waits for `op` with the GIL released (unless it is already done).
+    fn wait_op(&self, py: Python<'_>, op: &PendingOp) -> PyResult<()> {
+        let result = match op.result_if_done() {
+            Some(result) => result,
+            None => {
+                let (result, released) = py.detach(|| {
+                    let mut reg = self.lock.lock();
+                    op.finish(&mut reg)
+                });
+                drop(released);
+                result
+            }
+        };
+        result.map_err(|err| errors::op_error(&err, op.signed_keys))
+    }
+
+    /// Finishes every pending operation (in issue order); the first error, including that of
+    /// an operation whose ticket was dropped. Must be called with the GIL released.
+    fn finish_all(
+        &self,
+        reg: &mut Registry,
+        released: &mut Released,
+    ) -> Result<(), (OpError, bool)> {
+        let mut first_error = reg.orphan_error.take();
+        for op in std::mem::take(&mut reg.pending) {
+            let (result, out) = op.finish(reg);
+            released.extend(out);
+            if let Err(err) = result {
+                first_error.get_or_insert((err, op.signed_keys));
+            }
+        }
+        if let Err(err) = self.worker.wait_all() {
+            first_error.get_or_insert((err, false));
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// `wait_all` for the node's shutdown: completes everything, ignoring (logging) errors.
+    pub(crate) fn drain(&self) {
+        let mut released = Released::new();
+        let mut reg = self.lock.lock();
+        if let Err((err, _)) = self.finish_all(&mut reg, &mut released) {
+            tracing::warn!("an operation of worker {} failed: {err}", self.id);
+        }
+        drop(reg);
+        // Released without the GIL: `PyBuffer`'s drop attaches to the interpreter itself. The
+        // lock is no longer held, so this cannot deadlock.
+        drop(released);
+    }
+}
+
+/// The handle of one worker, for one Python thread: `node.worker(i)`.
+///
+/// Every operation takes keys as a `uint64` NumPy array (or `int64`, or any sequence of `int`)
+/// and values as a C-contiguous `float32` array of any shape holding the keys' values
+/// concatenated in key order; arrays are used in place, never copied. Operations return a
+/// `Ticket`; `wait(ticket)` blocks (with the GIL released) until the operation is complete.
+#[pyclass(frozen, module = "roam", name = "Worker")]
+pub(crate) struct PyWorker {
+    cell: Arc<WorkerCell>,
+}
+
+/// An issued operation: wait for it with `ticket.wait()` or `worker.wait(ticket)`.
+///
+/// For a pull, the output array is complete once the ticket is waited (local keys are copied at
+/// issue, remote ones when the ticket is waited). A ticket dropped without being waited is
+/// completed later: by the next `wait_all()` or `barrier()` of its worker (which then raise its
+/// error, if any), or at the node's shutdown.
+#[pyclass(frozen, module = "roam", name = "Ticket")]
+pub(crate) struct PyTicket {
+    op: Arc<PendingOp>,
+    cell: Arc<WorkerCell>,
+    /// What `wait` returns: a pull's output array.
+    result: Option<Py<PyAny>>,
+    kind: &'static str,
+}
+
+impl PyWorker {
+    pub(crate) fn new(cell: WorkerCell) -> Self {
+        Self {
+            cell: Arc::new(cell),
+        }
+    }
+
+    pub(crate) fn cell(&self) -> &Arc<WorkerCell> {
+        &self.cell
+    }
+
+    fn ticket(
+        &self,
+        op: Arc<PendingOp>,
+        result: Option<Py<PyAny>>,
+        kind: &'static str,
+    ) -> PyTicket {
+        PyTicket {
+            op,
+            cell: self.cell.clone(),
+            result,
+            kind,
+        }
+    }
+
+    fn update(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vals: &Bound<'_, PyAny>,
+        set: bool,
+    ) -> PyResult<PyTicket> {
+        let keys = Keys::get(keys)?;
+        let vals = F32Buffer::get(vals, "vals", false)?;
+        keys.check_unpinned()?;
+        vals.check_unpinned("vals")?;
+        let (keys, vals) = (&keys, &vals);
+        let (op, released) = self.cell.issue(py, keys.signed(), None, move |worker| {
+            // SAFETY: `vals` outlives this call, which only reads the slice (a push copies the
+            // values before returning); no mutable slice of it exists.
+            let vals = unsafe { vals.as_slice() };
+            if set {
+                worker.set(keys.as_slice(), vals)
+            } else {
+                worker.push(keys.as_slice(), vals)
+            }
+        })?;
+        drop(released);
+        Ok(self.ticket(op, None, if set { "set" } else { "push" }))
+    }
+}
+
+fn allocate_out<'py>(
+    py: Python<'py>,
+    node: &NodeShared,
+    keys: &Keys,
+) -> PyResult<Bound<'py, PyAny>> {
+    let space = &node.space;
+    let slice = keys.as_slice();
+    if let Some(&key) = slice.iter().find(|&&k| k >= space.num_keys()) {
+        let err = AccessError::KeyOutOfRange {
+            key,
+            num_keys: space.num_keys(),
+        };
+        return Err(errors::access_error(&err, keys.signed()));
+    }
+    let shape = match space.uniform_len() {
+        Some(len) => PyTuple::new(py, [slice.len(), len])?,
+        None => PyTuple::new(py, [slice.iter().map(|&k| space.len(k)).sum::<usize>()])?,
+    };
+    let np = numpy(py)?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", np.getattr("float32")?)?;
+    np.call_method("empty", (shape,), Some(&kwargs))
+}
+
+#[pymethods]
+impl PyWorker {
+    /// This worker's index on its node (`0..workers_per_node`).
+    #[getter]
+    fn id(&self) -> u32 {
+        self.cell.id
+    }
+
+    /// This worker's node rank.
+    #[getter]
+    fn rank(&self) -> u32 {
+        self.cell.node.rank
+    }
+
+    /// Nodes in the cluster.
+    #[getter]
+    fn num_nodes(&self) -> u32 {
+        self.cell.node.num_nodes
+    }
+
+    /// Worker threads per node.
+    #[getter]
+    fn workers_per_node(&self) -> u32 {
+        self.cell.node.workers_per_node
+    }
+
+    /// This worker's index among all workers of all nodes.
+    #[getter]
+    fn global_id(&self) -> u32 {
+        self.cell.global_id
+    }
+
+    /// Number of keys (keys are `0..num_keys`).
+    #[getter]
+    fn num_keys(&self) -> u64 {
+        self.cell.node.space.num_keys()
+    }
+
+    /// The value length shared by all keys, or `None` if lengths are per key.
+    #[getter]
+    fn value_length(&self) -> Option<usize> {
+        self.cell.node.space.uniform_len()
+    }
+
+    /// The value length of `key`.
+    fn value_len(&self, key: u64) -> PyResult<usize> {
+        self.cell.node.value_len(key)
+    }
+
+    /// Reads the values of `keys` into `out` (or a new array) and returns a `Ticket`.
+    ///
+    /// `out` must be a writable, C-contiguous float32 array holding exactly the keys' values
+    /// (any shape). Without `out`, a new array of shape `(len(keys), value_length)` (per-key
+    /// lengths: `(total,)`) is allocated. Local keys are copied before this returns, remote
+    /// ones when the ticket is waited: `out` is complete once `wait(ticket)` returns it. Until
+    /// then no other pull, push or set may use memory overlapping `out` (`ValueError`).
+    #[pyo3(signature = (keys, out=None))]
+    fn pull(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        out: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTicket> {
+        let keys = Keys::get(keys)?;
+        let out_obj = match out {
+            Some(out) => out.clone(),
+            None => allocate_out(py, &self.cell.node, &keys)?,
+        };
+        keys.check_unpinned()?;
+        let buf = PinnedOut::new(F32Buffer::get(&out_obj, "out", true)?, &keys)?;
+        // SAFETY: the slice points into `buf`'s export, which `issue` stores with the ticket
+        // that borrows the slice (see the SAFETY argument there); it is the only slice of that
+        // memory: the pin refuses any other pull output, keys or values overlapping it.
+        let slice = unsafe { buf.buf().as_mut_slice() };
+        let keys = &keys;
+        let (op, released) = self
+            .cell
+            .issue(py, keys.signed(), Some(buf), move |worker| {
+                worker.pull(keys.as_slice(), slice)
+            })?;
+        drop(released);
+        Ok(self.ticket(op, Some(out_obj.unbind()), "pull"))
+    }
+
+    /// Adds `vals` to the values of `keys` (an additive update, e.g. a gradient step); returns
+    /// a `Ticket`. `vals` may be reused as soon as this returns.
+    fn push(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vals: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTicket> {
+        self.update(py, keys, vals, false)
+    }
+
+    /// Overwrites the values of `keys` with `vals`; returns a `Ticket`. `vals` may be reused as
+    /// soon as this returns.
+    fn set(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vals: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTicket> {
+        self.update(py, keys, vals, true)
+    }
+
+    /// Moves `keys` to this node (dynamic allocation; a no-op otherwise); returns a `Ticket`
+    /// that completes once all of them have arrived. Accesses stay correct while they move.
+    fn localize(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<PyTicket> {
+        let keys = Keys::get(keys)?;
+        keys.check_unpinned()?;
+        let keys = &keys;
+        let (op, released) = self.cell.issue(py, keys.signed(), None, move |worker| {
+            worker.localize(keys.as_slice())
+        })?;
+        drop(released);
+        Ok(self.ticket(op, None, "localize"))
+    }
+
+    /// Blocks (GIL released) until `ticket`'s operation is complete. Returns the output array
+    /// for a pull (`out` itself when it was given), `None` otherwise; raises the operation's
+    /// error. Waiting again returns (or raises) the same.
+    fn wait(&self, py: Python<'_>, ticket: &PyTicket) -> PyResult<Option<Py<PyAny>>> {
+        ticket.wait(py)
+    }
+
+    /// Whether `ticket`'s operation has completed (a following `wait` does not block).
+    fn is_finished(&self, py: Python<'_>, ticket: &PyTicket) -> bool {
+        ticket.is_finished(py)
+    }
+
+    /// Blocks (GIL released) until every operation this worker issued has completed and the
+    /// outputs of all its pulls are filled. Raises the first error among them (also of
+    /// operations whose ticket was dropped without being waited).
+    fn wait_all(&self, py: Python<'_>) -> PyResult<()> {
+        let cell = &self.cell;
+        let (result, released) = py.detach(|| {
+            let mut released = Released::new();
+            let result = cell.finish_all(&mut cell.lock.lock(), &mut released);
+            (result, released)
+        });
+        drop(released);
+        result.map_err(|(err, signed)| errors::op_error(&err, signed))
+    }
+
+    /// Copies `key`'s values into `out` if the key is on this node right now and returns
+    /// `True`; returns `False` (leaving `out` untouched) otherwise. Never sends a message.
+    fn pull_if_local(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let key = match key.extract::<i64>() {
+            Ok(k) => k as u64,
+            Err(_) => key.extract::<u64>()?,
+        };
+        self.cell.check_open()?;
+        let buf = F32Buffer::get(out, "out", true)?;
+        buf.check_unpinned("out")?;
+        let result = self.cell.with_lock(py, |_, worker| {
+            // SAFETY: `buf` outlives this call and no other Rust slice of it exists (it does not
+            // overlap a pending pull's output).
+            worker.pull_if_local(key, unsafe { buf.as_mut_slice() })
+        });
+        drop(buf);
+        result.map_err(|err| errors::access_error(&err, true))
+    }
+
+    /// Waits for this worker's operations (as `wait_all`), then for every worker of every node
+    /// to reach the barrier; everything issued before it by any worker has then been applied.
+    /// Blocks with the GIL released.
+    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+        self.cell.check_open()?;
+        let cell = &self.cell;
+        let (result, released) = py.detach(|| {
+            let mut released = Released::new();
+            let mut reg = cell.lock.lock();
+            let result = cell
+                .finish_all(&mut reg, &mut released)
+                .and_then(|()| cell.worker.barrier().map_err(|err| (err, false)));
+            drop(reg);
+            (result, released)
+        });
+        drop(released);
+        result.map_err(|(err, signed)| errors::op_error(&err, signed))
+    }
+
+    /// The node's counters (as `Node.stats()`).
+    fn stats(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
+        self.cell.node.stats(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<roam.Worker {} of node {} ({} nodes x {} workers)>",
+            self.cell.id,
+            self.cell.node.rank,
+            self.cell.node.num_nodes,
+            self.cell.node.workers_per_node
+        )
+    }
+}
+
+impl PyTicket {
+    fn wait(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.cell.wait_op(py, &self.op)?;
+        Ok(self.result.as_ref().map(|r| r.clone_ref(py)))
+    }
+
+    fn is_finished(&self, py: Python<'_>) -> bool {
+        if self.op.result_if_done().is_some() {
+            return true;
+        }
+        self.cell.with_lock(py, |reg, _| self.op.is_finished(reg))
+    }
+}
+
+#[pymethods]
+impl PyTicket {
+    /// Blocks (GIL released) until the operation is complete; returns the output array for a
+    /// pull, `None` otherwise (same as `worker.wait(ticket)`).
+    #[pyo3(name = "wait")]
+    fn py_wait(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.wait(py)
+    }
+
+    /// Whether the operation has completed (a following `wait` does not block).
+    #[pyo3(name = "is_finished")]
+    fn py_is_finished(&self, py: Python<'_>) -> bool {
+        self.is_finished(py)
+    }
+
+    /// The operation: `"pull"`, `"push"`, `"set"` or `"localize"`.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let state = if self.is_finished(py) {
+            "finished"
+        } else {
+            "pending"
+        };
+        format!("<roam.Ticket {} ({state})>", self.kind)
+    }
+}
+
+/// Rejects a negative timeout or duration given in seconds.
+pub(crate) fn seconds(what: &str, secs: f64) -> PyResult<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what} must be a finite, non-negative number of seconds, not {secs}"
+        ))
+    })
+}

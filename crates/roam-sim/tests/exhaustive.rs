@@ -1,0 +1,393 @@
+//! Bounded model checking of the relocation protocol: every interleaving of small scenarios
+//! (2–3 nodes, 1–2 keys, a few ops) is explored with `roam_sim::explore`, branching at each
+//! step over every deliverable link head and every worker that can issue its next op. At the
+//! end of every execution the same properties as the random tests are checked: per-key
+//! linearizability (plus per-worker program order where it is guaranteed: no location caches,
+//! fast local access), exact final sums, every op completed, a single copy of every key
+//! recorded by its home, no warning or anomaly. After every step the simulator checks that no
+//! key is held twice.
+//!
+//! CI explores the scenarios below within a few seconds; `ROAM_SIM_EXHAUSTIVE_DEPTH=<n>` (long
+//! mode) adds larger scenarios and cuts executions at `n` events (the prefixes of cut ones are
+//! checked for safety only).
+
+mod common;
+
+use common::{finals, total};
+use roam_core::{Key, KeySpace, NodeId};
+use roam_sim::explore::{ExploreConfig, ExploreStats, explore};
+use roam_sim::{
+    Consistency, Op, Sim, SimConfig, WorkerRef, check_final_sums_exact, check_linearizable,
+};
+
+/// A small scenario: cluster shape, flags and scripts.
+struct Scenario {
+    name: &'static str,
+    nodes: u32,
+    workers: u32,
+    keys: u64,
+    caches: bool,
+    fast: bool,
+    scripts: Vec<(WorkerRef, Vec<Op>)>,
+}
+
+impl Scenario {
+    fn build(&self) -> Sim {
+        let cfg = SimConfig::new(
+            self.nodes,
+            self.workers,
+            KeySpace::uniform(self.keys, 1).unwrap(),
+        )
+        .with_dynamic(true)
+        .with_location_caches(self.caches)
+        .with_fast_local_access(self.fast)
+        .with_delay(0, 0)
+        .with_think(0, 0);
+        let mut sim = Sim::new(cfg);
+        for (w, script) in &self.scripts {
+            sim.add_script(*w, script.clone());
+        }
+        sim
+    }
+
+    /// Every key's final value: the sum of the pushes to it (scenarios do not set).
+    fn expected(&self) -> Vec<f32> {
+        let mut sums = vec![0.0; self.keys as usize];
+        for (_, script) in &self.scripts {
+            for op in script {
+                match op {
+                    Op::Push { keys, vals, .. } => keys
+                        .iter()
+                        .zip(vals)
+                        .for_each(|(&k, v)| sums[k as usize] += v),
+                    Op::Set { .. } => panic!("scenarios only push"),
+                    _ => {}
+                }
+            }
+        }
+        sums
+    }
+
+    fn explore(&self, depth: usize) -> ExploreStats {
+        let expected = self.expected();
+        let program_order = !self.caches && self.fast;
+        let name = self.name;
+        let mut check = |sim: &Sim, complete: bool| {
+            let history = sim.history();
+            if !complete {
+                // A cut execution: nothing may be wrong so far.
+                check_linearizable(history, Consistency::linearizable(), None)
+                    .unwrap_or_else(|v| panic!("{name}: {v}"));
+                return;
+            }
+            assert!(
+                sim.unfinished_workers().is_empty(),
+                "{name}: hung: {:?}",
+                sim.unfinished_workers()
+            );
+            for op in history.ops() {
+                assert!(op.succeeded(), "{name}: {op}");
+            }
+            assert!(sim.warnings().is_empty(), "{name}: {:?}", sim.warnings());
+            assert_eq!(total(sim, |c| &c.anomalies), 0, "{name}");
+            sim.check_quiescent_placement()
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let finals = finals(sim);
+            for (k, want) in expected.iter().enumerate() {
+                assert_eq!(
+                    finals[k],
+                    Some(vec![*want]),
+                    "{name}: final value of key {k}"
+                );
+            }
+            check_final_sums_exact(history, &finals).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let opts = if program_order {
+                Consistency::with_program_order()
+            } else {
+                Consistency::linearizable()
+            };
+            check_linearizable(history, opts, Some(&finals))
+                .unwrap_or_else(|v| panic!("{name}: {v}"));
+        };
+        let started = std::time::Instant::now();
+        let stats = explore(
+            &|| self.build(),
+            ExploreConfig {
+                max_depth: depth,
+                merge_states: true,
+            },
+            &mut check,
+        );
+        eprintln!(
+            "{name}: {} interleavings covered, {} executions run and checked, {} merged, {} truncated, \
+             {} states, {} steps, longest {} events, {:.2?}",
+            stats.interleavings,
+            stats.executions_checked,
+            stats.merged,
+            stats.truncated,
+            stats.states,
+            stats.steps,
+            stats.deepest,
+            started.elapsed()
+        );
+        stats
+    }
+}
+
+fn w(node: u32, worker: u32) -> WorkerRef {
+    WorkerRef::new(node, worker)
+}
+
+fn push(keys: impl Into<Vec<Key>>, v: f32) -> Op {
+    let keys = keys.into();
+    let vals = vec![v; keys.len()];
+    Op::push_async(keys, vals)
+}
+
+/// The scenarios CI explores completely.
+fn ci_scenarios() -> Vec<Scenario> {
+    vec![
+        // Key 0 (home node 0) moves to node 1 while the home pushes to it and both read it.
+        Scenario {
+            name: "relocation racing with accesses (2 nodes, 1 key)",
+            nodes: 2,
+            workers: 1,
+            keys: 1,
+            caches: false,
+            fast: true,
+            scripts: vec![
+                (
+                    w(1, 0),
+                    vec![
+                        Op::localize_async(vec![0]),
+                        push([0], 1.0),
+                        Op::pull(vec![0]),
+                    ],
+                ),
+                (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
+            ],
+        },
+        // Two nodes ask for the home's key at once: one relocation may chain into the other.
+        Scenario {
+            name: "competing and chained relocations (3 nodes, 1 key)",
+            nodes: 3,
+            workers: 1,
+            keys: 1,
+            caches: false,
+            fast: true,
+            scripts: vec![
+                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
+                (w(2, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
+                (w(0, 0), vec![Op::pull(vec![0])]),
+            ],
+        },
+        // Batched ops over two keys with different homes while one of them moves.
+        Scenario {
+            name: "batched ops across owners (2 nodes, 2 keys)",
+            nodes: 2,
+            workers: 1,
+            keys: 2,
+            caches: false,
+            fast: true,
+            scripts: vec![
+                (
+                    w(0, 0),
+                    vec![
+                        Op::localize_async(vec![1]),
+                        push([0, 1], 1.0),
+                        Op::pull(vec![1, 0]),
+                    ],
+                ),
+                (w(1, 0), vec![push([1, 0], 2.0), Op::pull(vec![0, 1])]),
+            ],
+        },
+        // Location caches: stale entries and the hops they cost (linearizability only).
+        Scenario {
+            name: "location caches (3 nodes, 1 key)",
+            nodes: 3,
+            workers: 1,
+            keys: 1,
+            caches: true,
+            fast: true,
+            scripts: vec![
+                (w(1, 0), vec![Op::localize(vec![0])]),
+                (
+                    w(2, 0),
+                    vec![Op::pull_async(vec![0]), push([0], 1.0), push([0], 2.0)],
+                ),
+            ],
+        },
+        // No fast local access: local ops travel over the self-link while the key moves.
+        Scenario {
+            name: "no fast local access (2 nodes, 1 key)",
+            nodes: 2,
+            workers: 1,
+            keys: 1,
+            caches: false,
+            fast: false,
+            scripts: vec![
+                (
+                    w(1, 0),
+                    vec![Op::localize(vec![0]), push([0], 1.0), Op::pull(vec![0])],
+                ),
+                (w(0, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
+            ],
+        },
+    ]
+}
+
+/// Larger scenarios for the long mode: each one op or one worker more than a CI scenario
+/// (about ten to a hundred times the interleavings).
+fn long_scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "long: competing relocations while the home pushes (3 nodes, 1 key)",
+            nodes: 3,
+            workers: 1,
+            keys: 1,
+            caches: false,
+            fast: true,
+            scripts: vec![
+                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
+                (w(2, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
+                (w(0, 0), vec![push([0], 4.0), Op::pull(vec![0])]),
+            ],
+        },
+        Scenario {
+            name: "long: two workers per node (2 nodes, 1 key)",
+            nodes: 2,
+            workers: 2,
+            keys: 1,
+            caches: false,
+            fast: true,
+            scripts: vec![
+                (w(0, 0), vec![push([0], 1.0)]),
+                (w(0, 1), vec![Op::pull(vec![0])]),
+                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
+                (w(1, 1), vec![Op::pull(vec![0])]),
+            ],
+        },
+        Scenario {
+            name: "long: caches while the owner moves again (3 nodes, 1 key)",
+            nodes: 3,
+            workers: 1,
+            keys: 1,
+            caches: true,
+            fast: true,
+            scripts: vec![
+                (w(1, 0), vec![Op::localize(vec![0])]),
+                (
+                    w(2, 0),
+                    vec![Op::pull_async(vec![0]), push([0], 1.0), push([0], 2.0)],
+                ),
+                (w(0, 0), vec![Op::localize_async(vec![0])]),
+            ],
+        },
+    ]
+}
+
+/// CI: every interleaving of the small scenarios, none cut.
+#[test]
+fn every_interleaving_of_small_relocation_scenarios_is_correct() {
+    let cfg = ExploreConfig::from_env(200);
+    let mut total_interleavings = 0u128;
+    let mut checked = 0;
+    for scenario in ci_scenarios() {
+        let stats = scenario.explore(cfg.max_depth);
+        assert_eq!(
+            stats.truncated, 0,
+            "{}: executions were cut at depth {}",
+            scenario.name, cfg.max_depth
+        );
+        assert!(
+            stats.executions_checked > 10,
+            "{}: {stats:?}",
+            scenario.name
+        );
+        total_interleavings += stats.interleavings;
+        checked += stats.executions_checked;
+    }
+    eprintln!(
+        "CI scenarios: {total_interleavings} interleavings covered, {checked} executions checked"
+    );
+}
+
+/// Long mode only (`ROAM_SIM_EXHAUSTIVE_DEPTH=<n>`): larger scenarios, cut at depth `n`.
+#[test]
+fn every_interleaving_of_larger_scenarios_is_correct_in_long_mode() {
+    if !ExploreConfig::long_mode() {
+        eprintln!("skipped: set ROAM_SIM_EXHAUSTIVE_DEPTH=<n> to explore the larger scenarios");
+        return;
+    }
+    let cfg = ExploreConfig::from_env(200);
+    for scenario in long_scenarios() {
+        scenario.explore(cfg.max_depth);
+    }
+}
+
+/// The explorer itself: on a scenario small enough to count by hand it covers every
+/// interleaving, whether or not equivalent states are merged, and merging saves work.
+#[test]
+fn the_explorer_counts_every_interleaving() {
+    // One worker on each of two nodes, each doing one local (fast path) push: two events that
+    // can go in either order, nothing else: exactly 2 interleavings.
+    let scenario = Scenario {
+        name: "two local pushes",
+        nodes: 2,
+        workers: 1,
+        keys: 2,
+        caches: false,
+        fast: true,
+        scripts: vec![
+            (w(0, 0), vec![push([0], 1.0)]),
+            (w(1, 0), vec![push([1], 1.0)]),
+        ],
+    };
+    let stats = scenario.explore(50);
+    assert_eq!((stats.interleavings, stats.executions_checked), (2, 2));
+    // A remote sync pull from node 1 (to node 0 and back) against a local push at node 0:
+    // the push can come before the pull is issued, between issue and request delivery,
+    // between delivery and reply delivery, or after: 4 interleavings.
+    let scenario = Scenario {
+        name: "remote pull against local push",
+        nodes: 2,
+        workers: 1,
+        keys: 1,
+        caches: false,
+        fast: true,
+        scripts: vec![
+            (w(0, 0), vec![push([0], 1.0)]),
+            (w(1, 0), vec![Op::pull(vec![0])]),
+        ],
+    };
+    let stats = scenario.explore(50);
+    assert_eq!(stats.interleavings, 4, "{stats:?}");
+    // Merging states covers the same interleavings with fewer executions run.
+    let big = &ci_scenarios()[0];
+    let expected = big.expected();
+    let mut no_check = |_: &Sim, _: bool| {};
+    let merged = explore(
+        &|| big.build(),
+        ExploreConfig {
+            max_depth: 200,
+            merge_states: true,
+        },
+        &mut no_check,
+    );
+    let plain = explore(
+        &|| big.build(),
+        ExploreConfig {
+            max_depth: 200,
+            merge_states: false,
+        },
+        &mut no_check,
+    );
+    assert_eq!(merged.interleavings, plain.interleavings);
+    assert_eq!(plain.executions_checked as u128, plain.interleavings);
+    assert!(
+        merged.executions_checked < plain.executions_checked,
+        "{merged:?} vs {plain:?}"
+    );
+    assert_eq!(expected, vec![3.0]);
+    let _ = NodeId(0);
+}

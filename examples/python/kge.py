@@ -103,15 +103,15 @@ def synthetic_graph(seed=1, ne=300, nr=20, clusters=10, per_relation=250) -> Gra
 
 
 def default_data() -> pathlib.Path | None:
-    for candidate in (
+    candidates = [
         os.environ.get("ROAM_KGE_DATA"),
         REPO.parent / "shared" / "data" / "lapse-toy" / "kge",
         REPO / "data" / "umls",
-    ):
-        if candidate and (pathlib.Path(candidate) / "train.del").exists() or (
-            candidate and (pathlib.Path(candidate) / "train.txt").exists()
-        ):
-            return pathlib.Path(candidate)
+    ]
+    for candidate in filter(None, candidates):
+        path = pathlib.Path(candidate)
+        if (path / "train.del").exists() or (path / "train.txt").exists():
+            return path
     return None
 
 

@@ -23,6 +23,8 @@ pub struct Worker {
     id: WorkerId,
     counters: Arc<WorkerCounters>,
     outstanding: RefCell<HashSet<u64>>,
+    /// Operations whose tickets were detached: their results are discarded by `wait_all`.
+    detached: RefCell<HashSet<u64>>,
     misses: RefCell<(Vec<Key>, Vec<usize>)>,
 }
 
@@ -40,6 +42,16 @@ impl Ticket<'_> {
     pub fn is_finished(&self) -> bool {
         self.req
             .is_none_or(|req| self.worker.shared.is_complete(self.worker.id, req))
+    }
+
+    /// Lets the operation complete in the background without waiting for it here (dropping a
+    /// ticket waits). Its outcome, including any error, is discarded; [`Worker::wait_all`] and
+    /// [`Worker::barrier`] still wait for it. Meant for hints such as `localize`; a detached
+    /// pull still runs, but its values are not copied into the buffer.
+    pub fn detach(mut self) {
+        if let Some(req) = self.req.take() {
+            self.worker.detached.borrow_mut().insert(req.0);
+        }
     }
 
     /// Blocks until the operation completes; for a pull, the values are then in the buffer.
@@ -79,6 +91,7 @@ impl Worker {
             id,
             counters,
             outstanding: RefCell::default(),
+            detached: RefCell::default(),
             misses: RefCell::default(),
         }
     }
@@ -275,7 +288,11 @@ impl Worker {
         let outstanding: Vec<u64> = self.outstanding.borrow().iter().copied().collect();
         let mut first_error = None;
         for req in outstanding {
-            if let Err(err) = self.shared.wait_complete(self.id, ReqId(req)) {
+            if self.detached.borrow_mut().remove(&req) {
+                // Nobody will take this result: take it here, and ignore its outcome.
+                let _ = self.shared.wait_result(self.id, ReqId(req));
+                self.outstanding.borrow_mut().remove(&req);
+            } else if let Err(err) = self.shared.wait_complete(self.id, ReqId(req)) {
                 first_error.get_or_insert(err);
             }
         }

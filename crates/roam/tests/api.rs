@@ -153,7 +153,14 @@ fn two_nodes_serve_each_other_in_every_allocation_mode() {
                     let w = node.worker(0).unwrap();
                     w.push(keys, &vec![1.0; 200]).unwrap().wait().unwrap();
                     if allocation == Allocation::Dynamic && node.rank() == 1 {
-                        w.localize(&keys[..50]).unwrap().wait().unwrap();
+                        w.localize(&keys[40..50]).unwrap().detach();
+                        w.wait_all().unwrap();
+                        let mut one = [0.0; 2];
+                        assert!(
+                            w.pull_if_local(45, &mut one).unwrap(),
+                            "wait_all waits for detached ops"
+                        );
+                        w.localize(&keys[..40]).unwrap().wait().unwrap();
                         let mut one = [0.0; 2];
                         assert!(
                             w.pull_if_local(3, &mut one).unwrap(),

@@ -13,9 +13,15 @@ EXAMPLE = REPO / "examples" / "python" / "kge.py"
 TOY = REPO.parent / "shared" / "data" / "lapse-toy" / "kge"
 
 
+HAVE_TOY = (TOY / "train.del").exists()
+# Random ranking gives an MRR of about 0.02 on these graphs; 3 epochs reach about 0.4 on
+# lapse-toy and 0.17 on the synthetic graph (whose clusters of 30 entities cap it near that).
+MIN_MRR = 0.25 if HAVE_TOY else 0.1
+
+
 def data_args():
     # The lapse-toy graph when the shared data is next to the repository, else synthetic.
-    return ["--data", str(TOY)] if (TOY / "train.del").exists() else ["--synthetic"]
+    return ["--data", str(TOY)] if HAVE_TOY else ["--synthetic"]
 
 
 def summary(output: str) -> dict:
@@ -36,8 +42,7 @@ def test_example_single_process():
                "--backend", "numpy", *data_args()])
     s = summary(out)
     assert s["nodes"] == 1 and s["workers_per_node"] == 2 and s["allocation"] == "dynamic"
-    # Random ranking gives an MRR around 0.02 on 280 entities; 3 epochs reach ~0.4.
-    assert s["mrr"] > 0.25, s
+    assert s["mrr"] > MIN_MRR, s
     epochs = [json.loads(l) for l in out.splitlines() if l.startswith('{"epoch"')]
     assert [e["epoch"] for e in epochs] == [1, 2, 3]
     assert epochs[-1]["loss"] < epochs[0]["loss"]
@@ -48,7 +53,7 @@ def test_example_two_nodes(roam_bin):
                sys.executable, str(EXAMPLE), "--epochs", "3", "--backend", "numpy", *data_args()])
     s = summary(out)
     assert s["nodes"] == 2 and s["workers_per_node"] == 2
-    assert s["mrr"] > 0.25, s
+    assert s["mrr"] > MIN_MRR, s
     assert s["local_fraction"] > 0.5, s  # dynamic allocation makes most accesses local
 
 
@@ -57,4 +62,4 @@ def test_example_torch_backend():
     out = run([sys.executable, str(EXAMPLE), "--workers", "2", "--epochs", "3",
                "--backend", "torch", *data_args()])
     s = summary(out)
-    assert s["backend"] == "torch" and s["mrr"] > 0.25, s
+    assert s["backend"] == "torch" and s["mrr"] > MIN_MRR, s

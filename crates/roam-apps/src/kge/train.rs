@@ -16,8 +16,9 @@
 //! the whole positive one read and one write per key, which is what makes remote keys cheap
 //! enough; the per-key sum is the exact gradient of the positive's summed loss.
 //!
-//! Outstanding operations (pushes, look-ahead localizes) are kept in a bounded queue and
-//! reaped as they finish; nothing here waits for a relocation.
+//! Look-ahead localizes are detached (hints: nothing waits for a relocation; the epoch's
+//! closing barrier still waits for them). Pushes are kept in a bounded queue and reaped as they
+//! finish, which bounds the operations in flight and surfaces their errors.
 
 use std::collections::VecDeque;
 
@@ -456,13 +457,13 @@ impl Epoch<'_> {
             worker.localize(&ahead_keys)
         };
         if ahead > 0 {
-            pending.push_back(localize(0..ahead)?);
+            localize(0..ahead)?.detach();
         }
         let mut sum = LossSum::default();
         let mut since_tick = 0;
         for i in 0..order.len() {
             if ahead > 0 && i % batch == 0 && i + ahead < order.len() {
-                pending.push_back(localize(i + ahead..i + ahead + batch)?);
+                localize(i + ahead..i + ahead + batch)?.detach();
             }
             let t = graph.train[order[i] as usize];
             pending.push_back(step.run(worker, hyper, graph, t, negs(i), &mut sum)?);

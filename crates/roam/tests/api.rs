@@ -169,7 +169,7 @@ fn two_nodes_serve_each_other_in_every_allocation_mode() {
                     }
                     w.barrier().unwrap();
                     let mut out = vec![0.0; 200];
-                    let ticket = w.pull(&keys, &mut out).unwrap();
+                    let ticket = w.pull(keys, &mut out).unwrap();
                     ticket.wait().unwrap();
                     assert!(out.iter().all(|&v| v == 2.0), "{allocation:?}: {out:?}");
                     w.barrier().unwrap();

@@ -156,6 +156,12 @@ fn synthetic_topics_are_recovered_in_every_mode() {
         let r = report(&launch(2, 1, &args(mode, &data, &SYNTHETIC_ARGS)));
         assert_learns(&r, "topic_auc", 0.3);
         fractions.push(local_fraction(&r));
+        let relocations = r["relocations"].as_u64().expect("relocations");
+        if mode == "lapse" {
+            assert!(relocations > 0, "lapse mode moved no key: {r}");
+        } else {
+            assert_eq!(relocations, 0, "{mode} moved keys: {r}");
+        }
     }
     assert!(
         fractions[2] > fractions[0],
@@ -163,6 +169,14 @@ fn synthetic_topics_are_recovered_in_every_mode() {
         fractions[2],
         fractions[0]
     );
+    // Without localizing the negative lists only the batches' own words move (how many
+    // relocations that saves depends on timing, so only the mode's working is checked).
+    let mut no_neg = data.to_vec();
+    no_neg.push("--no-localize-neg");
+    let r = report(&launch(2, 1, &args("lapse", &no_neg, &SYNTHETIC_ARGS)));
+    assert_learns(&r, "topic_auc", 0.3);
+    assert_eq!(r["settings"]["localize_neg"], false, "{r}");
+    assert!(r["relocations"].as_u64().expect("relocations") > 0, "{r}");
 }
 
 #[test]

@@ -283,16 +283,15 @@ fn location_caches_reorder_async_ops_of_one_worker() {
     );
 }
 
-/// The random workload with caches on finds reorderings too; the first seed (found by searching
-/// seeds 0, 1, ...) is pinned here, and the rate over the default seeds is printed. Whatever
-/// the order, every run stays linearizable per key with exact final sums (checked in
+/// The random workload with caches on finds reorderings too: the first reordering seed among
+/// 0, 1, ... is searched and printed (a pinned seed would go stale whenever routing changes).
+/// Whatever the order, every run stays linearizable per key with exact final sums (checked in
 /// `order_run` and `dynamic.rs`).
 #[test]
 fn location_caches_reorder_async_ops_in_random_runs() {
-    assert!(
-        reordered(&order_run(5, true, true)),
-        "seed 5 reorders with caches on"
-    );
+    let first = (0..300u64).find(|&seed| reordered(&order_run(seed, true, true)));
+    eprintln!("first reordering seed with caches on: {first:?}");
+    assert!(first.is_some(), "no reordering with caches on in 300 seeds");
     let mut found = 0;
     let mut runs = 0;
     for_each_seed(default_seeds() / 3, |seed| {

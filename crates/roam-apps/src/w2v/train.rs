@@ -595,6 +595,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
                 "loss": if pairs > 0 { loss / pairs as f64 } else { f64::NAN },
                 "pairs": pairs,
                 "negatives": sums[2],
+                "words": sums[4],
                 "lr": alpha,
             });
             if a.only_local_neg {

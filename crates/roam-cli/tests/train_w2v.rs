@@ -257,6 +257,7 @@ fn malformed_input_fails_with_a_clear_message() {
     let rare = file("rare.txt", b"every word here is different\n");
     let binary = file("binary.txt", b"some words\nand \xff then\n");
     let pairs = file("pairs.tsv", b"one\ttwo\nthree four\n");
+    let unknown = file("unknown.tsv", b"one\ttwo\nthree\tfour\n");
     let missing = dir.join("missing.txt").to_string_lossy().into_owned();
     for (extra, needles) in [
         (vec!["--data", &empty], vec![empty.as_str(), "no words"]),
@@ -281,6 +282,17 @@ fn malformed_input_fails_with_a_clear_message() {
                 &pairs,
             ],
             vec![pairs.as_str(), "line 2"],
+        ),
+        (
+            vec![
+                "--synthetic",
+                SYNTHETIC,
+                "--min-count",
+                "3",
+                "--pairs",
+                &unknown,
+            ],
+            vec![unknown.as_str(), "only 0 of the 2 pairs"],
         ),
         (vec!["--window", "0"], vec!["--window"]),
         (vec!["--heldout", "0.95"], vec!["--heldout"]),

@@ -170,7 +170,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .enumerate()
                 .map(|(i, &r)| (raw.names[r as usize].as_str(), i as u32))
                 .collect();
-            Some(PairList::read(path, &index)?)
+            let list = PairList::read(path, &index)?;
+            ensure!(
+                list.pairs.len() >= 2,
+                "only {} of the {} pairs listed in {} have both words in the vocabulary of \
+                 {dataset} (at least 2 are needed for pair_auc)",
+                list.pairs.len(),
+                list.listed,
+                path.display()
+            );
+            Some(list)
         }
     };
     let topics: Option<Vec<Option<u32>>> = raw
@@ -214,14 +223,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             args.seed,
         )
     });
-    if let Some((covered, listed)) = evaluator.as_ref().and_then(Evaluator::pair_coverage)
-        && covered == 0
-    {
-        eprintln!(
-            "warning: none of the {listed} listed pairs has both words in the vocabulary; \
-             no pair_auc"
-        );
-    }
     let sums = SumKeys::new((keys.num_keys()..num_keys).collect(), dim as usize, SUMMED);
     let node_sums = NodeSums::new(node.workers_per_node() as usize);
     let job = Job {

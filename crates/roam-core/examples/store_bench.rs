@@ -39,7 +39,9 @@ fn main() {
             let at = (r * batch) % (drawn.len() - batch);
             let batch_keys = &drawn[at..at + batch];
             if pull {
-                store.pull_batch_local(batch_keys, &mut out, len, |_| misses += 1);
+                store
+                    .pull_batch_local(batch_keys, &mut out, len, |_| misses += 1)
+                    .expect("keys in range");
             } else {
                 store.push_batch_local(batch_keys, &update, len, UpdateMode::Add, |_| misses += 1);
             }

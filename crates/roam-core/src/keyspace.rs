@@ -169,7 +169,18 @@ impl KeySpace {
         let mut expected = 0usize;
         match &self.lengths {
             ValueLengths::Uniform(len) => {
-                if let Some(&key) = keys.iter().find(|&&k| k >= self.num_keys) {
+                // `max` vectorises; the culprit is only searched for when there is one.
+                if keys
+                    .iter()
+                    .copied()
+                    .max()
+                    .is_some_and(|k| k >= self.num_keys)
+                {
+                    let key = keys
+                        .iter()
+                        .copied()
+                        .find(|&k| k >= self.num_keys)
+                        .unwrap_or(0);
                     return Err(AccessError::KeyOutOfRange {
                         key,
                         num_keys: self.num_keys,

@@ -149,6 +149,8 @@ impl Store {
     /// Pulls a batch of keys of the uniform length `len` into `out` (`keys.len() * len` values),
     /// calling `miss(i)` for each key `i` that is not local. Prefetches a few keys ahead, so
     /// that the cache misses of a random batch overlap instead of queuing behind each latch.
+    /// Stops at the first key outside the key space and returns it (reads change nothing, so
+    /// checking while copying saves the caller a separate pass over the batch).
     #[inline]
     pub fn pull_batch_local(
         &self,
@@ -156,14 +158,18 @@ impl Store {
         out: &mut [f32],
         len: usize,
         mut miss: impl FnMut(usize),
-    ) {
+    ) -> Result<(), Key> {
         debug_assert_eq!(out.len(), keys.len() * len);
         for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
             self.prefetch_ahead(keys, i);
+            if key >= self.states.len() as u64 {
+                return Err(key);
+            }
             if !self.pull_local(key, here) {
                 miss(i);
             }
         }
+        Ok(())
     }
 
     /// Applies a batch of updates of the uniform length `len`; like [`Store::pull_batch_local`].
@@ -188,7 +194,7 @@ impl Store {
     /// Prefetches the state word of key `i + 2 * D` and the values of key `i + D`.
     #[inline(always)]
     fn prefetch_ahead(&self, keys: &[Key], i: usize) {
-        const D: usize = 4;
+        const D: usize = 8;
         if let Some(&far) = keys.get(i + 2 * D)
             && let Some(state) = self.states.get(far as usize)
         {

@@ -129,7 +129,25 @@ impl Worker {
     /// Reads the values of `keys` into `out` (their lengths concatenated in key order). Local
     /// keys are copied before this returns; the rest arrive when the ticket is waited.
     pub fn pull<'a>(&'a self, keys: &[Key], out: &'a mut [f32]) -> Result<Ticket<'a>, AccessError> {
-        self.shared.space.check_batch(keys, out.len())?;
+        let space = &self.shared.space;
+        let fast = self.shared.fast_local_access;
+        match space.uniform_len() {
+            // The hot path checks keys while it copies (a pull changes nothing, so failing
+            // half-way is harmless: the buffer's contents are then unspecified).
+            Some(len) if fast => {
+                if keys.len() * len != out.len() {
+                    let expected = keys.len() * len;
+                    return Err(AccessError::LengthMismatch {
+                        keys: keys.len(),
+                        expected,
+                        actual: out.len(),
+                    });
+                }
+            }
+            _ => {
+                space.check_batch(keys, out.len())?;
+            }
+        }
         let mut misses = self.misses.borrow_mut();
         let (miss_keys, miss_offsets) = &mut *misses;
         miss_keys.clear();
@@ -138,12 +156,17 @@ impl Worker {
         let fast = self.shared.fast_local_access;
         if let (Some(len), true) = (self.shared.space.uniform_len(), fast) {
             // The common case, kept free of per-key length lookups.
-            store.pull_batch_local(keys, out, len, |i| {
+            let checked = store.pull_batch_local(keys, out, len, |i| {
                 miss_keys.push(keys[i]);
                 miss_offsets.push(i * len);
             });
+            if let Err(key) = checked {
+                return Err(AccessError::KeyOutOfRange {
+                    key,
+                    num_keys: space.num_keys(),
+                });
+            }
         } else {
-            let space = &self.shared.space;
             let mut offset = 0;
             for &key in keys {
                 let len = space.len(key);

@@ -1,7 +1,10 @@
-//! The `roam` command: launcher, benchmarks and the embedded demo job.
+//! The `roam` command: launcher, training jobs, benchmarks and self-checks.
 
-use clap::{Parser, Subcommand};
-use roam::{bench, check, demo, launch};
+use std::ffi::OsString;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use roam::{bench, check, launch};
 
 #[derive(Parser)]
 #[command(
@@ -21,8 +24,9 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// The embedded default job: a short distributed matrix factorisation on planted data.
-    Demo(demo::DemoArgs),
+    /// The embedded default job: `train mf --mode lapse` on the built-in synthetic matrix,
+    /// launched on local node processes unless already inside a cluster.
+    Demo(DemoArgs),
     /// Train a model: matrix factorisation, knowledge-graph embeddings or word vectors.
     #[command(subcommand)]
     Train(TrainCommand),
@@ -30,6 +34,19 @@ enum Command {
     #[command(subcommand)]
     Check(check::CheckCommand),
 }
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Nodes to launch when not already inside a cluster.
+    #[arg(long, default_value_t = 2)]
+    nodes: u32,
+    /// Worker threads per node when launching.
+    #[arg(long, default_value_t = 2)]
+    workers_per_node: u32,
+}
+
+/// What `roam demo` runs on every node.
+const DEMO_JOB: [&str; 4] = ["train", "mf", "--mode", "lapse"];
 
 #[derive(Subcommand)]
 enum TrainCommand {
@@ -57,8 +74,12 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
-    let code = match cli.command {
+    let code = run(Cli::parse().command)?;
+    std::process::exit(code);
+}
+
+fn run(command: Command) -> anyhow::Result<i32> {
+    Ok(match command {
         Command::Launch(args) => launch::run(&args)?,
         Command::Bench(BenchCommand::Ops(args)) => bench::run_ops(&args).map(|()| 0)?,
         Command::Bench(BenchCommand::RowCopy) => {
@@ -68,11 +89,29 @@ fn main() -> anyhow::Result<()> {
             );
             0
         }
-        Command::Demo(args) => demo::run(&args)?,
+        Command::Demo(args) => demo(&args)?,
         Command::Train(TrainCommand::Mf(args)) => roam_apps::mf::run(&args).map(|()| 0)?,
         Command::Train(TrainCommand::Kge(args)) => roam_apps::kge::run(&args).map(|()| 0)?,
         Command::Train(TrainCommand::W2v(args)) => roam_apps::w2v::run(&args).map(|()| 0)?,
         Command::Check(command) => check::run(&command).map(|()| 0)?,
-    };
-    std::process::exit(code);
+    })
+}
+
+/// Runs [`DEMO_JOB`] here if this process is a node of a cluster, else launches it.
+fn demo(args: &DemoArgs) -> anyhow::Result<i32> {
+    if std::env::var_os("ROAM_NUM_NODES").is_some() || args.nodes <= 1 {
+        let job = Cli::try_parse_from(std::iter::once("roam").chain(DEMO_JOB))?;
+        return run(job.command);
+    }
+    let exe = std::env::current_exe().context("locating the roam binary")?;
+    let program = std::iter::once(exe.into_os_string())
+        .chain(DEMO_JOB.iter().map(OsString::from))
+        .collect();
+    launch::run(&launch::LaunchArgs {
+        nodes: args.nodes,
+        workers_per_node: Some(args.workers_per_node),
+        latency_us: None,
+        network: Default::default(),
+        program,
+    })
 }

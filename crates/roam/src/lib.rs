@@ -14,8 +14,7 @@
 //! - `transport`: framed TCP links, vectored writes, bounded reads, latency emulation.
 //! - `worker`: the per-thread API (pull, push, set, wait, barrier) and its local fast path.
 //! - `stats`: counters as a JSON-serialisable snapshot.
-//! - `bench`, `demo`, `check`: the `roam bench ops` benchmark, the embedded demo job and the
-//!   end-to-end self-checks.
+//! - `bench`, `check`: the `roam bench ops` benchmark and the end-to-end self-checks.
 //!
 //! # Example
 //! ```no_run
@@ -34,7 +33,6 @@ pub mod bench;
 pub mod check;
 pub mod cluster_env;
 pub mod config;
-pub mod demo;
 pub mod error;
 pub mod launch;
 pub mod netns;

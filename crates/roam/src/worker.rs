@@ -11,9 +11,12 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use roam_core::stats::{WorkerCounters, bump};
-use roam_core::{AccessError, Key, KeySpace, OpError, ReqId, Residency, UpdateMode, WorkerId};
+use roam_core::{
+    AccessError, Key, KeySpace, Node, OpError, ReqId, Residency, Time, UpdateMode, WorkerId,
+};
 
 use crate::runtime::Shared;
 
@@ -178,27 +181,16 @@ impl Worker {
                 offset += len;
             }
         }
-        bump(
+        let counters = (
             &self.counters.local_pull_keys,
-            (keys.len() - miss_keys.len()) as u64,
+            &self.counters.local_pull_ops,
         );
-        if miss_keys.is_empty() {
-            bump(&self.counters.local_pull_ops, 1);
-            return Ok(Ticket {
-                worker: self,
-                req: None,
-                out: None,
-            });
-        }
-        let req = self
-            .shared
-            .with_node(|node, now| node.issue_pull(now, self.id, miss_keys, miss_offsets));
-        self.outstanding.borrow_mut().insert(req.0);
-        Ok(Ticket {
-            worker: self,
-            req: Some(req),
-            out: Some(out),
-        })
+        let local = keys.len() - miss_keys.len();
+        Ok(
+            self.issue_rest(counters, local, miss_keys, Some(out), |node, now| {
+                node.issue_pull(now, self.id, miss_keys, miss_offsets)
+            }),
+        )
     }
 
     /// Adds `vals` to the values of `keys` (additive update, e.g. a gradient step).
@@ -241,27 +233,44 @@ impl Worker {
                 offset += len;
             }
         }
-        bump(
+        let counters = (
             &self.counters.local_push_keys,
-            (keys.len() - miss_keys.len()) as u64,
+            &self.counters.local_push_ops,
         );
-        if miss_keys.is_empty() {
-            bump(&self.counters.local_push_ops, 1);
-            return Ok(Ticket {
+        let local = keys.len() - miss_keys.len();
+        Ok(
+            self.issue_rest(counters, local, miss_keys, None, |node, now| {
+                node.issue_push(now, self.id, miss_keys, vals, miss_offsets, mode)
+            }),
+        )
+    }
+
+    /// Counts `local` keys served by the fast path and, if any key was missed, hands the rest to
+    /// the node (`issue`); the ticket completes at once when nothing was missed.
+    fn issue_rest<'a>(
+        &'a self,
+        (keys_counter, ops_counter): (&AtomicU64, &AtomicU64),
+        local: usize,
+        missed: &[Key],
+        out: Option<&'a mut [f32]>,
+        issue: impl FnOnce(&mut Node, Time) -> ReqId,
+    ) -> Ticket<'a> {
+        bump(keys_counter, local as u64);
+        if missed.is_empty() {
+            bump(ops_counter, 1);
+            return Ticket {
                 worker: self,
                 req: None,
                 out: None,
-            });
+            };
         }
-        let req = self.shared.with_node(|node, now| {
-            node.issue_push(now, self.id, miss_keys, vals, miss_offsets, mode)
-        });
+        let req = self.shared.with_node(issue);
         self.outstanding.borrow_mut().insert(req.0);
-        Ok(Ticket {
+        Ticket {
             worker: self,
             req: Some(req),
-            out: None,
-        })
+            out,
+        }
     }
 
     /// Moves ownership of `keys` to this node (dynamic allocation; a no-op otherwise). Keys

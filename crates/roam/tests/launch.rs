@@ -5,33 +5,15 @@
 //! run one at a time because two of them signal the whole test process, which every launch in
 //! progress would forward to its own children.
 
+mod common;
+
+use common::Capture;
 use std::collections::BTreeSet;
-use std::io::{self, Write};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use roam::launch::{LaunchArgs, run_with_output};
-
-/// A cloneable in-memory sink.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
 
 fn sh(nodes: u32, script: &str) -> LaunchArgs {
     LaunchArgs {

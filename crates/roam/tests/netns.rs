@@ -5,9 +5,11 @@
 //! their own bridge). The tests run one at a time: one of them signals the whole test process,
 //! which every launch in progress would forward to its own children.
 
+mod common;
+
+use common::Capture;
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::{self, Write};
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,26 +18,6 @@ use std::time::{Duration, Instant};
 
 use roam::launch::{LaunchArgs, NetworkArgs, run_with_network};
 use roam::netns::{self, Cluster, Profile};
-
-/// A cloneable in-memory sink.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
 
 /// Serializes the tests of this file and checks that namespaces are usable; `None` (after
 /// printing the reason) means skip.

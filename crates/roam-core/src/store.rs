@@ -102,7 +102,7 @@ impl Store {
             })
             .collect();
         Self {
-            states: (0..num_keys).map(|_| AtomicU32::new(0)).collect(),
+            states: zeroed_states(num_keys as usize),
             chunks: (0..num_chunks)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
@@ -165,7 +165,8 @@ impl Store {
             if key >= self.states.len() as u64 {
                 return Err(key);
             }
-            if !self.pull_local(key, here) {
+            // SAFETY: `len` is the uniform length (the caller's contract, checked in debug).
+            if !unsafe { self.with_local_uniform(key, len, |vals| here.copy_from_slice(vals)) } {
                 miss(i);
             }
         }
@@ -185,7 +186,10 @@ impl Store {
         debug_assert_eq!(update.len(), keys.len() * len);
         for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
             self.prefetch_ahead(keys, i);
-            if !self.push_local(key, vals, mode) {
+            // SAFETY: as in `pull_batch_local`.
+            let done =
+                unsafe { self.with_local_uniform(key, len, |stored| apply(stored, vals, mode)) };
+            if !done {
                 miss(i);
             }
         }
@@ -203,17 +207,15 @@ impl Store {
         if let Some(&near) = keys.get(i + D)
             && let Some(state) = self.states.get(near as usize)
         {
-            {
-                let s = state.load(Ordering::Relaxed);
-                if s & LOCAL != 0 && self.uniform_len != 0 {
-                    let slot = s & SLOT_MASK;
-                    let chunk = (slot >> self.chunk_shift) as usize;
-                    let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
-                    let base = self.chunks[chunk].load(Ordering::Relaxed);
-                    if !base.is_null() {
-                        // Only an address for the prefetch hint: never dereferenced here.
-                        prefetch(base.wrapping_add(within * self.uniform_len).cast());
-                    }
+            let s = state.load(Ordering::Relaxed);
+            if s & LOCAL != 0 && self.uniform_len != 0 {
+                let slot = s & SLOT_MASK;
+                let chunk = (slot >> self.chunk_shift) as usize;
+                let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
+                let base = self.chunks[chunk].load(Ordering::Relaxed);
+                if !base.is_null() {
+                    // Only an address for the prefetch hint: never dereferenced here.
+                    prefetch(base.wrapping_add(within * self.uniform_len).cast());
                 }
             }
         }
@@ -222,6 +224,38 @@ impl Store {
     /// Runs `f` on the key's values under its latch if the key is local.
     #[inline]
     fn with_local(&self, key: Key, f: impl FnOnce(&mut [f32])) -> bool {
+        // SAFETY: `values_mut`'s contract is what `latched_local` guarantees.
+        self.latched_local(key, |slot| unsafe { self.values_mut(key, slot) }, f)
+    }
+
+    /// [`Store::with_local`] for a store of uniform length `len`, with the slot's address
+    /// computed inline (a shift, a mask and a multiply) instead of by the general lookup.
+    ///
+    /// # Safety
+    /// The key space has the uniform value length `len`.
+    #[inline(always)]
+    unsafe fn with_local_uniform(&self, key: Key, len: usize, f: impl FnOnce(&mut [f32])) -> bool {
+        debug_assert_eq!(self.uniform_len, len);
+        let values = |slot: u32| {
+            let chunk = (slot >> self.chunk_shift) as usize;
+            let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
+            let base = self.chunks[chunk].load(Ordering::Acquire);
+            // SAFETY: latched and local (see `latched_local`), so the slot's chunk exists and
+            // holds `len` values at this offset that only we access until the latch is released.
+            unsafe { std::slice::from_raw_parts_mut(base.add(within * len), len) }
+        };
+        self.latched_local(key, values, f)
+    }
+
+    /// Latches `key` if it is local, runs `f` on the values `locate` finds for its slot, and
+    /// releases. Returns false, running nothing, if the key is not local.
+    #[inline(always)]
+    fn latched_local<'s>(
+        &'s self,
+        key: Key,
+        locate: impl FnOnce(u32) -> &'s mut [f32],
+        f: impl FnOnce(&mut [f32]),
+    ) -> bool {
         let state = &self.states[key as usize];
         let mut spins = 0u32;
         loop {
@@ -234,10 +268,9 @@ impl Store {
                     .compare_exchange_weak(s, s | LATCH, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                // SAFETY: we hold the latch and LOCAL is set, so the slot is valid and no other
-                // thread accesses these values until we release.
-                let vals = unsafe { self.values_mut(key, s & SLOT_MASK) };
-                f(vals);
+                // We hold the latch and LOCAL is set, so the slot is valid and no other thread
+                // accesses these values until we release.
+                f(locate(s & SLOT_MASK));
                 state.store(s, Ordering::Release);
                 return true;
             }
@@ -383,6 +416,20 @@ impl Drop for Store {
             }
         }
     }
+}
+
+/// One state word per key of the key space, allocated zeroed (`Remote`, unlatched).
+///
+/// The words are requested from the allocator as zeroed memory, which for any sizeable key
+/// space is a fresh anonymous mapping: the kernel backs a 4 KiB page (1,024 keys) only once a
+/// word in it is written, i.e. once one of those keys is local or in transit here. A node that
+/// holds a contiguous share of the keys (range homes, relocated clusters) thus pays resident
+/// memory for its own keys' words only, with no indirection on the hot path; reading a word
+/// of an untouched page maps the shared zero page and costs nothing.
+fn zeroed_states(num_keys: usize) -> Box<[AtomicU32]> {
+    let states = Box::<[AtomicU32]>::new_zeroed_slice(num_keys);
+    // SAFETY: the all-zero bit pattern is a valid `AtomicU32` (it is `u32` 0).
+    unsafe { states.assume_init() }
 }
 
 /// Combines `update` into `vals`.

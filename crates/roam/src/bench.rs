@@ -113,7 +113,11 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
     cfg.allocation = args.allocation;
     cfg.home = Partitioning::Range;
     cfg.fast_local_access = !args.no_fast_local_access;
+    // Resident size around start-up isolates what the node costs (store, threads, buffers)
+    // from the benchmark's own key lists and the row-copy reference, allocated after.
+    let rss_before_start = rss_bytes();
     let node = NodeHandle::start(cfg).context("starting the node")?;
+    let rss_after_start = rss_bytes();
     let rank = node.rank();
     let num_nodes = node.num_nodes();
     let reference = (rank == 0).then(row_copy_reference);
@@ -173,6 +177,8 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
             },
             "reference_row_copy_rows_per_s": reference,
             "rss_bytes": rss_bytes(),
+            "rss_before_start_bytes": rss_before_start,
+            "rss_after_start_bytes": rss_after_start,
             "values_bytes_held": stats.keys_held * u64::from(value_len) * 4,
         });
         println!("{line}");

@@ -203,6 +203,8 @@ impl Worker {
         self.update(keys, vals, UpdateMode::Set)
     }
 
+    // Inlined into `push` and `set` so that each gets a loop specialised to its mode.
+    #[inline(always)]
     fn update(
         &self,
         keys: &[Key],

@@ -3,6 +3,11 @@
 //! Each node counts its workers' arrivals; when all have arrived it tells the coordinator
 //! (node 0), which releases everyone once every node has arrived. Generations number the
 //! barriers so that a late or duplicated message is recognised instead of miscounted.
+//!
+//! A worker whose handle is gone (its thread finished or failed) is *retired*: it counts as
+//! arrived at every later barrier of its node, so its siblings are not left waiting for an
+//! arrival that cannot come. A node whose workers are all retired arrives only through its
+//! node-wide (shutdown) barrier, so a shutdown never completes against a training barrier.
 
 use crate::error::OpError;
 use crate::id::{NodeId, ReqId, WorkerId};
@@ -16,6 +21,10 @@ pub(crate) struct Barriers {
     local_waiters: Vec<u64>,
     /// Arrivals counted towards `workers_per_node` (a node-wide barrier counts as all).
     local_arrivals: u32,
+    /// Workers whose handles are gone; they count as arrived while a sibling still runs.
+    retired: Vec<bool>,
+    /// This node's arrival at `generation` is sent (or counted, at the coordinator).
+    node_arrived: bool,
     /// Coordinator only: nodes that reached `generation`.
     nodes_arrived: Vec<bool>,
 }
@@ -47,17 +56,40 @@ impl Node {
         }
         self.barriers.local_waiters.push(op);
         self.barriers.local_arrivals += weight;
-        if self.barriers.local_arrivals >= self.cfg.workers_per_node {
-            let generation = self.barriers.generation;
-            if self.cfg.id == NodeId(0) {
-                let id = self.cfg.id;
-                self.coordinator_arrival(id, generation);
-            } else {
-                let frame = Frame::control(Kind::Barrier, self.cfg.id, ReqId(0), generation);
-                self.outbox.push_back((NodeId(0), frame));
-            }
-        }
+        self.arrive_if_complete();
         ReqId(op)
+    }
+
+    /// Retires `worker`, whose handle is gone: from now on it counts as arrived at this node's
+    /// barriers (see the module docs). Retiring twice, or an unknown worker, changes nothing.
+    pub fn retire_worker(&mut self, _now: Time, worker: WorkerId) {
+        let workers = self.cfg.workers_per_node as usize;
+        let retired = &mut self.barriers.retired;
+        retired.resize(workers, false);
+        match retired.get_mut(worker.index()) {
+            Some(flag) if !*flag => *flag = true,
+            _ => return self.anomaly(format!("{worker:?} retired twice or unknown")),
+        }
+        self.arrive_if_complete();
+    }
+
+    /// Sends this node's arrival once every live worker (or the node as a whole) has arrived.
+    fn arrive_if_complete(&mut self) {
+        let (b, workers) = (&self.barriers, self.cfg.workers_per_node);
+        let retired = b.retired.iter().filter(|&&r| r).count() as u32;
+        // Only a waiter makes a barrier: a node of retired workers alone never arrives.
+        if b.node_arrived || b.local_waiters.is_empty() || b.local_arrivals + retired < workers {
+            return;
+        }
+        self.barriers.node_arrived = true;
+        let generation = self.barriers.generation;
+        if self.cfg.id == NodeId(0) {
+            let id = self.cfg.id;
+            self.coordinator_arrival(id, generation);
+        } else {
+            let frame = Frame::control(Kind::Barrier, self.cfg.id, ReqId(0), generation);
+            self.outbox.push_back((NodeId(0), frame));
+        }
     }
 
     pub(crate) fn handle_barrier_arrival(&mut self, from: NodeId, generation: u64) {
@@ -109,6 +141,7 @@ impl Node {
         }
         self.barriers.generation += 1;
         self.barriers.local_arrivals = 0;
+        self.barriers.node_arrived = false;
         for op in std::mem::take(&mut self.barriers.local_waiters) {
             self.answer(op, 0);
             self.settle(op);
@@ -118,6 +151,7 @@ impl Node {
     /// A peer is lost: no barrier can complete any more.
     pub(crate) fn fail_barriers(&mut self, peer: NodeId) {
         self.barriers.local_arrivals = 0;
+        self.barriers.node_arrived = false;
         for op in std::mem::take(&mut self.barriers.local_waiters) {
             self.answer(op, 0);
             self.fail(op, OpError::PeerGone { peer });

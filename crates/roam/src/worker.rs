@@ -86,6 +86,15 @@ impl Drop for Ticket<'_> {
     }
 }
 
+/// A worker handle that goes away (its thread finished or failed) is retired: it counts as
+/// arrived at its node's later barriers, so its siblings are not left waiting for it.
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.shared
+            .with_node(|node, now| node.retire_worker(now, self.id));
+    }
+}
+
 impl Worker {
     pub(crate) fn new(shared: Arc<Shared>, id: WorkerId) -> Self {
         let counters = shared.worker_counters[id.index()].clone();
@@ -347,8 +356,8 @@ impl Worker {
     }
 
     /// Waits for this worker's outstanding operations, then for every worker thread of every
-    /// node to reach the barrier. Operations issued before the barrier by any worker have been
-    /// applied when it returns.
+    /// node to reach the barrier (a worker whose handle was dropped counts as arrived).
+    /// Operations issued before the barrier by any worker have been applied when it returns.
     pub fn barrier(&self) -> Result<(), OpError> {
         self.wait_all()?;
         let req = self

@@ -38,7 +38,7 @@ fn cluster(n: u32, make: impl Fn() -> Config + Sync) -> Vec<NodeHandle> {
                         coordinator: Some(format!("127.0.0.1:{port}")),
                     };
                     cfg.token = Some("test-token".into());
-                    cfg.workers_per_node = Some(1);
+                    cfg.workers_per_node = Some(cfg.workers_per_node.unwrap_or(1));
                     cfg.rendezvous_timeout = Duration::from_secs(20);
                     NodeHandle::start(cfg).expect("node starts")
                 })
@@ -233,6 +233,41 @@ fn operations_after_a_peer_left_fail_instead_of_waiting() {
         "{result:?}"
     );
     assert!(w.barrier().is_err());
+}
+
+#[test]
+fn a_dropped_worker_counts_as_arrived_at_later_barriers() {
+    let mut nodes = cluster(2, || {
+        let mut cfg = Config::new(8, 1);
+        cfg.workers_per_node = Some(2);
+        cfg
+    });
+    // Node 1's second worker ends early (as a failed worker thread would): its siblings'
+    // barriers must not wait for it, on its own node or elsewhere.
+    let mut node1_workers = nodes[1].workers().unwrap();
+    drop(node1_workers.pop());
+    let survivors: Vec<_> = nodes[0]
+        .workers()
+        .unwrap()
+        .into_iter()
+        .chain(node1_workers)
+        .collect();
+    std::thread::scope(|scope| {
+        for (i, w) in survivors.into_iter().enumerate() {
+            scope.spawn(move || {
+                for round in 0..3u16 {
+                    w.push(&[i as u64], &[1.0]).unwrap().wait().unwrap();
+                    w.barrier().unwrap();
+                    let mut out = [0.0; 3];
+                    w.pull(&[0, 1, 2], &mut out).unwrap().wait().unwrap();
+                    // Every survivor's push of this round is visible after the barrier.
+                    assert_eq!(out, [f32::from(round + 1); 3]);
+                    w.barrier().unwrap();
+                }
+            });
+        }
+    });
+    shutdown_all(nodes);
 }
 
 #[test]

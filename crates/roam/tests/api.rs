@@ -237,7 +237,7 @@ fn operations_after_a_peer_left_fail_instead_of_waiting() {
 
 #[test]
 fn a_dropped_worker_counts_as_arrived_at_later_barriers() {
-    let mut nodes = cluster(2, || {
+    let nodes = cluster(2, || {
         let mut cfg = Config::new(8, 1);
         cfg.workers_per_node = Some(2);
         cfg

@@ -159,13 +159,14 @@ impl Store {
         len: usize,
         mut miss: impl FnMut(usize),
     ) -> Result<(), Key> {
+        self.assert_uniform(len);
         debug_assert_eq!(out.len(), keys.len() * len);
         for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
             self.prefetch_ahead(keys, i);
             if key >= self.states.len() as u64 {
                 return Err(key);
             }
-            // SAFETY: `len` is the uniform length (the caller's contract, checked in debug).
+            // SAFETY: `len` is the uniform length (asserted above).
             if !unsafe { self.with_local_uniform(key, len, |vals| here.copy_from_slice(vals)) } {
                 miss(i);
             }
@@ -183,16 +184,28 @@ impl Store {
         mode: UpdateMode,
         mut miss: impl FnMut(usize),
     ) {
+        self.assert_uniform(len);
         debug_assert_eq!(update.len(), keys.len() * len);
         for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
             self.prefetch_ahead(keys, i);
-            // SAFETY: as in `pull_batch_local`.
+            // SAFETY: `len` is the uniform length (asserted above).
             let done =
                 unsafe { self.with_local_uniform(key, len, |stored| apply(stored, vals, mode)) };
             if !done {
                 miss(i);
             }
         }
+    }
+
+    /// The batch paths address slots by the uniform length: any other length would address
+    /// the wrong values, so it is refused outright (once per batch).
+    #[inline(always)]
+    fn assert_uniform(&self, len: usize) {
+        assert!(
+            len != 0 && len == self.uniform_len,
+            "batch of length {len} on a store of uniform length {}",
+            self.uniform_len
+        );
     }
 
     /// Prefetches the state word of key `i + 2 * D` and the values of key `i + D`.

@@ -37,7 +37,7 @@ use serde_json::{Map, Value, json};
 use super::Args;
 use super::corpus::Sentences;
 use super::eval::{Embeddings, Evaluator};
-use super::sgns::{Offsets, Params, Plan, SentenceStats, Sigmoid, train_batch};
+use super::sgns::{ABSENT, Offsets, Params, Plan, SentenceStats, Sigmoid, train_batch};
 use super::vocab::{KeyMap, UnigramTable};
 use crate::common::{
     CLUSTER_COUNTERS, ClusterCounters, Stopwatch, SumKeys, node_counters, progress,
@@ -153,9 +153,17 @@ impl SlotMap {
         }
     }
 
+    /// `w`'s position in `keys`, appending `key(w)` to `keys` the first time `w` is seen.
     #[inline]
-    fn get(&self, w: u32) -> Option<usize> {
-        (self.stamp[w as usize] == self.now).then(|| self.slot[w as usize] as usize)
+    fn slot_of(&mut self, w: u32, keys: &mut Vec<Key>, key: impl FnOnce(u32) -> Key) -> usize {
+        let i = w as usize;
+        if self.stamp[i] == self.now {
+            return self.slot[i] as usize;
+        }
+        self.stamp[i] = self.now;
+        self.slot[i] = keys.len() as u32;
+        keys.push(key(w));
+        keys.len() - 1
     }
 
     /// Records `w` at `slot` unless already present; returns whether it was new.
@@ -199,7 +207,6 @@ struct State<'w> {
     orig: Vec<f32>,
     work: Vec<f32>,
     local_keys: Vec<Key>,
-    h: Vec<f32>,
     e: Vec<f32>,
     negatives: NegativeLists,
     pending: VecDeque<Ticket<'w>>,
@@ -256,19 +263,30 @@ impl<'w> State<'w> {
         let (negatives, table) = (&mut self.negatives, job.table);
         self.next_plan.clear();
         for s in batch {
-            self.next_plan
-                .add(job.sentences.get(s), job.keep, p, &mut self.rng, |rng| {
-                    if negatives.pos == negatives.current.len() {
-                        negatives.current = std::mem::replace(
-                            &mut negatives.next,
-                            NegativeLists::draw(table, nls, rng),
+            self.next_plan.add_with(
+                job.sentences.get(s),
+                job.keep,
+                p,
+                &mut self.rng,
+                |rng, out, mut n| {
+                    while n > 0 {
+                        if negatives.pos == negatives.current.len() {
+                            negatives.current = std::mem::replace(
+                                &mut negatives.next,
+                                NegativeLists::draw(table, nls, rng),
+                            );
+                            negatives.pos = 0;
+                            refills += 1;
+                        }
+                        let take = n.min(negatives.current.len() - negatives.pos);
+                        out.extend_from_slice(
+                            &negatives.current[negatives.pos..negatives.pos + take],
                         );
-                        negatives.pos = 0;
-                        refills += 1;
+                        negatives.pos += take;
+                        n -= take;
                     }
-                    negatives.pos += 1;
-                    negatives.current[negatives.pos - 1]
-                });
+                },
+            );
         }
         if !job.localize {
             return Ok(());
@@ -303,6 +321,10 @@ impl<'w> State<'w> {
     }
 
     /// Pulls, trains and pushes the current plan.
+    ///
+    /// The batch's keys are laid out as its distinct input vectors, then its distinct output
+    /// vectors (sentence words first, then negatives); the offsets `train_batch` reads are
+    /// recorded while the keys are collected, so no word is looked up twice.
     fn train_plan(
         &mut self,
         job: &Job<'_>,
@@ -317,21 +339,23 @@ impl<'w> State<'w> {
         self.syn0.clear();
         self.syn1.clear();
         self.keys.clear();
+        let at = &mut self.at;
+        at.syn0.clear();
+        at.syn1.clear();
+        at.negatives.clear();
         for &w in &self.plan.words {
-            if self.syn0.insert(w, self.keys.len()) {
-                self.keys.push(km.syn0(w));
-            }
+            let slot = self.syn0.slot_of(w, &mut self.keys, |w| km.syn0(w));
+            at.syn0.push(slot * dim);
         }
+        let inputs = self.keys.len();
         for &w in &self.plan.words {
-            if self.syn1.insert(w, self.keys.len()) {
-                self.keys.push(km.syn1(w));
-            }
+            let slot = self.syn1.slot_of(w, &mut self.keys, |w| km.syn1(w)) - inputs;
+            at.syn1.push(slot * dim);
         }
         let word_keys = self.keys.len();
-        for &n in &self.plan.negatives {
-            if self.syn1.insert(n, self.keys.len()) {
-                self.keys.push(km.syn1(n));
-            }
+        for &w in &self.plan.negatives {
+            let slot = self.syn1.slot_of(w, &mut self.keys, |w| km.syn1(w)) - inputs;
+            at.negatives.push(slot * dim);
         }
         let n = self.keys.len();
         self.orig.resize(n * dim, 0.0);
@@ -347,37 +371,40 @@ impl<'w> State<'w> {
                     .w
                     .pull_if_local(self.keys[i], &mut self.orig[i * dim..(i + 1) * dim])?;
             }
+            let present = &self.present[inputs..];
+            for off in &mut self.at.negatives {
+                if !present[*off / dim] {
+                    *off = ABSENT;
+                }
+            }
         } else {
             self.w.pull(&self.keys, &mut self.orig[..n * dim])?.wait()?;
         }
         self.work.copy_from_slice(&self.orig);
-        let (syn0, syn1, present) = (&self.syn0, &self.syn1, &self.present);
-        self.at.fill(
-            &self.plan,
-            |w| syn0.get(w).unwrap_or(0) * dim,
-            |w| syn1.get(w).filter(|&s| present[s]).map(|s| s * dim),
-        );
         let stats = train_batch(
             &self.plan,
             &self.at,
             p,
             alpha,
             sig,
-            &mut self.work,
-            (&mut self.h, &mut self.e),
+            self.work.split_at_mut(inputs * dim),
+            &mut self.e,
         );
         // The deltas, in place, compacted over the vectors that were available.
         for (x, o) in self.work.iter_mut().zip(&self.orig) {
             *x -= o;
         }
-        let mut kept = 0;
-        for i in 0..n {
-            if self.present[i] {
-                if kept != i {
-                    self.keys[kept] = self.keys[i];
-                    self.work.copy_within(i * dim..(i + 1) * dim, kept * dim);
+        let mut kept = n;
+        if job.args.only_local_neg {
+            kept = 0;
+            for i in 0..n {
+                if self.present[i] {
+                    if kept != i {
+                        self.keys[kept] = self.keys[i];
+                        self.work.copy_within(i * dim..(i + 1) * dim, kept * dim);
+                    }
+                    kept += 1;
                 }
-                kept += 1;
             }
         }
         let t = self.w.push(&self.keys[..kept], &self.work[..kept * dim])?;
@@ -511,7 +538,6 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         orig: Vec::new(),
         work: Vec::new(),
         local_keys: Vec::new(),
-        h: vec![0.0; dim],
         e: vec![0.0; dim],
         negatives: NegativeLists {
             current,

@@ -282,6 +282,45 @@ pub fn train_batch(
     bufs: (&mut [f32], &mut [f32]),
     e: &mut [f32],
 ) -> SentenceStats {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU supports AVX, checked just above.
+        return unsafe { train_batch_avx(plan, at, p, alpha, sig, bufs, e) };
+    }
+    train_batch_by_length(plan, at, p, alpha, sig, bufs, e)
+}
+
+/// [`train_batch`] compiled for AVX: the same operations in the same order (the compiler may
+/// not reorder float arithmetic), so the same results, with twice as wide vector registers.
+/// The baseline x86-64 target only has SSE's four lanes.
+///
+/// # Safety
+/// The CPU must support AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn train_batch_avx(
+    plan: &Plan,
+    at: &Offsets,
+    p: Params,
+    alpha: f32,
+    sig: &Sigmoid,
+    bufs: (&mut [f32], &mut [f32]),
+    e: &mut [f32],
+) -> SentenceStats {
+    train_batch_by_length(plan, at, p, alpha, sig, bufs, e)
+}
+
+/// Dispatches on the vector length.
+#[inline(always)]
+fn train_batch_by_length(
+    plan: &Plan,
+    at: &Offsets,
+    p: Params,
+    alpha: f32,
+    sig: &Sigmoid,
+    bufs: (&mut [f32], &mut [f32]),
+    e: &mut [f32],
+) -> SentenceStats {
     // Short vectors (up to 32 values) get a copy of the loop with their length known at
     // compile time: the vector loops unroll into a few SIMD instructions and no loop control,
     // which matters when a target costs only a few dozen operations (e.g. Lapse's `--dim 10`
@@ -309,7 +348,11 @@ fn train_batch_n<const N: usize>(
     e: &mut [f32],
 ) -> SentenceStats {
     let dim = if N > 0 { N } else { p.dim };
-    let e = &mut e[..dim];
+    let e_dyn = &mut e[..dim];
+    // With the length known, `h` and `e` live in local arrays the compiler keeps in registers
+    // across a pair's targets instead of storing and reloading them for every target.
+    let mut h_fix = [0f32; N];
+    let mut e_fix: [f32; N];
     let mut stats = SentenceStats::default();
     let mut next_negative = 0;
     let mut start = 0;
@@ -323,8 +366,14 @@ fn train_batch_n<const N: usize>(
                     continue;
                 }
                 let l1 = at.syn0[c];
-                let h = &syn0[l1..l1 + dim];
-                e.fill(0.0);
+                let (h, e): (&[f32], &mut [f32]) = if N > 0 {
+                    h_fix.copy_from_slice(&syn0[l1..l1 + N]);
+                    e_fix = [0.0; N];
+                    (&h_fix, &mut e_fix)
+                } else {
+                    e_dyn.fill(0.0);
+                    (&syn0[l1..l1 + dim], &mut *e_dyn)
+                };
                 let mut loss = update_target(
                     h,
                     e,

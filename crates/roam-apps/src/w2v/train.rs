@@ -3,8 +3,8 @@
 //! per-epoch sums.
 //!
 //! A worker's part of the corpus is cut into batches of consecutive sentences of at most
-//! `--batch-words` words (default 1000, word2vec's longest sentence, so a long line is one
-//! sentence per batch and short lines share one). Per batch the worker pulls every vector the
+//! `--batch-words` words (default 10000, ten of word2vec's longest sentences; a longer
+//! sentence is a batch of its own). Per batch the worker pulls every vector the
 //! batch needs at once (syn0 and syn1neg of its words, syn1neg of its planned negatives),
 //! trains word2vec's per-pair updates on those local copies ([`super::sgns`]), and pushes the
 //! accumulated differences back in one additive batch without waiting. Every mode runs exactly
@@ -17,8 +17,10 @@
 //!
 //! Staleness: a worker's copies are as old as its batch's pull, so updates other workers push
 //! meanwhile are not seen until its next batch, and its own updates reach the server only at
-//! the batch's end (they are never lost: pushes add deltas). A batch is at most 1000 words, so
-//! this is word2vec's usual Hogwild-style asynchrony, coarsened to batches of sentences.
+//! the batch's end (they are never lost: pushes add deltas). A batch is at most `--batch-words`
+//! words, so this is word2vec's usual Hogwild-style asynchrony, coarsened to batches of
+//! sentences. (A worker alone trains the same updates at any batch size, up to the rounding
+//! of the pushed differences.)
 //!
 //! Invariants: every ticket a worker issues is kept in its pending queue until it finishes or is
 //! waited, and the queue is drained before every barrier; counters exclude initialisation and

@@ -62,9 +62,10 @@ pub struct Args {
     /// AdaGrad learning rate (0 keeps the initial random model, a baseline).
     #[arg(long, default_value_t = 0.1)]
     pub eta: f32,
-    /// L2 regularisation weight (divided by the embedding length, per use of a key). 0.2 was
-    /// best on lapse-toy's validation MRR after 12 epochs among 0.01–0.3 at the default
-    /// dimension (the lapse-toy README uses 0.1, Lapse's own default is 1e-3; see the docs).
+    /// L2 regularisation weight (divided by the embedding length, per use of a key). 0.15–0.2
+    /// gave the best lapse-toy validation MRR after 12 epochs among 0–0.3 at the default
+    /// dimension, and 0.2 beat 0.1 in every mode (the lapse-toy README uses 0.1, Lapse's own
+    /// default is 1e-3; denser graphs such as UMLS prefer 0.1; see docs/workloads-kge.md).
     #[arg(long, default_value_t = 0.2)]
     pub gamma: f32,
     /// How a positive's 1 + 2N scored triples become one push per key: `sequential` (Lapse's

@@ -192,6 +192,15 @@ impl NegativeLists {
     fn draw(table: &UnigramTable, nls: usize, rng: &mut SmallRng) -> Vec<u32> {
         (0..nls).map(|_| table.sample(rng)).collect()
     }
+
+    /// Moves on to the next list and draws a new `next` in place of the spent one (the same
+    /// draws as a fresh list, without an allocation per list).
+    fn advance(&mut self, table: &UnigramTable, nls: usize, rng: &mut SmallRng) {
+        std::mem::swap(&mut self.current, &mut self.next);
+        self.next.clear();
+        self.next.extend((0..nls).map(|_| table.sample(rng)));
+        self.pos = 0;
+    }
 }
 
 /// A worker's buffers and outstanding operations.
@@ -273,11 +282,7 @@ impl<'w> State<'w> {
                 |rng, out, mut n| {
                     while n > 0 {
                         if negatives.pos == negatives.current.len() {
-                            negatives.current = std::mem::replace(
-                                &mut negatives.next,
-                                NegativeLists::draw(table, nls, rng),
-                            );
-                            negatives.pos = 0;
+                            negatives.advance(table, nls, rng);
                             refills += 1;
                         }
                         let take = n.min(negatives.current.len() - negatives.pos);

@@ -249,8 +249,9 @@ fn update_target(
 ) -> f32 {
     let (g, loss) = sig.step(dot(h, v), positive);
     let g = g * alpha;
-    // In chunks of four (one SSE register), then the tail. Each chunk is loaded into registers before it is
-    // written, so the compiler need not fear that `e` and `v` overlap and keeps it in SIMD.
+    // In chunks of four (one SSE register), then the tail. Each chunk is loaded into registers
+    // before it is written, so the compiler need not fear that `e` and `v` overlap and keeps
+    // it in SIMD.
     let n = h.len();
     let (h4, ht) = h.as_chunks::<4>();
     let (e4, et) = e[..n].as_chunks_mut::<4>();
@@ -333,7 +334,10 @@ fn train_batch_by_length(
             }
         };
     }
-    by_length!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32)
+    by_length!(
+        1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16
+        17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32
+    )
 }
 
 /// [`train_batch`] for vectors of `N` values (`N = 0`: `p.dim`, known only at run time).

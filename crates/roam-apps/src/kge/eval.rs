@@ -85,19 +85,30 @@ pub struct Metrics {
     pub hits_at_3: f64,
     /// Fraction of ranks ≤ 10.
     pub hits_at_10: f64,
+    /// MRR of tail prediction (s, r, ?) alone: Lapse's evaluator reports each direction.
+    pub mrr_tail: f64,
+    /// MRR of head prediction (?, r, o) alone.
+    pub mrr_head: f64,
 }
 
 /// Sums of reciprocal ranks and hits, for combining threads.
 #[derive(Clone, Copy, Debug, Default)]
 struct Sums {
     rr: f64,
+    /// Reciprocal ranks of tail and of head predictions.
+    rr_dir: [f64; 2],
     hits: [u64; 3],
     count: u64,
 }
 
+/// Index into [`Sums::rr_dir`].
+const TAIL: usize = 0;
+const HEAD: usize = 1;
+
 impl Sums {
-    fn add(&mut self, rank: f64) {
+    fn add(&mut self, rank: f64, direction: usize) {
         self.rr += 1.0 / rank;
+        self.rr_dir[direction] += 1.0 / rank;
         for (h, k) in self.hits.iter_mut().zip([1.0, 3.0, 10.0]) {
             *h += u64::from(rank <= k);
         }
@@ -106,6 +117,8 @@ impl Sums {
 
     fn merge(mut self, o: Self) -> Self {
         self.rr += o.rr;
+        self.rr_dir[TAIL] += o.rr_dir[TAIL];
+        self.rr_dir[HEAD] += o.rr_dir[HEAD];
         for i in 0..3 {
             self.hits[i] += o.hits[i];
         }
@@ -120,6 +133,9 @@ impl Sums {
             hits_at_1: self.hits[0] as f64 / n,
             hits_at_3: self.hits[1] as f64 / n,
             hits_at_10: self.hits[2] as f64 / n,
+            // Every triple adds one rank in each direction.
+            mrr_tail: self.rr_dir[TAIL] / (n / 2.0).max(1.0),
+            mrr_head: self.rr_dir[HEAD] / (n / 2.0).max(1.0),
         }
     }
 }
@@ -183,10 +199,10 @@ fn rank_share(
         let r = emb.relation(t.r);
         emb.model.tail_query(emb.entity(t.s), r, &mut query);
         score_all(&emb.entities, n, &query, &mut scores);
-        sums.add(filtered_rank(&scores, t.o, filter.tails(t.s, t.r)));
+        sums.add(filtered_rank(&scores, t.o, filter.tails(t.s, t.r)), TAIL);
         emb.model.head_query(r, emb.entity(t.o), &mut query);
         score_all(&emb.entities, n, &query, &mut scores);
-        sums.add(filtered_rank(&scores, t.s, filter.heads(t.o, t.r)));
+        sums.add(filtered_rank(&scores, t.s, filter.heads(t.o, t.r)), HEAD);
     }
     sums
 }
@@ -236,6 +252,7 @@ mod tests {
         let m = evaluate(&emb, &test, &Filter::new(&test), 2);
         assert!((m.mrr - (0.5 + 1.0 / 3.0) / 2.0).abs() < 1e-12, "{m:?}");
         assert_eq!((m.hits_at_1, m.hits_at_3, m.hits_at_10), (0.0, 1.0, 1.0));
+        assert!((m.mrr_tail - 0.5).abs() < 1e-12 && (m.mrr_head - 1.0 / 3.0).abs() < 1e-12);
         // Known (1, 0, 3) filters tail 3; known (3, 0, 2) filters head 3.
         let known = [
             Triple::new(1, 0, 2),
@@ -245,5 +262,6 @@ mod tests {
         let m = evaluate(&emb, &test, &Filter::new(&known), 1);
         assert!((m.mrr - (1.0 + 0.5) / 2.0).abs() < 1e-12, "{m:?}");
         assert_eq!(m.hits_at_1, 0.5);
+        assert_eq!((m.mrr_tail, m.mrr_head), (1.0, 0.5));
     }
 }

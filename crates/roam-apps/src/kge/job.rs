@@ -52,7 +52,8 @@ pub struct Shared<'a> {
 
 /// The per-epoch figures and, on global worker 0, the cluster counters.
 pub struct Outcome {
-    /// `{epoch, seconds, loss, mrr, hits_at_1, hits_at_3, hits_at_10, ...}` per epoch.
+    /// `{epoch, seconds, loss, mrr, hits_at_1, hits_at_3, hits_at_10, mrr_tail, mrr_head, ...}`
+    /// per epoch.
     pub epochs: Vec<serde_json::Value>,
     /// Summed node counters.
     pub counters: ClusterCounters,
@@ -163,6 +164,8 @@ impl Shared<'_> {
         row["hits_at_1"] = json!(m.hits_at_1);
         row["hits_at_3"] = json!(m.hits_at_3);
         row["hits_at_10"] = json!(m.hits_at_10);
+        row["mrr_tail"] = json!(m.mrr_tail);
+        row["mrr_head"] = json!(m.mrr_head);
         if self.eval_valid && !self.graph.valid.is_empty() {
             let valid = &self.graph.valid[..cap(&self.graph.valid)];
             let v = evaluate(&emb, valid, self.filter, threads);
@@ -170,6 +173,8 @@ impl Shared<'_> {
             row["valid_hits_at_1"] = json!(v.hits_at_1);
             row["valid_hits_at_3"] = json!(v.hits_at_3);
             row["valid_hits_at_10"] = json!(v.hits_at_10);
+            row["valid_mrr_tail"] = json!(v.mrr_tail);
+            row["valid_mrr_head"] = json!(v.mrr_head);
         }
         row["eval_seconds"] = json!(started.elapsed().as_secs_f64());
         Ok(())

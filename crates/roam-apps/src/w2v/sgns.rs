@@ -136,6 +136,22 @@ impl Plan {
         rng: &mut R,
         mut draw_negative: impl FnMut(&mut R) -> u32,
     ) {
+        self.add_with(sentence, keep, p, rng, |rng, out, n| {
+            out.extend((0..n).map(|_| draw_negative(rng)));
+        });
+    }
+
+    /// [`Plan::add`] with the negatives appended by `negatives(rng, out, n)`, `n` at a time
+    /// (all of one position's pairs at once): the same draws in the same order, without a
+    /// call per negative.
+    pub fn add_with<R: Rng>(
+        &mut self,
+        sentence: &[u32],
+        keep: &[f32],
+        p: Params,
+        rng: &mut R,
+        mut negatives: impl FnMut(&mut R, &mut Vec<u32>, usize),
+    ) {
         self.raw_words += sentence.len();
         let start = self.words.len();
         for &w in sentence {
@@ -154,8 +170,8 @@ impl Plan {
             self.shrink.push(b);
             let reach = p.window - b as usize;
             let contexts = (i + reach).min(len - 1) - i.saturating_sub(reach);
-            for _ in 0..contexts * p.negative {
-                self.negatives.push(draw_negative(rng));
+            if contexts * p.negative > 0 {
+                negatives(rng, &mut self.negatives, contexts * p.negative);
             }
         }
     }
@@ -233,26 +249,114 @@ fn update_target(
 ) -> f32 {
     let (g, loss) = sig.step(dot(h, v), positive);
     let g = g * alpha;
-    for ((ed, vd), hd) in e.iter_mut().zip(v.iter_mut()).zip(h) {
-        *ed += g * *vd;
-        *vd += g * hd;
+    // In chunks of four (one SSE register), then the tail. Each chunk is loaded into registers
+    // before it is written, so the compiler need not fear that `e` and `v` overlap and keeps
+    // it in SIMD.
+    let n = h.len();
+    let (h4, ht) = h.as_chunks::<4>();
+    let (e4, et) = e[..n].as_chunks_mut::<4>();
+    let (v4, vt) = v[..n].as_chunks_mut::<4>();
+    for ((h, e), v) in h4.iter().zip(e4).zip(v4) {
+        let (hv, ev, vv) = (*h, *e, *v);
+        *e = std::array::from_fn(|i| ev[i] + g * vv[i]);
+        *v = std::array::from_fn(|i| vv[i] + g * hv[i]);
+    }
+    for ((h, e), v) in ht.iter().zip(et).zip(vt) {
+        *e += g * *v;
+        *v += g * h;
     }
     loss
 }
 
-/// Trains one planned batch of sentences on local copies in `buf`, whose vectors `at`
-/// locates; negatives marked [`ABSENT`] are skipped. `h` and `e` are scratch of `dim` values.
+/// Trains one planned batch of sentences on local copies: input vectors in `syn0`, output
+/// vectors in `syn1`, located by `at` (offsets into the respective buffer); negatives marked
+/// [`ABSENT`] are skipped. `e` is scratch of `p.dim` values. Input and output vectors live in
+/// separate buffers so the context's input vector `h` is read in place while output vectors
+/// are written (word2vec.c reads `syn0[c]` in place too: nothing writes it before the pair's
+/// end).
 pub fn train_batch(
     plan: &Plan,
     at: &Offsets,
     p: Params,
     alpha: f32,
     sig: &Sigmoid,
-    buf: &mut [f32],
-    scratch: (&mut [f32], &mut [f32]),
+    bufs: (&mut [f32], &mut [f32]),
+    e: &mut [f32],
 ) -> SentenceStats {
-    let (h, e) = scratch;
-    let dim = p.dim;
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU supports AVX, checked just above.
+        return unsafe { train_batch_avx(plan, at, p, alpha, sig, bufs, e) };
+    }
+    train_batch_by_length(plan, at, p, alpha, sig, bufs, e)
+}
+
+/// [`train_batch`] compiled for AVX: the same operations in the same order (the compiler may
+/// not reorder float arithmetic), so the same results, with twice as wide vector registers.
+/// The baseline x86-64 target only has SSE's four lanes.
+///
+/// # Safety
+/// The CPU must support AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn train_batch_avx(
+    plan: &Plan,
+    at: &Offsets,
+    p: Params,
+    alpha: f32,
+    sig: &Sigmoid,
+    bufs: (&mut [f32], &mut [f32]),
+    e: &mut [f32],
+) -> SentenceStats {
+    train_batch_by_length(plan, at, p, alpha, sig, bufs, e)
+}
+
+/// Dispatches on the vector length.
+#[inline(always)]
+fn train_batch_by_length(
+    plan: &Plan,
+    at: &Offsets,
+    p: Params,
+    alpha: f32,
+    sig: &Sigmoid,
+    bufs: (&mut [f32], &mut [f32]),
+    e: &mut [f32],
+) -> SentenceStats {
+    // Short vectors (up to 32 values) get a copy of the loop with their length known at
+    // compile time: the vector loops unroll into a few SIMD instructions and no loop control,
+    // which matters when a target costs only a few dozen operations (e.g. Lapse's `--dim 10`
+    // benchmark). Longer vectors amortise the loop control anyway.
+    macro_rules! by_length {
+        ($($n:literal)*) => {
+            match p.dim {
+                $($n => train_batch_n::<$n>(plan, at, p, alpha, sig, bufs, e),)*
+                _ => train_batch_n::<0>(plan, at, p, alpha, sig, bufs, e),
+            }
+        };
+    }
+    by_length!(
+        1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16
+        17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32
+    )
+}
+
+/// [`train_batch`] for vectors of `N` values (`N = 0`: `p.dim`, known only at run time).
+#[inline(always)]
+fn train_batch_n<const N: usize>(
+    plan: &Plan,
+    at: &Offsets,
+    p: Params,
+    alpha: f32,
+    sig: &Sigmoid,
+    (syn0, syn1): (&mut [f32], &mut [f32]),
+    e: &mut [f32],
+) -> SentenceStats {
+    let dim = if N > 0 { N } else { p.dim };
+    let e_dyn = &mut e[..dim];
+    // With the length known, `h` and `e` live in local arrays the compiler keeps in registers
+    // across a pair's targets instead of storing and reloading them for every target.
+    let mut h_fix = [0f32; N];
+    let mut e_fix: [f32; N];
     let mut stats = SentenceStats::default();
     let mut next_negative = 0;
     let mut start = 0;
@@ -261,17 +365,23 @@ pub fn train_batch(
             let word = plan.words[i];
             let reach = p.window - plan.shrink[i] as usize;
             let center_out = at.syn1[i];
-            for c in i.saturating_sub(reach).max(start)..=(i + reach).min(end - 1) {
+            for c in i.saturating_sub(reach).max(start)..(i + reach + 1).min(end) {
                 if c == i {
                     continue;
                 }
                 let l1 = at.syn0[c];
-                h.copy_from_slice(&buf[l1..l1 + dim]);
-                e.fill(0.0);
+                let (h, e): (&[f32], &mut [f32]) = if N > 0 {
+                    h_fix.copy_from_slice(&syn0[l1..l1 + N]);
+                    e_fix = [0.0; N];
+                    (&h_fix, &mut e_fix)
+                } else {
+                    e_dyn.fill(0.0);
+                    (&syn0[l1..l1 + dim], &mut *e_dyn)
+                };
                 let mut loss = update_target(
                     h,
                     e,
-                    &mut buf[center_out..center_out + dim],
+                    &mut syn1[center_out..center_out + dim],
                     true,
                     alpha,
                     sig,
@@ -287,12 +397,12 @@ pub fn train_batch(
                     if l2 == ABSENT {
                         stats.skipped += 1;
                     } else {
-                        loss += update_target(h, e, &mut buf[l2..l2 + dim], false, alpha, sig);
+                        loss += update_target(h, e, &mut syn1[l2..l2 + dim], false, alpha, sig);
                         stats.negatives += 1;
                     }
                 }
                 next_negative += p.negative;
-                for (x, d) in buf[l1..l1 + dim].iter_mut().zip(e.iter()) {
+                for (x, d) in syn0[l1..l1 + dim].iter_mut().zip(e.iter()) {
                     *x += d;
                 }
                 stats.loss += f64::from(loss);
@@ -305,23 +415,27 @@ pub fn train_batch(
     stats
 }
 
-/// Dot product with eight independent accumulators, so that it vectorises.
-#[inline]
+/// Dot product in chunks of four with two independent accumulators, so that it vectorises and
+/// long vectors are not bound by the latency of one chain of additions; a last odd chunk of
+/// four and the scalar tail come after.
+#[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
+    let (a4, at) = a.as_chunks::<4>();
+    let (b4, bt) = b[..a.len()].as_chunks::<4>();
+    let (mut acc0, mut acc1) = ([0f32; 4], [0f32; 4]);
+    let pairs = a4.len() / 2 * 2;
+    for (x, y) in a4[..pairs].chunks_exact(2).zip(b4[..pairs].chunks_exact(2)) {
+        acc0 = std::array::from_fn(|i| acc0[i] + x[0][i] * y[0][i]);
+        acc1 = std::array::from_fn(|i| acc1[i] + x[1][i] * y[1][i]);
     }
-    acc.iter().sum::<f32>() + tail
+    if let (Some(x), Some(y)) = (a4[pairs..].first(), b4[pairs..].first()) {
+        acc0 = std::array::from_fn(|i| acc0[i] + x[i] * y[i]);
+    }
+    let mut tail = 0.0;
+    for (x, y) in at.iter().zip(bt) {
+        tail += x * y;
+    }
+    ((acc0[0] + acc1[0]) + (acc0[2] + acc1[2])) + ((acc0[1] + acc1[1]) + (acc0[3] + acc1[3])) + tail
 }
 
 #[cfg(test)]
@@ -439,7 +553,8 @@ mod tests {
             negatives: vec![2, 2],
             raw_words: 2,
         };
-        // Layout: syn0 of 0, 1 at 0, 2; syn1 of 0, 1, 2 at 4, 6, 8.
+        // Layout: syn0 of 0, 1 at 0, 2; syn1 of 0, 1, 2 at 4, 6, 8 (offsets 0, 2, 4 of the
+        // second half).
         let mut buf = vec![0.5, -0.2, 0.1, 0.3, 0.2, 0.1, -0.3, 0.4, 0.05, -0.1];
         let mut expect = buf.clone();
         let alpha = 0.1;
@@ -458,9 +573,9 @@ mod tests {
             expect[2 * ctx] += e[0];
             expect[2 * ctx + 1] += e[1];
         }
-        let (mut h, mut e) = (vec![0.0; 2], vec![0.0; 2]);
-        let at = offsets(&plan, |w| 2 * w as usize, |w| Some(4 + 2 * w as usize));
-        let stats = train_batch(&plan, &at, p, alpha, &sig, &mut buf, (&mut h, &mut e));
+        let mut e = vec![0.0; 2];
+        let at = offsets(&plan, |w| 2 * w as usize, |w| Some(2 * w as usize));
+        let stats = train_batch(&plan, &at, p, alpha, &sig, buf.split_at_mut(4), &mut e);
         for (a, b) in buf.iter().zip(&expect) {
             assert!((a - b).abs() < 2e-3, "{buf:?} vs {expect:?}");
         }
@@ -483,10 +598,10 @@ mod tests {
         assert_eq!((plan.ends.clone(), plan.raw_words), (vec![2, 4], 4));
         // Two sentences of two words: exactly one context per position, whatever the shrink.
         assert_eq!(plan.negatives.len(), 4);
-        let mut buf = vec![0.1; 4 + 4 + 1];
-        let at = offsets(&plan, |w| w as usize, |w| Some(4 + w.min(4) as usize));
+        let mut buf = [0.1; 4 + 4 + 1];
+        let at = offsets(&plan, |w| w as usize, |w| Some(w.min(4) as usize));
         let sig = Sigmoid::new();
-        let s = train_batch(&plan, &at, p, 0.1, &sig, &mut buf, (&mut [0.0], &mut [0.0]));
+        let s = train_batch(&plan, &at, p, 0.1, &sig, buf.split_at_mut(4), &mut [0.0]);
         assert_eq!((s.pairs, s.negatives), (4, 4));
     }
 
@@ -505,20 +620,46 @@ mod tests {
             negatives: vec![0, 7, 2, 7],
             raw_words: 2,
         };
-        let mut buf = vec![0.1, 0.2, 0.0, 0.0, 0.0];
+        let mut buf = [0.1, 0.2, 0.0, 0.0, 0.0];
         let at = offsets(
             &plan,
             |w| w as usize,
             |w| match w {
-                0 | 1 => Some(2 + w as usize),
-                2 => Some(4),
+                0 | 1 => Some(w as usize),
+                2 => Some(2),
                 _ => None,
             },
         );
-        let stats = train_batch(&plan, &at, p, 0.1, &sig, &mut buf, (&mut [0.0], &mut [0.0]));
+        let stats = train_batch(&plan, &at, p, 0.1, &sig, buf.split_at_mut(2), &mut [0.0]);
         // Pair 1 (center 0): negative 0 is the center (skipped silently), 7 is unavailable.
         // Pair 2 (center 1): 2 trains, 7 unavailable.
         assert_eq!((stats.pairs, stats.negatives, stats.skipped), (2, 1, 2));
+    }
+
+    #[test]
+    fn short_vector_copies_compute_exactly_what_the_generic_loop_does() {
+        let sig = Sigmoid::new();
+        for dim in [1usize, 3, 10, 32, 33] {
+            let p = Params {
+                dim,
+                window: 2,
+                negative: 2,
+            };
+            let mut rng = SmallRng::seed_from_u64(dim as u64);
+            let mut plan = Plan::default();
+            plan.make(&[0, 1, 2, 3, 4, 1, 2], &[1.0; 5], p, &mut rng, |r| {
+                r.random_range(0..8)
+            });
+            // Words 0..5 have input vectors; outputs of 0..8 follow.
+            let at = offsets(&plan, |w| dim * w as usize, |w| Some(dim * w as usize));
+            let init: Vec<f32> = (0..13 * dim).map(|_| rng.random::<f32>() - 0.5).collect();
+            let (mut a, mut b) = (init.clone(), init);
+            let (mut ea, mut eb) = (vec![0.0; dim], vec![0.0; dim]);
+            let sa = train_batch(&plan, &at, p, 0.2, &sig, a.split_at_mut(5 * dim), &mut ea);
+            let sb = train_batch_n::<0>(&plan, &at, p, 0.2, &sig, b.split_at_mut(5 * dim), &mut eb);
+            assert_eq!(a, b, "dim {dim}");
+            assert_eq!(sa, sb, "dim {dim}");
+        }
     }
 
     #[test]
@@ -537,15 +678,15 @@ mod tests {
             plan.make(&[0, 1, 2, 3, 4], &[1.0; 5], p, &mut rng, |r| {
                 5 + r.random_range(0..5)
             });
-            let at = offsets(&plan, |w| 8 * w as usize, |w| Some(40 + 8 * w as usize));
+            let at = offsets(&plan, |w| 8 * w as usize, |w| Some(8 * w as usize));
             let s = train_batch(
                 &plan,
                 &at,
                 p,
                 0.05,
                 &sig,
-                &mut buf,
-                (&mut [0.0; 8], &mut [0.0; 8]),
+                buf.split_at_mut(40),
+                &mut [0.0; 8],
             );
             losses.push(s.loss / s.pairs as f64);
         }

@@ -3,8 +3,8 @@
 //! per-epoch sums.
 //!
 //! A worker's part of the corpus is cut into batches of consecutive sentences of at most
-//! `--batch-words` words (default 1000, word2vec's longest sentence, so a long line is one
-//! sentence per batch and short lines share one). Per batch the worker pulls every vector the
+//! `--batch-words` words (default 10000, ten of word2vec's longest sentences; a longer
+//! sentence is a batch of its own). Per batch the worker pulls every vector the
 //! batch needs at once (syn0 and syn1neg of its words, syn1neg of its planned negatives),
 //! trains word2vec's per-pair updates on those local copies ([`super::sgns`]), and pushes the
 //! accumulated differences back in one additive batch without waiting. Every mode runs exactly
@@ -17,8 +17,10 @@
 //!
 //! Staleness: a worker's copies are as old as its batch's pull, so updates other workers push
 //! meanwhile are not seen until its next batch, and its own updates reach the server only at
-//! the batch's end (they are never lost: pushes add deltas). A batch is at most 1000 words, so
-//! this is word2vec's usual Hogwild-style asynchrony, coarsened to batches of sentences.
+//! the batch's end (they are never lost: pushes add deltas). A batch is at most `--batch-words`
+//! words, so this is word2vec's usual Hogwild-style asynchrony, coarsened to batches of
+//! sentences. (A worker alone trains the same updates at any batch size, up to the rounding
+//! of the pushed differences.)
 //!
 //! Invariants: every ticket a worker issues is kept in its pending queue until it finishes or is
 //! waited, and the queue is drained before every barrier; counters exclude initialisation and
@@ -37,7 +39,7 @@ use serde_json::{Map, Value, json};
 use super::Args;
 use super::corpus::Sentences;
 use super::eval::{Embeddings, Evaluator};
-use super::sgns::{Offsets, Params, Plan, SentenceStats, Sigmoid, train_batch};
+use super::sgns::{ABSENT, Offsets, Params, Plan, SentenceStats, Sigmoid, train_batch};
 use super::vocab::{KeyMap, UnigramTable};
 use crate::common::{
     CLUSTER_COUNTERS, ClusterCounters, Stopwatch, SumKeys, node_counters, progress,
@@ -153,9 +155,17 @@ impl SlotMap {
         }
     }
 
+    /// `w`'s position in `keys`, appending `key(w)` to `keys` the first time `w` is seen.
     #[inline]
-    fn get(&self, w: u32) -> Option<usize> {
-        (self.stamp[w as usize] == self.now).then(|| self.slot[w as usize] as usize)
+    fn slot_of(&mut self, w: u32, keys: &mut Vec<Key>, key: impl FnOnce(u32) -> Key) -> usize {
+        let i = w as usize;
+        if self.stamp[i] == self.now {
+            return self.slot[i] as usize;
+        }
+        self.stamp[i] = self.now;
+        self.slot[i] = keys.len() as u32;
+        keys.push(key(w));
+        keys.len() - 1
     }
 
     /// Records `w` at `slot` unless already present; returns whether it was new.
@@ -182,6 +192,15 @@ impl NegativeLists {
     fn draw(table: &UnigramTable, nls: usize, rng: &mut SmallRng) -> Vec<u32> {
         (0..nls).map(|_| table.sample(rng)).collect()
     }
+
+    /// Moves on to the next list and draws a new `next` in place of the spent one (the same
+    /// draws as a fresh list, without an allocation per list).
+    fn advance(&mut self, table: &UnigramTable, nls: usize, rng: &mut SmallRng) {
+        std::mem::swap(&mut self.current, &mut self.next);
+        self.next.clear();
+        self.next.extend((0..nls).map(|_| table.sample(rng)));
+        self.pos = 0;
+    }
 }
 
 /// A worker's buffers and outstanding operations.
@@ -199,7 +218,6 @@ struct State<'w> {
     orig: Vec<f32>,
     work: Vec<f32>,
     local_keys: Vec<Key>,
-    h: Vec<f32>,
     e: Vec<f32>,
     negatives: NegativeLists,
     pending: VecDeque<Ticket<'w>>,
@@ -256,19 +274,26 @@ impl<'w> State<'w> {
         let (negatives, table) = (&mut self.negatives, job.table);
         self.next_plan.clear();
         for s in batch {
-            self.next_plan
-                .add(job.sentences.get(s), job.keep, p, &mut self.rng, |rng| {
-                    if negatives.pos == negatives.current.len() {
-                        negatives.current = std::mem::replace(
-                            &mut negatives.next,
-                            NegativeLists::draw(table, nls, rng),
+            self.next_plan.add_with(
+                job.sentences.get(s),
+                job.keep,
+                p,
+                &mut self.rng,
+                |rng, out, mut n| {
+                    while n > 0 {
+                        if negatives.pos == negatives.current.len() {
+                            negatives.advance(table, nls, rng);
+                            refills += 1;
+                        }
+                        let take = n.min(negatives.current.len() - negatives.pos);
+                        out.extend_from_slice(
+                            &negatives.current[negatives.pos..negatives.pos + take],
                         );
-                        negatives.pos = 0;
-                        refills += 1;
+                        negatives.pos += take;
+                        n -= take;
                     }
-                    negatives.pos += 1;
-                    negatives.current[negatives.pos - 1]
-                });
+                },
+            );
         }
         if !job.localize {
             return Ok(());
@@ -303,6 +328,10 @@ impl<'w> State<'w> {
     }
 
     /// Pulls, trains and pushes the current plan.
+    ///
+    /// The batch's keys are laid out as its distinct input vectors, then its distinct output
+    /// vectors (sentence words first, then negatives); the offsets `train_batch` reads are
+    /// recorded while the keys are collected, so no word is looked up twice.
     fn train_plan(
         &mut self,
         job: &Job<'_>,
@@ -317,21 +346,23 @@ impl<'w> State<'w> {
         self.syn0.clear();
         self.syn1.clear();
         self.keys.clear();
+        let at = &mut self.at;
+        at.syn0.clear();
+        at.syn1.clear();
+        at.negatives.clear();
         for &w in &self.plan.words {
-            if self.syn0.insert(w, self.keys.len()) {
-                self.keys.push(km.syn0(w));
-            }
+            let slot = self.syn0.slot_of(w, &mut self.keys, |w| km.syn0(w));
+            at.syn0.push(slot * dim);
         }
+        let inputs = self.keys.len();
         for &w in &self.plan.words {
-            if self.syn1.insert(w, self.keys.len()) {
-                self.keys.push(km.syn1(w));
-            }
+            let slot = self.syn1.slot_of(w, &mut self.keys, |w| km.syn1(w)) - inputs;
+            at.syn1.push(slot * dim);
         }
         let word_keys = self.keys.len();
-        for &n in &self.plan.negatives {
-            if self.syn1.insert(n, self.keys.len()) {
-                self.keys.push(km.syn1(n));
-            }
+        for &w in &self.plan.negatives {
+            let slot = self.syn1.slot_of(w, &mut self.keys, |w| km.syn1(w)) - inputs;
+            at.negatives.push(slot * dim);
         }
         let n = self.keys.len();
         self.orig.resize(n * dim, 0.0);
@@ -347,37 +378,40 @@ impl<'w> State<'w> {
                     .w
                     .pull_if_local(self.keys[i], &mut self.orig[i * dim..(i + 1) * dim])?;
             }
+            let present = &self.present[inputs..];
+            for off in &mut self.at.negatives {
+                if !present[*off / dim] {
+                    *off = ABSENT;
+                }
+            }
         } else {
             self.w.pull(&self.keys, &mut self.orig[..n * dim])?.wait()?;
         }
         self.work.copy_from_slice(&self.orig);
-        let (syn0, syn1, present) = (&self.syn0, &self.syn1, &self.present);
-        self.at.fill(
-            &self.plan,
-            |w| syn0.get(w).unwrap_or(0) * dim,
-            |w| syn1.get(w).filter(|&s| present[s]).map(|s| s * dim),
-        );
         let stats = train_batch(
             &self.plan,
             &self.at,
             p,
             alpha,
             sig,
-            &mut self.work,
-            (&mut self.h, &mut self.e),
+            self.work.split_at_mut(inputs * dim),
+            &mut self.e,
         );
         // The deltas, in place, compacted over the vectors that were available.
         for (x, o) in self.work.iter_mut().zip(&self.orig) {
             *x -= o;
         }
-        let mut kept = 0;
-        for i in 0..n {
-            if self.present[i] {
-                if kept != i {
-                    self.keys[kept] = self.keys[i];
-                    self.work.copy_within(i * dim..(i + 1) * dim, kept * dim);
+        let mut kept = n;
+        if job.args.only_local_neg {
+            kept = 0;
+            for i in 0..n {
+                if self.present[i] {
+                    if kept != i {
+                        self.keys[kept] = self.keys[i];
+                        self.work.copy_within(i * dim..(i + 1) * dim, kept * dim);
+                    }
+                    kept += 1;
                 }
-                kept += 1;
             }
         }
         let t = self.w.push(&self.keys[..kept], &self.work[..kept * dim])?;
@@ -511,7 +545,6 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         orig: Vec::new(),
         work: Vec::new(),
         local_keys: Vec::new(),
-        h: vec![0.0; dim],
         e: vec![0.0; dim],
         negatives: NegativeLists {
             current,

@@ -157,9 +157,10 @@ impl KeyMap {
 /// Samples words with probability proportional to `count^power` (Walker's alias method).
 #[derive(Clone, Debug)]
 pub struct UnigramTable {
-    /// Per bucket, the chance (in units of 2^-32) of keeping the bucket's own word.
-    keep: Vec<u64>,
-    alias: Vec<u32>,
+    /// Per bucket: the chance (in units of 2^-32) of keeping the bucket's own word, and the
+    /// alias drawn otherwise. Side by side, so a draw reads one place in memory and can pick
+    /// between the two without a (randomly taken, hence mispredicted) branch.
+    buckets: Vec<(u64, u32)>,
 }
 
 impl UnigramTable {
@@ -193,11 +194,12 @@ impl UnigramTable {
         for i in small.into_iter().chain(large) {
             prob[i as usize] = 1.0;
         }
-        let keep = prob
+        let buckets = prob
             .iter()
-            .map(|p| (p * 4_294_967_296.0).round() as u64)
+            .zip(alias)
+            .map(|(p, a)| ((p * 4_294_967_296.0).round() as u64, a))
             .collect();
-        Self { keep, alias }
+        Self { buckets }
     }
 
     /// Draws one word from one 64-bit random number: the high half picks the bucket
@@ -205,11 +207,12 @@ impl UnigramTable {
     #[inline]
     pub fn sample(&self, rng: &mut impl Rng) -> u32 {
         let r = rng.next_u64();
-        let i = (((r >> 32) * self.keep.len() as u64) >> 32) as usize;
-        if (r & 0xffff_ffff) < self.keep[i] {
+        let i = (((r >> 32) * self.buckets.len() as u64) >> 32) as usize;
+        let (keep, alias) = self.buckets[i];
+        if (r & 0xffff_ffff) < keep {
             i as u32
         } else {
-            self.alias[i]
+            alias
         }
     }
 }

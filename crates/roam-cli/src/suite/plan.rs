@@ -165,7 +165,7 @@ impl Preset {
                 &["--eval-every", "0"],
             ),
             (App::Mf, Self::Quick) => (
-                "rows=40000,cols=20000,rank=10,nnz=4e6,zipf=0.5,noise=0.1,test=0.05,seed=1",
+                "rows=20000,cols=10000,rank=10,nnz=1e6,zipf=0.5,noise=0.1,test=0.05,seed=1",
                 &["--eval-every", "0"],
             ),
             (App::Mf, Self::Tiny) => (
@@ -177,7 +177,7 @@ impl Preset {
                 &["--eval-every", "0", "--eval-max", "500"],
             ),
             (App::Kge, Self::Quick) => (
-                "entities=10000,relations=100,triples=80000,seed=1",
+                "entities=5000,relations=50,triples=40000,seed=1",
                 &["--eval-every", "0", "--eval-max", "200"],
             ),
             (App::Kge, Self::Tiny) => (
@@ -189,7 +189,7 @@ impl Preset {
                 &["--eval-every", "0", "--eval-pairs", "5000"],
             ),
             (App::W2v, Self::Quick) => (
-                "words=400000,vocab=10000,topics=20,seed=1",
+                "words=200000,vocab=5000,topics=20,seed=1",
                 &["--eval-every", "0", "--eval-pairs", "1000"],
             ),
             (App::W2v, Self::Tiny) => (
@@ -240,7 +240,7 @@ impl Preset {
     pub(crate) fn timeout(self) -> Duration {
         Duration::from_secs(match self {
             Self::Full => 1800,
-            Self::Quick => 45,
+            Self::Quick => 30,
             Self::Tiny => 30,
         })
     }

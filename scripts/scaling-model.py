@@ -104,7 +104,7 @@ def fit_cpu_costs(cs, app, profile):
     return single["cpu"], c_msg, c_byte
 
 
-def model(cs, app, mode, profile, rtt, bandwidth, cores, machine_cpus):
+def model(cs, app, mode, profile, rtt, bandwidth, cores, machine_cpus, target_rtt=None):
     """Returns predict(N) or None if data is missing."""
     costs = fit_cpu_costs(cs, app, profile)
     c2 = cs.get((app, profile, mode, 2))
@@ -144,7 +144,7 @@ def model(cs, app, mode, profile, rtt, bandwidth, cores, machine_cpus):
         t_cpu = cpu_total(n) / (n * cores)
         t_link = bytes_at(n) / n / bandwidth
         sync_rounds = max(s_a + s_b * n, 0.0)
-        t_sync = sync_rounds * rtt[profile]
+        t_sync = sync_rounds * (target_rtt if target_rtt is not None else rtt[profile])
         return {
             "seconds": t_cpu + t_link + t_sync,
             "cpu": t_cpu,
@@ -183,6 +183,8 @@ def main():
     ap.add_argument("--rtt-us", default="loopback=50,10gbe=320,1gbe=414",
                     help="round trip (remote pull p50, batch 1) per profile, from roam bench ops")
     ap.add_argument("--bandwidth-gbit", type=float, default=10.0)
+    ap.add_argument("--target-rtt-us", type=float,
+                    help="predict for this round trip instead of the profile's (what-if)")
     ap.add_argument("--nodes", default="8,16,32,64")
     ap.add_argument("--cores-per-node", type=int, default=1,
                     help="cores per node machine (the suite ran one worker per node)")
@@ -193,6 +195,7 @@ def main():
     bandwidth = args.bandwidth_gbit * 1e9 / 8
     nodes = [int(n) for n in args.nodes.split(",")]
     machine_cpus = results.get("cpus", 2)
+    target = args.target_rtt_us / 1e6 if args.target_rtt_us is not None else None
     cs = cells(results)
     apps = sorted({k[0] for k in cs})
 
@@ -223,14 +226,15 @@ def main():
             m4 = cs[(app, args.profile, mode, 4)]["seconds"]
             print(f"| {app} | {mode} | {fmt(m2)} / {r2:.0f} | {fmt(m4)} / {r4:.0f} |")
 
-    print(f"\nPredicted epoch seconds, one machine per node ({args.profile}); "
-          "in brackets: CPU / link / sync parts\n")
+    rtt_used = target if target is not None else rtt[args.profile]
+    print(f"\nPredicted epoch seconds, one machine per node ({args.profile} volumes, "
+          f"RTT {rtt_used * 1e6:.0f} µs); in brackets: CPU / link / sync parts\n")
     print("| workload | mode | " + " | ".join(f"{n} nodes" for n in nodes) + " | single |")
     print("|---|---|" + "---|" * (len(nodes) + 1))
     for app in apps:
         single = cs.get((app, "loopback", "single", 1))
         for mode in MODES:
-            p = model(cs, app, mode, args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus)
+            p = model(cs, app, mode, args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus, target)
             if p is None:
                 print(f"| {app} | {mode} | " + " | ".join("–" for _ in nodes) + " | |")
                 continue
@@ -244,9 +248,9 @@ def main():
     print("| workload | over | " + " | ".join(f"{n} nodes" for n in nodes) + " |")
     print("|---|---|" + "---|" * len(nodes))
     for app in apps:
-        lapse = model(cs, app, "lapse", args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus)
+        lapse = model(cs, app, "lapse", args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus, target)
         for other in ["classic", "classic-nolocal"]:
-            o = model(cs, app, other, args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus)
+            o = model(cs, app, other, args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus, target)
             if lapse is None or o is None:
                 continue
             print(f"| {app} | {other} | " + " | ".join(
@@ -257,7 +261,7 @@ def main():
     print("|---|---|" + "---|" * len(nodes))
     for app in apps:
         for mode in MODES:
-            p = model(cs, app, mode, args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus)
+            p = model(cs, app, mode, args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus, target)
             if p is None:
                 continue
             print(f"| {app} | {mode} | " + " | ".join(

@@ -106,8 +106,9 @@ impl SuiteArgs {
     }
 }
 
-/// Runs the suite (or redraws one with `--from`); the exit code is 0 even when runs failed or
-/// timed out (they are recorded), and non-zero only if the suite itself could not work.
+/// Runs the suite (or redraws one with `--from`); the exit code is 0 when at least one run
+/// succeeded (failed and timed-out runs are recorded as such), 1 when none did, and an error
+/// when the suite itself could not work.
 pub(crate) fn run(args: &SuiteArgs) -> anyhow::Result<i32> {
     if let Some(from) = &args.from {
         let results = Results::read(from)?;
@@ -179,6 +180,13 @@ pub(crate) fn run(args: &SuiteArgs) -> anyhow::Result<i32> {
     }
     report(&results, &dir)?;
     eprintln!("suite: results in {}", results_path.display());
+    if results.runs.iter().all(|r| !r.ok()) {
+        eprintln!(
+            "suite: no run succeeded; see the logs under {}",
+            dir.join("logs").display()
+        );
+        return Ok(1);
+    }
     Ok(0)
 }
 

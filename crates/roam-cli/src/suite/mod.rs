@@ -37,7 +37,7 @@ pub(crate) struct SuiteArgs {
     /// Modes to run (`single` always at one node).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) modes: Option<Vec<Mode>>,
-    /// Node counts for the distributed modes.
+    /// Node counts for the distributed modes (`single` always runs at one node).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=64))]
     pub(crate) nodes: Option<Vec<u32>>,
     /// Worker threads per node (each value is a separate configuration).

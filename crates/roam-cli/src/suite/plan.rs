@@ -351,11 +351,13 @@ pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
             for &profile in &profiles {
                 for &workers_per_node in &m.workers_per_node {
                     for &mode in &m.modes {
-                        for &nodes in &m.nodes {
-                            let single = mode == Mode::Single;
-                            if single && nodes != 1 {
-                                continue;
-                            }
+                        // `single` is the baseline: one node, whatever the node counts are.
+                        let node_counts = if mode == Mode::Single {
+                            &[1][..]
+                        } else {
+                            &m.nodes[..]
+                        };
+                        for &nodes in node_counts {
                             if nodes == 1 && profile != Profile::Loopback {
                                 continue;
                             }
@@ -419,6 +421,20 @@ mod tests {
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), p.runs.len(), "run ids are unique");
+    }
+
+    #[test]
+    fn single_runs_even_when_the_node_counts_leave_out_one() {
+        let p = plan(
+            &Matrix {
+                nodes: vec![2, 4],
+                ..matrix()
+            },
+            true,
+        );
+        let singles = p.runs.iter().filter(|r| r.mode == Mode::Single).count();
+        assert_eq!(singles, 2 * 2, "one per app and rep");
+        assert!(p.runs.iter().all(|r| r.mode == Mode::Single || r.nodes > 1));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 """Runs `roam bench ops` over the configuration matrix of docs/benchmarks.md and prints a
 markdown table of medians (min-max) over repetitions.
 
-Usage: scripts/bench-ops.py [--reps 3] [--seconds 2] [--quick] [--latency-us L] [--out FILE.json]
+Usage: scripts/bench-ops.py [--reps 3] [--seconds 2] [--quick] [--latency-us L]
+                            [--profile loopback|10gbe|1gbe] [--out FILE.json]
+(`--profile 10gbe|1gbe` runs the nodes in network namespaces: root only.)
 Needs target/release/roam (cargo build --release -p roam-cli).
 """
 import argparse
@@ -25,8 +27,10 @@ FIELDS = [
 ]
 
 
-def run(nodes, workers, keys, value_len, batch, seconds, latency, extra):
+def run(nodes, workers, keys, value_len, batch, seconds, latency, extra, profile=None):
     cmd = [ROAM, "launch", "--nodes", str(nodes), "--workers-per-node", str(workers)]
+    if profile:
+        cmd += ["--profile", profile]
     if latency:
         cmd += ["--latency-us", str(latency)]
     cmd += ["--", ROAM, "bench", "ops", "--keys", str(keys), "--value-len", str(value_len),
@@ -55,6 +59,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--quick", action="store_true", help="only the Lapse target configuration")
     ap.add_argument("--latency-us", type=int, default=0)
+    ap.add_argument("--profile", help="network profile of roam launch (10gbe and 1gbe need root)")
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.quick:
@@ -65,7 +70,8 @@ def main():
     print("| workers/node | keys | value len | batch | " + " | ".join(name for _, name in FIELDS) + " |")
     print("|" + "---|" * (4 + len(FIELDS)))
     for workers, keys, value_len, batch in matrix:
-        runs = [run(2, workers, keys, value_len, batch, args.seconds, args.latency_us, []) for _ in range(args.reps)]
+        runs = [run(2, workers, keys, value_len, batch, args.seconds, args.latency_us, [], args.profile)
+                for _ in range(args.reps)]
         records.extend(runs)
         cells = [fmt([r.get(field) for r in runs]) for field, _ in FIELDS]
         print(f"| {workers} | {keys:,} | {value_len} | {batch} | " + " | ".join(cells) + " |", flush=True)

@@ -166,10 +166,13 @@ pub struct ClusterCounters {
     pub bytes_sent: u64,
     /// Keys relocated (moved in) on all nodes.
     pub relocations: u64,
+    /// CPU seconds (all threads) of all node processes over the span the other counters
+    /// cover; per-epoch figures are in each epoch's `cpu_seconds`.
+    pub cpu_seconds: f64,
 }
 
 /// The counters [`ClusterCounters`] is summed from, in [`SumKeys`] order.
-pub const CLUSTER_COUNTERS: usize = 5;
+pub const CLUSTER_COUNTERS: usize = 6;
 
 /// This node's contribution to [`ClusterCounters`].
 pub fn node_counters(stats: &NodeStats) -> [u64; CLUSTER_COUNTERS] {
@@ -181,7 +184,29 @@ pub fn node_counters(stats: &NodeStats) -> [u64; CLUSTER_COUNTERS] {
         stats.messages_sent,
         stats.bytes_sent,
         stats.relocations_in,
+        process_cpu_micros(),
     ]
+}
+
+/// CPU time this process has used so far, all threads, in microseconds
+/// (`CLOCK_PROCESS_CPUTIME_ID`). Differences between two readings on one node, summed over
+/// nodes with [`SumKeys`], give a job's CPU cost per epoch.
+pub fn process_cpu_micros() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+/// Microseconds (summed exactly by [`SumKeys`]) to seconds.
+pub fn micros_to_seconds(micros: u64) -> f64 {
+    micros as f64 / 1e6
 }
 
 impl ClusterCounters {
@@ -196,6 +221,7 @@ impl ClusterCounters {
             messages_sent: sums[2],
             bytes_sent: sums[3],
             relocations: sums[4],
+            cpu_seconds: micros_to_seconds(sums[5]),
         }
     }
 }

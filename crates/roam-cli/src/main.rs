@@ -6,6 +6,8 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use roam::{bench, check, launch};
 
+mod suite;
+
 #[derive(Parser)]
 #[command(
     name = "roam",
@@ -64,6 +66,9 @@ enum BenchCommand {
     Ops(bench::OpsArgs),
     /// The physical reference: one thread copying random 400-byte rows of a 1M-row array.
     RowCopy,
+    /// The training workloads in every mode, node count and network profile, repeated:
+    /// results.json, summary tables and PNG figures under bench-results/.
+    Suite(suite::SuiteArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -89,6 +94,7 @@ fn run(command: Command) -> anyhow::Result<i32> {
             );
             0
         }
+        Command::Bench(BenchCommand::Suite(args)) => suite::run(&args)?,
         Command::Demo(args) => demo(&args)?,
         Command::Train(TrainCommand::Mf(args)) => roam_apps::mf::run(&args).map(|()| 0)?,
         Command::Train(TrainCommand::Kge(args)) => roam_apps::kge::run(&args).map(|()| 0)?,

@@ -17,7 +17,10 @@ use super::data::Graph;
 use super::eval::{Filter, Metrics, evaluate};
 use super::partition::Partition;
 use super::train::{Epoch, Hyper, LossSum, Step, gather, init_params, relation_key};
-use crate::common::{ClusterCounters, Mode, Stopwatch, SumKeys, node_counters, progress};
+use crate::common::{
+    CLUSTER_COUNTERS, ClusterCounters, Mode, Stopwatch, SumKeys, micros_to_seconds, node_counters,
+    process_cpu_micros, progress,
+};
 
 /// Scale of the fixed-point loss sum (the cluster sums `u64` counters exactly).
 const LOSS_SCALE: f64 = 1e6;
@@ -44,7 +47,7 @@ pub struct Shared<'a> {
     pub eval_valid: bool,
     /// Evaluate at most this many triples per split (0: all).
     pub eval_max: usize,
-    /// Reserved keys for exact cluster sums (5 counters).
+    /// Reserved keys for exact cluster sums (`CLUSTER_COUNTERS` counters).
     pub sums: SumKeys,
     /// This node's loss of the current epoch, summed over its workers.
     pub node_loss: Mutex<LossSum>,
@@ -90,16 +93,20 @@ impl Shared<'_> {
         for epoch in 1..=self.epochs {
             worker.barrier()?;
             let clock = Stopwatch::start();
+            let cpu_start = process_cpu_micros();
             let bar = progress(worker, mine, &format!("kge epoch {epoch}/{}", self.epochs));
             let sum = epoch_runner.run(worker, gid, epoch, &mut step, |k| bar.inc(k))?;
             worker.barrier()?;
             let seconds = clock.seconds();
+            let cpu = process_cpu_micros().saturating_sub(cpu_start);
             bar.finish_and_clear();
 
-            let loss = self.cluster_loss(worker, sum)?;
+            let (loss, cpu_seconds) = self.cluster_loss(worker, sum, cpu)?;
             let evaluate_now =
                 epoch == self.epochs || (self.eval_every > 0 && epoch % self.eval_every == 0);
-            let mut row = json!({ "epoch": epoch, "seconds": seconds, "loss": loss });
+            let mut row = json!({
+                "epoch": epoch, "seconds": seconds, "loss": loss, "cpu_seconds": cpu_seconds,
+            });
             if evaluate_now {
                 if gid == 0 {
                     self.evaluate_into(worker, &mut row)?;
@@ -120,8 +127,14 @@ impl Shared<'_> {
         Ok((gid == 0).then_some(Outcome { epochs, counters }))
     }
 
-    /// Mean logistic loss per scored triple over the whole cluster (collective).
-    fn cluster_loss(&self, worker: &Worker, sum: LossSum) -> anyhow::Result<f64> {
+    /// Mean logistic loss per scored triple and the epoch's CPU seconds (`cpu_micros` of each
+    /// node's worker 0), both over the whole cluster (collective).
+    fn cluster_loss(
+        &self,
+        worker: &Worker,
+        sum: LossSum,
+        cpu_micros: u64,
+    ) -> anyhow::Result<(f64, f64)> {
         {
             let mut node = self
                 .node_loss
@@ -139,11 +152,15 @@ impl Shared<'_> {
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
             );
             let fixed = (node.loss * LOSS_SCALE).round() as u64;
-            self.sums
-                .contribute(worker, &[fixed, node.scored, 0, 0, 0])?;
+            let mut counters = [0; CLUSTER_COUNTERS];
+            counters[..3].copy_from_slice(&[fixed, node.scored, cpu_micros]);
+            self.sums.contribute(worker, &counters)?;
         }
         let totals = self.sums.barrier_and_read(worker)?;
-        Ok(totals[0] as f64 / LOSS_SCALE / totals[1].max(1) as f64)
+        Ok((
+            totals[0] as f64 / LOSS_SCALE / totals[1].max(1) as f64,
+            micros_to_seconds(totals[2]),
+        ))
     }
 
     /// Pulls the model and adds filtered test (and valid) metrics to `row`.

@@ -137,6 +137,10 @@ impl Args {
     }
 }
 
+/// Counters summed over the cluster after every epoch: [`train::SUMS`], then the epoch's CPU
+/// microseconds (each node's worker 0 measures its process around the epoch).
+const EPOCH_SUMS: usize = train::SUMS + 1;
+
 /// What global worker 0 hands back: the per-epoch records and the cluster counters.
 type Outcome = Option<(Vec<serde_json::Value>, ClusterCounters)>;
 
@@ -151,7 +155,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let dim = args.dim as usize;
     let mean = ratings.train_mean();
     let model_keys = u64::from(ratings.rows) + u64::from(ratings.cols);
-    let loss_keys = SumKeys::keys_needed(train::SUMS, dim);
+    let loss_keys = SumKeys::keys_needed(EPOCH_SUMS, dim);
     let counter_keys = SumKeys::keys_needed(common::CLUSTER_COUNTERS, dim);
     let mut cfg = Config::new(model_keys + (loss_keys + counter_keys) as u64, args.dim);
     cfg.workers_per_node = args.workers;
@@ -159,7 +163,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let parts = node.num_nodes() * node.workers_per_node();
     let layout = Layout::new(ratings.rows, ratings.cols, dim, parts, args.seed);
     let reserved = |from: u64, n: usize| -> Vec<Key> { (from..from + n as u64).collect() };
-    let loss_sums = SumKeys::new(reserved(model_keys, loss_keys), dim, train::SUMS);
+    let loss_sums = SumKeys::new(reserved(model_keys, loss_keys), dim, EPOCH_SUMS);
     let counter_sums = SumKeys::new(
         reserved(model_keys + loss_keys as u64, counter_keys),
         dim,
@@ -309,8 +313,10 @@ impl Shared<'_> {
         let mut records = Vec::new();
         for epoch in 0..args.epochs {
             let clock = Stopwatch::start();
+            let cpu_start = common::process_cpu_micros();
             let online = trainer.epoch(epoch, lr, || bar.inc(1))?;
             let seconds = clock.seconds();
+            let cpu = common::process_cpu_micros().saturating_sub(cpu_start);
             let last = epoch + 1 == args.epochs;
             let evaluate = last || (args.eval_every > 0 && (epoch + 1) % args.eval_every == 0);
             let clock = Stopwatch::start();
@@ -325,7 +331,9 @@ impl Shared<'_> {
             self.node_sums.add(online, train, test);
             worker.barrier()?;
             if worker.id() == 0 {
-                self.loss_sums.contribute(worker, &self.node_sums.take())?;
+                let mut sums = self.node_sums.take().to_vec();
+                sums.push(cpu);
+                self.loss_sums.contribute(worker, &sums)?;
             }
             let sums = self.loss_sums.barrier_and_read(worker)?;
             let eval_seconds = clock.seconds();
@@ -342,6 +350,7 @@ impl Shared<'_> {
             let mut record = json!({
                 "epoch": epoch + 1, "seconds": seconds, "loss": objective, "lr": short(lr),
                 "online_rmse": rmse(sums[0], sums[2]),
+                "cpu_seconds": common::micros_to_seconds(sums[train::SUMS]),
             });
             if evaluate {
                 record["train_rmse"] = json!(rmse(sums[4], sums[5]));

@@ -561,6 +561,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let mut processed = 0f64;
     let mut epochs = Vec::new();
     let mut counters = ClusterCounters::default();
+    let mut cpu_before = 0.0;
     for epoch in 1..=a.epochs {
         let clock = Stopwatch::start();
         let mut stats = SentenceStats::default();
@@ -597,6 +598,8 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         let sums = job.sums.barrier_and_read(w)?;
         let seconds = clock.seconds();
         counters = ClusterCounters::from_sums(&sums[TRAIN_COUNTERS..]);
+        let cpu_seconds = counters.cpu_seconds - cpu_before;
+        cpu_before = counters.cpu_seconds;
 
         let evaluate = epoch == a.epochs || (a.eval_every > 0 && epoch % a.eval_every == 0);
         let mut metrics = Map::new();
@@ -625,6 +628,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             let mut row = json!({
                 "epoch": epoch,
                 "seconds": seconds,
+                "cpu_seconds": cpu_seconds,
                 "loss": if pairs > 0 { loss / pairs as f64 } else { f64::NAN },
                 "pairs": pairs,
                 "negatives": sums[2],

@@ -1,0 +1,450 @@
+//! What a suite runs: the workloads and their sizes per preset (full, `--quick`, `--tiny`),
+//! the modes, node counts, workers, network profiles and repetitions, expanded into the ordered
+//! list of runs (repetition outermost, so that a slow phase of the machine spreads over all
+//! configurations instead of hitting one), and the configurations left out with the reason.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A training workload (`roam train APP`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    clap::ValueEnum,
+    Serialize,
+    Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum App {
+    /// Matrix factorisation.
+    Mf,
+    /// Knowledge-graph embeddings.
+    Kge,
+    /// Word vectors.
+    W2v,
+}
+
+/// A parameter placement mode (`roam train ... --mode`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    clap::ValueEnum,
+    Serialize,
+    Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Mode {
+    /// One node, no network.
+    Single,
+    /// Static hash allocation, fast local access.
+    Classic,
+    /// Static hash allocation, every access by message.
+    ClassicNolocal,
+    /// Dynamic allocation.
+    Lapse,
+}
+
+/// An emulated network (`roam launch --profile`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    clap::ValueEnum,
+    Serialize,
+    Deserialize,
+)]
+pub(crate) enum Profile {
+    /// Plain loopback TCP.
+    #[serde(rename = "loopback")]
+    Loopback,
+    /// Namespaces, 10 Gbit/s links, 50 µs one-way latency (root).
+    #[value(name = "10gbe")]
+    #[serde(rename = "10gbe")]
+    TenGbe,
+    /// Namespaces, 1 Gbit/s links, 100 µs one-way latency (root).
+    #[value(name = "1gbe")]
+    #[serde(rename = "1gbe")]
+    OneGbe,
+}
+
+impl App {
+    /// The subcommand name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Mf => "mf",
+            Self::Kge => "kge",
+            Self::W2v => "w2v",
+        }
+    }
+
+    /// The setting (in the report's `settings`) that counts one epoch's data points.
+    pub(crate) fn points_setting(self) -> &'static str {
+        match self {
+            Self::Mf => "train_points",
+            Self::Kge => "train_triples",
+            Self::W2v => "train_words",
+        }
+    }
+
+    /// What one data point is, for tables.
+    pub(crate) fn point_name(self) -> &'static str {
+        match self {
+            Self::Mf => "rating",
+            Self::Kge => "triple",
+            Self::W2v => "word",
+        }
+    }
+}
+
+impl Mode {
+    /// The `--mode` value.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Single => "single",
+            Self::Classic => "classic",
+            Self::ClassicNolocal => "classic-nolocal",
+            Self::Lapse => "lapse",
+        }
+    }
+}
+
+impl Profile {
+    /// The `--profile` value.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Loopback => "loopback",
+            Self::TenGbe => "10gbe",
+            Self::OneGbe => "1gbe",
+        }
+    }
+
+    /// Whether the profile runs nodes in network namespaces (root only).
+    pub(crate) fn needs_root(self) -> bool {
+        self != Self::Loopback
+    }
+}
+
+/// Workload sizes and run lengths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Preset {
+    /// About a minute per epoch in `single` mode (one worker) on a 2-core VM; MF is capped by
+    /// memory (every node generates the whole matrix) at 1e8 ratings (30 s per epoch measured).
+    Full,
+    /// Well under a second per `single` epoch: the whole default suite in under 10 minutes.
+    Quick,
+    /// A fraction of a second per run: for CI.
+    Tiny,
+}
+
+impl Preset {
+    /// Arguments after `roam train APP --mode M --epochs E`: the synthetic data and a cheap
+    /// final evaluation (evaluation is outside the timed epochs, but costs wall time).
+    pub(crate) fn train_args(self, app: App) -> Vec<String> {
+        let (synthetic, extra): (&str, &[&str]) = match (app, self) {
+            (App::Mf, Self::Full) => (
+                "rows=1000000,cols=200000,rank=10,nnz=1e8,zipf=0.5,noise=0.1,test=0.01,seed=1",
+                &["--eval-every", "0"],
+            ),
+            (App::Mf, Self::Quick) => (
+                "rows=20000,cols=10000,rank=10,nnz=1e6,zipf=0.5,noise=0.1,test=0.05,seed=1",
+                &["--eval-every", "0"],
+            ),
+            (App::Mf, Self::Tiny) => (
+                "rows=4000,cols=2000,rank=10,nnz=2e5,zipf=0.5,noise=0.1,test=0.1,seed=1",
+                &["--eval-every", "0"],
+            ),
+            (App::Kge, Self::Full) => (
+                "entities=1000000,relations=1000,triples=7000000,seed=1",
+                &["--eval-every", "0", "--eval-max", "500"],
+            ),
+            (App::Kge, Self::Quick) => (
+                "entities=5000,relations=50,triples=40000,seed=1",
+                &["--eval-every", "0", "--eval-max", "200"],
+            ),
+            (App::Kge, Self::Tiny) => (
+                "entities=2000,relations=40,triples=20000,seed=1",
+                &["--eval-every", "0", "--eval-max", "100"],
+            ),
+            (App::W2v, Self::Full) => (
+                "words=20000000,vocab=100000,topics=50,seed=1",
+                &["--eval-every", "0", "--eval-pairs", "5000"],
+            ),
+            (App::W2v, Self::Quick) => (
+                "words=200000,vocab=5000,topics=20,seed=1",
+                &["--eval-every", "0", "--eval-pairs", "1000"],
+            ),
+            (App::W2v, Self::Tiny) => (
+                "words=100000,vocab=3000,topics=10,seed=1",
+                &["--eval-every", "0", "--eval-pairs", "500"],
+            ),
+        };
+        let mut args = vec!["--synthetic".to_string(), synthetic.to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// Epochs per run unless `--epochs` says otherwise.
+    pub(crate) fn epochs(self) -> u32 {
+        match self {
+            Self::Full => 3,
+            Self::Quick => 2,
+            Self::Tiny => 1,
+        }
+    }
+
+    /// Repetitions unless `--reps` says otherwise.
+    pub(crate) fn reps(self) -> u32 {
+        match self {
+            Self::Full => 3,
+            Self::Quick => 2,
+            Self::Tiny => 1,
+        }
+    }
+
+    /// Node counts unless `--nodes` says otherwise.
+    pub(crate) fn nodes(self) -> Vec<u32> {
+        match self {
+            Self::Tiny => vec![1, 2],
+            _ => vec![1, 2, 4],
+        }
+    }
+
+    /// Profiles unless `--profiles` says otherwise.
+    pub(crate) fn profiles(self) -> Vec<Profile> {
+        match self {
+            Self::Tiny => vec![Profile::Loopback],
+            _ => vec![Profile::Loopback, Profile::TenGbe],
+        }
+    }
+
+    /// Per-run time limit unless `--timeout` says otherwise.
+    pub(crate) fn timeout(self) -> Duration {
+        Duration::from_secs(match self {
+            Self::Full => 1800,
+            Self::Quick => 30,
+            Self::Tiny => 30,
+        })
+    }
+}
+
+/// One child run: `roam launch ... -- roam train ...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RunSpec {
+    /// The workload.
+    pub(crate) app: App,
+    /// The mode.
+    pub(crate) mode: Mode,
+    /// Nodes launched.
+    pub(crate) nodes: u32,
+    /// Worker threads per node.
+    pub(crate) workers_per_node: u32,
+    /// The network.
+    pub(crate) profile: Profile,
+    /// Repetition, from 1.
+    pub(crate) rep: u32,
+    /// Epochs trained.
+    pub(crate) epochs: u32,
+    /// Arguments after `--epochs E`.
+    pub(crate) train_args: Vec<String>,
+    /// Time limit of the whole child run.
+    pub(crate) timeout: Duration,
+}
+
+impl RunSpec {
+    /// A file-name-safe identifier, unique within a suite.
+    pub(crate) fn id(&self) -> String {
+        format!(
+            "{}-{}-{}-n{}-w{}-r{}",
+            self.app.name(),
+            self.profile.name(),
+            self.mode.name(),
+            self.nodes,
+            self.workers_per_node,
+            self.rep
+        )
+    }
+}
+
+/// The dimensions of a suite, after presets and command-line overrides.
+#[derive(Clone, Debug)]
+pub(crate) struct Matrix {
+    /// Sizes.
+    pub(crate) preset: Preset,
+    /// Workloads.
+    pub(crate) apps: Vec<App>,
+    /// Modes (`single` runs at one node only).
+    pub(crate) modes: Vec<Mode>,
+    /// Node counts for the distributed modes.
+    pub(crate) nodes: Vec<u32>,
+    /// Workers per node.
+    pub(crate) workers_per_node: Vec<u32>,
+    /// Networks.
+    pub(crate) profiles: Vec<Profile>,
+    /// Repetitions.
+    pub(crate) reps: u32,
+    /// Epochs per run.
+    pub(crate) epochs: u32,
+    /// Per-run time limit.
+    pub(crate) timeout: Duration,
+}
+
+/// The runs of a suite and what was left out.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Plan {
+    /// Runs in execution order.
+    pub(crate) runs: Vec<RunSpec>,
+    /// Left-out configurations, each with its reason.
+    pub(crate) skipped: Vec<String>,
+}
+
+/// Expands `m` into runs. Profiles that need namespaces are skipped (with a message) unless
+/// `root`. `single` runs once per workers-per-node value, at one node on loopback (it opens no
+/// link, so a network profile cannot change it); a distributed mode at one node likewise runs
+/// only on loopback.
+pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
+    let mut out = Plan::default();
+    let profiles: Vec<Profile> = m
+        .profiles
+        .iter()
+        .copied()
+        .filter(|p| {
+            let ok = root || !p.needs_root();
+            if !ok {
+                out.skipped.push(format!(
+                    "profile {}: needs network namespaces, i.e. root (running as uid {}); \
+                     rerun as root for these runs",
+                    p.name(),
+                    effective_uid()
+                ));
+            }
+            ok
+        })
+        .collect();
+    if profiles.iter().any(|&p| p != Profile::Loopback) && m.nodes.contains(&1) {
+        out.skipped.push(
+            "1-node runs under a network profile: one node opens no link, so they equal the \
+             loopback runs (which are reported for every profile's comparisons)"
+                .to_string(),
+        );
+    }
+    for rep in 1..=m.reps {
+        for &app in &m.apps {
+            for &profile in &profiles {
+                for &workers_per_node in &m.workers_per_node {
+                    for &mode in &m.modes {
+                        // `single` is the baseline: one node, whatever the node counts are.
+                        let node_counts = if mode == Mode::Single {
+                            &[1][..]
+                        } else {
+                            &m.nodes[..]
+                        };
+                        for &nodes in node_counts {
+                            if nodes == 1 && profile != Profile::Loopback {
+                                continue;
+                            }
+                            out.runs.push(RunSpec {
+                                app,
+                                mode,
+                                nodes,
+                                workers_per_node,
+                                profile,
+                                rep,
+                                epochs: m.epochs,
+                                train_args: m.preset.train_args(app),
+                                timeout: m.timeout,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// This process's effective uid.
+pub(crate) fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matrix() -> Matrix {
+        Matrix {
+            preset: Preset::Quick,
+            apps: vec![App::Mf, App::Kge],
+            modes: vec![Mode::Single, Mode::Classic, Mode::Lapse],
+            nodes: vec![1, 2, 4],
+            workers_per_node: vec![1],
+            profiles: vec![Profile::Loopback, Profile::TenGbe],
+            reps: 2,
+            epochs: 2,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn single_runs_at_one_node_on_loopback_and_reps_are_outermost() {
+        let p = plan(&matrix(), true);
+        // Per app and rep: loopback 1 single + 2 modes x 3 nodes; 10gbe 2 modes x 2 nodes.
+        assert_eq!(p.runs.len(), 2 * 2 * (1 + 6 + 4));
+        assert!(
+            p.runs
+                .iter()
+                .filter(|r| r.mode == Mode::Single)
+                .all(|r| r.nodes == 1 && r.profile == Profile::Loopback)
+        );
+        assert!(p.runs[..p.runs.len() / 2].iter().all(|r| r.rep == 1));
+        let mut ids: Vec<_> = p.runs.iter().map(RunSpec::id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), p.runs.len(), "run ids are unique");
+    }
+
+    #[test]
+    fn single_runs_even_when_the_node_counts_leave_out_one() {
+        let p = plan(
+            &Matrix {
+                nodes: vec![2, 4],
+                ..matrix()
+            },
+            true,
+        );
+        let singles = p.runs.iter().filter(|r| r.mode == Mode::Single).count();
+        assert_eq!(singles, 2 * 2, "one per app and rep");
+        assert!(p.runs.iter().all(|r| r.mode == Mode::Single || r.nodes > 1));
+    }
+
+    #[test]
+    fn without_root_namespace_profiles_are_skipped_with_a_reason() {
+        let p = plan(&matrix(), false);
+        assert!(p.runs.iter().all(|r| r.profile == Profile::Loopback));
+        assert!(
+            p.skipped
+                .iter()
+                .any(|s| s.contains("10gbe") && s.contains("root"))
+        );
+    }
+}

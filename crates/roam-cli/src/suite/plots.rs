@@ -1,0 +1,384 @@
+//! The suite's PNG figures, drawn with plotters' bitmap backend. Each figure is a grid of
+//! panels, one per workload (rows) and network profile (columns), with the number of nodes on
+//! a log2 x axis; a line joins the medians over repetitions and a vertical bar spans their
+//! min–max. Text uses the DejaVu Sans Mono font bundled in `assets/` (through ab_glyph), so
+//! no system font or fontconfig is needed.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, anyhow};
+use plotters::prelude::*;
+
+use super::plan::{App, Mode, Profile};
+use super::summary::{CellKey, Stat, Summary};
+
+/// The bundled font (DejaVu Sans Mono; Bitstream Vera licence, see `assets/`).
+const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
+/// The family name the font is registered under.
+const FAMILY: &str = "roam-sans";
+
+/// One line of a panel: (nodes, median, min, max) points.
+struct Series {
+    label: String,
+    color: RGBColor,
+    points: Vec<(u32, Stat)>,
+}
+
+/// One panel of a figure.
+struct Panel {
+    title: String,
+    series: Vec<Series>,
+}
+
+/// How a figure's y axis works.
+#[derive(Clone, Copy)]
+struct YAxis {
+    label: &'static str,
+    log: bool,
+    /// Fixed range (linear axes), else fitted to the data.
+    fixed: Option<(f64, f64)>,
+    /// A dashed reference line (e.g. speed-up 1).
+    reference: Option<f64>,
+}
+
+/// Colour of a mode's lines.
+fn mode_color(mode: Mode) -> RGBColor {
+    match mode {
+        Mode::Single => RGBColor(90, 90, 90),
+        Mode::Classic => RGBColor(31, 119, 180),
+        Mode::ClassicNolocal => RGBColor(255, 127, 14),
+        Mode::Lapse => RGBColor(44, 160, 44),
+    }
+}
+
+/// Draws every figure into `dir`; returns the files written.
+pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    // Registering twice (a second suite in one process) keeps the first registration.
+    plotters::style::register_font(FAMILY, FontStyle::Normal, FONT)
+        .map_err(|_| anyhow!("the bundled font does not parse"))?;
+    let groups = summary.groups();
+    if groups.is_empty() {
+        return Ok(Vec::new());
+    }
+    let per_mode = |modes: &[Mode], value: &dyn Fn(CellKey) -> Option<Stat>| {
+        panels(&groups, |app, profile, w| {
+            modes
+                .iter()
+                .map(|&mode| Series {
+                    label: mode.name().to_string(),
+                    color: mode_color(mode),
+                    points: node_points(summary, mode, |nodes| {
+                        value(CellKey {
+                            app,
+                            profile,
+                            workers_per_node: w,
+                            mode,
+                            nodes,
+                        })
+                    }),
+                })
+                .collect()
+        })
+    };
+    let distributed = [Mode::Classic, Mode::ClassicNolocal, Mode::Lapse];
+    let all = [
+        Mode::Single,
+        Mode::Classic,
+        Mode::ClassicNolocal,
+        Mode::Lapse,
+    ];
+    let mut written = Vec::new();
+    let mut figure = |name: &str, title: &str, panels: Vec<Panel>, y: YAxis| {
+        let path = dir.join(name);
+        draw(&path, title, &panels, groups_columns(&groups), y)
+            .with_context(|| format!("drawing {}", path.display()))?;
+        written.push(path);
+        anyhow::Ok(())
+    };
+    figure(
+        "epoch_time.png",
+        "Epoch time (s) by nodes and mode",
+        per_mode(&all, &|k| summary.cell(k)?.epoch_seconds),
+        YAxis {
+            label: "seconds per epoch",
+            log: true,
+            fixed: None,
+            reference: None,
+        },
+    )?;
+    let speedups = panels(&groups, |app, profile, w| {
+        [Mode::Classic, Mode::ClassicNolocal]
+            .iter()
+            .map(|&over| Series {
+                label: format!("over {}", over.name()),
+                color: mode_color(over),
+                points: node_points(summary, Mode::Lapse, |nodes| {
+                    let key = CellKey {
+                        app,
+                        profile,
+                        workers_per_node: w,
+                        mode: Mode::Lapse,
+                        nodes,
+                    };
+                    summary.speedup(key, over)
+                }),
+            })
+            .collect()
+    });
+    figure(
+        "speedup.png",
+        "Speed-up of lapse (other mode's epoch time / lapse's)",
+        speedups,
+        YAxis {
+            label: "speed-up",
+            log: true,
+            fixed: None,
+            reference: Some(1.0),
+        },
+    )?;
+    figure(
+        "local_fraction.png",
+        "Fraction of key accesses served locally",
+        per_mode(&distributed, &|k| summary.cell(k)?.local_fraction),
+        YAxis {
+            label: "local fraction",
+            log: false,
+            fixed: Some((0.0, 1.05)),
+            reference: None,
+        },
+    )?;
+    figure(
+        "bytes_per_point.png",
+        "Bytes sent per data point (all nodes)",
+        per_mode(&distributed, &|k| {
+            summary.cell(k)?.bytes_per_point.filter(|s| s.min > 0.0)
+        }),
+        YAxis {
+            label: "bytes per data point",
+            log: true,
+            fixed: None,
+            reference: None,
+        },
+    )?;
+    figure(
+        "cpu_overhead.png",
+        "CPU seconds per epoch (all processes) / single's",
+        per_mode(&all, &|k| summary.overhead(k)),
+        YAxis {
+            label: "CPU overhead ratio",
+            log: true,
+            fixed: None,
+            reference: Some(1.0),
+        },
+    )?;
+    Ok(written)
+}
+
+/// Columns of the panel grid: the profiles present.
+fn groups_columns(groups: &[(App, Profile, u32)]) -> usize {
+    let mut profiles: Vec<(Profile, u32)> = groups.iter().map(|g| (g.1, g.2)).collect();
+    profiles.sort();
+    profiles.dedup();
+    profiles.len().max(1)
+}
+
+/// One panel per group, in row-major (workload, then profile) order; a missing combination
+/// leaves an empty panel so that columns stay aligned.
+fn panels(
+    groups: &[(App, Profile, u32)],
+    series: impl Fn(App, Profile, u32) -> Vec<Series>,
+) -> Vec<Panel> {
+    let mut columns: Vec<(Profile, u32)> = groups.iter().map(|g| (g.1, g.2)).collect();
+    columns.sort();
+    columns.dedup();
+    let mut apps: Vec<App> = groups.iter().map(|g| g.0).collect();
+    apps.sort();
+    apps.dedup();
+    let mut out = Vec::new();
+    for app in apps {
+        for &(profile, w) in &columns {
+            let present = groups.contains(&(app, profile, w));
+            out.push(Panel {
+                title: format!("{} / {} / {w} w/node", app.name(), profile.name()),
+                series: if present {
+                    series(app, profile, w)
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+    }
+    out
+}
+
+/// The points of `mode` at each node count (single: one node only).
+fn node_points(
+    summary: &Summary,
+    mode: Mode,
+    value: impl Fn(u32) -> Option<Stat>,
+) -> Vec<(u32, Stat)> {
+    let nodes = if mode == Mode::Single {
+        vec![1]
+    } else {
+        summary.node_counts()
+    };
+    nodes
+        .into_iter()
+        .filter_map(|n| value(n).map(|s| (n, s)))
+        .collect()
+}
+
+/// A tick label for a value shown on a log axis (`v` is its log10): two significant digits.
+fn log_label(v: f64) -> String {
+    let x = 10f64.powf(v);
+    if x >= 1e4 {
+        format!("{:.0}k", x / 1e3)
+    } else if x >= 0.001 {
+        let digits = (1 - x.log10().floor() as i32).max(0) as usize;
+        format!("{x:.digits$}")
+    } else {
+        format!("{x:.0e}")
+    }
+}
+
+/// Draws one figure.
+fn draw(
+    path: &Path,
+    title: &str,
+    panels: &[Panel],
+    columns: usize,
+    y: YAxis,
+) -> anyhow::Result<()> {
+    let rows = panels.len().div_ceil(columns);
+    let (pw, ph) = (460u32, 330u32);
+    let width = pw * columns as u32;
+    let height = ph * rows as u32 + 40;
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| anyhow!("{e}");
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (head, body) = root.split_vertically(40);
+    head.titled(title, (FAMILY, 20)).map_err(|e| err(&e))?;
+    let areas = body.split_evenly((rows, columns));
+    let max_nodes = panels
+        .iter()
+        .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)))
+        .max()
+        .unwrap_or(1)
+        .max(2);
+    let xmax = f64::from(max_nodes).log2();
+    let x_labels = xmax.round() as usize + 1;
+    for (panel, area) in panels.iter().zip(areas.iter()) {
+        let tf = |v: f64| if y.log { v.log10() } else { v };
+        let values: Vec<f64> = panel
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().flat_map(|(_, st)| [st.min, st.max]))
+            .chain(y.reference)
+            .filter(|v| !y.log || *v > 0.0)
+            .map(tf)
+            .collect();
+        let (lo, hi) = match y.fixed {
+            Some((a, b)) => (a, b),
+            None if values.is_empty() => (0.0, 1.0),
+            None => {
+                let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let pad = ((hi - lo) * 0.08).max(if y.log { 0.05 } else { 1e-3 });
+                (lo - pad, hi + pad)
+            }
+        };
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, (FAMILY, 15))
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(58)
+            .build_cartesian_2d(-0.25..xmax + 0.25, lo..hi)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("nodes")
+            .x_labels(x_labels)
+            .y_labels(6)
+            .y_desc(y.label)
+            .x_label_formatter(&|v| format!("{}", 2f64.powf(*v).round()))
+            .y_label_formatter(&|v| {
+                if y.log {
+                    log_label(*v)
+                } else {
+                    format!("{}", (v * 1000.0).round() / 1000.0)
+                }
+            })
+            // Only the labelled grid lines: the minor ones would triple the PNG's size.
+            .light_line_style(WHITE)
+            .label_style((FAMILY, 12))
+            .axis_desc_style((FAMILY, 12))
+            .draw()
+            .map_err(|e| err(&e))?;
+        if let Some(r) = y.reference {
+            let r = tf(r);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(-0.25, r), (xmax + 0.25, r)],
+                    5,
+                    4,
+                    BLACK.mix(0.5).stroke_width(1),
+                ))
+                .map_err(|e| err(&e))?;
+        }
+        for s in &panel.series {
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .filter(|(_, st)| !y.log || st.median > 0.0)
+                .map(|(n, st)| (f64::from(*n).log2(), tf(st.median)))
+                .collect();
+            let color = s.color;
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(s.label.clone())
+                .legend(move |(x, yy)| {
+                    PathElement::new(vec![(x, yy), (x + 18, yy)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| err(&e))?;
+            chart
+                .draw_series(
+                    s.points
+                        .iter()
+                        .filter(|(_, st)| !y.log || st.min > 0.0)
+                        .map(|(n, st)| {
+                            let x = f64::from(*n).log2();
+                            PathElement::new(vec![(x, tf(st.min)), (x, tf(st.max))], color)
+                        }),
+                )
+                .map_err(|e| err(&e))?;
+        }
+        if !panel.series.is_empty() {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.4))
+                .label_font((FAMILY, 11))
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()
+                .map_err(|e| err(&e))?;
+        }
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_labels_have_two_significant_digits() {
+        assert_eq!(log_label(1.0), "10");
+        assert_eq!(log_label(0.2), "1.6");
+        assert_eq!(log_label(-1.3), "0.050");
+        assert_eq!(log_label(4.5), "32k");
+    }
+}

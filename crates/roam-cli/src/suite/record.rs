@@ -1,0 +1,224 @@
+//! The suite's results file (`results.json`): one record per child run with its configuration,
+//! outcome, wall and CPU time and everything rank 0 reported, plus the per-run figures the
+//! summaries are built from (mean epoch seconds and CPU seconds, bytes per data point). Written
+//! again after every run, so an interrupted suite leaves valid partial results.
+
+use std::path::Path;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::plan::{App, Mode, Preset, Profile};
+
+/// How a child run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Status {
+    /// Exited 0 and rank 0 printed its report.
+    Ok,
+    /// Exited non-zero, was killed by a signal, or printed no report.
+    Failed,
+    /// Hit the time limit and was stopped.
+    Timeout,
+}
+
+/// The cluster counters of rank 0's report (summed over nodes by the job itself).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Counters {
+    /// Fraction of key accesses served from the local store.
+    pub(crate) local_fraction: f64,
+    /// Frames sent by all nodes.
+    pub(crate) messages_sent: u64,
+    /// Bytes sent by all nodes.
+    pub(crate) bytes_sent: u64,
+    /// Keys relocated.
+    pub(crate) relocations: u64,
+    /// CPU seconds of all node processes over the counted span.
+    #[serde(default)]
+    pub(crate) cpu_seconds: f64,
+}
+
+/// One child run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct RunRecord {
+    /// Unique within the suite; also the log file's stem.
+    pub(crate) id: String,
+    /// The workload.
+    pub(crate) app: App,
+    /// The mode.
+    pub(crate) mode: Mode,
+    /// The network profile.
+    pub(crate) profile: Profile,
+    /// Nodes.
+    pub(crate) nodes: u32,
+    /// Worker threads per node.
+    pub(crate) workers_per_node: u32,
+    /// Repetition, from 1.
+    pub(crate) rep: u32,
+    /// The child's command line.
+    pub(crate) command: Vec<String>,
+    /// How it ended.
+    pub(crate) status: Status,
+    /// Exit code, if it exited.
+    pub(crate) exit_code: Option<i32>,
+    /// Terminating signal, if it was killed.
+    pub(crate) signal: Option<i32>,
+    /// The time limit, seconds.
+    pub(crate) timeout_seconds: f64,
+    /// Wall time of the whole child run (start-up, data generation, training, evaluation).
+    pub(crate) wall_seconds: f64,
+    /// CPU seconds (user + system) of the launcher and every node process, whole run.
+    pub(crate) cpu_seconds: f64,
+    /// What went wrong, if anything (the last lines of the log).
+    pub(crate) error: Option<String>,
+    /// The run's stderr log, relative to the results directory.
+    pub(crate) log: String,
+    /// The dataset rank 0 reported.
+    pub(crate) dataset: Option<String>,
+    /// Rank 0's per-epoch figures (`epoch`, `seconds`, `cpu_seconds`, `loss`, quality...).
+    pub(crate) epochs: Vec<Value>,
+    /// The summed node counters.
+    pub(crate) counters: Option<Counters>,
+    /// Data points in one epoch (ratings, triples, words).
+    pub(crate) points_per_epoch: Option<u64>,
+    /// The job's settings.
+    pub(crate) settings: Option<Value>,
+}
+
+impl RunRecord {
+    /// Mean of a per-epoch figure over the run's epochs (`None` if absent or not finite).
+    pub(crate) fn epoch_mean(&self, field: &str) -> Option<f64> {
+        let values: Vec<f64> = self
+            .epochs
+            .iter()
+            .filter_map(|e| e.get(field).and_then(Value::as_f64))
+            .collect();
+        (!values.is_empty() && values.len() == self.epochs.len())
+            .then(|| values.iter().sum::<f64>() / values.len() as f64)
+            .filter(|m| m.is_finite())
+    }
+
+    /// Mean wall seconds per epoch.
+    pub(crate) fn epoch_seconds(&self) -> Option<f64> {
+        self.epoch_mean("seconds")
+    }
+
+    /// Mean CPU seconds per epoch, summed over all node processes.
+    pub(crate) fn epoch_cpu_seconds(&self) -> Option<f64> {
+        self.epoch_mean("cpu_seconds")
+    }
+
+    /// Bytes sent by all nodes per data point trained (whole job's traffic over all epochs'
+    /// points: initialisation and the final evaluation's traffic included).
+    pub(crate) fn bytes_per_point(&self) -> Option<f64> {
+        let counters = self.counters.as_ref()?;
+        let points = self.points_per_epoch? * self.epochs.len() as u64;
+        (points > 0).then(|| counters.bytes_sent as f64 / points as f64)
+    }
+
+    /// Whether the run produced figures.
+    pub(crate) fn ok(&self) -> bool {
+        self.status == Status::Ok
+    }
+}
+
+/// The whole results file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Results {
+    /// `roam` version that ran the suite.
+    pub(crate) roam_version: String,
+    /// Start time, UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub(crate) started_utc: String,
+    /// The suite's own command line.
+    pub(crate) command: Vec<String>,
+    /// Sizes preset.
+    pub(crate) preset: Preset,
+    /// Online CPUs of the machine.
+    pub(crate) cpus: usize,
+    /// Configurations left out, with reasons.
+    pub(crate) skipped: Vec<String>,
+    /// One record per run, in execution order.
+    pub(crate) runs: Vec<RunRecord>,
+}
+
+impl Results {
+    /// Writes the file atomically (temporary file, then rename).
+    pub(crate) fn write(&self, path: &Path) -> anyhow::Result<()> {
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string_pretty(self).context("serialising the results")?;
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+    }
+
+    /// Reads a results file.
+    pub(crate) fn read(path: &Path) -> anyhow::Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` and the directory-name form `YYYYMMDD-HHMMSS` of a Unix time.
+pub(crate) fn utc_stamps(unix_seconds: u64) -> (String, String) {
+    let days = (unix_seconds / 86_400) as i64;
+    let secs = unix_seconds % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    let (hh, mm, ss) = (secs / 3600, secs / 60 % 60, secs % 60);
+    (
+        format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z"),
+        format!("{y:04}{m:02}{d:02}-{hh:02}{mm:02}{ss:02}"),
+    )
+}
+
+/// Gregorian date of a day count since 1970-01-01 (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps_of_known_instants() {
+        assert_eq!(utc_stamps(0).0, "1970-01-01T00:00:00Z");
+        assert_eq!(
+            utc_stamps(951_782_400 + 3661),
+            (
+                "2000-02-29T01:01:01Z".to_string(),
+                "20000229-010101".to_string()
+            )
+        );
+        assert_eq!(utc_stamps(1_798_761_599).0, "2026-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn per_run_figures_need_every_epoch() {
+        let mut r: RunRecord = serde_json::from_value(serde_json::json!({
+            "id": "x", "app": "mf", "mode": "lapse", "profile": "10gbe", "nodes": 2,
+            "workers_per_node": 1, "rep": 1, "command": [], "status": "ok", "exit_code": 0,
+            "signal": null, "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0,
+            "error": null, "log": "x.log", "dataset": null,
+            "epochs": [{"seconds": 1.0, "cpu_seconds": 2.0}, {"seconds": 3.0, "cpu_seconds": 4.0}],
+            "counters": {"local_fraction": 0.5, "messages_sent": 1, "bytes_sent": 400,
+                         "relocations": 0},
+            "points_per_epoch": 100, "settings": null,
+        }))
+        .unwrap();
+        assert_eq!(r.epoch_seconds(), Some(2.0));
+        assert_eq!(r.epoch_cpu_seconds(), Some(3.0));
+        assert_eq!(r.bytes_per_point(), Some(2.0));
+        r.epochs[1] = serde_json::json!({"seconds": 3.0});
+        assert_eq!(r.epoch_cpu_seconds(), None);
+    }
+}

@@ -1,0 +1,205 @@
+//! `roam bench suite --tiny` end to end: every workload in every mode at 1 and 2 nodes on
+//! loopback, one repetition. Checks the results file record by record (every run finished,
+//! has its epochs with wall and CPU seconds, counters in range, lapse serves more accesses
+//! locally than classic at 2 nodes), the summary, and that every PNG is a well-formed image.
+//! No timing is asserted.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// CRC-32 (IEEE) as PNG chunks use it.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = 0xffff_ffffu32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Walks a PNG's chunks, checking signature, every CRC, IHDR first, IDAT present, IEND last;
+/// returns (width, height).
+fn parse_png(path: &Path) -> (u32, u32) {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    assert_eq!(
+        &data[..8],
+        b"\x89PNG\r\n\x1a\n",
+        "{}: PNG signature",
+        path.display()
+    );
+    let mut at = 8;
+    let mut types = Vec::new();
+    let mut size = (0, 0);
+    while at < data.len() {
+        let len = u32::from_be_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+        let kind = &data[at + 4..at + 8];
+        let body = &data[at + 8..at + 8 + len];
+        let crc = u32::from_be_bytes(data[at + 8 + len..at + 12 + len].try_into().unwrap());
+        assert_eq!(
+            crc,
+            crc32(&data[at + 4..at + 8 + len]),
+            "{}: CRC of chunk {}",
+            path.display(),
+            String::from_utf8_lossy(kind)
+        );
+        if kind == b"IHDR" {
+            size = (
+                u32::from_be_bytes(body[0..4].try_into().unwrap()),
+                u32::from_be_bytes(body[4..8].try_into().unwrap()),
+            );
+        }
+        types.push(String::from_utf8_lossy(kind).into_owned());
+        at += 12 + len;
+    }
+    assert_eq!(types.first().map(String::as_str), Some("IHDR"));
+    assert_eq!(types.last().map(String::as_str), Some("IEND"));
+    assert!(
+        types.iter().any(|t| t == "IDAT"),
+        "{}: no image data",
+        path.display()
+    );
+    size
+}
+
+fn f(v: &Value, field: &str) -> f64 {
+    v[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} missing in {v}"))
+}
+
+#[test]
+fn tiny_suite_writes_complete_results_summary_and_figures() {
+    let dir = Scratch(std::env::temp_dir().join(format!("roam-suite-test-{}", std::process::id())));
+    let out = Command::new(common::roam())
+        .args(["bench", "suite", "--tiny", "--dir"])
+        .arg(&dir.0)
+        .output()
+        .expect("running roam bench suite");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "suite failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("Speed-up of lapse"),
+        "summary table on stdout:\n{stdout}"
+    );
+
+    let results: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.0.join("results.json")).expect("results.json"),
+    )
+    .expect("results.json parses");
+    assert_eq!(results["preset"], "tiny");
+    let runs = results["runs"].as_array().expect("runs");
+    // 3 workloads x (single + 3 modes x {1, 2} nodes), one repetition.
+    assert_eq!(runs.len(), 21, "{stderr}");
+    for r in runs {
+        let id = r["id"].as_str().unwrap();
+        assert_eq!(r["status"], "ok", "{id}: {}", r["error"]);
+        assert!(
+            f(r, "cpu_seconds") > 0.0,
+            "{id}: CPU of the launched processes"
+        );
+        assert!(f(r, "wall_seconds") > 0.0);
+        let epochs = r["epochs"].as_array().expect("epochs");
+        assert_eq!(epochs.len(), 1, "{id}");
+        for e in epochs {
+            assert!(f(e, "seconds") > 0.0, "{id}: {e}");
+            let cpu = f(e, "cpu_seconds");
+            assert!(cpu > 0.0 && cpu.is_finite(), "{id}: {e}");
+            assert!(f(e, "loss").is_finite(), "{id}: {e}");
+        }
+        let c = &r["counters"];
+        let local = f(c, "local_fraction");
+        assert!((0.0..=1.0).contains(&local), "{id}: {c}");
+        assert!(r["points_per_epoch"].as_u64().unwrap() > 0, "{id}");
+        let (mode, nodes) = (r["mode"].as_str().unwrap(), r["nodes"].as_u64().unwrap());
+        match (mode, nodes) {
+            ("classic-nolocal", _) => assert_eq!(local, 0.0, "{id}: every access by message"),
+            (_, 1) => assert_eq!(local, 1.0, "{id}: one node holds every key"),
+            _ => assert!(c["bytes_sent"].as_u64().unwrap() > 0, "{id}: {c}"),
+        }
+    }
+    let local = |app: &str, mode: &str| {
+        let r = runs
+            .iter()
+            .find(|r| r["app"] == app && r["mode"] == mode && r["nodes"] == 2)
+            .unwrap_or_else(|| panic!("{app} {mode} at 2 nodes"));
+        f(&r["counters"], "local_fraction")
+    };
+    for app in ["mf", "kge", "w2v"] {
+        let (lapse, classic) = (local(app, "lapse"), local(app, "classic"));
+        assert!(
+            lapse > classic,
+            "{app}: lapse's local fraction {lapse} should beat classic's {classic} at 2 nodes"
+        );
+    }
+
+    let summary = std::fs::read_to_string(dir.0.join("summary.md")).expect("summary.md");
+    for app in ["mf", "kge", "w2v"] {
+        assert!(
+            summary.contains(&format!("#### {app}, loopback")),
+            "{summary}"
+        );
+    }
+    for png in [
+        "epoch_time.png",
+        "speedup.png",
+        "local_fraction.png",
+        "bytes_per_point.png",
+        "cpu_overhead.png",
+    ] {
+        let (w, h) = parse_png(&dir.0.join(png));
+        assert!(w >= 300 && h >= 300, "{png}: {w}x{h}");
+    }
+    for r in runs {
+        let log = dir.0.join(r["log"].as_str().unwrap());
+        assert!(log.is_file(), "{}", log.display());
+    }
+
+    // --from redraws the figures and the summary of an existing results file.
+    std::fs::remove_file(dir.0.join("speedup.png")).unwrap();
+    let redraw = Command::new(common::roam())
+        .args(["bench", "suite", "--from"])
+        .arg(dir.0.join("results.json"))
+        .output()
+        .expect("running roam bench suite --from");
+    assert!(redraw.status.success(), "{redraw:?}");
+    assert_eq!(String::from_utf8_lossy(&redraw.stdout), stdout);
+    parse_png(&dir.0.join("speedup.png"));
+}
+
+#[test]
+fn suite_from_a_missing_results_file_names_it() {
+    let out = Command::new(common::roam())
+        .args(["bench", "suite", "--from", "/nonexistent/results.json"])
+        .output()
+        .expect("running roam bench suite");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("/nonexistent/results.json"),
+        "the error names the file: {stderr}"
+    );
+}

@@ -122,22 +122,22 @@ impl Link {
         if self.delayed() {
             return Ok(());
         }
+        // Whoever holds the writer must look at the queue again *after* releasing it: a frame
+        // queued while it held the writer was left to it by a flusher whose `try_lock` failed.
         loop {
             let Some(mut writer) = self.writer.try_lock() else {
                 // The holder re-checks the queue after releasing, so our frames go out.
                 return Ok(());
             };
             if !writer.backlog.is_empty() {
-                // The sender thread is finishing a backlog and drains the queue after it.
+                // A backlog is only left with `has_backlog` set: the sender thread is finishing
+                // it and drains the queue (and flushes) after it.
                 return Ok(());
             }
             writer
                 .backlog
                 .extend(self.queue.lock().drain(..).map(|o| o.frame));
-            if writer.backlog.is_empty() {
-                return Ok(());
-            }
-            if !self.write_backlog(&mut writer)? {
+            if !writer.backlog.is_empty() && !self.write_backlog(&mut writer)? {
                 self.has_backlog.store(true, Ordering::Release);
                 drop(writer);
                 let _queue = self.queue.lock();
@@ -410,6 +410,47 @@ mod tests {
     use super::*;
     use roam_core::ReqId;
     use roam_core::wire::Kind;
+
+    /// Threads that queue and flush concurrently (workers, readers and the server all answer
+    /// through the same link) must never leave a frame in the queue once every flush has
+    /// returned: a flusher whose `try_lock` fails relies on the writer's holder to take its
+    /// frame. A frame stranded that way once hung a classic-nolocal training run forever. Each
+    /// round ends all flushes together, so a stranded frame cannot be rescued by a later one.
+    #[test]
+    fn concurrent_flushes_never_strand_a_frame() {
+        const THREADS: usize = 3;
+        const ROUNDS: u64 = 20_000;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let counters = Arc::new(NodeCounters::default());
+        let link = Link::new(NodeId(0), Sink::Loopback(tx), Duration::ZERO, counters).unwrap();
+        let barrier = std::sync::Barrier::new(THREADS);
+        let stranded = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let (link, barrier, stranded) = (&link, &barrier, &stranded);
+                scope.spawn(move || {
+                    for round in 0..ROUNDS {
+                        barrier.wait();
+                        let frame = Frame::control(Kind::Heartbeat, NodeId(0), ReqId(t as u64), 0);
+                        link.enqueue(frame);
+                        link.flush().unwrap();
+                        if barrier.wait().is_leader() && !link.queue.lock().is_empty() {
+                            stranded.fetch_add(1, Ordering::Relaxed);
+                            // Take it out so that later rounds test afresh.
+                            link.flush().unwrap();
+                        }
+                        let _ = round;
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            stranded.load(Ordering::Relaxed),
+            0,
+            "rounds that stranded a frame"
+        );
+        assert_eq!(rx.try_iter().count() as u64, THREADS as u64 * ROUNDS);
+    }
 
     #[test]
     fn frames_survive_a_byte_stream_in_order() {

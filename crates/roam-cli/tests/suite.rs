@@ -188,6 +188,19 @@ fn tiny_suite_writes_complete_results_summary_and_figures() {
     assert!(redraw.status.success(), "{redraw:?}");
     assert_eq!(String::from_utf8_lossy(&redraw.stdout), stdout);
     parse_png(&dir.0.join("speedup.png"));
+
+    // With --dir the redraw goes there instead, leaving the results' directory as it was.
+    let elsewhere = dir.0.join("redrawn");
+    let redraw = Command::new(common::roam())
+        .args(["bench", "suite", "--from"])
+        .arg(dir.0.join("results.json"))
+        .arg("--dir")
+        .arg(&elsewhere)
+        .output()
+        .expect("running roam bench suite --from --dir");
+    assert!(redraw.status.success(), "{redraw:?}");
+    parse_png(&elsewhere.join("speedup.png"));
+    assert!(elsewhere.join("summary.md").is_file());
 }
 
 #[test]

@@ -58,7 +58,8 @@ pub(crate) struct SuiteArgs {
     /// Directory under which `<UTC time>/` is created.
     #[arg(long, default_value = "bench-results")]
     pub(crate) out: PathBuf,
-    /// Write into exactly this directory instead of `OUT/<UTC time>/`.
+    /// Write into exactly this directory instead of `OUT/<UTC time>/` (with `--from`: instead
+    /// of the results file's directory).
     #[arg(long)]
     pub(crate) dir: Option<PathBuf>,
     /// Redraw the summary and figures of an existing results.json (runs nothing).
@@ -112,9 +113,16 @@ impl SuiteArgs {
 pub(crate) fn run(args: &SuiteArgs) -> anyhow::Result<i32> {
     if let Some(from) = &args.from {
         let results = Results::read(from)?;
-        let dir = from
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let dir = match &args.dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                dir.clone()
+            }
+            None => from
+                .parent()
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        };
         report(&results, &dir)?;
         return Ok(0);
     }

@@ -31,9 +31,6 @@ use super::data::{Graph, Triple};
 use super::model::{Model, adagrad_apply, adagrad_delta, axpy, dot, logistic};
 use super::partition::Partition;
 
-/// Operations a worker may have in flight before it waits for the oldest.
-const MAX_PENDING: usize = 64;
-
 /// Keys pulled or set per batch when initialising or gathering all parameters.
 const GATHER_BATCH: usize = 1024;
 
@@ -59,6 +56,9 @@ pub struct Hyper {
     pub update: UpdateRule,
     /// Half-width of the uniform initialisation of embeddings.
     pub init_range: f32,
+    /// Pushes a worker may leave unfinished before it waits for the oldest (0: each push is
+    /// waited for before the next triple, Lapse's default `async_push=0`).
+    pub pushes_in_flight: usize,
 }
 
 /// How the 1 + 2N scored triples of a positive are turned into one push per key.
@@ -467,7 +467,9 @@ impl Epoch<'_> {
             }
             let t = graph.train[order[i] as usize];
             pending.push_back(step.run(worker, hyper, graph, t, negs(i), &mut sum)?);
-            while pending.front().is_some_and(|t| t.is_finished()) || pending.len() > MAX_PENDING {
+            while pending.front().is_some_and(|t| t.is_finished())
+                || pending.len() > hyper.pushes_in_flight
+            {
                 if let Some(t) = pending.pop_front() {
                     t.wait()?;
                 }

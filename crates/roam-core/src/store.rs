@@ -222,13 +222,10 @@ impl Store {
         {
             let s = state.load(Ordering::Relaxed);
             if s & LOCAL != 0 && self.uniform_len != 0 {
-                let slot = s & SLOT_MASK;
-                let chunk = (slot >> self.chunk_shift) as usize;
-                let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
-                let base = self.chunks[chunk].load(Ordering::Relaxed);
+                let (base, offset) = self.uniform_slot(s & SLOT_MASK);
                 if !base.is_null() {
                     // Only an address for the prefetch hint: never dereferenced here.
-                    prefetch(base.wrapping_add(within * self.uniform_len).cast());
+                    prefetch(base.wrapping_add(offset).cast());
                 }
             }
         }
@@ -250,12 +247,10 @@ impl Store {
     unsafe fn with_local_uniform(&self, key: Key, len: usize, f: impl FnOnce(&mut [f32])) -> bool {
         debug_assert_eq!(self.uniform_len, len);
         let values = |slot: u32| {
-            let chunk = (slot >> self.chunk_shift) as usize;
-            let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
-            let base = self.chunks[chunk].load(Ordering::Acquire);
+            let (base, offset) = self.uniform_slot(slot);
             // SAFETY: latched and local (see `latched_local`), so the slot's chunk exists and
             // holds `len` values at this offset that only we access until the latch is released.
-            unsafe { std::slice::from_raw_parts_mut(base.add(within * len), len) }
+            unsafe { std::slice::from_raw_parts_mut(base.add(offset), len) }
         };
         self.latched_local(key, values, f)
     }
@@ -384,20 +379,30 @@ impl Store {
     #[inline]
     #[allow(clippy::mut_from_ref)]
     unsafe fn values_mut(&self, key: Key, slot: u32) -> &mut [f32] {
-        let chunk = (slot >> self.chunk_shift) as usize;
-        let (offset, len) = if self.uniform_len != 0 {
-            let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
-            (within * self.uniform_len, self.uniform_len)
+        let (base, offset, len) = if self.uniform_len != 0 {
+            let (base, offset) = self.uniform_slot(slot);
+            (base, offset, self.uniform_len)
         } else {
+            let chunk = (slot >> self.chunk_shift) as usize;
             let first = (chunk as u64) << self.chunk_shift;
             let offset =
                 self.space.global_offset(u64::from(slot)) - self.space.global_offset(first);
-            (offset as usize, self.space.len(key))
+            let base = self.chunks[chunk].load(Ordering::Acquire);
+            (base, offset as usize, self.space.len(key))
         };
-        let base = self.chunks[chunk].load(Ordering::Acquire);
         // SAFETY: per the contract, the chunk is allocated with room for this slot's values,
         // and the latch gives us exclusive access to them.
         unsafe { std::slice::from_raw_parts_mut(base.add(offset), len) }
+    }
+
+    /// Where `slot`'s values start in a store of uniform length: its chunk's base (null while
+    /// the chunk is not allocated) and the offset in values within the chunk.
+    #[inline(always)]
+    fn uniform_slot(&self, slot: u32) -> (*mut f32, usize) {
+        let chunk = (slot >> self.chunk_shift) as usize;
+        let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
+        let base = self.chunks[chunk].load(Ordering::Acquire);
+        (base, within * self.uniform_len)
     }
 
     /// Number of keys currently local (walks the state words; for stats and tests).

@@ -7,9 +7,8 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
-use common::{json_with, launch, roam, run};
+use common::{epochs, fails, json_with, last_epoch, launch, run, scratch};
 use serde_json::Value;
 
 const TOY: &str = concat!(
@@ -46,38 +45,27 @@ fn train(mode: &str, nodes: u32, workers: u32, data: &[&str], extra: &[&str]) ->
     report
 }
 
-fn epochs(report: &Value) -> &Vec<Value> {
-    report["epochs"].as_array().expect("epochs list")
-}
-
-fn last(report: &Value, field: &str) -> f64 {
-    epochs(report)
-        .last()
-        .and_then(|e| e[field].as_f64())
-        .unwrap_or_else(|| panic!("no {field} in {report}"))
-}
-
 /// Loss falls from the first to the last epoch, and MRR clearly beats `baseline`.
 fn assert_learned(report: &Value, baseline: f64) {
     let e = epochs(report);
     let first = e[0]["loss"].as_f64().expect("loss");
-    let final_loss = last(report, "loss");
+    let final_loss = last_epoch(report, "loss");
     assert!(
         final_loss < first,
         "loss must fall: {first} -> {final_loss} in {report}"
     );
-    let mrr = last(report, "mrr");
+    let mrr = last_epoch(report, "mrr");
     assert!(
         mrr > 3.0 * baseline && mrr > baseline + 0.1,
         "MRR {mrr} vs random baseline {baseline}: {report}"
     );
     for k in ["hits_at_1", "hits_at_3", "hits_at_10"] {
-        let h = last(report, k);
+        let h = last_epoch(report, k);
         assert!((0.0..=1.0).contains(&h), "{k} = {h}");
     }
     assert!(
-        last(report, "hits_at_1") <= last(report, "hits_at_3")
-            && last(report, "hits_at_3") <= last(report, "hits_at_10")
+        last_epoch(report, "hits_at_1") <= last_epoch(report, "hits_at_3")
+            && last_epoch(report, "hits_at_3") <= last_epoch(report, "hits_at_10")
     );
 }
 
@@ -88,7 +76,7 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
     // The default model (ComplEx, dim 50 = Lapse's 100 reals): see the synthetic test below
     // for why not a smaller one.
     let small = ["--epochs", "4"];
-    let baseline = last(
+    let baseline = last_epoch(
         &train("single", 1, 2, &data, &["--epochs", "1", "--eta", "0"]),
         "mrr",
     );
@@ -117,7 +105,7 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
         // Same data, epochs and model: distributed quality is in single's range (loose bound
         // for 4 epochs; the docs hold the tight comparison).
         assert!(
-            last(&report, "mrr") > last(&single, "mrr") - 0.1,
+            last_epoch(&report, "mrr") > last_epoch(&single, "mrr") - 0.1,
             "{mode}: {report} vs {single}"
         );
         local.insert(
@@ -154,7 +142,7 @@ fn tiny_synthetic_graph_learns_on_two_nodes_with_one_worker_each() {
     // stay at MRR 0.06–0.2 for all 6 epochs (measured: 3 of 8 lapse runs at gamma 0.1, 8 of 8
     // at 0.2, one of 3 single runs); with the default dim 50 none of 12 lapse runs did.
     let small = ["--epochs", "6", "--eval-every", "2"];
-    let baseline = last(
+    let baseline = last_epoch(
         &train("single", 1, 1, &data, &["--epochs", "1", "--eta", "0"]),
         "mrr",
     );
@@ -187,7 +175,7 @@ fn rescal_relations_are_single_keys_of_dim_squared_values() {
     let data = ["--data", data.as_str(), "--model", "rescal"];
     // The default dim (50): like ComplEx, a much smaller model (`--dim 8`: 2 of 5 lapse runs
     // measured at MRR 0.04–0.08 after 3 epochs) can stall near the flat start.
-    let baseline = last(
+    let baseline = last_epoch(
         &train("single", 1, 1, &data, &["--epochs", "1", "--eta", "0"]),
         "mrr",
     );
@@ -199,17 +187,9 @@ fn rescal_relations_are_single_keys_of_dim_squared_values() {
     assert_learned(&classic, baseline);
 }
 
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roam-kge-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("creating a scratch directory");
-    dir
-}
-
 #[test]
 fn named_triples_in_tsv_files_train() {
-    let dir = scratch("names");
+    let dir = scratch("kge", "names");
     // A small graph with a learnable rule: "near" links neighbours on a ring of 60 places.
     let name = |i: usize| format!("place {}", i % 60);
     let mut lines = String::new();
@@ -251,27 +231,9 @@ fn named_triples_in_tsv_files_train() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Runs `roam ARGS` expecting failure; returns stderr.
-fn fails(args: &[&str]) -> String {
-    let out = Command::new(roam())
-        .args(args)
-        .output()
-        .expect("running roam");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        !out.status.success(),
-        "roam {args:?} should fail:\n{stderr}"
-    );
-    assert!(
-        !stderr.contains("panicked"),
-        "errors are reported, not panics: {stderr}"
-    );
-    stderr
-}
-
 #[test]
 fn malformed_input_is_a_clear_error() {
-    let dir = scratch("bad");
+    let dir = scratch("kge", "bad");
     let d = dir.to_str().unwrap();
     let base = ["train", "kge", "--mode", "single", "--data", d];
     std::fs::write(dir.join("train.del"), "0\t0\t1\n1\t0\n").unwrap();

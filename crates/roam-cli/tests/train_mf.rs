@@ -9,7 +9,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{json_with, launch, run};
+use common::{json_with, last_epoch, launch, losses, run};
 use serde_json::Value;
 
 const MODES: [&str; 3] = ["classic", "classic-nolocal", "lapse"];
@@ -21,24 +21,6 @@ fn toy_dir() -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
-fn epochs(report: &Value) -> &Vec<Value> {
-    report["epochs"].as_array().expect("epochs list")
-}
-
-fn losses(report: &Value) -> Vec<f64> {
-    epochs(report)
-        .iter()
-        .map(|e| e["loss"].as_f64().expect("loss"))
-        .collect()
-}
-
-fn last_test_rmse(report: &Value) -> f64 {
-    epochs(report)
-        .last()
-        .and_then(|e| e["test_rmse"].as_f64())
-        .expect("test_rmse of the last epoch")
-}
-
 fn report(stdout: &str) -> Value {
     json_with(stdout, "app", "mf")
 }
@@ -48,7 +30,7 @@ fn assert_trains(report: &Value, what: &str) {
     assert!(l.iter().all(|x| x.is_finite()), "{what}: {l:?}");
     assert!(l.last() < l.first(), "{what}: loss did not fall: {l:?}");
     let baseline = report["settings"]["baseline_test_rmse"].as_f64().unwrap();
-    let rmse = last_test_rmse(report);
+    let rmse = last_epoch(report, "test_rmse");
     assert!(
         rmse < baseline,
         "{what}: test RMSE {rmse} does not beat the global mean's {baseline}"
@@ -64,7 +46,7 @@ fn assert_same_model(a: &Value, b: &Value, what: &str) {
             "{what}: losses differ: {la:?} vs {lb:?}"
         );
     }
-    let (ra, rb) = (last_test_rmse(a), last_test_rmse(b));
+    let (ra, rb) = (last_epoch(a, "test_rmse"), last_epoch(b, "test_rmse"));
     assert!(
         (ra - rb).abs() <= 1e-6 * ra,
         "{what}: test RMSE {ra} vs {rb}"

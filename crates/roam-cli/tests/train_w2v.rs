@@ -9,9 +9,8 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
-use common::{json_with, launch, roam, run};
+use common::{epochs, fails, json_with, last_epoch, launch, losses, run, scratch};
 use serde_json::Value;
 
 const DISTRIBUTED: [&str; 3] = ["classic", "classic-nolocal", "lapse"];
@@ -62,30 +61,16 @@ fn report(stdout: &str) -> Value {
     json_with(stdout, "app", "w2v")
 }
 
-fn epochs(r: &Value) -> &Vec<Value> {
-    r["epochs"].as_array().expect("epochs list")
-}
-
-fn metric(r: &Value, name: &str) -> f64 {
-    epochs(r)
-        .last()
-        .and_then(|e| e[name].as_f64())
-        .unwrap_or_else(|| panic!("no {name} in the last epoch: {r}"))
-}
-
 /// Loss falls and the headline metric beats random embeddings by `margin`.
 fn assert_learns(r: &Value, name: &str, margin: f64) {
-    let losses: Vec<f64> = epochs(r)
-        .iter()
-        .map(|e| e["loss"].as_f64().expect("loss"))
-        .collect();
+    let losses = losses(r);
     assert!(losses.iter().all(|l| l.is_finite()), "{losses:?}: {r}");
     assert!(
         losses.last() < losses.first(),
         "loss did not fall: {losses:?}: {r}"
     );
     assert_eq!(r["settings"]["metric"], name, "{r}");
-    let m = metric(r, name);
+    let m = last_epoch(r, name);
     assert!(
         m > 0.5 + margin,
         "{name} {m} does not beat random embeddings (0.5) by {margin}: {r}"
@@ -110,7 +95,7 @@ fn toy_text_trains_in_every_mode_and_lapse_is_more_local_than_classic() {
     let single = report(&run(&args("single", &data, &TOY_ARGS)));
     assert_learns(&single, "heldout_auc", 0.04);
     assert_eq!(local_fraction(&single), 1.0);
-    let reference = metric(&single, "heldout_auc");
+    let reference = last_epoch(&single, "heldout_auc");
     let mut fractions = Vec::new();
     for mode in DISTRIBUTED {
         let r = report(&launch(2, 1, &args(mode, &data, &TOY_ARGS)));
@@ -120,7 +105,7 @@ fn toy_text_trains_in_every_mode_and_lapse_is_more_local_than_classic() {
             "{r}"
         );
         assert_learns(&r, "heldout_auc", 0.04);
-        let m = metric(&r, "heldout_auc");
+        let m = last_epoch(&r, "heldout_auc");
         // Same arithmetic; only the split over two workers and timing differ (seeds differ by
         // about 0.01 on this corpus).
         assert!(
@@ -204,7 +189,7 @@ fn only_local_negatives_skip_some_and_still_learn() {
 #[test]
 fn listed_pairs_are_scored() {
     // Same-topic word pairs of the planted corpus (names are t<topic>w<index>).
-    let dir = scratch("pairs");
+    let dir = scratch("w2v", "pairs");
     let pairs = dir.join("pairs.tsv");
     let text: String = (0..6)
         .flat_map(|t| (1..6).map(move |i| format!("t{t}w0\tt{t}w{i}\n")))
@@ -224,30 +209,9 @@ fn listed_pairs_are_scored() {
     assert_eq!(r["settings"]["pairs_listed"], 30);
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roam-w2v-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Runs `roam ARGS`, expecting failure; returns stderr.
-fn fails(args: &[&str]) -> String {
-    let out = Command::new(roam())
-        .args(args)
-        .output()
-        .expect("running roam");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        !out.status.success(),
-        "roam {args:?} should fail:\n{stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stderr
-}
-
 #[test]
 fn malformed_input_fails_with_a_clear_message() {
-    let dir = scratch("bad");
+    let dir = scratch("w2v", "bad");
     let file = |name: &str, body: &[u8]| {
         let p = dir.join(name);
         std::fs::write(&p, body).unwrap();

@@ -90,3 +90,50 @@ pub fn sum(stats: &[serde_json::Value], field: &str) -> u64 {
         })
         .sum()
 }
+
+/// The `epochs` list of a training report.
+pub fn epochs(report: &serde_json::Value) -> &Vec<serde_json::Value> {
+    report["epochs"].as_array().expect("epochs list")
+}
+
+/// Field `field` of a training report's last epoch.
+pub fn last_epoch(report: &serde_json::Value, field: &str) -> f64 {
+    epochs(report)
+        .last()
+        .and_then(|e| e[field].as_f64())
+        .unwrap_or_else(|| panic!("no {field} in the last epoch of {report}"))
+}
+
+/// The loss of every epoch of a training report.
+pub fn losses(report: &serde_json::Value) -> Vec<f64> {
+    epochs(report)
+        .iter()
+        .map(|e| e["loss"].as_f64().expect("loss"))
+        .collect()
+}
+
+/// A fresh scratch directory for one test of `suite` (unique per process and name).
+pub fn scratch(suite: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("roam-{suite}-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating a scratch directory");
+    dir
+}
+
+/// Runs `roam ARGS` expecting failure without a panic; returns stderr.
+pub fn fails(args: &[&str]) -> String {
+    let out = Command::new(roam())
+        .args(args)
+        .output()
+        .expect("running roam");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "roam {args:?} should fail:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked"),
+        "errors are reported, not panics: {stderr}"
+    );
+    stderr
+}

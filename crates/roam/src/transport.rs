@@ -119,6 +119,13 @@ impl Link {
     /// Writes out what is queued, as far as the socket takes it without blocking; the sender
     /// thread finishes the rest. An error means the link is broken and the peer is lost.
     pub(crate) fn flush(&self) -> io::Result<()> {
+        self.flush_pausing_after_drain(|| {})
+    }
+
+    /// [`Link::flush`], calling `after_drain` while it holds the writer and has just drained the
+    /// queue: the window in which another thread's frame is left to this flusher (tests stop a
+    /// flusher there to make that interleaving happen every time).
+    fn flush_pausing_after_drain(&self, after_drain: impl Fn()) -> io::Result<()> {
         if self.delayed() {
             return Ok(());
         }
@@ -137,6 +144,7 @@ impl Link {
             writer
                 .backlog
                 .extend(self.queue.lock().drain(..).map(|o| o.frame));
+            after_drain();
             if !writer.backlog.is_empty() && !self.write_backlog(&mut writer)? {
                 self.has_backlog.store(true, Ordering::Release);
                 drop(writer);
@@ -416,6 +424,7 @@ mod tests {
     /// returned: a flusher whose `try_lock` fails relies on the writer's holder to take its
     /// frame. A frame stranded that way once hung a classic-nolocal training run forever. Each
     /// round ends all flushes together, so a stranded frame cannot be rescued by a later one.
+    /// The window is a few instructions wide, so this rarely hits it; the next test forces it.
     #[test]
     fn concurrent_flushes_never_strand_a_frame() {
         const THREADS: usize = 3;
@@ -450,6 +459,42 @@ mod tests {
             "rounds that stranded a frame"
         );
         assert_eq!(rx.try_iter().count() as u64, THREADS as u64 * ROUNDS);
+    }
+
+    /// The interleaving behind the stranded frame, made to happen every time: flusher A holds
+    /// the writer and has drained an empty queue; B queues a frame and flushes, and B's
+    /// `try_lock` fails, so B returns and leaves the frame to A. A must take it before its own
+    /// flush returns. (Before the fix A returned straight after draining nothing.)
+    #[test]
+    fn a_frame_queued_while_another_flusher_holds_the_writer_leaves_with_that_flush() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let counters = Arc::new(NodeCounters::default());
+        let link = Link::new(NodeId(0), Sink::Loopback(tx), Duration::ZERO, counters).unwrap();
+        let (drained_tx, drained_rx) = std::sync::mpsc::sync_channel(0);
+        let (resume_tx, resume_rx) = std::sync::mpsc::sync_channel(0);
+        let paused = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let (link, paused) = (&link, &paused);
+            let a = scope.spawn(move || {
+                link.flush_pausing_after_drain(|| {
+                    if !paused.swap(true, Ordering::Relaxed) {
+                        drained_tx.send(()).unwrap();
+                        resume_rx.recv().unwrap();
+                    }
+                })
+            });
+            drained_rx.recv().unwrap();
+            link.enqueue(Frame::control(Kind::Heartbeat, NodeId(0), ReqId(7), 0));
+            link.flush().unwrap();
+            assert_eq!(rx.try_iter().count(), 0, "A still holds the writer");
+            assert_eq!(link.queue.lock().len(), 1, "B left its frame queued for A");
+            resume_tx.send(()).unwrap();
+            a.join().unwrap().unwrap();
+        });
+        assert!(link.queue.lock().is_empty(), "frame stranded in the queue");
+        let written: Vec<Frame> = rx.try_iter().collect();
+        assert_eq!(written.len(), 1);
+        assert_eq!(written[0].header.req, ReqId(7));
     }
 
     #[test]

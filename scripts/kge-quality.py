@@ -5,7 +5,9 @@ One run's filtered MRR on lapse-toy varies by about ±0.03 between seeds, so set
 told apart by means over many seeds. This runs `roam train kge` once per (mode, seed), single
 mode as one node with two workers and the others under `roam launch` on 2 nodes × 2 workers,
 evaluating after every epoch, and prints for each mode and each `--at` epoch the mean ±
-standard error and the range of valid and test MRR, and the mean Hits@10.
+standard error and the range of valid and test MRR, and the mean Hits@10; then, per mode, the
+median over runs of each run's median epoch time and CPU seconds (training only, summed over
+nodes), the mean local fraction, and messages and MB sent per epoch.
 
     python3 scripts/kge-quality.py --seeds 101-130                      # the defaults
     python3 scripts/kge-quality.py --seeds 1-20 --modes single,lapse -- --eta 0.1 --gamma 0.2
@@ -81,6 +83,16 @@ def main():
             h10 = statistics.mean(x["hits_at_10"] for x in epochs)
             print(f"{mode:16s} n={len(reports)} @{e:<3d} valid {summary([x['valid_mrr'] for x in epochs])}"
                   f"  test {summary([x['mrr'] for x in epochs])}  hits@10 {h10:.3f}", flush=True)
+        def per_run_median(field):
+            return statistics.median(statistics.median(x[field] for x in r["epochs"]) for r in reports)
+
+        def per_epoch(field):
+            return statistics.mean(r[field] / len(r["epochs"]) for r in reports)
+
+        print(f"{mode:16s} s/epoch {per_run_median('seconds'):.4f}  cpu s/epoch {per_run_median('cpu_seconds'):.4f}"
+              f"  local {statistics.mean(r['local_fraction'] for r in reports):.3f}"
+              f"  messages/epoch {per_epoch('messages_sent'):.0f}  MB/epoch {per_epoch('bytes_sent') / 1e6:.1f}",
+              flush=True)
 
 
 if __name__ == "__main__":

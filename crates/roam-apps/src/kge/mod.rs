@@ -60,7 +60,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10)]
     pub epochs: u32,
     /// AdaGrad learning rate (0 keeps the initial random model, a baseline). 0.12 with gamma
-    /// 0.25 learns faster in the first epochs than Lapse's 0.1 with gamma 0.2, with the same
+    /// 0.25 learns faster in the first epochs than the earlier 0.1 with gamma 0.2, with the same
     /// quality after 12 (docs/workloads-kge.md, "How the defaults were chosen").
     #[arg(long, default_value_t = 0.12)]
     pub eta: f32,

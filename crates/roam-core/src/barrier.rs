@@ -1,7 +1,7 @@
 //! Barriers across all worker threads of all nodes.
 //!
-//! Each node counts its workers' arrivals; when all have arrived it tells the coordinator
-//! (node 0), which releases everyone once every node has arrived. Generations number the
+//! Each node counts its workers' arrivals; when all have arrived it tells the coordinator (the
+//! node the directory names), which releases every member once every member has arrived. Generations number the
 //! barriers so that a late or duplicated message is recognised instead of miscounted.
 //!
 //! A worker whose handle is gone (its thread finished or failed) is *retired*: it counts as
@@ -9,10 +9,14 @@
 //! arrival that cannot come. A node whose workers are all retired arrives only through its
 //! node-wide (shutdown) barrier, so a shutdown never completes against a training barrier.
 
+use std::collections::BTreeSet;
+
 use crate::error::OpError;
 use crate::id::{NodeId, ReqId, WorkerId};
+use crate::msg::encode;
 use crate::node::{Node, OpKind, Time};
-use crate::wire::{Frame, Kind};
+use crate::warning::Warning;
+use crate::wire::Kind;
 
 /// Barrier bookkeeping: local arrivals, and at the coordinator, node arrivals.
 #[derive(Debug, Default)]
@@ -26,7 +30,7 @@ pub(crate) struct Barriers {
     /// This node's arrival at `generation` is sent (or counted, at the coordinator).
     node_arrived: bool,
     /// Coordinator only: nodes that reached `generation`.
-    nodes_arrived: Vec<bool>,
+    nodes_arrived: BTreeSet<NodeId>,
 }
 
 impl Node {
@@ -43,14 +47,9 @@ impl Node {
 
     fn arrive_at_barrier(&mut self, _now: Time, worker: WorkerId, weight: u32) -> ReqId {
         let op = self.new_op(worker, OpKind::Barrier, 1, Vec::new());
-        if let Some(peer) = self.lost.iter().position(|&l| l) {
+        if let Some(peer) = self.first_lost() {
             self.answer(op, 0);
-            self.fail(
-                op,
-                OpError::PeerGone {
-                    peer: NodeId(peer as u32),
-                },
-            );
+            self.fail(op, OpError::PeerGone { peer });
             self.settle(op);
             return ReqId(op);
         }
@@ -68,7 +67,7 @@ impl Node {
         retired.resize(workers, false);
         match retired.get_mut(worker.index()) {
             Some(flag) if !*flag => *flag = true,
-            _ => return self.anomaly(format!("{worker:?} retired twice or unknown")),
+            _ => return self.warn(Warning::Worker { worker }),
         }
         self.arrive_if_complete();
     }
@@ -83,61 +82,75 @@ impl Node {
         }
         self.barriers.node_arrived = true;
         let generation = self.barriers.generation;
-        if self.cfg.id == NodeId(0) {
+        let coordinator = self.dir.coordinator();
+        if self.cfg.id == coordinator {
             let id = self.cfg.id;
             self.coordinator_arrival(id, generation);
         } else {
-            let frame = Frame::control(Kind::Barrier, self.cfg.id, ReqId(0), generation);
-            self.outbox.push_back((NodeId(0), frame));
+            let frame = encode::control(Kind::Barrier, self.cfg.id, generation);
+            self.send(coordinator, frame);
         }
     }
 
     pub(crate) fn handle_barrier_arrival(&mut self, from: NodeId, generation: u64) {
-        if self.cfg.id != NodeId(0) {
-            return self.anomaly(format!(
-                "barrier arrival from {from} at a node that is not the coordinator"
-            ));
+        if self.cfg.id != self.dir.coordinator() {
+            return self.warn(Warning::Barrier {
+                from,
+                generation,
+                what: "arrival at a node that is not the coordinator",
+            });
         }
         self.coordinator_arrival(from, generation);
     }
 
     fn coordinator_arrival(&mut self, from: NodeId, generation: u64) {
         if generation != self.barriers.generation {
-            return self.anomaly(format!(
-                "barrier arrival of {from} for generation {generation}, expected {}",
-                self.barriers.generation
-            ));
+            return self.warn(Warning::Barrier {
+                from,
+                generation,
+                what: "arrival for another generation",
+            });
         }
-        let arrived = &mut self.barriers.nodes_arrived;
-        arrived.resize(self.cfg.num_nodes as usize, false);
-        if std::mem::replace(&mut arrived[from.index()], true) {
-            return self.anomaly(format!("{from} arrived twice at barrier {generation}"));
+        if !self.barriers.nodes_arrived.insert(from) {
+            return self.warn(Warning::Barrier {
+                from,
+                generation,
+                what: "second arrival of the same node",
+            });
         }
-        if arrived.iter().all(|&a| a) {
-            arrived.iter_mut().for_each(|a| *a = false);
-            for peer in 1..self.cfg.num_nodes {
-                let frame = Frame::control(Kind::BarrierRelease, self.cfg.id, ReqId(0), generation);
-                self.outbox.push_back((NodeId(peer), frame));
+        let members = self.dir.members();
+        if members
+            .iter()
+            .all(|m| self.barriers.nodes_arrived.contains(m))
+        {
+            self.barriers.nodes_arrived.clear();
+            let me = self.cfg.id;
+            let others: Vec<NodeId> = members.iter().copied().filter(|&m| m != me).collect();
+            for peer in others {
+                self.send(peer, encode::control(Kind::BarrierRelease, me, generation));
             }
-            self.release_barrier(generation);
+            self.release_barrier(me, generation);
         }
     }
 
     pub(crate) fn handle_barrier_release(&mut self, from: NodeId, generation: u64) {
-        if from != NodeId(0) {
-            return self.anomaly(format!(
-                "barrier release from {from}, which is not the coordinator"
-            ));
+        if from != self.dir.coordinator() {
+            return self.warn(Warning::Barrier {
+                from,
+                generation,
+                what: "release from a node that is not the coordinator",
+            });
         }
-        self.release_barrier(generation);
+        self.release_barrier(from, generation);
     }
 
-    fn release_barrier(&mut self, generation: u64) {
+    fn release_barrier(&mut self, from: NodeId, generation: u64) {
         if generation != self.barriers.generation {
-            return self.anomaly(format!(
-                "barrier release for generation {generation}, expected {}",
-                self.barriers.generation
-            ));
+            return self.warn(Warning::Barrier {
+                from,
+                generation,
+                what: "release of another generation",
+            });
         }
         self.barriers.generation += 1;
         self.barriers.local_arrivals = 0;

@@ -1,91 +1,191 @@
-//! Where keys live at start: the home-node table.
+//! Where keys live at start and who serialises their moves: the epoch-numbered directory.
 //!
-//! Every key has a *home node*. Under static allocation the home node owns the key for the whole
-//! run. The table is versioned rather than a fixed `key % n` formula, because nodes will join and
-//! leave during a run: a later version may map a key elsewhere, and messages can carry the version
-//! they were routed with.
+//! Keys map to *buckets* by a fixed function (dense key spaces under range partitioning: by
+//! contiguous key range, `key >> shift`; hash partitioning: a fixed mixing hash of the key into
+//! [`HASH_BUCKETS`] buckets), and buckets map to *home nodes* through a table that changes at
+//! run time: moving a bucket's home is a protocol operation (`home_move.rs`). Each change has an
+//! epoch; every frame carries its sender's epoch, and the table keeps, per bucket, the epoch of
+//! its last change, so that changes learnt out of order (from different nodes) are applied
+//! once and never undone.
+//!
+//! The directory also names the cluster's members and its coordinator (the node that runs
+//! barriers and serialises home moves), so that neither is a hard-wired rank.
+//!
+//! Invariants: the bucket function never changes during a run, so every node agrees on each
+//! key's bucket; a bucket entry only moves forward in epoch.
+
+use std::ops::Range;
 
 use crate::id::{Key, NodeId};
 
 /// How keys are assigned to home nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Partitioning {
-    /// Node `i` is home of a contiguous range of about `num_keys / num_nodes` keys.
+    /// Node `i` is home of a contiguous range of about `num_keys / num_nodes` keys (rounded to
+    /// whole buckets).
     Range,
     /// Keys are spread pseudo-randomly (by a fixed mixing hash of the key).
     Hash,
 }
 
-/// A version of the key → home-node mapping.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HomeTable {
-    version: u64,
-    num_keys: u64,
-    partitioning: Partitioning,
-    /// `range_starts[i]` is the first key homed at node `i` under [`Partitioning::Range`].
-    range_starts: Vec<u64>,
+/// Buckets of a hashed key space (a fixed count, so any `u64` key has a bucket).
+pub const HASH_BUCKETS: u32 = 4096;
+
+/// Most buckets of a range-partitioned key space.
+pub const MAX_RANGE_BUCKETS: u64 = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bucketing {
+    /// Bucket `key >> shift`.
+    Range { shift: u32 },
+    /// Bucket `mix64(key) % HASH_BUCKETS`.
+    Hash,
 }
 
-impl HomeTable {
-    /// The initial table (version 0) for `num_nodes` nodes.
+/// The key → bucket → home mapping at one epoch, plus membership. See the module docs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Directory {
+    epoch: u32,
+    num_keys: u64,
+    bucketing: Bucketing,
+    homes: Box<[NodeId]>,
+    bucket_epochs: Box<[u32]>,
+    members: Vec<NodeId>,
+    coordinator: NodeId,
+}
+
+impl Directory {
+    /// The initial directory (epoch 0) of a cluster of nodes `0..num_nodes` over keys
+    /// `0..num_keys`. Node 0 coordinates.
     pub fn new(num_keys: u64, num_nodes: u32, partitioning: Partitioning) -> Self {
         assert!(num_nodes > 0, "a cluster has at least one node");
-        let per_node = num_keys.div_ceil(u64::from(num_nodes));
-        let range_starts = (0..u64::from(num_nodes))
-            .map(|i| (i * per_node).min(num_keys))
-            .collect();
-        Self {
-            version: 0,
-            num_keys,
-            partitioning,
-            range_starts,
-        }
-    }
-
-    /// The version of this table.
-    pub fn version(&self) -> u64 {
-        self.version
-    }
-
-    /// Number of nodes the table maps to.
-    pub fn num_nodes(&self) -> u32 {
-        self.range_starts.len() as u32
-    }
-
-    /// The partitioning scheme.
-    pub fn partitioning(&self) -> Partitioning {
-        self.partitioning
-    }
-
-    /// The home node of `key` (which must be in range).
-    #[inline]
-    pub fn home(&self, key: Key) -> NodeId {
-        debug_assert!(key < self.num_keys);
-        match self.partitioning {
+        let n = u64::from(num_nodes);
+        let (bucketing, homes): (Bucketing, Vec<NodeId>) = match partitioning {
             Partitioning::Range => {
-                let idx = self.range_starts.partition_point(|&start| start <= key) - 1;
-                NodeId(idx as u32)
-            }
-            Partitioning::Hash => NodeId((mix64(key) % self.range_starts.len() as u64) as u32),
-        }
-    }
-
-    /// The keys homed at `node`, in increasing order.
-    pub fn keys_of(&self, node: NodeId) -> Box<dyn Iterator<Item = Key> + '_> {
-        match self.partitioning {
-            Partitioning::Range => {
-                let start = self.range_starts[node.index()];
-                let end = self
-                    .range_starts
-                    .get(node.index() + 1)
-                    .copied()
-                    .unwrap_or(self.num_keys);
-                Box::new(start..end)
+                let mut shift = 0;
+                while num_keys.div_ceil(1 << shift) > MAX_RANGE_BUCKETS {
+                    shift += 1;
+                }
+                let buckets = num_keys.div_ceil(1 << shift).max(1);
+                let homes = (0..buckets)
+                    .map(|b| NodeId((b * n / buckets) as u32))
+                    .collect();
+                (Bucketing::Range { shift }, homes)
             }
             Partitioning::Hash => {
-                Box::new((0..self.num_keys).filter(move |&k| self.home(k) == node))
+                let homes = (0..u64::from(HASH_BUCKETS))
+                    .map(|b| NodeId((b % n) as u32))
+                    .collect();
+                (Bucketing::Hash, homes)
             }
+        };
+        Self {
+            epoch: 0,
+            num_keys,
+            bucketing,
+            bucket_epochs: vec![0; homes.len()].into(),
+            homes: homes.into(),
+            members: (0..num_nodes).map(NodeId).collect(),
+            coordinator: NodeId(0),
         }
+    }
+
+    /// The newest epoch this table has seen.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// The cluster's members, in increasing order.
+    pub fn members(&self) -> &[NodeId] {
+        &self.members
+    }
+
+    /// Whether `node` is a member.
+    pub fn is_member(&self, node: NodeId) -> bool {
+        self.members.binary_search(&node).is_ok()
+    }
+
+    /// The node that runs barriers and serialises home moves.
+    pub fn coordinator(&self) -> NodeId {
+        self.coordinator
+    }
+
+    /// Number of buckets.
+    pub fn num_buckets(&self) -> u32 {
+        self.homes.len() as u32
+    }
+
+    /// The bucket of `key`.
+    #[inline]
+    pub fn bucket(&self, key: Key) -> u32 {
+        match self.bucketing {
+            Bucketing::Range { shift } => {
+                // Keys past the range (rejected elsewhere) fold into the last bucket.
+                ((key >> shift) as usize).min(self.homes.len() - 1) as u32
+            }
+            Bucketing::Hash => (mix64(key) % u64::from(HASH_BUCKETS)) as u32,
+        }
+    }
+
+    /// The home node of `key`.
+    #[inline]
+    pub fn home(&self, key: Key) -> NodeId {
+        self.homes[self.bucket(key) as usize]
+    }
+
+    /// The home node of `bucket`.
+    pub fn bucket_home(&self, bucket: u32) -> NodeId {
+        self.homes[bucket as usize]
+    }
+
+    /// The epoch of `bucket`'s last change.
+    pub fn bucket_epoch(&self, bucket: u32) -> u32 {
+        self.bucket_epochs[bucket as usize]
+    }
+
+    /// The buckets whose home is `node`, in increasing order.
+    pub fn buckets_of(&self, node: NodeId) -> impl Iterator<Item = u32> + '_ {
+        (0..self.num_buckets()).filter(move |&b| self.bucket_home(b) == node)
+    }
+
+    /// The keys of `bucket` in a range-partitioned key space (`None` under hashing, where a
+    /// bucket's keys are not a range).
+    pub fn bucket_range(&self, bucket: u32) -> Option<Range<Key>> {
+        match self.bucketing {
+            Bucketing::Range { shift } => {
+                let start = u64::from(bucket) << shift;
+                let end = (u64::from(bucket) + 1) << shift;
+                Some(start.min(self.num_keys)..end.min(self.num_keys))
+            }
+            Bucketing::Hash => None,
+        }
+    }
+
+    /// The keys of `0..num_keys` whose home is `node`, in increasing order. Under hashing this
+    /// walks the whole key range: for start-up and tests, not for a running protocol.
+    pub fn keys_of(&self, node: NodeId) -> Box<dyn Iterator<Item = Key> + '_> {
+        match self.bucketing {
+            Bucketing::Range { .. } => Box::new(
+                self.buckets_of(node)
+                    .flat_map(move |b| self.bucket_range(b).expect("range bucketing")),
+            ),
+            Bucketing::Hash => Box::new((0..self.num_keys).filter(move |&k| self.home(k) == node)),
+        }
+    }
+
+    /// Records that `bucket`'s home is `home` from `epoch` on. Returns false, changing nothing,
+    /// if the table already knows this change or a later one of the bucket.
+    pub fn apply(&mut self, bucket: u32, home: NodeId, epoch: u32) -> bool {
+        let Some(current) = self.bucket_epochs.get_mut(bucket as usize) else {
+            return false;
+        };
+        if epoch <= *current {
+            return false;
+        }
+        *current = epoch;
+        self.homes[bucket as usize] = home;
+        self.epoch = self.epoch.max(epoch);
+        true
     }
 }
 
@@ -103,24 +203,38 @@ mod tests {
 
     #[test]
     fn range_partition_covers_every_key_once() {
-        let table = HomeTable::new(10, 3, Partitioning::Range);
+        let table = Directory::new(10, 3, Partitioning::Range);
         let homes: Vec<u32> = (0..10).map(|k| table.home(k).0).collect();
-        assert_eq!(homes, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]);
+        assert_eq!(homes, [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]);
         let total: usize = (0..3).map(|n| table.keys_of(NodeId(n)).count()).sum();
         assert_eq!(total, 10);
     }
 
     #[test]
+    fn large_ranges_use_at_most_the_bucket_limit() {
+        let table = Directory::new(1_000_000, 4, Partitioning::Range);
+        assert!(u64::from(table.num_buckets()) <= MAX_RANGE_BUCKETS);
+        let mut total = 0;
+        for n in 0..4 {
+            let mine: Vec<_> = table.keys_of(NodeId(n)).collect();
+            assert!(mine.windows(2).all(|w| w[0] + 1 == w[1]), "contiguous");
+            assert!(mine.iter().all(|&k| table.home(k) == NodeId(n)));
+            total += mine.len();
+        }
+        assert_eq!(total, 1_000_000);
+    }
+
+    #[test]
     fn range_partition_tolerates_more_nodes_than_keys() {
-        let table = HomeTable::new(2, 4, Partitioning::Range);
+        let table = Directory::new(2, 4, Partitioning::Range);
         assert_eq!(table.home(0), NodeId(0));
-        assert_eq!(table.home(1), NodeId(1));
+        assert_eq!(table.home(1), NodeId(2));
         assert_eq!(table.keys_of(NodeId(3)).count(), 0);
     }
 
     #[test]
     fn hash_partition_is_balanced_and_consistent_with_keys_of() {
-        let table = HomeTable::new(10_000, 4, Partitioning::Hash);
+        let table = Directory::new(10_000, 4, Partitioning::Hash);
         for n in 0..4 {
             let mine: Vec<_> = table.keys_of(NodeId(n)).collect();
             assert!(
@@ -130,5 +244,22 @@ mod tests {
             );
             assert!(mine.iter().all(|&k| table.home(k) == NodeId(n)));
         }
+        // Any u64 key has a bucket.
+        assert!(table.bucket(u64::MAX) < HASH_BUCKETS);
+    }
+
+    #[test]
+    fn changes_apply_once_and_never_go_back() {
+        let mut table = Directory::new(100, 2, Partitioning::Range);
+        let b = table.bucket(3);
+        assert!(table.apply(b, NodeId(1), 2));
+        assert_eq!(table.home(3), NodeId(1));
+        assert_eq!(table.epoch(), 2);
+        // An older change learnt late is ignored.
+        assert!(!table.apply(b, NodeId(0), 1));
+        assert_eq!(table.home(3), NodeId(1));
+        assert!(!table.apply(b, NodeId(1), 2));
+        assert!(table.apply(b, NodeId(0), 3));
+        assert_eq!(table.home(3), NodeId(0));
     }
 }

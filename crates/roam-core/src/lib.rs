@@ -9,10 +9,14 @@
 //! # Layout
 //! - [`id`]: node, worker and request identifiers.
 //! - [`keyspace`]: the dense key range and per-key value lengths; input validation.
-//! - [`directory`]: the versioned home-node table (range or hash partitioning).
+//! - [`directory`]: the epoch-numbered key → bucket → home table, members and coordinator.
+//! - [`placement`]: placement records at a key's home (who holds it).
 //! - [`store`]: slab-backed values with a latch and residency flags per key (the hot path).
-//! - [`wire`]: the 32-byte header and zero-copy frame bodies; bounded, panic-free decoding.
-//! - [`node`]: the protocol state machine (`issue_*`/`handle_*` in, `poll_*` out).
+//! - [`wire`]: the 40-byte header and zero-copy frame bodies; bounded, panic-free decoding.
+//! - [`msg`]: typed messages decoded from frames in place, and their encoders.
+//! - [`node`]: the protocol state machine (`issue_*`/`handle_*` in, `poll_*` out); its parts
+//!   `serve`, `relocate`, `home_move` and `barrier` each own one protocol.
+//! - [`warning`]: typed diagnostics.
 //! - [`stats`]: per-node and per-worker counters.
 //! - [`error`]: per-operation error enums.
 //!
@@ -24,18 +28,24 @@
 mod barrier;
 pub mod directory;
 pub mod error;
+mod home_move;
 pub mod id;
 pub mod keyspace;
+pub mod msg;
 pub mod node;
+pub mod placement;
 mod relocate;
 mod serve;
 pub mod stats;
 pub mod store;
+pub mod warning;
 pub mod wire;
 
-pub use directory::{HomeTable, Partitioning};
+pub use directory::{Directory, Partitioning};
 pub use error::{AccessError, OpError};
 pub use id::{Key, NodeId, ReqId, WorkerId};
 pub use keyspace::{KeySpace, KeySpaceError, ValueLengths};
-pub use node::{Completion, Node, NodeConfig, PullPart, Time};
+pub use msg::Msg;
+pub use node::{Completion, Node, NodeConfig, Output, PullPart, Time};
 pub use store::{Residency, Store, UpdateMode};
+pub use warning::Warning;

@@ -6,10 +6,11 @@
 //! are drained with `poll_transmit` (frames to send, in order, per destination) and then
 //! `poll_completion` (finished operations for the shell to hand to waiting workers).
 //!
-//! Every key has a *home node* (from the [`HomeTable`]) and one *owner*, the only node holding
-//! its value. Under static allocation the owner is always the home. Under dynamic allocation
-//! keys move with [`Node::issue_localize`]; the home node records the current owner of each of
-//! its keys and serialises ownership changes (see `relocate.rs`). Requests travel
+//! Every key has a *home node* (from the epoch-numbered [`Directory`]) and one *owner*, the only
+//! node holding its value. Under static allocation the owner is the key's first home. Under
+//! dynamic allocation keys move with [`Node::issue_localize`]; the home node keeps the key's
+//! placement record and serialises ownership changes (see `relocate.rs`); homes themselves
+//! move bucket by bucket (see `home_move.rs`). Requests travel
 //! requester → (home →) owner, keeping the original requester, which the owner answers
 //! directly; each answer carries the positions of the keys it answers, so a batched request can
 //! be answered in parts by several nodes.
@@ -20,22 +21,29 @@
 //! - A key's value exists in at most one store; it is removed before it is sent and inserted
 //!   only when it lands, and every operation that reaches a node while the key is on its way
 //!   there is queued and applied in arrival order before the key is used or moved on.
-//! - A request from a peer is validated in full (range, lengths, positions) before any
-//!   parameter is touched; an invalid one is rejected with a [`Kind::Reject`].
+//! - A request from a peer is decoded ([`Msg`]) and validated in full (range, lengths,
+//!   positions) before any parameter is touched; an invalid one is rejected with a
+//!   [`Msg::Reject`] naming the culprit key.
+//! - Per-destination state is keyed by node id from the directory's member set; nothing is
+//!   sized by a node count.
 //! - Frames for one destination leave in the order they were produced; the protocol relies on
 //!   per-link FIFO delivery.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::directory::{HomeTable, Partitioning};
+use crate::directory::{Directory, Partitioning};
 use crate::error::OpError;
+use crate::home_move::HomeMoves;
 use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::keyspace::KeySpace;
+use crate::msg::{Msg, MsgError, Request, encode};
+use crate::placement::BucketRecords;
 use crate::relocate::{Queued, Transit};
 use crate::stats::{NodeCounters, add};
 use crate::store::{Residency, Store, UpdateMode};
-use crate::wire::{FLAG_SET, Frame, Kind};
+use crate::warning::Warning;
+use crate::wire::{Frame, Kind, RejectCode};
 
 pub(crate) use crate::barrier::Barriers;
 
@@ -111,6 +119,25 @@ impl PullPart {
     }
 }
 
+/// What a successful operation produced.
+#[derive(Debug)]
+pub enum Output {
+    /// The operation took effect (push, set, localize, barrier, home move).
+    Done,
+    /// A pull's answered parts, to be scattered into the caller's buffer.
+    Pulled(Vec<PullPart>),
+}
+
+impl Output {
+    /// The pulled parts (none for operations that read nothing).
+    pub fn into_parts(self) -> Vec<PullPart> {
+        match self {
+            Self::Done => Vec::new(),
+            Self::Pulled(parts) => parts,
+        }
+    }
+}
+
 /// A finished operation, to be handed to the worker that issued it.
 #[derive(Debug)]
 pub struct Completion {
@@ -118,8 +145,8 @@ pub struct Completion {
     pub worker: WorkerId,
     /// The operation.
     pub req: ReqId,
-    /// For pulls, the answered parts; empty for other operations.
-    pub result: Result<Vec<PullPart>, OpError>,
+    /// What it produced, or why it failed.
+    pub result: Result<Output, OpError>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +155,7 @@ pub(crate) enum OpKind {
     Push,
     Localize,
     Barrier,
+    MoveHome,
 }
 
 /// An operation of a local worker waiting for answers.
@@ -163,21 +191,34 @@ impl Batch {
         self.values.extend_from_slice(values);
     }
 
-    /// A frame of `kind` carrying this batch's keys, positions and values.
-    pub(crate) fn into_frame(self, kind: Kind, origin: NodeId, req: ReqId, aux: u64) -> Frame {
-        let mut frame = Frame::with_positions(
-            kind,
+    /// An answer frame (pull reply with values, push reply without) for `req` from `from`.
+    pub(crate) fn into_reply(self, kind: Kind, from: NodeId, req: ReqId) -> Frame {
+        encode::reply(kind, from, req, &self.keys, &self.positions, &self.values)
+    }
+
+    /// A request frame (pull, or push with this batch's values).
+    pub(crate) fn into_request(
+        self,
+        kind: Kind,
+        origin: NodeId,
+        req: ReqId,
+        hops: u32,
+        mode: UpdateMode,
+    ) -> Frame {
+        let request = Request {
             origin,
             req,
-            aux,
-            &self.keys,
-            &self.positions,
-            self.values.len(),
-        );
-        frame.values_mut().copy_from_slice(&self.values);
-        frame
+            hops,
+            keys: &self.keys,
+            positions: &self.positions,
+            values: &self.values,
+        };
+        encode::request(kind, &request, mode)
     }
 }
+
+/// One batch per destination node, in node order (so that outputs depend only on inputs).
+pub(crate) type Batches = BTreeMap<NodeId, Batch>;
 
 /// Where an access to a key goes from this node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,23 +229,30 @@ pub(crate) enum Route {
     Transit,
     /// Send to this node.
     Remote(NodeId),
+    /// This node is the key's new home and the bucket's move is completing: hold the access
+    /// until it is (see `home_move.rs`).
+    Held(u32),
 }
 
 /// The protocol state machine of one node. See the module docs for the contract.
 pub struct Node {
     pub(crate) cfg: NodeConfig,
-    pub(crate) home: HomeTable,
+    pub(crate) dir: Directory,
     pub(crate) store: Arc<Store>,
     pub(crate) counters: Arc<NodeCounters>,
     next_op: u64,
     pub(crate) pending: HashMap<u64, Pending>,
-    pub(crate) outbox: VecDeque<(NodeId, Frame)>,
+    outbox: VecDeque<(NodeId, Frame)>,
     pub(crate) completions: VecDeque<Completion>,
-    pub(crate) lost: Vec<bool>,
+    pub(crate) lost: BTreeSet<NodeId>,
     pub(crate) barriers: Barriers,
-    warnings: VecDeque<String>,
-    /// Home keys of this node whose owner is another node (absent: this node owns it).
-    pub(crate) owners: HashMap<Key, NodeId>,
+    warnings: VecDeque<Warning>,
+    /// Placement records of the buckets this node is home of.
+    pub(crate) records: HashMap<u32, BucketRecords>,
+    /// Home moves this node coordinates or takes part in.
+    pub(crate) moves: HomeMoves,
+    /// Buckets whose move to this node is completing (frames for them wait).
+    pub(crate) moving_in: usize,
     /// Keys on their way to this node, with the operations waiting for them.
     pub(crate) transit: HashMap<Key, Transit>,
     /// Location cache: where keys were last seen (only with `location_caches`).
@@ -214,16 +262,23 @@ pub struct Node {
 impl Node {
     /// A node with its home keys in its store, zero-initialised.
     pub fn new(cfg: NodeConfig) -> Self {
-        let home = HomeTable::new(cfg.space.num_keys(), cfg.num_nodes, cfg.partitioning);
+        let dir = Directory::new(cfg.space.num_keys(), cfg.num_nodes, cfg.partitioning);
         let store = Arc::new(Store::new(cfg.space.clone()));
         let mut zeros = Vec::new();
-        for key in home.keys_of(cfg.id) {
+        for key in dir.keys_of(cfg.id) {
             zeros.resize(cfg.space.len(key), 0.0);
             store.insert(key, &zeros);
         }
+        let records = dir
+            .buckets_of(cfg.id)
+            .map(|b| (b, BucketRecords::new(cfg.id)))
+            .collect();
         Self {
-            lost: vec![false; cfg.num_nodes as usize],
-            home,
+            lost: BTreeSet::new(),
+            dir,
+            records,
+            moves: HomeMoves::default(),
+            moving_in: 0,
             store,
             counters: Arc::default(),
             next_op: 1,
@@ -232,7 +287,6 @@ impl Node {
             completions: VecDeque::new(),
             barriers: Barriers::default(),
             warnings: VecDeque::new(),
-            owners: HashMap::new(),
             transit: HashMap::new(),
             cache: HashMap::new(),
             cfg,
@@ -254,15 +308,16 @@ impl Node {
         &self.counters
     }
 
-    /// The home table.
-    pub fn home_table(&self) -> &HomeTable {
-        &self.home
+    /// This node's directory (its view of key → home, members and coordinator).
+    pub fn directory(&self) -> &Directory {
+        &self.dir
     }
 
     /// The current owner of `key` as recorded here, if this node is its home.
     pub fn recorded_owner(&self, key: Key) -> Option<NodeId> {
-        (self.home.home(key) == self.cfg.id)
-            .then(|| self.owners.get(&key).copied().unwrap_or(self.cfg.id))
+        self.records
+            .get(&self.dir.bucket(key))
+            .map(|records| records.owner(key))
     }
 
     /// Where a worker's access to `key` goes.
@@ -271,8 +326,12 @@ impl Node {
             Residency::Local => Route::Local,
             Residency::InTransit => Route::Transit,
             Residency::Remote => {
+                let bucket = self.dir.bucket(key);
+                if self.records.get(&bucket).is_some_and(|r| !r.is_live()) {
+                    return Route::Held(bucket);
+                }
                 // At the key's home the owner record is exact; the cache helps elsewhere only.
-                if self.cfg.location_caches && self.home.home(key) != self.cfg.id {
+                if self.cfg.location_caches && self.dir.home(key) != self.cfg.id {
                     if let Some(&owner) = self.cache.get(&key) {
                         add(&self.counters.cache_hits, 1);
                         return Route::Remote(owner);
@@ -288,11 +347,10 @@ impl Node {
     /// key's home, else the home. (Forwarding never uses the location cache, so that a stale
     /// entry costs at most one extra hop.)
     pub(crate) fn server_route(&self, key: Key) -> NodeId {
-        let home = self.home.home(key);
-        if home == self.cfg.id {
-            self.owners.get(&key).copied().unwrap_or(home)
-        } else {
-            home
+        let bucket = self.dir.bucket(key);
+        match self.records.get(&bucket) {
+            Some(records) => records.owner(key),
+            None => self.dir.bucket_home(bucket),
         }
     }
 
@@ -322,17 +380,30 @@ impl Node {
         op
     }
 
+    /// The first peer this node lost (lowest id), if any.
+    pub(crate) fn first_lost(&self) -> Option<NodeId> {
+        self.lost.first().copied()
+    }
+
     /// Whether accesses that need another node must fail at once: a peer is lost and keys may
     /// have been on it (dynamic allocation), or the destination itself is lost.
-    fn unreachable(&self, dest: NodeId) -> Option<NodeId> {
-        if self.lost[dest.index()] {
+    pub(crate) fn unreachable(&self, dest: NodeId) -> Option<NodeId> {
+        if self.lost.contains(&dest) {
             return Some(dest);
         }
         if self.cfg.dynamic {
-            self.lost.iter().position(|&l| l).map(|i| NodeId(i as u32))
+            self.first_lost()
         } else {
             None
         }
+    }
+
+    /// Queues `frame` for `dest`, stamped with this node's epoch unless it names its own.
+    pub(crate) fn send(&mut self, dest: NodeId, mut frame: Frame) {
+        if frame.header.epoch == 0 {
+            frame.header.epoch = self.dir.epoch();
+        }
+        self.outbox.push_back((dest, frame));
     }
 
     /// Issues a pull of `keys` (validated by the caller, not served by its fast path) whose
@@ -347,9 +418,11 @@ impl Node {
         add(&self.counters.remote_pull_ops, 1);
         let op = self.new_op(worker, OpKind::Pull, keys.len(), out_offsets.to_vec());
         self.pending.get_mut(&op).expect("just created").keys = keys.to_vec();
-        let mut batches: Vec<Batch> = (0..self.cfg.num_nodes).map(|_| Batch::default()).collect();
+        let mut batches = Batches::new();
+        let mut held: BTreeMap<u32, Batch> = BTreeMap::new();
         let mut here = Batch::default();
         let mut value = Vec::new();
+        let me = self.cfg.id;
         for (pos, &key) in keys.iter().enumerate() {
             let pos = pos as u32;
             match self.route(key) {
@@ -358,16 +431,21 @@ impl Node {
                     self.store.pull_local(key, &mut value);
                     here.push(key, pos, &value);
                 }
-                Route::Local => batches[self.cfg.id.index()].push(key, pos, &[]),
+                Route::Local => batches.entry(me).or_default().push(key, pos, &[]),
                 Route::Transit => self.queue_local(now, key, Queued::LocalPull { op, pos }),
-                Route::Remote(dest) => batches[dest.index()].push(key, pos, &[]),
+                Route::Remote(dest) => batches.entry(dest).or_default().push(key, pos, &[]),
+                Route::Held(bucket) => held.entry(bucket).or_default().push(key, pos, &[]),
             }
         }
         if !here.keys.is_empty() {
-            let reply = here.into_frame(Kind::PullReply, self.cfg.id, ReqId(op), 0);
+            let reply = here.into_reply(Kind::PullReply, me, ReqId(op));
             self.accept_pull_answer(op, reply);
         }
-        self.send_batches(op, Kind::Pull, 0, batches);
+        self.send_batches(op, Kind::Pull, UpdateMode::Add, batches);
+        for (bucket, batch) in held {
+            let frame = batch.into_request(Kind::Pull, me, ReqId(op), 0, UpdateMode::Add);
+            self.hold(now, bucket, me, frame);
+        }
         self.settle(op);
         ReqId(op)
     }
@@ -385,7 +463,9 @@ impl Node {
     ) -> ReqId {
         add(&self.counters.remote_push_ops, 1);
         let op = self.new_op(worker, OpKind::Push, keys.len(), Vec::new());
-        let mut batches: Vec<Batch> = (0..self.cfg.num_nodes).map(|_| Batch::default()).collect();
+        let mut batches = Batches::new();
+        let mut held: BTreeMap<u32, Batch> = BTreeMap::new();
+        let me = self.cfg.id;
         for (pos, (&key, &offset)) in keys.iter().zip(offsets).enumerate() {
             let pos = pos as u32;
             let update = &values[offset..offset + self.cfg.space.len(key)];
@@ -394,7 +474,7 @@ impl Node {
                     self.store.push_local(key, update, mode);
                     self.answer(op, pos);
                 }
-                Route::Local => batches[self.cfg.id.index()].push(key, pos, update),
+                Route::Local => batches.entry(me).or_default().push(key, pos, update),
                 Route::Transit => {
                     self.queue_local(
                         now,
@@ -407,23 +487,23 @@ impl Node {
                         },
                     );
                 }
-                Route::Remote(dest) => batches[dest.index()].push(key, pos, update),
+                Route::Remote(dest) => batches.entry(dest).or_default().push(key, pos, update),
+                Route::Held(bucket) => held.entry(bucket).or_default().push(key, pos, update),
             }
         }
-        let flags = if mode == UpdateMode::Set { FLAG_SET } else { 0 };
-        self.send_batches(op, Kind::Push, flags, batches);
+        self.send_batches(op, Kind::Push, mode, batches);
+        for (bucket, batch) in held {
+            let frame = batch.into_request(Kind::Push, me, ReqId(op), 0, mode);
+            self.hold(now, bucket, me, frame);
+        }
         self.settle(op);
         ReqId(op)
     }
 
     /// Sends one request frame per non-empty batch, or fails its keys if the destination is
     /// unreachable.
-    fn send_batches(&mut self, op: u64, kind: Kind, flags: u8, batches: Vec<Batch>) {
-        for (dest, batch) in batches.into_iter().enumerate() {
-            if batch.keys.is_empty() {
-                continue;
-            }
-            let dest = NodeId(dest as u32);
+    fn send_batches(&mut self, op: u64, kind: Kind, mode: UpdateMode, batches: Batches) {
+        for (dest, batch) in batches {
             let n = batch.keys.len() as u64;
             match kind {
                 Kind::Pull => add(&self.counters.remote_pull_keys, n),
@@ -436,12 +516,11 @@ impl Node {
                 self.fail(op, OpError::PeerGone { peer });
                 continue;
             }
-            let mut frame = batch.into_frame(kind, self.cfg.id, ReqId(op), 0);
-            frame.header.flags |= flags;
+            let frame = batch.into_request(kind, self.cfg.id, ReqId(op), 0, mode);
             if let Some(p) = self.pending.get_mut(&op) {
                 p.first_hops.push(dest);
             }
-            self.outbox.push_back((dest, frame));
+            self.send(dest, frame);
         }
     }
 
@@ -467,6 +546,11 @@ impl Node {
                         reason: format!("key {key} is in transit without a record"),
                     },
                 );
+                self.warn(Warning::Relocation {
+                    from: None,
+                    key,
+                    what: "in transit without a record",
+                });
             }
         }
     }
@@ -533,9 +617,10 @@ impl Node {
     pub(crate) fn settle(&mut self, op: u64) {
         if self.pending.get(&op).is_some_and(|p| p.remaining == 0) {
             let p = self.pending.remove(&op).expect("checked");
-            let result = match p.error {
-                Some(err) => Err(err),
-                None => Ok(p.parts),
+            let result = match (p.error, p.kind) {
+                (Some(err), _) => Err(err),
+                (None, OpKind::Pull) => Ok(Output::Pulled(p.parts)),
+                (None, _) => Ok(Output::Done),
             };
             self.completions.push_back(Completion {
                 worker: p.worker,
@@ -547,23 +632,93 @@ impl Node {
 
     /// A frame arrived from `from` (possibly this node itself, without fast local access).
     pub fn handle_frame(&mut self, now: Time, from: NodeId, frame: Frame) {
-        if from.0 >= self.cfg.num_nodes {
-            self.warn(format!("frame from unknown node {}", from.0));
-            return;
+        if !self.dir.is_member(from) {
+            return self.warn(Warning::UnknownSender { from });
         }
-        match frame.header.kind {
-            Kind::Pull | Kind::Push => self.serve_request(now, from, frame),
-            Kind::PullReply | Kind::PushReply | Kind::Reject => self.handle_reply(from, frame),
-            Kind::Barrier => self.handle_barrier_arrival(from, frame.header.aux),
-            Kind::BarrierRelease => self.handle_barrier_release(from, frame.header.aux),
-            Kind::Localize => self.handle_localize(now, from, frame),
-            Kind::HandOver => self.handle_hand_over(now, from, frame),
-            Kind::Transfer => self.handle_transfer(now, from, frame),
-            Kind::PeerLost => match u32::try_from(frame.header.aux) {
-                Ok(peer) if peer < self.cfg.num_nodes => self.handle_peer_lost(now, NodeId(peer)),
-                _ => self.anomaly(format!("peer-lost notice from {from} names no node")),
-            },
-            Kind::Heartbeat | Kind::Goodbye => {}
+        let msg = match Msg::decode(&frame) {
+            Ok(msg) => msg,
+            Err(error) => return self.handle_undecodable(from, &frame, error),
+        };
+        match msg {
+            Msg::Pull(request) => self.serve_request(now, from, request, None, &frame),
+            Msg::Push { request, mode } => {
+                self.serve_request(now, from, request, Some(mode), &frame)
+            }
+            Msg::PullReply { req, .. } => self.handle_pull_reply(now, from, req, frame),
+            Msg::PushReply { req, positions } => self.handle_push_reply(from, req, positions),
+            Msg::Reject {
+                req,
+                code,
+                culprit,
+                positions,
+            } => self.handle_reject(from, req, code, culprit, positions),
+            Msg::Barrier { generation } => self.handle_barrier_arrival(from, generation),
+            Msg::BarrierRelease { generation } => self.handle_barrier_release(from, generation),
+            Msg::Localize { new_owner, keys } => self.handle_localize(now, from, new_owner, keys),
+            Msg::HandOver { new_owner, keys } => self.handle_hand_over(now, from, new_owner, keys),
+            Msg::Transfer { keys, values } => self.handle_transfer(now, from, keys, values),
+            Msg::PeerLost { peer } => {
+                if self.dir.is_member(peer) {
+                    self.handle_peer_lost(now, peer);
+                } else {
+                    self.warn(Warning::UnknownSender { from: peer });
+                }
+            }
+            Msg::MoveHome {
+                origin,
+                req,
+                bucket,
+                to,
+            } => self.handle_move_home(now, origin, req, bucket, to),
+            Msg::HomeHandOff { bucket, to, epoch } => {
+                self.handle_home_hand_off(now, from, bucket, to, epoch)
+            }
+            Msg::HomeTransfer {
+                bucket,
+                epoch,
+                default_owner,
+                keys,
+                owners,
+            } => self.handle_home_transfer(now, from, bucket, epoch, default_owner, keys, owners),
+            Msg::HomeReady { bucket, epoch } => self.handle_home_ready(now, from, bucket, epoch),
+            Msg::EpochChange {
+                bucket,
+                home,
+                epoch,
+            } => self.handle_epoch_change(now, from, bucket, home, epoch),
+            Msg::EpochAck {
+                node,
+                bucket,
+                epoch,
+            } => self.handle_epoch_ack(now, from, node, bucket, epoch),
+            Msg::OpDone { req } => self.handle_op_done(from, req),
+            Msg::Heartbeat | Msg::Goodbye => {}
+        }
+    }
+
+    /// A frame that does not decode as its kind: a request is refused as a whole to the node
+    /// it names (refusing is a server's normal answer to bad input); anything else is reported
+    /// and dropped — an unreadable answer neither completes nor breaks the operation it names,
+    /// whose real answers still count.
+    fn handle_undecodable(&mut self, from: NodeId, frame: &Frame, error: MsgError) {
+        let h = &frame.header;
+        match h.kind {
+            Kind::Pull | Kind::Push if self.dir.is_member(h.origin) => {
+                let culprit = frame.keys().first().copied().unwrap_or(0);
+                let reject =
+                    encode::reject(self.cfg.id, h.req, RejectCode::Malformed, culprit, &[], &[]);
+                self.send(h.origin, reject);
+            }
+            Kind::PullReply | Kind::PushReply | Kind::Reject
+                if !self.pending.contains_key(&h.req.0) =>
+            {
+                self.warn(Warning::UnknownRequest {
+                    from,
+                    kind: h.kind,
+                    req: h.req,
+                })
+            }
+            _ => self.warn(Warning::Malformed { from, error }),
         }
     }
 
@@ -582,11 +737,11 @@ impl Node {
         self.lose_peer(now, peer, true);
     }
 
-    fn lose_peer(&mut self, _now: Time, peer: NodeId, departed: bool) {
-        if peer.0 >= self.cfg.num_nodes || self.lost[peer.index()] || peer == self.cfg.id {
+    fn lose_peer(&mut self, now: Time, peer: NodeId, departed: bool) {
+        if !self.dir.is_member(peer) || self.lost.contains(&peer) || peer == self.cfg.id {
             return;
         }
-        self.lost[peer.index()] = true;
+        self.lost.insert(peer);
         let dynamic = self.cfg.dynamic;
         let mut doomed: Vec<u64> = self
             .pending
@@ -602,25 +757,29 @@ impl Node {
             p.error.get_or_insert(OpError::PeerGone { peer });
             self.settle(op);
         }
+        self.home_moves_lose_peer(now, peer);
         if departed {
             return;
         }
         self.fail_barriers(peer);
         // Tell every other node, so that no one waits for a barrier or a key that depends on
         // the lost node without knowing it (the loss may be of one link only).
-        for other in 0..self.cfg.num_nodes {
-            let other = NodeId(other);
-            if other != self.cfg.id && !self.lost[other.index()] {
-                let notice =
-                    Frame::control(Kind::PeerLost, self.cfg.id, ReqId(0), u64::from(peer.0));
-                self.outbox.push_back((other, notice));
-            }
+        let others: Vec<NodeId> = self
+            .dir
+            .members()
+            .iter()
+            .copied()
+            .filter(|&other| other != self.cfg.id && !self.lost.contains(&other))
+            .collect();
+        for other in others {
+            let notice = encode::control(Kind::PeerLost, self.cfg.id, u64::from(peer.0));
+            self.send(other, notice);
         }
     }
 
     /// Whether `peer` has been reported lost.
     pub fn is_lost(&self, peer: NodeId) -> bool {
-        self.lost.get(peer.index()).copied().unwrap_or(false)
+        self.lost.contains(&peer)
     }
 
     /// Number of operations still waiting for answers.
@@ -645,18 +804,17 @@ impl Node {
         self.completions.pop_front()
     }
 
-    /// Next diagnostic message for the shell to log.
+    /// Next diagnostic for the shell to log.
     #[must_use]
-    pub fn poll_warning(&mut self) -> Option<String> {
+    pub fn poll_warning(&mut self) -> Option<Warning> {
         self.warnings.pop_front()
     }
 
-    pub(crate) fn warn(&mut self, message: String) {
-        self.warnings.push_back(message);
-    }
-
-    pub(crate) fn anomaly(&mut self, message: String) {
-        add(&self.counters.anomalies, 1);
-        self.warn(message);
+    /// Records a diagnostic (and counts it if it is an anomaly).
+    pub(crate) fn warn(&mut self, warning: Warning) {
+        if warning.is_anomaly() {
+            add(&self.counters.anomalies, 1);
+        }
+        self.warnings.push_back(warning);
     }
 }

@@ -11,16 +11,24 @@
 //! 4. R applies every operation queued while the key was in transit, in arrival order, then
 //!    keeps the value, or forwards it to the next owner if one was noted.
 //!
+//! The home in force is the one of the sender's directory: a `Localize` that reaches a node that
+//! is no longer the key's home is forwarded to the home of the receiver's table, and one that
+//! reaches a new home while its bucket's move completes waits there (see `home_move.rs`).
+//!
 //! Why this keeps every update: the home serialises ownership changes, links are FIFO, so
 //! everything H forwarded to O before the hand-over reaches O before it, and everything after it
 //! goes to R, where it queues until the value lands. Requests reaching a former owner are sent
 //! back through the home, which knows the current owner.
 
+use std::collections::BTreeMap;
+
 use crate::id::{Key, NodeId, ReqId, WorkerId};
+use crate::msg::encode;
 use crate::node::{Batch, Node, OpKind, Time};
 use crate::stats::add;
 use crate::store::{Residency, UpdateMode, apply};
-use crate::wire::{Frame, Kind};
+use crate::warning::Warning;
+use crate::wire::Kind;
 
 /// An access waiting for a key in transit to this node.
 #[derive(Debug)]
@@ -82,8 +90,9 @@ impl Node {
         let op = self.new_op(worker, OpKind::Localize, keys.len(), Vec::new());
         add(&self.counters.localize_keys, keys.len() as u64);
         let me = self.cfg.id;
-        let mut to_home: Vec<Vec<Key>> = vec![Vec::new(); self.cfg.num_nodes as usize];
-        let mut hand_over: Vec<Vec<Key>> = vec![Vec::new(); self.cfg.num_nodes as usize];
+        let mut to_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        let mut hand_over: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        let mut held: BTreeMap<u32, Vec<Key>> = BTreeMap::new();
         for (pos, &key) in keys.iter().enumerate() {
             let pos = pos as u32;
             if !self.cfg.dynamic {
@@ -96,32 +105,26 @@ impl Node {
                 }
                 // Once a peer is lost the key may never land (it may have been on that peer or in
                 // a transfer cut with it): fail rather than wait, like queued pulls and pushes.
-                Residency::InTransit if self.lost.iter().any(|&l| l) => {
-                    let peer = self.lost.iter().position(|&l| l).expect("checked");
+                Residency::InTransit if !self.lost.is_empty() => {
+                    let peer = self.first_lost().expect("checked");
                     self.answer(op, pos);
-                    self.fail(
-                        op,
-                        crate::OpError::PeerGone {
-                            peer: NodeId(peer as u32),
-                        },
-                    );
+                    self.fail(op, crate::OpError::PeerGone { peer });
                 }
                 Residency::InTransit => match self.transit.get_mut(&key) {
                     Some(t) => t.queue.push(Queued::Localize { op, pos }),
                     None => {
                         self.answer(op, pos);
-                        self.anomaly(format!("key {key} in transit without a record"));
+                        self.warn(Warning::Relocation {
+                            from: None,
+                            key,
+                            what: "in transit without a record",
+                        });
                     }
                 },
                 Residency::Remote => {
-                    if let Some(peer) = self.lost.iter().position(|&l| l) {
+                    if let Some(peer) = self.first_lost() {
                         self.answer(op, pos);
-                        self.fail(
-                            op,
-                            crate::OpError::PeerGone {
-                                peer: NodeId(peer as u32),
-                            },
-                        );
+                        self.fail(op, crate::OpError::PeerGone { peer });
                         continue;
                     }
                     self.store.set_in_transit(key, true);
@@ -133,90 +136,136 @@ impl Node {
                             since: now,
                         },
                     );
-                    let home = self.home.home(key);
-                    if home == me {
-                        let old = self.owners.remove(&key).unwrap_or(me);
-                        if old == me {
-                            self.anomaly(format!(
-                                "home key {key} is neither here nor recorded elsewhere"
-                            ));
-                        } else {
-                            hand_over[old.index()].push(key);
+                    let bucket = self.dir.bucket(key);
+                    match self.records.get_mut(&bucket) {
+                        Some(records) if !records.is_live() => {
+                            held.entry(bucket).or_default().push(key);
                         }
-                    } else {
-                        to_home[home.index()].push(key);
+                        Some(records) => {
+                            let old = records.set_owner(key, me);
+                            if old == me {
+                                self.warn(Warning::Relocation {
+                                    from: None,
+                                    key,
+                                    what: "home key neither here nor recorded elsewhere",
+                                });
+                            } else {
+                                hand_over.entry(old).or_default().push(key);
+                            }
+                        }
+                        None => {
+                            let home = self.dir.bucket_home(bucket);
+                            to_home.entry(home).or_default().push(key);
+                        }
                     }
                 }
             }
         }
-        for (dest, keys) in to_home.into_iter().enumerate() {
-            if !keys.is_empty() {
-                let frame = Frame::new(Kind::Localize, me, ReqId(0), 0, &keys, 0);
-                self.outbox.push_back((NodeId(dest as u32), frame));
-            }
+        for (dest, keys) in to_home {
+            self.send(dest, encode::keys(Kind::Localize, me, &keys));
         }
-        for (dest, keys) in hand_over.into_iter().enumerate() {
-            if !keys.is_empty() {
-                let frame = Frame::new(Kind::HandOver, me, ReqId(0), 0, &keys, 0);
-                self.outbox.push_back((NodeId(dest as u32), frame));
-            }
+        for (dest, keys) in hand_over {
+            self.send(dest, encode::keys(Kind::HandOver, me, &keys));
+        }
+        for (bucket, keys) in held {
+            self.hold(now, bucket, me, encode::keys(Kind::Localize, me, &keys));
         }
         self.settle(op);
         ReqId(op)
     }
 
-    /// At the home node: `frame.origin` wants the keys.
-    pub(crate) fn handle_localize(&mut self, now: Time, from: NodeId, frame: Frame) {
+    /// At the key's home (or a node that was): `new_owner` wants the keys.
+    pub(crate) fn handle_localize(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        new_owner: NodeId,
+        keys: &[Key],
+    ) {
         let me = self.cfg.id;
-        let new_owner = frame.header.origin;
-        if new_owner != from || new_owner.0 >= self.cfg.num_nodes {
-            return self.anomaly(format!(
-                "localize from {from} on behalf of node {}",
-                new_owner.0
-            ));
+        if !self.dir.is_member(new_owner) {
+            return self.warn(Warning::UnknownSender { from: new_owner });
         }
-        let mut hand_over: Vec<Vec<Key>> = vec![Vec::new(); self.cfg.num_nodes as usize];
+        let mut hand_over: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        let mut stale: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        let mut held: BTreeMap<u32, Vec<Key>> = BTreeMap::new();
         let mut moving = Vec::new();
-        for &key in frame.keys() {
-            if key >= self.cfg.space.num_keys() || self.home.home(key) != me {
-                self.anomaly(format!(
-                    "localize of key {key} sent to {me}, which is not its home"
-                ));
+        for &key in keys {
+            if key >= self.cfg.space.num_keys() {
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "localize of a key out of range",
+                });
                 continue;
             }
-            let old = if new_owner == me {
-                self.owners.remove(&key)
-            } else {
-                self.owners.insert(key, new_owner)
+            let bucket = self.dir.bucket(key);
+            let Some(records) = self.records.get_mut(&bucket) else {
+                // Routed by an older table: the home of this node's table takes it from here.
+                let home = self.dir.bucket_home(bucket);
+                if home == me {
+                    self.warn(Warning::Relocation {
+                        from: Some(from),
+                        key,
+                        what: "home without the bucket's records",
+                    });
+                } else {
+                    stale.entry(home).or_default().push(key);
+                }
+                continue;
             };
-            let old = old.unwrap_or(me);
+            if !records.is_live() {
+                held.entry(bucket).or_default().push(key);
+                continue;
+            }
+            let old = records.set_owner(key, new_owner);
             if old == new_owner {
-                self.anomaly(format!(
-                    "{new_owner} asked for key {key}, which it already owns"
-                ));
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "asked for by the node that already owns it",
+                });
             } else if old == me {
                 moving.push(key);
             } else {
-                hand_over[old.index()].push(key);
+                hand_over.entry(old).or_default().push(key);
             }
         }
         self.release(now, new_owner, &moving);
-        for (dest, keys) in hand_over.into_iter().enumerate() {
-            if !keys.is_empty() {
-                let frame = Frame::new(Kind::HandOver, new_owner, ReqId(0), 0, &keys, 0);
-                self.outbox.push_back((NodeId(dest as u32), frame));
-            }
+        for (dest, keys) in hand_over {
+            self.send(dest, encode::keys(Kind::HandOver, new_owner, &keys));
+        }
+        for (dest, keys) in stale {
+            add(&self.counters.forwards, 1);
+            self.send(dest, encode::keys(Kind::Localize, new_owner, &keys));
+        }
+        for (bucket, keys) in held {
+            self.hold(
+                now,
+                bucket,
+                from,
+                encode::keys(Kind::Localize, new_owner, &keys),
+            );
         }
     }
 
-    /// At the current owner: pass the keys to `frame.origin`.
-    pub(crate) fn handle_hand_over(&mut self, now: Time, from: NodeId, frame: Frame) {
-        let new_owner = frame.header.origin;
-        if new_owner.0 >= self.cfg.num_nodes || new_owner == self.cfg.id {
-            return self.anomaly(format!("hand-over from {from} to node {}", new_owner.0));
+    /// At the current owner: pass the keys to `new_owner`.
+    pub(crate) fn handle_hand_over(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        new_owner: NodeId,
+        keys: &[Key],
+    ) {
+        if !self.dir.is_member(new_owner) || new_owner == self.cfg.id {
+            let key = keys.first().copied().unwrap_or(0);
+            return self.warn(Warning::Relocation {
+                from: Some(from),
+                key,
+                what: "hand-over to no member or to the owner itself",
+            });
         }
-        let keys: Vec<Key> = frame
-            .keys()
+        let keys: Vec<Key> = keys
             .iter()
             .copied()
             .filter(|&k| k < self.cfg.space.num_keys())
@@ -238,11 +287,17 @@ impl Node {
                 }
                 Residency::InTransit => match self.transit.get_mut(&key) {
                     Some(t) if t.then_to.is_none() => t.then_to = Some(new_owner),
-                    _ => self.anomaly(format!("key {key} handed on twice while in transit")),
+                    _ => self.warn(Warning::Relocation {
+                        from: None,
+                        key,
+                        what: "handed on twice while in transit",
+                    }),
                 },
-                Residency::Remote => {
-                    self.anomaly(format!("asked to hand over key {key}, which is not here"))
-                }
+                Residency::Remote => self.warn(Warning::Relocation {
+                    from: None,
+                    key,
+                    what: "asked to hand over a key that is not here",
+                }),
             }
         }
         self.send_transfer(new_owner, transfer);
@@ -262,23 +317,19 @@ impl Node {
                 self.cache.insert(key, to);
             }
         }
-        let frame = Frame::new(
-            Kind::Transfer,
-            self.cfg.id,
-            ReqId(0),
-            0,
-            &transfer.keys,
-            transfer.values.len(),
-        );
-        let mut frame = frame;
-        frame.values_mut().copy_from_slice(&transfer.values);
-        self.outbox.push_back((to, frame));
+        let frame = encode::transfer(self.cfg.id, &transfer.keys, &transfer.values);
+        self.send(to, frame);
     }
 
     /// Values landed: apply what queued for them, then keep or pass them on.
-    pub(crate) fn handle_transfer(&mut self, now: Time, from: NodeId, frame: Frame) {
-        let lengths: usize = frame
-            .keys()
+    pub(crate) fn handle_transfer(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        keys: &[Key],
+        values: &[f32],
+    ) {
+        let lengths: usize = keys
             .iter()
             .map(|&k| {
                 if k < self.cfg.space.num_keys() {
@@ -288,23 +339,37 @@ impl Node {
                 }
             })
             .sum();
-        if lengths != frame.values().len()
-            || frame.keys().iter().any(|&k| k >= self.cfg.space.num_keys())
-        {
-            return self.anomaly(format!("malformed transfer from {from}"));
+        if let Some(&key) = keys.iter().find(|&&k| k >= self.cfg.space.num_keys()) {
+            return self.warn(Warning::Relocation {
+                from: Some(from),
+                key,
+                what: "transfer of a key out of range",
+            });
+        }
+        if lengths != values.len() {
+            let key = keys.first().copied().unwrap_or(0);
+            return self.warn(Warning::Relocation {
+                from: Some(from),
+                key,
+                what: "transfer whose values do not match its keys' lengths",
+            });
         }
         let mut offset = 0;
         let mut onward: Vec<(NodeId, Batch)> = Vec::new();
         let mut local_pulls: Vec<(u64, Batch)> = Vec::new();
         let mut replies: Vec<((NodeId, ReqId, Kind), Batch)> = Vec::new();
         let mut touched_ops = Vec::new();
-        for &key in frame.keys() {
+        for &key in keys {
             let len = self.cfg.space.len(key);
-            let mut value = frame.values()[offset..offset + len].to_vec();
+            let mut value = values[offset..offset + len].to_vec();
             offset += len;
             let Some(transit) = self.transit.remove(&key) else {
                 // Not expected here: keep the value rather than lose it.
-                self.anomaly(format!("unexpected transfer of key {key} from {from}"));
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "unexpected transfer",
+                });
                 self.store.insert(key, &value);
                 continue;
             };
@@ -360,14 +425,14 @@ impl Node {
         }
         for ((origin, req, kind), batch) in replies {
             add(&self.counters.served_keys, batch.keys.len() as u64);
-            let reply = batch.into_frame(kind, self.cfg.id, req, 0);
+            let reply = batch.into_reply(kind, self.cfg.id, req);
             self.send_reply(now, origin, reply);
         }
         for (next, batch) in onward {
             self.send_transfer(next, batch);
         }
         for (op, batch) in local_pulls {
-            let reply = batch.into_frame(Kind::PullReply, self.cfg.id, ReqId(op), 0);
+            let reply = batch.into_reply(Kind::PullReply, self.cfg.id, ReqId(op));
             self.accept_pull_answer(op, reply);
         }
         touched_ops.sort_unstable();

@@ -3,43 +3,43 @@
 //! A request frame names the original requester (`origin`) and its operation (`req`); every
 //! node it reaches answers the keys it holds straight to the origin, queues the keys on their
 //! way to it, and forwards the rest one hop closer to their owner (owner if it is their home,
-//! else their home), keeping origin, operation and positions. `aux` counts the hops so that a
-//! routing bug shows up as an error instead of a frame circling forever.
+//! else their home), keeping origin, operation and positions. Requests count their hops so
+//! that a routing bug shows up as an error instead of a frame circling forever.
+
+use std::collections::BTreeMap;
 
 use crate::error::OpError;
 use crate::id::{Key, NodeId, ReqId};
-use crate::node::{Batch, Node, OpKind, Time};
+use crate::msg::{Request, encode};
+use crate::node::{Batch, Batches, Node, OpKind, Time};
 use crate::relocate::Queued;
 use crate::stats::add;
 use crate::store::{Residency, UpdateMode};
-use crate::wire::{FLAG_SET, Frame, Kind, RejectCode};
+use crate::warning::Warning;
+use crate::wire::{Frame, Kind, RejectCode};
 
 /// Forwarding hops after which a request is refused as a routing loop.
-const MAX_HOPS: u64 = 256;
+const MAX_HOPS: u32 = 256;
 
 impl Node {
     /// Validates a peer's request before anything is touched; returns the culprit on failure.
-    fn validate_request(&self, frame: &Frame) -> Result<(), (RejectCode, Key)> {
-        let keys = frame.keys();
-        if frame.positions().len() != keys.len() {
-            return Err((RejectCode::Malformed, keys.first().copied().unwrap_or(0)));
-        }
+    fn validate_request(
+        &self,
+        request: &Request<'_>,
+        is_push: bool,
+    ) -> Result<(), (RejectCode, Key)> {
         let mut total = 0usize;
-        for &key in keys {
+        for &key in request.keys {
             if key >= self.cfg.space.num_keys() {
                 return Err((RejectCode::KeyOutOfRange, key));
             }
             total += self.cfg.space.len(key);
         }
-        let expected = if frame.header.kind == Kind::Push {
-            total
-        } else {
-            0
-        };
-        if frame.values().len() != expected {
+        let expected = if is_push { total } else { 0 };
+        if request.values.len() != expected {
             return Err((
                 RejectCode::LengthMismatch,
-                keys.first().copied().unwrap_or(0),
+                request.keys.first().copied().unwrap_or(0),
             ));
         }
         Ok(())
@@ -47,83 +47,89 @@ impl Node {
 
     /// Refuses the given keys of a request; the origin's operation fails with the reason.
     fn reject(&mut self, origin: NodeId, req: ReqId, batch: Batch, code: RejectCode, culprit: Key) {
-        let aux = code as u64 | (culprit << 8);
-        let frame = Frame::with_positions(
-            Kind::Reject,
+        let frame = encode::reject(
             self.cfg.id,
             req,
-            aux,
+            code,
+            culprit,
             &batch.keys,
             &batch.positions,
-            0,
         );
-        self.outbox.push_back((origin, frame));
+        self.send(origin, frame);
     }
 
-    pub(crate) fn serve_request(&mut self, now: Time, _from: NodeId, request: Frame) {
-        let (origin, req, hops) = (
-            request.header.origin,
-            request.header.req,
-            request.header.aux,
-        );
-        if origin.0 >= self.cfg.num_nodes {
-            return self.anomaly(format!("request names unknown origin node {}", origin.0));
+    /// Serves a pull (`mode` none) or push request: answers the keys held here, queues those on
+    /// their way here, holds those of a bucket whose move to this node is completing, and
+    /// forwards the rest one hop closer to their owner.
+    pub(crate) fn serve_request(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        request: Request<'_>,
+        mode: Option<UpdateMode>,
+        frame: &Frame,
+    ) {
+        let Request {
+            origin, req, hops, ..
+        } = request;
+        if !self.dir.is_member(origin) {
+            return self.warn(Warning::UnknownSender { from: origin });
         }
-        if let Err((code, culprit)) = self.validate_request(&request) {
+        if let Err((code, culprit)) = self.validate_request(&request, mode.is_some()) {
             let all = Batch {
-                keys: request.keys().to_vec(),
-                positions: request.positions().to_vec(),
+                keys: request.keys.to_vec(),
+                positions: request.positions.to_vec(),
                 values: Vec::new(),
-            };
-            let all = if all.positions.len() == all.keys.len() {
-                all
-            } else {
-                Batch::default()
             };
             return self.reject(origin, req, all, code, culprit);
         }
-        let is_pull = request.header.kind == Kind::Pull;
-        let mode = if request.header.flags & FLAG_SET != 0 {
-            UpdateMode::Set
-        } else {
-            UpdateMode::Add
-        };
+        let is_pull = mode.is_none();
+        let kind = frame.header.kind;
         let mut answered = Batch::default();
-        let mut forward: Vec<Batch> = (0..self.cfg.num_nodes).map(|_| Batch::default()).collect();
+        let mut forward = Batches::new();
+        let mut held: BTreeMap<u32, Batch> = BTreeMap::new();
         let mut unroutable = Batch::default();
         let mut offset = 0;
-        for (&key, &pos) in request.keys().iter().zip(request.positions()) {
+        for (&key, &pos) in request.keys.iter().zip(request.positions) {
             let len = self.cfg.space.len(key);
             let update = if is_pull {
                 &[][..]
             } else {
-                &request.values()[offset..offset + len]
+                &request.values[offset..offset + len]
             };
             offset += update.len();
+            // While a bucket's move to this node completes, even its keys held here wait, so
+            // that a requester's frames sent by the old table are served before its later ones.
+            if self.moving_in > 0 {
+                let bucket = self.dir.bucket(key);
+                if self.records.get(&bucket).is_some_and(|r| !r.is_live()) {
+                    held.entry(bucket).or_default().push(key, pos, update);
+                    continue;
+                }
+            }
             match self.store.residency(key) {
                 Residency::Local => {
-                    if is_pull {
+                    if let Some(mode) = mode {
+                        self.store.push_local(key, update, mode);
+                        answered.push(key, pos, &[]);
+                    } else {
                         let start = answered.values.len();
                         answered.values.resize(start + len, 0.0);
                         self.store.pull_local(key, &mut answered.values[start..]);
                         answered.keys.push(key);
                         answered.positions.push(pos);
-                    } else {
-                        self.store.push_local(key, update, mode);
-                        answered.push(key, pos, &[]);
                     }
                 }
                 Residency::InTransit => {
-                    let queued = if is_pull {
-                        Queued::RemotePull { origin, req, pos }
-                    } else {
-                        Queued::RemotePush {
+                    let queued = match mode {
+                        None => Queued::RemotePull { origin, req, pos },
+                        Some(mode) => Queued::RemotePush {
                             origin,
                             req,
                             pos,
                             update: update.to_vec(),
                             mode,
-                        }
+                        },
                     };
                     match self.transit.get_mut(&key) {
                         Some(transit) => transit.queue.push(queued),
@@ -135,7 +141,7 @@ impl Node {
                     if next == self.cfg.id || hops >= MAX_HOPS {
                         unroutable.push(key, pos, &[]);
                     } else {
-                        forward[next.index()].push(key, pos, update);
+                        forward.entry(next).or_default().push(key, pos, update);
                     }
                 }
             }
@@ -147,17 +153,18 @@ impl Node {
             } else {
                 Kind::PushReply
             };
-            let reply = answered.into_frame(kind, self.cfg.id, req, 0);
+            let reply = answered.into_reply(kind, self.cfg.id, req);
             self.send_reply(now, origin, reply);
         }
-        for (dest, batch) in forward.into_iter().enumerate() {
-            if batch.keys.is_empty() {
-                continue;
-            }
+        let mode = mode.unwrap_or(UpdateMode::Add);
+        for (dest, batch) in forward {
             add(&self.counters.forwards, 1);
-            let mut frame = batch.into_frame(request.header.kind, origin, req, hops + 1);
-            frame.header.flags |= request.header.flags & FLAG_SET;
-            self.outbox.push_back((NodeId(dest as u32), frame));
+            let frame = batch.into_request(kind, origin, req, hops + 1, mode);
+            self.send(dest, frame);
+        }
+        for (bucket, batch) in held {
+            let frame = batch.into_request(kind, origin, req, hops, mode);
+            self.hold(now, bucket, from, frame);
         }
         if !unroutable.keys.is_empty() {
             let culprit = unroutable.keys[0];
@@ -166,9 +173,11 @@ impl Node {
             } else {
                 RejectCode::NotOwner
             };
-            self.anomaly(format!(
-                "cannot route key {culprit} of a request from {origin} ({code:?})"
-            ));
+            self.warn(Warning::Unroutable {
+                key: culprit,
+                origin,
+                code,
+            });
             self.reject(origin, req, unroutable, code, culprit);
         }
     }
@@ -177,105 +186,136 @@ impl Node {
     pub(crate) fn send_reply(&mut self, now: Time, origin: NodeId, reply: Frame) {
         if origin == self.cfg.id && self.cfg.fast_local_access {
             let id = self.cfg.id;
-            self.handle_reply_at(now, id, reply);
+            let req = reply.header.req;
+            match reply.header.kind {
+                Kind::PullReply => self.handle_pull_reply(now, id, req, reply),
+                _ => {
+                    let positions = reply.positions().to_vec();
+                    self.handle_push_reply(id, req, &positions);
+                }
+            }
         } else {
-            self.outbox.push_back((origin, reply));
+            self.send(origin, reply);
         }
     }
 
-    pub(crate) fn handle_reply(&mut self, from: NodeId, frame: Frame) {
-        self.handle_reply_at(Time::default(), from, frame);
+    /// The pending operation `req` names, if it is of `kind`; warns otherwise.
+    fn answered_op(
+        &mut self,
+        from: NodeId,
+        kind: Kind,
+        req: ReqId,
+        expected: OpKind,
+    ) -> Option<u64> {
+        let op = req.0;
+        match self.pending.get(&op) {
+            None => {
+                self.warn(Warning::UnknownRequest { from, kind, req });
+                None
+            }
+            Some(p) if p.kind != expected => {
+                self.warn(Warning::BadAnswer {
+                    from,
+                    req,
+                    what: "answers an operation of another kind",
+                });
+                None
+            }
+            Some(_) => Some(op),
+        }
     }
 
-    fn handle_reply_at(&mut self, _now: Time, from: NodeId, frame: Frame) {
-        let op = frame.header.req.0;
-        let Some(pending) = self.pending.get(&op) else {
-            return self.anomaly(format!(
-                "{:?} from {from} for unknown request {op}",
-                frame.header.kind
-            ));
-        };
-        let kind = pending.kind;
+    /// Remembers where answered keys live (location caches only).
+    fn learn_locations(&mut self, from: NodeId, keys: &[Key]) {
         if self.cfg.location_caches && from != self.cfg.id {
-            for &key in frame.keys() {
-                if frame.header.kind != Kind::Reject {
-                    self.cache.insert(key, from);
-                }
+            for &key in keys {
+                self.cache.insert(key, from);
             }
         }
-        match (frame.header.kind, kind) {
-            (Kind::PullReply, OpKind::Pull) => {
-                let claimed = frame.positions().to_vec();
-                if !self.accept_pull_answer(op, frame) {
-                    self.fail(
-                        op,
-                        OpError::Rejected {
-                            peer: from,
-                            reason: "malformed or duplicate pull answer".into(),
-                        },
-                    );
-                    self.anomaly(format!(
-                        "malformed or duplicate pull answer from {from} for request {op}"
-                    ));
-                    // The positions it claims get no proper answer any more: the pull fails
-                    // now instead of waiting for them forever.
-                    for pos in claimed {
-                        self.answer(op, pos);
-                    }
-                    return self.settle(op);
-                }
-            }
-            (Kind::PushReply, OpKind::Push) => {
-                if frame.positions().is_empty() {
-                    // Every answer names the positions it answers; this one answers nothing.
-                    return self.anomaly(format!(
-                        "push answer from {from} for request {op} names no key"
-                    ));
-                }
-                for &pos in frame.positions() {
-                    if !self.answer(op, pos) {
-                        self.anomaly(format!(
-                            "duplicate push answer from {from} for request {op}"
-                        ));
-                    }
-                }
-            }
-            (Kind::Reject, _) => {
-                let code = frame.header.aux & 0xff;
-                let culprit = frame.header.aux >> 8;
-                let reason = match RejectCode::from_u64(code) {
-                    Some(RejectCode::KeyOutOfRange) => format!("key {culprit} is out of range"),
-                    Some(RejectCode::NotOwner) => {
-                        format!("key {culprit} could not be routed to its owner")
-                    }
-                    Some(RejectCode::LengthMismatch) => {
-                        "value lengths do not match the keys".to_string()
-                    }
-                    Some(RejectCode::Malformed) => {
-                        "the request's positions were malformed".to_string()
-                    }
-                    Some(RejectCode::RoutingLoop) => {
-                        format!("key {culprit} was forwarded too often")
-                    }
-                    None => format!("unknown rejection code {code}"),
-                };
-                if frame.positions().is_empty() {
-                    // A request refused as a whole: nothing of it will be answered.
-                    if let Some(p) = self.pending.get_mut(&op) {
-                        p.remaining = 0;
-                    }
-                }
-                for &pos in frame.positions() {
-                    self.answer(op, pos);
-                }
-                self.fail(op, OpError::Rejected { peer: from, reason });
-            }
-            (other, expected) => {
-                return self.anomaly(format!(
-                    "{other:?} from {from} does not answer a {expected:?}"
-                ));
+    }
+
+    pub(crate) fn handle_pull_reply(&mut self, _now: Time, from: NodeId, req: ReqId, frame: Frame) {
+        let Some(op) = self.answered_op(from, Kind::PullReply, req, OpKind::Pull) else {
+            return;
+        };
+        self.learn_locations(from, frame.keys());
+        let claimed = frame.positions().to_vec();
+        if !self.accept_pull_answer(op, frame) {
+            self.fail(
+                op,
+                OpError::Rejected {
+                    peer: from,
+                    reason: "malformed or duplicate pull answer".into(),
+                },
+            );
+            self.warn(Warning::BadAnswer {
+                from,
+                req,
+                what: "malformed or duplicate pull answer",
+            });
+            // The positions it claims get no proper answer any more: the pull fails now
+            // instead of waiting for them forever.
+            for pos in claimed {
+                self.answer(op, pos);
             }
         }
+        self.settle(op);
+    }
+
+    pub(crate) fn handle_push_reply(&mut self, from: NodeId, req: ReqId, positions: &[u32]) {
+        let Some(op) = self.answered_op(from, Kind::PushReply, req, OpKind::Push) else {
+            return;
+        };
+        for &pos in positions {
+            if !self.answer(op, pos) {
+                self.warn(Warning::BadAnswer {
+                    from,
+                    req,
+                    what: "duplicate push answer",
+                });
+            }
+        }
+        self.settle(op);
+    }
+
+    pub(crate) fn handle_reject(
+        &mut self,
+        from: NodeId,
+        req: ReqId,
+        code: RejectCode,
+        culprit: Key,
+        positions: &[u32],
+    ) {
+        let op = req.0;
+        if !self.pending.contains_key(&op) {
+            return self.warn(Warning::UnknownRequest {
+                from,
+                kind: Kind::Reject,
+                req,
+            });
+        }
+        let reason = match code {
+            RejectCode::KeyOutOfRange => format!("key {culprit} is out of range"),
+            RejectCode::NotOwner => format!("key {culprit} could not be routed to its owner"),
+            RejectCode::LengthMismatch => {
+                format!("value lengths do not match the keys (first key {culprit})")
+            }
+            RejectCode::Malformed => "the request's positions were malformed".to_string(),
+            RejectCode::RoutingLoop => format!("key {culprit} was forwarded too often"),
+            RejectCode::InvalidMove => {
+                format!("bucket {culprit} cannot move there (no such bucket or member)")
+            }
+        };
+        if positions.is_empty() {
+            // A request refused as a whole: nothing of it will be answered.
+            if let Some(p) = self.pending.get_mut(&op) {
+                p.remaining = 0;
+            }
+        }
+        for &pos in positions {
+            self.answer(op, pos);
+        }
+        self.fail(op, OpError::Rejected { peer: from, reason });
         self.settle(op);
     }
 }

@@ -1,13 +1,18 @@
 //! The binary frame format shared by every transport.
 //!
-//! A frame is a fixed 32-byte little-endian header followed by a body of 8-byte words: the
+//! A frame is a fixed 40-byte little-endian header followed by a body of 8-byte words: the
 //! keys (`u64`), then the values (`f32`, padded to a whole word). Bodies are held in `Vec<u64>`
 //! so that both arrays can be viewed in place with `bytemuck` casts, without copying.
 //!
 //! ```text
-//! 0      1      2       4        8          16       20       24       32
-//! | kind | flags| magic | origin | req      | n_keys | n_vals | aux    | keys.. | values.. |
+//! 0      1      2       4        8        16       20       24     32      36         40
+//! | kind | flags| magic | origin | req    | n_keys | n_vals | aux  | epoch | reserved | keys.. | values.. |
 //! ```
+//!
+//! `epoch` is the sender's directory epoch when it routed the frame (see `directory.rs`): a
+//! receiver with a different table still routes by its own, so a stale epoch costs a hop, never a
+//! lost or doubled request. What `flags`, `req` and `aux` mean per kind is known only to the
+//! typed codec in `msg.rs`; the protocol never reads them directly.
 //!
 //! Invariants: [`Header::decode`] bounds `n_keys` and `n_vals` by [`Limits`] *before* anything is
 //! allocated, and no function here panics on arbitrary input bytes.
@@ -15,9 +20,9 @@
 use crate::id::{NodeId, ReqId};
 
 /// Header size in bytes.
-pub const HEADER_LEN: usize = 32;
+pub const HEADER_LEN: usize = 40;
 /// Identifies roam frames (and their format version) on the wire.
-pub const MAGIC: u16 = 0x5231;
+pub const MAGIC: u16 = 0x5232;
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("roam's wire format assumes a little-endian target");
@@ -54,6 +59,20 @@ pub enum Kind {
     Transfer = 12,
     /// The sender lost its connection to node `aux`; the receiver must treat it as lost too.
     PeerLost = 13,
+    /// Asks the coordinator to move a bucket's home to another node.
+    MoveHome = 14,
+    /// From the coordinator to a bucket's home: hand the bucket's placement records over.
+    HomeHandOff = 15,
+    /// A bucket's placement records, from its old home to its new one.
+    HomeTransfer = 16,
+    /// From a bucket's new home to the coordinator: the records are installed.
+    HomeReady = 17,
+    /// From the coordinator to every node: a bucket has a new home, from this epoch on.
+    EpochChange = 18,
+    /// A control operation (such as a home move) of the receiver completed.
+    OpDone = 19,
+    /// A node routes by a bucket's new home; sent to the old home, which passes it on.
+    EpochAck = 20,
 }
 
 impl Kind {
@@ -72,6 +91,13 @@ impl Kind {
             11 => Self::HandOver,
             12 => Self::Transfer,
             13 => Self::PeerLost,
+            14 => Self::MoveHome,
+            15 => Self::HomeHandOff,
+            16 => Self::HomeTransfer,
+            17 => Self::HomeReady,
+            18 => Self::EpochChange,
+            19 => Self::OpDone,
+            20 => Self::EpochAck,
             _ => return None,
         })
     }
@@ -83,9 +109,9 @@ pub const FLAG_SET: u8 = 1;
 /// that first issued it, so that partial answers from several nodes can be put in place.
 pub const FLAG_POSITIONS: u8 = 2;
 
-/// Why a peer refused a request (carried in a [`Kind::Reject`] frame's `aux`).
+/// Why a peer refused a request (carried in a [`Kind::Reject`] frame).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u64)]
+#[repr(u8)]
 pub enum RejectCode {
     /// A key was out of range (the first key of the frame names it).
     KeyOutOfRange = 1,
@@ -97,17 +123,20 @@ pub enum RejectCode {
     Malformed = 4,
     /// The request was forwarded too many times without reaching the key's owner.
     RoutingLoop = 5,
+    /// A home move named no bucket or no member (the culprit is the bucket).
+    InvalidMove = 6,
 }
 
 impl RejectCode {
     /// Decodes a code; unknown codes are reported as `None`.
-    pub fn from_u64(code: u64) -> Option<Self> {
+    pub fn from_u8(code: u8) -> Option<Self> {
         Some(match code {
             1 => Self::KeyOutOfRange,
             2 => Self::LengthMismatch,
             3 => Self::NotOwner,
             4 => Self::Malformed,
             5 => Self::RoutingLoop,
+            6 => Self::InvalidMove,
             _ => return None,
         })
     }
@@ -176,6 +205,8 @@ pub struct Header {
     pub n_vals: u32,
     /// Kind-specific extra word.
     pub aux: u64,
+    /// The sender's directory epoch.
+    pub epoch: u32,
 }
 
 impl Header {
@@ -190,6 +221,7 @@ impl Header {
         b[16..20].copy_from_slice(&self.n_keys.to_le_bytes());
         b[20..24].copy_from_slice(&self.n_vals.to_le_bytes());
         b[24..32].copy_from_slice(&self.aux.to_le_bytes());
+        b[32..36].copy_from_slice(&self.epoch.to_le_bytes());
         b
     }
 
@@ -226,6 +258,7 @@ impl Header {
             n_keys,
             n_vals,
             aux: u64_at(24),
+            epoch: u32_at(32),
         })
     }
 
@@ -275,6 +308,7 @@ impl Frame {
             n_keys: keys.len() as u32,
             n_vals: n_vals as u32,
             aux,
+            epoch: 0,
         };
         let mut body = vec![0u64; header.body_words()];
         body[..keys.len()].copy_from_slice(keys);
@@ -300,6 +334,7 @@ impl Frame {
             n_keys: keys.len() as u32,
             n_vals: n_vals as u32,
             aux,
+            epoch: 0,
         };
         let mut body = vec![0u64; header.body_words()];
         body[..keys.len()].copy_from_slice(keys);
@@ -408,7 +443,7 @@ mod tests {
         let mut frame = Frame::new(Kind::PullReply, NodeId(3), ReqId(77), 9, &[4, 5, 6], 3);
         frame.values_mut().copy_from_slice(&[1.5, -2.0, 3.25]);
         let bytes = frame.to_bytes();
-        assert_eq!(bytes.len(), 32 + 3 * 8 + 16);
+        assert_eq!(bytes.len(), HEADER_LEN + 3 * 8 + 16);
         let (back, used) = decode(&bytes, &Limits::default()).unwrap();
         assert_eq!(used, bytes.len());
         assert_eq!(back, frame);

@@ -39,6 +39,8 @@ pub struct Warning {
     pub node: NodeId,
     /// The message.
     pub message: String,
+    /// The core's typed warning (`None` for the simulated transport's own).
+    pub core: Option<roam_core::Warning>,
 }
 
 /// Why a run did not finish normally.
@@ -344,7 +346,7 @@ impl Sim {
     }
 
     fn cfg_home(&self, key: Key) -> NodeId {
-        self.nodes[0].node.home_table().home(key)
+        self.nodes[0].node.directory().home(key)
     }
 
     /// A key for the whole state of the run that matters for its future and for checks of its
@@ -656,6 +658,7 @@ impl Sim {
                 at: self.now,
                 node: from,
                 message,
+                core: None,
             });
             return;
         }
@@ -744,6 +747,7 @@ impl Sim {
             at: self.now,
             node: to,
             message,
+            core: None,
         });
         self.fault(Fault::ProtocolViolation {
             at: to,
@@ -787,11 +791,12 @@ impl Sim {
         for c in completions {
             self.complete(id, c);
         }
-        while let Some(message) = self.nodes[id.index()].node.poll_warning() {
+        while let Some(warning) = self.nodes[id.index()].node.poll_warning() {
             self.warnings.push(Warning {
                 at: self.now,
                 node: id,
-                message,
+                message: warning.to_string(),
+                core: Some(warning),
             });
         }
     }
@@ -811,9 +816,9 @@ impl Sim {
             ));
         };
         let outcome = match (c.result, self.history.ops()[out.record].kind) {
-            (Ok(parts), OpKind::Pull) => {
+            (Ok(output), OpKind::Pull) => {
                 let mut buf = out.out;
-                for part in &parts {
+                for part in &output.into_parts() {
                     part.scatter(&self.cfg.space, &mut buf);
                 }
                 Outcome::Pulled(buf)

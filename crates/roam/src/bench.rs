@@ -22,7 +22,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use roam_core::{HomeTable, Key, NodeId, Partitioning};
+use roam_core::{Directory, Key, NodeId};
 use serde_json::json;
 
 use crate::config::{Allocation, Config};
@@ -78,10 +78,9 @@ struct KeyPlan {
 }
 
 impl KeyPlan {
-    fn new(keys: u64, total_keys: u64, nodes: u32) -> Self {
-        let table = HomeTable::new(total_keys, nodes, Partitioning::Range);
+    fn new(keys: u64, table: &Directory) -> Self {
         let (mut fixed, mut movable) = (Vec::new(), Vec::new());
-        for n in 0..nodes {
+        for &NodeId(n) in table.members() {
             let mine: Vec<Key> = table.keys_of(NodeId(n)).filter(|&k| k < keys).collect();
             let mid = mine.len().div_ceil(2);
             fixed.push(mine[..mid].to_vec());
@@ -111,7 +110,7 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
     let total_keys = args.keys + result_keys;
     let mut cfg = Config::new(total_keys, value_len);
     cfg.allocation = args.allocation;
-    cfg.home = Partitioning::Range;
+    cfg.home = roam_core::Partitioning::Range;
     cfg.fast_local_access = !args.no_fast_local_access;
     // Resident size around start-up isolates what the node costs (store, threads, buffers)
     // from the benchmark's own key lists and the row-copy reference, allocated after.
@@ -121,7 +120,7 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
     let rank = node.rank();
     let num_nodes = node.num_nodes();
     let reference = (rank == 0).then(row_copy_reference);
-    let plan = KeyPlan::new(args.keys, total_keys, num_nodes);
+    let plan = KeyPlan::new(args.keys, &node.directory());
 
     let (workers, results): (Vec<Worker>, Vec<WorkerResult>) = std::thread::scope(|scope| {
         let handles: Vec<_> = node

@@ -44,7 +44,7 @@ mod worker;
 
 pub use config::{Allocation, Config};
 pub use error::{StartError, WorkerError};
-pub use roam_core::{AccessError, Key, OpError, ValueLengths};
+pub use roam_core::{AccessError, Directory, Key, OpError, ValueLengths};
 pub use runtime::NodeHandle;
 pub use stats::NodeStats;
 pub use worker::{Ticket, Worker};

@@ -28,7 +28,8 @@ use parking_lot::{Condvar, Mutex};
 use roam_core::stats::{NodeCounters, WorkerCounters};
 use roam_core::wire::{Frame, Kind, Limits};
 use roam_core::{
-    Completion, KeySpace, Node, NodeConfig, NodeId, OpError, PullPart, ReqId, Store, Time, WorkerId,
+    Completion, Directory, KeySpace, Node, NodeConfig, NodeId, OpError, Output, PullPart, ReqId,
+    Store, Time, WorkerId,
 };
 
 use crate::auth::{self, Purpose};
@@ -113,7 +114,9 @@ impl Shared {
     fn deliver(&self, completions: Vec<Completion>) {
         for done in completions {
             let slot = &self.slots[done.worker.index()];
-            slot.results.lock().insert(done.req.0, done.result);
+            slot.results
+                .lock()
+                .insert(done.req.0, done.result.map(Output::into_parts));
             slot.ready.notify_all();
         }
     }
@@ -374,6 +377,12 @@ impl NodeHandle {
     /// The key space.
     pub fn key_space(&self) -> &KeySpace {
         &self.shared.space
+    }
+
+    /// A snapshot of this node's directory: which node is home of each key now, the members
+    /// and the coordinator. Homes move at run time, so ask again rather than keep it.
+    pub fn directory(&self) -> Directory {
+        self.shared.with_node(|node, _| node.directory().clone())
     }
 
     /// The handle of worker `index` (`0..workers_per_node`), to be used by one thread.

@@ -15,7 +15,8 @@ use std::sync::atomic::AtomicU64;
 
 use roam_core::stats::{WorkerCounters, bump};
 use roam_core::{
-    AccessError, Key, KeySpace, Node, OpError, ReqId, Residency, Time, UpdateMode, WorkerId,
+    AccessError, Directory, Key, KeySpace, Node, OpError, ReqId, Residency, Time, UpdateMode,
+    WorkerId,
 };
 
 use crate::runtime::Shared;
@@ -136,6 +137,11 @@ impl Worker {
     /// The key space.
     pub fn key_space(&self) -> &KeySpace {
         &self.shared.space
+    }
+
+    /// A snapshot of this node's directory (see [`crate::NodeHandle::directory`]).
+    pub fn directory(&self) -> Directory {
+        self.shared.with_node(|node, _| node.directory().clone())
     }
 
     /// Reads the values of `keys` into `out` (their lengths concatenated in key order). Local

@@ -33,7 +33,7 @@ use std::sync::Mutex;
 use anyhow::Context;
 use rand::{SeedableRng, rngs::SmallRng};
 use roam::{Key, NodeHandle, Ticket, Worker};
-use roam_core::{HomeTable, NodeId, Partitioning};
+use roam_core::{NodeId, Partitioning};
 use serde_json::{Map, Value, json};
 
 use super::Args;
@@ -425,7 +425,7 @@ impl<'w> State<'w> {
 /// shape starts from the same model. Output vectors start at zero (the store's initial value).
 fn init_vectors(job: &Job<'_>, w: &Worker) -> anyhow::Result<()> {
     let dim = job.args.dim as usize;
-    let home = HomeTable::new(job.num_keys, w.num_nodes(), job.partitioning);
+    let home = w.directory();
     let wpn = u64::from(w.workers_per_node());
     let mine: Vec<Key> = (0..job.keys.num_keys())
         .step_by(2)

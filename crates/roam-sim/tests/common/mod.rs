@@ -8,7 +8,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use roam_core::{HomeTable, Key, KeySpace, NodeId};
+use roam_core::{Key, KeySpace, NodeId};
 use roam_sim::{Op, Sim, WorkerRef};
 
 /// The RNG a test uses to generate its workload: separate from the simulator's, so the
@@ -29,8 +29,7 @@ pub(crate) fn all_keys(space: &KeySpace) -> Vec<Key> {
 
 /// The home node of `key` under the simulation's initial placement.
 pub(crate) fn home_of(sim: &Sim, key: Key) -> NodeId {
-    let cfg = sim.config();
-    HomeTable::new(cfg.space.num_keys(), cfg.nodes, cfg.partitioning).home(key)
+    sim.node(NodeId(0)).directory().home(key)
 }
 
 /// Scripts for every worker and the values every key must end with once all have run.

@@ -1,0 +1,490 @@
+//! Moving a bucket's home to another node while operations are in flight.
+//!
+//! Protocol (C coordinator, H old home, N new home, X every other member):
+//! 1. C takes one move at a time (`MoveHome`), assigns it the next epoch `e` and sends
+//!    `HomeHandOff(b → N, e)` to H.
+//! 2. H drops the bucket's placement records from its own state, switches its table (b → N at
+//!    `e`), sends them to N (`HomeTransfer`) and sends `EpochChange(b → N, e)` to every X. From
+//!    then on H forwards whatever it gets for the bucket to N, by its table, like any node that
+//!    is not the home.
+//! 3. N installs the records and switches its table; X switch on `EpochChange`. Each of them
+//!    then sends `EpochAck` to H, which passes it on to N: since H→N is FIFO and X sent
+//!    everything it routed by the old table before its ack, N has received all of X's old-table
+//!    frames (through H) once X's ack arrives.
+//! 4. Until every member but H has confirmed, N *holds* every frame for the bucket's keys — the
+//!    ones H forwards (old table) and the ones that come straight to N (new table) in two
+//!    queues — so that no requester's later frame overtakes an earlier one, and no hand-over N
+//!    sends overtakes one H sent before. When the last ack arrives N serves the old-table queue,
+//!    then the new one, and reports `HomeReady` to C, which answers the requester and starts
+//!    the next move.
+//!
+//! Why nothing is lost or applied twice: a frame is only ever at one node at a time, every node
+//! routes it by its own table, and a table only moves forward, so a frame routed by an older
+//! epoch reaches H and goes on to N; held frames are served exactly once, when released.
+//!
+//! A lost member counts as confirmed; a lost old home releases the held frames at once (what it
+//! held is lost with it); a move whose old or new home is lost fails.
+
+use std::collections::VecDeque;
+
+use crate::error::OpError;
+use crate::id::{Key, NodeId, ReqId, WorkerId};
+use crate::msg::encode;
+use crate::node::{Node, OpKind, Time};
+use crate::placement::{BucketRecords, BucketState, KeyRecord, Placement};
+use crate::warning::Warning;
+use crate::wire::{Frame, Kind, RejectCode};
+
+/// Who asked for a move, to be answered when it completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Requester {
+    /// An operation of this node (the coordinator's own worker).
+    Local(u64),
+    /// An operation of another node.
+    Remote(NodeId, ReqId),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct MoveRequest {
+    requester: Requester,
+    bucket: u32,
+    to: NodeId,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    request: MoveRequest,
+    from: NodeId,
+    epoch: u32,
+}
+
+/// Coordinator state of home moves: one in flight, the rest queued in arrival order.
+#[derive(Debug, Default)]
+pub(crate) struct HomeMoves {
+    queue: VecDeque<MoveRequest>,
+    current: Option<InFlight>,
+    /// The epoch the next move gets (above every epoch this coordinator handed out).
+    next_epoch: u32,
+}
+
+impl Node {
+    /// Moves `bucket`'s home to `to` (see the module docs); completes when the new home serves
+    /// the bucket. Any node may issue it; the coordinator runs moves one at a time.
+    pub fn issue_move_home(
+        &mut self,
+        now: Time,
+        worker: WorkerId,
+        bucket: u32,
+        to: NodeId,
+    ) -> ReqId {
+        let op = self.new_op(worker, OpKind::MoveHome, 1, Vec::new());
+        let coordinator = self.dir.coordinator();
+        if let Some(peer) = self.unreachable(coordinator) {
+            self.answer(op, 0);
+            self.fail(op, OpError::PeerGone { peer });
+            self.settle(op);
+            return ReqId(op);
+        }
+        let request = MoveRequest {
+            requester: Requester::Local(op),
+            bucket,
+            to,
+        };
+        if coordinator == self.cfg.id {
+            self.moves.queue.push_back(request);
+            self.start_next_move(now);
+        } else {
+            if let Some(p) = self.pending.get_mut(&op) {
+                p.first_hops.push(coordinator);
+            }
+            self.send(
+                coordinator,
+                encode::move_home(self.cfg.id, ReqId(op), bucket, to),
+            );
+        }
+        ReqId(op)
+    }
+
+    pub(crate) fn handle_move_home(
+        &mut self,
+        now: Time,
+        origin: NodeId,
+        req: ReqId,
+        bucket: u32,
+        to: NodeId,
+    ) {
+        if self.cfg.id != self.dir.coordinator() {
+            return self.warn(Warning::HomeMove {
+                from: origin,
+                bucket,
+                what: "move request at a node that is not the coordinator",
+            });
+        }
+        self.moves.queue.push_back(MoveRequest {
+            requester: Requester::Remote(origin, req),
+            bucket,
+            to,
+        });
+        self.start_next_move(now);
+    }
+
+    /// At the coordinator: starts the next queued move if none is in flight.
+    fn start_next_move(&mut self, now: Time) {
+        while self.moves.current.is_none() {
+            let Some(request) = self.moves.queue.pop_front() else {
+                return;
+            };
+            let valid = request.bucket < self.dir.num_buckets()
+                && self.dir.is_member(request.to)
+                && !self.lost.contains(&request.to);
+            if !valid {
+                self.finish_move(
+                    request.requester,
+                    Err(RejectCode::InvalidMove),
+                    request.bucket,
+                );
+                continue;
+            }
+            let from = self.dir.bucket_home(request.bucket);
+            if from == request.to {
+                self.finish_move(request.requester, Ok(()), request.bucket);
+                continue;
+            }
+            if let Some(peer) = self.unreachable(from) {
+                self.fail_move(request.requester, peer);
+                continue;
+            }
+            let epoch = self.moves.next_epoch.max(self.dir.epoch() + 1);
+            self.moves.next_epoch = epoch + 1;
+            self.moves.current = Some(InFlight {
+                request,
+                from,
+                epoch,
+            });
+            if from == self.cfg.id {
+                let me = self.cfg.id;
+                self.handle_home_hand_off(now, me, request.bucket, request.to, epoch);
+            } else {
+                let frame = encode::home_hand_off(self.cfg.id, request.bucket, request.to, epoch);
+                self.send(from, frame);
+            }
+        }
+    }
+
+    /// Answers a move's requester: done, or refused with `code` (the culprit is the bucket).
+    fn finish_move(&mut self, requester: Requester, result: Result<(), RejectCode>, bucket: u32) {
+        match (requester, result) {
+            (Requester::Local(op), Ok(())) => {
+                self.answer(op, 0);
+                self.settle(op);
+            }
+            (Requester::Local(op), Err(_)) => {
+                self.answer(op, 0);
+                self.fail(
+                    op,
+                    OpError::Rejected {
+                        peer: self.cfg.id,
+                        reason: format!(
+                            "bucket {bucket} cannot move there (no such bucket or member)"
+                        ),
+                    },
+                );
+                self.settle(op);
+            }
+            (Requester::Remote(origin, req), Ok(())) => {
+                self.send(origin, encode::op_done(self.cfg.id, req));
+            }
+            (Requester::Remote(origin, req), Err(code)) => {
+                let frame = encode::reject(self.cfg.id, req, code, u64::from(bucket), &[], &[]);
+                self.send(origin, frame);
+            }
+        }
+    }
+
+    /// Fails a move's requester because `peer` is lost.
+    fn fail_move(&mut self, requester: Requester, peer: NodeId) {
+        match requester {
+            Requester::Local(op) => {
+                self.answer(op, 0);
+                self.fail(op, OpError::PeerGone { peer });
+                self.settle(op);
+            }
+            // The requester learns of the loss itself (every loss is broadcast) and fails its
+            // operation then; a reply could not say more.
+            Requester::Remote(..) => {}
+        }
+    }
+
+    /// At the old home: hand `bucket` to `to`.
+    pub(crate) fn handle_home_hand_off(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        bucket: u32,
+        to: NodeId,
+        epoch: u32,
+    ) {
+        if from != self.dir.coordinator() || !self.dir.is_member(to) || to == self.cfg.id {
+            return self.warn(Warning::HomeMove {
+                from,
+                bucket,
+                what: "hand-off not from the coordinator, or to no other member",
+            });
+        }
+        let Some(records) = self.records.remove(&bucket) else {
+            return self.warn(Warning::HomeMove {
+                from,
+                bucket,
+                what: "hand-off at a node that is not the bucket's home",
+            });
+        };
+        self.dir.apply(bucket, to, epoch);
+        let mut moved: Vec<(Key, NodeId)> = records
+            .owners
+            .iter()
+            .map(|(&key, record)| (key, record.placement.owner()))
+            .collect();
+        // Frames must depend only on the inputs, not on the map's iteration order.
+        moved.sort_unstable();
+        let keys: Vec<Key> = moved.iter().map(|&(key, _)| key).collect();
+        let owners: Vec<u32> = moved.iter().map(|&(_, owner)| owner.0).collect();
+        let me = self.cfg.id;
+        let frame = encode::home_transfer(me, bucket, epoch, records.default_owner, &keys, &owners);
+        self.send(to, frame);
+        let others: Vec<NodeId> = self
+            .dir
+            .members()
+            .iter()
+            .copied()
+            .filter(|&m| m != me && m != to && !self.lost.contains(&m))
+            .collect();
+        for other in others {
+            self.send(other, encode::epoch_change(me, bucket, to, epoch));
+        }
+    }
+
+    /// At the new home: the bucket's records arrived.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn handle_home_transfer(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        bucket: u32,
+        epoch: u32,
+        default_owner: NodeId,
+        keys: &[Key],
+        owners: &[u32],
+    ) {
+        let bad_owner = owners.iter().any(|&o| !self.dir.is_member(NodeId(o)));
+        if bucket >= self.dir.num_buckets()
+            || !self.dir.is_member(default_owner)
+            || bad_owner
+            || self.records.contains_key(&bucket)
+        {
+            return self.warn(Warning::HomeMove {
+                from,
+                bucket,
+                what: "records of no bucket, naming no member, or of a bucket already here",
+            });
+        }
+        self.dir.apply(bucket, self.cfg.id, epoch);
+        let mut records = BucketRecords::new(default_owner);
+        for (&key, &owner) in keys.iter().zip(owners) {
+            records.owners.insert(
+                key,
+                KeyRecord {
+                    placement: Placement::Owned(NodeId(owner)),
+                },
+            );
+        }
+        records.state = BucketState::MovingIn {
+            old_home: from,
+            epoch,
+            confirmed: Vec::new(),
+            via_old: VecDeque::new(),
+            direct: VecDeque::new(),
+        };
+        self.records.insert(bucket, records);
+        self.moving_in += 1;
+        let me = self.cfg.id;
+        self.send(from, encode::epoch_ack(me, bucket, epoch));
+    }
+
+    /// At every other member: the bucket has a new home.
+    pub(crate) fn handle_epoch_change(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        bucket: u32,
+        home: NodeId,
+        epoch: u32,
+    ) {
+        if bucket >= self.dir.num_buckets() || !self.dir.is_member(home) {
+            return self.warn(Warning::HomeMove {
+                from,
+                bucket,
+                what: "epoch change naming no bucket or no member",
+            });
+        }
+        self.dir.apply(bucket, home, epoch);
+        let me = self.cfg.id;
+        self.send(from, encode::epoch_ack(me, bucket, epoch));
+    }
+
+    /// At the old home, an ack to pass on; at the new home, a confirmation.
+    pub(crate) fn handle_epoch_ack(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        node: NodeId,
+        bucket: u32,
+        epoch: u32,
+    ) {
+        match self.records.get_mut(&bucket) {
+            Some(BucketRecords {
+                state:
+                    BucketState::MovingIn {
+                        old_home,
+                        epoch: moving_epoch,
+                        confirmed,
+                        ..
+                    },
+                ..
+            }) if *old_home == from && *moving_epoch == epoch => {
+                if !confirmed.contains(&node) {
+                    confirmed.push(node);
+                }
+                self.release_if_confirmed(now, bucket);
+            }
+            None if bucket < self.dir.num_buckets() => {
+                let home = self.dir.bucket_home(bucket);
+                self.send(home, encode::epoch_ack(node, bucket, epoch));
+            }
+            _ => self.warn(Warning::HomeMove {
+                from,
+                bucket,
+                what: "epoch ack that matches no move",
+            }),
+        }
+    }
+
+    /// At the new home: once every member but the old home has confirmed (or is lost), serves
+    /// the held frames, old table first, and reports to the coordinator.
+    fn release_if_confirmed(&mut self, now: Time, bucket: u32) {
+        let Some(records) = self.records.get_mut(&bucket) else {
+            return;
+        };
+        let BucketState::MovingIn {
+            old_home,
+            epoch,
+            confirmed,
+            ..
+        } = &records.state
+        else {
+            return;
+        };
+        let (old_home, epoch) = (*old_home, *epoch);
+        let lost = &self.lost;
+        let old_home_lost = lost.contains(&old_home);
+        let all = self
+            .dir
+            .members()
+            .iter()
+            .all(|m| *m == old_home || lost.contains(m) || confirmed.contains(m));
+        if !all && !old_home_lost {
+            return;
+        }
+        let BucketState::MovingIn {
+            via_old, direct, ..
+        } = std::mem::take(&mut records.state)
+        else {
+            unreachable!("matched above");
+        };
+        self.moving_in -= 1;
+        for (from, frame) in via_old.into_iter().chain(direct) {
+            self.handle_frame(now, from, frame);
+        }
+        let coordinator = self.dir.coordinator();
+        if coordinator == self.cfg.id {
+            let me = self.cfg.id;
+            self.handle_home_ready(now, me, bucket, epoch);
+        } else {
+            self.send(coordinator, encode::home_ready(self.cfg.id, bucket, epoch));
+        }
+    }
+
+    /// Holds `frame` (only keys of `bucket`) until the bucket's move to this node completes.
+    pub(crate) fn hold(&mut self, now: Time, bucket: u32, from: NodeId, frame: Frame) {
+        match self.records.get_mut(&bucket).map(|r| &mut r.state) {
+            Some(BucketState::MovingIn {
+                old_home,
+                via_old,
+                direct,
+                ..
+            }) => {
+                if from == *old_home {
+                    via_old.push_back((from, frame));
+                } else {
+                    direct.push_back((from, frame));
+                }
+            }
+            _ => self.handle_frame(now, from, frame),
+        }
+    }
+
+    /// At the coordinator: a move completed.
+    pub(crate) fn handle_home_ready(&mut self, now: Time, from: NodeId, bucket: u32, epoch: u32) {
+        match self.moves.current {
+            Some(current)
+                if current.request.bucket == bucket
+                    && current.epoch == epoch
+                    && current.request.to == from =>
+            {
+                self.moves.current = None;
+                self.finish_move(current.request.requester, Ok(()), bucket);
+                self.start_next_move(now);
+            }
+            _ => self.warn(Warning::HomeMove {
+                from,
+                bucket,
+                what: "ready for a move that is not in flight",
+            }),
+        }
+    }
+
+    /// At a requester: its move completed.
+    pub(crate) fn handle_op_done(&mut self, from: NodeId, req: ReqId) {
+        match self.pending.get(&req.0) {
+            Some(p) if p.kind == OpKind::MoveHome => {
+                self.answer(req.0, 0);
+                self.settle(req.0);
+            }
+            _ => self.warn(Warning::UnknownRequest {
+                from,
+                kind: Kind::OpDone,
+                req,
+            }),
+        }
+    }
+
+    /// `peer` is lost: moves it takes part in complete or fail without it.
+    pub(crate) fn home_moves_lose_peer(&mut self, now: Time, peer: NodeId) {
+        if let Some(current) = self.moves.current
+            && (current.from == peer || current.request.to == peer)
+        {
+            self.moves.current = None;
+            self.fail_move(current.request.requester, peer);
+            self.start_next_move(now);
+        }
+        let mut waiting: Vec<u32> = self
+            .records
+            .iter()
+            .filter(|(_, r)| !r.is_live())
+            .map(|(&b, _)| b)
+            .collect();
+        waiting.sort_unstable();
+        for bucket in waiting {
+            self.release_if_confirmed(now, bucket);
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Typed diagnostics: what a node noticed that is not an error of any one operation.
+//!
+//! Each variant names the peer, key, request or bucket involved, so a shell can log it, count it
+//! or, in the simulator, assert on it. Every warning but [`Warning::UnknownSender`] is an
+//! *anomaly*: a peer or this node broke the protocol, which correct nodes never do (the
+//! simulator's tests require none).
+
+use std::fmt;
+
+use crate::id::{Key, NodeId, ReqId, WorkerId};
+use crate::msg::MsgError;
+use crate::wire::{Kind, RejectCode};
+
+/// A diagnostic from the node state machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Warning {
+    /// A frame from a node that is not a member of the cluster.
+    UnknownSender {
+        /// The sender.
+        from: NodeId,
+    },
+    /// A frame that does not decode as the message its kind names.
+    Malformed {
+        /// The sender.
+        from: NodeId,
+        /// Why.
+        error: MsgError,
+    },
+    /// An answer for an operation that is not pending here.
+    UnknownRequest {
+        /// The sender.
+        from: NodeId,
+        /// The answer's kind.
+        kind: Kind,
+        /// The operation it names.
+        req: ReqId,
+    },
+    /// An answer that does not fit its operation (kind, positions, keys or value lengths).
+    BadAnswer {
+        /// The sender.
+        from: NodeId,
+        /// The operation.
+        req: ReqId,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// A request key that this node could not route to its owner.
+    Unroutable {
+        /// The key.
+        key: Key,
+        /// The requester.
+        origin: NodeId,
+        /// Why.
+        code: RejectCode,
+    },
+    /// A relocation message that contradicts this node's state.
+    Relocation {
+        /// The sender (`None`: this node's own request).
+        from: Option<NodeId>,
+        /// The key.
+        key: Key,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// A barrier message that contradicts this node's state.
+    Barrier {
+        /// The sender.
+        from: NodeId,
+        /// The generation it names.
+        generation: u64,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// A home-move message that contradicts this node's state.
+    HomeMove {
+        /// The sender.
+        from: NodeId,
+        /// The bucket.
+        bucket: u32,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// A worker retired twice, or one that does not exist.
+    Worker {
+        /// The worker.
+        worker: WorkerId,
+    },
+}
+
+impl Warning {
+    /// Whether this warning means a protocol violation (see the module docs).
+    pub fn is_anomaly(&self) -> bool {
+        !matches!(self, Self::UnknownSender { .. })
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownSender { from } => write!(f, "frame from {from}, which is no member"),
+            Self::Malformed { from, error } => write!(f, "malformed frame from {from}: {error}"),
+            Self::UnknownRequest { from, kind, req } => {
+                write!(f, "{kind:?} from {from} for unknown request {}", req.0)
+            }
+            Self::BadAnswer { from, req, what } => {
+                write!(f, "answer from {from} for request {}: {what}", req.0)
+            }
+            Self::Unroutable { key, origin, code } => {
+                write!(
+                    f,
+                    "cannot route key {key} of a request from {origin} ({code:?})"
+                )
+            }
+            Self::Relocation { from, key, what } => match from {
+                Some(from) => write!(f, "relocation of key {key} (from {from}): {what}"),
+                None => write!(f, "relocation of key {key}: {what}"),
+            },
+            Self::Barrier {
+                from,
+                generation,
+                what,
+            } => write!(f, "barrier {generation} message from {from}: {what}"),
+            Self::HomeMove { from, bucket, what } => {
+                write!(f, "home move of bucket {bucket} (from {from}): {what}")
+            }
+            Self::Worker { worker } => write!(f, "{worker:?} retired twice or unknown"),
+        }
+    }
+}

@@ -32,6 +32,7 @@ use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::msg::encode;
 use crate::node::{Node, OpKind, Time};
 use crate::placement::{BucketRecords, BucketState, KeyRecord, Placement};
+use crate::stats::add;
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind, RejectCode};
 
@@ -306,6 +307,7 @@ impl Node {
         };
         self.records.insert(bucket, records);
         self.moving_in += 1;
+        add(&self.counters.homes_moved_in, 1);
         let me = self.cfg.id;
         self.send(from, encode::epoch_ack(me, bucket, epoch));
     }
@@ -422,6 +424,7 @@ impl Node {
                 direct,
                 ..
             }) => {
+                add(&self.counters.held_frames, 1);
                 if from == *old_home {
                     via_old.push_back((from, frame));
                 } else {

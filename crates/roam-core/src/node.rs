@@ -322,14 +322,20 @@ impl Node {
 
     /// Where a worker's access to `key` goes.
     pub(crate) fn route(&mut self, key: Key) -> Route {
-        match self.store.residency(key) {
+        let residency = self.store.residency(key);
+        if residency != Residency::Local && self.moving_in > 0 {
+            // This node's own accesses wait behind the frames it sent by the old table, which
+            // come back through the old home (see `home_move.rs`); keys in transit here too,
+            // since their landing waits as well.
+            let bucket = self.dir.bucket(key);
+            if self.records.get(&bucket).is_some_and(|r| !r.is_live()) {
+                return Route::Held(bucket);
+            }
+        }
+        match residency {
             Residency::Local => Route::Local,
             Residency::InTransit => Route::Transit,
             Residency::Remote => {
-                let bucket = self.dir.bucket(key);
-                if self.records.get(&bucket).is_some_and(|r| !r.is_live()) {
-                    return Route::Held(bucket);
-                }
                 // At the key's home the owner record is exact; the cache helps elsewhere only.
                 if self.cfg.location_caches && self.dir.home(key) != self.cfg.id {
                     if let Some(&owner) = self.cache.get(&key) {

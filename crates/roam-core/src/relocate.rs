@@ -354,6 +354,9 @@ impl Node {
                 what: "transfer whose values do not match its keys' lengths",
             });
         }
+        if self.moving_in > 0 && self.hold_landings(now, from, keys, values) {
+            return;
+        }
         let mut offset = 0;
         let mut onward: Vec<(NodeId, Batch)> = Vec::new();
         let mut local_pulls: Vec<(u64, Batch)> = Vec::new();
@@ -440,6 +443,40 @@ impl Node {
         for op in touched_ops {
             self.settle(op);
         }
+    }
+}
+
+impl Node {
+    /// Holds the keys of a transfer whose bucket's move to this node is completing, so that
+    /// they land (and the accesses queued for them apply) only after the frames that were
+    /// routed by the old table (see `home_move.rs`). Returns whether it held any; if so, the
+    /// keys it did not hold were handled through a transfer of their own.
+    fn hold_landings(&mut self, now: Time, from: NodeId, keys: &[Key], values: &[f32]) -> bool {
+        let mut held: BTreeMap<u32, Batch> = BTreeMap::new();
+        let mut rest = Batch::default();
+        let mut offset = 0;
+        for &key in keys {
+            let len = self.cfg.space.len(key);
+            let value = &values[offset..offset + len];
+            offset += len;
+            let bucket = self.dir.bucket(key);
+            if self.records.get(&bucket).is_some_and(|r| !r.is_live()) {
+                held.entry(bucket).or_default().push(key, 0, value);
+            } else {
+                rest.push(key, 0, value);
+            }
+        }
+        if held.is_empty() {
+            return false;
+        }
+        for (bucket, batch) in held {
+            let frame = encode::transfer(from, &batch.keys, &batch.values);
+            self.hold(now, bucket, from, frame);
+        }
+        if !rest.keys.is_empty() {
+            self.handle_transfer(now, from, &rest.keys, &rest.values);
+        }
+        true
     }
 }
 

@@ -58,6 +58,10 @@ counters! {
         relocation_wait_ns,
         /// Keys named in localize operations issued here.
         localize_keys,
+        /// Buckets whose home moved to this node.
+        homes_moved_in,
+        /// Frames (or parts of frames) held here while a bucket's move to this node completed.
+        held_frames,
         /// Remote accesses routed by a location-cache entry.
         cache_hits,
         /// Remote accesses with no location-cache entry (routed through the home node).

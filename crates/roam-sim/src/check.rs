@@ -348,7 +348,7 @@ pub fn check_linearizable(
                     });
                 }
             }
-            OpKind::Barrier | OpKind::Localize => {}
+            OpKind::Barrier | OpKind::Localize | OpKind::MoveHome => {}
         }
     }
     if let Some(finals) = finals {

@@ -43,6 +43,8 @@ pub enum OpKind {
     Barrier,
     /// A relocation request (reads and writes nothing).
     Localize,
+    /// A home move (reads and writes nothing).
+    MoveHome,
 }
 
 /// How an operation ended.
@@ -104,7 +106,7 @@ impl OpRecord {
     ) -> impl Iterator<Item = (Key, &'a [f32])> + 'a {
         let input: &[f32] = match self.kind {
             OpKind::Push | OpKind::Set => &self.input,
-            OpKind::Pull | OpKind::Barrier | OpKind::Localize => &[],
+            OpKind::Pull | OpKind::Barrier | OpKind::Localize | OpKind::MoveHome => &[],
         };
         split_per_key(&self.keys, input, space)
     }

@@ -901,6 +901,9 @@ impl Sim {
                 self.issue_push(n, w, keys, vals, UpdateMode::Set, Pace { wait, think })
             }
             Op::Localize { keys, wait } => self.issue_localize(n, w, keys, Pace { wait, think }),
+            Op::MoveHome { key, to, wait } => {
+                self.issue_move_home(n, w, key, NodeId(to), Pace { wait, think })
+            }
         }
     }
 
@@ -1086,6 +1089,17 @@ impl Sim {
         }
         let wid = self.nodes[n].workers[w].id.worker;
         let req = self.nodes[n].node.issue_localize(self.now, wid, &keys);
+        self.hand_off(n, w, req, record, Vec::new(), pace);
+    }
+
+    /// Moves the home of `key`'s bucket; the node validates the rest.
+    fn issue_move_home(&mut self, n: usize, w: usize, key: Key, to: NodeId, pace: Pace) {
+        let record = self.invoke(n, w, OpKind::MoveHome, vec![key], Vec::new(), pace.wait);
+        let bucket = self.nodes[n].node.directory().bucket(key);
+        let wid = self.nodes[n].workers[w].id.worker;
+        let req = self.nodes[n]
+            .node
+            .issue_move_home(self.now, wid, bucket, to);
         self.hand_off(n, w, req, record, Vec::new(), pace);
     }
 

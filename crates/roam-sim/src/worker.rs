@@ -78,6 +78,16 @@ pub enum Op {
         /// Block until every key has landed, or only issue.
         wait: bool,
     },
+    /// Move the home of `key`'s bucket to node `to` (`Node::issue_move_home`; the coordinator
+    /// runs it). Reads and writes nothing.
+    MoveHome {
+        /// A key of the bucket to move.
+        key: Key,
+        /// The bucket's next home.
+        to: u32,
+        /// Block until the new home serves the bucket, or only issue.
+        wait: bool,
+    },
     /// Wait for every worker of every node. Always blocking; it does not wait for this worker's
     /// asynchronous ops (put a [`Op::WaitAll`] before it for that).
     Barrier,
@@ -126,6 +136,15 @@ impl Op {
     pub fn localize(keys: impl Into<Vec<Key>>) -> Self {
         Self::Localize {
             keys: keys.into(),
+            wait: true,
+        }
+    }
+
+    /// A synchronous home move of `key`'s bucket to node `to`.
+    pub fn move_home(key: Key, to: u32) -> Self {
+        Self::MoveHome {
+            key,
+            to,
             wait: true,
         }
     }

@@ -15,7 +15,7 @@ use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
-use common::{DynShape, dynamic_case, finals, total};
+use common::{DynShape, dynamic_case, finals, run_case, total};
 use roam_core::wire::{self, Kind, Limits};
 use roam_core::{Key, KeySpace, NodeId, Partitioning};
 use roam_sim::{
@@ -38,71 +38,6 @@ struct Totals {
     cache_hits: u64,
     localize_ops_sent: u64,
     reads_checked: usize,
-}
-
-/// Runs one random case and checks everything a fault-free run must satisfy.
-fn run_case(seed: u64, shape: DynShape) -> (Sim, bool, bool) {
-    let case = dynamic_case(seed, shape);
-    let (caches, fast) = (case.cfg.location_caches, case.cfg.fast_local_access);
-    let mut sim = Sim::new(case.cfg);
-    for (w, script) in case.scripts {
-        sim.add_script(w, script);
-    }
-    sim.run_until_idle().unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        sim.unfinished_workers().is_empty(),
-        "seed {seed}: hung: {:?}",
-        sim.unfinished_workers()
-    );
-    let history = sim.history();
-    for op in history.ops() {
-        assert!(
-            op.succeeded(),
-            "seed {seed}: op failed in a fault-free run: {op}"
-        );
-    }
-    assert!(
-        sim.warnings().is_empty(),
-        "seed {seed}: warnings: {:?}",
-        sim.warnings()
-    );
-    assert_eq!(total(&sim, |c| &c.anomalies), 0, "seed {seed}");
-    sim.check_quiescent_placement()
-        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    assert_eq!(
-        total(&sim, |c| &c.relocations_in),
-        total(&sim, |c| &c.relocations_out),
-        "seed {seed}: every key that left a node arrived somewhere"
-    );
-    // Exact sums, from the scripts alone and from the history's accounting, in the stores and
-    // in every worker's last pull.
-    let finals = finals(&sim);
-    for (key, want) in case.expected.iter().enumerate() {
-        assert_eq!(
-            finals[key].as_ref(),
-            Some(want),
-            "seed {seed}: final value of key {key}"
-        );
-    }
-    check_final_sums_exact(history, &finals).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    let want: Vec<f32> = case.expected.concat();
-    for w in sim.workers() {
-        let last = history.of_worker(w).last().unwrap();
-        assert_eq!(
-            last.outcome,
-            Outcome::Pulled(want.clone()),
-            "seed {seed}: final pull of {w}"
-        );
-    }
-    // Per-key linearizability (with every worker's program order where it is guaranteed: see
-    // `async_order.rs`), the final values included.
-    let opts = if !caches && fast {
-        Consistency::with_program_order()
-    } else {
-        Consistency::linearizable()
-    };
-    check_linearizable(history, opts, Some(&finals)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
-    (sim, caches, fast)
 }
 
 #[test]

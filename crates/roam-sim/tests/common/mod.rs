@@ -9,7 +9,9 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use roam_core::{Key, KeySpace, NodeId};
-use roam_sim::{Op, Sim, WorkerRef};
+use roam_sim::{
+    Consistency, Op, Outcome, Sim, WorkerRef, check_final_sums_exact, check_linearizable,
+};
 
 /// The RNG a test uses to generate its workload: separate from the simulator's, so the
 /// workload does not change when the simulator draws a different number of values.
@@ -108,6 +110,8 @@ pub(crate) struct DynShape {
     pub(crate) partitioning: Option<roam_core::Partitioning>,
     /// Ops per worker in each of the two random phases.
     pub(crate) ops_per_phase: usize,
+    /// Whether workers also move buckets' homes to random nodes.
+    pub(crate) home_moves: bool,
 }
 
 /// A random dynamic-allocation run: the configuration, every worker's script and the value
@@ -120,9 +124,10 @@ pub(crate) struct DynCase {
 
 /// 2–4 nodes of 1–3 workers over 1–6 keys of 1–2 values, so that relocations collide, random
 /// delays and pauses, and scripts in four phases separated by `WaitAll` + `Barrier`:
-/// 1. random sync and async pulls, pushes, sets and localizes (batches of distinct keys);
+/// 1. random sync and async pulls, pushes, sets and localizes (batches of distinct keys), and
+///    with [`DynShape::home_moves`] moves of random keys' homes to random nodes;
 /// 2. one synchronous set per key (a fence value, by a worker chosen per key);
-/// 3. random pulls, pushes and localizes (no sets);
+/// 3. random pulls, pushes, localizes and home moves (no sets);
 /// 4. a synchronous pull of every key by every worker.
 ///
 /// A key's final value is therefore its fence value plus every push of phase 3.
@@ -194,6 +199,11 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
                     Op::Set { keys, vals, wait }
                 }
                 10..12 => Op::WaitAll,
+                12..15 if shape.home_moves => Op::MoveHome {
+                    key: keys[0],
+                    to: rng.random_range(0..nodes),
+                    wait,
+                },
                 _ => Op::Localize { keys, wait },
             };
             script.push(op);
@@ -242,4 +252,71 @@ pub(crate) fn total(
     (0..sim.config().nodes)
         .map(|n| counter(sim.node(NodeId(n)).counters()).load(std::sync::atomic::Ordering::Relaxed))
         .sum()
+}
+
+/// Runs one random case and checks everything a fault-free run must satisfy.
+pub(crate) fn run_case(seed: u64, shape: DynShape) -> (Sim, bool, bool) {
+    let case = dynamic_case(seed, shape);
+    let (caches, fast) = (case.cfg.location_caches, case.cfg.fast_local_access);
+    let mut sim = Sim::new(case.cfg);
+    for (w, script) in case.scripts {
+        sim.add_script(w, script);
+    }
+    sim.run_until_idle().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        sim.unfinished_workers().is_empty(),
+        "seed {seed}: hung: {:?}",
+        sim.unfinished_workers()
+    );
+    let history = sim.history();
+    for op in history.ops() {
+        assert!(
+            op.succeeded(),
+            "seed {seed}: op failed in a fault-free run: {op}"
+        );
+    }
+    assert!(
+        sim.warnings().is_empty(),
+        "seed {seed}: warnings: {:?}",
+        sim.warnings()
+    );
+    assert_eq!(total(&sim, |c| &c.anomalies), 0, "seed {seed}");
+    sim.check_quiescent_placement()
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    assert_eq!(
+        total(&sim, |c| &c.relocations_in),
+        total(&sim, |c| &c.relocations_out),
+        "seed {seed}: every key that left a node arrived somewhere"
+    );
+    // Exact sums, from the scripts alone and from the history's accounting, in the stores and
+    // in every worker's last pull.
+    let finals = finals(&sim);
+    for (key, want) in case.expected.iter().enumerate() {
+        assert_eq!(
+            finals[key].as_ref(),
+            Some(want),
+            "seed {seed}: final value of key {key}"
+        );
+    }
+    check_final_sums_exact(history, &finals).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let want: Vec<f32> = case.expected.concat();
+    for w in sim.workers() {
+        let last = history.of_worker(w).last().unwrap();
+        assert_eq!(
+            last.outcome,
+            Outcome::Pulled(want.clone()),
+            "seed {seed}: final pull of {w}"
+        );
+    }
+    // Per-key linearizability (with every worker's program order where it is guaranteed: see
+    // `async_order.rs`), the final values included.
+    // Per-worker issue order of asynchronous ops is not kept across a home move (see
+    // docs/architecture.md, "Home moves"); synchronous ops stay sequentially consistent.
+    let opts = if !caches && fast && !shape.home_moves {
+        Consistency::with_program_order()
+    } else {
+        Consistency::linearizable()
+    };
+    check_linearizable(history, opts, Some(&finals)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
+    (sim, caches, fast)
 }

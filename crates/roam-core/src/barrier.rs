@@ -45,7 +45,8 @@ impl Node {
         self.arrive_at_barrier(now, worker, self.cfg.workers_per_node)
     }
 
-    fn arrive_at_barrier(&mut self, _now: Time, worker: WorkerId, weight: u32) -> ReqId {
+    fn arrive_at_barrier(&mut self, now: Time, worker: WorkerId, weight: u32) -> ReqId {
+        self.tick(now);
         let op = self.new_op(worker, OpKind::Barrier, 1, Vec::new());
         if let Some(peer) = self.first_lost() {
             self.answer(op, 0);

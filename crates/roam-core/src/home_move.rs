@@ -78,6 +78,7 @@ impl Node {
         bucket: u32,
         to: NodeId,
     ) -> ReqId {
+        self.tick(now);
         let op = self.new_op(worker, OpKind::MoveHome, 1, Vec::new());
         let coordinator = self.dir.coordinator();
         if let Some(peer) = self.unreachable(coordinator) {

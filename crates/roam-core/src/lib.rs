@@ -16,6 +16,7 @@
 //! - [`msg`]: typed messages decoded from frames in place, and their encoders.
 //! - [`node`]: the protocol state machine (`issue_*`/`handle_*` in, `poll_*` out); its parts
 //!   `serve`, `relocate`, `home_move` and `barrier` each own one protocol.
+//! - [`liveness`]: heartbeats and silence timeouts, the core's timers (`poll_timeout`).
 //! - [`warning`]: typed diagnostics.
 //! - [`stats`]: per-node and per-worker counters.
 //! - [`error`]: per-operation error enums.
@@ -31,6 +32,7 @@ pub mod error;
 mod home_move;
 pub mod id;
 pub mod keyspace;
+pub mod liveness;
 pub mod msg;
 pub mod node;
 pub mod placement;
@@ -45,6 +47,7 @@ pub use directory::{Directory, Partitioning};
 pub use error::{AccessError, OpError};
 pub use id::{Key, NodeId, ReqId, WorkerId};
 pub use keyspace::{KeySpace, KeySpaceError, ValueLengths};
+pub use liveness::Liveness;
 pub use msg::Msg;
 pub use node::{Completion, Node, NodeConfig, Output, PullPart, Time};
 pub use store::{Residency, Store, UpdateMode};

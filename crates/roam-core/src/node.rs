@@ -37,6 +37,7 @@ use crate::error::OpError;
 use crate::home_move::HomeMoves;
 use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::keyspace::KeySpace;
+use crate::liveness::{Liveness, Timers};
 use crate::msg::{Msg, MsgError, Request, encode};
 use crate::placement::BucketRecords;
 use crate::relocate::{Queued, Transit};
@@ -72,6 +73,9 @@ pub struct NodeConfig {
     /// Whether requesters remember where keys were last seen and send there directly, falling
     /// back through the home node when the entry is stale.
     pub location_caches: bool,
+    /// Heartbeats and silence timeouts (see `liveness.rs`); `None` leaves failure detection to
+    /// the shell's connections alone.
+    pub liveness: Option<Liveness>,
 }
 
 impl NodeConfig {
@@ -92,6 +96,7 @@ impl NodeConfig {
             fast_local_access: true,
             dynamic: false,
             location_caches: false,
+            liveness: None,
         }
     }
 }
@@ -253,6 +258,10 @@ pub struct Node {
     pub(crate) moves: HomeMoves,
     /// Buckets whose move to this node is completing (frames for them wait).
     pub(crate) moving_in: usize,
+    /// The latest time any input carried.
+    pub(crate) clock: Time,
+    /// Heartbeat and silence timers.
+    pub(crate) timers: Timers,
     /// Keys on their way to this node, with the operations waiting for them.
     pub(crate) transit: HashMap<Key, Transit>,
     /// Location cache: where keys were last seen (only with `location_caches`).
@@ -279,6 +288,8 @@ impl Node {
             records,
             moves: HomeMoves::default(),
             moving_in: 0,
+            clock: Time::default(),
+            timers: Timers::default(),
             store,
             counters: Arc::default(),
             next_op: 1,
@@ -409,7 +420,14 @@ impl Node {
         if frame.header.epoch == 0 {
             frame.header.epoch = self.dir.epoch();
         }
+        self.timers.sent(dest, self.clock);
         self.outbox.push_back((dest, frame));
+    }
+
+    /// Notes the time of an input (inputs may come from several threads with clocks read just
+    /// before taking the node lock, so time only moves forward here).
+    pub(crate) fn tick(&mut self, now: Time) {
+        self.clock = self.clock.max(now);
     }
 
     /// Issues a pull of `keys` (validated by the caller, not served by its fast path) whose
@@ -421,6 +439,7 @@ impl Node {
         keys: &[Key],
         out_offsets: &[usize],
     ) -> ReqId {
+        self.tick(now);
         add(&self.counters.remote_pull_ops, 1);
         let op = self.new_op(worker, OpKind::Pull, keys.len(), out_offsets.to_vec());
         self.pending.get_mut(&op).expect("just created").keys = keys.to_vec();
@@ -467,6 +486,7 @@ impl Node {
         offsets: &[usize],
         mode: UpdateMode,
     ) -> ReqId {
+        self.tick(now);
         add(&self.counters.remote_push_ops, 1);
         let op = self.new_op(worker, OpKind::Push, keys.len(), Vec::new());
         let mut batches = Batches::new();
@@ -641,6 +661,8 @@ impl Node {
         if !self.dir.is_member(from) {
             return self.warn(Warning::UnknownSender { from });
         }
+        self.tick(now);
+        self.timers.heard(from, now);
         let msg = match Msg::decode(&frame) {
             Ok(msg) => msg,
             Err(error) => return self.handle_undecodable(from, &frame, error),
@@ -747,7 +769,9 @@ impl Node {
         if !self.dir.is_member(peer) || self.lost.contains(&peer) || peer == self.cfg.id {
             return;
         }
+        self.tick(now);
         self.lost.insert(peer);
+        self.timers.forget(peer);
         let dynamic = self.cfg.dynamic;
         let mut doomed: Vec<u64> = self
             .pending

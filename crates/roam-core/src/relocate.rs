@@ -87,6 +87,7 @@ impl Node {
     /// Moves ownership of `keys` to this node. Keys already here or on their way are cheap
     /// no-ops; the operation completes when every key has landed.
     pub fn issue_localize(&mut self, now: Time, worker: WorkerId, keys: &[Key]) -> ReqId {
+        self.tick(now);
         let op = self.new_op(worker, OpKind::Localize, keys.len(), Vec::new());
         add(&self.counters.localize_keys, keys.len() as u64);
         let me = self.cfg.id;

@@ -38,6 +38,9 @@ pub struct SimConfig {
     pub dynamic: bool,
     /// Whether nodes keep location caches.
     pub location_caches: bool,
+    /// The core's heartbeats and silence timeouts (`None`: only broken links reveal a lost
+    /// peer). With it, nodes' timers are events of the run while any worker has work left.
+    pub liveness: Option<roam_core::Liveness>,
     /// Seed of the single random number generator of the run.
     pub seed: u64,
     /// Smallest one-way delay of a frame, in ns.
@@ -74,6 +77,7 @@ impl SimConfig {
             fast_local_access: true,
             dynamic: false,
             location_caches: false,
+            liveness: None,
             seed: 0,
             min_delay: 1_000,
             max_delay: 50_000,
@@ -101,6 +105,12 @@ impl SimConfig {
     /// Sets whether local keys bypass the protocol.
     pub fn with_fast_local_access(mut self, fast: bool) -> Self {
         self.fast_local_access = fast;
+        self
+    }
+
+    /// Turns on the core's failure detection (heartbeats, silence timeouts) in virtual time.
+    pub fn with_liveness(mut self, liveness: roam_core::Liveness) -> Self {
+        self.liveness = Some(liveness);
         self
     }
 

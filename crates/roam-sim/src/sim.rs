@@ -94,6 +94,8 @@ struct Pace {
 enum Event {
     Link(usize),
     Worker(usize, usize),
+    /// A node's timers are due (`Node::poll_timeout`).
+    Timer(usize),
 }
 
 /// An event that can run next, for callers that pick the interleaving themselves
@@ -109,6 +111,8 @@ pub enum Choice {
     },
     /// Run the next op of this worker.
     Run(WorkerRef),
+    /// Run this node's due timers.
+    Timer(NodeId),
 }
 
 const TAG_FRAME: u8 = 1;
@@ -116,6 +120,7 @@ const TAG_CLOSE: u8 = 2;
 const TAG_INVOKE: u8 = 3;
 const TAG_RETURN: u8 = 4;
 const TAG_FAULT: u8 = 5;
+const TAG_TIMER: u8 = 6;
 
 /// A simulated cluster. See the module docs.
 pub struct Sim {
@@ -167,6 +172,7 @@ impl Sim {
                     fast_local_access: cfg.fast_local_access,
                     dynamic: cfg.dynamic,
                     location_caches: cfg.location_caches,
+                    liveness: cfg.liveness,
                 }),
                 crashed: false,
                 workers: (0..cfg.workers_per_node)
@@ -174,6 +180,11 @@ impl Sim {
                     .collect(),
             })
             .collect();
+        let mut nodes: Vec<SimNode> = nodes;
+        for node in &mut nodes {
+            // Every link is up from the start.
+            node.node.start_liveness(Time(0));
+        }
         let n = cfg.nodes as usize;
         Self {
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
@@ -455,6 +466,21 @@ impl Sim {
         }
     }
 
+    /// Freezes node `id`: it stops running (no op, no timer, nothing it receives is handled)
+    /// but, unlike [`Sim::crash`], no connection breaks, so its peers can only notice it by
+    /// its silence (with [`SimConfig::liveness`](crate::SimConfig)).
+    pub fn freeze(&mut self, id: NodeId) {
+        if self.nodes[id.index()].crashed {
+            return;
+        }
+        self.nodes[id.index()].crashed = true;
+        self.fault(Fault::Crash(id));
+        for m in 0..self.cfg.nodes {
+            let inbound = self.link_index(NodeId(m), id);
+            self.links[inbound].purge();
+        }
+    }
+
     // ----- running ---------------------------------------------------------------------------
 
     /// Runs one event: advances virtual time to the earliest ready event if none is ready now,
@@ -489,6 +515,7 @@ impl Sim {
                     to: NodeId((idx % n) as u32),
                 },
                 Event::Worker(node, w) => Choice::Run(self.nodes[node].workers[w].id),
+                Event::Timer(node) => Choice::Timer(NodeId(node as u32)),
             })
             .collect()
     }
@@ -514,6 +541,11 @@ impl Sim {
                 };
                 (ready, Event::Worker(w.node.index(), w.worker.index()))
             }
+            Choice::Timer(id) => {
+                let node = &self.nodes[id.index()];
+                let ready = (!node.crashed).then(|| node.node.poll_timeout()).flatten();
+                (ready, Event::Timer(id.index()))
+            }
         };
         let Some(ready) = ready else {
             self.internal_error(format!("{choice:?} cannot run now ({n} nodes)"));
@@ -536,6 +568,15 @@ impl Sim {
                 }
             }
         }
+        // Timers run while some worker has work left: they exist to unblock waiting workers,
+        // and a run whose workers are done is idle whatever heartbeats would still go out.
+        if !self.unfinished_workers().is_empty() {
+            for (n, node) in self.nodes.iter().enumerate().filter(|(_, n)| !n.crashed) {
+                if let Some(t) = node.node.poll_timeout() {
+                    ready.push((t, Event::Timer(n)));
+                }
+            }
+        }
         ready
     }
 
@@ -544,12 +585,25 @@ impl Sim {
         match event {
             Event::Link(idx) => self.deliver(idx),
             Event::Worker(n, w) => self.run_worker(n, w),
+            Event::Timer(n) => self.run_timers(n),
         }
         if self.cfg.check_invariants
             && let Err(message) = self.check_single_copy()
         {
             self.internal_error(message);
         }
+    }
+
+    /// Runs node `n`'s due timers.
+    fn run_timers(&mut self, n: usize) {
+        let id = NodeId(n as u32);
+        self.trace.event(self.now.0, TAG_TIMER, &[n as u64], &[]);
+        self.inputs[n].bytes(&[TAG_TIMER]);
+        self.inputs[n].u64(self.now.0);
+        let before = self.lost_by(id);
+        self.nodes[n].node.handle_timeout(self.now);
+        self.note_losses(id, &before, None);
+        self.drain(id);
     }
 
     /// Runs events until none is pending; fails if that takes more than

@@ -1,9 +1,9 @@
-//! Bounded model checking of the relocation protocol: every interleaving of small scenarios
+//! Bounded model checking of the relocation and home-move protocols: every interleaving of small scenarios
 //! (2–3 nodes, 1–2 keys, a few ops) is explored with `roam_sim::explore`, branching at each
 //! step over every deliverable link head and every worker that can issue its next op. At the
 //! end of every execution the same properties as the random tests are checked: per-key
 //! linearizability (plus per-worker program order where it is guaranteed: no location caches,
-//! fast local access), exact final sums, every op completed, a single copy of every key
+//! fast local access, no home move), exact final sums, every op completed, a single copy of every key
 //! recorded by its home, no warning or anomaly. After every step the simulator checks that no
 //! key is held twice.
 //!
@@ -70,7 +70,11 @@ impl Scenario {
 
     fn explore(&self, depth: usize) -> ExploreStats {
         let expected = self.expected();
-        let program_order = !self.caches && self.fast;
+        let moves_homes = self
+            .scripts
+            .iter()
+            .any(|(_, script)| script.iter().any(|op| matches!(op, Op::MoveHome { .. })));
+        let program_order = !self.caches && self.fast && !moves_homes;
         let name = self.name;
         let mut check = |sim: &Sim, complete: bool| {
             let history = sim.history();
@@ -236,6 +240,66 @@ fn ci_scenarios() -> Vec<Scenario> {
     ]
 }
 
+/// Home moves racing with accesses and relocations.
+fn home_move_scenarios() -> Vec<Scenario> {
+    let move_async = |key, to| Op::MoveHome {
+        key,
+        to,
+        wait: false,
+    };
+    vec![
+        // Key 0's home moves from node 0 to node 1 while both push to it and read it.
+        Scenario {
+            name: "home move racing with accesses (2 nodes, 1 key)",
+            nodes: 2,
+            workers: 1,
+            keys: 1,
+            caches: false,
+            fast: true,
+            scripts: vec![
+                (
+                    w(1, 0),
+                    vec![move_async(0, 1), push([0], 1.0), Op::pull(vec![0])],
+                ),
+                (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
+            ],
+        },
+        // The home moves to a third node while a relocation of the key is under way.
+        Scenario {
+            name: "home move racing with a relocation (3 nodes, 1 key)",
+            nodes: 3,
+            workers: 1,
+            keys: 1,
+            caches: false,
+            fast: true,
+            scripts: vec![
+                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
+                (w(2, 0), vec![move_async(0, 2), push([0], 2.0)]),
+                (w(0, 0), vec![Op::pull(vec![0])]),
+            ],
+        },
+        // Batched ops over two buckets while one bucket's home moves and a key relocates.
+        Scenario {
+            name: "home move with batches across buckets (2 nodes, 2 keys)",
+            nodes: 2,
+            workers: 1,
+            keys: 2,
+            caches: false,
+            fast: true,
+            scripts: vec![
+                (
+                    w(0, 0),
+                    vec![move_async(1, 0), push([0, 1], 1.0), Op::pull(vec![1, 0])],
+                ),
+                (
+                    w(1, 0),
+                    vec![Op::localize_async(vec![0]), push([1, 0], 2.0)],
+                ),
+            ],
+        },
+    ]
+}
+
 /// Larger scenarios for the long mode: each one op or one worker more than a CI scenario
 /// (about ten to a hundred times the interleavings).
 fn long_scenarios() -> Vec<Scenario> {
@@ -310,6 +374,21 @@ fn every_interleaving_of_small_relocation_scenarios_is_correct() {
     eprintln!(
         "CI scenarios: {total_interleavings} interleavings covered, {checked} executions checked"
     );
+}
+
+/// CI: every interleaving of the home-move scenarios, none cut.
+#[test]
+fn every_interleaving_of_small_home_move_scenarios_is_correct() {
+    let cfg = ExploreConfig::from_env(300);
+    for scenario in home_move_scenarios() {
+        let stats = scenario.explore(cfg.max_depth);
+        assert_eq!(stats.truncated, 0, "{}: cut", scenario.name);
+        assert!(
+            stats.executions_checked > 10,
+            "{}: {stats:?}",
+            scenario.name
+        );
+    }
 }
 
 /// Long mode only (`ROAM_SIM_EXHAUSTIVE_DEPTH=<n>`): larger scenarios, cut at depth `n`.

@@ -5,7 +5,8 @@
 //!   protocol only for remote keys;
 //! - one reader per peer, feeding received frames to the core;
 //! - one loopback server, feeding frames a node sends itself (without fast local access);
-//! - one heartbeat thread, so that a silent peer can be told from a busy one;
+//! - one timer thread, which runs the core's timers (`poll_timeout`/`handle_timeout`): the core
+//!   sends heartbeats on idle links and declares silent peers lost;
 //! - with latency emulation, one sender per link that holds frames until they are due;
 //! - an acceptor that authenticates incoming connections.
 //!
@@ -28,8 +29,8 @@ use parking_lot::{Condvar, Mutex};
 use roam_core::stats::{NodeCounters, WorkerCounters};
 use roam_core::wire::{Frame, Kind, Limits};
 use roam_core::{
-    Completion, Directory, KeySpace, Node, NodeConfig, NodeId, OpError, Output, PullPart, ReqId,
-    Store, Time, WorkerId,
+    Completion, Directory, KeySpace, Liveness, Node, NodeConfig, NodeId, OpError, Output, PullPart,
+    ReqId, Store, Time, WorkerId,
 };
 
 use crate::auth::{self, Purpose};
@@ -38,7 +39,7 @@ use crate::config::Config;
 use crate::error::{StartError, WorkerError};
 use crate::rendezvous;
 use crate::stats::NodeStats;
-use crate::transport::{Link, ReadError, Sink, read_frame};
+use crate::transport::{Link, Sink, read_frame};
 use crate::worker::Worker;
 
 /// Results delivered to one worker, by request.
@@ -209,6 +210,9 @@ impl NodeHandle {
             fast_local_access: cfg.fast_local_access,
             dynamic: cfg.allocation.is_dynamic(),
             location_caches: cfg.location_caches && cfg.allocation.is_dynamic(),
+            liveness: Some(Liveness::with_timeout(
+                cfg.peer_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+            )),
         });
         let store = node.store().clone();
         let counters = node.counters().clone();
@@ -310,17 +314,16 @@ impl NodeHandle {
             finished: false,
         };
         if let Some(rx) = incoming_rx {
-            handle.accept_peers(&rx, deadline, cfg.peer_timeout, cfg.rendezvous_timeout)?;
+            handle.accept_peers(&rx, deadline, cfg.rendezvous_timeout)?;
         }
         Ok(handle)
     }
 
-    /// Waits until every peer has connected to this node, then starts heartbeats.
+    /// Waits until every peer has connected to this node, then starts failure detection.
     fn accept_peers(
         &mut self,
         rx: &mpsc::Receiver<(u32, TcpStream)>,
         deadline: Instant,
-        peer_timeout: Duration,
         rendezvous_timeout: Duration,
     ) -> Result<(), StartError> {
         let (rank, num_nodes) = (self.shared.rank, self.shared.num_nodes);
@@ -331,7 +334,7 @@ impl NodeHandle {
             match rx.recv_timeout(left) {
                 Ok((peer, stream)) if peer < num_nodes && !connected[peer as usize] => {
                     connected[peer as usize] = true;
-                    let reader = spawn_reader(&self.shared, NodeId(peer), stream, peer_timeout)?;
+                    let reader = spawn_reader(&self.shared, NodeId(peer), stream)?;
                     self.readers.push(reader);
                 }
                 Ok((peer, _)) => {
@@ -349,8 +352,9 @@ impl NodeHandle {
                 }
             }
         }
-        let heartbeat = spawn_heartbeat(&self.shared, peer_timeout / 4, self.stop.clone())?;
-        self.threads.push(heartbeat);
+        self.shared.with_node(|node, now| node.start_liveness(now));
+        let timers = spawn_timers(&self.shared, self.stop.clone())?;
+        self.threads.push(timers);
         Ok(())
     }
 
@@ -561,13 +565,13 @@ fn spawn_acceptor(
     })
 }
 
+/// Reads `peer`'s frames into the core until the connection ends. A silent peer is the core's
+/// to detect (its timers), so reads block without a timeout.
 fn spawn_reader(
     shared: &Arc<Shared>,
     peer: NodeId,
     stream: TcpStream,
-    timeout: Duration,
 ) -> std::io::Result<JoinHandle<()>> {
-    stream.set_read_timeout(Some(timeout))?;
     let shared = shared.clone();
     spawn_named(format!("roam-read-{}", peer.0), move || {
         let mut reader = BufReader::with_capacity(1 << 16, stream);
@@ -585,18 +589,7 @@ fn spawn_reader(
                     shared.with_node(|node, now| node.handle_frame(now, peer, frame));
                 }
                 Err(err) => {
-                    let reason = match err {
-                        ReadError::Io(e)
-                            if matches!(
-                                e.kind(),
-                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                            ) =>
-                        {
-                            format!("silent for {} ms", timeout.as_millis())
-                        }
-                        other => other.to_string(),
-                    };
-                    shared.peer_lost(peer, &reason);
+                    shared.peer_lost(peer, &err.to_string());
                     return;
                 }
             }
@@ -626,31 +619,30 @@ fn spawn_loopback(
     })
 }
 
-fn spawn_heartbeat(
+/// Runs the core's timers: sleeps until the deadline the core names (or until stopped), then
+/// lets the core act (heartbeats, silence timeouts). Activity only moves deadlines later, so
+/// sleeping until the one read before is never late.
+fn spawn_timers(
     shared: &Arc<Shared>,
-    interval: Duration,
     stop: Arc<(Mutex<bool>, Condvar)>,
 ) -> std::io::Result<JoinHandle<()>> {
     let shared = shared.clone();
-    spawn_named(format!("roam-heartbeat-{}", shared.rank.0), move || {
-        let mut stopped = stop.0.lock();
-        while !*stopped {
-            stop.1.wait_for(&mut stopped, interval);
+    spawn_named(format!("roam-timers-{}", shared.rank.0), move || {
+        loop {
+            let deadline = shared.with_node(|node, _| node.poll_timeout());
+            let wait = match deadline {
+                Some(at) => Duration::from_nanos(at.0.saturating_sub(shared.now().0)),
+                None => Duration::from_secs(1),
+            };
+            let mut stopped = stop.0.lock();
+            if !*stopped && !wait.is_zero() {
+                stop.1.wait_for(&mut stopped, wait);
+            }
             if *stopped {
                 return;
             }
-            for link in shared.links.iter().filter(|l| l.peer != shared.rank) {
-                if shared.lost[link.peer.index()].load(Ordering::Acquire) {
-                    continue;
-                }
-                link.enqueue(Frame::control(Kind::Heartbeat, shared.rank, ReqId(0), 0));
-                if let Err(err) = link.flush() {
-                    let peer = link.peer;
-                    parking_lot::MutexGuard::unlocked(&mut stopped, || {
-                        shared.peer_lost(peer, &format!("write failed: {err}"))
-                    });
-                }
-            }
+            drop(stopped);
+            shared.with_node(|node, now| node.handle_timeout(now));
         }
     })
 }

@@ -1,0 +1,132 @@
+//! Failure detection in virtual or real time: heartbeats and silence timeouts, as timers of
+//! the sans-IO core.
+//!
+//! The core never reads a clock: every input carries `now`, [`Node::poll_timeout`] says when the
+//! core next needs to run, and the shell calls [`Node::handle_timeout`] at (or after) that time.
+//! Each peer link is kept busy from this side — a `Heartbeat` goes out when nothing else was
+//! sent to the peer for [`Liveness::heartbeat_every`] — and a peer from which nothing at all
+//! arrived for [`Liveness::silent_after`] is declared lost, exactly as if its connection had
+//! broken: the operations that needed it fail with [`crate::OpError::PeerGone`] naming it.
+//!
+//! Invariants: detection starts only once the shell says the links are up
+//! ([`Node::start_liveness`]), so a slow start-up is not mistaken for silence; the timer state
+//! covers the directory's members only, and a lost member is never timed again.
+
+use std::collections::BTreeMap;
+
+use crate::id::NodeId;
+use crate::msg::encode;
+use crate::node::{Node, Time};
+use crate::wire::Kind;
+
+/// How peers are watched (durations in nanoseconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    /// Send a heartbeat to a peer when nothing else was sent to it for this long.
+    pub heartbeat_every: u64,
+    /// Declare a peer lost when nothing arrived from it for this long.
+    pub silent_after: u64,
+}
+
+impl Liveness {
+    /// Heartbeats at a quarter of the silence timeout, so that three may be late or lost before
+    /// a live peer is suspected.
+    pub fn with_timeout(silent_after: u64) -> Self {
+        Self {
+            heartbeat_every: (silent_after / 4).max(1),
+            silent_after,
+        }
+    }
+}
+
+/// Per-peer timer state.
+#[derive(Debug, Default)]
+pub(crate) struct Timers {
+    /// When something last arrived from each peer (present once detection started).
+    heard: BTreeMap<NodeId, Time>,
+    /// When something was last sent to each peer.
+    sent: BTreeMap<NodeId, Time>,
+}
+
+impl Timers {
+    pub(crate) fn heard(&mut self, from: NodeId, now: Time) {
+        if let Some(t) = self.heard.get_mut(&from) {
+            *t = (*t).max(now);
+        }
+    }
+
+    pub(crate) fn sent(&mut self, to: NodeId, now: Time) {
+        if let Some(t) = self.sent.get_mut(&to) {
+            *t = (*t).max(now);
+        }
+    }
+
+    pub(crate) fn forget(&mut self, peer: NodeId) {
+        self.heard.remove(&peer);
+        self.sent.remove(&peer);
+    }
+}
+
+impl Node {
+    /// Starts failure detection (if configured): from `now` on, every other member must be heard
+    /// from within the silence timeout. The shell calls it once its links to every peer are up.
+    pub fn start_liveness(&mut self, now: Time) {
+        if self.cfg.liveness.is_none() {
+            return;
+        }
+        self.clock = self.clock.max(now);
+        let me = self.cfg.id;
+        for &peer in self.dir.members() {
+            if peer != me && !self.lost.contains(&peer) {
+                self.timers.heard.insert(peer, now);
+                self.timers.sent.insert(peer, now);
+            }
+        }
+    }
+
+    /// When the core next needs [`Node::handle_timeout`], if ever.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let liveness = self.cfg.liveness?;
+        let heartbeat = self
+            .timers
+            .sent
+            .values()
+            .map(|t| t.0.saturating_add(liveness.heartbeat_every));
+        let silence = self
+            .timers
+            .heard
+            .values()
+            .map(|t| t.0.saturating_add(liveness.silent_after));
+        heartbeat.chain(silence).min().map(Time)
+    }
+
+    /// Runs the timers due at `now`: sends heartbeats, declares silent peers lost.
+    pub fn handle_timeout(&mut self, now: Time) {
+        let Some(liveness) = self.cfg.liveness else {
+            return;
+        };
+        self.clock = self.clock.max(now);
+        let silent: Vec<NodeId> = self
+            .timers
+            .heard
+            .iter()
+            .filter(|(_, t)| now.0 >= t.0.saturating_add(liveness.silent_after))
+            .map(|(&peer, _)| peer)
+            .collect();
+        for peer in silent {
+            self.handle_peer_lost(now, peer);
+        }
+        let idle: Vec<NodeId> = self
+            .timers
+            .sent
+            .iter()
+            .filter(|(_, t)| now.0 >= t.0.saturating_add(liveness.heartbeat_every))
+            .map(|(&peer, _)| peer)
+            .collect();
+        for peer in idle {
+            let me = self.cfg.id;
+            self.send(peer, encode::control(Kind::Heartbeat, me, 0));
+        }
+    }
+}

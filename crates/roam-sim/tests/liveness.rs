@@ -1,0 +1,131 @@
+//! Failure detection by the core's timers, in virtual time: heartbeats keep idle links alive,
+//! and a peer that falls silent (frozen: no connection breaks) is declared lost once nothing
+//! came from it for the configured timeout. Exactly the operations that needed it fail, with
+//! an error naming it; the others complete.
+
+mod common;
+
+use common::total;
+use roam_core::{KeySpace, Liveness, NodeId, OpError};
+use roam_sim::{Op, OpKind, Outcome, Sim, SimConfig, WorkerRef, for_each_seed};
+
+const MS: u64 = 1_000_000;
+
+/// Static range allocation on 3 nodes, one worker each, keys 0..6: keys 0-1 at node 0, 2-3 at
+/// node 1, 4-5 at node 2. Heartbeats every 1 ms, silence timeout 4 ms, delays 10-50 µs.
+fn cluster(seed: u64) -> Sim {
+    let cfg = SimConfig::new(3, 1, KeySpace::uniform(6, 1).unwrap())
+        .with_seed(seed)
+        .with_delay(10_000, 50_000)
+        .with_think(0, 0)
+        .with_liveness(Liveness {
+            heartbeat_every: MS,
+            silent_after: 4 * MS,
+        });
+    Sim::new(cfg)
+}
+
+fn w(node: u32) -> WorkerRef {
+    WorkerRef::new(node, 0)
+}
+
+#[test]
+fn a_silent_peer_is_detected_after_the_timeout_and_only_operations_that_need_it_fail() {
+    for_each_seed(50, |seed| {
+        let mut sim = cluster(seed);
+        // Node 2 falls silent at once: nothing comes from it after the links came up at 0.
+        sim.freeze(NodeId(2));
+        // Node 0 needs node 2 for key 4; node 1 only needs nodes 0 and 1, but stays busy long
+        // past the timeout, so every link is idle for longer than a heartbeat period.
+        sim.add_script(
+            w(0),
+            [
+                Op::push(vec![0, 2], vec![1.0; 2]),
+                Op::pull(vec![0, 4]),
+                Op::pull(vec![0, 2]),
+            ],
+        );
+        sim.add_script(
+            w(1),
+            [
+                Op::Sleep(20 * MS),
+                Op::push(vec![0, 3], vec![1.0; 2]),
+                Op::pull(vec![0, 2, 3]),
+            ],
+        );
+        sim.run_until_idle().unwrap();
+        assert!(sim.unfinished_workers().is_empty(), "seed {seed}");
+        let ops: Vec<_> = sim.history().of_worker(w(0)).skip(1).collect();
+        assert_eq!(
+            ops[0].outcome,
+            Outcome::Failed(OpError::PeerGone { peer: NodeId(2) }),
+            "seed {seed}: the pull that needs node 2"
+        );
+        // Silent since 0: detected when the timeout has passed, not before, and at once then.
+        let failed_at = ops[0].ret.unwrap().time.0;
+        assert!(
+            (4 * MS..=4 * MS + 100_000).contains(&failed_at),
+            "seed {seed}: detected at {failed_at} ns; the timeout is {} ns",
+            4 * MS
+        );
+        assert_eq!(
+            ops[1].outcome,
+            Outcome::Pulled(vec![1.0, 1.0]),
+            "seed {seed}"
+        );
+        let pull = sim.history().of_worker(w(1)).last().unwrap();
+        assert_eq!(pull.kind, OpKind::Pull);
+        assert_eq!(
+            pull.outcome,
+            Outcome::Pulled(vec![2.0, 1.0, 1.0]),
+            "seed {seed}"
+        );
+        for node in [0, 1] {
+            let node = sim.node(NodeId(node));
+            assert!(node.is_lost(NodeId(2)), "seed {seed}");
+            assert!(
+                !node.is_lost(NodeId(0)) && !node.is_lost(NodeId(1)),
+                "seed {seed}: a live peer was suspected"
+            );
+        }
+        assert!(
+            sim.history().peer_lost_at(NodeId(0), NodeId(2)).is_some(),
+            "seed {seed}"
+        );
+        assert_eq!(total(&sim, |c| &c.anomalies), 0, "seed {seed}");
+    });
+}
+
+#[test]
+fn idle_links_are_kept_alive_by_heartbeats() {
+    for_each_seed(20, |seed| {
+        let mut sim = cluster(seed);
+        // Long pauses between remote accesses: every link is idle for many timeouts.
+        let script: Vec<Op> = (0..5)
+            .flat_map(|i| [Op::Sleep(10 * MS), Op::push(vec![(i % 3) * 2], vec![1.0])])
+            .collect();
+        for node in 0..3 {
+            sim.add_script(w(node), script.clone());
+        }
+        sim.run_until_idle().unwrap();
+        for op in sim.history().ops() {
+            assert!(op.succeeded(), "seed {seed}: {op}");
+        }
+        for node in 0..3 {
+            for peer in 0..3 {
+                assert!(!sim.node(NodeId(node)).is_lost(NodeId(peer)), "seed {seed}");
+            }
+        }
+    });
+}
+
+#[test]
+fn without_liveness_a_silent_peer_is_never_suspected() {
+    let cfg = SimConfig::new(2, 1, KeySpace::uniform(2, 1).unwrap()).with_delay(10_000, 10_000);
+    let mut sim = Sim::new(cfg);
+    sim.freeze(NodeId(1));
+    sim.add_script(w(0), [Op::pull(vec![1])]);
+    sim.run_until_idle().unwrap();
+    assert_eq!(sim.unfinished_workers(), [w(0)], "the pull waits forever");
+    assert_eq!(sim.node(NodeId(0)).poll_timeout(), None);
+}

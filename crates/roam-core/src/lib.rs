@@ -11,6 +11,7 @@
 //! - [`keyspace`]: the dense key range and per-key value lengths; input validation.
 //! - [`directory`]: the epoch-numbered key → bucket → home table, members and coordinator.
 //! - [`placement`]: placement records at a key's home (who holds it).
+//! - [`policy`]: placement policies (static, Lapse) behind one interface.
 //! - [`store`]: slab-backed values with a latch and residency flags per key (the hot path).
 //! - [`wire`]: the 40-byte header and zero-copy frame bodies; bounded, panic-free decoding.
 //! - [`msg`]: typed messages decoded from frames in place, and their encoders.
@@ -36,6 +37,7 @@ pub mod liveness;
 pub mod msg;
 pub mod node;
 pub mod placement;
+pub mod policy;
 mod relocate;
 mod serve;
 pub mod stats;
@@ -50,5 +52,6 @@ pub use keyspace::{KeySpace, KeySpaceError, ValueLengths};
 pub use liveness::Liveness;
 pub use msg::Msg;
 pub use node::{Completion, Node, NodeConfig, Output, PullPart, Time};
+pub use policy::{Policy, PolicyKind};
 pub use store::{Residency, Store, UpdateMode};
 pub use warning::Warning;

@@ -40,6 +40,7 @@ use crate::keyspace::KeySpace;
 use crate::liveness::{Liveness, Timers};
 use crate::msg::{Msg, MsgError, Request, encode};
 use crate::placement::BucketRecords;
+use crate::policy::{Policy, PolicyKind};
 use crate::relocate::{Queued, Transit};
 use crate::stats::{NodeCounters, add};
 use crate::store::{Residency, Store, UpdateMode};
@@ -68,11 +69,10 @@ pub struct NodeConfig {
     /// When false, even local keys are accessed through messages to this node (the ablation of a
     /// classic, ps-lite-like server).
     pub fast_local_access: bool,
-    /// Whether keys may move ([`Node::issue_localize`]); false is a classic static server.
-    pub dynamic: bool,
-    /// Whether requesters remember where keys were last seen and send there directly, falling
-    /// back through the home node when the entry is stale.
-    pub location_caches: bool,
+    /// Where keys are held: static, or moved by `localize` (Lapse) — see `policy.rs`.
+    pub policy: PolicyKind,
+    /// Seed of the policy's random numbers (same seed, same decisions).
+    pub seed: u64,
     /// Heartbeats and silence timeouts (see `liveness.rs`); `None` leaves failure detection to
     /// the shell's connections alone.
     pub liveness: Option<Liveness>,
@@ -94,8 +94,8 @@ impl NodeConfig {
             space,
             partitioning,
             fast_local_access: true,
-            dynamic: false,
-            location_caches: false,
+            policy: PolicyKind::Static,
+            seed: 0,
             liveness: None,
         }
     }
@@ -262,6 +262,8 @@ pub struct Node {
     pub(crate) clock: Time,
     /// Heartbeat and silence timers.
     pub(crate) timers: Timers,
+    /// Decides where keys are held.
+    pub(crate) policy: Box<dyn Policy>,
     /// Keys on their way to this node, with the operations waiting for them.
     pub(crate) transit: HashMap<Key, Transit>,
     /// Location cache: where keys were last seen (only with `location_caches`).
@@ -290,6 +292,7 @@ impl Node {
             moving_in: 0,
             clock: Time::default(),
             timers: Timers::default(),
+            policy: cfg.policy.build(cfg.seed),
             store,
             counters: Arc::default(),
             next_op: 1,
@@ -317,6 +320,11 @@ impl Node {
     /// The node's counters (shared with the shell, which adds transport figures).
     pub fn counters(&self) -> &Arc<NodeCounters> {
         &self.counters
+    }
+
+    /// The placement policy in force.
+    pub fn policy(&self) -> &dyn Policy {
+        self.policy.as_ref()
     }
 
     /// This node's directory (its view of key → home, members and coordinator).
@@ -348,7 +356,7 @@ impl Node {
             Residency::InTransit => Route::Transit,
             Residency::Remote => {
                 // At the key's home the owner record is exact; the cache helps elsewhere only.
-                if self.cfg.location_caches && self.dir.home(key) != self.cfg.id {
+                if self.policy.location_caches() && self.dir.home(key) != self.cfg.id {
                     if let Some(&owner) = self.cache.get(&key) {
                         add(&self.counters.cache_hits, 1);
                         return Route::Remote(owner);
@@ -408,7 +416,7 @@ impl Node {
         if self.lost.contains(&dest) {
             return Some(dest);
         }
-        if self.cfg.dynamic {
+        if self.policy.keys_move() {
             self.first_lost()
         } else {
             None
@@ -772,7 +780,7 @@ impl Node {
         self.tick(now);
         self.lost.insert(peer);
         self.timers.forget(peer);
-        let dynamic = self.cfg.dynamic;
+        let dynamic = self.policy.keys_move();
         let mut doomed: Vec<u64> = self
             .pending
             .iter()

@@ -96,7 +96,7 @@ impl Node {
         let mut held: BTreeMap<u32, Vec<Key>> = BTreeMap::new();
         for (pos, &key) in keys.iter().enumerate() {
             let pos = pos as u32;
-            if !self.cfg.dynamic {
+            if !self.policy.relocate_on_localize(key, me) {
                 self.answer(op, pos);
                 continue;
             }
@@ -313,7 +313,7 @@ impl Node {
             &self.counters.relocation_bytes,
             (transfer.values.len() * 4) as u64,
         );
-        if self.cfg.location_caches {
+        if self.policy.location_caches() {
             for &key in &transfer.keys {
                 self.cache.insert(key, to);
             }

@@ -227,7 +227,7 @@ impl Node {
 
     /// Remembers where answered keys live (location caches only).
     fn learn_locations(&mut self, from: NodeId, keys: &[Key]) {
-        if self.cfg.location_caches && from != self.cfg.id {
+        if self.policy.location_caches() && from != self.cfg.id {
             for &key in keys {
                 self.cache.insert(key, from);
             }

@@ -21,7 +21,8 @@ use rand_chacha::ChaCha8Rng;
 use roam_core::stats::add;
 use roam_core::wire::{self, Frame};
 use roam_core::{
-    Completion, Key, Node, NodeConfig, NodeId, OpError, ReqId, Residency, Time, UpdateMode,
+    Completion, Key, Node, NodeConfig, NodeId, OpError, PolicyKind, ReqId, Residency, Time,
+    UpdateMode,
 };
 
 use crate::config::SimConfig;
@@ -170,8 +171,14 @@ impl Sim {
                     space: cfg.space.clone(),
                     partitioning: cfg.partitioning,
                     fast_local_access: cfg.fast_local_access,
-                    dynamic: cfg.dynamic,
-                    location_caches: cfg.location_caches,
+                    policy: if cfg.dynamic {
+                        PolicyKind::Lapse {
+                            location_caches: cfg.location_caches,
+                        }
+                    } else {
+                        PolicyKind::Static
+                    },
+                    seed: cfg.seed ^ u64::from(id),
                     liveness: cfg.liveness,
                 }),
                 crashed: false,

@@ -29,8 +29,8 @@ use parking_lot::{Condvar, Mutex};
 use roam_core::stats::{NodeCounters, WorkerCounters};
 use roam_core::wire::{Frame, Kind, Limits};
 use roam_core::{
-    Completion, Directory, KeySpace, Liveness, Node, NodeConfig, NodeId, OpError, Output, PullPart,
-    ReqId, Store, Time, WorkerId,
+    Completion, Directory, KeySpace, Liveness, Node, NodeConfig, NodeId, OpError, Output,
+    PolicyKind, PullPart, ReqId, Store, Time, WorkerId,
 };
 
 use crate::auth::{self, Purpose};
@@ -70,6 +70,8 @@ pub(crate) struct Shared {
     departed: Vec<AtomicBool>,
     lost: Vec<AtomicBool>,
     taken: Mutex<Vec<bool>>,
+    /// A handle on each peer's incoming connection, to end its reader when the peer is lost.
+    incoming: Mutex<HashMap<NodeId, TcpStream>>,
     pub(crate) limits: Limits,
     pub(crate) allocation: &'static str,
     pub(crate) latency_us: u64,
@@ -130,7 +132,33 @@ impl Shared {
         if !self.departed[peer.index()].load(Ordering::Acquire) {
             tracing::warn!(node = self.rank.0, "{peer} lost: {reason}");
         }
+        self.end_reader(peer);
         self.with_node(|node, now| node.handle_peer_lost(now, peer));
+    }
+
+    /// Ends the connections of peers the core declared lost on its own (silence, or another
+    /// node's notice), so that their readers stop.
+    fn close_links_lost_by_core(&self) {
+        let lost: Vec<NodeId> = self.with_node(|node, _| {
+            self.links
+                .iter()
+                .map(|l| l.peer)
+                .filter(|&p| p != self.rank && node.is_lost(p))
+                .collect()
+        });
+        for peer in lost {
+            if !self.lost[peer.index()].swap(true, Ordering::AcqRel) {
+                tracing::warn!(node = self.rank.0, "{peer} lost: silent or reported lost");
+            }
+            self.end_reader(peer);
+        }
+    }
+
+    /// Ends `peer`'s reader, which may be blocked on a connection that is still open.
+    fn end_reader(&self, peer: NodeId) {
+        if let Some(stream) = self.incoming.lock().remove(&peer) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
     }
 
     /// Blocks until request `req` of worker `worker` completes, and takes its result.
@@ -208,8 +236,14 @@ impl NodeHandle {
             space: space.clone(),
             partitioning: cfg.partitioning(),
             fast_local_access: cfg.fast_local_access,
-            dynamic: cfg.allocation.is_dynamic(),
-            location_caches: cfg.location_caches && cfg.allocation.is_dynamic(),
+            policy: if cfg.allocation.is_dynamic() {
+                PolicyKind::Lapse {
+                    location_caches: cfg.location_caches,
+                }
+            } else {
+                PolicyKind::Static
+            },
+            seed: u64::from(rank.0),
             liveness: Some(Liveness::with_timeout(
                 cfg.peer_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             )),
@@ -281,6 +315,7 @@ impl NodeHandle {
             departed: (0..num_nodes).map(|_| AtomicBool::new(false)).collect(),
             lost: (0..num_nodes).map(|_| AtomicBool::new(false)).collect(),
             taken: Mutex::new(vec![false; workers_per_node as usize]),
+            incoming: Mutex::new(HashMap::new()),
             limits: cfg.limits,
             allocation: cfg.allocation.name(),
             latency_us,
@@ -444,7 +479,7 @@ impl NodeHandle {
         }
         shared.links[shared.rank.index()].close();
         // Our goodbyes are out once the senders end; readers end on the peers' goodbyes (or
-        // their loss, bounded by the peer timeout).
+        // their loss, which the still running timers detect within the peer timeout).
         for sender in self.senders.drain(..) {
             let _ = sender.join();
         }
@@ -572,6 +607,7 @@ fn spawn_reader(
     peer: NodeId,
     stream: TcpStream,
 ) -> std::io::Result<JoinHandle<()>> {
+    shared.incoming.lock().insert(peer, stream.try_clone()?);
     let shared = shared.clone();
     spawn_named(format!("roam-read-{}", peer.0), move || {
         let mut reader = BufReader::with_capacity(1 << 16, stream);
@@ -643,6 +679,7 @@ fn spawn_timers(
             }
             drop(stopped);
             shared.with_node(|node, now| node.handle_timeout(now));
+            shared.close_links_lost_by_core();
         }
     })
 }

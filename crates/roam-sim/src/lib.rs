@@ -9,10 +9,13 @@
 //! - [`config`]: [`SimConfig`], the cluster shape, network model and limits.
 //! - [`net`]: per-link FIFO queues of in-flight frames and connection state.
 //! - [`worker`]: scripts ([`Op`]) and simulated workers, issuing operations like the real shell.
-//! - [`sim`]: the event loop ([`Sim::step`], [`Sim::run_until_idle`]) and fault injection.
+//! - [`sim`]: the simulated cluster — `sim/mod.rs` the types and inspection, `run.rs` the event
+//!   loop ([`Sim::step`], [`Sim::run_until_idle`], nodes' timers), `deliver.rs` the network side
+//!   of the shell, `issue.rs` the workers' operations, `faults.rs` scripts and fault injection.
 //! - [`history`]: what every operation did and returned, for consistency checkers.
-//! - [`check`]: consistency checkers: complete per-key linearizability (optionally with
-//!   per-worker program order), final-value accounting, and the cheaper read-by-read check.
+//! - [`check`]: consistency checkers, one file each: complete per-key linearizability
+//!   (optionally with per-worker program order), final-value accounting, and the cheaper
+//!   read-by-read check, over shared subset-sum tests.
 //! - [`explore`]: exhaustive exploration of every interleaving of a small scenario.
 //! - [`trace`]: the trace hashes that make determinism testable.
 //! - [`seed`]: seed selection from `ROAM_SIM_SEED` / `ROAM_SIM_SEEDS` for randomized tests.
@@ -26,6 +29,9 @@
 //! - Without location caches *and with fast local access*, one worker's ops on one key take
 //!   effect in issue order, asynchronous ones included (per-worker FIFO per key, "PRAM"):
 //!   `tests/async_order.rs`, and every interleaving of the scenarios of `tests/exhaustive.rs`.
+//! - Home moves (`Op::MoveHome`) keep per-key linearizability and exact sums
+//!   (`tests/home_moves.rs`, and the home-move scenarios of `tests/exhaustive.rs`), but not
+//!   always the issue order of a worker's asynchronous ops.
 //! - With location caches, or without fast local access, a worker's asynchronous ops on one
 //!   key can take effect out of issue order (scripted in `tests/async_order.rs`): an op can take
 //!   a shorter path (a cache hit straight to the owner; a direct send after the key left this

@@ -1,0 +1,322 @@
+//! Workers: running a worker's next op (the fast path on the node's store, then the hand-off of
+//! what is not local to the node), recording invocations and returns in the history.
+//!
+//! Invariants: like the real shell, an op is validated in full before anything changes, local
+//! keys are served from the store without the node, and each op's return is recorded exactly once.
+
+use roam_core::{Completion, Key, NodeId, OpError, ReqId, Residency, Time, UpdateMode};
+
+use super::*;
+use crate::history::{OpKind, OpRecord, Outcome};
+use crate::worker::{Blocked, Op, Outstanding};
+
+impl Sim {
+    // ----- workers ---------------------------------------------------------------------------
+
+    pub(super) fn complete(&mut self, id: NodeId, c: Completion) {
+        let worker = c.worker.index();
+        let Some(out) = self.nodes[id.index()]
+            .workers
+            .get_mut(worker)
+            .and_then(|w| w.outstanding.remove(&c.req))
+        else {
+            self.internal_error(format!(
+                "{id} completed unknown request {:?} of worker {}",
+                c.req, c.worker.0
+            ));
+        };
+        let outcome = match (c.result, self.history.ops()[out.record].kind) {
+            (Ok(output), OpKind::Pull) => {
+                let mut buf = out.out;
+                for part in &output.into_parts() {
+                    part.scatter(&self.cfg.space, &mut buf);
+                }
+                Outcome::Pulled(buf)
+            }
+            (Ok(_), _) => Outcome::Done,
+            (Err(err), _) => Outcome::Failed(err),
+        };
+        self.finish_op(id.index(), worker, out.record, outcome);
+    }
+
+    /// Records the return of op `record` of a worker and unblocks the worker if it waited on it.
+    pub(super) fn finish_op(&mut self, n: usize, w: usize, record: usize, outcome: Outcome) {
+        let at = self.stamp();
+        let ok = u64::from(!matches!(outcome, Outcome::Failed(_)));
+        self.trace.event(
+            self.now.0,
+            TAG_RETURN,
+            &[n as u64, w as u64, record as u64, ok],
+            &[],
+        );
+        let h = &mut self.history_order;
+        h.bytes(&[TAG_RETURN]);
+        h.u64(record as u64);
+        h.bytes(format!("{outcome:?}").as_bytes());
+        self.history.complete(record, at, outcome);
+        let think = draw(&mut self.rng, self.cfg.min_think, self.cfg.max_think);
+        let worker = &mut self.nodes[n].workers[w];
+        let unblock = match worker.blocked {
+            Some(Blocked::On(r)) => r == record,
+            Some(Blocked::All) => worker.outstanding.is_empty(),
+            None => false,
+        };
+        if unblock {
+            worker.blocked = None;
+            worker.ready_at = Time(self.now.0 + think);
+        }
+    }
+
+    pub(super) fn run_worker(&mut self, n: usize, w: usize) {
+        let think = draw(&mut self.rng, self.cfg.min_think, self.cfg.max_think);
+        let now = self.now;
+        let worker = &mut self.nodes[n].workers[w];
+        let op = worker
+            .script
+            .pop_front()
+            .expect("ready workers have script left");
+        let input = &mut self.inputs[n];
+        input.bytes(&[TAG_INVOKE]);
+        input.u64(w as u64);
+        input.bytes(format!("{op:?}").as_bytes());
+        match op {
+            Op::Sleep(d) => worker.ready_at = Time(now.0 + d),
+            Op::WaitAll => {
+                if worker.outstanding.is_empty() {
+                    worker.ready_at = Time(now.0 + think);
+                } else {
+                    worker.blocked = Some(Blocked::All);
+                }
+            }
+            Op::Barrier => {
+                let record = self.invoke(n, w, OpKind::Barrier, Vec::new(), Vec::new(), true);
+                let wid = self.nodes[n].workers[w].id.worker;
+                let req = self.nodes[n].node.issue_barrier(now, wid);
+                let worker = &mut self.nodes[n].workers[w];
+                worker.outstanding.insert(
+                    req,
+                    Outstanding {
+                        record,
+                        out: Vec::new(),
+                    },
+                );
+                worker.blocked = Some(Blocked::On(record));
+                self.drain(NodeId(n as u32));
+            }
+            Op::Pull { keys, wait } => self.issue_pull(n, w, keys, Pace { wait, think }),
+            Op::Push { keys, vals, wait } => {
+                self.issue_push(n, w, keys, vals, UpdateMode::Add, Pace { wait, think })
+            }
+            Op::Set { keys, vals, wait } => {
+                self.issue_push(n, w, keys, vals, UpdateMode::Set, Pace { wait, think })
+            }
+            Op::Localize { keys, wait } => self.issue_localize(n, w, keys, Pace { wait, think }),
+            Op::MoveHome { key, to, wait } => {
+                self.issue_move_home(n, w, key, NodeId(to), Pace { wait, think })
+            }
+        }
+    }
+
+    pub(super) fn invoke(
+        &mut self,
+        n: usize,
+        w: usize,
+        kind: OpKind,
+        keys: Vec<Key>,
+        input: Vec<f32>,
+        sync: bool,
+    ) -> usize {
+        let invoke = self.stamp();
+        let worker = &mut self.nodes[n].workers[w];
+        let program_index = worker.issued;
+        worker.issued += 1;
+        let record = OpRecord {
+            id: 0,
+            worker: worker.id,
+            program_index,
+            kind,
+            keys,
+            input,
+            sync,
+            invoke,
+            ret: None,
+            outcome: Outcome::Pending,
+        };
+        let id = self.history.invoke(record);
+        // Which worker's which op this record is: ids follow invocation order, so they alone
+        // would not tell two histories apart.
+        for word in [
+            TAG_INVOKE as u64,
+            n as u64,
+            w as u64,
+            program_index as u64,
+            id as u64,
+        ] {
+            self.history_order.u64(word);
+        }
+        self.trace.event(
+            self.now.0,
+            TAG_INVOKE,
+            &[n as u64, w as u64, id as u64, kind as u64],
+            &[],
+        );
+        id
+    }
+
+    /// Ends an op that needed no message (all keys local, or invalid input): it returns now and
+    /// the worker goes on after `think`.
+    pub(super) fn finish_locally(
+        &mut self,
+        n: usize,
+        w: usize,
+        record: usize,
+        outcome: Outcome,
+        think: u64,
+    ) {
+        self.finish_op(n, w, record, outcome);
+        self.nodes[n].workers[w].ready_at = Time(self.now.0 + think);
+    }
+
+    /// Hands the op to the node: registers it, blocks the worker on it if synchronous, and
+    /// drains the node (which may complete it at once).
+    pub(super) fn hand_off(
+        &mut self,
+        n: usize,
+        w: usize,
+        req: ReqId,
+        record: usize,
+        out: Vec<f32>,
+        pace: Pace,
+    ) {
+        let now = self.now;
+        let worker = &mut self.nodes[n].workers[w];
+        worker.outstanding.insert(req, Outstanding { record, out });
+        if pace.wait {
+            worker.blocked = Some(Blocked::On(record));
+        } else {
+            worker.ready_at = Time(now.0 + pace.think);
+        }
+        self.drain(NodeId(n as u32));
+    }
+
+    pub(super) fn issue_pull(&mut self, n: usize, w: usize, keys: Vec<Key>, pace: Pace) {
+        let space = self.cfg.space.clone();
+        let buf_len: usize = keys
+            .iter()
+            .filter(|&&k| k < space.num_keys())
+            .map(|&k| space.len(k))
+            .sum();
+        let record = self.invoke(n, w, OpKind::Pull, keys.clone(), Vec::new(), pace.wait);
+        if let Err(err) = space.check_batch(&keys, buf_len) {
+            return self.finish_locally(
+                n,
+                w,
+                record,
+                Outcome::Failed(OpError::from(err)),
+                pace.think,
+            );
+        }
+        let mut out = vec![0.0; buf_len];
+        let (mut remote, mut offsets) = (Vec::new(), Vec::new());
+        let store = self.nodes[n].node.store().clone();
+        let mut offset = 0;
+        for &key in &keys {
+            let len = space.len(key);
+            if !(self.cfg.fast_local_access
+                && store.pull_local(key, &mut out[offset..offset + len]))
+            {
+                remote.push(key);
+                offsets.push(offset);
+            }
+            offset += len;
+        }
+        if remote.is_empty() {
+            return self.finish_locally(n, w, record, Outcome::Pulled(out), pace.think);
+        }
+        let wid = self.nodes[n].workers[w].id.worker;
+        let req = self.nodes[n]
+            .node
+            .issue_pull(self.now, wid, &remote, &offsets);
+        self.hand_off(n, w, req, record, out, pace);
+    }
+
+    pub(super) fn issue_push(
+        &mut self,
+        n: usize,
+        w: usize,
+        keys: Vec<Key>,
+        vals: Vec<f32>,
+        mode: UpdateMode,
+        pace: Pace,
+    ) {
+        let space = self.cfg.space.clone();
+        let kind = if mode == UpdateMode::Set {
+            OpKind::Set
+        } else {
+            OpKind::Push
+        };
+        let record = self.invoke(n, w, kind, keys.clone(), vals.clone(), pace.wait);
+        if let Err(err) = space.check_batch(&keys, vals.len()) {
+            return self.finish_locally(
+                n,
+                w,
+                record,
+                Outcome::Failed(OpError::from(err)),
+                pace.think,
+            );
+        }
+        let (mut remote, mut offsets) = (Vec::new(), Vec::new());
+        let store = self.nodes[n].node.store().clone();
+        let mut offset = 0;
+        for &key in &keys {
+            let len = space.len(key);
+            if !(self.cfg.fast_local_access
+                && store.push_local(key, &vals[offset..offset + len], mode))
+            {
+                remote.push(key);
+                offsets.push(offset);
+            }
+            offset += len;
+        }
+        if remote.is_empty() {
+            return self.finish_locally(n, w, record, Outcome::Done, pace.think);
+        }
+        let wid = self.nodes[n].workers[w].id.worker;
+        let req = self.nodes[n]
+            .node
+            .issue_push(self.now, wid, &remote, &vals, &offsets, mode);
+        self.hand_off(n, w, req, record, Vec::new(), pace);
+    }
+
+    /// Like the real shell: a no-op unless allocation is dynamic and some key is not local,
+    /// else every key is handed to the node.
+    pub(super) fn issue_localize(&mut self, n: usize, w: usize, keys: Vec<Key>, pace: Pace) {
+        let space = self.cfg.space.clone();
+        let record = self.invoke(n, w, OpKind::Localize, keys.clone(), Vec::new(), pace.wait);
+        if let Some(&key) = keys.iter().find(|&&k| k >= space.num_keys()) {
+            let err = roam_core::AccessError::KeyOutOfRange {
+                key,
+                num_keys: space.num_keys(),
+            };
+            return self.finish_locally(n, w, record, Outcome::Failed(err.into()), pace.think);
+        }
+        let store = self.nodes[n].node.store().clone();
+        if !self.cfg.dynamic || keys.iter().all(|&k| store.residency(k) == Residency::Local) {
+            return self.finish_locally(n, w, record, Outcome::Done, pace.think);
+        }
+        let wid = self.nodes[n].workers[w].id.worker;
+        let req = self.nodes[n].node.issue_localize(self.now, wid, &keys);
+        self.hand_off(n, w, req, record, Vec::new(), pace);
+    }
+
+    /// Moves the home of `key`'s bucket; the node validates the rest.
+    pub(super) fn issue_move_home(&mut self, n: usize, w: usize, key: Key, to: NodeId, pace: Pace) {
+        let record = self.invoke(n, w, OpKind::MoveHome, vec![key], Vec::new(), pace.wait);
+        let bucket = self.nodes[n].node.directory().bucket(key);
+        let wid = self.nodes[n].workers[w].id.worker;
+        let req = self.nodes[n]
+            .node
+            .issue_move_home(self.now, wid, bucket, to);
+        self.hand_off(n, w, req, record, Vec::new(), pace);
+    }
+}

@@ -4,6 +4,10 @@ markdown table of medians (min-max) over repetitions.
 
 Usage: scripts/bench-ops.py [--reps 3] [--seconds 2] [--quick] [--latency-us L]
                             [--profile loopback|10gbe|1gbe] [--out FILE.json]
+       scripts/bench-ops.py --ab OLD_ROAM NEW_ROAM [--reps 5] [--seconds 2]
+(`--ab` runs the two builds alternately in the Lapse target configuration — 2 nodes x 1 worker,
+100k keys x 10 floats, batch 100 — and prints each figure's median and range per build and
+the ratio new/old of the medians; scripts/ab-bench.sh builds the two binaries.)
 (`--profile 10gbe|1gbe` runs the nodes in network namespaces: root only.)
 Needs target/release/roam (cargo build --release -p roam-cli).
 """
@@ -27,13 +31,14 @@ FIELDS = [
 ]
 
 
-def run(nodes, workers, keys, value_len, batch, seconds, latency, extra, profile=None):
-    cmd = [ROAM, "launch", "--nodes", str(nodes), "--workers-per-node", str(workers)]
+def run(nodes, workers, keys, value_len, batch, seconds, latency, extra, profile=None, roam=None):
+    roam = roam or ROAM
+    cmd = [roam, "launch", "--nodes", str(nodes), "--workers-per-node", str(workers)]
     if profile:
         cmd += ["--profile", profile]
     if latency:
         cmd += ["--latency-us", str(latency)]
-    cmd += ["--", ROAM, "bench", "ops", "--keys", str(keys), "--value-len", str(value_len),
+    cmd += ["--", roam, "bench", "ops", "--keys", str(keys), "--value-len", str(value_len),
             "--batch", str(batch), "--seconds", str(seconds)] + extra
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
@@ -53,8 +58,38 @@ def fmt(values):
     return f"{f(med)} ({f(min(values))}–{f(max(values))})"
 
 
+AB_FIELDS = [
+    ("local_pull_keys_per_s", "local pull keys/s"),
+    ("local_push_keys_per_s", "local push keys/s"),
+    ("remote_pull_keys_per_s", "remote pull keys/s"),
+    ("remote_push_keys_per_s", "remote push keys/s"),
+    ("remote_pull_p50_us", "sync remote pull p50 µs"),
+    ("relocate_keys_per_s", "relocate keys/s"),
+    ("reference_matched_rows_per_s", "matched copy reference rows/s"),
+]
+
+
+def ab(old, new, reps, seconds):
+    """Alternates old and new builds, so that drift of the machine hits both alike."""
+    runs = {"old": [], "new": []}
+    for rep in range(reps):
+        for name, binary in (("old", old), ("new", new)):
+            runs[name].append(run(2, 1, 100_000, 10, 100, seconds, 0, [], roam=binary))
+            print(f"rep {rep + 1}/{reps} {name} done", file=sys.stderr, flush=True)
+    print(f"| figure | old: median (range) | new: median (range) | new/old |")
+    print("|---|---|---|---|")
+    for field, label in AB_FIELDS:
+        o = [r.get(field) for r in runs["old"] if r.get(field) is not None]
+        n = [r.get(field) for r in runs["new"] if r.get(field) is not None]
+        ratio = f"{statistics.median(n) / statistics.median(o):.3f}" if o and n else "–"
+        print(f"| {label} | {fmt(o)} | {fmt(n)} | {ratio} |")
+    return runs
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--ab", nargs=2, metavar=("OLD_ROAM", "NEW_ROAM"),
+                    help="A/B mode: two roam binaries, run alternately")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--quick", action="store_true", help="only the Lapse target configuration")
@@ -62,6 +97,12 @@ def main():
     ap.add_argument("--profile", help="network profile of roam launch (10gbe and 1gbe need root)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.ab:
+        runs = ab(args.ab[0], args.ab[1], args.reps, args.seconds)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(runs, f, indent=1)
+        return 0
     if args.quick:
         matrix = [(1, 100_000, 10, 100), (1, 100_000, 10, 1)]
     else:

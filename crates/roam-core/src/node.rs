@@ -250,6 +250,8 @@ pub struct Node {
     outbox: VecDeque<(NodeId, Frame)>,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) lost: BTreeSet<NodeId>,
+    /// Lost peers in the order they were lost, and whether each left cleanly (goodbye).
+    lost_order: Vec<(NodeId, bool)>,
     pub(crate) barriers: Barriers,
     warnings: VecDeque<Warning>,
     /// Placement records of the buckets this node is home of.
@@ -286,6 +288,7 @@ impl Node {
             .collect();
         Self {
             lost: BTreeSet::new(),
+            lost_order: Vec::new(),
             dir,
             records,
             moves: HomeMoves::default(),
@@ -405,9 +408,14 @@ impl Node {
         op
     }
 
-    /// The first peer this node lost (lowest id), if any.
+    /// The peer whose loss explains failures: the first one lost without a goodbye, else the
+    /// first one that left (a survivor that left cleanly after a crash is not the culprit).
     pub(crate) fn first_lost(&self) -> Option<NodeId> {
-        self.lost.first().copied()
+        self.lost_order
+            .iter()
+            .find(|(_, departed)| !departed)
+            .or(self.lost_order.first())
+            .map(|&(peer, _)| peer)
     }
 
     /// Whether accesses that need another node must fail at once: a peer is lost and keys may
@@ -779,6 +787,7 @@ impl Node {
         }
         self.tick(now);
         self.lost.insert(peer);
+        self.lost_order.push((peer, departed));
         self.timers.forget(peer);
         let dynamic = self.policy.keys_move();
         let mut doomed: Vec<u64> = self
@@ -854,5 +863,60 @@ impl Node {
             add(&self.counters.anomalies, 1);
         }
         self.warnings.push_back(warning);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: u32, nodes: u32) -> Node {
+        let space = KeySpace::uniform(6, 1).unwrap();
+        Node::new(NodeConfig::new(
+            NodeId(id),
+            nodes,
+            1,
+            space,
+            Partitioning::Range,
+        ))
+    }
+
+    /// The error of an operation after losses names the peer that was lost, not one that left
+    /// cleanly afterwards (or before).
+    #[test]
+    fn failures_name_the_peer_lost_without_a_goodbye() {
+        for departed_first in [false, true] {
+            let mut n = node(0, 3);
+            if departed_first {
+                n.handle_peer_departed(Time(1), NodeId(1));
+                n.handle_peer_lost(Time(2), NodeId(2));
+            } else {
+                n.handle_peer_lost(Time(1), NodeId(2));
+                n.handle_peer_departed(Time(2), NodeId(1));
+            }
+            let req = n.issue_node_barrier(Time(3), WorkerId(0));
+            let done = std::iter::from_fn(|| n.poll_completion())
+                .find(|c| c.req == req)
+                .expect("the barrier completes at once");
+            assert!(
+                matches!(done.result, Err(OpError::PeerGone { peer: NodeId(2) })),
+                "departed first: {departed_first}: {:?}",
+                done.result
+            );
+        }
+    }
+
+    #[test]
+    fn a_clean_departure_alone_is_named_when_nothing_was_lost() {
+        let mut n = node(0, 2);
+        n.handle_peer_departed(Time(1), NodeId(1));
+        let req = n.issue_pull(Time(2), WorkerId(0), &[5], &[0]);
+        let done = std::iter::from_fn(|| n.poll_completion())
+            .find(|c| c.req == req)
+            .unwrap();
+        assert!(matches!(
+            done.result,
+            Err(OpError::PeerGone { peer: NodeId(1) })
+        ));
     }
 }

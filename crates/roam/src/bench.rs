@@ -141,6 +141,10 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
     })?;
 
     if rank == 0 {
+        // After the phases, while the other nodes wait in their final barrier, so that the
+        // reference does not share the cores with a benchmark phase.
+        let matched =
+            matched_row_copy_reference(args.keys as usize, value_len as usize, args.batch);
         let mut rates = vec![0f32; (result_keys * u64::from(value_len)) as usize];
         let keys: Vec<Key> = (args.keys..args.keys + result_keys).collect();
         workers[0].pull(&keys, &mut rates)?.wait()?;
@@ -175,6 +179,7 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
                 "forwarded": quantile(&mine.paths[2], 0.5),
             },
             "reference_row_copy_rows_per_s": reference,
+            "reference_matched_rows_per_s": matched,
             "rss_bytes": rss_bytes(),
             "rss_before_start_bytes": rss_before_start,
             "rss_after_start_bytes": rss_after_start,
@@ -327,6 +332,41 @@ pub fn row_copy_reference() -> f64 {
         checksum += out[r % ROW];
     }
     let rate = n as f64 / start.elapsed().as_secs_f64();
+    std::hint::black_box(checksum);
+    rate
+}
+
+/// The physical reference matched to the benchmark: one thread copying random rows of
+/// `row_len` floats out of a `rows`-row array into a batch buffer, `batch` rows at a time, the
+/// row indices drawn before the clock starts (as the benchmark's keys are). Returns rows per
+/// second: what a local pull of the same shape would reach if it were only a copy.
+pub fn matched_row_copy_reference(rows: usize, row_len: usize, batch: usize) -> f64 {
+    let (rows, row_len, batch) = (rows.max(1), row_len.max(1), batch.max(1));
+    let table = vec![1.0f32; rows * row_len];
+    let mut rng = SmallRng::seed_from_u64(7);
+    let drawn: Vec<usize> = (0..(1 << 20).max(batch))
+        .map(|_| rng.random_range(0..rows))
+        .collect();
+    let mut out = vec![0f32; batch * row_len];
+    let mut checksum = 0f32;
+    let target = 20_000_000usize;
+    let (mut done, mut cursor) = (0usize, 0usize);
+    let start = Instant::now();
+    while done < target {
+        if cursor + batch > drawn.len() {
+            cursor = 0;
+        }
+        for (dst, &r) in out
+            .chunks_exact_mut(row_len)
+            .zip(&drawn[cursor..cursor + batch])
+        {
+            dst.copy_from_slice(&table[r * row_len..(r + 1) * row_len]);
+        }
+        checksum += out[done % out.len()];
+        cursor += batch;
+        done += batch;
+    }
+    let rate = done as f64 / start.elapsed().as_secs_f64();
     std::hint::black_box(checksum);
     rate
 }

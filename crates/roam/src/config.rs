@@ -8,7 +8,8 @@ use std::time::Duration;
 use roam_core::wire::Limits;
 use roam_core::{Partitioning, ValueLengths};
 
-use crate::cluster_env::ClusterOverrides;
+use crate::cluster_env::{self, ClusterOverrides};
+use crate::error::StartError;
 
 /// How keys are placed on nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,7 +86,58 @@ pub struct Config {
     pub limits: Limits,
 }
 
+/// The cluster this process joins, resolved from the [`Config`] and the environment exactly as
+/// [`crate::NodeHandle::start`] resolves it (start calls the same function), so that a program
+/// can size its model by the cluster before it starts the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterInfo {
+    /// This node's rank, `0..num_nodes`.
+    pub rank: u32,
+    /// Nodes (processes) in the cluster.
+    pub num_nodes: u32,
+    /// Worker threads per node.
+    pub workers_per_node: u32,
+    /// The coordinator's `host:port` (used for rendezvous only with more than one node).
+    pub coordinator: String,
+    /// Emulated one-way link latency in µs (0: none).
+    pub emulate_latency_us: u64,
+}
+
 impl Config {
+    /// The cluster this process would join now: rank, node count and coordinator from
+    /// [`Config::cluster`], then the roam / torchrun / Slurm / Open MPI variables; workers per
+    /// node from [`Config::workers_per_node`], then `ROAM_WORKERS_PER_NODE`, else 1.
+    pub fn resolve_cluster(&self) -> Result<ClusterInfo, StartError> {
+        self.resolve_cluster_with(cluster_env::process_lookup)
+    }
+
+    /// [`Config::resolve_cluster`] with environment variables read through `lookup` (tests, or a
+    /// launcher that holds the variables of another process).
+    pub fn resolve_cluster_with(
+        &self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<ClusterInfo, StartError> {
+        let env = cluster_env::resolve(&self.cluster, &lookup)?;
+        let workers_per_node = match self.workers_per_node {
+            Some(w) => w,
+            None => cluster_env::workers_per_node(&lookup)?.unwrap_or(1),
+        };
+        if workers_per_node == 0 {
+            return Err(StartError::NoWorkers);
+        }
+        let emulate_latency_us = match self.emulate_latency_us {
+            Some(l) => l,
+            None => cluster_env::emulate_latency_us(&lookup)?.unwrap_or(0),
+        };
+        Ok(ClusterInfo {
+            rank: env.rank,
+            num_nodes: env.num_nodes,
+            workers_per_node,
+            coordinator: env.coordinator,
+            emulate_latency_us,
+        })
+    }
+
     /// The home-node partitioning in effect.
     pub(crate) fn partitioning(&self) -> Partitioning {
         match self.allocation {

@@ -42,9 +42,11 @@ pub mod stats;
 mod transport;
 mod worker;
 
-pub use config::{Allocation, Config};
+pub use config::{Allocation, ClusterInfo, Config};
 pub use error::{StartError, WorkerError};
+pub use roam_core::wire::Limits;
 pub use roam_core::{AccessError, Directory, Key, OpError, ValueLengths};
+pub use roam_core::{KeySpace, NodeId, Partitioning};
 pub use runtime::NodeHandle;
 pub use stats::NodeStats;
 pub use worker::{Ticket, Worker};

@@ -214,18 +214,13 @@ pub struct NodeHandle {
 impl NodeHandle {
     /// Joins the cluster described by `cfg` and the environment, and starts the node.
     pub fn start(cfg: Config) -> Result<Self, StartError> {
-        let env = cluster_env::resolve_from_process_env(&cfg.cluster)?;
-        let workers_per_node = match cfg.workers_per_node {
-            Some(w) => w,
-            None => cluster_env::workers_per_node_from_process_env()?.unwrap_or(1),
+        let cluster = cfg.resolve_cluster()?;
+        let env = cluster_env::ClusterEnv {
+            rank: cluster.rank,
+            num_nodes: cluster.num_nodes,
+            coordinator: cluster.coordinator.clone(),
         };
-        if workers_per_node == 0 {
-            return Err(StartError::NoWorkers);
-        }
-        let latency_us = match cfg.emulate_latency_us {
-            Some(l) => l,
-            None => cluster_env::emulate_latency_us_from_process_env()?.unwrap_or(0),
-        };
+        let (workers_per_node, latency_us) = (cluster.workers_per_node, cluster.emulate_latency_us);
         let space = KeySpace::new(cfg.num_keys, cfg.value_lengths.clone())?;
         let rank = NodeId(env.rank);
         let num_nodes = env.num_nodes;

@@ -30,6 +30,9 @@ pub struct Worker {
     /// Operations whose tickets were detached: their results are discarded by `wait_all`.
     detached: RefCell<HashSet<u64>>,
     misses: RefCell<(Vec<Key>, Vec<usize>)>,
+    /// The first error of an operation whose ticket was dropped without a wait: reported by the
+    /// next `wait_all` or `barrier`, since nobody else will see it.
+    dropped_error: RefCell<Option<OpError>>,
 }
 
 /// An issued operation. Wait on it with [`Ticket::wait`] (or [`Worker::wait`]); dropping it
@@ -83,6 +86,7 @@ impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         if let Err(err) = self.finish() {
             tracing::warn!("operation dropped without wait failed: {err}");
+            self.worker.dropped_error.borrow_mut().get_or_insert(err);
         }
     }
 }
@@ -106,6 +110,7 @@ impl Worker {
             outstanding: RefCell::default(),
             detached: RefCell::default(),
             misses: RefCell::default(),
+            dropped_error: RefCell::default(),
         }
     }
 
@@ -145,7 +150,8 @@ impl Worker {
     }
 
     /// Reads the values of `keys` into `out` (their lengths concatenated in key order). Local
-    /// keys are copied before this returns; the rest arrive when the ticket is waited.
+    /// keys are copied before this returns; the rest arrive when the ticket is waited. A key
+    /// named twice is read twice (its values appear at both places).
     pub fn pull<'a>(&'a self, keys: &[Key], out: &'a mut [f32]) -> Result<Ticket<'a>, AccessError> {
         let space = &self.shared.space;
         let fast = self.shared.fast_local_access;
@@ -208,12 +214,14 @@ impl Worker {
         )
     }
 
-    /// Adds `vals` to the values of `keys` (additive update, e.g. a gradient step).
+    /// Adds `vals` to the values of `keys` (additive update, e.g. a gradient step). A key named
+    /// twice in one batch is updated twice: both of its updates are added.
     pub fn push(&self, keys: &[Key], vals: &[f32]) -> Result<Ticket<'_>, AccessError> {
         self.update(keys, vals, UpdateMode::Add)
     }
 
-    /// Overwrites the values of `keys` with `vals`.
+    /// Overwrites the values of `keys` with `vals`. A key named twice is set twice, in batch
+    /// order when it is local; do not rely on which write wins for a remote key.
     pub fn set(&self, keys: &[Key], vals: &[f32]) -> Result<Ticket<'_>, AccessError> {
         self.update(keys, vals, UpdateMode::Set)
     }
@@ -332,7 +340,8 @@ impl Worker {
 
     /// Blocks until every operation this worker issued has completed. Results stay with their
     /// tickets (a pull's buffer is filled when its ticket is waited); returns the first error
-    /// among them, if any.
+    /// among them, or else the first error of an operation whose ticket was dropped without a
+    /// wait since the last call (detached tickets excepted: their outcome is discarded).
     pub fn wait_all(&self) -> Result<(), OpError> {
         let outstanding: Vec<u64> = self.outstanding.borrow().iter().copied().collect();
         let mut first_error = None;
@@ -345,7 +354,8 @@ impl Worker {
                 first_error.get_or_insert(err);
             }
         }
-        first_error.map_or(Ok(()), Err)
+        let dropped = self.dropped_error.borrow_mut().take();
+        first_error.or(dropped).map_or(Ok(()), Err)
     }
 
     /// Copies `key`'s values into `out` if the key is local right now; never sends a message.

@@ -329,3 +329,103 @@ fn heavy_traffic_in_both_directions_does_not_deadlock() {
     });
     shutdown_all(nodes);
 }
+
+/// A key named twice in one batch is accessed twice, whether it is local or remote.
+#[test]
+fn duplicate_keys_in_a_batch_act_as_repeated_operations() {
+    let nodes = cluster(2, || Config::new(10, 1));
+    // Range homes: keys 0-4 at node 0, 5-9 at node 1.
+    let w = nodes[0].worker(0).unwrap();
+    w.push(&[1, 1, 7, 7], &[1.0, 2.0, 3.0, 4.0])
+        .unwrap()
+        .wait()
+        .unwrap();
+    let mut out = [0.0; 4];
+    w.pull(&[1, 7, 1, 7], &mut out).unwrap().wait().unwrap();
+    assert_eq!(out, [3.0, 7.0, 3.0, 7.0]);
+    w.set(&[7, 7], &[5.0, 6.0]).unwrap().wait().unwrap();
+    let mut one = [0.0];
+    w.pull(&[7], &mut one).unwrap().wait().unwrap();
+    assert_eq!(one, [6.0], "the later set of a key in one frame wins");
+}
+
+/// The error of an operation whose ticket was dropped without a wait comes back from the
+/// worker's next `wait_all` (and so from `barrier`), instead of only a log line.
+#[test]
+fn a_dropped_tickets_error_is_reported_by_the_next_wait_all() {
+    let mut nodes = cluster(2, || Config::new(10, 1));
+    let gone = nodes.pop().unwrap();
+    drop(gone);
+    let w = nodes[0].worker(0).unwrap();
+    let mut out = [0.0];
+    let mut result = Ok(());
+    // Until node 0 has taken in node 1's goodbye, the pull of node 1's key may still succeed.
+    for _ in 0..1000 {
+        drop(w.pull(&[9], &mut out).unwrap());
+        result = w.wait_all();
+        if result.is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        matches!(result, Err(OpError::PeerGone { peer }) if peer.0 == 1),
+        "{result:?}"
+    );
+    // Reported once: the next wait_all has nothing left to report.
+    assert_eq!(w.wait_all(), Ok(()));
+    // A detached ticket's outcome stays discarded.
+    w.pull(&[9], &mut out).unwrap().detach();
+    assert_eq!(w.wait_all(), Ok(()));
+}
+
+/// The cluster a process joins can be known before the node starts, from the same resolution
+/// that `NodeHandle::start` uses; everything it needs comes from `roam`.
+#[test]
+fn the_cluster_is_resolved_before_start_from_config_and_environment() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |var: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == var)
+                .map(|(_, v)| (*v).to_string())
+        }
+    };
+    let mut cfg = Config::new(100, 4);
+    cfg.allocation = Allocation::Dynamic;
+    cfg.home = roam::Partitioning::Hash;
+    let info = cfg
+        .resolve_cluster_with(env(&[
+            ("RANK", "2"),
+            ("WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("ROAM_WORKERS_PER_NODE", "3"),
+        ]))
+        .unwrap();
+    assert_eq!(
+        info,
+        roam::ClusterInfo {
+            rank: 2,
+            num_nodes: 4,
+            workers_per_node: 3,
+            coordinator: "127.0.0.1:29500".into(),
+            emulate_latency_us: 0,
+        }
+    );
+    // Explicit settings win over the environment.
+    cfg.workers_per_node = Some(1);
+    let info = cfg
+        .resolve_cluster_with(env(&[("ROAM_WORKERS_PER_NODE", "3")]))
+        .unwrap();
+    assert_eq!(
+        (info.rank, info.num_nodes, info.workers_per_node),
+        (0, 1, 1)
+    );
+    // A bad value is an error naming it, as at start.
+    cfg.workers_per_node = None;
+    let err = cfg
+        .resolve_cluster_with(env(&[("ROAM_WORKERS_PER_NODE", "many")]))
+        .unwrap_err();
+    assert!(err.to_string().contains("ROAM_WORKERS_PER_NODE"), "{err}");
+}

@@ -15,6 +15,7 @@
 //! key's bucket; a bucket entry only moves forward in epoch.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::id::{Key, NodeId};
 
@@ -49,6 +50,8 @@ pub struct Directory {
     num_keys: u64,
     bucketing: Bucketing,
     homes: Box<[NodeId]>,
+    /// Each bucket's first home, which creates its keys (see [`Directory::creator`]).
+    creators: Arc<[NodeId]>,
     bucket_epochs: Box<[u32]>,
     members: Vec<NodeId>,
     coordinator: NodeId,
@@ -84,6 +87,7 @@ impl Directory {
             num_keys,
             bucketing,
             bucket_epochs: vec![0; homes.len()].into(),
+            creators: homes.clone().into(),
             homes: homes.into(),
             members: (0..num_nodes).map(NodeId).collect(),
             coordinator: NodeId(0),
@@ -138,6 +142,13 @@ impl Directory {
         self.homes[bucket as usize]
     }
 
+    /// The node that creates the keys of `bucket`: its home at epoch 0. It holds every key of
+    /// the bucket that never moved (it is the bucket's default owner, whichever node is home);
+    /// in a sparse key space it creates a key on first use.
+    pub fn creator(&self, bucket: u32) -> NodeId {
+        self.creators[bucket as usize]
+    }
+
     /// The epoch of `bucket`'s last change.
     pub fn bucket_epoch(&self, bucket: u32) -> u32 {
         self.bucket_epochs[bucket as usize]
@@ -154,7 +165,10 @@ impl Directory {
         match self.bucketing {
             Bucketing::Range { shift } => {
                 let start = u64::from(bucket) << shift;
-                let end = (u64::from(bucket) + 1) << shift;
+                let end = (u64::from(bucket) + 1)
+                    .checked_shl(shift)
+                    .filter(|&end| end > start)
+                    .unwrap_or(u64::MAX);
                 Some(start.min(self.num_keys)..end.min(self.num_keys))
             }
             Bucketing::Hash => None,

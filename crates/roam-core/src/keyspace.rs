@@ -1,8 +1,15 @@
-//! The key space: how many keys there are and how many `f32` values each one holds.
+//! The key space: which keys exist, how many `f32` values each one shows, and the layout of
+//! each key's record.
 //!
-//! Invariant: every key in `[0, num_keys)` has a length of at least one value, and the prefix
-//! sums of the lengths fit in a `u64`. Every input from a worker or a peer is validated here
-//! before it can touch a parameter.
+//! A space is *dense* (keys `0..num_keys`, stored in an array indexed by key, the fast case of
+//! embedding ids) or *sparse* (every `u64` is a key, of one uniform length; a node creates a key
+//! on its first use, see `Store`). A key's *record* is its visible values followed by hidden
+//! state that pulls never return (e.g. optimizer moments): a pull copies the visible part, a
+//! push combines into it, and a relocation moves the whole record.
+//!
+//! Invariant: every key has a length of at least one value, and the prefix sums of the lengths
+//! fit in a `u64`. Every input from a worker or a peer is validated here before it can touch a
+//! parameter.
 
 use std::sync::Arc;
 
@@ -30,6 +37,9 @@ pub enum KeySpaceError {
         /// The offending key.
         key: Key,
     },
+    /// Sparse key spaces need one value length for all keys.
+    #[error("a sparse key space needs one value length for all keys")]
+    SparsePerKey,
     /// More keys than the store can address.
     #[error("{num_keys} keys exceed the supported maximum of {max}")]
     TooManyKeys {
@@ -40,17 +50,38 @@ pub enum KeySpaceError {
     },
 }
 
-/// The dense key range and the value length of each key.
+/// The hidden part of a key's record: `per_value × len + per_key` values after the `len`
+/// visible ones (Adam's two moments: `per_value: 2`; a row-wise step count: `per_key: 1`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordLayout {
+    /// Hidden values per visible value.
+    pub hidden_per_value: u32,
+    /// Hidden values per key.
+    pub hidden_per_key: u32,
+}
+
+impl RecordLayout {
+    /// The record length of a key of `len` visible values.
+    #[inline]
+    pub fn record_len(&self, len: usize) -> usize {
+        len * (1 + self.hidden_per_value as usize) + self.hidden_per_key as usize
+    }
+}
+
+/// The keys and the value length of each key. See the module docs.
 #[derive(Clone, Debug)]
 pub struct KeySpace {
     num_keys: u64,
+    sparse: bool,
     lengths: ValueLengths,
     /// `offsets[k]` is the sum of the lengths of keys `0..k`; only for per-key lengths.
     offsets: Option<Arc<[u64]>>,
+    layout: RecordLayout,
 }
 
-/// The largest key count the store addresses (slot numbers use 29 bits of the key's state word).
-pub const MAX_KEYS: u64 = 1 << 29;
+/// The largest dense key count (a node addresses at most 2^32 local records; larger or
+/// unbounded id spaces are sparse).
+pub const MAX_KEYS: u64 = 1 << 32;
 
 impl KeySpace {
     /// A key space of `num_keys` keys with `len` values each.
@@ -61,9 +92,32 @@ impl KeySpace {
         }
         Ok(Self {
             num_keys,
+            sparse: false,
             lengths: ValueLengths::Uniform(len),
             offsets: None,
+            layout: RecordLayout::default(),
         })
+    }
+
+    /// A sparse key space: every `u64` is a key, each of `len` values. Keys are created (with
+    /// zero values) where they are first used; see the module docs.
+    pub fn sparse(len: u32) -> Result<Self, KeySpaceError> {
+        if len == 0 {
+            return Err(KeySpaceError::ZeroLength { key: 0 });
+        }
+        Ok(Self {
+            num_keys: u64::MAX,
+            sparse: true,
+            lengths: ValueLengths::Uniform(len),
+            offsets: None,
+            layout: RecordLayout::default(),
+        })
+    }
+
+    /// This space with records laid out as `layout` (hidden state after the visible values).
+    pub fn with_layout(mut self, layout: RecordLayout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// A key space whose key `k` holds `lengths[k]` values.
@@ -82,8 +136,10 @@ impl KeySpace {
         offsets.push(sum);
         Ok(Self {
             num_keys,
+            sparse: false,
             lengths: ValueLengths::PerKey(lengths.into()),
             offsets: Some(offsets.into()),
+            layout: RecordLayout::default(),
         })
     }
 
@@ -108,9 +164,39 @@ impl KeySpace {
         Ok(())
     }
 
-    /// Number of keys.
+    /// Number of keys of a dense space; `u64::MAX` for a sparse one (use
+    /// [`KeySpace::contains`] to test a key).
     pub fn num_keys(&self) -> u64 {
         self.num_keys
+    }
+
+    /// Whether every `u64` is a key (keys created on first use).
+    pub fn is_sparse(&self) -> bool {
+        self.sparse
+    }
+
+    /// Whether `key` is a key of this space.
+    #[inline]
+    pub fn contains(&self, key: Key) -> bool {
+        self.sparse || key < self.num_keys
+    }
+
+    /// The layout of the keys' records.
+    pub fn layout(&self) -> RecordLayout {
+        self.layout
+    }
+
+    /// Length of `key`'s whole record (visible values and hidden state).
+    #[inline]
+    pub fn record_len(&self, key: Key) -> usize {
+        self.layout.record_len(self.len(key))
+    }
+
+    /// Where `key`'s record starts in the concatenation of all keys' records (dense spaces).
+    #[inline]
+    pub fn record_offset(&self, key: Key) -> u64 {
+        self.global_offset(key) * (1 + u64::from(self.layout.hidden_per_value))
+            + key * u64::from(self.layout.hidden_per_key)
     }
 
     /// The lengths description.
@@ -153,7 +239,7 @@ impl KeySpace {
     /// Fails with the first key that is out of range.
     #[inline]
     pub fn check_key(&self, key: Key) -> Result<(), AccessError> {
-        if key < self.num_keys {
+        if self.contains(key) {
             Ok(())
         } else {
             Err(AccessError::KeyOutOfRange {
@@ -170,11 +256,12 @@ impl KeySpace {
         match &self.lengths {
             ValueLengths::Uniform(len) => {
                 // `max` vectorises; the culprit is only searched for when there is one.
-                if keys
-                    .iter()
-                    .copied()
-                    .max()
-                    .is_some_and(|k| k >= self.num_keys)
+                if !self.sparse
+                    && keys
+                        .iter()
+                        .copied()
+                        .max()
+                        .is_some_and(|k| k >= self.num_keys)
                 {
                     let key = keys
                         .iter()

@@ -273,14 +273,17 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node with its home keys in its store, zero-initialised.
+    /// A node with its home keys in its store, zero-initialised (in a sparse key space, keys
+    /// are created on first use instead; see [`Node::residency`]).
     pub fn new(cfg: NodeConfig) -> Self {
         let dir = Directory::new(cfg.space.num_keys(), cfg.num_nodes, cfg.partitioning);
         let store = Arc::new(Store::new(cfg.space.clone()));
-        let mut zeros = Vec::new();
-        for key in dir.keys_of(cfg.id) {
-            zeros.resize(cfg.space.len(key), 0.0);
-            store.insert(key, &zeros);
+        if !cfg.space.is_sparse() {
+            let mut zeros = Vec::new();
+            for key in dir.keys_of(cfg.id) {
+                zeros.resize(cfg.space.record_len(key), 0.0);
+                store.insert(key, &zeros);
+            }
         }
         let records = dir
             .buckets_of(cfg.id)
@@ -342,9 +345,28 @@ impl Node {
             .map(|records| records.owner(key))
     }
 
+    /// Residency of `key`'s owned copy here, creating the key first if this node is its
+    /// creator and it does not exist yet (sparse key spaces). The creator keeps the key's state
+    /// word from then on, even once the key moves away, so "no state word at the creator" means
+    /// exactly "never created" and a key is created once in the whole cluster.
+    pub(crate) fn residency(&self, key: Key) -> Residency {
+        let residency = self.store.residency(key);
+        if residency == Residency::Remote
+            && self.cfg.space.is_sparse()
+            && !self.store.is_known(key)
+            && self.dir.creator(self.dir.bucket(key)) == self.cfg.id
+        {
+            self.store
+                .insert(key, &vec![0.0; self.cfg.space.record_len(key)]);
+            add(&self.counters.keys_created, 1);
+            return Residency::Local;
+        }
+        residency
+    }
+
     /// Where a worker's access to `key` goes.
     pub(crate) fn route(&mut self, key: Key) -> Route {
-        let residency = self.store.residency(key);
+        let residency = self.residency(key);
         if residency != Residency::Local && self.moving_in > 0 {
             // This node's own accesses wait behind the frames it sent by the old table, which
             // come back through the old home (see `home_move.rs`); keys in transit here too,

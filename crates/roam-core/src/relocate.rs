@@ -100,7 +100,7 @@ impl Node {
                 self.answer(op, pos);
                 continue;
             }
-            match self.store.residency(key) {
+            match self.residency(key) {
                 Residency::Local => {
                     self.answer(op, pos);
                 }
@@ -192,7 +192,7 @@ impl Node {
         let mut held: BTreeMap<u32, Vec<Key>> = BTreeMap::new();
         let mut moving = Vec::new();
         for &key in keys {
-            if key >= self.cfg.space.num_keys() {
+            if !self.cfg.space.contains(key) {
                 self.warn(Warning::Relocation {
                     from: Some(from),
                     key,
@@ -269,7 +269,7 @@ impl Node {
         let keys: Vec<Key> = keys
             .iter()
             .copied()
-            .filter(|&k| k < self.cfg.space.num_keys())
+            .filter(|&k| self.cfg.space.contains(k))
             .collect();
         self.release(now, new_owner, &keys);
     }
@@ -280,7 +280,7 @@ impl Node {
         let mut transfer = Batch::default();
         let mut value = Vec::new();
         for &key in keys {
-            match self.store.residency(key) {
+            match self.residency(key) {
                 Residency::Local => {
                     value.clear();
                     self.store.remove(key, &mut value);
@@ -333,14 +333,14 @@ impl Node {
         let lengths: usize = keys
             .iter()
             .map(|&k| {
-                if k < self.cfg.space.num_keys() {
-                    self.cfg.space.len(k)
+                if self.cfg.space.contains(k) {
+                    self.cfg.space.record_len(k)
                 } else {
                     0
                 }
             })
             .sum();
-        if let Some(&key) = keys.iter().find(|&&k| k >= self.cfg.space.num_keys()) {
+        if let Some(&key) = keys.iter().find(|&&k| !self.cfg.space.contains(k)) {
             return self.warn(Warning::Relocation {
                 from: Some(from),
                 key,
@@ -364,9 +364,10 @@ impl Node {
         let mut replies: Vec<((NodeId, ReqId, Kind), Batch)> = Vec::new();
         let mut touched_ops = Vec::new();
         for &key in keys {
-            let len = self.cfg.space.len(key);
-            let mut value = values[offset..offset + len].to_vec();
-            offset += len;
+            // The whole record moves; queued accesses see its visible part.
+            let (len, record_len) = (self.cfg.space.len(key), self.cfg.space.record_len(key));
+            let mut record = values[offset..offset + record_len].to_vec();
+            offset += record_len;
             let Some(transit) = self.transit.remove(&key) else {
                 // Not expected here: keep the value rather than lose it.
                 self.warn(Warning::Relocation {
@@ -374,7 +375,7 @@ impl Node {
                     key,
                     what: "unexpected transfer",
                 });
-                self.store.insert(key, &value);
+                self.store.insert(key, &record);
                 continue;
             };
             add(&self.counters.relocations_in, 1);
@@ -382,10 +383,11 @@ impl Node {
                 &self.counters.relocation_wait_ns,
                 now.0.saturating_sub(transit.since.0),
             );
+            let value = &mut record[..len];
             for queued in transit.queue {
                 match queued {
                     Queued::LocalPull { op, pos } => {
-                        entry(&mut local_pulls, op).push(key, pos, &value);
+                        entry(&mut local_pulls, op).push(key, pos, value);
                         touched_ops.push(op);
                     }
                     Queued::LocalPush {
@@ -394,7 +396,7 @@ impl Node {
                         update,
                         mode,
                     } => {
-                        apply(&mut value, &update, mode);
+                        apply(value, &update, mode);
                         self.answer(op, pos);
                         touched_ops.push(op);
                     }
@@ -403,7 +405,7 @@ impl Node {
                         touched_ops.push(op);
                     }
                     Queued::RemotePull { origin, req, pos } => {
-                        entry(&mut replies, (origin, req, Kind::PullReply)).push(key, pos, &value);
+                        entry(&mut replies, (origin, req, Kind::PullReply)).push(key, pos, value);
                     }
                     Queued::RemotePush {
                         origin,
@@ -412,7 +414,7 @@ impl Node {
                         update,
                         mode,
                     } => {
-                        apply(&mut value, &update, mode);
+                        apply(value, &update, mode);
                         entry(&mut replies, (origin, req, Kind::PushReply)).push(key, pos, &[]);
                     }
                 }
@@ -420,10 +422,10 @@ impl Node {
             match transit.then_to {
                 Some(next) => {
                     self.store.set_in_transit(key, false);
-                    entry(&mut onward, next).push(key, 0, &value);
+                    entry(&mut onward, next).push(key, 0, &record);
                 }
                 None => {
-                    self.store.insert(key, &value);
+                    self.store.insert(key, &record);
                 }
             }
         }
@@ -457,7 +459,7 @@ impl Node {
         let mut rest = Batch::default();
         let mut offset = 0;
         for &key in keys {
-            let len = self.cfg.space.len(key);
+            let len = self.cfg.space.record_len(key);
             let value = &values[offset..offset + len];
             offset += len;
             let bucket = self.dir.bucket(key);

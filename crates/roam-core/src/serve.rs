@@ -30,7 +30,7 @@ impl Node {
     ) -> Result<(), (RejectCode, Key)> {
         let mut total = 0usize;
         for &key in request.keys {
-            if key >= self.cfg.space.num_keys() {
+            if !self.cfg.space.contains(key) {
                 return Err((RejectCode::KeyOutOfRange, key));
             }
             total += self.cfg.space.len(key);
@@ -107,7 +107,7 @@ impl Node {
                     continue;
                 }
             }
-            match self.store.residency(key) {
+            match self.residency(key) {
                 Residency::Local => {
                     if let Some(mode) = mode {
                         self.store.push_local(key, update, mode);

@@ -48,6 +48,8 @@ counters! {
         anomalies,
         /// Request frames this node forwarded towards a key's owner.
         forwards,
+        /// Keys of a sparse key space created here on first use.
+        keys_created,
         /// Keys that moved to this node (relocations in).
         relocations_in,
         /// Keys that moved away from this node (relocations out).

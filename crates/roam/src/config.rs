@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use roam_core::wire::Limits;
-use roam_core::{Partitioning, ValueLengths};
+use roam_core::{KeySpace, KeySpaceError, Partitioning, RecordLayout, ValueLengths};
 
 use crate::cluster_env::{self, ClusterOverrides};
 use crate::error::StartError;
@@ -57,10 +57,17 @@ impl std::str::FromStr for Allocation {
 /// Configuration of a node. Build with [`Config::new`] and adjust the public fields.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Number of keys; keys are `0..num_keys`.
+    /// Number of keys; keys are `0..num_keys` (ignored when `sparse_keys` is set).
     pub num_keys: u64,
-    /// Values per key: uniform or per key.
+    /// Values per key: uniform or per key (sparse keys need a uniform length).
     pub value_lengths: ValueLengths,
+    /// Every `u64` is a key (hashed feature ids, user ids): keys are created, with zero
+    /// values, where they are first used, and nodes hold state only for keys they have seen.
+    /// Set by [`Config::sparse`].
+    pub sparse_keys: bool,
+    /// Hidden state stored after each key's values (e.g. optimizer moments): never pulled,
+    /// moved with the key.
+    pub record_layout: RecordLayout,
     /// Worker threads per node; `None` reads `ROAM_WORKERS_PER_NODE`, else 1.
     pub workers_per_node: Option<u32>,
     /// Key placement.
@@ -157,10 +164,35 @@ impl Config {
         Self::with_lengths(lengths.len() as u64, ValueLengths::PerKey(lengths.into()))
     }
 
+    /// A configuration for sparse keys (any `u64`) of `value_len` values each, with homes by
+    /// hash (ids are rarely uniform over their range).
+    pub fn sparse(value_len: u32) -> Self {
+        let mut cfg = Self::with_lengths(u64::MAX, ValueLengths::Uniform(value_len));
+        cfg.sparse_keys = true;
+        cfg.allocation = Allocation::StaticHash;
+        cfg.home = Partitioning::Hash;
+        cfg
+    }
+
+    /// The key space this configuration describes.
+    pub fn key_space(&self) -> Result<KeySpace, KeySpaceError> {
+        let space = if self.sparse_keys {
+            match self.value_lengths {
+                ValueLengths::Uniform(len) => KeySpace::sparse(len)?,
+                ValueLengths::PerKey(_) => return Err(KeySpaceError::SparsePerKey),
+            }
+        } else {
+            KeySpace::new(self.num_keys, self.value_lengths.clone())?
+        };
+        Ok(space.with_layout(self.record_layout))
+    }
+
     fn with_lengths(num_keys: u64, value_lengths: ValueLengths) -> Self {
         Self {
             num_keys,
             value_lengths,
+            sparse_keys: false,
+            record_layout: RecordLayout::default(),
             workers_per_node: None,
             allocation: Allocation::StaticRange,
             home: Partitioning::Range,

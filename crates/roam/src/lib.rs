@@ -46,7 +46,7 @@ pub use config::{Allocation, ClusterInfo, Config};
 pub use error::{StartError, WorkerError};
 pub use roam_core::wire::Limits;
 pub use roam_core::{AccessError, Directory, Key, OpError, ValueLengths};
-pub use roam_core::{KeySpace, NodeId, Partitioning};
+pub use roam_core::{KeySpace, NodeId, Partitioning, RecordLayout};
 pub use runtime::NodeHandle;
 pub use stats::NodeStats;
 pub use worker::{Ticket, Worker};

@@ -221,7 +221,7 @@ impl NodeHandle {
             coordinator: cluster.coordinator.clone(),
         };
         let (workers_per_node, latency_us) = (cluster.workers_per_node, cluster.emulate_latency_us);
-        let space = KeySpace::new(cfg.num_keys, cfg.value_lengths.clone())?;
+        let space = cfg.key_space()?;
         let rank = NodeId(env.rank);
         let num_nodes = env.num_nodes;
         let node = Node::new(NodeConfig {

@@ -67,6 +67,8 @@ pub struct NodeStats {
     pub cache_misses: u64,
     /// Keys currently held by this node.
     pub keys_held: u64,
+    /// Keys of a sparse key space created here on first use.
+    pub keys_created: u64,
     /// Fraction of accessed keys that were served locally.
     pub local_fraction: f64,
 }
@@ -104,6 +106,7 @@ impl NodeStats {
             cache_hits: get(&node.cache_hits),
             cache_misses: get(&node.cache_misses),
             keys_held: shared.store.count_local(),
+            keys_created: get(&node.keys_created),
             ..Self::default()
         };
         for w in &shared.worker_counters {

@@ -1,0 +1,248 @@
+//! Value areas: where the store's records live, addressed by slot.
+//!
+//! An area hands out fixed addresses for records and never moves or frees them while the store
+//! lives, so a pointer computed under a key's latch stays valid for as long as the latch is held.
+//! Two shapes:
+//!
+//! - *uniform*: records of one length (`stride`), slots from a free list. A fixed table of
+//!   chunk pointers covers all 2^32 slots (at least 2^16 slots per chunk, so at most 2^16
+//!   pointers), and locating a slot is a shift, a mask and a multiply — the hot path's cost.
+//! - *by key*: per-key lengths in a dense key space, where a key's slot is the key itself and
+//!   its record sits at a fixed offset (a scaled prefix sum of the lengths); chunks cover fixed
+//!   key ranges.
+//!
+//! Chunks are allocated zeroed on first use: the allocator maps large zeroed blocks fresh, and
+//! the kernel backs their pages only when written, so a chunk larger than what it holds costs
+//! address space, not memory. Allocation and freeing of slots are protocol-only (one thread at a
+//! time, under the node lock); reads of chunk pointers by workers are `Acquire` loads of
+//! pointers published with `Release`.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::id::Key;
+use crate::keyspace::KeySpace;
+
+/// Target chunk size in values (4 MiB of `f32`).
+const CHUNK_VALUES: u64 = 1 << 20;
+
+/// Uniform areas use at least this many slots per chunk (log2), bounding the table to 2^16.
+const MIN_UNIFORM_CHUNK_SHIFT: u32 = 16;
+
+/// Slot bookkeeping, touched only by the protocol.
+#[derive(Default)]
+pub(super) struct SlotAlloc {
+    next_slot: u64,
+    free_slots: Vec<u32>,
+}
+
+/// Per-key record placement: record of key `k` is `scale_value × len(k) + scale_key` values at
+/// `scale_value × offset(k) + scale_key × k`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Scale {
+    pub(super) value: u64,
+    pub(super) key: u64,
+}
+
+pub(super) struct Area {
+    /// The uniform record length; 0 for an area addressed by key.
+    stride: usize,
+    /// log2 of the slots (uniform) or keys (by key) per chunk.
+    chunk_shift: u32,
+    chunks: Box<[AtomicPtr<f32>]>,
+    alloc: UnsafeCell<SlotAlloc>,
+    /// The key space and scale of an area addressed by key.
+    by_key: Option<(KeySpace, Scale)>,
+}
+
+impl Area {
+    /// An area of records of `stride` values each.
+    pub(super) fn uniform(stride: usize) -> Self {
+        let chunk_shift = (CHUNK_VALUES / stride.max(1) as u64)
+            .max(1)
+            .ilog2()
+            .max(MIN_UNIFORM_CHUNK_SHIFT);
+        Self {
+            stride,
+            chunk_shift,
+            chunks: null_chunks(1 << (32 - chunk_shift)),
+            alloc: UnsafeCell::new(SlotAlloc::default()),
+            by_key: None,
+        }
+    }
+
+    /// An area addressed by key in the dense, per-key-length `space`.
+    pub(super) fn by_key(space: &KeySpace, scale: Scale) -> Self {
+        let num_keys = space.num_keys();
+        let avg = (space.total_len() * scale.value).div_ceil(num_keys) + scale.key;
+        let chunk_shift = (CHUNK_VALUES / avg.max(1)).max(1).ilog2();
+        Self {
+            stride: 0,
+            chunk_shift,
+            chunks: null_chunks(num_keys.div_ceil(1 << chunk_shift) as usize),
+            alloc: UnsafeCell::new(SlotAlloc::default()),
+            by_key: Some((space.clone(), scale)),
+        }
+    }
+
+    /// Length in values of chunk `chunk`.
+    fn chunk_len(&self, chunk: usize) -> usize {
+        match &self.by_key {
+            None => self.stride << self.chunk_shift,
+            Some((space, scale)) => {
+                let first = (chunk as u64) << self.chunk_shift;
+                let end = ((chunk as u64 + 1) << self.chunk_shift).min(space.num_keys());
+                (scaled_offset(space, *scale, end) - scaled_offset(space, *scale, first)) as usize
+            }
+        }
+    }
+
+    /// Protocol only: a slot for `key`'s record, its memory allocated.
+    pub(super) fn allocate(&self, key: Key) -> u32 {
+        let slot = if self.by_key.is_some() {
+            key as u32
+        } else {
+            // SAFETY: protocol-only (module docs), so nothing else touches `alloc` now.
+            let alloc = unsafe { &mut *self.alloc.get() };
+            alloc.free_slots.pop().unwrap_or_else(|| {
+                let slot = alloc.next_slot;
+                assert!(
+                    slot <= u64::from(u32::MAX),
+                    "a node holds at most 2^32 records per area"
+                );
+                alloc.next_slot += 1;
+                slot as u32
+            })
+        };
+        let chunk = (slot >> self.chunk_shift) as usize;
+        if self.chunks[chunk].load(Ordering::Acquire).is_null() {
+            let values = vec![0f32; self.chunk_len(chunk)].into_boxed_slice();
+            self.chunks[chunk].store(Box::into_raw(values).cast::<f32>(), Ordering::Release);
+        }
+        slot
+    }
+
+    /// Protocol only: `slot` may be handed out again.
+    pub(super) fn free(&self, slot: u32) {
+        if self.by_key.is_none() {
+            // SAFETY: protocol-only (module docs).
+            unsafe { &mut *self.alloc.get() }.free_slots.push(slot);
+        }
+    }
+
+    /// The record of `key` at `slot`.
+    ///
+    /// # Safety
+    /// `slot` was allocated for `key` in this area and not freed since, and the caller has
+    /// exclusive access to the record (holds the key's latch) for the returned lifetime.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn record(&self, key: Key, slot: u32) -> &mut [f32] {
+        let (base, offset, len) = self.locate(key, slot);
+        // SAFETY: per the contract the chunk exists and holds the record; the latch makes our
+        // access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(base.add(offset), len) }
+    }
+
+    /// [`Area::record`] of a uniform area, where the key is not needed.
+    ///
+    /// # Safety
+    /// As for [`Area::record`], and the area is uniform.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn uniform_record(&self, slot: u32) -> &mut [f32] {
+        debug_assert!(self.by_key.is_none());
+        let (base, offset) = self.uniform_locate(slot);
+        // SAFETY: as for `record`.
+        unsafe { std::slice::from_raw_parts_mut(base.add(offset), self.stride) }
+    }
+
+    /// Chunk base (null while the chunk does not exist) and offset of uniform `slot`.
+    #[inline(always)]
+    pub(super) fn uniform_locate(&self, slot: u32) -> (*mut f32, usize) {
+        let chunk = (slot >> self.chunk_shift) as usize;
+        let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
+        debug_assert!(self.by_key.is_none() && chunk < self.chunks.len());
+        // SAFETY: a uniform table has `2^(32 - chunk_shift)` chunks (see `Area::uniform`), so
+        // any `u32` slot shifted by `chunk_shift` indexes it.
+        let base = unsafe { self.chunks.get_unchecked(chunk) }.load(Ordering::Acquire);
+        (base, within * self.stride)
+    }
+
+    /// Chunk base (null while the chunk does not exist), offset and length of `key`'s record
+    /// at `slot`.
+    #[inline(always)]
+    fn locate(&self, key: Key, slot: u32) -> (*mut f32, usize, usize) {
+        match &self.by_key {
+            None => {
+                let (base, offset) = self.uniform_locate(slot);
+                (base, offset, self.stride)
+            }
+            Some((space, scale)) => {
+                let chunk = (key >> self.chunk_shift) as usize;
+                let first = (chunk as u64) << self.chunk_shift;
+                let offset =
+                    scaled_offset(space, *scale, key) - scaled_offset(space, *scale, first);
+                let len = space.len(key) as u64 * scale.value + scale.key;
+                let base = self.chunks[chunk].load(Ordering::Acquire);
+                (base, offset as usize, len as usize)
+            }
+        }
+    }
+
+    /// Bytes of values held in allocated chunks.
+    pub(super) fn allocated_bytes(&self) -> usize {
+        (0..self.chunks.len())
+            .filter(|&c| !self.chunks[c].load(Ordering::Relaxed).is_null())
+            .map(|c| self.chunk_len(c) * 4)
+            .sum()
+    }
+}
+
+impl Drop for Area {
+    fn drop(&mut self) {
+        for c in 0..self.chunks.len() {
+            let ptr = self.chunks[c].load(Ordering::Relaxed);
+            if !ptr.is_null() {
+                let len = self.chunk_len(c);
+                // SAFETY: allocated in `allocate` as a boxed slice of exactly `len` values, and
+                // nothing uses it once the store is dropped.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
+            }
+        }
+    }
+}
+
+fn null_chunks(n: usize) -> Box<[AtomicPtr<f32>]> {
+    let chunks = Box::<[AtomicPtr<f32>]>::new_zeroed_slice(n);
+    // SAFETY: the all-zero bit pattern is a valid `AtomicPtr` (the null pointer).
+    unsafe { chunks.assume_init() }
+}
+
+fn scaled_offset(space: &KeySpace, scale: Scale, key: Key) -> u64 {
+    space.global_offset(key) * scale.value + key * scale.key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_slots_of_every_chunk_get_their_own_records() {
+        let area = Area::uniform(3);
+        let slots: Vec<u32> = (0..5).map(|_| area.allocate(0)).collect();
+        assert_eq!(slots, [0, 1, 2, 3, 4]);
+        // SAFETY: slots just allocated; single thread.
+        unsafe {
+            area.record(0, 1).copy_from_slice(&[1.0, 2.0, 3.0]);
+            area.record(0, 2).copy_from_slice(&[4.0, 5.0, 6.0]);
+            assert_eq!(area.record(0, 1), [1.0, 2.0, 3.0]);
+        }
+        area.free(1);
+        assert_eq!(area.allocate(0), 1, "freed slots are reused");
+        // The last slot of the table is addressable.
+        let (_, offset) = area.uniform_locate(u32::MAX);
+        assert_eq!(offset, ((1usize << area.chunk_shift) - 1) * 3);
+        assert_eq!(area.chunks.len() << area.chunk_shift, 1 << 32);
+    }
+}

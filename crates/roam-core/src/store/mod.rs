@@ -1,0 +1,815 @@
+//! The node-local parameter store that worker threads access directly.
+//!
+//! Records live in value areas (`area.rs`) addressed by slot; a key's slot is found through its
+//! 64-bit state word (`index.rs` maps keys to words: an array for dense key spaces, a sharded map
+//! for sparse ones), which also carries the key's latch and how this node holds the key:
+//!
+//! ```text
+//!  bit 63     LATCH     held while one thread reads or writes the key's record (or moves it)
+//!  bit 62     LOCAL     this node owns the key: its record is in the value area
+//!  bit 61     TRANSIT   the key is on its way here; operations must queue in the protocol
+//!  bit 60     REPLICA   this node holds a replica: value and pending delta in the replica area
+//!  bits 32-47 CLOCK     an access clock for eviction policies (kept across latching)
+//!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
+//! ```
+//!
+//! A record is the key's visible values followed by its hidden state (`RecordLayout`): pulls copy
+//! the visible part, pushes combine into it, relocation moves the whole record. A replica's
+//! record is its value followed by its *delta*, the sum of the pushes applied to this replica
+//! since the protocol last took it (to send to the other replicas): a push to a replica adds into
+//! both, so replicated keys are read and written on the fast path too.
+//!
+//! Invariants:
+//! - A record is only read or written by the thread holding its key's latch, and only while
+//!   LOCAL or REPLICA is set; acquiring the latch is a compare-and-swap on the exact word
+//!   observed, so "is held here" and "latched" are checked atomically and a stale slot can never
+//!   be used. LOCAL and REPLICA are never both set.
+//! - Only the protocol (one thread at a time, under the node lock) creates state words, inserts
+//!   or removes records and allocates slots, so none of that needs synchronisation with workers.
+//! - Areas never free or move memory while the store lives, so a pointer read under the latch
+//!   stays valid.
+//!
+//! The hot path (a worker's local pull or push) is therefore one CAS, a copy and a release store:
+//! no message, no protocol lock, no allocation. Background work visits the store's keys in
+//! bounded chunks through [`Store::scan`].
+
+mod area;
+mod index;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::id::Key;
+use crate::keyspace::{KeySpace, ValueLengths};
+use area::{Area, Scale};
+use index::Index;
+
+const LATCH: u64 = 1 << 63;
+const LOCAL: u64 = 1 << 62;
+const TRANSIT: u64 = 1 << 61;
+const REPLICA: u64 = 1 << 60;
+const HELD: u64 = LOCAL | REPLICA;
+const CLOCK_SHIFT: u32 = 32;
+const CLOCK_MASK: u64 = 0xffff << CLOCK_SHIFT;
+const SLOT_MASK: u64 = u32::MAX as u64;
+
+/// How an update combines with the stored value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateMode {
+    /// `value += update` (a gradient push).
+    Add,
+    /// `value = update` (an overwrite).
+    Set,
+}
+
+/// Residency of a key's owned copy in this store. (A replica held here is reported by
+/// [`Store::has_replica`]: for ownership, a replicated key is held elsewhere.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residency {
+    /// The value is here.
+    Local,
+    /// The key is being moved here; operations queue until it lands.
+    InTransit,
+    /// The value is elsewhere.
+    Remote,
+}
+
+/// How a record visited by [`Store::scan`] is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holding {
+    /// The owned record: visible values then hidden state.
+    Owned,
+    /// A replica: value then pending delta.
+    Replica,
+}
+
+/// A node's parameter store. See the module docs for the invariants.
+pub struct Store {
+    space: KeySpace,
+    index: Index,
+    /// The owned records' area, then the replicas'.
+    areas: [Area; 2],
+    /// The uniform visible length, or 0 with per-key lengths.
+    uniform_len: usize,
+}
+
+// SAFETY: records are only accessed under the per-key latch (see module invariants); the areas'
+// and index's protocol-only parts are only touched by protocol methods, which the node lock
+// serialises.
+unsafe impl Sync for Store {}
+// SAFETY: the areas own their chunk allocations; moving the store moves their ownership.
+unsafe impl Send for Store {}
+
+impl Store {
+    /// An empty store for `space` (no key local).
+    pub fn new(space: KeySpace) -> Self {
+        let layout = space.layout();
+        let (values, replicas) = match space.lengths() {
+            ValueLengths::Uniform(len) => {
+                let len = *len as usize;
+                (
+                    Area::uniform(layout.record_len(len)),
+                    Area::uniform(2 * len),
+                )
+            }
+            ValueLengths::PerKey(_) => {
+                let values = Scale {
+                    value: 1 + u64::from(layout.hidden_per_value),
+                    key: u64::from(layout.hidden_per_key),
+                };
+                let replicas = Scale { value: 2, key: 0 };
+                (Area::by_key(&space, values), Area::by_key(&space, replicas))
+            }
+        };
+        Self {
+            index: if space.is_sparse() {
+                Index::sparse()
+            } else {
+                Index::dense(space.num_keys() as usize)
+            },
+            areas: [values, replicas],
+            uniform_len: space.uniform_len().unwrap_or(0),
+            space,
+        }
+    }
+
+    /// The key space this store serves.
+    pub fn space(&self) -> &KeySpace {
+        &self.space
+    }
+
+    /// Residency of `key`'s owned copy at this instant (it may change right after).
+    pub fn residency(&self, key: Key) -> Residency {
+        let s = self.word(key);
+        if s & LOCAL != 0 {
+            Residency::Local
+        } else if s & TRANSIT != 0 {
+            Residency::InTransit
+        } else {
+            Residency::Remote
+        }
+    }
+
+    /// Whether this node holds a replica of `key`.
+    pub fn has_replica(&self, key: Key) -> bool {
+        self.word(key) & REPLICA != 0
+    }
+
+    /// Whether `key` has a state word here: always for a key of a dense space; for a sparse
+    /// space, once this node has held or routed the key (it is never forgotten).
+    pub fn is_known(&self, key: Key) -> bool {
+        self.index.get(key).is_some()
+    }
+
+    fn word(&self, key: Key) -> u64 {
+        self.index
+            .get(key)
+            .map_or(0, |state| state.load(Ordering::Acquire))
+    }
+
+    /// Reads `key`'s visible values into `out` if the key is held here (owned or replica).
+    /// `out.len()` must equal the key's length.
+    #[inline]
+    pub fn pull_local(&self, key: Key, out: &mut [f32]) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        self.latched(state, HELD, |s| {
+            // SAFETY: latched and held (see `latched`).
+            let record = unsafe { self.record(key, s) };
+            out.copy_from_slice(&record[..out.len()]);
+        })
+    }
+
+    /// Applies `update` to `key`'s visible values if the key is held here; a `Set` applies only
+    /// to an owned key (what overwriting a replica means is the protocol's decision).
+    /// `update.len()` must equal the key's length.
+    #[inline]
+    pub fn push_local(&self, key: Key, update: &[f32], mode: UpdateMode) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        let accept = if mode == UpdateMode::Add { HELD } else { LOCAL };
+        self.latched(state, accept, |s| {
+            // SAFETY: latched and held.
+            let record = unsafe { self.record(key, s) };
+            apply_to_record(record, s, update, mode);
+        })
+    }
+
+    /// Pulls a batch of keys of the uniform length `len` into `out` (`keys.len() * len` values),
+    /// calling `miss(i)` for each key `i` that is not held here. Prefetches a few keys ahead, so
+    /// that the cache misses of a random batch overlap instead of queuing behind each latch.
+    /// Stops at the first key outside the key space and returns it (reads change nothing, so
+    /// checking while copying saves the caller a separate pass over the batch).
+    #[inline]
+    pub fn pull_batch_local(
+        &self,
+        keys: &[Key],
+        out: &mut [f32],
+        len: usize,
+        mut miss: impl FnMut(usize),
+    ) -> Result<(), Key> {
+        self.assert_uniform(len);
+        debug_assert_eq!(out.len(), keys.len() * len);
+        for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
+            self.prefetch_ahead(keys, i);
+            let Some(state) = self.index.get(key) else {
+                if !self.space.contains(key) {
+                    return Err(key);
+                }
+                miss(i);
+                continue;
+            };
+            let hit = self.latched(state, HELD, |s| {
+                // SAFETY: latched and held; uniform records start with `len` visible values.
+                let record = unsafe { self.uniform_record(s) };
+                here.copy_from_slice(&record[..len]);
+            });
+            if !hit {
+                miss(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a batch of updates of the uniform length `len`; like [`Store::pull_batch_local`].
+    #[inline]
+    pub fn push_batch_local(
+        &self,
+        keys: &[Key],
+        update: &[f32],
+        len: usize,
+        mode: UpdateMode,
+        mut miss: impl FnMut(usize),
+    ) {
+        self.assert_uniform(len);
+        debug_assert_eq!(update.len(), keys.len() * len);
+        let accept = if mode == UpdateMode::Add { HELD } else { LOCAL };
+        for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
+            self.prefetch_ahead(keys, i);
+            let hit = self.index.get(key).is_some_and(|state| {
+                self.latched(state, accept, |s| {
+                    // SAFETY: latched and held.
+                    let record = unsafe { self.uniform_record(s) };
+                    apply_to_record(record, s, vals, mode);
+                })
+            });
+            if !hit {
+                miss(i);
+            }
+        }
+    }
+
+    /// The batch paths address slots by the uniform length: any other length would address
+    /// the wrong values, so it is refused outright (once per batch).
+    #[inline(always)]
+    fn assert_uniform(&self, len: usize) {
+        assert!(
+            len != 0 && len == self.uniform_len,
+            "batch of length {len} on a store of uniform length {}",
+            self.uniform_len
+        );
+    }
+
+    /// Prefetches the state word of key `i + 2 * D` and the record of key `i + D` (dense
+    /// spaces; a sparse lookup is a hash probe that a prefetch of the word cannot hide).
+    #[inline(always)]
+    fn prefetch_ahead(&self, keys: &[Key], i: usize) {
+        const D: usize = 8;
+        let words = self.index.dense_words();
+        if let Some(&far) = keys.get(i + 2 * D)
+            && let Some(state) = words.get(far as usize)
+        {
+            prefetch(state.as_ptr().cast());
+        }
+        if let Some(&near) = keys.get(i + D)
+            && let Some(state) = words.get(near as usize)
+        {
+            let s = state.load(Ordering::Relaxed);
+            // Owned records only: the common case, and one area's fields stay in registers.
+            if s & LOCAL != 0 {
+                let (base, offset) = self.values().uniform_locate(s as u32);
+                if !base.is_null() {
+                    // Only an address for the prefetch hint: never dereferenced here.
+                    prefetch(base.wrapping_add(offset).cast());
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn area(&self, s: u64) -> &Area {
+        if s & REPLICA == 0 {
+            &self.areas[0]
+        } else {
+            &self.areas[1]
+        }
+    }
+
+    fn values(&self) -> &Area {
+        &self.areas[0]
+    }
+
+    fn replicas(&self) -> &Area {
+        &self.areas[1]
+    }
+
+    /// The record of `key` whose word (observed before latching) is `s`.
+    ///
+    /// # Safety
+    /// The caller holds `key`'s latch, and `s` has LOCAL or REPLICA set.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn record(&self, key: Key, s: u64) -> &mut [f32] {
+        // SAFETY: held, so the slot is allocated for this key in this area; latched, so ours.
+        unsafe { self.area(s).record(key, (s & SLOT_MASK) as u32) }
+    }
+
+    /// [`Store::record`] in a uniform space, where the key is not needed to locate it.
+    ///
+    /// # Safety
+    /// As for [`Store::record`].
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn uniform_record(&self, s: u64) -> &mut [f32] {
+        let slot = (s & SLOT_MASK) as u32;
+        // SAFETY: as for `record`, in a uniform area. (Two calls rather than one on a chosen
+        // area, so that each is specialised to its area's fields.)
+        unsafe {
+            if s & REPLICA == 0 {
+                self.values().uniform_record(slot)
+            } else {
+                self.replicas().uniform_record(slot)
+            }
+        }
+    }
+
+    /// Latches `state` if its word has a flag of `accept`, runs `f` with the word observed, and
+    /// releases. Returns false, running nothing, if no flag of `accept` is set.
+    #[inline(always)]
+    fn latched(&self, state: &AtomicU64, accept: u64, f: impl FnOnce(u64)) -> bool {
+        let mut spins = 0u32;
+        loop {
+            let s = state.load(Ordering::Relaxed);
+            if s & accept == 0 {
+                return false;
+            }
+            if s & LATCH == 0
+                && state
+                    .compare_exchange_weak(s, s | LATCH, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                // We hold the latch and the record is here, so the slot is valid and no other
+                // thread accesses the record until we release.
+                f(s);
+                state.store(s, Ordering::Release);
+                return true;
+            }
+            spins = backoff(spins);
+        }
+    }
+
+    /// Latches `state` whatever its flags; returns the word observed before latching.
+    fn latch(state: &AtomicU64) -> u64 {
+        let mut spins = 0u32;
+        loop {
+            let s = state.load(Ordering::Relaxed);
+            if s & LATCH == 0
+                && state
+                    .compare_exchange_weak(s, s | LATCH, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return s;
+            }
+            spins = backoff(spins);
+        }
+    }
+
+    /// Protocol only: the state word of `key`, created if the key is new here (sparse).
+    fn state_for_protocol(&self, key: Key) -> &AtomicU64 {
+        self.index
+            .get_or_insert(key)
+            .unwrap_or_else(|| panic!("key {key} is outside the key space; callers validate"))
+    }
+
+    /// Protocol only: makes `key` owned here with `record` (its whole record: visible values
+    /// then hidden state; the length must match). Returns false, changing nothing, if the key
+    /// was already held here (owned or as a replica).
+    pub fn insert(&self, key: Key, record: &[f32]) -> bool {
+        debug_assert_eq!(record.len(), self.space.record_len(key));
+        self.insert_into(key, record, LOCAL)
+    }
+
+    /// Protocol only: makes this node hold a replica of `key` with `value` (visible values) and
+    /// an empty delta. Returns false, changing nothing, if the key was already held here.
+    pub fn insert_replica(&self, key: Key, value: &[f32]) -> bool {
+        debug_assert_eq!(value.len(), self.space.len(key));
+        let state = self.state_for_protocol(key);
+        let s = Self::latch(state);
+        if s & HELD != 0 {
+            state.store(s, Ordering::Release);
+            return false;
+        }
+        let slot = self.replicas().allocate(key);
+        // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
+        let record = unsafe { self.replicas().record(key, slot) };
+        let (stored, delta) = record.split_at_mut(value.len());
+        stored.copy_from_slice(value);
+        delta.fill(0.0);
+        state.store(
+            (s & CLOCK_MASK) | REPLICA | u64::from(slot),
+            Ordering::Release,
+        );
+        true
+    }
+
+    fn insert_into(&self, key: Key, record: &[f32], flag: u64) -> bool {
+        let state = self.state_for_protocol(key);
+        let s = Self::latch(state);
+        if s & HELD != 0 {
+            state.store(s, Ordering::Release);
+            return false;
+        }
+        let slot = self.values().allocate(key);
+        // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
+        unsafe { self.values().record(key, slot) }.copy_from_slice(record);
+        state.store((s & CLOCK_MASK) | flag | u64::from(slot), Ordering::Release);
+        true
+    }
+
+    /// Protocol only: removes `key`'s owned record, appending it (visible values then hidden
+    /// state) to `out`. Returns false if the key was not owned here. The key becomes
+    /// [`Residency::Remote`].
+    pub fn remove(&self, key: Key, out: &mut Vec<f32>) -> bool {
+        self.remove_held(key, LOCAL, out)
+    }
+
+    /// Protocol only: drops this node's replica of `key`, appending its value and then its
+    /// pending delta to `out`. Returns false if there was no replica here.
+    pub fn remove_replica(&self, key: Key, out: &mut Vec<f32>) -> bool {
+        self.remove_held(key, REPLICA, out)
+    }
+
+    fn remove_held(&self, key: Key, flag: u64, out: &mut Vec<f32>) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        let s = Self::latch(state);
+        if s & flag == 0 {
+            state.store(s, Ordering::Release);
+            return false;
+        }
+        // SAFETY: latched and held.
+        out.extend_from_slice(unsafe { self.record(key, s) });
+        self.area(s).free((s & SLOT_MASK) as u32);
+        state.store(s & CLOCK_MASK, Ordering::Release);
+        true
+    }
+
+    /// Protocol only: appends the replica's pending delta of `key` to `out` and clears it.
+    /// Returns false if there is no replica here.
+    pub fn take_delta(&self, key: Key, out: &mut Vec<f32>) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        self.latched(state, REPLICA, |s| {
+            // SAFETY: latched and held as a replica.
+            let record = unsafe { self.record(key, s) };
+            let half = record.len() / 2;
+            let delta = &mut record[half..];
+            out.extend_from_slice(delta);
+            delta.fill(0.0);
+        })
+    }
+
+    /// Protocol only: adds `delta` (other replicas' updates) into the replica's value of `key`,
+    /// leaving its own pending delta alone. Returns false if there is no replica here.
+    pub fn add_to_replica(&self, key: Key, delta: &[f32]) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        self.latched(state, REPLICA, |s| {
+            // SAFETY: latched and held as a replica.
+            let record = unsafe { self.record(key, s) };
+            apply(&mut record[..delta.len()], delta, UpdateMode::Add);
+        })
+    }
+
+    /// Protocol only: marks a key not owned here as in transit (or clears the mark).
+    pub fn set_in_transit(&self, key: Key, in_transit: bool) {
+        let state = self.state_for_protocol(key);
+        let s = Self::latch(state);
+        let next = match (in_transit, s & LOCAL != 0) {
+            (true, false) => s | TRANSIT,
+            (true, true) => s,
+            (false, _) => s & !TRANSIT,
+        };
+        state.store(next, Ordering::Release);
+    }
+
+    /// Protocol only: visits the records held here (owned and replicas) among the next `max`
+    /// index entries from `cursor`, each under its latch: `f(key, holding, record)` gets the
+    /// whole record (see [`Holding`]) and must not call back into the store. Returns the cursor
+    /// to continue from, or `None` once every entry was visited. Bounded, so that background
+    /// work (checkpoints, sampling, eviction) never walks the whole store at once.
+    pub fn scan(
+        &self,
+        cursor: u64,
+        max: usize,
+        mut f: impl FnMut(Key, Holding, &mut [f32]),
+    ) -> Option<u64> {
+        let end = self.index.len().min(cursor.saturating_add(max as u64));
+        for i in cursor..end {
+            let (key, state) = self.index.at(i);
+            self.latched(state, HELD, |s| {
+                let holding = if s & REPLICA != 0 {
+                    Holding::Replica
+                } else {
+                    Holding::Owned
+                };
+                // SAFETY: latched and held.
+                f(key, holding, unsafe { self.record(key, s) });
+            });
+        }
+        (end < self.index.len()).then_some(end)
+    }
+
+    /// Number of keys currently owned here (walks the index; for stats and tests).
+    pub fn count_local(&self) -> u64 {
+        (0..self.index.len())
+            .filter(|&i| self.index.at(i).1.load(Ordering::Relaxed) & LOCAL != 0)
+            .count() as u64
+    }
+
+    /// Bytes of records held in allocated chunks.
+    pub fn allocated_bytes(&self) -> usize {
+        self.values().allocated_bytes() + self.replicas().allocated_bytes()
+    }
+}
+
+/// Combines `update` into a held record whose word is `s`: the visible values, and for a
+/// replica (whose record is value then delta) the pending delta too.
+#[inline(always)]
+fn apply_to_record(record: &mut [f32], s: u64, update: &[f32], mode: UpdateMode) {
+    let len = update.len();
+    apply(&mut record[..len], update, mode);
+    if s & REPLICA != 0 {
+        apply(&mut record[len..2 * len], update, mode);
+    }
+}
+
+/// Combines `update` into `vals`.
+#[inline]
+pub fn apply(vals: &mut [f32], update: &[f32], mode: UpdateMode) {
+    match mode {
+        UpdateMode::Add => vals.iter_mut().zip(update).for_each(|(v, u)| *v += u),
+        UpdateMode::Set => vals.copy_from_slice(update),
+    }
+}
+
+/// A cache prefetch hint (no effect on other targets).
+#[inline(always)]
+fn prefetch(ptr: *const i8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint; it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(ptr, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
+#[inline]
+fn backoff(spins: u32) -> u32 {
+    if spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        // A latch is held for a copy of one value; if it is still taken, its holder was
+        // descheduled, so give up the core.
+        std::thread::yield_now();
+    }
+    spins.saturating_add(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keyspace::RecordLayout;
+
+    #[test]
+    fn insert_pull_push_remove_roundtrip() {
+        let store = Store::new(KeySpace::uniform(4, 2).unwrap());
+        let mut out = [0.0; 2];
+        assert!(!store.pull_local(1, &mut out));
+        assert!(store.insert(1, &[1.0, 2.0]));
+        assert!(
+            !store.insert(1, &[9.0, 9.0]),
+            "second insert must not overwrite"
+        );
+        assert!(store.push_local(1, &[0.5, 0.5], UpdateMode::Add));
+        assert!(store.pull_local(1, &mut out));
+        assert_eq!(out, [1.5, 2.5]);
+        assert!(store.push_local(1, &[7.0, 8.0], UpdateMode::Set));
+        let mut moved = Vec::new();
+        assert!(store.remove(1, &mut moved));
+        assert_eq!(moved, [7.0, 8.0]);
+        assert_eq!(store.residency(1), Residency::Remote);
+        assert!(!store.push_local(1, &[1.0, 1.0], UpdateMode::Add));
+    }
+
+    #[test]
+    fn freed_slots_are_reused_without_mixing_values() {
+        let store = Store::new(KeySpace::uniform(3, 1).unwrap());
+        store.insert(0, &[1.0]);
+        store.insert(1, &[2.0]);
+        let mut moved = Vec::new();
+        store.remove(0, &mut moved);
+        store.insert(2, &[3.0]);
+        let mut out = [0.0];
+        assert!(store.pull_local(1, &mut out));
+        assert_eq!(out, [2.0]);
+        assert!(store.pull_local(2, &mut out));
+        assert_eq!(out, [3.0]);
+    }
+
+    #[test]
+    fn per_key_lengths_are_stored_apart() {
+        let store = Store::new(KeySpace::per_key(vec![1, 3, 2]).unwrap());
+        store.insert(2, &[5.0, 6.0]);
+        store.insert(1, &[1.0, 2.0, 3.0]);
+        let mut out = [0.0; 2];
+        assert!(store.pull_local(2, &mut out));
+        assert_eq!(out, [5.0, 6.0]);
+        assert_eq!(store.count_local(), 2);
+    }
+
+    #[test]
+    fn transit_mark_is_visible_and_cleared_by_insert() {
+        let store = Store::new(KeySpace::uniform(2, 1).unwrap());
+        store.set_in_transit(0, true);
+        assert_eq!(store.residency(0), Residency::InTransit);
+        store.insert(0, &[1.0]);
+        assert_eq!(store.residency(0), Residency::Local);
+    }
+
+    #[test]
+    fn concurrent_pushes_are_never_lost() {
+        let store = std::sync::Arc::new(Store::new(KeySpace::uniform(8, 4).unwrap()));
+        for k in 0..8 {
+            store.insert(k, &[0.0; 4]);
+        }
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::Builder::new()
+                    .spawn(move || {
+                        for i in 0..20_000u64 {
+                            let key = (i + t) % 8;
+                            assert!(store.push_local(key, &[1.0, 2.0, 3.0, 4.0], UpdateMode::Add));
+                        }
+                    })
+                    .unwrap()
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        let mut out = [0.0; 4];
+        for k in 0..8 {
+            store.pull_local(k, &mut out);
+            assert_eq!(out, [10_000.0, 20_000.0, 30_000.0, 40_000.0]);
+        }
+    }
+
+    #[test]
+    fn replicas_are_read_and_pushed_on_the_fast_path_with_a_separate_delta() {
+        let store = Store::new(KeySpace::uniform(4, 2).unwrap());
+        assert!(store.insert_replica(3, &[1.0, 2.0]));
+        assert!(
+            !store.insert(3, &[0.0, 0.0]),
+            "a key is owned or replicated, not both"
+        );
+        assert_eq!(store.residency(3), Residency::Remote);
+        assert!(store.has_replica(3));
+        let mut out = [0.0; 2];
+        assert!(store.pull_local(3, &mut out));
+        assert_eq!(out, [1.0, 2.0]);
+        let mut misses = Vec::new();
+        store.push_batch_local(&[3, 3, 1], &[1.0; 6], 2, UpdateMode::Add, |i| {
+            misses.push(i)
+        });
+        assert_eq!(misses, [2], "only the key held nowhere here misses");
+        assert!(
+            !store.push_local(3, &[9.0, 9.0], UpdateMode::Set),
+            "overwriting a replica is the protocol's decision"
+        );
+        assert!(store.add_to_replica(3, &[10.0, 10.0]));
+        let mut delta = Vec::new();
+        assert!(store.take_delta(3, &mut delta));
+        assert_eq!(delta, [2.0, 2.0], "the delta holds this node's pushes only");
+        delta.clear();
+        store.take_delta(3, &mut delta);
+        assert_eq!(delta, [0.0, 0.0], "taking the delta clears it");
+        let mut batch = [0.0; 2];
+        store
+            .pull_batch_local(&[3], &mut batch, 2, |_| panic!("replica misses"))
+            .unwrap();
+        assert_eq!(batch, [13.0, 14.0]);
+        let mut removed = Vec::new();
+        assert!(store.remove_replica(3, &mut removed));
+        assert_eq!(removed, [13.0, 14.0, 0.0, 0.0]);
+        assert!(!store.has_replica(3));
+        assert!(!store.pull_local(3, &mut out));
+    }
+
+    #[test]
+    fn hidden_state_moves_with_the_record_but_is_never_pulled() {
+        let layout = RecordLayout {
+            hidden_per_value: 2,
+            hidden_per_key: 1,
+        };
+        for space in [
+            KeySpace::uniform(4, 2).unwrap().with_layout(layout),
+            KeySpace::per_key(vec![1, 2, 3, 2])
+                .unwrap()
+                .with_layout(layout),
+        ] {
+            let store = Store::new(space);
+            assert_eq!(store.space().record_len(3), 7);
+            let record = [1.0, 2.0, 10.0, 20.0, 30.0, 40.0, 99.0];
+            assert!(store.insert(3, &record));
+            assert!(store.insert(1, &[5.0; 7]), "a neighbour must not overlap");
+            assert!(store.push_local(3, &[1.0, 1.0], UpdateMode::Add));
+            let mut out = [0.0; 2];
+            assert!(store.pull_local(3, &mut out));
+            assert_eq!(out, [2.0, 3.0]);
+            let mut moved = Vec::new();
+            assert!(store.remove(3, &mut moved));
+            assert_eq!(moved, [2.0, 3.0, 10.0, 20.0, 30.0, 40.0, 99.0]);
+            assert!(store.pull_local(1, &mut out));
+            assert_eq!(out, [5.0, 5.0]);
+        }
+    }
+
+    #[test]
+    fn sparse_keys_anywhere_in_u64_get_state_only_when_the_protocol_creates_it() {
+        let store = Store::new(KeySpace::sparse(2).unwrap());
+        let keys = [u64::MAX, 0, 1 << 63, 0x9e37_79b9_7f4a_7c15];
+        let mut out = [0.0; 8];
+        let mut misses = Vec::new();
+        store
+            .pull_batch_local(&keys, &mut out, 2, |i| misses.push(i))
+            .expect("every u64 is a key");
+        assert_eq!(misses, [0, 1, 2, 3]);
+        assert!(!store.is_known(u64::MAX));
+        for (i, &key) in keys.iter().enumerate() {
+            assert!(store.insert(key, &[i as f32, 1.0]));
+        }
+        store.push_batch_local(&keys, &[1.0; 8], 2, UpdateMode::Add, |_| panic!("miss"));
+        store
+            .pull_batch_local(&keys, &mut out, 2, |_| panic!("miss"))
+            .unwrap();
+        assert_eq!(out, [1.0, 2.0, 2.0, 2.0, 3.0, 2.0, 4.0, 2.0]);
+        let mut moved = Vec::new();
+        assert!(store.remove(1 << 63, &mut moved));
+        assert!(store.is_known(1 << 63), "a key's word outlives its record");
+        assert_eq!(store.residency(1 << 63), Residency::Remote);
+        assert_eq!(store.count_local(), 3);
+    }
+
+    #[test]
+    fn scan_visits_every_held_record_once_in_bounded_steps() {
+        for space in [
+            KeySpace::uniform(1000, 1).unwrap(),
+            KeySpace::sparse(1).unwrap(),
+        ] {
+            let store = Store::new(space);
+            for key in (0..1000u64).step_by(7) {
+                let key = key * 1_000_003;
+                if store.space().contains(key) {
+                    store.insert(key, &[key as f32]);
+                }
+            }
+            store.insert_replica(999, &[5.0]);
+            store.set_in_transit(998, true);
+            let mut seen = Vec::new();
+            let mut cursor = Some(0);
+            let mut steps = 0;
+            while let Some(at) = cursor {
+                cursor = store.scan(at, 64, |key, holding, record| {
+                    seen.push((key, holding, record[0]));
+                });
+                steps += 1;
+            }
+            seen.sort_by_key(|&(k, _, _)| k);
+            let mut expected: Vec<_> = (0..1000u64)
+                .step_by(7)
+                .map(|k| k * 1_000_003)
+                .filter(|&k| store.space().contains(k))
+                .map(|k| (k, Holding::Owned, k as f32))
+                .collect();
+            expected.push((999, Holding::Replica, 5.0));
+            expected.sort_by_key(|&(k, _, _)| k);
+            assert_eq!(seen, expected);
+            assert!(steps > 1, "a scan is bounded per step");
+        }
+    }
+}

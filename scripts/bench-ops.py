@@ -108,6 +108,7 @@ def main():
     else:
         matrix = [(w, k, v, b) for w, k, v, b in itertools.product([1, 2], [100_000, 1_000_000], [10, 100], [1, 100])]
     records = []
+    matched = []
     print("| workers/node | keys | value len | batch | " + " | ".join(name for _, name in FIELDS) + " |")
     print("|" + "---|" * (4 + len(FIELDS)))
     for workers, keys, value_len, batch in matrix:
@@ -116,6 +117,24 @@ def main():
         records.extend(runs)
         cells = [fmt([r.get(field) for r in runs]) for field, _ in FIELDS]
         print(f"| {workers} | {keys:,} | {value_len} | {batch} | " + " | ".join(cells) + " |", flush=True)
+        matched.append((workers, keys, value_len, batch, runs))
+    print("\nMatched reference: one thread copying random rows of the same shape (rows, length,"
+          " batch), indices drawn before the clock; local pull and push per worker thread"
+          " (2 nodes) as a fraction of it (the aim is at least 0.5):\n")
+    print("| workers/node | keys | value len | batch | matched rows/s | local pull / thread / ref | local push / thread / ref |")
+    print("|---|---|---|---|---|---|---|")
+    for workers, keys, value_len, batch, runs in matched:
+        threads = 2 * workers
+        refs = [r.get("reference_matched_rows_per_s") for r in runs]
+        def frac(field):
+            vals = [r[field] / threads / r["reference_matched_rows_per_s"] for r in runs
+                    if r.get(field) and r.get("reference_matched_rows_per_s")]
+            if not vals:
+                return "-"
+            vals.sort()
+            return f"{statistics.median(vals):.2f} ({vals[0]:.2f}–{vals[-1]:.2f})"
+        print(f"| {workers} | {keys:,} | {value_len} | {batch} | {fmt(refs)} | "
+              f"{frac('local_pull_keys_per_s')} | {frac('local_push_keys_per_s')} |")
     ref = [run(2, 1, 1000, 10, 1, 0.1, 0, [])["reference_row_copy_rows_per_s"] for _ in range(args.reps)]
     print(f"\nReference (one thread copying random 400-byte rows of a 1M-row array): {fmt(ref)} rows/s")
     if args.out:

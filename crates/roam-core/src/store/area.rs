@@ -18,7 +18,7 @@
 //! pointers published with `Release`.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use crate::id::Key;
 use crate::keyspace::KeySpace;
@@ -130,18 +130,19 @@ impl Area {
         }
     }
 
-    /// The record of `key` at `slot`.
+    /// The record of `key` at `slot`, as the bits of its `f32` values. Records are accessed
+    /// through atomics because optimistic readers (see the store's module docs) may read a
+    /// record while its latch holder writes it.
     ///
     /// # Safety
-    /// `slot` was allocated for `key` in this area and not freed since, and the caller has
-    /// exclusive access to the record (holds the key's latch) for the returned lifetime.
+    /// `slot` was allocated for `key` in this area (at some time: memory is never freed, so a
+    /// stale slot still addresses valid memory, but its values may belong to another key).
     #[inline(always)]
-    #[allow(clippy::mut_from_ref)]
-    pub(super) unsafe fn record(&self, key: Key, slot: u32) -> &mut [f32] {
+    pub(super) unsafe fn record(&self, key: Key, slot: u32) -> &[AtomicU32] {
         let (base, offset, len) = self.locate(key, slot);
-        // SAFETY: per the contract the chunk exists and holds the record; the latch makes our
-        // access exclusive.
-        unsafe { std::slice::from_raw_parts_mut(base.add(offset), len) }
+        // SAFETY: per the contract the chunk exists and holds the record; `f32` and `AtomicU32`
+        // have the same size and alignment, and all concurrent accesses are atomic.
+        unsafe { std::slice::from_raw_parts(base.add(offset).cast::<AtomicU32>(), len) }
     }
 
     /// [`Area::record`] of a uniform area, where the key is not needed.
@@ -149,12 +150,11 @@ impl Area {
     /// # Safety
     /// As for [`Area::record`], and the area is uniform.
     #[inline(always)]
-    #[allow(clippy::mut_from_ref)]
-    pub(super) unsafe fn uniform_record(&self, slot: u32) -> &mut [f32] {
+    pub(super) unsafe fn uniform_record(&self, slot: u32) -> &[AtomicU32] {
         debug_assert!(self.by_key.is_none());
         let (base, offset) = self.uniform_locate(slot);
         // SAFETY: as for `record`.
-        unsafe { std::slice::from_raw_parts_mut(base.add(offset), self.stride) }
+        unsafe { std::slice::from_raw_parts(base.add(offset).cast::<AtomicU32>(), self.stride) }
     }
 
     /// Chunk base (null while the chunk does not exist) and offset of uniform `slot`.
@@ -232,12 +232,18 @@ mod tests {
         let area = Area::uniform(3);
         let slots: Vec<u32> = (0..5).map(|_| area.allocate(0)).collect();
         assert_eq!(slots, [0, 1, 2, 3, 4]);
-        // SAFETY: slots just allocated; single thread.
-        unsafe {
-            area.record(0, 1).copy_from_slice(&[1.0, 2.0, 3.0]);
-            area.record(0, 2).copy_from_slice(&[4.0, 5.0, 6.0]);
-            assert_eq!(area.record(0, 1), [1.0, 2.0, 3.0]);
-        }
+        let bits = |slot| {
+            // SAFETY: slots just allocated.
+            unsafe { area.record(0, slot) }
+                .iter()
+                .map(|v| v.load(Ordering::Relaxed))
+                .collect::<Vec<_>>()
+        };
+        // SAFETY: slot just allocated.
+        let record = unsafe { area.record(0, 1) };
+        record[2].store(7, Ordering::Relaxed);
+        assert_eq!(bits(1), [0, 0, 7]);
+        assert_eq!(bits(2), [0, 0, 0], "records do not overlap");
         area.free(1);
         assert_eq!(area.allocate(0), 1, "freed slots are reused");
         // The last slot of the table is addressable.

@@ -9,7 +9,8 @@
 //!  bit 62     LOCAL     this node owns the key: its record is in the value area
 //!  bit 61     TRANSIT   the key is on its way here; operations must queue in the protocol
 //!  bit 60     REPLICA   this node holds a replica: value and pending delta in the replica area
-//!  bits 32-47 CLOCK     an access clock for eviction policies (kept across latching)
+//!  bits 38-59 VERSION   bumped by every latch release: optimistic reads validate against it
+//!  bits 32-37 CLOCK     an access clock for eviction policies (kept across latching)
 //!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
 //! ```
 //!
@@ -20,23 +21,31 @@
 //! both, so replicated keys are read and written on the fast path too.
 //!
 //! Invariants:
-//! - A record is only read or written by the thread holding its key's latch, and only while
-//!   LOCAL or REPLICA is set; acquiring the latch is a compare-and-swap on the exact word
-//!   observed, so "is held here" and "latched" are checked atomically and a stale slot can never
-//!   be used. LOCAL and REPLICA are never both set.
+//! - A record is only written by the thread holding its key's latch, and only while LOCAL or
+//!   REPLICA is set; acquiring the latch is a compare-and-swap on the exact word observed, so
+//!   "is held here" and "latched" are checked atomically and a stale slot is never written.
+//!   LOCAL and REPLICA are never both set.
+//! - Pulls read without the latch, as a sequence lock: read the word (unlatched, held), copy the
+//!   values, read the word again; the copy counts only if the word did not change, and every
+//!   latch release bumps VERSION, so a copy that overlapped any write (or a move of the key, or
+//!   a reuse of its slot) is retried. Record values are accessed through atomics (relaxed; plain
+//!   moves on x86), so such an overlapping copy is a benign, discarded read rather than a data
+//!   race. A 22-bit version wraps after 4 million writes of one key, far more than can happen
+//!   while one copy of a few dozen bytes is in flight.
 //! - Only the protocol (one thread at a time, under the node lock) creates state words, inserts
 //!   or removes records and allocates slots, so none of that needs synchronisation with workers.
 //! - Areas never free or move memory while the store lives, so a pointer read under the latch
 //!   stays valid.
 //!
-//! The hot path (a worker's local pull or push) is therefore one CAS, a copy and a release store:
-//! no message, no protocol lock, no allocation. Background work visits the store's keys in
+//! The hot path is therefore, for a push, one CAS, an add and a release store, and for a pull
+//! two loads around a copy: no message, no protocol lock, no allocation, and no locked
+//! instruction on reads. Background work visits the store's keys in
 //! bounded chunks through [`Store::scan`].
 
 mod area;
 mod index;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::id::Key;
 use crate::keyspace::{KeySpace, ValueLengths};
@@ -48,8 +57,11 @@ const LOCAL: u64 = 1 << 62;
 const TRANSIT: u64 = 1 << 61;
 const REPLICA: u64 = 1 << 60;
 const HELD: u64 = LOCAL | REPLICA;
-const CLOCK_SHIFT: u32 = 32;
-const CLOCK_MASK: u64 = 0xffff << CLOCK_SHIFT;
+const VERSION_ONE: u64 = 1 << 38;
+const VERSION_MASK: u64 = ((1 << 22) - 1) << 38;
+const CLOCK_MASK: u64 = 0x3f << 32;
+/// What a change of a key's flags or slot keeps from its previous word.
+const KEPT: u64 = CLOCK_MASK | VERSION_MASK;
 const SLOT_MASK: u64 = u32::MAX as u64;
 
 /// How an update combines with the stored value.
@@ -173,10 +185,10 @@ impl Store {
         let Some(state) = self.index.get(key) else {
             return false;
         };
-        self.latched(state, HELD, |s| {
-            // SAFETY: latched and held (see `latched`).
+        read_consistent(state, |s| {
+            // SAFETY: held when observed, so the slot was allocated for this key.
             let record = unsafe { self.record(key, s) };
-            out.copy_from_slice(&record[..out.len()]);
+            load_values(out, &record[..out.len()]);
         })
     }
 
@@ -189,7 +201,7 @@ impl Store {
             return false;
         };
         let accept = if mode == UpdateMode::Add { HELD } else { LOCAL };
-        self.latched(state, accept, |s| {
+        latched(state, accept, |s| {
             // SAFETY: latched and held.
             let record = unsafe { self.record(key, s) };
             apply_to_record(record, s, update, mode);
@@ -220,10 +232,10 @@ impl Store {
                 miss(i);
                 continue;
             };
-            let hit = self.latched(state, HELD, |s| {
-                // SAFETY: latched and held; uniform records start with `len` visible values.
+            let hit = read_consistent(state, |s| {
+                // SAFETY: held when observed; uniform records start with `len` visible values.
                 let record = unsafe { self.uniform_record(s) };
-                here.copy_from_slice(&record[..len]);
+                load_values(here, &record[..len]);
             });
             if !hit {
                 miss(i);
@@ -240,18 +252,37 @@ impl Store {
         update: &[f32],
         len: usize,
         mode: UpdateMode,
-        mut miss: impl FnMut(usize),
+        miss: impl FnMut(usize),
     ) {
         self.assert_uniform(len);
         debug_assert_eq!(update.len(), keys.len() * len);
-        let accept = if mode == UpdateMode::Add { HELD } else { LOCAL };
+        // One loop per mode, so that neither the mode nor the accepted flags are tested per key.
+        match mode {
+            UpdateMode::Add => self.push_batch::<false>(keys, update, len, miss),
+            UpdateMode::Set => self.push_batch::<true>(keys, update, len, miss),
+        }
+    }
+
+    #[inline(always)]
+    fn push_batch<const SET: bool>(
+        &self,
+        keys: &[Key],
+        update: &[f32],
+        len: usize,
+        mut miss: impl FnMut(usize),
+    ) {
+        let accept = if SET { LOCAL } else { HELD };
         for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
             self.prefetch_ahead(keys, i);
             let hit = self.index.get(key).is_some_and(|state| {
-                self.latched(state, accept, |s| {
+                latched(state, accept, |s| {
                     // SAFETY: latched and held.
                     let record = unsafe { self.uniform_record(s) };
-                    apply_to_record(record, s, vals, mode);
+                    if SET {
+                        store_values(&record[..len], vals);
+                    } else {
+                        apply_to_record(record, s, vals, UpdateMode::Add);
+                    }
                 })
             });
             if !hit {
@@ -317,11 +348,11 @@ impl Store {
     /// The record of `key` whose word (observed before latching) is `s`.
     ///
     /// # Safety
-    /// The caller holds `key`'s latch, and `s` has LOCAL or REPLICA set.
+    /// `s` was observed as `key`'s word with LOCAL or REPLICA set (writers must also hold the
+    /// latch).
     #[inline(always)]
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn record(&self, key: Key, s: u64) -> &mut [f32] {
-        // SAFETY: held, so the slot is allocated for this key in this area; latched, so ours.
+    unsafe fn record(&self, key: Key, s: u64) -> &[AtomicU32] {
+        // SAFETY: held, so the slot was allocated for this key in this area.
         unsafe { self.area(s).record(key, (s & SLOT_MASK) as u32) }
     }
 
@@ -330,8 +361,7 @@ impl Store {
     /// # Safety
     /// As for [`Store::record`].
     #[inline(always)]
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn uniform_record(&self, s: u64) -> &mut [f32] {
+    unsafe fn uniform_record(&self, s: u64) -> &[AtomicU32] {
         let slot = (s & SLOT_MASK) as u32;
         // SAFETY: as for `record`, in a uniform area. (Two calls rather than one on a chosen
         // area, so that each is specialised to its area's fields.)
@@ -341,31 +371,6 @@ impl Store {
             } else {
                 self.replicas().uniform_record(slot)
             }
-        }
-    }
-
-    /// Latches `state` if its word has a flag of `accept`, runs `f` with the word observed, and
-    /// releases. Returns false, running nothing, if no flag of `accept` is set.
-    #[inline(always)]
-    fn latched(&self, state: &AtomicU64, accept: u64, f: impl FnOnce(u64)) -> bool {
-        let mut spins = 0u32;
-        loop {
-            let s = state.load(Ordering::Relaxed);
-            if s & accept == 0 {
-                return false;
-            }
-            if s & LATCH == 0
-                && state
-                    .compare_exchange_weak(s, s | LATCH, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                // We hold the latch and the record is here, so the slot is valid and no other
-                // thread accesses the record until we release.
-                f(s);
-                state.store(s, Ordering::Release);
-                return true;
-            }
-            spins = backoff(spins);
         }
     }
 
@@ -379,6 +384,9 @@ impl Store {
                     .compare_exchange_weak(s, s | LATCH, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
+                // Writes to the record must not become visible before the latch (see
+                // `read_consistent`).
+                fence(Ordering::Release);
                 return s;
             }
             spins = backoff(spins);
@@ -413,11 +421,11 @@ impl Store {
         let slot = self.replicas().allocate(key);
         // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
         let record = unsafe { self.replicas().record(key, slot) };
-        let (stored, delta) = record.split_at_mut(value.len());
-        stored.copy_from_slice(value);
-        delta.fill(0.0);
+        let (stored, delta) = record.split_at(value.len());
+        store_values(stored, value);
+        delta.iter().for_each(|d| d.store(0, Ordering::Relaxed));
         state.store(
-            (s & CLOCK_MASK) | REPLICA | u64::from(slot),
+            bumped(s & KEPT) | REPLICA | u64::from(slot),
             Ordering::Release,
         );
         true
@@ -432,8 +440,8 @@ impl Store {
         }
         let slot = self.values().allocate(key);
         // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
-        unsafe { self.values().record(key, slot) }.copy_from_slice(record);
-        state.store((s & CLOCK_MASK) | flag | u64::from(slot), Ordering::Release);
+        store_values(unsafe { self.values().record(key, slot) }, record);
+        state.store(bumped(s & KEPT) | flag | u64::from(slot), Ordering::Release);
         true
     }
 
@@ -460,9 +468,14 @@ impl Store {
             return false;
         }
         // SAFETY: latched and held.
-        out.extend_from_slice(unsafe { self.record(key, s) });
+        let record = unsafe { self.record(key, s) };
+        out.extend(
+            record
+                .iter()
+                .map(|v| f32::from_bits(v.load(Ordering::Relaxed))),
+        );
         self.area(s).free((s & SLOT_MASK) as u32);
-        state.store(s & CLOCK_MASK, Ordering::Release);
+        state.store(bumped(s & KEPT), Ordering::Release);
         true
     }
 
@@ -472,13 +485,15 @@ impl Store {
         let Some(state) = self.index.get(key) else {
             return false;
         };
-        self.latched(state, REPLICA, |s| {
+        latched(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
-            let half = record.len() / 2;
-            let delta = &mut record[half..];
-            out.extend_from_slice(delta);
-            delta.fill(0.0);
+            let delta = &record[record.len() / 2..];
+            out.extend(
+                delta
+                    .iter()
+                    .map(|d| f32::from_bits(d.swap(0, Ordering::Relaxed))),
+            );
         })
     }
 
@@ -488,10 +503,10 @@ impl Store {
         let Some(state) = self.index.get(key) else {
             return false;
         };
-        self.latched(state, REPLICA, |s| {
+        latched(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
-            apply(&mut record[..delta.len()], delta, UpdateMode::Add);
+            add_values(&record[..delta.len()], delta);
         })
     }
 
@@ -504,32 +519,39 @@ impl Store {
             (true, true) => s,
             (false, _) => s & !TRANSIT,
         };
-        state.store(next, Ordering::Release);
+        state.store(bumped(next), Ordering::Release);
     }
 
     /// Protocol only: visits the records held here (owned and replicas) among the next `max`
-    /// index entries from `cursor`, each under its latch: `f(key, holding, record)` gets the
-    /// whole record (see [`Holding`]) and must not call back into the store. Returns the cursor
-    /// to continue from, or `None` once every entry was visited. Bounded, so that background
-    /// work (checkpoints, sampling, eviction) never walks the whole store at once.
+    /// index entries from `cursor`: `f(key, holding, record)` gets a consistent copy of the
+    /// whole record (see [`Holding`]). Returns the cursor to continue from, or `None` once
+    /// every entry was visited. Bounded, so that background work (checkpoints, sampling,
+    /// eviction) never walks the whole store at once.
     pub fn scan(
         &self,
         cursor: u64,
         max: usize,
-        mut f: impl FnMut(Key, Holding, &mut [f32]),
+        mut f: impl FnMut(Key, Holding, &[f32]),
     ) -> Option<u64> {
         let end = self.index.len().min(cursor.saturating_add(max as u64));
+        let mut copy = Vec::new();
         for i in cursor..end {
             let (key, state) = self.index.at(i);
-            self.latched(state, HELD, |s| {
-                let holding = if s & REPLICA != 0 {
+            let mut holding = Holding::Owned;
+            let held = read_consistent(state, |s| {
+                // SAFETY: held when observed.
+                let record = unsafe { self.record(key, s) };
+                copy.resize(record.len(), 0.0);
+                load_values(&mut copy, record);
+                holding = if s & REPLICA != 0 {
                     Holding::Replica
                 } else {
                     Holding::Owned
                 };
-                // SAFETY: latched and held.
-                f(key, holding, unsafe { self.record(key, s) });
             });
+            if held {
+                f(key, holding, &copy);
+            }
         }
         (end < self.index.len()).then_some(end)
     }
@@ -547,14 +569,106 @@ impl Store {
     }
 }
 
+/// `s` with its version bumped (and nothing else changed).
+#[inline(always)]
+fn bumped(s: u64) -> u64 {
+    (s & !VERSION_MASK) | (s.wrapping_add(VERSION_ONE) & VERSION_MASK)
+}
+
+/// Latches `state` if its word has a flag of `accept`, runs `f` with the word observed, and
+/// releases with the version bumped. Returns false, running nothing, if no flag of `accept` is
+/// set.
+#[inline(always)]
+fn latched(state: &AtomicU64, accept: u64, f: impl FnOnce(u64)) -> bool {
+    let mut spins = 0u32;
+    loop {
+        let s = state.load(Ordering::Relaxed);
+        if s & accept == 0 {
+            return false;
+        }
+        if s & LATCH == 0
+            && state
+                .compare_exchange_weak(s, s | LATCH, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            // Writes to the record must not become visible before the latch (see
+            // `read_consistent`).
+            fence(Ordering::Release);
+            // We hold the latch and the record is here, so the slot is valid and no other
+            // thread writes the record until we release.
+            f(s);
+            state.store(bumped(s), Ordering::Release);
+            return true;
+        }
+        spins = backoff(spins);
+    }
+}
+
+/// Runs `read` with the word observed while it shows the record held here and unlatched, until
+/// the word is unchanged after the read (a sequence lock: see the module docs). Returns false,
+/// running nothing more, once the record is not held here.
+///
+/// Why it is exact: a writer latches (`Acquire` CAS, then a `Release` fence) before its first
+/// value store. If `read` saw any of those stores, the fences synchronise, so the reload after
+/// the `Acquire` fence sees the latch or a later word, which differs from the first one (every
+/// release bumps the version) and the read is retried. If it saw none, it copied the values as
+/// of the word, which were published by that word's `Release` store.
+#[inline(always)]
+fn read_consistent(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
+    let mut spins = 0u32;
+    loop {
+        let s = state.load(Ordering::Acquire);
+        if s & HELD == 0 {
+            return false;
+        }
+        if s & LATCH == 0 {
+            read(s);
+            fence(Ordering::Acquire);
+            if state.load(Ordering::Relaxed) == s {
+                return true;
+            }
+        }
+        spins = backoff(spins);
+    }
+}
+
+/// Copies record values out.
+#[inline(always)]
+fn load_values(out: &mut [f32], values: &[AtomicU32]) {
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = f32::from_bits(v.load(Ordering::Relaxed));
+    }
+}
+
+/// Overwrites record values (the caller holds the latch or owns the slot).
+#[inline(always)]
+fn store_values(values: &[AtomicU32], new: &[f32]) {
+    for (v, n) in values.iter().zip(new) {
+        v.store(n.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Adds into record values (the caller holds the latch).
+#[inline(always)]
+fn add_values(values: &[AtomicU32], update: &[f32]) {
+    for (v, u) in values.iter().zip(update) {
+        let sum = f32::from_bits(v.load(Ordering::Relaxed)) + u;
+        v.store(sum.to_bits(), Ordering::Relaxed);
+    }
+}
+
 /// Combines `update` into a held record whose word is `s`: the visible values, and for a
 /// replica (whose record is value then delta) the pending delta too.
 #[inline(always)]
-fn apply_to_record(record: &mut [f32], s: u64, update: &[f32], mode: UpdateMode) {
+fn apply_to_record(record: &[AtomicU32], s: u64, update: &[f32], mode: UpdateMode) {
     let len = update.len();
-    apply(&mut record[..len], update, mode);
+    let combine = |values: &[AtomicU32]| match mode {
+        UpdateMode::Add => add_values(values, update),
+        UpdateMode::Set => store_values(values, update),
+    };
+    combine(&record[..len]);
     if s & REPLICA != 0 {
-        apply(&mut record[len..2 * len], update, mode);
+        combine(&record[len..2 * len]);
     }
 }
 
@@ -810,6 +924,63 @@ mod tests {
             expected.sort_by_key(|&(k, _, _)| k);
             assert_eq!(seen, expected);
             assert!(steps > 1, "a scan is bounded per step");
+        }
+    }
+
+    /// Optimistic reads never return a torn value: every write keeps all components of a key
+    /// equal, and readers check that whatever they read is uniform, while the protocol thread
+    /// also removes and re-inserts the keys (moving their slots) underneath them.
+    #[test]
+    fn optimistic_reads_never_see_a_torn_or_moved_record() {
+        const LEN: usize = 16;
+        let store = std::sync::Arc::new(Store::new(KeySpace::uniform(4, LEN as u32).unwrap()));
+        for k in 0..4 {
+            store.insert(k, &[0.0; LEN]);
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (store, stop) = (store.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut out = [0.0; 4 * LEN];
+                    let mut seen = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        store
+                            .pull_batch_local(&[0, 1, 2, 3], &mut out, LEN, |_| {})
+                            .unwrap();
+                        for value in out.chunks(LEN) {
+                            assert!(value.iter().all(|&v| v == value[0]), "torn: {value:?}");
+                        }
+                        seen += 1;
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..20_000u32 {
+                    let key = u64::from(i % 4);
+                    store.push_local(key, &[1.0; LEN], UpdateMode::Add);
+                    store.push_local(key, &[i as f32; LEN], UpdateMode::Set);
+                }
+            })
+        };
+        // The protocol's moves: out and back in, into whatever slot is free.
+        let mut moved = Vec::new();
+        for round in 0..5_000u64 {
+            let key = round % 4;
+            moved.clear();
+            if store.remove(key, &mut moved) {
+                assert!(moved.iter().all(|&v| v == moved[0]));
+                store.insert(key, &moved);
+            }
+        }
+        writer.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for reader in readers {
+            assert!(reader.join().unwrap() > 0);
         }
     }
 }

@@ -927,6 +927,14 @@ mod tests {
         }
     }
 
+    fn spawn<T: Send + 'static>(
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        std::thread::Builder::new()
+            .spawn(f)
+            .expect("spawning a test thread")
+    }
+
     /// Optimistic reads never return a torn value: every write keeps all components of a key
     /// equal, and readers check that whatever they read is uniform, while the protocol thread
     /// also removes and re-inserts the keys (moving their slots) underneath them.
@@ -941,7 +949,7 @@ mod tests {
         let readers: Vec<_> = (0..2)
             .map(|_| {
                 let (store, stop) = (store.clone(), stop.clone());
-                std::thread::spawn(move || {
+                spawn(move || {
                     let mut out = [0.0; 4 * LEN];
                     let mut seen = 0u64;
                     while !stop.load(Ordering::Relaxed) {
@@ -959,7 +967,7 @@ mod tests {
             .collect();
         let writer = {
             let store = store.clone();
-            std::thread::spawn(move || {
+            spawn(move || {
                 for i in 0..20_000u32 {
                     let key = u64::from(i % 4);
                     store.push_local(key, &[1.0; LEN], UpdateMode::Add);

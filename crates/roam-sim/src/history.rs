@@ -204,6 +204,41 @@ impl History {
         &self.space
     }
 
+    /// The keys the checks cover: every key of a dense space; the keys ops named in a sparse
+    /// one (other keys were never created).
+    pub fn keys_checked(&self) -> Vec<Key> {
+        if !self.space.is_sparse() {
+            return (0..self.space.num_keys()).collect();
+        }
+        let named: std::collections::BTreeSet<Key> = self
+            .ops
+            .iter()
+            .flat_map(|op| op.keys.iter().copied())
+            .collect();
+        named.into_iter().collect()
+    }
+
+    /// One past the largest key the checkers look at: the key count of a dense space; for a
+    /// sparse space (whose simulated workloads use small keys) one past the largest key any op
+    /// names. Panics if a sparse run used a key too large to index per-key tables by.
+    pub fn key_bound(&self) -> u64 {
+        if !self.space.is_sparse() {
+            return self.space.num_keys();
+        }
+        let bound = self
+            .ops
+            .iter()
+            .flat_map(|op| op.keys.iter().copied())
+            .max()
+            .map_or(0, |k| k + 1);
+        assert!(
+            bound <= 1 << 20,
+            "sparse simulations index checks by key: use keys below 2^20, not {}",
+            bound - 1
+        );
+        bound
+    }
+
     /// Every op, in invocation order (`ops()[i].id == i`).
     pub fn ops(&self) -> &[OpRecord] {
         &self.ops

@@ -14,7 +14,7 @@
 mod common;
 
 use common::{finals, total};
-use roam_core::{Key, KeySpace, NodeId};
+use roam_core::{Key, KeySpace, NodeId, Partitioning};
 use roam_sim::explore::{ExploreConfig, ExploreStats, explore};
 use roam_sim::{
     Consistency, Op, Sim, SimConfig, WorkerRef, check_final_sums_exact, check_linearizable,
@@ -28,21 +28,28 @@ struct Scenario {
     keys: u64,
     caches: bool,
     fast: bool,
+    /// A sparse key space (hash homes; keys created on first use).
+    sparse: bool,
     scripts: Vec<(WorkerRef, Vec<Op>)>,
 }
 
 impl Scenario {
     fn build(&self) -> Sim {
-        let cfg = SimConfig::new(
-            self.nodes,
-            self.workers,
-            KeySpace::uniform(self.keys, 1).unwrap(),
-        )
-        .with_dynamic(true)
-        .with_location_caches(self.caches)
-        .with_fast_local_access(self.fast)
-        .with_delay(0, 0)
-        .with_think(0, 0);
+        let (space, partitioning) = if self.sparse {
+            (KeySpace::sparse(1).unwrap(), Partitioning::Hash)
+        } else {
+            (
+                KeySpace::uniform(self.keys, 1).unwrap(),
+                Partitioning::Range,
+            )
+        };
+        let cfg = SimConfig::new(self.nodes, self.workers, space)
+            .with_partitioning(partitioning)
+            .with_dynamic(true)
+            .with_location_caches(self.caches)
+            .with_fast_local_access(self.fast)
+            .with_delay(0, 0)
+            .with_think(0, 0);
         let mut sim = Sim::new(cfg);
         for (w, script) in &self.scripts {
             sim.add_script(*w, script.clone());
@@ -159,6 +166,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             keys: 1,
             caches: false,
             fast: true,
+            sparse: false,
             scripts: vec![
                 (
                     w(1, 0),
@@ -179,6 +187,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             keys: 1,
             caches: false,
             fast: true,
+            sparse: false,
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(2, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
@@ -193,6 +202,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             keys: 2,
             caches: false,
             fast: true,
+            sparse: false,
             scripts: vec![
                 (
                     w(0, 0),
@@ -213,6 +223,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             keys: 1,
             caches: true,
             fast: true,
+            sparse: false,
             scripts: vec![
                 (w(1, 0), vec![Op::localize(vec![0])]),
                 (
@@ -229,6 +240,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             keys: 1,
             caches: false,
             fast: false,
+            sparse: false,
             scripts: vec![
                 (
                     w(1, 0),
@@ -256,6 +268,7 @@ fn home_move_scenarios() -> Vec<Scenario> {
             keys: 1,
             caches: false,
             fast: true,
+            sparse: false,
             scripts: vec![
                 (
                     w(1, 0),
@@ -272,6 +285,7 @@ fn home_move_scenarios() -> Vec<Scenario> {
             keys: 1,
             caches: false,
             fast: true,
+            sparse: false,
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(2, 0), vec![move_async(0, 2), push([0], 2.0)]),
@@ -286,6 +300,7 @@ fn home_move_scenarios() -> Vec<Scenario> {
             keys: 2,
             caches: false,
             fast: true,
+            sparse: false,
             scripts: vec![
                 (
                     w(0, 0),
@@ -311,6 +326,7 @@ fn long_scenarios() -> Vec<Scenario> {
             keys: 1,
             caches: false,
             fast: true,
+            sparse: false,
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(2, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
@@ -324,6 +340,7 @@ fn long_scenarios() -> Vec<Scenario> {
             keys: 1,
             caches: false,
             fast: true,
+            sparse: false,
             scripts: vec![
                 (w(0, 0), vec![push([0], 1.0)]),
                 (w(0, 1), vec![Op::pull(vec![0])]),
@@ -338,6 +355,7 @@ fn long_scenarios() -> Vec<Scenario> {
             keys: 1,
             caches: true,
             fast: true,
+            sparse: false,
             scripts: vec![
                 (w(1, 0), vec![Op::localize(vec![0])]),
                 (
@@ -391,6 +409,59 @@ fn every_interleaving_of_small_home_move_scenarios_is_correct() {
     }
 }
 
+/// Keys of a sparse space, created on first use, racing with relocations and accesses.
+fn sparse_scenarios() -> Vec<Scenario> {
+    vec![
+        // Node 1 localizes a key nobody created yet while node 0 pushes to it: the creator
+        // makes it once, whichever request reaches it first.
+        Scenario {
+            name: "sparse key created by a racing localize and push (2 nodes, 1 key)",
+            nodes: 2,
+            workers: 1,
+            keys: 1,
+            caches: false,
+            fast: true,
+            sparse: true,
+            scripts: vec![
+                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
+                (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
+            ],
+        },
+        // Two keys with different creators, a batch over both and a relocation of one.
+        Scenario {
+            name: "sparse keys of two creators in one batch (2 nodes, 2 keys)",
+            nodes: 2,
+            workers: 1,
+            keys: 2,
+            caches: false,
+            fast: true,
+            sparse: true,
+            scripts: vec![
+                (
+                    w(0, 0),
+                    vec![Op::localize_async(vec![1]), push([0, 1], 1.0)],
+                ),
+                (w(1, 0), vec![Op::pull(vec![0, 1]), push([1], 2.0)]),
+            ],
+        },
+    ]
+}
+
+/// CI: every interleaving of the sparse-key scenarios, none cut.
+#[test]
+fn every_interleaving_of_small_sparse_key_scenarios_is_correct() {
+    let cfg = ExploreConfig::from_env(300);
+    for scenario in sparse_scenarios() {
+        let stats = scenario.explore(cfg.max_depth);
+        assert_eq!(stats.truncated, 0, "{}: cut", scenario.name);
+        assert!(
+            stats.executions_checked > 10,
+            "{}: {stats:?}",
+            scenario.name
+        );
+    }
+}
+
 /// Long mode only (`ROAM_SIM_EXHAUSTIVE_DEPTH=<n>`): larger scenarios, cut at depth `n`.
 #[test]
 fn every_interleaving_of_larger_scenarios_is_correct_in_long_mode() {
@@ -417,6 +488,7 @@ fn the_explorer_counts_every_interleaving() {
         keys: 2,
         caches: false,
         fast: true,
+        sparse: false,
         scripts: vec![
             (w(0, 0), vec![push([0], 1.0)]),
             (w(1, 0), vec![push([1], 1.0)]),
@@ -434,6 +506,7 @@ fn the_explorer_counts_every_interleaving() {
         keys: 1,
         caches: false,
         fast: true,
+        sparse: false,
         scripts: vec![
             (w(0, 0), vec![push([0], 1.0)]),
             (w(1, 0), vec![Op::pull(vec![0])]),

@@ -52,7 +52,9 @@ pub struct KeyFinal {
 /// pushes are then matched by an exact subset sum.
 pub fn final_sums(history: &History, finals: &[Option<Vec<f32>>]) -> Vec<KeyFinal> {
     let space = history.space();
-    (0..space.num_keys())
+    history
+        .keys_checked()
+        .into_iter()
         .map(|key| KeyFinal {
             key,
             verdict: final_verdict(history, key, finals.get(key as usize).cloned().flatten()),

@@ -108,7 +108,7 @@ pub fn check_linearizable(
     finals: Option<&[Option<Vec<f32>>]>,
 ) -> Result<LinearizableReport, NotLinearizable> {
     let space = history.space();
-    let num_keys = space.num_keys() as usize;
+    let num_keys = history.key_bound() as usize;
     let mut per_key: Vec<Vec<Entry>> = vec![Vec::new(); num_keys];
     let mut last_seq = 0;
     for op in history.ops() {

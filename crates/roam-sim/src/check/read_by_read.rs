@@ -55,7 +55,7 @@ struct Write {
 /// checked, or the first violation.
 pub fn check_per_key_linearizable(history: &History) -> Result<usize, Violation> {
     let space = history.space();
-    let mut writes: Vec<Vec<Write>> = vec![Vec::new(); space.num_keys() as usize];
+    let mut writes: Vec<Vec<Write>> = vec![Vec::new(); history.key_bound() as usize];
     for op in history.ops() {
         if !matches!(op.kind, OpKind::Push | OpKind::Set) {
             continue;

@@ -325,7 +325,7 @@ impl Sim {
     /// Checks that no key is held by more than one live node (a key's value exists in at most
     /// one store). Run after every step unless [`SimConfig::check_invariants`] is off.
     pub fn check_single_copy(&self) -> Result<(), String> {
-        for key in 0..self.cfg.space.num_keys() {
+        for key in self.history.keys_checked() {
             let holders = self.holders(key);
             if holders.len() > 1 {
                 return Err(format!("key {key} is held by {holders:?} at once"));
@@ -347,7 +347,7 @@ impl Sim {
                 ));
             }
         }
-        for key in 0..self.cfg.space.num_keys() {
+        for key in self.history.keys_checked() {
             let holders = self.holders(key);
             let [holder] = holders[..] else {
                 return Err(format!("key {key} is held by {holders:?}, not by one node"));

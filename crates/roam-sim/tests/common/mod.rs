@@ -112,6 +112,9 @@ pub(crate) struct DynShape {
     pub(crate) ops_per_phase: usize,
     /// Whether workers also move buckets' homes to random nodes.
     pub(crate) home_moves: bool,
+    /// A sparse key space (keys created on first use by their bucket's creator); the workload
+    /// still names keys `0..num_keys`.
+    pub(crate) sparse: bool,
 }
 
 /// A random dynamic-allocation run: the configuration, every worker's script and the value
@@ -137,8 +140,11 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
     let nodes = rng.random_range(2..=4);
     let workers_per_node = rng.random_range(1..=3);
     let num_keys = rng.random_range(1..=6);
-    let space =
-        KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=2)).collect()).unwrap();
+    let space = if shape.sparse {
+        KeySpace::sparse(rng.random_range(1..=2)).unwrap()
+    } else {
+        KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=2)).collect()).unwrap()
+    };
     let partitioning = shape.partitioning.unwrap_or(if rng.random_bool(0.5) {
         roam_core::Partitioning::Range
     } else {
@@ -160,7 +166,7 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
         .collect();
     let mut scripts: Vec<(WorkerRef, Vec<Op>)> = workers.iter().map(|&w| (w, Vec::new())).collect();
     let mut expected: Vec<Vec<f32>> = (0..num_keys).map(|k| vec![0.0; space.len(k)]).collect();
-    let all = all_keys(&space);
+    let all: Vec<Key> = (0..num_keys).collect();
     let fence = [Op::WaitAll, Op::Barrier];
     let random_phase = |rng: &mut ChaCha8Rng,
                         script: &mut Vec<Op>,
@@ -239,7 +245,7 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
 
 /// Every key's value as held by the live nodes at the end of a run.
 pub(crate) fn finals(sim: &Sim) -> Vec<Option<Vec<f32>>> {
-    (0..sim.config().space.num_keys())
+    (0..sim.history().key_bound())
         .map(|k| sim.peek(k))
         .collect()
 }

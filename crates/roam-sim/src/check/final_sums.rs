@@ -51,7 +51,6 @@ pub struct KeyFinal {
 /// Values should be small integers so that sums are exact in `f32` in any order; the optional
 /// pushes are then matched by an exact subset sum.
 pub fn final_sums(history: &History, finals: &[Option<Vec<f32>>]) -> Vec<KeyFinal> {
-    let space = history.space();
     history
         .keys_checked()
         .into_iter()

@@ -13,6 +13,8 @@
 //! - [`placement`]: placement records at a key's home (who holds it).
 //! - [`policy`]: placement policies (static, Lapse) behind one interface.
 //! - [`store`]: slab-backed values with a latch and residency flags per key (the hot path).
+//! - [`access`]: the access front end every shell runs for a worker's operation: validation,
+//!   the local fast path on the store, and the hand-off of the other keys to the node.
 //! - [`wire`]: the 40-byte header and zero-copy frame bodies; bounded, panic-free decoding.
 //! - [`msg`]: typed messages decoded from frames in place, and their encoders.
 //! - [`node`]: the protocol state machine (`issue_*`/`handle_*` in, `poll_*` out); its parts
@@ -24,9 +26,10 @@
 //!
 //! # Contract of the state machine
 //! Worker threads first try every key in the [`store::Store`] without any lock but the key's
-//! latch. Keys that are not local are handed to [`node::Node`] under the node lock, which the
+//! latch (through their [`access::Front`]). Keys that are not local are handed to [`node::Node`] under the node lock, which the
 //! shell holds only for the duration of one input and the draining of its outputs.
 
+pub mod access;
 mod barrier;
 pub mod directory;
 pub mod error;
@@ -45,6 +48,7 @@ pub mod store;
 pub mod warning;
 pub mod wire;
 
+pub use access::{Front, Handoff};
 pub use directory::{Directory, Partitioning};
 pub use error::{AccessError, OpError};
 pub use id::{Key, NodeId, ReqId, WorkerId};

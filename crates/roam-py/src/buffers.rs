@@ -313,8 +313,8 @@ fn widen<T: pyo3::buffer::Element>(
     Ok(typed.to_vec(py)?.into_iter().map(f).collect())
 }
 
-/// Byte ranges of the outputs of pending pulls, process-wide. A Rust pull holds `&mut [f32]` of
-/// its output until it is waited, so no other access may touch that memory meanwhile: another
+/// Byte ranges of the outputs of pending pulls, process-wide. A pending pull writes into its
+/// output until it is waited, so no other access may touch that memory meanwhile: another
 /// pull's output, keys or values overlapping it are refused (`ValueError`) instead of creating
 /// aliasing references. (Python code itself is bound by the documented contract.)
 static PINNED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
@@ -339,7 +339,7 @@ fn pinned_error(what: &str) -> PyErr {
     ))
 }
 
-/// A pull's output buffer, registered in [`PINNED`] until dropped.
+/// A pull's output buffer, registered in [`PINNED`] until dropped; the pull owns it.
 pub(crate) struct PinnedOut {
     buf: F32Buffer,
     range: Option<(usize, usize)>,
@@ -349,6 +349,9 @@ impl PinnedOut {
     /// Pins `buf` as the output of a pull of `keys`: fails if it overlaps the keys or the
     /// output of a pending pull.
     pub(crate) fn new(buf: F32Buffer, keys: &Keys) -> PyResult<Self> {
+        if buf.buf.readonly() {
+            return Err(PyValueError::new_err("out is read-only"));
+        }
         let range = buf.byte_range();
         if let (Some(r), Some(k)) = (range, keys.byte_range())
             && overlaps(r, k)
@@ -364,10 +367,18 @@ impl PinnedOut {
         }
         Ok(Self { buf, range })
     }
+}
 
-    /// The buffer.
-    pub(crate) fn buf(&self) -> &F32Buffer {
-        &self.buf
+/// The pulled values are written through this, by the pull that owns the `PinnedOut`: local
+/// keys' values at issue, remote ones when the pull is waited.
+impl AsMut<[f32]> for PinnedOut {
+    fn as_mut(&mut self) -> &mut [f32] {
+        // SAFETY: the export `buf` keeps the memory alive and in place for as long as `self`,
+        // which bounds the slice's lifetime; it was obtained writable (`new` requires it). No
+        // other Rust slice of this memory exists meanwhile: the slice is borrowed from `&mut
+        // self`, and while `self` lives its range is pinned, so keys, values and other pulls'
+        // outputs that overlap it are refused before any slice of them is made.
+        unsafe { self.buf.as_mut_slice() }
     }
 }
 

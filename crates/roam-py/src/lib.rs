@@ -3,10 +3,12 @@
 //!
 //! # Layout
 //! - `node`: `roam.Node` — one node per process; configuration, rendezvous, shutdown, stats.
-//! - `worker`: `roam.Worker` and `roam.Ticket` — pull/push/set/localize, waits, barrier; how a
-//!   borrowing Rust ticket is kept by a Python object (the one `unsafe` lifetime extension, with
-//!   its SAFETY argument).
+//! - `worker`: `roam.Worker` and `roam.Ticket` — pull/push/set/localize, waits, barrier, on
+//!   `roam::Worker`'s owned pending operations (a pull owns its output's export).
 //! - `buffers`: zero-copy views of NumPy arrays, buffer-protocol and `__dlpack__` objects.
+//!
+//! The crate's only `unsafe` is raw slices of buffer exports (made in `buffers`, used by
+//! `worker`), each with its SAFETY argument.
 //! - `errors`: the exception classes and the mapping of every Rust error onto them.
 //!
 //! Every blocking call (start, issue, wait, barrier, shutdown) releases the GIL.

@@ -2,19 +2,22 @@
 //!
 //! # Design
 //!
-//! A [`roam::Worker`] is `Send` but not `Sync`, and the [`roam::Ticket`] of an operation borrows
-//! the worker (and, for a pull, the output buffer) until it is waited. Python objects, however,
-//! may be used from any thread and a Python ticket must own what it needs. So:
+//! A [`roam::Worker`] is `Send` but not `Sync`, and Python objects may be used from any thread.
+//! Operations go through the worker's own API — the same access front end as Rust callers and
+//! the simulator — as owned pending operations, which borrow neither the worker nor a buffer:
+//! a pull is a [`roam::PendingPull`] that owns the export of its output array ([`PinnedOut`]),
+//! and a push, set or localize is a `roam::Ticket<'static>`. So:
 //!
-//! - [`WorkerCell`] holds the Rust worker next to a mutex. Every use of the worker — issuing an
-//!   operation, waiting, querying or dropping a ticket — happens while that mutex is held, so the
-//!   worker is never used by two threads at once (one Python thread per worker, as intended,
-//!   never contends for it). The mutex is only ever taken with the GIL released (or with
-//!   `try_lock`), and the GIL is never taken while it is held, so the two cannot deadlock.
-//! - The Rust ticket is kept, lifetime-extended to `'static`, in a [`PendingOp`] together with
-//!   the export of the pull's output buffer (see the SAFETY argument in [`WorkerCell::issue`]).
-//!   Every pending operation is also listed in its cell's registry, so it is completed by
-//!   `wait_all`/`barrier` (or when the cell is dropped) even if Python dropped its ticket.
+//! - [`WorkerCell`] holds the Rust worker inside a mutex, with the registry of pending
+//!   operations. Every use of the worker — issuing an operation, `wait_all`, `barrier`,
+//!   `pull_if_local` — happens while that mutex is held, so one Python thread per worker, as
+//!   intended, never contends for it. The mutex is only ever taken with the GIL released (or
+//!   with `try_lock`), and the GIL is never taken while it is held, so the two cannot deadlock:
+//!   exports are therefore released (`Released`) only after the mutex is.
+//! - A pending operation ([`PendingOp`]) is shared by its Python ticket and its worker's
+//!   registry, so it is completed by `wait_all`/`barrier` (or when the cell is dropped) even if
+//!   Python dropped its ticket. It is waited only with the mutex held, which keeps the one
+//!   waiter per operation.
 //! - An operation that completed at issue (all keys local) is finished on the spot and holds
 //!   nothing; its `wait` returns at once.
 //!
@@ -34,54 +37,83 @@ use crate::buffers::{F32Buffer, Keys, PinnedOut, numpy};
 use crate::errors;
 use crate::node::NodeShared;
 
-/// What a Python thread issued and has not yet seen completed.
+/// A worker and what its Python thread issued and has not yet seen completed.
 struct Registry {
     /// Operations issued by this worker whose ticket is not yet finished, in issue order.
     pending: Vec<Arc<PendingOp>>,
     /// The first error of an operation whose Python ticket was dropped without being waited;
     /// reported by the next `wait_all` or `barrier`.
     orphan_error: Option<(OpError, bool)>,
+    /// Declared last, so that it is retired only after the pending operations were finished.
+    worker: roam::Worker,
+}
+
+/// Output exports whose operations are over, to be dropped (released, unpinned) once the
+/// worker's lock is no longer held.
+type Released = Vec<PinnedOut>;
+
+/// Completes what is still pending when the cell goes away, as a dropped Rust ticket would: a
+/// pull's output is filled before its export is released.
+impl Drop for Registry {
+    fn drop(&mut self) {
+        for op in std::mem::take(&mut self.pending) {
+            if op.result_if_done().is_some() {
+                continue;
+            }
+            let (result, out) = op.finish(self);
+            if let Err(err) = result {
+                tracing::warn!("an operation of a dropped worker failed: {err}");
+            }
+            drop(out);
+        }
+    }
 }
 
 /// One worker handle and its pending operations.
 pub(crate) struct WorkerCell {
-    /// The registry; holding this lock is what entitles a thread to use `worker` and the tickets
-    /// that borrow it. Declared before `worker` so that it is dropped first: a pending ticket
-    /// dropped with it waits for its operation through `worker`, which must still be alive.
+    /// The worker and the registry; holding this lock is what entitles a thread to use them.
     lock: Mutex<Registry>,
-    /// Used only while `lock` is held (or while the cell is dropped); never borrowed mutably.
-    worker: roam::Worker,
     node: Arc<NodeShared>,
     id: u32,
     global_id: u32,
 }
 
-// SAFETY: `roam::Worker` is `Send` but not `Sync` (it keeps per-thread bookkeeping in `RefCell`s).
-// Every use of `worker` — directly or through a `Ticket` that borrows it — happens while `lock`
-// is held (see `with_lock`, `issue`, `PendingOp::finish`), or during the cell's drop when no
-// other reference exists; so no two threads ever use it at the same time. The other fields are
-// `Sync`.
-unsafe impl Sync for WorkerCell {}
+/// An operation handed to the node, owning everything it needs.
+enum Issued {
+    Pull(roam::PendingPull<PinnedOut>),
+    Other(roam::Ticket<'static>),
+}
+
+impl Issued {
+    fn is_finished(&self) -> bool {
+        match self {
+            Self::Pull(pull) => pull.is_finished(),
+            Self::Other(ticket) => ticket.is_finished(),
+        }
+    }
+
+    /// Blocks until the operation completes (a pull's remote values then land in its output);
+    /// returns its result and the output export, if any.
+    fn wait(self) -> (Result<(), OpError>, Option<PinnedOut>) {
+        match self {
+            Self::Pull(pull) => {
+                let (out, result) = pull.finish();
+                (result, Some(out))
+            }
+            Self::Other(ticket) => (ticket.wait(), None),
+        }
+    }
+}
 
 /// The state of one issued operation.
 enum OpState {
-    /// Not yet waited. Field order matters: `ticket` (which writes into `out`'s memory when it
-    /// is waited, also when dropped) is dropped before `out`.
-    Pending {
-        ticket: roam::Ticket<'static>,
-        out: Option<PinnedOut>,
-    },
+    /// Not yet waited.
+    Pending(Issued),
     /// Being waited by a thread that holds the worker's lock.
     Finishing,
     /// Waited: the operation's result.
     Done(Result<(), OpError>),
 }
-
-// SAFETY: the only non-`Send` part is the `Ticket`'s `&'static roam::Worker` (the worker is not
-// `Sync`). A ticket is only used or dropped while its worker's lock is held (or while its cell is
-// dropped, exclusively), so moving it to another thread never lets two threads use the worker
-// at once. The ticket's `&mut [f32]` points into `out`'s export, which travels with it.
-unsafe impl Send for OpState {}
 
 /// An issued operation, shared by its Python ticket and its worker's registry.
 pub(crate) struct PendingOp {
@@ -107,13 +139,13 @@ impl PendingOp {
     }
 
     /// Waits for the operation (if not yet done) and returns its result, plus the output
-    /// export to be released by the caller once it holds the GIL. `_held` proves that the
-    /// caller holds the worker's lock.
+    /// export to be released by the caller once the worker's lock is released. `_held` proves
+    /// that the caller holds that lock, so no other thread is waiting for the same operation.
     fn finish(&self, _held: &mut Registry) -> (Result<(), OpError>, Option<PinnedOut>) {
-        let taken = {
+        let issued = {
             let mut state = self.state.lock();
             match std::mem::replace(&mut *state, OpState::Finishing) {
-                OpState::Pending { ticket, out } => (ticket, out),
+                OpState::Pending(issued) => issued,
                 OpState::Done(result) => {
                     *state = OpState::Done(result.clone());
                     return (result, None);
@@ -121,9 +153,7 @@ impl PendingOp {
                 OpState::Finishing => unreachable!("finishing is only seen under the lock"),
             }
         };
-        let (ticket, out) = taken;
-        // Blocks until the operation completes; a pull's remote values land in `out` here.
-        let result = ticket.wait();
+        let (result, out) = issued.wait();
         *self.state.lock() = OpState::Done(result.clone());
         (result, out)
     }
@@ -131,7 +161,7 @@ impl PendingOp {
     /// Finishes the operation if that does not block; `Some` with its result if it is done.
     fn try_finish(&self, held: &mut Registry) -> Option<(Result<(), OpError>, Option<PinnedOut>)> {
         let finished = match &*self.state.lock() {
-            OpState::Pending { ticket, .. } => ticket.is_finished(),
+            OpState::Pending(issued) => issued.is_finished(),
             OpState::Done(result) => return Some((result.clone(), None)),
             OpState::Finishing => false,
         };
@@ -140,15 +170,12 @@ impl PendingOp {
 
     fn is_finished(&self, _held: &mut Registry) -> bool {
         match &*self.state.lock() {
-            OpState::Pending { ticket, .. } => ticket.is_finished(),
+            OpState::Pending(issued) => issued.is_finished(),
             OpState::Done(_) => true,
             OpState::Finishing => false,
         }
     }
 }
-
-/// Output exports whose operations are over; dropped (released, unpinned) with the GIL held.
-type Released = Vec<PinnedOut>;
 
 impl WorkerCell {
     pub(crate) fn new(worker: roam::Worker, node: Arc<NodeShared>) -> Self {
@@ -158,8 +185,8 @@ impl WorkerCell {
             lock: Mutex::new(Registry {
                 pending: Vec::new(),
                 orphan_error: None,
+                worker,
             }),
-            worker,
             node,
         }
     }
@@ -175,15 +202,11 @@ impl WorkerCell {
 
     /// Runs `f` with the lock held: taken at once if free, else waited for with the GIL
     /// released (never while holding the GIL).
-    fn with_lock<R: Send>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(&mut Registry, &roam::Worker) -> R + Send,
-    ) -> R {
+    fn with_lock<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Registry) -> R + Send) -> R {
         if let Some(mut reg) = self.lock.try_lock() {
-            return f(&mut reg, &self.worker);
+            return f(&mut reg);
         }
-        py.detach(|| f(&mut self.lock.lock(), &self.worker))
+        py.detach(|| f(&mut self.lock.lock()))
     }
 
     /// Completes, without blocking, the operations whose Python ticket is gone, and forgets
@@ -212,69 +235,36 @@ impl WorkerCell {
         reg.pending = pending;
     }
 
-    /// Issues an operation with the GIL released; `out` is the export the operation writes
-    /// into (a pull's output), kept alive until the operation is waited.
-    fn issue<'s, F>(
-        &'s self,
-        py: Python<'_>,
-        signed_keys: bool,
-        out: Option<PinnedOut>,
-        op: F,
-    ) -> PyResult<(Arc<PendingOp>, Released)>
+    /// Issues an operation with the GIL released. `op` issues it on the worker; a pull refused
+    /// at issue puts its output export into the `Released` it is given.
+    fn issue<F>(&self, py: Python<'_>, signed_keys: bool, op: F) -> PyResult<Arc<PendingOp>>
     where
-        F: FnOnce(&'s roam::Worker) -> Result<roam::Ticket<'s>, AccessError> + Send,
+        F: FnOnce(&roam::Worker, &mut Released) -> Result<Issued, AccessError> + Send,
     {
         self.check_open()?;
-        let issued = py.detach(|| {
+        let (result, released) = py.detach(|| {
             let mut released = Released::new();
             let mut reg = self.lock.lock();
             Self::reap(&mut reg, &mut released);
-            let ticket = match op(&self.worker) {
-                Ok(ticket) => ticket,
-                Err(err) => {
-                    released.extend(out);
-                    return (Err(err), released);
-                }
+            let issued = match op(&reg.worker, &mut released) {
+                Ok(issued) => issued,
+                Err(err) => return (Err(err), released),
             };
-            if ticket.is_finished() {
+            if issued.is_finished() {
                 // All keys were local (or the answers are already in): nothing to keep.
-                let result = ticket.wait();
+                let (result, out) = issued.wait();
                 released.extend(out);
                 return (Ok(PendingOp::done(result, signed_keys)), released);
             }
-            // SAFETY (lifetime extension of the ticket's borrows of `self.worker` and, for a
-            // pull, of `out`'s memory):
-            // - The op is stored in `reg.pending` until it is finished; it is finished (the
-            //   ticket waited and dropped) only under `self.lock`, and otherwise dropped only with
-            //   the registry, i.e. when this cell is dropped — `lock` is declared before `worker`,
-            //   so the worker is still alive then. Every other holder of the op (a Python
-            //   `Ticket`) also holds an `Arc` of this cell, so the cell, and with it `worker`,
-            //   outlives every use of the ticket. `worker` is never borrowed mutably or moved
-            //   (the cell lives in an `Arc`).
-            // - The ticket is only used under `self.lock` (see `WorkerCell`'s `Sync` argument).
-            // - A pull's output slice points into `out`'s export, which is stored with the
-            //   ticket and released only after the ticket was waited or dropped (field order of
-            //   `OpState::Pending`; `finish` waits before returning `out`). The export pins the
-            //   memory: the exporter cannot free or resize it while exported. `PinnedOut` keeps
-            //   any other Rust reference to that memory (another pull's output, keys, values)
-            //   from being created until then.
-            let ticket: roam::Ticket<'static> =
-                unsafe { std::mem::transmute::<roam::Ticket<'_>, roam::Ticket<'static>>(ticket) };
             let op = Arc::new(PendingOp {
-                state: Mutex::new(OpState::Pending { ticket, out }),
+                state: Mutex::new(OpState::Pending(issued)),
                 signed_keys,
             });
             reg.pending.push(op.clone());
             (Ok(op), released)
         });
-        let (result, released) = issued;
-        match result {
-            Ok(op) => Ok((op, released)),
-            Err(err) => {
-                drop(released);
-                Err(errors::access_error(&err, signed_keys))
-            }
-        }
+        drop(released);
+        result.map_err(|err| errors::access_error(&err, signed_keys))
     }
 
     /// Waits for `op` with the GIL released (unless it is already done).
@@ -295,11 +285,7 @@ impl WorkerCell {
 
     /// Finishes every pending operation (in issue order); the first error, including that of
     /// an operation whose ticket was dropped. Must be called with the GIL released.
-    fn finish_all(
-        &self,
-        reg: &mut Registry,
-        released: &mut Released,
-    ) -> Result<(), (OpError, bool)> {
+    fn finish_all(reg: &mut Registry, released: &mut Released) -> Result<(), (OpError, bool)> {
         let mut first_error = reg.orphan_error.take();
         for op in std::mem::take(&mut reg.pending) {
             let (result, out) = op.finish(reg);
@@ -308,7 +294,7 @@ impl WorkerCell {
                 first_error.get_or_insert((err, op.signed_keys));
             }
         }
-        if let Err(err) = self.worker.wait_all() {
+        if let Err(err) = reg.worker.wait_all() {
             first_error.get_or_insert((err, false));
         }
         first_error.map_or(Ok(()), Err)
@@ -318,7 +304,7 @@ impl WorkerCell {
     pub(crate) fn drain(&self) {
         let mut released = Released::new();
         let mut reg = self.lock.lock();
-        if let Err((err, _)) = self.finish_all(&mut reg, &mut released) {
+        if let Err((err, _)) = Self::finish_all(&mut reg, &mut released) {
             tracing::warn!("an operation of worker {} failed: {err}", self.id);
         }
         drop(reg);
@@ -391,17 +377,18 @@ impl PyWorker {
         keys.check_unpinned()?;
         vals.check_unpinned("vals")?;
         let (keys, vals) = (&keys, &vals);
-        let (op, released) = self.cell.issue(py, keys.signed(), None, move |worker| {
+        let op = self.cell.issue(py, keys.signed(), move |worker, _| {
             // SAFETY: `vals` outlives this call, which only reads the slice (a push copies the
-            // values before returning); no mutable slice of it exists.
+            // values before returning); no mutable slice of it exists (it does not overlap the
+            // output of a pending pull, checked above).
             let vals = unsafe { vals.as_slice() };
-            if set {
+            let ticket = if set {
                 worker.set(keys.as_slice(), vals)
             } else {
                 worker.push(keys.as_slice(), vals)
-            }
+            };
+            ticket.map(Issued::Other)
         })?;
-        drop(released);
         Ok(self.ticket(op, None, if set { "set" } else { "push" }))
     }
 }
@@ -500,17 +487,18 @@ impl PyWorker {
         };
         keys.check_unpinned()?;
         let buf = PinnedOut::new(F32Buffer::get(&out_obj, "out", true)?, &keys)?;
-        // SAFETY: the slice points into `buf`'s export, which `issue` stores with the ticket
-        // that borrows the slice (see the SAFETY argument there); it is the only slice of that
-        // memory: the pin refuses any other pull output, keys or values overlapping it.
-        let slice = unsafe { buf.buf().as_mut_slice() };
         let keys = &keys;
-        let (op, released) = self
+        let op = self
             .cell
-            .issue(py, keys.signed(), Some(buf), move |worker| {
-                worker.pull(keys.as_slice(), slice)
+            .issue(py, keys.signed(), move |worker, released| {
+                match worker.pull_owned(keys.as_slice(), buf) {
+                    Ok(pull) => Ok(Issued::Pull(pull)),
+                    Err(refused) => {
+                        released.push(refused.out);
+                        Err(refused.error)
+                    }
+                }
             })?;
-        drop(released);
         Ok(self.ticket(op, Some(out_obj.unbind()), "pull"))
     }
 
@@ -542,10 +530,9 @@ impl PyWorker {
         let keys = Keys::get(keys)?;
         keys.check_unpinned()?;
         let keys = &keys;
-        let (op, released) = self.cell.issue(py, keys.signed(), None, move |worker| {
-            worker.localize(keys.as_slice())
+        let op = self.cell.issue(py, keys.signed(), move |worker, _| {
+            worker.localize(keys.as_slice()).map(Issued::Other)
         })?;
-        drop(released);
         Ok(self.ticket(op, None, "localize"))
     }
 
@@ -568,7 +555,7 @@ impl PyWorker {
         let cell = &self.cell;
         let (result, released) = py.detach(|| {
             let mut released = Released::new();
-            let result = cell.finish_all(&mut cell.lock.lock(), &mut released);
+            let result = WorkerCell::finish_all(&mut cell.lock.lock(), &mut released);
             (result, released)
         });
         drop(released);
@@ -590,10 +577,10 @@ impl PyWorker {
         self.cell.check_open()?;
         let buf = F32Buffer::get(out, "out", true)?;
         buf.check_unpinned("out")?;
-        let result = self.cell.with_lock(py, |_, worker| {
+        let result = self.cell.with_lock(py, |reg| {
             // SAFETY: `buf` outlives this call and no other Rust slice of it exists (it does not
             // overlap a pending pull's output).
-            worker.pull_if_local(key, unsafe { buf.as_mut_slice() })
+            reg.worker.pull_if_local(key, unsafe { buf.as_mut_slice() })
         });
         drop(buf);
         result.map_err(|err| errors::access_error(&err, true))
@@ -608,9 +595,8 @@ impl PyWorker {
         let (result, released) = py.detach(|| {
             let mut released = Released::new();
             let mut reg = cell.lock.lock();
-            let result = cell
-                .finish_all(&mut reg, &mut released)
-                .and_then(|()| cell.worker.barrier().map_err(|err| (err, false)));
+            let result = WorkerCell::finish_all(&mut reg, &mut released)
+                .and_then(|()| reg.worker.barrier().map_err(|err| (err, false)));
             drop(reg);
             (result, released)
         });
@@ -644,7 +630,7 @@ impl PyTicket {
         if self.op.result_if_done().is_some() {
             return true;
         }
-        self.cell.with_lock(py, |reg, _| self.op.is_finished(reg))
+        self.cell.with_lock(py, |reg| self.op.is_finished(reg))
     }
 }
 

@@ -3,8 +3,9 @@
 //! A simulated worker runs its script one [`Op`] at a time, like an application thread calling
 //! the real client API: a synchronous op blocks the worker until it completes, an asynchronous op
 //! is only issued, and [`Op::WaitAll`] blocks until every op the worker has outstanding is done.
-//! The operation logic itself (fast path, hand-off to the node) lives in [`crate::sim`], which
-//! owns the nodes; this module holds the per-worker bookkeeping.
+//! Each worker has the same access front end as a real one (`roam_core::access`: validation,
+//! fast path, hand-off to the node); running an op lives in [`crate::sim`], which owns the
+//! nodes; this module holds the per-worker bookkeeping.
 //!
 //! Invariant: a worker is either blocked (on one op or on all of them) or has a ready time; it
 //! acts only through its own events, never re-entrantly from a completion.
@@ -12,7 +13,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
-use roam_core::{Key, NodeId, ReqId, Time, WorkerId};
+use roam_core::{Front, Key, NodeId, ReqId, Time, WorkerId};
 
 /// A worker of the simulated cluster: its node and its index there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -206,11 +207,14 @@ pub(crate) struct Worker {
     pub(crate) outstanding: BTreeMap<ReqId, Outstanding>,
     /// Number of ops recorded so far (program order index of the next one).
     pub(crate) issued: usize,
+    /// The access front end on the node's store, as the real shell's workers have.
+    pub(crate) front: Front,
 }
 
 impl Worker {
-    pub(crate) fn new(id: WorkerRef) -> Self {
+    pub(crate) fn new(id: WorkerRef, front: Front) -> Self {
         Self {
+            front,
             id,
             script: VecDeque::new(),
             blocked: None,

@@ -1,4 +1,5 @@
-//! Errors of the node's life cycle (start and shutdown). Access errors come from `roam-core`.
+//! Errors of the node's life cycle (start and shutdown), and of an owned pull refused at issue.
+//! Access errors come from `roam-core`.
 
 use roam_core::KeySpaceError;
 
@@ -66,4 +67,37 @@ pub enum WorkerError {
         /// Requested index.
         index: u32,
     },
+}
+
+/// A pull refused at issue because of bad input (see [`crate::AccessError`]); it hands the output
+/// buffer back, since [`crate::Worker::pull_owned`] took it. Nothing was read from the node, and
+/// the buffer's contents are unspecified (a pull checks its keys as it copies).
+#[derive(thiserror::Error)]
+#[error("{error}")]
+pub struct PullRefused<B> {
+    /// What was wrong.
+    pub error: roam_core::AccessError,
+    /// The output buffer given to the pull.
+    pub out: B,
+}
+
+impl<B> std::fmt::Debug for PullRefused<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The buffer may be large; the error is what matters.
+        f.debug_struct("PullRefused")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> From<PullRefused<B>> for roam_core::AccessError {
+    fn from(refused: PullRefused<B>) -> Self {
+        refused.error
+    }
+}
+
+impl<B> From<PullRefused<B>> for roam_core::OpError {
+    fn from(refused: PullRefused<B>) -> Self {
+        Self::Access(refused.error)
+    }
 }

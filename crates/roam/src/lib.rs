@@ -12,7 +12,9 @@
 //! - `config`: the node's configuration; `error`: start-up errors.
 //! - `runtime`: the running node — core, links, threads; `NodeHandle` is its API.
 //! - `transport`: framed TCP links, vectored writes, bounded reads, latency emulation.
-//! - `worker`: the per-thread API (pull, push, set, wait, barrier) and its local fast path.
+//! - `worker`: the per-thread API (pull, push, set, wait, barrier) on the core's access front
+//!   end (`roam_core::access`); tickets, and owned pending pulls.
+//! - `slot`: each worker's results and outstanding operations, for tickets and `wait_all`.
 //! - `stats`: counters as a JSON-serialisable snapshot.
 //! - `bench`, `check`: the `roam bench ops` benchmark and the end-to-end self-checks.
 //!
@@ -38,15 +40,16 @@ pub mod launch;
 pub mod netns;
 pub mod rendezvous;
 mod runtime;
+mod slot;
 pub mod stats;
 mod transport;
 mod worker;
 
 pub use config::{Allocation, ClusterInfo, Config};
-pub use error::{StartError, WorkerError};
+pub use error::{PullRefused, StartError, WorkerError};
 pub use roam_core::wire::Limits;
 pub use roam_core::{AccessError, Directory, Key, OpError, ValueLengths};
 pub use roam_core::{KeySpace, NodeId, Partitioning, RecordLayout};
 pub use runtime::NodeHandle;
 pub use stats::NodeStats;
-pub use worker::{Ticket, Worker};
+pub use worker::{PendingPull, Ticket, Worker};

@@ -38,16 +38,10 @@ use crate::cluster_env;
 use crate::config::Config;
 use crate::error::{StartError, WorkerError};
 use crate::rendezvous;
+use crate::slot::WorkerSlot;
 use crate::stats::NodeStats;
 use crate::transport::{Link, Sink, read_frame};
 use crate::worker::Worker;
-
-/// Results delivered to one worker, by request.
-#[derive(Default)]
-pub(crate) struct WorkerSlot {
-    pub(crate) results: Mutex<HashMap<u64, Result<Vec<PullPart>, OpError>>>,
-    pub(crate) ready: Condvar,
-}
 
 /// State shared by the node's threads and its worker handles.
 pub(crate) struct Shared {
@@ -57,7 +51,6 @@ pub(crate) struct Shared {
     pub(crate) space: KeySpace,
     pub(crate) store: Arc<Store>,
     pub(crate) fast_local_access: bool,
-    pub(crate) dynamic: bool,
     pub(crate) counters: Arc<NodeCounters>,
     pub(crate) worker_counters: Vec<Arc<WorkerCounters>>,
     /// One per worker, plus one for the node itself (shutdown barrier).
@@ -116,11 +109,8 @@ impl Shared {
 
     fn deliver(&self, completions: Vec<Completion>) {
         for done in completions {
-            let slot = &self.slots[done.worker.index()];
-            slot.results
-                .lock()
-                .insert(done.req.0, done.result.map(Output::into_parts));
-            slot.ready.notify_all();
+            let result = done.result.map(Output::into_parts);
+            self.slots[done.worker.index()].deliver(done.req, result);
         }
     }
 
@@ -167,34 +157,7 @@ impl Shared {
         worker: WorkerId,
         req: ReqId,
     ) -> Result<Vec<PullPart>, OpError> {
-        let slot = &self.slots[worker.index()];
-        let mut results = slot.results.lock();
-        loop {
-            if let Some(result) = results.remove(&req.0) {
-                return result;
-            }
-            slot.ready.wait(&mut results);
-        }
-    }
-
-    /// Blocks until request `req` completes, leaving its result for the ticket; returns a
-    /// copy of its error, if any.
-    pub(crate) fn wait_complete(&self, worker: WorkerId, req: ReqId) -> Result<(), OpError> {
-        let slot = &self.slots[worker.index()];
-        let mut results = slot.results.lock();
-        loop {
-            if let Some(result) = results.get(&req.0) {
-                return result.as_ref().map(drop).map_err(Clone::clone);
-            }
-            slot.ready.wait(&mut results);
-        }
-    }
-
-    pub(crate) fn is_complete(&self, worker: WorkerId, req: ReqId) -> bool {
-        self.slots[worker.index()]
-            .results
-            .lock()
-            .contains_key(&req.0)
+        self.slots[worker.index()].take(req)
     }
 }
 
@@ -297,7 +260,6 @@ impl NodeHandle {
             space,
             store,
             fast_local_access: cfg.fast_local_access,
-            dynamic: cfg.allocation.is_dynamic(),
             counters,
             worker_counters: (0..workers_per_node).map(|_| Arc::default()).collect(),
             slots: (0..=workers_per_node)

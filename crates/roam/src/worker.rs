@@ -1,54 +1,89 @@
 //! The worker handle: one per worker thread, the API of pull, push, set, wait and barrier.
 //!
-//! Every access first validates the whole batch (nothing changes on bad input), then serves
-//! local keys straight from the store under their latches — no message, no node lock — and
-//! hands only the remaining keys to the protocol, one batched message per destination node.
+//! Every access goes through the worker's [`Front`] (`roam_core::access`): the whole batch is
+//! validated (nothing changes on bad input), local keys are served straight from the store
+//! under their latches — no message, no node lock — and only the remaining keys are handed to
+//! the protocol, one batched message per destination node.
 //!
-//! A pull's [`Ticket`] borrows the output buffer until it is waited on (or dropped, which also
-//! waits), so remote values can be copied in only when the caller asks for them and the buffer
-//! can never be read half-filled.
+//! An issued operation waits for its result in the worker's slot (`slot.rs`), which it reaches
+//! through a shared handle rather than a borrow of the worker. Two kinds of pending operation
+//! sit on top:
+//! - a [`Ticket`] borrows a pull's output buffer until it is waited (or dropped, which also
+//!   waits), so remote values are copied in only when the caller asks for them and the buffer
+//!   can never be read half-filled; tickets of pushes, sets and localizes borrow nothing;
+//! - a [`PendingPull`] owns its output buffer and hands it back when waited, so any number of
+//!   pulls can be in flight without split borrows, and the operation can be stored anywhere
+//!   (the Python binding keeps them in Python objects).
 
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
-use roam_core::stats::{WorkerCounters, bump};
 use roam_core::{
-    AccessError, Directory, Key, KeySpace, Node, OpError, ReqId, Residency, Time, UpdateMode,
-    WorkerId,
+    AccessError, Directory, Front, Handoff, Key, KeySpace, OpError, ReqId, UpdateMode, WorkerId,
 };
 
+use crate::error::PullRefused;
 use crate::runtime::Shared;
+use crate::slot::{Fate, WorkerSlot};
 
 /// A handle for one worker thread. Not `Sync`: each thread takes its own from the node.
 pub struct Worker {
+    owner: Arc<Owner>,
+    front: RefCell<Front>,
+}
+
+/// The node and slot of one worker. Each pending operation holds a reference: one `Arc` per
+/// worker, so counting those references touches no cache line that other workers write.
+struct Owner {
     shared: Arc<Shared>,
     id: WorkerId,
-    counters: Arc<WorkerCounters>,
-    outstanding: RefCell<HashSet<u64>>,
-    /// Operations whose tickets were detached: their results are discarded by `wait_all`.
-    detached: RefCell<HashSet<u64>>,
-    misses: RefCell<(Vec<Key>, Vec<usize>)>,
-    /// The first error of an operation whose ticket was dropped without a wait: reported by the
-    /// next `wait_all` or `barrier`, since nobody else will see it.
-    dropped_error: RefCell<Option<OpError>>,
+}
+
+impl Owner {
+    fn slot(&self) -> &WorkerSlot {
+        &self.shared.slots[self.id.index()]
+    }
+}
+
+/// A request handed to the node whose result its operation has not taken yet.
+struct InFlight {
+    owner: Arc<Owner>,
+    req: ReqId,
+}
+
+impl InFlight {
+    fn is_finished(&self) -> bool {
+        self.owner.slot().is_complete(self.req)
+    }
+
+    /// Blocks until the request completes; a pull's remote values are copied into `out`.
+    fn wait(&self, out: Option<&mut [f32]>) -> Result<(), OpError> {
+        let parts = self.owner.slot().take(self.req)?;
+        if let Some(out) = out {
+            for part in &parts {
+                part.scatter(&self.owner.shared.space, out);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// An issued operation. Wait on it with [`Ticket::wait`] (or [`Worker::wait`]); dropping it
 /// waits too. For a pull, the output buffer is complete once the ticket is waited.
+///
+/// A pull's ticket borrows its output buffer; the tickets of [`Worker::push`], [`Worker::set`]
+/// and [`Worker::localize`] borrow nothing (`Ticket<'static>`) and can be kept anywhere. For many
+/// pulls in flight at once, [`Worker::pull_owned`] avoids splitting one buffer's borrows.
 #[must_use = "an operation is only known to be complete once its ticket is waited"]
 pub struct Ticket<'a> {
-    worker: &'a Worker,
-    req: Option<ReqId>,
+    inflight: Option<InFlight>,
     out: Option<&'a mut [f32]>,
 }
 
 impl Ticket<'_> {
     /// Whether the operation has completed (a following `wait` returns immediately).
     pub fn is_finished(&self) -> bool {
-        self.req
-            .is_none_or(|req| self.worker.shared.is_complete(self.worker.id, req))
+        self.inflight.as_ref().is_none_or(InFlight::is_finished)
     }
 
     /// Lets the operation complete in the background without waiting for it here (dropping a
@@ -56,8 +91,8 @@ impl Ticket<'_> {
     /// [`Worker::barrier`] still wait for it. Meant for hints such as `localize`; a detached
     /// pull still runs, but its values are not copied into the buffer.
     pub fn detach(mut self) {
-        if let Some(req) = self.req.take() {
-            self.worker.detached.borrow_mut().insert(req.0);
+        if let Some(inflight) = self.inflight.take() {
+            inflight.owner.slot().abandon(inflight.req, Fate::Discard);
         }
     }
 
@@ -67,26 +102,91 @@ impl Ticket<'_> {
     }
 
     fn finish(&mut self) -> Result<(), OpError> {
-        let Some(req) = self.req.take() else {
-            return Ok(());
-        };
-        let result = self.worker.shared.wait_result(self.worker.id, req);
-        self.worker.outstanding.borrow_mut().remove(&req.0);
-        let parts = result?;
-        if let Some(out) = self.out.as_deref_mut() {
-            for part in &parts {
-                part.scatter(&self.worker.shared.space, out);
-            }
+        match self.inflight.take() {
+            Some(inflight) => inflight.wait(self.out.as_deref_mut()),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        if let Err(err) = self.finish() {
+        let Some(inflight) = self.inflight.take() else {
+            return;
+        };
+        if let Err(err) = inflight.wait(self.out.as_deref_mut()) {
             tracing::warn!("operation dropped without wait failed: {err}");
-            self.worker.dropped_error.borrow_mut().get_or_insert(err);
+            inflight.owner.slot().record_dropped(err);
+        }
+    }
+}
+
+/// A pull that owns its output buffer: [`Worker::pull_owned`]. Waiting returns the buffer with
+/// every key's values in it.
+///
+/// It borrows neither the worker nor the buffer, so many can be in flight at once (a window of
+/// pulls ahead of the computation), kept in any collection, or sent to another thread to be
+/// waited there. Dropping it without a wait does not block: the pull still completes, its
+/// values are discarded, and an error is reported by the worker's next [`Worker::wait_all`] or
+/// [`Worker::barrier`].
+///
+/// `B` is any buffer whose [`AsMut<[f32]>`](AsMut) gives the same slice every time: `Vec<f32>`,
+/// `Box<[f32]>`, an array, a `&mut [f32]`.
+#[must_use = "a pull's values are only in its buffer once it is waited"]
+pub struct PendingPull<B = Vec<f32>> {
+    inflight: Option<InFlight>,
+    /// Taken only by `finish`, which consumes the operation.
+    out: Option<B>,
+    len: usize,
+}
+
+impl<B> std::fmt::Debug for PendingPull<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingPull")
+            .field("values", &self.len)
+            .field("req", &self.inflight.as_ref().map(|i| i.req))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> PendingPull<B> {
+    /// Whether the pull has completed (a following `wait` copies the values and returns).
+    pub fn is_finished(&self) -> bool {
+        self.inflight.as_ref().is_none_or(InFlight::is_finished)
+    }
+}
+
+impl<B: AsMut<[f32]>> PendingPull<B> {
+    /// Blocks until the pull completes and returns the buffer holding the keys' values.
+    pub fn wait(self) -> Result<B, OpError> {
+        let (out, result) = self.finish();
+        result.map(|()| out)
+    }
+
+    /// Like [`PendingPull::wait`], but hands the buffer back also when the pull failed (its
+    /// contents are then unspecified), e.g. to reuse it.
+    pub fn finish(mut self) -> (B, Result<(), OpError>) {
+        let mut out = self.out.take().expect("the buffer is only taken here");
+        let result = match self.inflight.take() {
+            None => Ok(()),
+            Some(inflight) => {
+                let slice = out.as_mut();
+                assert_eq!(
+                    slice.len(),
+                    self.len,
+                    "the pull's buffer changed length while the pull was in flight"
+                );
+                inflight.wait(Some(slice))
+            }
+        };
+        (out, result)
+    }
+}
+
+impl<B> Drop for PendingPull<B> {
+    fn drop(&mut self) {
+        if let Some(inflight) = self.inflight.take() {
+            inflight.owner.slot().abandon(inflight.req, Fate::Report);
         }
     }
 }
@@ -95,134 +195,147 @@ impl Drop for Ticket<'_> {
 /// arrived at its node's later barriers, so its siblings are not left waiting for it.
 impl Drop for Worker {
     fn drop(&mut self) {
-        self.shared
-            .with_node(|node, now| node.retire_worker(now, self.id));
+        let id = self.owner.id;
+        self.owner
+            .shared
+            .with_node(|node, now| node.retire_worker(now, id));
     }
 }
 
 impl Worker {
     pub(crate) fn new(shared: Arc<Shared>, id: WorkerId) -> Self {
         let counters = shared.worker_counters[id.index()].clone();
+        let front = shared.with_node(|node, _| Front::new(node, counters));
         Self {
-            shared,
-            id,
-            counters,
-            outstanding: RefCell::default(),
-            detached: RefCell::default(),
-            misses: RefCell::default(),
-            dropped_error: RefCell::default(),
+            owner: Arc::new(Owner { shared, id }),
+            front: RefCell::new(front),
         }
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.owner.shared
     }
 
     /// This worker's index on its node.
     pub fn id(&self) -> u32 {
-        self.id.0
+        self.owner.id.0
     }
 
     /// This worker's node rank.
     pub fn rank(&self) -> u32 {
-        self.shared.rank.0
+        self.shared().rank.0
     }
 
     /// Nodes in the cluster.
     pub fn num_nodes(&self) -> u32 {
-        self.shared.num_nodes
+        self.shared().num_nodes
     }
 
     /// Worker threads per node.
     pub fn workers_per_node(&self) -> u32 {
-        self.shared.workers_per_node
+        self.shared().workers_per_node
     }
 
     /// This worker's index among all workers of all nodes.
     pub fn global_id(&self) -> u32 {
-        self.shared.rank.0 * self.shared.workers_per_node + self.id.0
+        self.shared().rank.0 * self.shared().workers_per_node + self.owner.id.0
     }
 
     /// The key space.
     pub fn key_space(&self) -> &KeySpace {
-        &self.shared.space
+        &self.shared().space
     }
 
     /// A snapshot of this node's directory (see [`crate::NodeHandle::directory`]).
     pub fn directory(&self) -> Directory {
-        self.shared.with_node(|node, _| node.directory().clone())
+        self.shared().with_node(|node, _| node.directory().clone())
+    }
+
+    /// Issues what the front end left for the node, if anything, under the node lock.
+    fn hand_off(&self, handoff: Option<Handoff<'_>>) -> Option<InFlight> {
+        let handoff = handoff?;
+        let id = self.owner.id;
+        let req = self
+            .shared()
+            .with_node(|node, now| handoff.issue(node, now, id));
+        self.owner.slot().register(req);
+        Some(InFlight {
+            owner: self.owner.clone(),
+            req,
+        })
     }
 
     /// Reads the values of `keys` into `out` (their lengths concatenated in key order). Local
     /// keys are copied before this returns; the rest arrive when the ticket is waited. A key
     /// named twice is read twice (its values appear at both places).
-    pub fn pull<'a>(&'a self, keys: &[Key], out: &'a mut [f32]) -> Result<Ticket<'a>, AccessError> {
-        let space = &self.shared.space;
-        let fast = self.shared.fast_local_access;
-        match space.uniform_len() {
-            // The hot path checks keys while it copies (a pull changes nothing, so failing
-            // half-way is harmless: the buffer's contents are then unspecified).
-            Some(len) if fast => {
-                if keys.len() * len != out.len() {
-                    let expected = keys.len() * len;
-                    return Err(AccessError::LengthMismatch {
-                        keys: keys.len(),
-                        expected,
-                        actual: out.len(),
-                    });
-                }
-            }
-            _ => {
-                space.check_batch(keys, out.len())?;
-            }
-        }
-        let mut misses = self.misses.borrow_mut();
-        let (miss_keys, miss_offsets) = &mut *misses;
-        miss_keys.clear();
-        miss_offsets.clear();
-        let store = &self.shared.store;
-        let fast = self.shared.fast_local_access;
-        if let (Some(len), true) = (self.shared.space.uniform_len(), fast) {
-            // The common case, kept free of per-key length lookups.
-            let checked = store.pull_batch_local(keys, out, len, |i| {
-                miss_keys.push(keys[i]);
-                miss_offsets.push(i * len);
-            });
-            if let Err(key) = checked {
-                return Err(AccessError::KeyOutOfRange {
-                    key,
-                    num_keys: space.num_keys(),
-                });
-            }
-        } else {
-            let mut offset = 0;
-            for &key in keys {
-                let len = space.len(key);
-                let here = &mut out[offset..offset + len];
-                if !(fast && store.pull_local(key, here)) {
-                    miss_keys.push(key);
-                    miss_offsets.push(offset);
-                }
-                offset += len;
-            }
-        }
-        let counters = (
-            &self.counters.local_pull_keys,
-            &self.counters.local_pull_ops,
-        );
-        let local = keys.len() - miss_keys.len();
-        Ok(
-            self.issue_rest(counters, local, miss_keys, Some(out), |node, now| {
-                node.issue_pull(now, self.id, miss_keys, miss_offsets)
+    pub fn pull<'a>(&self, keys: &[Key], out: &'a mut [f32]) -> Result<Ticket<'a>, AccessError> {
+        let mut front = self.front.borrow_mut();
+        let inflight = self.hand_off(front.pull(keys, out)?);
+        Ok(Ticket {
+            out: inflight.is_some().then_some(out),
+            inflight,
+        })
+    }
+
+    /// [`Worker::pull`] into a buffer the operation owns, for pulls kept in flight while others
+    /// are issued. Waiting the [`PendingPull`] returns the buffer with the values in it; bad
+    /// input hands it back in the error.
+    ///
+    /// A window of pulls running ahead of the computation that uses them:
+    ///
+    /// ```no_run
+    /// # fn train(
+    /// #     worker: &roam::Worker,
+    /// #     batches: &[Vec<u64>],
+    /// #     step: impl Fn(&[u64], &[f32]),
+    /// # ) -> Result<(), roam::OpError> {
+    /// use std::collections::VecDeque;
+    ///
+    /// let len = worker.key_space().uniform_len().expect("uniform value lengths");
+    /// let mut window = VecDeque::new();
+    /// for keys in batches {
+    ///     let pending = worker.pull_owned(keys, vec![0.0; keys.len() * len])?;
+    ///     window.push_back((keys, pending));
+    ///     if window.len() == 8 {
+    ///         // The oldest of 8 pulls in flight: its values are usually in by now.
+    ///         let (keys, pending) = window.pop_front().unwrap();
+    ///         step(keys, &pending.wait()?);
+    ///     }
+    /// }
+    /// for (keys, pending) in window {
+    ///     step(keys, &pending.wait()?);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn pull_owned<B: AsMut<[f32]>>(
+        &self,
+        keys: &[Key],
+        mut out: B,
+    ) -> Result<PendingPull<B>, PullRefused<B>> {
+        let mut front = self.front.borrow_mut();
+        let slice = out.as_mut();
+        let len = slice.len();
+        match front.pull(keys, slice) {
+            Ok(handoff) => Ok(PendingPull {
+                inflight: self.hand_off(handoff),
+                out: Some(out),
+                len,
             }),
-        )
+            Err(error) => Err(PullRefused { error, out }),
+        }
     }
 
     /// Adds `vals` to the values of `keys` (additive update, e.g. a gradient step). A key named
-    /// twice in one batch is updated twice: both of its updates are added.
-    pub fn push(&self, keys: &[Key], vals: &[f32]) -> Result<Ticket<'_>, AccessError> {
+    /// twice in one batch is updated twice: both of its updates are added. `vals` may be reused
+    /// as soon as this returns.
+    pub fn push(&self, keys: &[Key], vals: &[f32]) -> Result<Ticket<'static>, AccessError> {
         self.update(keys, vals, UpdateMode::Add)
     }
 
     /// Overwrites the values of `keys` with `vals`. A key named twice is set twice, in batch
     /// order when it is local; do not rely on which write wins for a remote key.
-    pub fn set(&self, keys: &[Key], vals: &[f32]) -> Result<Ticket<'_>, AccessError> {
+    pub fn set(&self, keys: &[Key], vals: &[f32]) -> Result<Ticket<'static>, AccessError> {
         self.update(keys, vals, UpdateMode::Set)
     }
 
@@ -233,97 +346,23 @@ impl Worker {
         keys: &[Key],
         vals: &[f32],
         mode: UpdateMode,
-    ) -> Result<Ticket<'_>, AccessError> {
-        self.shared.space.check_batch(keys, vals.len())?;
-        let mut misses = self.misses.borrow_mut();
-        let (miss_keys, miss_offsets) = &mut *misses;
-        miss_keys.clear();
-        miss_offsets.clear();
-        let store = &self.shared.store;
-        let fast = self.shared.fast_local_access;
-        if let (Some(len), true) = (self.shared.space.uniform_len(), fast) {
-            store.push_batch_local(keys, vals, len, mode, |i| {
-                miss_keys.push(keys[i]);
-                miss_offsets.push(i * len);
-            });
-        } else {
-            let space = &self.shared.space;
-            let mut offset = 0;
-            for &key in keys {
-                let len = space.len(key);
-                if !(fast && store.push_local(key, &vals[offset..offset + len], mode)) {
-                    miss_keys.push(key);
-                    miss_offsets.push(offset);
-                }
-                offset += len;
-            }
-        }
-        let counters = (
-            &self.counters.local_push_keys,
-            &self.counters.local_push_ops,
-        );
-        let local = keys.len() - miss_keys.len();
-        Ok(
-            self.issue_rest(counters, local, miss_keys, None, |node, now| {
-                node.issue_push(now, self.id, miss_keys, vals, miss_offsets, mode)
-            }),
-        )
-    }
-
-    /// Counts `local` keys served by the fast path and, if any key was missed, hands the rest to
-    /// the node (`issue`); the ticket completes at once when nothing was missed.
-    fn issue_rest<'a>(
-        &'a self,
-        (keys_counter, ops_counter): (&AtomicU64, &AtomicU64),
-        local: usize,
-        missed: &[Key],
-        out: Option<&'a mut [f32]>,
-        issue: impl FnOnce(&mut Node, Time) -> ReqId,
-    ) -> Ticket<'a> {
-        bump(keys_counter, local as u64);
-        if missed.is_empty() {
-            bump(ops_counter, 1);
-            return Ticket {
-                worker: self,
-                req: None,
-                out: None,
-            };
-        }
-        let req = self.shared.with_node(issue);
-        self.outstanding.borrow_mut().insert(req.0);
-        Ticket {
-            worker: self,
-            req: Some(req),
-            out,
-        }
+    ) -> Result<Ticket<'static>, AccessError> {
+        let mut front = self.front.borrow_mut();
+        let inflight = self.hand_off(front.push(keys, vals, mode)?);
+        Ok(Ticket {
+            inflight,
+            out: None,
+        })
     }
 
     /// Moves ownership of `keys` to this node (dynamic allocation; a no-op otherwise). Keys
     /// already here or on their way are cheap; the ticket completes once all have landed.
     /// Accesses stay correct wherever the keys are while they move.
-    pub fn localize(&self, keys: &[Key]) -> Result<Ticket<'_>, AccessError> {
-        let space = &self.shared.space;
-        if let Some(&key) = keys.iter().find(|&&k| k >= space.num_keys()) {
-            return Err(AccessError::KeyOutOfRange {
-                key,
-                num_keys: space.num_keys(),
-            });
-        }
-        let store = &self.shared.store;
-        if !self.shared.dynamic || keys.iter().all(|&k| store.residency(k) == Residency::Local) {
-            return Ok(Ticket {
-                worker: self,
-                req: None,
-                out: None,
-            });
-        }
-        let req = self
-            .shared
-            .with_node(|node, now| node.issue_localize(now, self.id, keys));
-        self.outstanding.borrow_mut().insert(req.0);
+    pub fn localize(&self, keys: &[Key]) -> Result<Ticket<'static>, AccessError> {
+        let front = self.front.borrow();
+        let inflight = self.hand_off(front.localize(keys)?);
         Ok(Ticket {
-            worker: self,
-            req: Some(req),
+            inflight,
             out: None,
         })
     }
@@ -340,35 +379,16 @@ impl Worker {
 
     /// Blocks until every operation this worker issued has completed. Results stay with their
     /// tickets (a pull's buffer is filled when its ticket is waited); returns the first error
-    /// among them, or else the first error of an operation whose ticket was dropped without a
-    /// wait since the last call (detached tickets excepted: their outcome is discarded).
+    /// among them, or else the first error of an operation whose ticket (or owned pull) was
+    /// dropped without a wait since the last call (detached tickets excepted: their outcome is
+    /// discarded).
     pub fn wait_all(&self) -> Result<(), OpError> {
-        let outstanding: Vec<u64> = self.outstanding.borrow().iter().copied().collect();
-        let mut first_error = None;
-        for req in outstanding {
-            if self.detached.borrow_mut().remove(&req) {
-                // Nobody will take this result: take it here, and ignore its outcome.
-                let _ = self.shared.wait_result(self.id, ReqId(req));
-                self.outstanding.borrow_mut().remove(&req);
-            } else if let Err(err) = self.shared.wait_complete(self.id, ReqId(req)) {
-                first_error.get_or_insert(err);
-            }
-        }
-        let dropped = self.dropped_error.borrow_mut().take();
-        first_error.or(dropped).map_or(Ok(()), Err)
+        self.owner.slot().wait_all()
     }
 
     /// Copies `key`'s values into `out` if the key is local right now; never sends a message.
     pub fn pull_if_local(&self, key: Key, out: &mut [f32]) -> Result<bool, AccessError> {
-        self.shared
-            .space
-            .check_batch(std::slice::from_ref(&key), out.len())?;
-        let hit = self.shared.fast_local_access && self.shared.store.pull_local(key, out);
-        if hit {
-            bump(&self.counters.local_pull_keys, 1);
-            bump(&self.counters.local_pull_ops, 1);
-        }
-        Ok(hit)
+        self.front.borrow().pull_if_local(key, out)
     }
 
     /// Waits for this worker's outstanding operations, then for every worker thread of every
@@ -376,9 +396,10 @@ impl Worker {
     /// Operations issued before the barrier by any worker have been applied when it returns.
     pub fn barrier(&self) -> Result<(), OpError> {
         self.wait_all()?;
+        let id = self.owner.id;
         let req = self
-            .shared
-            .with_node(|node, now| node.issue_barrier(now, self.id));
-        self.shared.wait_result(self.id, req).map(drop)
+            .shared()
+            .with_node(|node, now| node.issue_barrier(now, id));
+        self.shared().wait_result(id, req).map(drop)
     }
 }

@@ -429,3 +429,86 @@ fn the_cluster_is_resolved_before_start_from_config_and_environment() {
         .unwrap_err();
     assert!(err.to_string().contains("ROAM_WORKERS_PER_NODE"), "{err}");
 }
+
+/// Many pulls in flight at once, each owning its buffer: a window of 8 pulls of remote keys is
+/// issued before any is waited, and each comes back with exactly its keys' values, whatever
+/// order they are waited in.
+#[test]
+fn a_window_of_owned_pulls_in_flight_returns_exact_values() {
+    const LEN: usize = 3;
+    let value = |key: u64, j: usize| (key * 10 + j as u64) as f32;
+    let nodes = cluster(2, || Config::new(200, LEN as u32));
+    std::thread::scope(|scope| {
+        for node in &nodes {
+            scope.spawn(move || {
+                let w = node.worker(0).unwrap();
+                if node.rank() == 0 {
+                    let keys: Vec<u64> = (0..200).collect();
+                    let vals: Vec<f32> = keys
+                        .iter()
+                        .flat_map(|&k| (0..LEN).map(move |j| value(k, j)))
+                        .collect();
+                    w.set(&keys, &vals).unwrap().wait().unwrap();
+                }
+                w.barrier().unwrap();
+                if node.rank() == 0 {
+                    let dir = w.directory();
+                    let remote: Vec<u64> = (0..200).filter(|&k| dir.home(k).0 == 1).collect();
+                    let local: Vec<u64> = (0..200).filter(|&k| dir.home(k).0 == 0).collect();
+                    assert!(remote.len() >= 16 && !local.is_empty());
+                    // Batch i: remote keys (one named twice), the last one mixed with a local key.
+                    let batches: Vec<Vec<u64>> = (0..8)
+                        .map(|i| {
+                            let mut keys = remote[i * 2..i * 2 + 2].to_vec();
+                            keys.push(remote[i * 2]);
+                            if i == 7 {
+                                keys.insert(1, local[0]);
+                            }
+                            keys
+                        })
+                        .collect();
+                    let mut window: Vec<_> = batches
+                        .iter()
+                        .map(|keys| {
+                            let out = vec![f32::NAN; keys.len() * LEN];
+                            (keys, w.pull_owned(keys, out).unwrap())
+                        })
+                        .collect();
+                    // Waited newest first: each buffer belongs to its own pull.
+                    while let Some((keys, pending)) = window.pop() {
+                        let got = pending.wait().unwrap();
+                        let want: Vec<f32> = keys
+                            .iter()
+                            .flat_map(|&k| (0..LEN).map(move |j| value(k, j)))
+                            .collect();
+                        assert_eq!(got, want, "keys {keys:?}");
+                    }
+
+                    // Bad input hands the buffer back; nothing is in flight for it.
+                    let refused = w.pull_owned(&[remote[0], 999], vec![1.0; 2 * LEN]);
+                    let refused = refused.expect_err("key 999 is out of range");
+                    assert_eq!(
+                        refused.error,
+                        AccessError::KeyOutOfRange {
+                            key: 999,
+                            num_keys: 200
+                        }
+                    );
+                    assert_eq!(refused.out.len(), 2 * LEN);
+                    // Any buffer type: an array, waited with `finish`.
+                    let pending = w.pull_owned(&[remote[3]], [0.0f32; LEN]).unwrap();
+                    let (array, result) = pending.finish();
+                    assert_eq!(result, Ok(()));
+                    assert_eq!(array, [0, 1, 2].map(|j| value(remote[3], j)));
+                    // Dropped without a wait: no blocking, and nothing to report.
+                    drop(w.pull_owned(&remote[..4], vec![0.0; 4 * LEN]).unwrap());
+                    assert_eq!(w.wait_all(), Ok(()));
+                }
+                w.barrier().unwrap();
+            });
+        }
+    });
+    let stats = nodes[0].stats();
+    assert!(stats.remote_pull_keys >= 24, "{stats:?}");
+    shutdown_all(nodes);
+}

@@ -1,10 +1,14 @@
-//! Workers: running a worker's next op (the fast path on the node's store, then the hand-off of
-//! what is not local to the node), recording invocations and returns in the history.
+//! Workers: running a worker's next op through its access front end (`roam_core::access`, the
+//! one the real shell uses: validation, the fast path on the node's store, the hand-off of what
+//! is not local to the node), recording invocations and returns in the history.
 //!
-//! Invariants: like the real shell, an op is validated in full before anything changes, local
-//! keys are served from the store without the node, and each op's return is recorded exactly once.
+//! Invariants: an op's input is validated by the front end before anything changes, local keys
+//! are served from the store without the node, and each op's return is recorded exactly once.
 
-use roam_core::{Completion, Key, NodeId, OpError, ReqId, Residency, Time, UpdateMode};
+use roam_core::{
+    AccessError, Completion, Front, Handoff, Key, Node, NodeId, OpError, ReqId, Time, UpdateMode,
+    WorkerId,
+};
 
 use super::*;
 use crate::history::{OpKind, OpRecord, Outcome};
@@ -199,45 +203,56 @@ impl Sim {
         self.drain(NodeId(n as u32));
     }
 
-    pub(super) fn issue_pull(&mut self, n: usize, w: usize, keys: Vec<Key>, pace: Pace) {
-        let space = self.cfg.space.clone();
-        let buf_len: usize = keys
-            .iter()
-            .filter(|&&k| k < space.num_keys())
-            .map(|&k| space.len(k))
-            .sum();
-        let record = self.invoke(n, w, OpKind::Pull, keys.clone(), Vec::new(), pace.wait);
-        if let Err(err) = space.check_batch(&keys, buf_len) {
-            return self.finish_locally(
-                n,
-                w,
-                record,
-                Outcome::Failed(OpError::from(err)),
-                pace.think,
-            );
-        }
-        let mut out = vec![0.0; buf_len];
-        let (mut remote, mut offsets) = (Vec::new(), Vec::new());
-        let store = self.nodes[n].node.store().clone();
-        let mut offset = 0;
-        for &key in &keys {
-            let len = space.len(key);
-            if !(self.cfg.fast_local_access
-                && store.pull_local(key, &mut out[offset..offset + len]))
-            {
-                remote.push(key);
-                offsets.push(offset);
+    /// Worker `w`'s front end, its node, and its id there.
+    fn front_of(&mut self, n: usize, w: usize) -> (&mut Front, &mut Node, WorkerId) {
+        let node = &mut self.nodes[n];
+        let worker = &mut node.workers[w];
+        (&mut worker.front, &mut node.node, worker.id.worker)
+    }
+
+    /// Ends op `record` as the front end left it: refused, served in full, or handed to the
+    /// node. `out` is a pull's buffer (empty for other ops).
+    fn after_front(
+        &mut self,
+        (n, w, record): (usize, usize, usize),
+        issued: Result<Option<ReqId>, AccessError>,
+        out: Vec<f32>,
+        pace: Pace,
+    ) {
+        match issued {
+            Err(err) => {
+                let failed = Outcome::Failed(OpError::from(err));
+                self.finish_locally(n, w, record, failed, pace.think);
             }
-            offset += len;
+            Ok(None) => {
+                let outcome = match self.history.ops()[record].kind {
+                    OpKind::Pull => Outcome::Pulled(out),
+                    _ => Outcome::Done,
+                };
+                self.finish_locally(n, w, record, outcome, pace.think);
+            }
+            Ok(Some(req)) => self.hand_off(n, w, req, record, out, pace),
         }
-        if remote.is_empty() {
-            return self.finish_locally(n, w, record, Outcome::Pulled(out), pace.think);
-        }
-        let wid = self.nodes[n].workers[w].id.worker;
-        let req = self.nodes[n]
-            .node
-            .issue_pull(self.now, wid, &remote, &offsets);
-        self.hand_off(n, w, req, record, out, pace);
+    }
+
+    pub(super) fn issue_pull(&mut self, n: usize, w: usize, keys: Vec<Key>, pace: Pace) {
+        let space = &self.cfg.space;
+        // The buffer a caller would pass: the keys' values (a key out of range takes the uniform
+        // length, so that the front end names the key rather than the buffer's length).
+        let buf_len = match space.uniform_len() {
+            Some(len) => keys.len() * len,
+            None => keys
+                .iter()
+                .filter(|&&k| k < space.num_keys())
+                .map(|&k| space.len(k))
+                .sum(),
+        };
+        let record = self.invoke(n, w, OpKind::Pull, keys.clone(), Vec::new(), pace.wait);
+        let mut out = vec![0.0; buf_len];
+        let now = self.now;
+        let (front, node, id) = self.front_of(n, w);
+        let issued = issue(front.pull(&keys, &mut out), node, now, id);
+        self.after_front((n, w, record), issued, out, pace);
     }
 
     pub(super) fn issue_push(
@@ -249,64 +264,26 @@ impl Sim {
         mode: UpdateMode,
         pace: Pace,
     ) {
-        let space = self.cfg.space.clone();
         let kind = if mode == UpdateMode::Set {
             OpKind::Set
         } else {
             OpKind::Push
         };
         let record = self.invoke(n, w, kind, keys.clone(), vals.clone(), pace.wait);
-        if let Err(err) = space.check_batch(&keys, vals.len()) {
-            return self.finish_locally(
-                n,
-                w,
-                record,
-                Outcome::Failed(OpError::from(err)),
-                pace.think,
-            );
-        }
-        let (mut remote, mut offsets) = (Vec::new(), Vec::new());
-        let store = self.nodes[n].node.store().clone();
-        let mut offset = 0;
-        for &key in &keys {
-            let len = space.len(key);
-            if !(self.cfg.fast_local_access
-                && store.push_local(key, &vals[offset..offset + len], mode))
-            {
-                remote.push(key);
-                offsets.push(offset);
-            }
-            offset += len;
-        }
-        if remote.is_empty() {
-            return self.finish_locally(n, w, record, Outcome::Done, pace.think);
-        }
-        let wid = self.nodes[n].workers[w].id.worker;
-        let req = self.nodes[n]
-            .node
-            .issue_push(self.now, wid, &remote, &vals, &offsets, mode);
-        self.hand_off(n, w, req, record, Vec::new(), pace);
+        let now = self.now;
+        let (front, node, id) = self.front_of(n, w);
+        let issued = issue(front.push(&keys, &vals, mode), node, now, id);
+        self.after_front((n, w, record), issued, Vec::new(), pace);
     }
 
-    /// Like the real shell: a no-op unless allocation is dynamic and some key is not local,
-    /// else every key is handed to the node.
+    /// Like the real shell: a no-op unless keys can move and some key is not local, else every
+    /// key is handed to the node.
     pub(super) fn issue_localize(&mut self, n: usize, w: usize, keys: Vec<Key>, pace: Pace) {
-        let space = self.cfg.space.clone();
         let record = self.invoke(n, w, OpKind::Localize, keys.clone(), Vec::new(), pace.wait);
-        if let Some(&key) = keys.iter().find(|&&k| k >= space.num_keys()) {
-            let err = roam_core::AccessError::KeyOutOfRange {
-                key,
-                num_keys: space.num_keys(),
-            };
-            return self.finish_locally(n, w, record, Outcome::Failed(err.into()), pace.think);
-        }
-        let store = self.nodes[n].node.store().clone();
-        if !self.cfg.dynamic || keys.iter().all(|&k| store.residency(k) == Residency::Local) {
-            return self.finish_locally(n, w, record, Outcome::Done, pace.think);
-        }
-        let wid = self.nodes[n].workers[w].id.worker;
-        let req = self.nodes[n].node.issue_localize(self.now, wid, &keys);
-        self.hand_off(n, w, req, record, Vec::new(), pace);
+        let now = self.now;
+        let (front, node, id) = self.front_of(n, w);
+        let issued = issue(front.localize(&keys), node, now, id);
+        self.after_front((n, w, record), issued, Vec::new(), pace);
     }
 
     /// Moves the home of `key`'s bucket; the node validates the rest.
@@ -319,4 +296,15 @@ impl Sim {
             .issue_move_home(self.now, wid, bucket, to);
         self.hand_off(n, w, req, record, Vec::new(), pace);
     }
+}
+
+/// Issues what the front end handed off, if anything, into the node: the request, or `None` if
+/// the front end served every key.
+fn issue(
+    access: Result<Option<Handoff<'_>>, AccessError>,
+    node: &mut Node,
+    now: Time,
+    worker: WorkerId,
+) -> Result<Option<ReqId>, AccessError> {
+    Ok(access?.map(|handoff| handoff.issue(node, now, worker)))
 }

@@ -15,10 +15,11 @@
 //!   still delivered, followed by the end of its connections.
 
 use std::fmt;
+use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use roam_core::{Key, Node, NodeConfig, NodeId, PolicyKind, Residency, Time};
+use roam_core::{Front, Key, Node, NodeConfig, NodeId, PolicyKind, Residency, Time};
 
 use crate::config::SimConfig;
 use crate::history::History;
@@ -163,8 +164,8 @@ impl Sim {
             "a cluster needs nodes and workers"
         );
         let nodes = (0..cfg.nodes)
-            .map(|id| SimNode {
-                node: Node::new(NodeConfig {
+            .map(|id| {
+                let node = Node::new(NodeConfig {
                     id: NodeId(id),
                     num_nodes: cfg.nodes,
                     workers_per_node: cfg.workers_per_node,
@@ -180,11 +181,15 @@ impl Sim {
                     },
                     seed: cfg.seed ^ u64::from(id),
                     liveness: cfg.liveness,
-                }),
-                crashed: false,
-                workers: (0..cfg.workers_per_node)
-                    .map(|w| Worker::new(WorkerRef::new(id, w)))
-                    .collect(),
+                });
+                let workers = (0..cfg.workers_per_node)
+                    .map(|w| Worker::new(WorkerRef::new(id, w), Front::new(&node, Arc::default())))
+                    .collect();
+                SimNode {
+                    node,
+                    crashed: false,
+                    workers,
+                }
             })
             .collect();
         let mut nodes: Vec<SimNode> = nodes;

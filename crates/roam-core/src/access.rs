@@ -1,0 +1,483 @@
+//! The access front end: what every shell does with a worker's pull, push, set or localize
+//! before the protocol sees it.
+//!
+//! A [`Front`] belongs to one worker. It validates the whole batch, serves the keys that are
+//! local straight from the [`Store`] under their latches (no node lock, no message), and
+//! collects the rest into a [`Handoff`], which the shell issues into the [`Node`] under the node
+//! lock. The TCP shell (`roam`), the Python binding (through it) and the simulator all go
+//! through this one path, so what the simulator checks is what users run.
+//!
+//! Invariants:
+//! - Bad input changes nothing: pushes and sets are validated in full before the first key is
+//!   applied. A pull checks its keys while it copies (reading changes nothing, so failing half
+//!   way only leaves the caller's buffer unspecified, and it saves a pass over the batch).
+//! - Keys are handed to the node in batch order with their offsets in the caller's buffer; a key
+//!   named twice is two accesses (read twice, or updated twice), never merged.
+//! - No allocation per operation: the misses go into scratch vectors the front keeps.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use crate::error::AccessError;
+use crate::id::{Key, ReqId, WorkerId};
+use crate::keyspace::KeySpace;
+use crate::node::{Node, Time};
+use crate::stats::{WorkerCounters, bump};
+use crate::store::{Residency, Store, UpdateMode};
+
+/// One worker's access front end. See the module docs.
+pub struct Front {
+    store: Arc<Store>,
+    fast_local_access: bool,
+    keys_move: bool,
+    counters: Arc<WorkerCounters>,
+    misses: Misses,
+}
+
+/// The keys an operation could not serve locally, with their offsets in its buffer.
+#[derive(Default)]
+struct Misses {
+    keys: Vec<Key>,
+    offsets: Vec<usize>,
+}
+
+impl Misses {
+    #[inline(always)]
+    fn push(&mut self, key: Key, offset: usize) {
+        self.keys.push(key);
+        self.offsets.push(offset);
+    }
+
+    /// The general path (per-key lengths, or no fast local access): `serve(key, range)` tries
+    /// one key at its values' range in the buffer; the keys it does not serve are misses.
+    fn per_key(
+        &mut self,
+        space: &KeySpace,
+        keys: &[Key],
+        mut serve: impl FnMut(Key, Range<usize>) -> bool,
+    ) {
+        let mut offset = 0;
+        for &key in keys {
+            let len = space.len(key);
+            if !serve(key, offset..offset + len) {
+                self.push(key, offset);
+            }
+            offset += len;
+        }
+    }
+}
+
+/// What the fast path left for the protocol: issue it into the node with [`Handoff::issue`].
+#[derive(Debug)]
+#[must_use = "the keys of a hand-off are only accessed once it is issued into the node"]
+pub enum Handoff<'a> {
+    /// Keys to read, and where each one's values go in the caller's buffer.
+    Pull {
+        /// The keys, in batch order.
+        keys: &'a [Key],
+        /// Offset of each key's values in the output buffer.
+        offsets: &'a [usize],
+    },
+    /// Keys to update with the values at their offsets in `vals`.
+    Push {
+        /// The keys, in batch order.
+        keys: &'a [Key],
+        /// Offset of each key's update in `vals`.
+        offsets: &'a [usize],
+        /// The whole batch's values.
+        vals: &'a [f32],
+        /// Add or overwrite.
+        mode: UpdateMode,
+    },
+    /// Keys to move to this node (all of the batch: the node skips those already here).
+    Localize {
+        /// The keys.
+        keys: &'a [Key],
+    },
+}
+
+impl Handoff<'_> {
+    /// Hands the keys to the node's protocol; the request completes through the node's
+    /// completions like any other.
+    pub fn issue(self, node: &mut Node, now: Time, worker: WorkerId) -> ReqId {
+        match self {
+            Self::Pull { keys, offsets } => node.issue_pull(now, worker, keys, offsets),
+            Self::Push {
+                keys,
+                offsets,
+                vals,
+                mode,
+            } => node.issue_push(now, worker, keys, vals, offsets, mode),
+            Self::Localize { keys } => node.issue_localize(now, worker, keys),
+        }
+    }
+
+    /// The keys handed off.
+    pub fn keys(&self) -> &[Key] {
+        match self {
+            Self::Pull { keys, .. } | Self::Push { keys, .. } | Self::Localize { keys } => keys,
+        }
+    }
+}
+
+impl fmt::Debug for Front {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Front")
+            .field("fast_local_access", &self.fast_local_access)
+            .field("keys_move", &self.keys_move)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Front {
+    /// The front end of one of `node`'s workers, counting its local accesses in `counters`.
+    /// It keeps a handle on the node's store, so it needs no access to the node until a
+    /// hand-off is issued.
+    pub fn new(node: &Node, counters: Arc<WorkerCounters>) -> Self {
+        let cfg = node.config();
+        Self {
+            store: node.store().clone(),
+            fast_local_access: cfg.fast_local_access,
+            keys_move: cfg.policy.keys_move(),
+            counters,
+            misses: Misses::default(),
+        }
+    }
+
+    /// The key space.
+    pub fn space(&self) -> &KeySpace {
+        self.store.space()
+    }
+
+    /// This worker's local-access counters.
+    pub fn counters(&self) -> &Arc<WorkerCounters> {
+        &self.counters
+    }
+
+    /// Reads `keys` into `out` (their values concatenated in key order): local keys are copied
+    /// now; `None` if that was all, else the rest for the node.
+    #[inline]
+    pub fn pull(
+        &mut self,
+        keys: &[Key],
+        out: &mut [f32],
+    ) -> Result<Option<Handoff<'_>>, AccessError> {
+        let (store, space, fast) = (&*self.store, self.store.space(), self.fast_local_access);
+        let misses = &mut self.misses;
+        misses.keys.clear();
+        misses.offsets.clear();
+        match space.uniform_len() {
+            // The common case, kept free of per-key length lookups.
+            Some(len) if fast => {
+                if keys.len() * len != out.len() {
+                    return Err(AccessError::LengthMismatch {
+                        keys: keys.len(),
+                        expected: keys.len() * len,
+                        actual: out.len(),
+                    });
+                }
+                let checked =
+                    store.pull_batch_local(keys, out, len, |i| misses.push(keys[i], i * len));
+                checked.map_err(|key| AccessError::KeyOutOfRange {
+                    key,
+                    num_keys: space.num_keys(),
+                })?;
+            }
+            _ => {
+                space.check_batch(keys, out.len())?;
+                misses.per_key(space, keys, |key, at| {
+                    fast && store.pull_local(key, &mut out[at])
+                });
+            }
+        }
+        let c = &self.counters;
+        if self.all_local(keys.len(), &c.local_pull_keys, &c.local_pull_ops) {
+            return Ok(None);
+        }
+        Ok(Some(Handoff::Pull {
+            keys: &self.misses.keys,
+            offsets: &self.misses.offsets,
+        }))
+    }
+
+    /// Applies `vals` to `keys` (added, or overwriting with [`UpdateMode::Set`]): local keys
+    /// now, after the whole batch was validated; `None` if that was all, else the rest.
+    // Inlined so that each caller gets a loop specialised to its mode.
+    #[inline(always)]
+    pub fn push<'a>(
+        &'a mut self,
+        keys: &[Key],
+        vals: &'a [f32],
+        mode: UpdateMode,
+    ) -> Result<Option<Handoff<'a>>, AccessError> {
+        let (store, space, fast) = (&*self.store, self.store.space(), self.fast_local_access);
+        space.check_batch(keys, vals.len())?;
+        let misses = &mut self.misses;
+        misses.keys.clear();
+        misses.offsets.clear();
+        match space.uniform_len() {
+            Some(len) if fast => {
+                store.push_batch_local(keys, vals, len, mode, |i| misses.push(keys[i], i * len));
+            }
+            _ => misses.per_key(space, keys, |key, at| {
+                fast && store.push_local(key, &vals[at], mode)
+            }),
+        }
+        let c = &self.counters;
+        if self.all_local(keys.len(), &c.local_push_keys, &c.local_push_ops) {
+            return Ok(None);
+        }
+        Ok(Some(Handoff::Push {
+            keys: &self.misses.keys,
+            offsets: &self.misses.offsets,
+            vals,
+            mode,
+        }))
+    }
+
+    /// Counts the keys of a batch of `batch` keys that the fast path served, and the operation
+    /// if that was all of them (then true).
+    #[inline(always)]
+    fn all_local(&self, batch: usize, keys: &AtomicU64, ops: &AtomicU64) -> bool {
+        let missed = self.misses.keys.len();
+        bump(keys, (batch - missed) as u64);
+        if missed == 0 {
+            bump(ops, 1);
+        }
+        missed == 0
+    }
+
+    /// Asks for `keys` to move to this node: `None` when there is nothing to do (keys never
+    /// move under the node's policy, or all are local already), else all keys for the node.
+    pub fn localize<'a>(&self, keys: &'a [Key]) -> Result<Option<Handoff<'a>>, AccessError> {
+        let space = self.space();
+        if let Some(&key) = keys.iter().find(|&&k| k >= space.num_keys()) {
+            return Err(AccessError::KeyOutOfRange {
+                key,
+                num_keys: space.num_keys(),
+            });
+        }
+        let store = &self.store;
+        if !self.keys_move || keys.iter().all(|&k| store.residency(k) == Residency::Local) {
+            return Ok(None);
+        }
+        Ok(Some(Handoff::Localize { keys }))
+    }
+
+    /// Copies `key`'s values into `out` if the key is local right now (never a hand-off).
+    pub fn pull_if_local(&self, key: Key, out: &mut [f32]) -> Result<bool, AccessError> {
+        self.space()
+            .check_batch(std::slice::from_ref(&key), out.len())?;
+        let hit = self.fast_local_access && self.store.pull_local(key, out);
+        if hit {
+            bump(&self.counters.local_pull_keys, 1);
+            bump(&self.counters.local_pull_ops, 1);
+        }
+        Ok(hit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::directory::Partitioning;
+    use crate::id::NodeId;
+    use crate::keyspace::KeySpace;
+    use crate::node::NodeConfig;
+    use crate::policy::PolicyKind;
+
+    /// Node 0 of two, range-partitioned: keys `0..half` are local, the rest remote.
+    fn node(space: KeySpace, fast: bool, policy: PolicyKind) -> Node {
+        let mut cfg = NodeConfig::new(NodeId(0), 2, 1, space, Partitioning::Range);
+        cfg.fast_local_access = fast;
+        cfg.policy = policy;
+        Node::new(cfg)
+    }
+
+    fn local_and_remote(node: &Node) -> (Key, Key) {
+        let space = node.config().space.num_keys();
+        let local = (0..space).find(|&k| node.store().residency(k) == Residency::Local);
+        let remote = (0..space).find(|&k| node.store().residency(k) == Residency::Remote);
+        (local.unwrap(), remote.unwrap())
+    }
+
+    fn load(counter: &std::sync::atomic::AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    fn snapshot(node: &Node, keys: &[Key]) -> Vec<f32> {
+        let space = &node.config().space;
+        let mut all = Vec::new();
+        for &key in keys {
+            let mut vals = vec![f32::NAN; space.len(key)];
+            node.store().pull_local(key, &mut vals);
+            all.extend(vals);
+        }
+        all
+    }
+
+    #[test]
+    fn bad_batches_are_refused_with_nothing_changed() {
+        for space in [
+            KeySpace::uniform(64, 2).unwrap(),
+            KeySpace::per_key((0..64).map(|k| 1 + k % 3).collect()).unwrap(),
+        ] {
+            let node = node(space.clone(), true, PolicyKind::Static);
+            let mut front = Front::new(&node, Arc::default());
+            let (a, b) = (1, 2);
+            let len = space.len(a) + space.len(b);
+            let before = snapshot(&node, &[a, b]);
+
+            let vals = vec![1.0; len + 2];
+            let refused = front.push(&[a, b, 64], &vals, UpdateMode::Add);
+            assert_eq!(
+                refused.unwrap_err(),
+                AccessError::KeyOutOfRange {
+                    key: 64,
+                    num_keys: 64
+                }
+            );
+            let vals = vec![1.0; len + 1];
+            let refused = front.push(&[a, b], &vals, UpdateMode::Set);
+            assert_eq!(
+                refused.unwrap_err(),
+                AccessError::LengthMismatch {
+                    keys: 2,
+                    expected: len,
+                    actual: len + 1
+                }
+            );
+            let mut out = vec![0.0; len + 1];
+            let refused = front.pull(&[a, b], &mut out);
+            assert!(matches!(
+                refused,
+                Err(AccessError::LengthMismatch { keys: 2, .. })
+            ));
+            let mut out = vec![0.0; len + space.uniform_len().unwrap_or(0)];
+            let refused = front.pull(&[a, b, 70], &mut out).unwrap_err();
+            assert_eq!(
+                refused,
+                AccessError::KeyOutOfRange {
+                    key: 70,
+                    num_keys: 64
+                }
+            );
+            assert!(front.localize(&[a, 99]).is_err());
+            assert!(front.pull_if_local(a, &mut [0.0; 9]).is_err());
+
+            assert_eq!(
+                snapshot(&node, &[a, b]),
+                before,
+                "a refused batch changed values"
+            );
+            assert_eq!(load(&front.counters().local_push_keys), 0);
+            assert_eq!(load(&front.counters().local_pull_keys), 0);
+        }
+    }
+
+    #[test]
+    fn local_keys_are_served_without_the_node() {
+        let mut node = node(KeySpace::uniform(64, 2).unwrap(), true, PolicyKind::Static);
+        let (local, _) = local_and_remote(&node);
+        let mut front = Front::new(&node, Arc::default());
+        let none = front.push(&[local], &[1.5, 2.5], UpdateMode::Add).unwrap();
+        assert!(none.is_none(), "an all-local push needs no hand-off");
+        let none = front
+            .push(&[local, local], &[1.0, 1.0, 0.5, 0.5], UpdateMode::Add)
+            .unwrap();
+        assert!(none.is_none());
+        let mut out = [0.0; 2];
+        assert!(front.pull(&[local], &mut out).unwrap().is_none());
+        assert_eq!(
+            out,
+            [3.0, 4.0],
+            "both updates of a key named twice are applied"
+        );
+        assert!(front.pull_if_local(local, &mut out).unwrap());
+        assert!(front.localize(&[local]).unwrap().is_none());
+
+        assert_eq!(node.pending_ops(), 0);
+        assert!(node.poll_transmit().is_none(), "the node was not involved");
+        let c = front.counters();
+        assert_eq!(load(&c.local_push_keys), 3);
+        assert_eq!(load(&c.local_push_ops), 2);
+        assert_eq!(load(&c.local_pull_keys), 2);
+        assert_eq!(load(&c.local_pull_ops), 2);
+    }
+
+    #[test]
+    fn misses_are_collected_in_batch_order_with_their_offsets() {
+        for fast in [true, false] {
+            let space = KeySpace::per_key((0..64).map(|k| 1 + k % 3).collect()).unwrap();
+            let mut node = node(space.clone(), fast, PolicyKind::Static);
+            let (local, remote) = local_and_remote(&node);
+            let other = remote + 1;
+            let keys = [remote, local, other, remote];
+            let lens: Vec<usize> = keys.iter().map(|&k| space.len(k)).collect();
+            let at = |i: usize| lens[..i].iter().sum::<usize>();
+            let mut front = Front::new(&node, Arc::default());
+            node.store()
+                .push_local(local, &vec![7.0; space.len(local)], UpdateMode::Set);
+
+            let mut out = vec![-1.0; lens.iter().sum()];
+            let handoff = front.pull(&keys, &mut out).unwrap().expect("remote keys");
+            let (want_keys, want_offsets): (Vec<Key>, Vec<usize>) = if fast {
+                (vec![remote, other, remote], vec![0, at(2), at(3)])
+            } else {
+                (keys.to_vec(), (0..4).map(at).collect())
+            };
+            match &handoff {
+                Handoff::Pull { keys, offsets } => {
+                    assert_eq!(*keys, &want_keys[..], "duplicates stay two reads");
+                    assert_eq!(*offsets, &want_offsets[..]);
+                }
+                other => panic!("not a pull: {other:?}"),
+            }
+            let local_vals = &out[at(1)..at(2)];
+            if fast {
+                assert!(local_vals.iter().all(|&v| v == 7.0), "{local_vals:?}");
+            }
+            let req = handoff.issue(&mut node, Time(1), WorkerId(0));
+            assert_eq!(node.pending_ops(), 1, "one request {req:?} for all misses");
+
+            let vals: Vec<f32> = (0..out.len()).map(|i| i as f32).collect();
+            match front.push(&keys, &vals, UpdateMode::Add).unwrap() {
+                Some(Handoff::Push {
+                    keys: k,
+                    offsets,
+                    vals: v,
+                    mode,
+                }) => {
+                    assert_eq!(k, &want_keys[..]);
+                    assert_eq!(offsets, &want_offsets[..]);
+                    assert_eq!(v.len(), vals.len());
+                    assert_eq!(mode, UpdateMode::Add);
+                }
+                other => panic!("not a push: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn localize_hands_off_only_when_keys_can_move_and_some_is_remote() {
+        let space = KeySpace::uniform(64, 1).unwrap();
+        let fixed = node(space.clone(), true, PolicyKind::Static);
+        let (local, remote) = local_and_remote(&fixed);
+        let front = Front::new(&fixed, Arc::default());
+        assert!(front.localize(&[local, remote]).unwrap().is_none());
+
+        let lapse = PolicyKind::Lapse {
+            location_caches: false,
+        };
+        let moving = node(space, true, lapse);
+        let front = Front::new(&moving, Arc::default());
+        assert!(front.localize(&[local]).unwrap().is_none());
+        let keys = [local, remote];
+        let handoff = front.localize(&keys).unwrap().expect("one remote");
+        assert_eq!(handoff.keys(), &keys, "every key goes to the node");
+    }
+}

@@ -253,7 +253,7 @@ impl Front {
     /// move under the node's policy, or all are local already), else all keys for the node.
     pub fn localize<'a>(&self, keys: &'a [Key]) -> Result<Option<Handoff<'a>>, AccessError> {
         let space = self.space();
-        if let Some(&key) = keys.iter().find(|&&k| k >= space.num_keys()) {
+        if let Some(&key) = keys.iter().find(|&&k| !space.contains(k)) {
             return Err(AccessError::KeyOutOfRange {
                 key,
                 num_keys: space.num_keys(),

@@ -400,7 +400,7 @@ fn allocate_out<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let space = &node.space;
     let slice = keys.as_slice();
-    if let Some(&key) = slice.iter().find(|&&k| k >= space.num_keys()) {
+    if let Some(&key) = slice.iter().find(|&&k| !space.contains(k)) {
         let err = AccessError::KeyOutOfRange {
             key,
             num_keys: space.num_keys(),

@@ -243,7 +243,7 @@ impl Sim {
             Some(len) => keys.len() * len,
             None => keys
                 .iter()
-                .filter(|&&k| k < space.num_keys())
+                .filter(|&&k| space.contains(k))
                 .map(|&k| space.len(k))
                 .sum(),
         };

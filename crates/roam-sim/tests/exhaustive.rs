@@ -394,11 +394,10 @@ fn every_interleaving_of_small_relocation_scenarios_is_correct() {
     );
 }
 
-/// CI: every interleaving of the home-move scenarios, none cut.
-#[test]
-fn every_interleaving_of_small_home_move_scenarios_is_correct() {
+/// Explores every interleaving of each scenario, none cut, each with more than a few.
+fn explore_completely(scenarios: Vec<Scenario>) {
     let cfg = ExploreConfig::from_env(300);
-    for scenario in home_move_scenarios() {
+    for scenario in scenarios {
         let stats = scenario.explore(cfg.max_depth);
         assert_eq!(stats.truncated, 0, "{}: cut", scenario.name);
         assert!(
@@ -407,6 +406,12 @@ fn every_interleaving_of_small_home_move_scenarios_is_correct() {
             scenario.name
         );
     }
+}
+
+/// CI: every interleaving of the home-move scenarios, none cut.
+#[test]
+fn every_interleaving_of_small_home_move_scenarios_is_correct() {
+    explore_completely(home_move_scenarios());
 }
 
 /// Keys of a sparse space, created on first use, racing with relocations and accesses.
@@ -450,16 +455,7 @@ fn sparse_scenarios() -> Vec<Scenario> {
 /// CI: every interleaving of the sparse-key scenarios, none cut.
 #[test]
 fn every_interleaving_of_small_sparse_key_scenarios_is_correct() {
-    let cfg = ExploreConfig::from_env(300);
-    for scenario in sparse_scenarios() {
-        let stats = scenario.explore(cfg.max_depth);
-        assert_eq!(stats.truncated, 0, "{}: cut", scenario.name);
-        assert!(
-            stats.executions_checked > 10,
-            "{}: {stats:?}",
-            scenario.name
-        );
-    }
+    explore_completely(sparse_scenarios());
 }
 
 /// Long mode only (`ROAM_SIM_EXHAUSTIVE_DEPTH=<n>`): larger scenarios, cut at depth `n`.

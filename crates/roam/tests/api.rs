@@ -1,10 +1,13 @@
 //! The worker API inside one test process: single nodes (no network) and two nodes on loopback
 //! started from threads, including bad input and hostile connections.
 
+mod common;
+
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::Duration;
 
+use common::cluster;
 use roam::cluster_env::ClusterOverrides;
 use roam::{AccessError, Allocation, Config, NodeHandle, OpError};
 
@@ -17,35 +20,6 @@ fn single(cfg: Config) -> NodeHandle {
     };
     cfg.workers_per_node = Some(cfg.workers_per_node.unwrap_or(1));
     NodeHandle::start(cfg).expect("single node starts")
-}
-
-/// Starts `n` nodes of one cluster in this process (one thread each to get through rendezvous).
-fn cluster(n: u32, make: impl Fn() -> Config + Sync) -> Vec<NodeHandle> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..n)
-            .map(|rank| {
-                let make = &make;
-                scope.spawn(move || {
-                    let mut cfg = make();
-                    cfg.cluster = ClusterOverrides {
-                        rank: Some(rank),
-                        num_nodes: Some(n),
-                        coordinator: Some(format!("127.0.0.1:{port}")),
-                    };
-                    cfg.token = Some("test-token".into());
-                    cfg.workers_per_node = Some(cfg.workers_per_node.unwrap_or(1));
-                    cfg.rendezvous_timeout = Duration::from_secs(20);
-                    NodeHandle::start(cfg).expect("node starts")
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
 }
 
 fn shutdown_all(nodes: Vec<NodeHandle>) {

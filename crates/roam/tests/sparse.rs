@@ -2,42 +2,14 @@
 //! and localized on three nodes, with exact sums, and each key created exactly once in the
 //! cluster (by its bucket's first home, on first use).
 
-use std::collections::BTreeSet;
-use std::net::TcpListener;
-use std::time::Duration;
+mod common;
 
+use std::collections::BTreeSet;
+
+use common::cluster;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use roam::cluster_env::ClusterOverrides;
-use roam::{Allocation, Config, NodeHandle};
-
-fn cluster(n: u32, make: impl Fn() -> Config + Sync) -> Vec<NodeHandle> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..n)
-            .map(|rank| {
-                let make = &make;
-                scope.spawn(move || {
-                    let mut cfg = make();
-                    cfg.cluster = ClusterOverrides {
-                        rank: Some(rank),
-                        num_nodes: Some(n),
-                        coordinator: Some(format!("127.0.0.1:{port}")),
-                    };
-                    cfg.token = Some("test-token".into());
-                    cfg.workers_per_node = Some(1);
-                    cfg.rendezvous_timeout = Duration::from_secs(20);
-                    NodeHandle::start(cfg).expect("node starts")
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
+use roam::{Allocation, Config};
 
 /// Keys spread over the whole range, with its edges.
 fn keys(seed: u64) -> Vec<u64> {

@@ -32,6 +32,11 @@
 //!   moves on x86), so such an overlapping copy is a benign, discarded read rather than a data
 //!   race. A 22-bit version wraps after 4 million writes of one key, far more than can happen
 //!   while one copy of a few dozen bytes is in flight.
+//! - Values are accessed two at a time (`AtomicU64`) from the first 8-byte-aligned value of a
+//!   slice on, one at a time otherwise. Every slice that readers and the latch holder can touch
+//!   concurrently starts at its record's start (the visible part, or the whole record), so a
+//!   value is always accessed at the same size by racing accesses (mixed-size accesses happen
+//!   only under the latch, e.g. a replica's delta, which readers never read).
 //! - Only the protocol (one thread at a time, under the node lock) creates state words, inserts
 //!   or removes records and allocates slots, so none of that needs synchronisation with workers.
 //! - Areas never free or move memory while the store lives, so a pointer read under the latch
@@ -405,42 +410,33 @@ impl Store {
     /// was already held here (owned or as a replica).
     pub fn insert(&self, key: Key, record: &[f32]) -> bool {
         debug_assert_eq!(record.len(), self.space.record_len(key));
-        self.insert_into(key, record, LOCAL)
+        self.insert_held(key, LOCAL, |values| store_values(values, record))
     }
 
     /// Protocol only: makes this node hold a replica of `key` with `value` (visible values) and
     /// an empty delta. Returns false, changing nothing, if the key was already held here.
     pub fn insert_replica(&self, key: Key, value: &[f32]) -> bool {
         debug_assert_eq!(value.len(), self.space.len(key));
-        let state = self.state_for_protocol(key);
-        let s = Self::latch(state);
-        if s & HELD != 0 {
-            state.store(s, Ordering::Release);
-            return false;
-        }
-        let slot = self.replicas().allocate(key);
-        // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
-        let record = unsafe { self.replicas().record(key, slot) };
-        let (stored, delta) = record.split_at(value.len());
-        store_values(stored, value);
-        delta.iter().for_each(|d| d.store(0, Ordering::Relaxed));
-        state.store(
-            bumped(s & KEPT) | REPLICA | u64::from(slot),
-            Ordering::Release,
-        );
-        true
+        self.insert_held(key, REPLICA, |record| {
+            let (stored, delta) = record.split_at(value.len());
+            store_values(stored, value);
+            delta.iter().for_each(|d| d.store(0, Ordering::Relaxed));
+        })
     }
 
-    fn insert_into(&self, key: Key, record: &[f32], flag: u64) -> bool {
+    /// Latches `key`; unless it is held here already, allocates a slot in the area of `flag`,
+    /// lets `fill` write the record and publishes it with `flag`.
+    fn insert_held(&self, key: Key, flag: u64, fill: impl FnOnce(&[AtomicU32])) -> bool {
         let state = self.state_for_protocol(key);
         let s = Self::latch(state);
         if s & HELD != 0 {
             state.store(s, Ordering::Release);
             return false;
         }
-        let slot = self.values().allocate(key);
+        let area = self.area(flag);
+        let slot = area.allocate(key);
         // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
-        store_values(unsafe { self.values().record(key, slot) }, record);
+        fill(unsafe { area.record(key, slot) });
         state.store(bumped(s & KEPT) | flag | u64::from(slot), Ordering::Release);
         true
     }
@@ -632,10 +628,29 @@ fn read_consistent(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
     }
 }
 
+/// `values` as pairs (`AtomicU64`, when the slice starts 8-byte aligned) and the rest.
+#[inline(always)]
+fn pairs(values: &[AtomicU32]) -> (&[AtomicU64], &[AtomicU32]) {
+    let ptr = values.as_ptr();
+    if !(ptr as usize).is_multiple_of(8) {
+        return (&[], values);
+    }
+    let n = values.len() / 2;
+    // SAFETY: 8-byte aligned, and `2n` `u32`s of the slice are `n` `u64`s of the same memory;
+    // racing accesses to a value are always of the same size (module docs).
+    let paired = unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), n) };
+    (paired, &values[2 * n..])
+}
+
 /// Copies record values out.
 #[inline(always)]
 fn load_values(out: &mut [f32], values: &[AtomicU32]) {
-    for (o, v) in out.iter_mut().zip(values) {
+    let (paired, rest) = pairs(values);
+    let (out_paired, out_rest) = out.split_at_mut(2 * paired.len());
+    for (o, p) in out_paired.chunks_exact_mut(2).zip(paired) {
+        o.copy_from_slice(&bytemuck::cast::<u64, [f32; 2]>(p.load(Ordering::Relaxed)));
+    }
+    for (o, v) in out_rest.iter_mut().zip(rest) {
         *o = f32::from_bits(v.load(Ordering::Relaxed));
     }
 }
@@ -643,16 +658,31 @@ fn load_values(out: &mut [f32], values: &[AtomicU32]) {
 /// Overwrites record values (the caller holds the latch or owns the slot).
 #[inline(always)]
 fn store_values(values: &[AtomicU32], new: &[f32]) {
-    for (v, n) in values.iter().zip(new) {
+    let (paired, rest) = pairs(values);
+    let (new_paired, new_rest) = new.split_at(2 * paired.len());
+    for (p, n) in paired.iter().zip(new_paired.chunks_exact(2)) {
+        p.store(bytemuck::cast([n[0], n[1]]), Ordering::Relaxed);
+    }
+    for (v, n) in rest.iter().zip(new_rest) {
         v.store(n.to_bits(), Ordering::Relaxed);
     }
 }
 
-/// Adds into record values (the caller holds the latch).
+/// Adds into record values (the caller holds the latch). The values are read with plain loads:
+/// only the latch holder writes them, so those reads race with no write (optimistic readers
+/// only read), and only the stores need to be atomic.
 #[inline(always)]
 fn add_values(values: &[AtomicU32], update: &[f32]) {
-    for (v, u) in values.iter().zip(update) {
-        let sum = f32::from_bits(v.load(Ordering::Relaxed)) + u;
+    let (paired, rest) = pairs(values);
+    let (up_paired, up_rest) = update.split_at(2 * paired.len());
+    for (p, u) in paired.iter().zip(up_paired.chunks_exact(2)) {
+        // SAFETY: a valid, aligned `u64` that no other thread writes while we hold the latch.
+        let [a, b] = bytemuck::cast::<u64, [f32; 2]>(unsafe { p.as_ptr().read() });
+        p.store(bytemuck::cast([a + u[0], b + u[1]]), Ordering::Relaxed);
+    }
+    for (v, u) in rest.iter().zip(up_rest) {
+        // SAFETY: as above, for a `u32`.
+        let sum = f32::from_bits(unsafe { v.as_ptr().read() }) + u;
         v.store(sum.to_bits(), Ordering::Relaxed);
     }
 }

@@ -32,11 +32,6 @@
 //!   moves on x86), so such an overlapping copy is a benign, discarded read rather than a data
 //!   race. A 22-bit version wraps after 4 million writes of one key, far more than can happen
 //!   while one copy of a few dozen bytes is in flight.
-//! - Values are accessed two at a time (`AtomicU64`) from the first 8-byte-aligned value of a
-//!   slice on, one at a time otherwise. Every slice that readers and the latch holder can touch
-//!   concurrently starts at its record's start (the visible part, or the whole record), so a
-//!   value is always accessed at the same size by racing accesses (mixed-size accesses happen
-//!   only under the latch, e.g. a replica's delta, which readers never read).
 //! - Only the protocol (one thread at a time, under the node lock) creates state words, inserts
 //!   or removes records and allocates slots, so none of that needs synchronisation with workers.
 //! - Areas never free or move memory while the store lives, so a pointer read under the latch
@@ -628,29 +623,10 @@ fn read_consistent(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
     }
 }
 
-/// `values` as pairs (`AtomicU64`, when the slice starts 8-byte aligned) and the rest.
-#[inline(always)]
-fn pairs(values: &[AtomicU32]) -> (&[AtomicU64], &[AtomicU32]) {
-    let ptr = values.as_ptr();
-    if !(ptr as usize).is_multiple_of(8) {
-        return (&[], values);
-    }
-    let n = values.len() / 2;
-    // SAFETY: 8-byte aligned, and `2n` `u32`s of the slice are `n` `u64`s of the same memory;
-    // racing accesses to a value are always of the same size (module docs).
-    let paired = unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), n) };
-    (paired, &values[2 * n..])
-}
-
 /// Copies record values out.
 #[inline(always)]
 fn load_values(out: &mut [f32], values: &[AtomicU32]) {
-    let (paired, rest) = pairs(values);
-    let (out_paired, out_rest) = out.split_at_mut(2 * paired.len());
-    for (o, p) in out_paired.chunks_exact_mut(2).zip(paired) {
-        o.copy_from_slice(&bytemuck::cast::<u64, [f32; 2]>(p.load(Ordering::Relaxed)));
-    }
-    for (o, v) in out_rest.iter_mut().zip(rest) {
+    for (o, v) in out.iter_mut().zip(values) {
         *o = f32::from_bits(v.load(Ordering::Relaxed));
     }
 }
@@ -658,12 +634,7 @@ fn load_values(out: &mut [f32], values: &[AtomicU32]) {
 /// Overwrites record values (the caller holds the latch or owns the slot).
 #[inline(always)]
 fn store_values(values: &[AtomicU32], new: &[f32]) {
-    let (paired, rest) = pairs(values);
-    let (new_paired, new_rest) = new.split_at(2 * paired.len());
-    for (p, n) in paired.iter().zip(new_paired.chunks_exact(2)) {
-        p.store(bytemuck::cast([n[0], n[1]]), Ordering::Relaxed);
-    }
-    for (v, n) in rest.iter().zip(new_rest) {
+    for (v, n) in values.iter().zip(new) {
         v.store(n.to_bits(), Ordering::Relaxed);
     }
 }
@@ -673,15 +644,8 @@ fn store_values(values: &[AtomicU32], new: &[f32]) {
 /// only read), and only the stores need to be atomic.
 #[inline(always)]
 fn add_values(values: &[AtomicU32], update: &[f32]) {
-    let (paired, rest) = pairs(values);
-    let (up_paired, up_rest) = update.split_at(2 * paired.len());
-    for (p, u) in paired.iter().zip(up_paired.chunks_exact(2)) {
-        // SAFETY: a valid, aligned `u64` that no other thread writes while we hold the latch.
-        let [a, b] = bytemuck::cast::<u64, [f32; 2]>(unsafe { p.as_ptr().read() });
-        p.store(bytemuck::cast([a + u[0], b + u[1]]), Ordering::Relaxed);
-    }
-    for (v, u) in rest.iter().zip(up_rest) {
-        // SAFETY: as above, for a `u32`.
+    for (v, u) in values.iter().zip(update) {
+        // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the latch.
         let sum = f32::from_bits(unsafe { v.as_ptr().read() }) + u;
         v.store(sum.to_bits(), Ordering::Relaxed);
     }

@@ -116,10 +116,8 @@ impl Area {
         };
         let chunk = (slot >> self.chunk_shift) as usize;
         if self.chunks[chunk].load(Ordering::Acquire).is_null() {
-            // Allocated as `u64`s so that chunks are 8-byte aligned (records of an even length
-            // are then read and written two values at a time; see the store's module docs).
-            let words = vec![0u64; self.chunk_len(chunk).div_ceil(2)].into_boxed_slice();
-            self.chunks[chunk].store(Box::into_raw(words).cast::<f32>(), Ordering::Release);
+            let values = vec![0f32; self.chunk_len(chunk)].into_boxed_slice();
+            self.chunks[chunk].store(Box::into_raw(values).cast::<f32>(), Ordering::Release);
         }
         slot
     }
@@ -206,12 +204,10 @@ impl Drop for Area {
         for c in 0..self.chunks.len() {
             let ptr = self.chunks[c].load(Ordering::Relaxed);
             if !ptr.is_null() {
-                let words = self.chunk_len(c).div_ceil(2);
-                // SAFETY: allocated in `allocate` as a boxed slice of exactly `words` `u64`s,
-                // and nothing uses it once the store is dropped.
-                drop(unsafe {
-                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr.cast::<u64>(), words))
-                });
+                let len = self.chunk_len(c);
+                // SAFETY: allocated in `allocate` as a boxed slice of exactly `len` values, and
+                // nothing uses it once the store is dropped.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
             }
         }
     }

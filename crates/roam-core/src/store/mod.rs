@@ -276,12 +276,19 @@ impl Store {
             self.prefetch_ahead(keys, i);
             let hit = self.index.get(key).is_some_and(|state| {
                 latched(state, accept, |s| {
-                    // SAFETY: latched and held.
-                    let record = unsafe { self.uniform_record(s) };
-                    if SET {
-                        store_values(&record[..len], vals);
+                    let slot = (s & SLOT_MASK) as u32;
+                    if s & REPLICA == 0 {
+                        // SAFETY: latched and owned: the slot is in the value area.
+                        let record = unsafe { self.values().uniform_record(slot) };
+                        if SET {
+                            store_values(&record[..len], vals);
+                        } else {
+                            add_values(&record[..len], vals);
+                        }
                     } else {
-                        apply_to_record(record, s, vals, UpdateMode::Add);
+                        // SAFETY: latched and a replica: the slot is in the replica area.
+                        let record = unsafe { self.replicas().uniform_record(slot) };
+                        add_to_replica_record(record, vals);
                     }
                 })
             });
@@ -649,6 +656,15 @@ fn add_values(values: &[AtomicU32], update: &[f32]) {
         let sum = f32::from_bits(unsafe { v.as_ptr().read() }) + u;
         v.store(sum.to_bits(), Ordering::Relaxed);
     }
+}
+
+/// Adds `update` into a replica's value and pending delta (out of the owned keys' path).
+#[cold]
+#[inline(never)]
+fn add_to_replica_record(record: &[AtomicU32], update: &[f32]) {
+    let len = update.len();
+    add_values(&record[..len], update);
+    add_values(&record[len..2 * len], update);
 }
 
 /// Combines `update` into a held record whose word is `s`: the visible values, and for a

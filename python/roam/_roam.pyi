@@ -58,13 +58,19 @@ class Node:
     for every node), or :meth:`close` if the block raised.
 
     Args:
-        num_keys: keys are ``0..num_keys``. May be omitted with per-key ``value_lengths``.
+        num_keys: keys are ``0..num_keys``. May be omitted with per-key ``value_lengths``, and
+            must be with ``sparse_keys``.
         value_lengths: values (``float32``) per key: one ``int`` for all keys, or one per key
             (a sequence or integer array).
         workers: worker threads per node; ``None`` reads ``ROAM_WORKERS_PER_NODE``, else 1.
         allocation: ``"static-range"`` / ``"static-hash"`` (classic parameter server) or
-            ``"dynamic"`` (keys move to the node that localizes them).
-        home: home-node partitioning under dynamic allocation: ``"range"`` or ``"hash"``.
+            ``"dynamic"`` (keys move to the node that localizes them); ``None``:
+            ``"static-range"``, or ``"static-hash"`` with ``sparse_keys``.
+        home: home-node partitioning under dynamic allocation: ``"range"`` or ``"hash"``;
+            ``None``: ``"range"``, or ``"hash"`` with ``sparse_keys``.
+        sparse_keys: every ``uint64`` is a key (hashed feature ids, user ids): keys are
+            created, with zero values, on first use, and nodes keep state only for keys they
+            have seen. Needs one ``int`` ``value_lengths`` and no ``num_keys``.
         location_caches: under dynamic allocation, remember where keys were last seen.
         fast_local_access: access local keys directly (``False``: through the message path).
         rank, num_nodes, coordinator: explicit cluster settings (override the environment).
@@ -88,8 +94,9 @@ class Node:
         value_lengths: int | Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
         *,
         workers: int | None = None,
-        allocation: Allocation = "static-range",
-        home: Literal["range", "hash"] = "range",
+        allocation: Allocation | None = None,
+        home: Literal["range", "hash"] | None = None,
+        sparse_keys: bool = False,
         location_caches: bool = False,
         fast_local_access: bool = True,
         rank: int | None = None,
@@ -110,8 +117,11 @@ class Node:
     def workers_per_node(self) -> int:
         """Worker threads per node."""
     @property
-    def num_keys(self) -> int:
-        """Number of keys (keys are ``0..num_keys``)."""
+    def num_keys(self) -> int | None:
+        """Number of keys (keys are ``0..num_keys``); ``None`` with sparse keys."""
+    @property
+    def sparse_keys(self) -> bool:
+        """Whether every ``uint64`` is a key (created on first use)."""
     @property
     def value_length(self) -> int | None:
         """The value length shared by all keys, or ``None`` if lengths are per key."""
@@ -177,8 +187,8 @@ class Worker:
     def global_id(self) -> int:
         """This worker's index among all workers of all nodes."""
     @property
-    def num_keys(self) -> int:
-        """Number of keys."""
+    def num_keys(self) -> int | None:
+        """Number of keys; ``None`` with sparse keys."""
     @property
     def value_length(self) -> int | None:
         """The value length shared by all keys, or ``None`` if lengths are per key."""

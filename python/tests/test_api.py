@@ -206,6 +206,24 @@ def test_per_key_lengths():
         assert node.value_len(1) == 5
 
 
+def test_sparse_keys_take_any_uint64():
+    with roam.Node(value_lengths=2, sparse_keys=True) as node:
+        assert node.sparse_keys and node.num_keys is None
+        assert node.allocation == "static-hash"
+        w = node.worker(0)
+        keys = np.array([0, 2**63, 2**64 - 2, 0x9E3779B97F4A7C15], dtype=np.uint64)
+        assert np.array_equal(w.pull(keys).wait(), np.zeros((4, 2), dtype=np.float32))
+        w.push(keys, np.ones((4, 2), dtype=np.float32)).wait()
+        w.push(keys[:2], np.full((2, 2), 2, dtype=np.float32)).wait()
+        assert np.array_equal(w.pull(keys).wait()[:, 0], [3, 3, 1, 1])
+        # int64 keys are the same ids, bits reinterpreted.
+        assert w.pull(np.array([-2], dtype=np.int64)).wait()[0, 0] == 1
+    with pytest.raises(ValueError, match="num_keys .* must be omitted"):
+        roam.Node(num_keys=10, value_lengths=2, sparse_keys=True)
+    with pytest.raises(TypeError, match="one int"):
+        roam.Node(value_lengths=[1, 2], sparse_keys=True)
+
+
 def test_stats(node, w):
     w.pull([1, 2]).wait()
     stats = node.stats()

@@ -86,6 +86,27 @@ pub(crate) struct PyNode {
     workers: Mutex<Vec<Option<Py<PyWorker>>>>,
 }
 
+/// The configuration of a sparse key space: one value length, no key count.
+fn sparse_config(
+    num_keys: Option<u64>,
+    value_lengths: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Config> {
+    if let Some(num_keys) = num_keys {
+        return Err(PyValueError::new_err(format!(
+            "num_keys ({num_keys}) must be omitted with sparse_keys: every uint64 is a key"
+        )));
+    }
+    let len = value_lengths
+        .and_then(|v| v.extract::<i64>().ok())
+        .ok_or_else(|| {
+            PyTypeError::new_err("sparse_keys needs value_lengths as one int (values per key)")
+        })?;
+    let len = u32::try_from(len).map_err(|_| {
+        PyValueError::new_err(format!("value_lengths must be in 0..2**32, not {len}"))
+    })?;
+    Ok(Config::sparse(len))
+}
+
 fn value_lengths(
     num_keys: Option<u64>,
     value_lengths: Option<&Bound<'_, PyAny>>,
@@ -178,8 +199,9 @@ impl PyNode {
         value_lengths = None,
         *,
         workers = None,
-        allocation = "static-range",
-        home = "range",
+        allocation = None,
+        home = None,
+        sparse_keys = false,
         location_caches = false,
         fast_local_access = true,
         rank = None,
@@ -196,8 +218,9 @@ impl PyNode {
         num_keys: Option<u64>,
         value_lengths: Option<&Bound<'_, PyAny>>,
         workers: Option<u32>,
-        allocation: &str,
-        home: &str,
+        allocation: Option<&str>,
+        home: Option<&str>,
+        sparse_keys: bool,
         location_caches: bool,
         fast_local_access: bool,
         rank: Option<u32>,
@@ -208,16 +231,26 @@ impl PyNode {
         peer_timeout: f64,
         rendezvous_timeout: f64,
     ) -> PyResult<Self> {
-        let (num_keys, lengths) = self::value_lengths(num_keys, value_lengths)?;
-        let mut cfg = match lengths {
-            ValueLengths::Uniform(len) => Config::new(num_keys, len),
-            ValueLengths::PerKey(lens) => Config::per_key(lens.to_vec()),
+        let mut cfg = if sparse_keys {
+            sparse_config(num_keys, value_lengths)?
+        } else {
+            match self::value_lengths(num_keys, value_lengths)? {
+                (num_keys, ValueLengths::Uniform(len)) => Config::new(num_keys, len),
+                (_, ValueLengths::PerKey(lens)) => Config::per_key(lens.to_vec()),
+            }
+        };
+        // Sparse ids are rarely uniform over their range: hash homes unless asked otherwise.
+        let (default_allocation, default_home) = if sparse_keys {
+            ("static-hash", "hash")
+        } else {
+            ("static-range", "range")
         };
         cfg.workers_per_node = workers;
         cfg.allocation = allocation
+            .unwrap_or(default_allocation)
             .parse::<Allocation>()
             .map_err(PyValueError::new_err)?;
-        cfg.home = match home {
+        cfg.home = match home.unwrap_or(default_home) {
             "range" => Partitioning::Range,
             "hash" => Partitioning::Hash,
             other => {
@@ -274,10 +307,16 @@ impl PyNode {
         self.shared.workers_per_node
     }
 
-    /// Number of keys (keys are `0..num_keys`).
+    /// Number of keys (keys are `0..num_keys`); `None` with sparse keys (every `u64` is a key).
     #[getter]
-    fn num_keys(&self) -> u64 {
-        self.shared.space.num_keys()
+    fn num_keys(&self) -> Option<u64> {
+        (!self.shared.space.is_sparse()).then(|| self.shared.space.num_keys())
+    }
+
+    /// Whether every `u64` is a key (created on first use).
+    #[getter]
+    fn sparse_keys(&self) -> bool {
+        self.shared.space.is_sparse()
     }
 
     /// The value length shared by all keys, or `None` if lengths are per key.
@@ -407,7 +446,10 @@ impl PyNode {
             self.shared.rank,
             self.shared.num_nodes,
             self.shared.workers_per_node,
-            self.shared.space.num_keys(),
+            match self.num_keys() {
+                Some(n) => n.to_string(),
+                None => "sparse".to_string(),
+            },
             self.shared.allocation,
             if self.closed() { ", closed" } else { "" }
         )

@@ -449,10 +449,11 @@ impl PyWorker {
         self.cell.global_id
     }
 
-    /// Number of keys (keys are `0..num_keys`).
+    /// Number of keys (keys are `0..num_keys`); `None` with sparse keys.
     #[getter]
-    fn num_keys(&self) -> u64 {
-        self.cell.node.space.num_keys()
+    fn num_keys(&self) -> Option<u64> {
+        let space = &self.cell.node.space;
+        (!space.is_sparse()).then(|| space.num_keys())
     }
 
     /// The value length shared by all keys, or `None` if lengths are per key.

@@ -4,9 +4,10 @@
 //! lives, so a pointer computed under a key's latch stays valid for as long as the latch is held.
 //! Two shapes:
 //!
-//! - *uniform*: records of one length (`stride`), slots from a free list. A fixed table of
-//!   chunk pointers covers all 2^32 slots (at least 2^16 slots per chunk, so at most 2^16
-//!   pointers), and locating a slot is a shift, a mask and a multiply — the hot path's cost.
+//! - *uniform*: records of one length (`stride`), slots from a free list. Chunks of about
+//!   4 MiB (at least one record); a fixed table of chunk pointers covers 2^32 slots or 1 TiB of
+//!   records, whichever is less, and locating a slot is a shift, a mask and a multiply — the
+//!   hot path's cost.
 //! - *by key*: per-key lengths in a dense key space, where a key's slot is the key itself and
 //!   its record sits at a fixed offset (a scaled prefix sum of the lengths); chunks cover fixed
 //!   key ranges.
@@ -26,8 +27,8 @@ use crate::keyspace::KeySpace;
 /// Target chunk size in values (4 MiB of `f32`).
 const CHUNK_VALUES: u64 = 1 << 20;
 
-/// Uniform areas use at least this many slots per chunk (log2), bounding the table to 2^16.
-const MIN_UNIFORM_CHUNK_SHIFT: u32 = 16;
+/// The most record bytes a uniform area addresses (its chunk table is sized for this).
+const MAX_AREA_BYTES: u64 = 1 << 40;
 
 /// Slot bookkeeping, touched only by the protocol.
 #[derive(Default)]
@@ -47,6 +48,8 @@ pub(super) struct Scale {
 pub(super) struct Area {
     /// The uniform record length; 0 for an area addressed by key.
     stride: usize,
+    /// Slots a uniform area can hand out (the chunk table's reach).
+    max_slots: u64,
     /// log2 of the slots (uniform) or keys (by key) per chunk.
     chunk_shift: u32,
     chunks: Box<[AtomicPtr<f32>]>,
@@ -58,14 +61,15 @@ pub(super) struct Area {
 impl Area {
     /// An area of records of `stride` values each.
     pub(super) fn uniform(stride: usize) -> Self {
-        let chunk_shift = (CHUNK_VALUES / stride.max(1) as u64)
-            .max(1)
-            .ilog2()
-            .max(MIN_UNIFORM_CHUNK_SHIFT);
+        let stride_bytes = 4 * stride.max(1) as u64;
+        let chunk_shift = (CHUNK_VALUES * 4 / stride_bytes).max(1).ilog2();
+        let max_slots_log2 = (MAX_AREA_BYTES / stride_bytes).max(1).ilog2().min(32);
+        let table_log2 = max_slots_log2.saturating_sub(chunk_shift);
         Self {
             stride,
+            max_slots: 1 << (chunk_shift + table_log2),
             chunk_shift,
-            chunks: null_chunks(1 << (32 - chunk_shift)),
+            chunks: null_chunks(1 << table_log2),
             alloc: UnsafeCell::new(SlotAlloc::default()),
             by_key: None,
         }
@@ -78,6 +82,7 @@ impl Area {
         let chunk_shift = (CHUNK_VALUES / avg.max(1)).max(1).ilog2();
         Self {
             stride: 0,
+            max_slots: num_keys,
             chunk_shift,
             chunks: null_chunks(num_keys.div_ceil(1 << chunk_shift) as usize),
             alloc: UnsafeCell::new(SlotAlloc::default()),
@@ -107,8 +112,10 @@ impl Area {
             alloc.free_slots.pop().unwrap_or_else(|| {
                 let slot = alloc.next_slot;
                 assert!(
-                    slot <= u64::from(u32::MAX),
-                    "a node holds at most 2^32 records per area"
+                    slot < self.max_slots,
+                    "a node holds at most {} records of {} values",
+                    self.max_slots,
+                    self.stride
                 );
                 alloc.next_slot += 1;
                 slot as u32
@@ -163,8 +170,8 @@ impl Area {
         let chunk = (slot >> self.chunk_shift) as usize;
         let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
         debug_assert!(self.by_key.is_none() && chunk < self.chunks.len());
-        // SAFETY: a uniform table has `2^(32 - chunk_shift)` chunks (see `Area::uniform`), so
-        // any `u32` slot shifted by `chunk_shift` indexes it.
+        // SAFETY: slots come from `allocate`, which hands out fewer than `max_slots`, the
+        // table's length shifted by `chunk_shift`.
         let base = unsafe { self.chunks.get_unchecked(chunk) }.load(Ordering::Acquire);
         (base, within * self.stride)
     }
@@ -246,9 +253,12 @@ mod tests {
         assert_eq!(bits(2), [0, 0, 0], "records do not overlap");
         area.free(1);
         assert_eq!(area.allocate(0), 1, "freed slots are reused");
-        // The last slot of the table is addressable.
-        let (_, offset) = area.uniform_locate(u32::MAX);
-        assert_eq!(offset, ((1usize << area.chunk_shift) - 1) * 3);
+        // Short records: the table reaches every u32 slot; long ones: 1 TiB of records, in
+        // chunks of one record at the least.
         assert_eq!(area.chunks.len() << area.chunk_shift, 1 << 32);
+        let huge = Area::uniform(1 << 22);
+        assert_eq!(huge.chunk_shift, 0);
+        assert_eq!(huge.max_slots, 1 << 16);
+        assert_eq!(huge.chunks.len(), 1 << 16);
     }
 }

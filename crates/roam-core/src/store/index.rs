@@ -22,7 +22,8 @@ use crate::id::Key;
 
 /// Entries in arena chunk 0; chunk `c` holds `ENTRY_BASE << c`.
 const ENTRY_BASE_SHIFT: u32 = 12;
-const ENTRY_CHUNKS: usize = 33;
+/// Chunks 0..=20 hold more than 2^32 entries.
+const ENTRY_CHUNKS: usize = 21;
 
 /// A sparse key's entry: the key (for iteration) and its state word.
 #[derive(Default)]
@@ -149,7 +150,11 @@ impl SparseIndex {
         let mut base = self.chunks[chunk].load(Ordering::Acquire);
         if base.is_null() {
             let size = 1usize << (ENTRY_BASE_SHIFT as usize + chunk);
-            let entries: Box<[Entry]> = (0..size).map(|_| Entry::default()).collect();
+            // Zeroed (a valid `Entry`), so that the kernel backs the pages only as entries are
+            // used, instead of this thread writing the whole chunk under the map's shard lock.
+            let entries = Box::<[Entry]>::new_zeroed_slice(size);
+            // SAFETY: the all-zero bit pattern is a valid `Entry` (key 0, state 0).
+            let entries = unsafe { entries.assume_init() };
             base = Box::into_raw(entries).cast::<Entry>();
             self.chunks[chunk].store(base, Ordering::Release);
         }

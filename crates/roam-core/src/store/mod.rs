@@ -9,8 +9,8 @@
 //!  bit 62     LOCAL     this node owns the key: its record is in the value area
 //!  bit 61     TRANSIT   the key is on its way here; operations must queue in the protocol
 //!  bit 60     REPLICA   this node holds a replica: value and pending delta in the replica area
-//!  bits 38-59 VERSION   bumped by every latch release: optimistic reads validate against it
-//!  bits 32-37 CLOCK     an access clock for eviction policies (kept across latching)
+//!  bits 36-59 VERSION   bumped by every latch release: optimistic reads validate against it
+//!  bits 32-35 CLOCK     an access clock for eviction policies (kept across latching)
 //!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
 //! ```
 //!
@@ -25,21 +25,25 @@
 //!   REPLICA is set; acquiring the latch is a compare-and-swap on the exact word observed, so
 //!   "is held here" and "latched" are checked atomically and a stale slot is never written.
 //!   LOCAL and REPLICA are never both set.
-//! - Pulls read without the latch, as a sequence lock: read the word (unlatched, held), copy the
+//! - In a store of short uniform values (at most 16 floats), pulls read without the latch, as a
+//!   sequence lock: read the word (unlatched, held), copy the
 //!   values, read the word again; the copy counts only if the word did not change, and every
 //!   latch release bumps VERSION, so a copy that overlapped any write (or a move of the key, or
 //!   a reuse of its slot) is retried. Record values are accessed through atomics (relaxed; plain
 //!   moves on x86), so such an overlapping copy is a benign, discarded read rather than a data
-//!   race. A 22-bit version wraps after 4 million writes of one key, far more than can happen
-//!   while one copy of a few dozen bytes is in flight.
+//!   race. A copy is wrongly accepted only if exactly a multiple of 2^24 (16.7 million) writes
+//!   of the key completed while it was in flight — a reader preempted mid-copy for that long,
+//!   and an exact multiple. Other stores (longer or per-key values) read under the latch, with
+//!   plain vectorised copies: atomic accesses are not vectorised, which cost long values more
+//!   than the saved lock (quick suite, docs/benchmarks.md).
 //! - Only the protocol (one thread at a time, under the node lock) creates state words, inserts
 //!   or removes records and allocates slots, so none of that needs synchronisation with workers.
 //! - Areas never free or move memory while the store lives, so a pointer read under the latch
 //!   stays valid.
 //!
 //! The hot path is therefore, for a push, one CAS, an add and a release store, and for a pull
-//! two loads around a copy: no message, no protocol lock, no allocation, and no locked
-//! instruction on reads. Background work visits the store's keys in
+//! two loads around a copy (short values) or the push's latch around a copy: no message, no
+//! protocol lock, no allocation. Background work visits the store's keys in
 //! bounded chunks through [`Store::scan`].
 
 mod area;
@@ -57,9 +61,14 @@ const LOCAL: u64 = 1 << 62;
 const TRANSIT: u64 = 1 << 61;
 const REPLICA: u64 = 1 << 60;
 const HELD: u64 = LOCAL | REPLICA;
-const VERSION_ONE: u64 = 1 << 38;
-const VERSION_MASK: u64 = ((1 << 22) - 1) << 38;
-const CLOCK_MASK: u64 = 0x3f << 32;
+const VERSION_ONE: u64 = 1 << 36;
+const VERSION_MASK: u64 = ((1 << 24) - 1) << 36;
+const CLOCK_MASK: u64 = 0xf << 32;
+/// Longest uniform value that pulls read optimistically. Optimistic readers need every value
+/// access to be atomic, and atomic accesses are not vectorised: longer values are copied and
+/// added faster under the latch with plain vector loads and stores (measured: the quick suite's
+/// KGE and MF epochs, docs/benchmarks.md).
+const MAX_OPTIMISTIC_LEN: usize = 16;
 /// What a change of a key's flags or slot keeps from its previous word.
 const KEPT: u64 = CLOCK_MASK | VERSION_MASK;
 const SLOT_MASK: u64 = u32::MAX as u64;
@@ -102,6 +111,12 @@ pub struct Store {
     areas: [Area; 2],
     /// The uniform visible length, or 0 with per-key lengths.
     uniform_len: usize,
+    /// Whether pulls read without the latch (a sequence lock; see the module docs). Chosen
+    /// once per store, so that readers and writers of one store never mix protocols.
+    optimistic: bool,
+    /// Keys owned here, kept by the protocol's inserts and removes (read by stats from any
+    /// thread, so never computed by walking the index).
+    owned: AtomicU64,
 }
 
 // SAFETY: records are only accessed under the per-key latch (see module invariants); the areas'
@@ -140,7 +155,11 @@ impl Store {
             },
             areas: [values, replicas],
             uniform_len: space.uniform_len().unwrap_or(0),
+            optimistic: space
+                .uniform_len()
+                .is_some_and(|len| len <= MAX_OPTIMISTIC_LEN),
             space,
+            owned: AtomicU64::new(0),
         }
     }
 
@@ -185,10 +204,10 @@ impl Store {
         let Some(state) = self.index.get(key) else {
             return false;
         };
-        read_consistent(state, |s| {
+        self.read(state, |s| {
             // SAFETY: held when observed, so the slot was allocated for this key.
             let record = unsafe { self.record(key, s) };
-            load_values(out, &record[..out.len()]);
+            load_values(out, &record[..out.len()], self.plain());
         })
     }
 
@@ -204,7 +223,7 @@ impl Store {
         latched(state, accept, |s| {
             // SAFETY: latched and held.
             let record = unsafe { self.record(key, s) };
-            apply_to_record(record, s, update, mode);
+            apply_to_record(record, s, update, mode, self.plain());
         })
     }
 
@@ -232,10 +251,10 @@ impl Store {
                 miss(i);
                 continue;
             };
-            let hit = read_consistent(state, |s| {
+            let hit = self.read(state, |s| {
                 // SAFETY: held when observed; uniform records start with `len` visible values.
                 let record = unsafe { self.uniform_record(s) };
-                load_values(here, &record[..len]);
+                load_values(here, &record[..len], self.plain());
             });
             if !hit {
                 miss(i);
@@ -281,14 +300,14 @@ impl Store {
                         // SAFETY: latched and owned: the slot is in the value area.
                         let record = unsafe { self.values().uniform_record(slot) };
                         if SET {
-                            store_values(&record[..len], vals);
+                            store_values(&record[..len], vals, self.plain());
                         } else {
-                            add_values(&record[..len], vals);
+                            add_values(&record[..len], vals, self.plain());
                         }
                     } else {
                         // SAFETY: latched and a replica: the slot is in the replica area.
                         let record = unsafe { self.replicas().uniform_record(slot) };
-                        add_to_replica_record(record, vals);
+                        add_to_replica_record(record, vals, self.plain());
                     }
                 })
             });
@@ -333,6 +352,23 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Runs `read` on the record held under `state` consistently: optimistically (see
+    /// [`read_consistent`]) or under the latch, as this store reads.
+    #[inline(always)]
+    fn read(&self, state: &AtomicU64, read: impl FnMut(u64)) -> bool {
+        if self.optimistic {
+            read_consistent(state, read)
+        } else {
+            latched(state, HELD, read)
+        }
+    }
+
+    /// Whether values are accessed with plain loads and stores (only ever under the latch).
+    #[inline(always)]
+    fn plain(&self) -> bool {
+        !self.optimistic
     }
 
     #[inline(always)]
@@ -411,17 +447,23 @@ impl Store {
     /// then hidden state; the length must match). Returns false, changing nothing, if the key
     /// was already held here (owned or as a replica).
     pub fn insert(&self, key: Key, record: &[f32]) -> bool {
-        debug_assert_eq!(record.len(), self.space.record_len(key));
-        self.insert_held(key, LOCAL, |values| store_values(values, record))
+        assert_eq!(
+            record.len(),
+            self.space.record_len(key),
+            "record of key {key}"
+        );
+        self.insert_held(key, LOCAL, |values| {
+            store_values(values, record, self.plain())
+        })
     }
 
     /// Protocol only: makes this node hold a replica of `key` with `value` (visible values) and
     /// an empty delta. Returns false, changing nothing, if the key was already held here.
     pub fn insert_replica(&self, key: Key, value: &[f32]) -> bool {
-        debug_assert_eq!(value.len(), self.space.len(key));
+        assert_eq!(value.len(), self.space.len(key), "replica of key {key}");
         self.insert_held(key, REPLICA, |record| {
             let (stored, delta) = record.split_at(value.len());
-            store_values(stored, value);
+            store_values(stored, value, self.plain());
             delta.iter().for_each(|d| d.store(0, Ordering::Relaxed));
         })
     }
@@ -440,6 +482,9 @@ impl Store {
         // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
         fill(unsafe { area.record(key, slot) });
         state.store(bumped(s & KEPT) | flag | u64::from(slot), Ordering::Release);
+        if flag == LOCAL {
+            self.owned.fetch_add(1, Ordering::Relaxed);
+        }
         true
     }
 
@@ -474,6 +519,9 @@ impl Store {
         );
         self.area(s).free((s & SLOT_MASK) as u32);
         state.store(bumped(s & KEPT), Ordering::Release);
+        if flag == LOCAL {
+            self.owned.fetch_sub(1, Ordering::Relaxed);
+        }
         true
     }
 
@@ -504,7 +552,7 @@ impl Store {
         latched(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
-            add_values(&record[..delta.len()], delta);
+            add_values(&record[..delta.len()], delta, self.plain());
         })
     }
 
@@ -536,11 +584,11 @@ impl Store {
         for i in cursor..end {
             let (key, state) = self.index.at(i);
             let mut holding = Holding::Owned;
-            let held = read_consistent(state, |s| {
+            let held = self.read(state, |s| {
                 // SAFETY: held when observed.
                 let record = unsafe { self.record(key, s) };
                 copy.resize(record.len(), 0.0);
-                load_values(&mut copy, record);
+                load_values(&mut copy, record, self.plain());
                 holding = if s & REPLICA != 0 {
                     Holding::Replica
                 } else {
@@ -554,11 +602,9 @@ impl Store {
         (end < self.index.len()).then_some(end)
     }
 
-    /// Number of keys currently owned here (walks the index; for stats and tests).
+    /// Number of keys currently owned here.
     pub fn count_local(&self) -> u64 {
-        (0..self.index.len())
-            .filter(|&i| self.index.at(i).1.load(Ordering::Relaxed) & LOCAL != 0)
-            .count() as u64
+        self.owned.load(Ordering::Relaxed)
     }
 
     /// Bytes of records held in allocated chunks.
@@ -630,9 +676,28 @@ fn read_consistent(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
     }
 }
 
-/// Copies record values out.
+/// Record values as plain floats.
+///
+/// # Safety
+/// The caller holds the record's latch in a store without optimistic readers (`plain`), so no
+/// other thread accesses these values meanwhile.
 #[inline(always)]
-fn load_values(out: &mut [f32], values: &[AtomicU32]) {
+#[allow(clippy::mut_from_ref)]
+unsafe fn as_plain(values: &[AtomicU32]) -> &mut [f32] {
+    // SAFETY: `AtomicU32` and `f32` have the same layout, the atomics' interior mutability
+    // permits writes through this pointer, and the contract gives us exclusive access.
+    unsafe { std::slice::from_raw_parts_mut(values.as_ptr() as *mut f32, values.len()) }
+}
+
+/// Copies record values out: with plain (vectorised) loads under the latch when `plain`,
+/// else with atomic loads (an optimistic read).
+#[inline(always)]
+fn load_values(out: &mut [f32], values: &[AtomicU32], plain: bool) {
+    if plain {
+        // SAFETY: `plain` reads happen under the latch in stores without optimistic readers.
+        out.copy_from_slice(unsafe { as_plain(values) });
+        return;
+    }
     for (o, v) in out.iter_mut().zip(values) {
         *o = f32::from_bits(v.load(Ordering::Relaxed));
     }
@@ -640,17 +705,27 @@ fn load_values(out: &mut [f32], values: &[AtomicU32]) {
 
 /// Overwrites record values (the caller holds the latch or owns the slot).
 #[inline(always)]
-fn store_values(values: &[AtomicU32], new: &[f32]) {
+fn store_values(values: &[AtomicU32], new: &[f32], plain: bool) {
+    if plain {
+        // SAFETY: the latch holder in a store without optimistic readers.
+        unsafe { as_plain(values) }.copy_from_slice(new);
+        return;
+    }
     for (v, n) in values.iter().zip(new) {
         v.store(n.to_bits(), Ordering::Relaxed);
     }
 }
 
-/// Adds into record values (the caller holds the latch). The values are read with plain loads:
-/// only the latch holder writes them, so those reads race with no write (optimistic readers
-/// only read), and only the stores need to be atomic.
+/// Adds into record values (the caller holds the latch). With optimistic readers the values
+/// are still read with plain loads: only the latch holder writes them, so those reads race
+/// with no write (optimistic readers only read), and only the stores need to be atomic.
 #[inline(always)]
-fn add_values(values: &[AtomicU32], update: &[f32]) {
+fn add_values(values: &[AtomicU32], update: &[f32], plain: bool) {
+    if plain {
+        // SAFETY: the latch holder in a store without optimistic readers.
+        apply(unsafe { as_plain(values) }, update, UpdateMode::Add);
+        return;
+    }
     for (v, u) in values.iter().zip(update) {
         // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the latch.
         let sum = f32::from_bits(unsafe { v.as_ptr().read() }) + u;
@@ -661,20 +736,20 @@ fn add_values(values: &[AtomicU32], update: &[f32]) {
 /// Adds `update` into a replica's value and pending delta (out of the owned keys' path).
 #[cold]
 #[inline(never)]
-fn add_to_replica_record(record: &[AtomicU32], update: &[f32]) {
+fn add_to_replica_record(record: &[AtomicU32], update: &[f32], plain: bool) {
     let len = update.len();
-    add_values(&record[..len], update);
-    add_values(&record[len..2 * len], update);
+    add_values(&record[..len], update, plain);
+    add_values(&record[len..2 * len], update, plain);
 }
 
 /// Combines `update` into a held record whose word is `s`: the visible values, and for a
 /// replica (whose record is value then delta) the pending delta too.
 #[inline(always)]
-fn apply_to_record(record: &[AtomicU32], s: u64, update: &[f32], mode: UpdateMode) {
+fn apply_to_record(record: &[AtomicU32], s: u64, update: &[f32], mode: UpdateMode, plain: bool) {
     let len = update.len();
     let combine = |values: &[AtomicU32]| match mode {
-        UpdateMode::Add => add_values(values, update),
-        UpdateMode::Set => store_values(values, update),
+        UpdateMode::Add => add_values(values, update, plain),
+        UpdateMode::Set => store_values(values, update, plain),
     };
     combine(&record[..len]);
     if s & REPLICA != 0 {
@@ -950,8 +1025,18 @@ mod tests {
     /// also removes and re-inserts the keys (moving their slots) underneath them.
     #[test]
     fn optimistic_reads_never_see_a_torn_or_moved_record() {
-        const LEN: usize = 16;
+        reads_never_see_a_torn_or_moved_record::<16>();
+    }
+
+    /// Long values are read under the latch, with plain copies: the same guarantee.
+    #[test]
+    fn latched_reads_of_long_values_never_see_a_torn_or_moved_record() {
+        reads_never_see_a_torn_or_moved_record::<64>();
+    }
+
+    fn reads_never_see_a_torn_or_moved_record<const LEN: usize>() {
         let store = std::sync::Arc::new(Store::new(KeySpace::uniform(4, LEN as u32).unwrap()));
+        assert_eq!(store.optimistic, LEN <= MAX_OPTIMISTIC_LEN);
         for k in 0..4 {
             store.insert(k, &[0.0; LEN]);
         }
@@ -960,7 +1045,7 @@ mod tests {
             .map(|_| {
                 let (store, stop) = (store.clone(), stop.clone());
                 spawn(move || {
-                    let mut out = [0.0; 4 * LEN];
+                    let mut out = vec![0.0; 4 * LEN];
                     let mut seen = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         store

@@ -16,7 +16,7 @@
 //! - Every completion the core produces reaches its worker's slot, so a waiting worker always
 //!   wakes: either with a result or with the error of a lost peer.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::BufReader;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -56,12 +56,10 @@ pub(crate) struct Shared {
     /// One per worker, plus one for the node itself (shutdown barrier).
     pub(crate) slots: Vec<WorkerSlot>,
     node: Mutex<Node>,
-    /// Index = peer rank; this node's own entry is the loopback link.
-    links: Vec<Arc<Link>>,
+    /// Per member, keyed by node id (this node's own entry is the loopback link).
+    peers: BTreeMap<NodeId, Peer>,
     epoch: Instant,
     pub(crate) shutting_down: Arc<AtomicBool>,
-    departed: Vec<AtomicBool>,
-    lost: Vec<AtomicBool>,
     taken: Mutex<Vec<bool>>,
     /// A handle on each peer's incoming connection, to end its reader when the peer is lost.
     incoming: Mutex<HashMap<NodeId, TcpStream>>,
@@ -70,7 +68,24 @@ pub(crate) struct Shared {
     pub(crate) latency_us: u64,
 }
 
+/// The shell's state for one member: its link, and whether it left or was lost.
+struct Peer {
+    link: Arc<Link>,
+    departed: AtomicBool,
+    lost: AtomicBool,
+}
+
 impl Shared {
+    /// The state of member `id`, if it is one.
+    fn peer(&self, id: NodeId) -> Option<&Peer> {
+        self.peers.get(&id)
+    }
+
+    /// Every link, this node's loopback included.
+    fn links(&self) -> impl Iterator<Item = &Arc<Link>> {
+        self.peers.values().map(|p| &p.link)
+    }
+
     pub(crate) fn now(&self) -> Time {
         Time(self.epoch.elapsed().as_nanos() as u64)
     }
@@ -78,16 +93,23 @@ impl Shared {
     /// Runs one input on the core and carries out what it asks: frames are queued under the
     /// node lock, written and delivered after it is released.
     pub(crate) fn with_node<R>(&self, input: impl FnOnce(&mut Node, Time) -> R) -> R {
-        let mut touched: Vec<usize> = Vec::new();
+        let mut touched: Vec<NodeId> = Vec::new();
         let mut completions: Vec<Completion> = Vec::new();
         let result;
         {
             let mut node = self.node.lock();
             result = input(&mut node, self.now());
             while let Some((dest, frame)) = node.poll_transmit() {
-                self.links[dest.index()].enqueue(frame);
-                if !touched.contains(&dest.index()) {
-                    touched.push(dest.index());
+                let Some(peer) = self.peer(dest) else {
+                    tracing::warn!(
+                        node = self.rank.0,
+                        "frame for {dest}, not a member: dropped"
+                    );
+                    continue;
+                };
+                peer.link.enqueue(frame);
+                if !touched.contains(&dest) {
+                    touched.push(dest);
                 }
             }
             while let Some(done) = node.poll_completion() {
@@ -97,8 +119,8 @@ impl Shared {
                 tracing::warn!(node = self.rank.0, "{warning}");
             }
         }
-        for idx in touched {
-            let link = &self.links[idx];
+        for dest in touched {
+            let link = &self.peers[&dest].link;
             if let Err(err) = link.flush() {
                 self.peer_lost(link.peer, &format!("write failed: {err}"));
             }
@@ -116,10 +138,13 @@ impl Shared {
 
     /// Declares `peer` gone: every operation waiting on it fails.
     pub(crate) fn peer_lost(&self, peer: NodeId, reason: &str) {
-        if peer == self.rank || self.lost[peer.index()].swap(true, Ordering::AcqRel) {
+        let Some(state) = self.peer(peer).filter(|_| peer != self.rank) else {
+            return;
+        };
+        if state.lost.swap(true, Ordering::AcqRel) {
             return;
         }
-        if !self.departed[peer.index()].load(Ordering::Acquire) {
+        if !state.departed.load(Ordering::Acquire) {
             tracing::warn!(node = self.rank.0, "{peer} lost: {reason}");
         }
         self.end_reader(peer);
@@ -130,14 +155,13 @@ impl Shared {
     /// node's notice), so that their readers stop.
     fn close_links_lost_by_core(&self) {
         let lost: Vec<NodeId> = self.with_node(|node, _| {
-            self.links
-                .iter()
+            self.links()
                 .map(|l| l.peer)
                 .filter(|&p| p != self.rank && node.is_lost(p))
                 .collect()
         });
         for peer in lost {
-            if !self.lost[peer.index()].swap(true, Ordering::AcqRel) {
+            if !self.peers[&peer].lost.swap(true, Ordering::AcqRel) {
                 tracing::warn!(node = self.rank.0, "{peer} lost: silent or reported lost");
             }
             self.end_reader(peer);
@@ -252,6 +276,17 @@ impl NodeHandle {
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         drop(loop_tx);
+        let peers = links
+            .into_iter()
+            .map(|link| {
+                let peer = Peer {
+                    link,
+                    departed: AtomicBool::new(false),
+                    lost: AtomicBool::new(false),
+                };
+                (peer.link.peer, peer)
+            })
+            .collect();
 
         let shared = Arc::new(Shared {
             rank,
@@ -266,11 +301,9 @@ impl NodeHandle {
                 .map(|_| WorkerSlot::default())
                 .collect(),
             node: Mutex::new(node),
-            links,
+            peers,
             epoch: Instant::now(),
             shutting_down: stopping,
-            departed: (0..num_nodes).map(|_| AtomicBool::new(false)).collect(),
-            lost: (0..num_nodes).map(|_| AtomicBool::new(false)).collect(),
             taken: Mutex::new(vec![false; workers_per_node as usize]),
             incoming: Mutex::new(HashMap::new()),
             limits: cfg.limits,
@@ -283,7 +316,7 @@ impl NodeHandle {
         threads.extend(acceptor);
         threads.push(spawn_loopback(&shared, loop_rx, stop.clone())?);
         let mut senders = Vec::new();
-        for link in shared.links.iter().filter(|l| l.peer != rank) {
+        for link in shared.links().filter(|l| l.peer != rank) {
             let link = link.clone();
             let sh = shared.clone();
             senders.push(spawn_named(
@@ -429,12 +462,12 @@ impl NodeHandle {
         self.finished = true;
         let shared = &self.shared;
         shared.shutting_down.store(true, Ordering::Release);
-        for link in shared.links.iter().filter(|l| l.peer != shared.rank) {
+        for link in shared.links().filter(|l| l.peer != shared.rank) {
             link.enqueue(Frame::control(Kind::Goodbye, shared.rank, ReqId(0), 0));
             let _ = link.flush();
             link.close();
         }
-        shared.links[shared.rank.index()].close();
+        shared.peers[&shared.rank].link.close();
         // Our goodbyes are out once the senders end; readers end on the peers' goodbyes (or
         // their loss, which the still running timers detect within the peer timeout).
         for sender in self.senders.drain(..) {
@@ -445,7 +478,7 @@ impl NodeHandle {
         }
         *self.stop.0.lock() = true;
         self.stop.1.notify_all();
-        for link in &shared.links {
+        for link in shared.links() {
             link.shutdown_socket();
         }
         if let Some(addr) = self.acceptor_addr {
@@ -574,8 +607,10 @@ fn spawn_reader(
                     roam_core::stats::add(&shared.counters.messages_received, 1);
                     roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
                     if frame.header.kind == Kind::Goodbye {
-                        shared.departed[peer.index()].store(true, Ordering::Release);
-                        shared.lost[peer.index()].store(true, Ordering::Release);
+                        if let Some(state) = shared.peer(peer) {
+                            state.departed.store(true, Ordering::Release);
+                            state.lost.store(true, Ordering::Release);
+                        }
                         shared.with_node(|node, now| node.handle_peer_departed(now, peer));
                         return;
                     }

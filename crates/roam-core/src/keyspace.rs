@@ -192,13 +192,6 @@ impl KeySpace {
         self.layout.record_len(self.len(key))
     }
 
-    /// Where `key`'s record starts in the concatenation of all keys' records (dense spaces).
-    #[inline]
-    pub fn record_offset(&self, key: Key) -> u64 {
-        self.global_offset(key) * (1 + u64::from(self.layout.hidden_per_value))
-            + key * u64::from(self.layout.hidden_per_key)
-    }
-
     /// The lengths description.
     pub fn lengths(&self) -> &ValueLengths {
         &self.lengths

@@ -186,6 +186,20 @@ fn hostile_connections_are_refused_and_the_node_keeps_serving() {
     shutdown_all(nodes);
 }
 
+/// Repeats `attempt` until it fails (for at most 5 s): until a node has taken in a peer's
+/// goodbye, an operation on the peer's keys may still succeed. Returns the last outcome.
+fn until_peer_gone(mut attempt: impl FnMut() -> Result<(), OpError>) -> Result<(), OpError> {
+    let mut result = Ok(());
+    for _ in 0..1000 {
+        result = attempt();
+        if result.is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    result
+}
+
 #[test]
 fn operations_after_a_peer_left_fail_instead_of_waiting() {
     let mut nodes = cluster(2, || Config::new(10, 1));
@@ -194,14 +208,7 @@ fn operations_after_a_peer_left_fail_instead_of_waiting() {
     drop(gone);
     let w = nodes[0].worker(0).unwrap();
     let mut out = [0.0];
-    let mut result = Ok(());
-    for _ in 0..1000 {
-        result = w.pull(&[9], &mut out).unwrap().wait();
-        if result.is_err() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let result = until_peer_gone(|| w.pull(&[9], &mut out).unwrap().wait());
     assert!(
         matches!(result, Err(OpError::PeerGone { peer }) if peer.0 == 1),
         "{result:?}"
@@ -332,16 +339,10 @@ fn a_dropped_tickets_error_is_reported_by_the_next_wait_all() {
     drop(gone);
     let w = nodes[0].worker(0).unwrap();
     let mut out = [0.0];
-    let mut result = Ok(());
-    // Until node 0 has taken in node 1's goodbye, the pull of node 1's key may still succeed.
-    for _ in 0..1000 {
+    let result = until_peer_gone(|| {
         drop(w.pull(&[9], &mut out).unwrap());
-        result = w.wait_all();
-        if result.is_err() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        w.wait_all()
+    });
     assert!(
         matches!(result, Err(OpError::PeerGone { peer }) if peer.0 == 1),
         "{result:?}"

@@ -143,8 +143,9 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
     if rank == 0 {
         // After the phases, while the other nodes wait in their final barrier, so that the
         // reference does not share the cores with a benchmark phase.
-        let matched =
-            matched_row_copy_reference(args.keys as usize, value_len as usize, args.batch);
+        let shape = (args.keys as usize, value_len as usize, args.batch);
+        let matched = matched_row_reference(shape, RowOp::Copy);
+        let matched_add = matched_row_reference(shape, RowOp::Add);
         let mut rates = vec![0f32; (result_keys * u64::from(value_len)) as usize];
         let keys: Vec<Key> = (args.keys..args.keys + result_keys).collect();
         workers[0].pull(&keys, &mut rates)?.wait()?;
@@ -180,6 +181,7 @@ pub fn run_ops(args: &OpsArgs) -> anyhow::Result<()> {
             },
             "reference_row_copy_rows_per_s": reference,
             "reference_matched_rows_per_s": matched,
+            "reference_matched_add_rows_per_s": matched_add,
             "rss_bytes": rss_bytes(),
             "rss_before_start_bytes": rss_before_start,
             "rss_after_start_bytes": rss_after_start,
@@ -336,13 +338,24 @@ pub fn row_copy_reference() -> f64 {
     rate
 }
 
-/// The physical reference matched to the benchmark: one thread copying random rows of
-/// `row_len` floats out of a `rows`-row array into a batch buffer, `batch` rows at a time, the
-/// row indices drawn before the clock starts (as the benchmark's keys are). Returns rows per
-/// second: what a local pull of the same shape would reach if it were only a copy.
-pub fn matched_row_copy_reference(rows: usize, row_len: usize, batch: usize) -> f64 {
-    let (rows, row_len, batch) = (rows.max(1), row_len.max(1), batch.max(1));
-    let table = vec![1.0f32; rows * row_len];
+/// What [`matched_row_reference`] does with each drawn row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOp {
+    /// Copy the row into the batch buffer (the shape of a local pull).
+    Copy,
+    /// Add the batch buffer's row into the table row (the shape of a local push: a
+    /// read-modify-write, which also writes the row back to memory).
+    Add,
+}
+
+/// The physical reference matched to the benchmark: one thread copying (or adding into)
+/// random rows of `row_len` floats of a `rows`-row array, `batch` rows at a time, the row
+/// indices drawn before the clock starts (as the benchmark's keys are). `shape` is
+/// `(rows, row_len, batch)`. Returns rows per second: what a local pull (push) of the same shape
+/// would reach if it were only the copy (add).
+pub fn matched_row_reference(shape: (usize, usize, usize), op: RowOp) -> f64 {
+    let (rows, row_len, batch) = (shape.0.max(1), shape.1.max(1), shape.2.max(1));
+    let mut table = vec![1.0f32; rows * row_len];
     let mut rng = SmallRng::seed_from_u64(7);
     let drawn: Vec<usize> = (0..(1 << 20).max(batch))
         .map(|_| rng.random_range(0..rows))
@@ -356,13 +369,17 @@ pub fn matched_row_copy_reference(rows: usize, row_len: usize, batch: usize) -> 
         if cursor + batch > drawn.len() {
             cursor = 0;
         }
-        for (dst, &r) in out
+        for (row, &r) in out
             .chunks_exact_mut(row_len)
             .zip(&drawn[cursor..cursor + batch])
         {
-            dst.copy_from_slice(&table[r * row_len..(r + 1) * row_len]);
+            let stored = &mut table[r * row_len..(r + 1) * row_len];
+            match op {
+                RowOp::Copy => row.copy_from_slice(stored),
+                RowOp::Add => stored.iter_mut().zip(&*row).for_each(|(s, u)| *s += u),
+            }
         }
-        checksum += out[done % out.len()];
+        checksum += out[done % out.len()] + table[done % table.len()];
         cursor += batch;
         done += batch;
     }

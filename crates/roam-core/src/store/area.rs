@@ -152,28 +152,22 @@ impl Area {
         unsafe { std::slice::from_raw_parts(base.add(offset).cast::<AtomicU32>(), len) }
     }
 
-    /// [`Area::record`] of a uniform area, where the key is not needed.
-    ///
-    /// # Safety
-    /// As for [`Area::record`], and the area is uniform.
-    #[inline(always)]
-    pub(super) unsafe fn uniform_record(&self, slot: u32) -> &[AtomicU32] {
-        debug_assert!(self.by_key.is_none());
-        let (base, offset) = self.uniform_locate(slot);
-        // SAFETY: as for `record`.
-        unsafe { std::slice::from_raw_parts(base.add(offset).cast::<AtomicU32>(), self.stride) }
-    }
-
     /// Chunk base (null while the chunk does not exist) and offset of uniform `slot`.
     #[inline(always)]
     pub(super) fn uniform_locate(&self, slot: u32) -> (*mut f32, usize) {
-        let chunk = (slot >> self.chunk_shift) as usize;
-        let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
-        debug_assert!(self.by_key.is_none() && chunk < self.chunks.len());
-        // SAFETY: slots come from `allocate`, which hands out fewer than `max_slots`, the
-        // table's length shifted by `chunk_shift`.
-        let base = unsafe { self.chunks.get_unchecked(chunk) }.load(Ordering::Acquire);
-        (base, within * self.stride)
+        self.uniform_view().locate(slot)
+    }
+
+    /// The addressing fields of a uniform area, copied out so that a batch loop keeps them in
+    /// registers (loads through `&self` cannot be hoisted across the loop's atomics).
+    #[inline(always)]
+    pub(super) fn uniform_view(&self) -> UniformView<'_> {
+        debug_assert!(self.by_key.is_none());
+        UniformView {
+            chunks: &self.chunks,
+            chunk_shift: self.chunk_shift,
+            stride: self.stride,
+        }
     }
 
     /// Chunk base (null while the chunk does not exist), offset and length of `key`'s record
@@ -203,6 +197,53 @@ impl Area {
             .filter(|&c| !self.chunks[c].load(Ordering::Relaxed).is_null())
             .map(|c| self.chunk_len(c) * 4)
             .sum()
+    }
+}
+
+/// See [`Area::uniform_view`].
+#[derive(Clone, Copy)]
+pub(super) struct UniformView<'a> {
+    chunks: &'a [AtomicPtr<f32>],
+    chunk_shift: u32,
+    stride: usize,
+}
+
+impl<'a> UniformView<'a> {
+    /// Chunk base (null while the chunk does not exist) and offset of `slot`.
+    #[inline(always)]
+    pub(super) fn locate(self, slot: u32) -> (*mut f32, usize) {
+        let chunk = (slot >> self.chunk_shift) as usize;
+        let within = (slot & ((1 << self.chunk_shift) - 1)) as usize;
+        debug_assert!(chunk < self.chunks.len());
+        // SAFETY: slots come from `allocate`, which hands out fewer than `max_slots`, the
+        // table's length shifted by `chunk_shift`.
+        let chunk = unsafe { self.chunks.get_unchecked(chunk) };
+        // Relaxed: a chunk pointer is stored once, before any slot in it is handed out, and the
+        // slot reached the caller through a state word read with `Acquire` (or a latch), which
+        // orders the pointer's store before this load.
+        (chunk.load(Ordering::Relaxed), within * self.stride)
+    }
+
+    /// The record at `slot`.
+    ///
+    /// # Safety
+    /// As for [`Area::record`].
+    #[inline(always)]
+    pub(super) unsafe fn record(self, slot: u32) -> &'a [AtomicU32] {
+        // SAFETY: as for `Area::record`.
+        unsafe { self.prefix(slot, self.stride) }
+    }
+
+    /// The first `len` values of the record at `slot` (no bounds check on the hot path).
+    ///
+    /// # Safety
+    /// As for [`Area::record`], and `len` is at most the stride.
+    #[inline(always)]
+    pub(super) unsafe fn prefix(self, slot: u32, len: usize) -> &'a [AtomicU32] {
+        debug_assert!(len <= self.stride);
+        let (base, offset) = self.locate(slot);
+        // SAFETY: as for `Area::record`; the prefix lies within the record.
+        unsafe { std::slice::from_raw_parts(base.add(offset).cast::<AtomicU32>(), len) }
     }
 }
 

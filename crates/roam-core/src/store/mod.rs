@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::id::Key;
 use crate::keyspace::{KeySpace, ValueLengths};
-use area::{Area, Scale};
+use area::{Area, Scale, UniformView};
 use index::Index;
 
 const LATCH: u64 = 1 << 63;
@@ -72,6 +72,37 @@ const MAX_OPTIMISTIC_LEN: usize = 16;
 /// What a change of a key's flags or slot keeps from its previous word.
 const KEPT: u64 = CLOCK_MASK | VERSION_MASK;
 const SLOT_MASK: u64 = u32::MAX as u64;
+
+/// Calls a batch method (`$recv.$method::<..>(..)`) with its length parameter `L` set to `len`
+/// at compile time for the optimistic lengths `1..=MAX_OPTIMISTIC_LEN`, else to 0 (the length
+/// known only at run time; such stores read under the latch).
+macro_rules! by_len {
+    ($len:expr, $recv:ident . $method:ident $(::<$($g:tt),*>)? ($($arg:expr),* $(,)?)) => {
+        match $len {
+            1 => $recv.$method::<$($($g,)*)? 1>($($arg),*),
+            2 => $recv.$method::<$($($g,)*)? 2>($($arg),*),
+            3 => $recv.$method::<$($($g,)*)? 3>($($arg),*),
+            4 => $recv.$method::<$($($g,)*)? 4>($($arg),*),
+            5 => $recv.$method::<$($($g,)*)? 5>($($arg),*),
+            6 => $recv.$method::<$($($g,)*)? 6>($($arg),*),
+            7 => $recv.$method::<$($($g,)*)? 7>($($arg),*),
+            8 => $recv.$method::<$($($g,)*)? 8>($($arg),*),
+            9 => $recv.$method::<$($($g,)*)? 9>($($arg),*),
+            10 => $recv.$method::<$($($g,)*)? 10>($($arg),*),
+            11 => $recv.$method::<$($($g,)*)? 11>($($arg),*),
+            12 => $recv.$method::<$($($g,)*)? 12>($($arg),*),
+            13 => $recv.$method::<$($($g,)*)? 13>($($arg),*),
+            14 => $recv.$method::<$($($g,)*)? 14>($($arg),*),
+            15 => $recv.$method::<$($($g,)*)? 15>($($arg),*),
+            16 => $recv.$method::<$($($g,)*)? 16>($($arg),*),
+            _ => $recv.$method::<$($($g,)*)? 0>($($arg),*),
+        }
+    };
+}
+const _: () = assert!(
+    MAX_OPTIMISTIC_LEN == 16,
+    "by_len! lists the optimistic lengths"
+);
 
 /// How an update combines with the stored value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,7 +238,7 @@ impl Store {
         self.read(state, |s| {
             // SAFETY: held when observed, so the slot was allocated for this key.
             let record = unsafe { self.record(key, s) };
-            load_values(out, &record[..out.len()], self.plain());
+            load_values::<0>(out, &record[..out.len()], self.plain());
         })
     }
 
@@ -238,12 +269,29 @@ impl Store {
         keys: &[Key],
         out: &mut [f32],
         len: usize,
-        mut miss: impl FnMut(usize),
+        miss: impl FnMut(usize),
     ) -> Result<(), Key> {
         self.assert_uniform(len);
         debug_assert_eq!(out.len(), keys.len() * len);
+        by_len!(len, self.pull_batch(keys, out, len, miss))
+    }
+
+    /// [`Store::pull_batch_local`] with the length `L` known at compile time (0: only at run
+    /// time), so that the copy of a short value is a few unrolled moves.
+    #[inline(always)]
+    fn pull_batch<const L: usize>(
+        &self,
+        keys: &[Key],
+        out: &mut [f32],
+        len: usize,
+        mut miss: impl FnMut(usize),
+    ) -> Result<(), Key> {
+        // Compile-time lengths are exactly the optimistic ones (see `by_len!`).
+        debug_assert_eq!(L > 0, self.optimistic);
+        let len = if L > 0 { L } else { len };
+        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
         for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
-            self.prefetch_ahead(keys, i);
+            self.prefetch_ahead(values, keys, i);
             let Some(state) = self.index.get(key) else {
                 if !self.space.contains(key) {
                     return Err(key);
@@ -251,11 +299,18 @@ impl Store {
                 miss(i);
                 continue;
             };
-            let hit = self.read(state, |s| {
-                // SAFETY: held when observed; uniform records start with `len` visible values.
-                let record = unsafe { self.uniform_record(s) };
-                load_values(here, &record[..len], self.plain());
-            });
+            let copy = |s: u64| {
+                let area = if s & REPLICA == 0 { values } else { replicas };
+                // SAFETY: held when observed, so the slot was allocated in this area; uniform
+                // records start with `len` visible values.
+                let visible = unsafe { area.prefix((s & SLOT_MASK) as u32, len) };
+                load_values::<L>(here, visible, L == 0);
+            };
+            let hit = if L > 0 {
+                read_consistent(state, copy)
+            } else {
+                latched(state, HELD, copy)
+            };
             if !hit {
                 miss(i);
             }
@@ -275,39 +330,48 @@ impl Store {
     ) {
         self.assert_uniform(len);
         debug_assert_eq!(update.len(), keys.len() * len);
-        // One loop per mode, so that neither the mode nor the accepted flags are tested per key.
+        // One loop per mode and short length, so that neither the mode nor the accepted flags
+        // are tested per key, and short values are added with unrolled moves.
         match mode {
-            UpdateMode::Add => self.push_batch::<false>(keys, update, len, miss),
-            UpdateMode::Set => self.push_batch::<true>(keys, update, len, miss),
+            UpdateMode::Add => by_len!(len, self.push_batch::<false>(keys, update, len, miss)),
+            UpdateMode::Set => by_len!(len, self.push_batch::<true>(keys, update, len, miss)),
         }
     }
 
     #[inline(always)]
-    fn push_batch<const SET: bool>(
+    fn push_batch<const SET: bool, const L: usize>(
         &self,
         keys: &[Key],
         update: &[f32],
         len: usize,
         mut miss: impl FnMut(usize),
     ) {
+        debug_assert_eq!(L > 0, self.optimistic);
+        let (len, plain) = if L > 0 {
+            (L, false)
+        } else {
+            (len, self.plain())
+        };
         let accept = if SET { LOCAL } else { HELD };
+        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
         for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
-            self.prefetch_ahead(keys, i);
+            self.prefetch_ahead(values, keys, i);
             let hit = self.index.get(key).is_some_and(|state| {
                 latched(state, accept, |s| {
                     let slot = (s & SLOT_MASK) as u32;
                     if s & REPLICA == 0 {
-                        // SAFETY: latched and owned: the slot is in the value area.
-                        let record = unsafe { self.values().uniform_record(slot) };
+                        // SAFETY: latched and owned: the slot is in the value area, and
+                        // records start with `len` visible values.
+                        let visible = unsafe { values.prefix(slot, len) };
                         if SET {
-                            store_values(&record[..len], vals, self.plain());
+                            store_values(visible, vals, plain);
                         } else {
-                            add_values(&record[..len], vals, self.plain());
+                            add_values::<L>(visible, vals, plain);
                         }
                     } else {
                         // SAFETY: latched and a replica: the slot is in the replica area.
-                        let record = unsafe { self.replicas().uniform_record(slot) };
-                        add_to_replica_record(record, vals, self.plain());
+                        let record = unsafe { replicas.record(slot) };
+                        add_to_replica_record(record, vals, plain);
                     }
                 })
             });
@@ -331,7 +395,7 @@ impl Store {
     /// Prefetches the state word of key `i + 2 * D` and the record of key `i + D` (dense
     /// spaces; a sparse lookup is a hash probe that a prefetch of the word cannot hide).
     #[inline(always)]
-    fn prefetch_ahead(&self, keys: &[Key], i: usize) {
+    fn prefetch_ahead(&self, values: UniformView<'_>, keys: &[Key], i: usize) {
         const D: usize = 8;
         let words = self.index.dense_words();
         if let Some(&far) = keys.get(i + 2 * D)
@@ -345,7 +409,7 @@ impl Store {
             let s = state.load(Ordering::Relaxed);
             // Owned records only: the common case, and one area's fields stay in registers.
             if s & LOCAL != 0 {
-                let (base, offset) = self.values().uniform_locate(s as u32);
+                let (base, offset) = values.locate(s as u32);
                 if !base.is_null() {
                     // Only an address for the prefetch hint: never dereferenced here.
                     prefetch(base.wrapping_add(offset).cast());
@@ -397,24 +461,6 @@ impl Store {
     unsafe fn record(&self, key: Key, s: u64) -> &[AtomicU32] {
         // SAFETY: held, so the slot was allocated for this key in this area.
         unsafe { self.area(s).record(key, (s & SLOT_MASK) as u32) }
-    }
-
-    /// [`Store::record`] in a uniform space, where the key is not needed to locate it.
-    ///
-    /// # Safety
-    /// As for [`Store::record`].
-    #[inline(always)]
-    unsafe fn uniform_record(&self, s: u64) -> &[AtomicU32] {
-        let slot = (s & SLOT_MASK) as u32;
-        // SAFETY: as for `record`, in a uniform area. (Two calls rather than one on a chosen
-        // area, so that each is specialised to its area's fields.)
-        unsafe {
-            if s & REPLICA == 0 {
-                self.values().uniform_record(slot)
-            } else {
-                self.replicas().uniform_record(slot)
-            }
-        }
     }
 
     /// Latches `state` whatever its flags; returns the word observed before latching.
@@ -552,7 +598,7 @@ impl Store {
         latched(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
-            add_values(&record[..delta.len()], delta, self.plain());
+            add_values::<0>(&record[..delta.len()], delta, self.plain());
         })
     }
 
@@ -588,7 +634,7 @@ impl Store {
                 // SAFETY: held when observed.
                 let record = unsafe { self.record(key, s) };
                 copy.resize(record.len(), 0.0);
-                load_values(&mut copy, record, self.plain());
+                load_values::<0>(&mut copy, record, self.plain());
                 holding = if s & REPLICA != 0 {
                     Holding::Replica
                 } else {
@@ -690,12 +736,19 @@ unsafe fn as_plain(values: &[AtomicU32]) -> &mut [f32] {
 }
 
 /// Copies record values out: with plain (vectorised) loads under the latch when `plain`,
-/// else with atomic loads (an optimistic read).
+/// else with atomic loads (an optimistic read), unrolled when the length `L` is known (> 0).
 #[inline(always)]
-fn load_values(out: &mut [f32], values: &[AtomicU32], plain: bool) {
+fn load_values<const L: usize>(out: &mut [f32], values: &[AtomicU32], plain: bool) {
     if plain {
         // SAFETY: `plain` reads happen under the latch in stores without optimistic readers.
         out.copy_from_slice(unsafe { as_plain(values) });
+        return;
+    }
+    if L > 0 {
+        let (out, values) = (&mut out[..L], &values[..L]);
+        for j in 0..L {
+            out[j] = f32::from_bits(values[j].load(Ordering::Relaxed));
+        }
         return;
     }
     for (o, v) in out.iter_mut().zip(values) {
@@ -716,20 +769,31 @@ fn store_values(values: &[AtomicU32], new: &[f32], plain: bool) {
     }
 }
 
-/// Adds into record values (the caller holds the latch). With optimistic readers the values
-/// are still read with plain loads: only the latch holder writes them, so those reads race
-/// with no write (optimistic readers only read), and only the stores need to be atomic.
+/// Adds into record values (the caller holds the latch), unrolled when the length `L` is known
+/// (> 0). With optimistic readers the values are still read with plain loads: only the latch
+/// holder writes them, so those reads race with no write (optimistic readers only read), and
+/// only the stores need to be atomic.
 #[inline(always)]
-fn add_values(values: &[AtomicU32], update: &[f32], plain: bool) {
+fn add_values<const L: usize>(values: &[AtomicU32], update: &[f32], plain: bool) {
     if plain {
         // SAFETY: the latch holder in a store without optimistic readers.
         apply(unsafe { as_plain(values) }, update, UpdateMode::Add);
         return;
     }
-    for (v, u) in values.iter().zip(update) {
+    let add = |v: &AtomicU32, u: f32| {
         // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the latch.
         let sum = f32::from_bits(unsafe { v.as_ptr().read() }) + u;
         v.store(sum.to_bits(), Ordering::Relaxed);
+    };
+    if L > 0 {
+        let (values, update) = (&values[..L], &update[..L]);
+        for j in 0..L {
+            add(&values[j], update[j]);
+        }
+        return;
+    }
+    for (v, &u) in values.iter().zip(update) {
+        add(v, u);
     }
 }
 
@@ -738,8 +802,8 @@ fn add_values(values: &[AtomicU32], update: &[f32], plain: bool) {
 #[inline(never)]
 fn add_to_replica_record(record: &[AtomicU32], update: &[f32], plain: bool) {
     let len = update.len();
-    add_values(&record[..len], update, plain);
-    add_values(&record[len..2 * len], update, plain);
+    add_values::<0>(&record[..len], update, plain);
+    add_values::<0>(&record[len..2 * len], update, plain);
 }
 
 /// Combines `update` into a held record whose word is `s`: the visible values, and for a
@@ -748,7 +812,7 @@ fn add_to_replica_record(record: &[AtomicU32], update: &[f32], plain: bool) {
 fn apply_to_record(record: &[AtomicU32], s: u64, update: &[f32], mode: UpdateMode, plain: bool) {
     let len = update.len();
     let combine = |values: &[AtomicU32]| match mode {
-        UpdateMode::Add => add_values(values, update, plain),
+        UpdateMode::Add => add_values::<0>(values, update, plain),
         UpdateMode::Set => store_values(values, update, plain),
     };
     combine(&record[..len]);
@@ -829,6 +893,49 @@ mod tests {
         assert_eq!(out, [2.0]);
         assert!(store.pull_local(2, &mut out));
         assert_eq!(out, [3.0]);
+    }
+
+    /// The batch paths are compiled once per short length (`by_len!`): every one of them, and
+    /// the run-time-length path above them, adds, sets and reads exactly, for owned records and
+    /// replicas, and reports misses in batch order.
+    #[test]
+    fn batch_paths_are_exact_for_every_short_length() {
+        for len in 1..=MAX_OPTIMISTIC_LEN + 2 {
+            let store = Store::new(KeySpace::uniform(8, len as u32).unwrap());
+            let zeros = vec![0f32; len];
+            for key in [0, 2, 4, 6] {
+                store.insert(key, &zeros);
+            }
+            store.insert_replica(5, &zeros);
+            let keys = [0, 1, 2, 5, 6, 0];
+            let update: Vec<f32> = (0..keys.len() * len).map(|v| v as f32).collect();
+            let mut missed = Vec::new();
+            store.push_batch_local(&keys, &update, len, UpdateMode::Add, |i| missed.push(i));
+            assert_eq!(missed, [1], "len {len}");
+            let mut out = vec![-1f32; keys.len() * len];
+            missed.clear();
+            store
+                .pull_batch_local(&keys, &mut out, len, |i| missed.push(i))
+                .unwrap();
+            assert_eq!(missed, [1], "len {len}");
+            let row = |i: usize| &update[i * len..(i + 1) * len];
+            let twice: Vec<f32> = row(0).iter().zip(row(5)).map(|(a, b)| a + b).collect();
+            for (i, expected) in [(0, &twice[..]), (2, row(2)), (3, row(3)), (4, row(4))] {
+                assert_eq!(&out[i * len..(i + 1) * len], expected, "len {len}, key {}", keys[i]);
+            }
+            let mut delta = Vec::new();
+            assert!(store.take_delta(5, &mut delta));
+            assert_eq!(delta, row(3), "len {len}: a replica push lands in its delta too");
+            missed.clear();
+            store.push_batch_local(&keys[..3], &update[..3 * len], len, UpdateMode::Set, |i| {
+                missed.push(i)
+            });
+            assert_eq!(missed, [1], "len {len}");
+            store
+                .pull_batch_local(&[0], &mut out[..len], len, |_| unreachable!())
+                .unwrap();
+            assert_eq!(&out[..len], row(0), "len {len}");
+        }
     }
 
     #[test]

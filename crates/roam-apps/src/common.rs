@@ -7,7 +7,11 @@
 //! - `classic`: static allocation with keys spread at random (hash) over nodes, fast local
 //!   access on;
 //! - `classic-nolocal`: the same with every access through the node's message path (ps-lite);
-//! - `lapse`: dynamic allocation (home by range) with the workload's locality technique.
+//! - `lapse`: dynamic allocation (home by range) with the workload's locality technique;
+//! - `nups`: NuPS — the workload's hot keys (picked by [`roam::choose`] from its data's
+//!   frequencies) replicated on every node, the rest relocated as in `lapse`;
+//! - `nups-replicate-only`: the hot keys replicated, the rest static as in `classic` (the
+//!   ablation without relocation; `lapse` is the one without replication).
 
 use std::time::Instant;
 
@@ -28,6 +32,10 @@ pub enum Mode {
     ClassicNolocal,
     /// Dynamic allocation with the workload's locality technique.
     Lapse,
+    /// Hot keys replicated, the rest relocated as in `lapse` (NuPS).
+    Nups,
+    /// Hot keys replicated, the rest static as in `classic` (ablation).
+    NupsReplicateOnly,
 }
 
 impl Mode {
@@ -38,12 +46,27 @@ impl Mode {
             Self::Classic => "classic",
             Self::ClassicNolocal => "classic-nolocal",
             Self::Lapse => "lapse",
+            Self::Nups => "nups",
+            Self::NupsReplicateOnly => "nups-replicate-only",
         }
     }
 
-    /// Whether the workload should localize parameters (only in `lapse` mode).
+    /// Whether the workload replicates its hot keys (the NuPS modes).
+    pub fn replicates(self) -> bool {
+        matches!(self, Self::Nups | Self::NupsReplicateOnly)
+    }
+
+    /// How keys are homed: by range where keys move (or on one node), by hash where they stay.
+    pub fn partitioning(self) -> Partitioning {
+        match self {
+            Self::Classic | Self::ClassicNolocal | Self::NupsReplicateOnly => Partitioning::Hash,
+            Self::Single | Self::Lapse | Self::Nups => Partitioning::Range,
+        }
+    }
+
+    /// Whether the workload should localize parameters (`lapse` and `nups`).
     pub fn localizes(self) -> bool {
-        self == Self::Lapse
+        matches!(self, Self::Lapse | Self::Nups)
     }
 
     /// Applies the mode to a configuration.
@@ -52,7 +75,8 @@ impl Mode {
             Self::Single => (Allocation::StaticRange, true),
             Self::Classic => (Allocation::StaticHash, true),
             Self::ClassicNolocal => (Allocation::StaticHash, false),
-            Self::Lapse => (Allocation::Dynamic, true),
+            Self::Lapse | Self::Nups => (Allocation::Dynamic, true),
+            Self::NupsReplicateOnly => (Allocation::StaticHash, true),
         };
         cfg.allocation = allocation;
         cfg.home = Partitioning::Range;

@@ -260,7 +260,12 @@ impl Front {
             });
         }
         let store = &self.store;
-        if !self.keys_move || keys.iter().all(|&k| store.residency(k) == Residency::Local) {
+        // Replicas count as local: replicated keys never move.
+        if !self.keys_move
+            || keys
+                .iter()
+                .all(|&k| store.residency(k) == Residency::Local || store.has_replica(k))
+        {
             return Ok(None);
         }
         Ok(Some(Handoff::Localize { keys }))

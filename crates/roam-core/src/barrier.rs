@@ -71,6 +71,12 @@ impl Node {
             _ => return self.warn(Warning::Worker { worker }),
         }
         self.arrive_if_complete();
+        self.flush_replicas_if_all_arrived();
+    }
+
+    /// Workers retired so far.
+    pub(crate) fn retired_count(&self) -> u32 {
+        self.barriers.retired.iter().filter(|&&r| r).count() as u32
     }
 
     /// Sends this node's arrival once every live worker (or the node as a whole) has arrived.

@@ -87,6 +87,15 @@ impl Node {
     /// When the core next needs [`Node::handle_timeout`], if ever.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Time> {
+        let replicas = self.replica_timeout();
+        let peers = self.liveness_timeout();
+        match (replicas, peers) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn liveness_timeout(&self) -> Option<Time> {
         let liveness = self.cfg.liveness?;
         let heartbeat = self
             .timers
@@ -103,10 +112,11 @@ impl Node {
 
     /// Runs the timers due at `now`: sends heartbeats, declares silent peers lost.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.clock = self.clock.max(now);
+        self.replica_handle_timeout(now);
         let Some(liveness) = self.cfg.liveness else {
             return;
         };
-        self.clock = self.clock.max(now);
         let silent: Vec<NodeId> = self
             .timers
             .heard

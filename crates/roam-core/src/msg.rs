@@ -153,6 +153,38 @@ pub enum Msg<'a> {
         /// The move's epoch.
         epoch: u32,
     },
+    /// At a replicated key's hub: a node's pending deltas of its sync round `round`.
+    ReplicaDeltas {
+        /// The sender's round.
+        round: u64,
+        /// When the deltas started accumulating (ns; the oldest a push in them can be).
+        since_ns: u64,
+        /// The keys.
+        keys: &'a [Key],
+        /// Their deltas, concatenated.
+        values: &'a [f32],
+    },
+    /// From a replicated key's hub: primaries that include the receiver's rounds up to `ack`.
+    ReplicaValues {
+        /// The receiver's last round applied at the hub.
+        ack: u64,
+        /// The oldest origin (ns) of the changes they include.
+        since_ns: u64,
+        /// The keys.
+        keys: &'a [Key],
+        /// Their primaries, concatenated.
+        values: &'a [f32],
+    },
+    /// At every hub: the sender flushed its deltas for `sync_replicas` `generation`.
+    ReplicaFlush {
+        /// The collective's generation.
+        generation: u64,
+    },
+    /// From a hub: every node's flush of `generation` is applied and broadcast.
+    ReplicaFlushed {
+        /// The collective's generation.
+        generation: u64,
+    },
     /// At every node: from `epoch` on, `bucket`'s home is `home`.
     EpochChange {
         /// The bucket.
@@ -386,6 +418,26 @@ impl<'a> Msg<'a> {
             Kind::OpDone => {
                 control(0)?;
                 Self::OpDone { req: h.req }
+            }
+            Kind::ReplicaDeltas => Self::ReplicaDeltas {
+                round: h.req.0,
+                since_ns: h.aux,
+                keys,
+                values,
+            },
+            Kind::ReplicaValues => Self::ReplicaValues {
+                ack: h.req.0,
+                since_ns: h.aux,
+                keys,
+                values,
+            },
+            Kind::ReplicaFlush => {
+                control(0)?;
+                Self::ReplicaFlush { generation: h.aux }
+            }
+            Kind::ReplicaFlushed => {
+                control(0)?;
+                Self::ReplicaFlushed { generation: h.aux }
             }
             Kind::EpochAck => {
                 control(0)?;

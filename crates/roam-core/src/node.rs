@@ -42,6 +42,7 @@ use crate::msg::{Msg, MsgError, Request, encode};
 use crate::placement::BucketRecords;
 use crate::policy::{Policy, PolicyKind};
 use crate::relocate::{Queued, Transit};
+use crate::replica::{Replicas, Replication};
 use crate::stats::{NodeCounters, add};
 use crate::store::{Residency, Store, UpdateMode};
 use crate::warning::Warning;
@@ -76,6 +77,8 @@ pub struct NodeConfig {
     /// Heartbeats and silence timeouts (see `liveness.rs`); `None` leaves failure detection to
     /// the shell's connections alone.
     pub liveness: Option<Liveness>,
+    /// Keys replicated on every node and their sync period (see `replica.rs`); `None`: none.
+    pub replication: Option<Replication>,
 }
 
 impl NodeConfig {
@@ -97,6 +100,7 @@ impl NodeConfig {
             policy: PolicyKind::Static,
             seed: 0,
             liveness: None,
+            replication: None,
         }
     }
 }
@@ -161,6 +165,7 @@ pub(crate) enum OpKind {
     Localize,
     Barrier,
     MoveHome,
+    SyncReplicas,
 }
 
 /// An operation of a local worker waiting for answers.
@@ -270,6 +275,8 @@ pub struct Node {
     pub(crate) transit: HashMap<Key, Transit>,
     /// Location cache: where keys were last seen (only with `location_caches`).
     pub(crate) cache: HashMap<Key, NodeId>,
+    /// Replicated keys and their synchronisation.
+    pub(crate) replicas: Replicas,
 }
 
 impl Node {
@@ -278,12 +285,22 @@ impl Node {
     pub fn new(cfg: NodeConfig) -> Self {
         let dir = Directory::new(cfg.space.num_keys(), cfg.num_nodes, cfg.partitioning);
         let store = Arc::new(Store::new(cfg.space.clone()));
+        let replicas = Replicas::new(cfg.replication.as_ref());
         if !cfg.space.is_sparse() {
             let mut zeros = Vec::new();
             for key in dir.keys_of(cfg.id) {
-                zeros.resize(cfg.space.record_len(key), 0.0);
-                store.insert(key, &zeros);
+                if !replicas.contains(key) {
+                    zeros.resize(cfg.space.record_len(key), 0.0);
+                    store.insert(key, &zeros);
+                }
             }
+        }
+        for &key in replicas.keys() {
+            assert!(
+                cfg.space.contains(key),
+                "replicated key {key} is outside the key space (validated by the front ends)"
+            );
+            store.insert_replica(key, &vec![0.0; cfg.space.len(key)]);
         }
         let records = dir
             .buckets_of(cfg.id)
@@ -309,6 +326,7 @@ impl Node {
             warnings: VecDeque::new(),
             transit: HashMap::new(),
             cache: HashMap::new(),
+            replicas,
             cfg,
         }
     }
@@ -366,6 +384,10 @@ impl Node {
 
     /// Where a worker's access to `key` goes.
     pub(crate) fn route(&mut self, key: Key) -> Route {
+        if self.replicas.contains(key) {
+            // Read and added to in this node's replica (a `set` goes to the hub instead).
+            return Route::Local;
+        }
         let residency = self.residency(key);
         if residency != Residency::Local && self.moving_in > 0 {
             // This node's own accesses wait behind the frames it sent by the old table, which
@@ -533,6 +555,16 @@ impl Node {
         for (pos, (&key, &offset)) in keys.iter().zip(offsets).enumerate() {
             let pos = pos as u32;
             let update = &values[offset..offset + self.cfg.space.len(key)];
+            if mode == UpdateMode::Set && self.replicas.contains(key) {
+                let hub = self.hub(key);
+                if hub == me {
+                    self.set_primary(me, &[key], update);
+                    self.answer(op, pos);
+                } else {
+                    batches.entry(hub).or_default().push(key, pos, update);
+                }
+                continue;
+            }
             match self.route(key) {
                 Route::Local if self.cfg.fast_local_access => {
                     self.store.push_local(key, update, mode);
@@ -758,6 +790,20 @@ impl Node {
                 epoch,
             } => self.handle_epoch_ack(now, from, node, bucket, epoch),
             Msg::OpDone { req } => self.handle_op_done(from, req),
+            Msg::ReplicaDeltas {
+                round,
+                since_ns,
+                keys,
+                values,
+            } => self.handle_replica_deltas(from, round, Time(since_ns), keys, values),
+            Msg::ReplicaValues {
+                ack,
+                since_ns,
+                keys,
+                values,
+            } => self.handle_replica_values(now, from, ack, Time(since_ns), keys, values),
+            Msg::ReplicaFlush { generation } => self.handle_replica_flush(from, generation),
+            Msg::ReplicaFlushed { generation } => self.handle_replica_flushed(from, generation),
             Msg::Heartbeat | Msg::Goodbye => {}
         }
     }
@@ -815,7 +861,10 @@ impl Node {
         let mut doomed: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, p)| p.kind != OpKind::Barrier && (dynamic || p.first_hops.contains(&peer)))
+            .filter(|(_, p)| {
+                p.kind == OpKind::SyncReplicas
+                    || (p.kind != OpKind::Barrier && (dynamic || p.first_hops.contains(&peer)))
+            })
             .map(|(&op, _)| op)
             .collect();
         // Completions must come out in an order that depends only on the inputs.

@@ -96,7 +96,8 @@ impl Node {
         let mut held: BTreeMap<u32, Vec<Key>> = BTreeMap::new();
         for (pos, &key) in keys.iter().enumerate() {
             let pos = pos as u32;
-            if !self.policy.relocate_on_localize(key, me) {
+            // Replicated keys are local everywhere already.
+            if self.replicas.contains(key) || !self.policy.relocate_on_localize(key, me) {
                 self.answer(op, pos);
                 continue;
             }

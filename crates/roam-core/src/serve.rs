@@ -107,6 +107,31 @@ impl Node {
                     continue;
                 }
             }
+            if self.replicas.contains(key) {
+                // Served by this node's replica; a `set` only at the key's hub.
+                match mode {
+                    None => {
+                        let start = answered.values.len();
+                        answered.values.resize(start + len, 0.0);
+                        self.store.pull_local(key, &mut answered.values[start..]);
+                        answered.keys.push(key);
+                        answered.positions.push(pos);
+                    }
+                    Some(UpdateMode::Add) => {
+                        self.store.push_local(key, update, UpdateMode::Add);
+                        answered.push(key, pos, &[]);
+                    }
+                    Some(UpdateMode::Set) if self.hub(key) == self.cfg.id => {
+                        self.set_primary(origin, &[key], update);
+                        answered.push(key, pos, &[]);
+                    }
+                    Some(UpdateMode::Set) => {
+                        let hub = self.hub(key);
+                        forward.entry(hub).or_default().push(key, pos, update);
+                    }
+                }
+                continue;
+            }
             match self.residency(key) {
                 Residency::Local => {
                     if let Some(mode) = mode {

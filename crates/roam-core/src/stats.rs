@@ -68,6 +68,14 @@ counters! {
         cache_hits,
         /// Remote accesses with no location-cache entry (routed through the home node).
         cache_misses,
+        /// Replica sync rounds completed here.
+        replica_rounds,
+        /// Replicated keys whose deltas this node sent to their hubs.
+        replica_keys_sent,
+        /// Replicated keys whose primaries this node received from their hubs.
+        replica_keys_received,
+        /// Bytes of replica-sync frames sent (deltas and, at hubs, primaries).
+        replica_bytes_sent,
     }
 }
 

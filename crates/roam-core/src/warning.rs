@@ -62,6 +62,15 @@ pub enum Warning {
         /// What is wrong.
         what: &'static str,
     },
+    /// A replica-sync message that contradicts this node's state.
+    Replica {
+        /// The sender.
+        from: NodeId,
+        /// The key (or generation) it names.
+        key: Key,
+        /// What is wrong.
+        what: &'static str,
+    },
     /// A barrier message that contradicts this node's state.
     Barrier {
         /// The sender.
@@ -115,6 +124,12 @@ impl fmt::Display for Warning {
                 Some(from) => write!(f, "relocation of key {key} (from {from}): {what}"),
                 None => write!(f, "relocation of key {key}: {what}"),
             },
+            Self::Replica { from, key, what } => {
+                write!(
+                    f,
+                    "replica sync message about key {key} from {from}: {what}"
+                )
+            }
             Self::Barrier {
                 from,
                 generation,

@@ -73,6 +73,14 @@ pub enum Kind {
     OpDone = 19,
     /// A node routes by a bucket's new home; sent to the old home, which passes it on.
     EpochAck = 20,
+    /// A node's replica deltas of one sync round, to the keys' hub (`req`: round, `aux`: origin).
+    ReplicaDeltas = 21,
+    /// A hub's primaries (`req`: the receiver's acknowledged round, `aux`: oldest origin).
+    ReplicaValues = 22,
+    /// `sync_replicas`: the sender flushed its deltas (`aux`: generation).
+    ReplicaFlush = 23,
+    /// `sync_replicas`: the hub broadcast every node's flushed deltas (`aux`: generation).
+    ReplicaFlushed = 24,
 }
 
 impl Kind {
@@ -98,6 +106,10 @@ impl Kind {
             18 => Self::EpochChange,
             19 => Self::OpDone,
             20 => Self::EpochAck,
+            21 => Self::ReplicaDeltas,
+            22 => Self::ReplicaValues,
+            23 => Self::ReplicaFlush,
+            24 => Self::ReplicaFlushed,
             _ => return None,
         })
     }

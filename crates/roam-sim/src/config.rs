@@ -4,14 +4,14 @@
 //! [`crate::Sim`]; there is no other source of randomness or time.
 
 use roam_core::wire::Limits;
-use roam_core::{KeySpace, Partitioning};
+use roam_core::{Key, KeySpace, Partitioning};
 
 /// Everything a [`crate::Sim`] is built from. Times are virtual nanoseconds.
 ///
 /// Build with [`SimConfig::new`] and adjust with the `with_*` methods:
 ///
 /// ```
-/// use roam_core::{KeySpace, Partitioning};
+/// use roam_core::{Key, KeySpace, Partitioning};
 /// use roam_sim::{Sim, SimConfig};
 ///
 /// let cfg = SimConfig::new(3, 2, KeySpace::uniform(16, 2).unwrap())
@@ -41,6 +41,9 @@ pub struct SimConfig {
     /// The core's heartbeats and silence timeouts (`None`: only broken links reveal a lost
     /// peer). With it, nodes' timers are events of the run while any worker has work left.
     pub liveness: Option<roam_core::Liveness>,
+    /// Keys replicated on every node and their sync period (`None`: nothing replicated). With
+    /// it, nodes' sync rounds are timer events of the run while any worker has work left.
+    pub replication: Option<roam_core::Replication>,
     /// Seed of the single random number generator of the run.
     pub seed: u64,
     /// Smallest one-way delay of a frame, in ns.
@@ -78,6 +81,7 @@ impl SimConfig {
             dynamic: false,
             location_caches: false,
             liveness: None,
+            replication: None,
             seed: 0,
             min_delay: 1_000,
             max_delay: 50_000,
@@ -111,6 +115,17 @@ impl SimConfig {
     /// Turns on the core's failure detection (heartbeats, silence timeouts) in virtual time.
     pub fn with_liveness(mut self, liveness: roam_core::Liveness) -> Self {
         self.liveness = Some(liveness);
+        self
+    }
+
+    /// Replicates `keys` on every node, synchronised every `sync_every_ns` virtual ns (see
+    /// `roam_core::replica`). The checkers skip these keys: they are only eventually
+    /// consistent.
+    pub fn with_replication(mut self, keys: Vec<Key>, sync_every_ns: u64) -> Self {
+        self.replication = Some(roam_core::Replication {
+            keys,
+            sync_every_ns,
+        });
         self
     }
 

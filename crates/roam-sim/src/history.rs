@@ -13,7 +13,10 @@
 //! - A failed write ([`Outcome::Failed`]) may have been applied in part (for instance to local
 //!   keys, or at nodes that answered before another was lost); checkers must treat it as "may
 //!   have taken effect, at any time after its invocation".
+//! - Replicated keys ([`History::is_replicated`]) are recorded like any other but checked by
+//!   no checker: they are only eventually consistent.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use roam_core::{Key, KeySpace, NodeId, OpError, Time};
@@ -45,6 +48,8 @@ pub enum OpKind {
     Localize,
     /// A home move (reads and writes nothing).
     MoveHome,
+    /// A `sync_replicas` collective (reads and writes nothing).
+    SyncReplicas,
 }
 
 /// How an operation ended.
@@ -52,7 +57,7 @@ pub enum OpKind {
 pub enum Outcome {
     /// Not completed (yet, or ever: its node crashed).
     Pending,
-    /// A push, set or barrier succeeded.
+    /// A push, set, barrier or replica sync succeeded.
     Done,
     /// A pull succeeded with these values (the keys' values concatenated in key order).
     Pulled(Vec<f32>),
@@ -71,7 +76,7 @@ pub struct OpRecord {
     pub program_index: usize,
     /// What it was.
     pub kind: OpKind,
-    /// Its keys (empty for barriers).
+    /// Its keys (empty for barriers and replica syncs).
     pub keys: Vec<Key>,
     /// For pushes and sets, the values written, concatenated in key order; else empty.
     pub input: Vec<f32>,
@@ -106,7 +111,11 @@ impl OpRecord {
     ) -> impl Iterator<Item = (Key, &'a [f32])> + 'a {
         let input: &[f32] = match self.kind {
             OpKind::Push | OpKind::Set => &self.input,
-            OpKind::Pull | OpKind::Barrier | OpKind::Localize | OpKind::MoveHome => &[],
+            OpKind::Pull
+            | OpKind::Barrier
+            | OpKind::Localize
+            | OpKind::MoveHome
+            | OpKind::SyncReplicas => &[],
         };
         split_per_key(&self.keys, input, space)
     }
@@ -186,6 +195,8 @@ pub struct FaultRecord {
 #[derive(Clone, Debug)]
 pub struct History {
     space: KeySpace,
+    /// Keys replicated on every node: only eventually consistent, so no checker covers them.
+    replicated: BTreeSet<Key>,
     ops: Vec<OpRecord>,
     faults: Vec<FaultRecord>,
 }
@@ -194,9 +205,28 @@ impl History {
     pub(crate) fn new(space: KeySpace) -> Self {
         Self {
             space,
+            replicated: BTreeSet::new(),
             ops: Vec::new(),
             faults: Vec::new(),
         }
+    }
+
+    /// Marks `keys` as replicated (excluded from [`History::keys_checked`] and the checkers).
+    pub(crate) fn with_replicated(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
+        self.replicated.extend(keys);
+        self
+    }
+
+    /// Whether `key` is replicated on every node. Replicated keys are only eventually
+    /// consistent (a push is local and reaches the other replicas in the background), so the
+    /// checkers skip them: tests check their values after a `sync_replicas` instead.
+    pub fn is_replicated(&self, key: Key) -> bool {
+        self.replicated.contains(&key)
+    }
+
+    /// The replicated keys, sorted.
+    pub fn replicated_keys(&self) -> impl Iterator<Item = Key> + '_ {
+        self.replicated.iter().copied()
     }
 
     /// The key space the ops refer to.
@@ -205,22 +235,26 @@ impl History {
     }
 
     /// The keys the checks cover: every key of a dense space; the keys ops named in a sparse
-    /// one (other keys were never created).
+    /// one (other keys were never created); replicated keys excepted in both.
     pub fn keys_checked(&self) -> Vec<Key> {
         if !self.space.is_sparse() {
-            return (0..self.space.num_keys()).collect();
+            return (0..self.space.num_keys())
+                .filter(|&k| !self.is_replicated(k))
+                .collect();
         }
-        let named: std::collections::BTreeSet<Key> = self
+        let named: BTreeSet<Key> = self
             .ops
             .iter()
             .flat_map(|op| op.keys.iter().copied())
+            .filter(|&k| !self.is_replicated(k))
             .collect();
         named.into_iter().collect()
     }
 
     /// One past the largest key the checkers look at: the key count of a dense space; for a
     /// sparse space (whose simulated workloads use small keys) one past the largest key any op
-    /// names. Panics if a sparse run used a key too large to index per-key tables by.
+    /// names. Panics if a sparse run used a key too large to index per-key tables by. (Checkers
+    /// index per-key tables by it and skip the replicated keys below it.)
     pub fn key_bound(&self) -> u64 {
         if !self.space.is_sparse() {
             return self.space.num_keys();

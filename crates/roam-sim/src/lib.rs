@@ -37,6 +37,16 @@
 //!   a shorter path (a cache hit straight to the owner; a direct send after the key left this
 //!   node) than an earlier one still in flight (via the home; on the node's link to itself).
 //!
+//! # Replicated keys
+//! With [`SimConfig::with_replication`] every node holds a replica of each replicated key;
+//! pushes to it are local and reach the other replicas through the key's hub in sync rounds
+//! that run on the nodes' timers, in virtual time; [`Op::SyncReplicas`] makes every earlier push
+//! visible everywhere. Replicated keys are only eventually consistent, so every checker skips
+//! them ([`History::is_replicated`]); `tests/replication.rs` checks them by value instead: exact
+//! sums after a sync, every read explained by some of the pushes with the reader's own node's
+//! pushes and every push older than two sync periods plus two deliveries included, and no hang
+//! when peers are lost.
+//!
 //! # Contract with the core
 //! The simulator plays the shell exactly as the TCP shell will: after every input to a node it
 //! drains `poll_transmit` into the links, then `poll_completion` to the workers, then

@@ -92,6 +92,11 @@ pub enum Op {
     /// Wait for every worker of every node. Always blocking; it does not wait for this worker's
     /// asynchronous ops (put a [`Op::WaitAll`] before it for that).
     Barrier,
+    /// `Node::issue_sync_replicas`: a collective of every worker of every node that completes
+    /// once every push issued before it, on any node, is in every replica of its key. Always
+    /// blocking; like [`Op::Barrier`] it does not wait for this worker's asynchronous ops. Fails
+    /// with `PeerGone` once a peer is lost.
+    SyncReplicas,
     /// Block until every op this worker issued has completed.
     WaitAll,
     /// Pause for this many virtual nanoseconds.

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use roam_core::wire::Limits;
-use roam_core::{KeySpace, KeySpaceError, Partitioning, RecordLayout, ValueLengths};
+use roam_core::{Key, KeySpace, KeySpaceError, Partitioning, RecordLayout, ValueLengths};
 
 use crate::cluster_env::{self, ClusterOverrides};
 use crate::error::StartError;
@@ -91,6 +91,12 @@ pub struct Config {
     pub rendezvous_timeout: Duration,
     /// Bounds on received frames.
     pub limits: Limits,
+    /// Keys replicated on every node (NuPS): read and pushed locally everywhere, synchronised
+    /// in the background every `replica_sync_every`. Pick them with [`crate::choose`]; every
+    /// node must be given the same set. See the consistency notes in `docs/architecture.md`.
+    pub replicated_keys: Vec<Key>,
+    /// Time between two replica sync rounds.
+    pub replica_sync_every: Duration,
 }
 
 /// The cluster this process joins, resolved from the [`Config`] and the environment exactly as
@@ -204,6 +210,17 @@ impl Config {
             peer_timeout: Duration::from_secs(5),
             rendezvous_timeout: Duration::from_secs(60),
             limits: Limits::default(),
+            replicated_keys: Vec::new(),
+            replica_sync_every: DEFAULT_REPLICA_SYNC_EVERY,
         }
     }
+
+    /// Replicates `keys` on every node (see [`Config::replicated_keys`]).
+    pub fn replicate(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
+        self.replicated_keys.extend(keys);
+        self
+    }
 }
+
+/// Default time between replica sync rounds (100 rounds per second).
+pub const DEFAULT_REPLICA_SYNC_EVERY: Duration = Duration::from_millis(10);

@@ -12,6 +12,17 @@ pub enum StartError {
     /// The key space is invalid.
     #[error("invalid key space: {0}")]
     KeySpace(#[from] KeySpaceError),
+    /// A replicated key is not in the key space.
+    #[error("replicated key {key} is outside the key space ({num_keys} keys)")]
+    ReplicatedKeyOutOfRange {
+        /// The key.
+        key: u64,
+        /// Keys in the key space.
+        num_keys: u64,
+    },
+    /// The replica sync period is zero.
+    #[error("replica_sync_every must be positive")]
+    ZeroSyncPeriod,
     /// Rank, size, coordinator or another environment setting is missing or malformed.
     #[error("cluster configuration: {0}")]
     ClusterEnv(#[from] ClusterEnvError),

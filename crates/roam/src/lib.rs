@@ -33,6 +33,7 @@
 pub mod auth;
 pub mod bench;
 pub mod check;
+pub mod choose;
 pub mod cluster_env;
 pub mod config;
 pub mod error;

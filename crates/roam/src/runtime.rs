@@ -30,7 +30,7 @@ use roam_core::stats::{NodeCounters, WorkerCounters};
 use roam_core::wire::{Frame, Kind, Limits};
 use roam_core::{
     Completion, Directory, KeySpace, Liveness, Node, NodeConfig, NodeId, OpError, Output,
-    PolicyKind, PullPart, ReqId, Store, Time, WorkerId,
+    PolicyKind, PullPart, Replication, ReqId, Store, Time, WorkerId,
 };
 
 use crate::auth::{self, Purpose};
@@ -211,6 +211,19 @@ impl NodeHandle {
         let space = cfg.key_space()?;
         let rank = NodeId(env.rank);
         let num_nodes = env.num_nodes;
+        if let Some(&key) = cfg.replicated_keys.iter().find(|&&k| !space.contains(k)) {
+            return Err(StartError::ReplicatedKeyOutOfRange {
+                key,
+                num_keys: space.num_keys(),
+            });
+        }
+        if cfg.replica_sync_every.is_zero() {
+            return Err(StartError::ZeroSyncPeriod);
+        }
+        let replication = (!cfg.replicated_keys.is_empty()).then(|| Replication {
+            keys: cfg.replicated_keys.clone(),
+            sync_every_ns: cfg.replica_sync_every.as_nanos().min(u128::from(u64::MAX)) as u64,
+        });
         let node = Node::new(NodeConfig {
             id: rank,
             num_nodes,
@@ -229,6 +242,7 @@ impl NodeHandle {
             liveness: Some(Liveness::with_timeout(
                 cfg.peer_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             )),
+            replication,
         });
         let store = node.store().clone();
         let counters = node.counters().clone();

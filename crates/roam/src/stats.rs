@@ -71,6 +71,22 @@ pub struct NodeStats {
     pub keys_created: u64,
     /// Fraction of accessed keys that were served locally.
     pub local_fraction: f64,
+    /// Keys replicated on every node.
+    pub replicated_keys: u64,
+    /// Replica sync rounds completed.
+    pub replica_rounds: u64,
+    /// Replicated keys whose deltas were sent to their hubs.
+    pub replica_keys_sent: u64,
+    /// Replicated keys whose primaries arrived from their hubs.
+    pub replica_keys_received: u64,
+    /// Bytes of replica-sync frames sent.
+    pub replica_bytes_sent: u64,
+    /// Replica sync bytes sent per round.
+    pub replica_bytes_per_round: f64,
+    /// Age of remote updates when they landed in this node's replicas (median), µs.
+    pub replica_staleness_p50_us: f64,
+    /// Same, 99th percentile, µs.
+    pub replica_staleness_p99_us: f64,
 }
 
 impl NodeStats {
@@ -107,8 +123,26 @@ impl NodeStats {
             cache_misses: get(&node.cache_misses),
             keys_held: shared.store.count_local(),
             keys_created: get(&node.keys_created),
+            replica_rounds: get(&node.replica_rounds),
+            replica_keys_sent: get(&node.replica_keys_sent),
+            replica_keys_received: get(&node.replica_keys_received),
+            replica_bytes_sent: get(&node.replica_bytes_sent),
             ..Self::default()
         };
+        let (replicated, p50, p99) = shared.with_node(|node, _| {
+            (
+                node.replicated_keys().len() as u64,
+                node.replica_staleness_ns(50.0),
+                node.replica_staleness_ns(99.0),
+            )
+        });
+        stats.replicated_keys = replicated;
+        stats.replica_bytes_per_round = match stats.replica_rounds {
+            0 => 0.0,
+            n => stats.replica_bytes_sent as f64 / n as f64,
+        };
+        stats.replica_staleness_p50_us = p50.map_or(0.0, |ns| ns as f64 / 1e3);
+        stats.replica_staleness_p99_us = p99.map_or(0.0, |ns| ns as f64 / 1e3);
         for w in &shared.worker_counters {
             stats.local_pull_keys += get(&w.local_pull_keys);
             stats.local_pull_ops += get(&w.local_pull_ops);

@@ -402,4 +402,17 @@ impl Worker {
             .with_node(|node, now| node.issue_barrier(now, id));
         self.shared().wait_result(id, req).map(drop)
     }
+
+    /// A collective over every worker thread of every node, like [`Worker::barrier`]: when it
+    /// returns, every push issued before it by any worker is in every replica of the
+    /// replicated keys (see [`crate::Config::replicated_keys`]). Use it before evaluating or
+    /// checkpointing; between calls replicas are only eventually consistent.
+    pub fn sync_replicas(&self) -> Result<(), OpError> {
+        self.wait_all()?;
+        let id = self.owner.id;
+        let req = self
+            .shared()
+            .with_node(|node, now| node.issue_sync_replicas(now, id));
+        self.shared().wait_result(id, req).map(drop)
+    }
 }

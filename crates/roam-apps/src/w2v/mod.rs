@@ -27,7 +27,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail, ensure};
 use roam::Config;
-use roam_core::Partitioning;
 use serde_json::json;
 
 use self::corpus::RawCorpus;
@@ -223,10 +222,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut cfg = Config::new(num_keys, dim);
     cfg.workers_per_node = args.workers_per_node;
     let node = args.mode.start(cfg).context("starting the node")?;
-    let partitioning = match args.mode {
-        Mode::Classic | Mode::ClassicNolocal => Partitioning::Hash,
-        Mode::Single | Mode::Lapse => Partitioning::Range,
-    };
+    let partitioning = args.mode.partitioning();
     let evaluator = (node.rank() == 0).then(|| {
         Evaluator::new(
             &vocab,

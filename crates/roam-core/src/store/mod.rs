@@ -602,6 +602,28 @@ impl Store {
         })
     }
 
+    /// Protocol only: sets the replica's value of `key` to `base` plus its pending delta (the
+    /// pushes made here since the protocol last took it), atomically with respect to pushes.
+    /// Returns false if there is no replica here.
+    pub fn rebase_replica(&self, key: Key, base: &[f32]) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        latched(state, REPLICA, |s| {
+            // SAFETY: latched and held as a replica.
+            let record = unsafe { self.record(key, s) };
+            let len = base.len();
+            let plain = self.plain();
+            let mut value: Vec<f32> = base.to_vec();
+            for (v, d) in value.iter_mut().zip(&record[len..2 * len]) {
+                // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the
+                // latch.
+                *v += f32::from_bits(unsafe { d.as_ptr().read() });
+            }
+            store_values(&record[..len], &value, plain);
+        })
+    }
+
     /// Protocol only: marks a key not owned here as in transit (or clears the mark).
     pub fn set_in_transit(&self, key: Key, in_transit: bool) {
         let state = self.state_for_protocol(key);
@@ -921,11 +943,20 @@ mod tests {
             let row = |i: usize| &update[i * len..(i + 1) * len];
             let twice: Vec<f32> = row(0).iter().zip(row(5)).map(|(a, b)| a + b).collect();
             for (i, expected) in [(0, &twice[..]), (2, row(2)), (3, row(3)), (4, row(4))] {
-                assert_eq!(&out[i * len..(i + 1) * len], expected, "len {len}, key {}", keys[i]);
+                assert_eq!(
+                    &out[i * len..(i + 1) * len],
+                    expected,
+                    "len {len}, key {}",
+                    keys[i]
+                );
             }
             let mut delta = Vec::new();
             assert!(store.take_delta(5, &mut delta));
-            assert_eq!(delta, row(3), "len {len}: a replica push lands in its delta too");
+            assert_eq!(
+                delta,
+                row(3),
+                "len {len}: a replica push lands in its delta too"
+            );
             missed.clear();
             store.push_batch_local(&keys[..3], &update[..3 * len], len, UpdateMode::Set, |i| {
                 missed.push(i)

@@ -118,6 +118,9 @@ pub fn check_linearizable(
             OpKind::Push | OpKind::Set => {
                 let optional = !op.succeeded();
                 for (key, vals) in op.writes(space) {
+                    if history.is_replicated(key) {
+                        continue;
+                    }
                     let effect = if op.kind == OpKind::Set {
                         Effect::Set(vals.to_vec())
                     } else {
@@ -136,6 +139,9 @@ pub fn check_linearizable(
             }
             OpKind::Pull => {
                 for (key, vals) in op.reads(space) {
+                    if history.is_replicated(key) {
+                        continue;
+                    }
                     let effect = Effect::Read(vals.to_vec());
                     per_key[key as usize].push(Entry {
                         op: Some(op.id),
@@ -147,12 +153,14 @@ pub fn check_linearizable(
                     });
                 }
             }
-            OpKind::Barrier | OpKind::Localize | OpKind::MoveHome => {}
+            OpKind::Barrier | OpKind::Localize | OpKind::MoveHome | OpKind::SyncReplicas => {}
         }
     }
     if let Some(finals) = finals {
         for (key, value) in finals.iter().enumerate().take(num_keys) {
-            if let Some(value) = value {
+            if let Some(value) = value
+                && !history.is_replicated(key as Key)
+            {
                 let effect = Effect::Read(value.clone());
                 per_key[key].push(Entry {
                     op: None,

@@ -75,6 +75,24 @@ fn a_stale_read_is_rejected() {
 }
 
 #[test]
+fn replicated_keys_are_skipped_by_every_checker() {
+    // A stale read and a final value missing a completed push: violations of key 0, unless
+    // key 0 is replicated (only eventually consistent).
+    let h = history(&[(0, Push, 2.0, 1, 2, DONE), (1, Pull, 0.0, 3, 4, read(0.0))]);
+    let finals = [Some(vec![0.0])];
+    assert!(check_linearizable(&h, Consistency::linearizable(), Some(&finals)).is_err());
+    assert!(check_per_key_linearizable(&h).is_err());
+    assert!(check_final_sums_exact(&h, &finals).is_err());
+    let h = h.with_replicated([0]);
+    assert!(h.is_replicated(0));
+    assert!(h.keys_checked().is_empty());
+    let report = check_linearizable(&h, Consistency::with_program_order(), Some(&finals)).unwrap();
+    assert_eq!(report.keys, 0);
+    assert_eq!(check_per_key_linearizable(&h), Ok(0));
+    assert_eq!(check_final_sums_exact(&h, &finals), Ok(0));
+}
+
+#[test]
 fn values_from_nowhere_and_double_applied_updates_are_rejected() {
     let base = [(0, Push, 1.0, 1, 2, DONE), (1, Push, 4.0, 3, 10, DONE)];
     for (seen, ok) in [

@@ -14,6 +14,10 @@
 //! - [`check_per_key_linearizable`]: the original read-by-read check (a necessary condition for
 //!   linearizability, cheap, used by the static-allocation tests).
 //!
+//! Replicated keys ([`crate::History::is_replicated`]) are skipped by every checker: they are
+//! only eventually consistent (a push lands in the local replica and reaches the others in the
+//! background), so tests check them by value after a `sync_replicas`.
+//!
 //! Real-time order uses [`crate::Stamp::seq`]: op `a` certainly precedes `b` iff `a` returned
 //! before `b` was invoked. Failed or pending writes may have taken effect at any time after their
 //! invocation, or never (see [`crate::history`]), so the search may place them anywhere after

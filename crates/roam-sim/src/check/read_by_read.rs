@@ -84,7 +84,10 @@ pub fn check_per_key_linearizable(history: &History) -> Result<usize, Violation>
         .filter(|op| op.kind == OpKind::Pull && op.succeeded())
     {
         let (ri, rr) = (read.invoke.seq, read.ret.map_or(u64::MAX, |r| r.seq));
-        for (key, vals) in read.reads(space) {
+        for (key, vals) in read
+            .reads(space)
+            .filter(|&(k, _)| !history.is_replicated(k))
+        {
             for (c, &observed) in vals.iter().enumerate() {
                 let on_key: Vec<Write> = writes[key as usize]
                     .iter()

@@ -92,20 +92,9 @@ impl Sim {
                     worker.blocked = Some(Blocked::All);
                 }
             }
-            Op::Barrier => {
-                let record = self.invoke(n, w, OpKind::Barrier, Vec::new(), Vec::new(), true);
-                let wid = self.nodes[n].workers[w].id.worker;
-                let req = self.nodes[n].node.issue_barrier(now, wid);
-                let worker = &mut self.nodes[n].workers[w];
-                worker.outstanding.insert(
-                    req,
-                    Outstanding {
-                        record,
-                        out: Vec::new(),
-                    },
-                );
-                worker.blocked = Some(Blocked::On(record));
-                self.drain(NodeId(n as u32));
+            Op::Barrier => self.issue_collective(n, w, OpKind::Barrier, Node::issue_barrier),
+            Op::SyncReplicas => {
+                self.issue_collective(n, w, OpKind::SyncReplicas, Node::issue_sync_replicas)
             }
             Op::Pull { keys, wait } => self.issue_pull(n, w, keys, Pace { wait, think }),
             Op::Push { keys, vals, wait } => {
@@ -119,6 +108,29 @@ impl Sim {
                 self.issue_move_home(n, w, key, NodeId(to), Pace { wait, think })
             }
         }
+    }
+
+    /// Issues a collective (a barrier, a replica sync) with `issue` and blocks the worker on it.
+    fn issue_collective(
+        &mut self,
+        n: usize,
+        w: usize,
+        kind: OpKind,
+        issue: fn(&mut Node, Time, WorkerId) -> ReqId,
+    ) {
+        let record = self.invoke(n, w, kind, Vec::new(), Vec::new(), true);
+        let wid = self.nodes[n].workers[w].id.worker;
+        let req = issue(&mut self.nodes[n].node, self.now, wid);
+        let worker = &mut self.nodes[n].workers[w];
+        worker.outstanding.insert(
+            req,
+            Outstanding {
+                record,
+                out: Vec::new(),
+            },
+        );
+        worker.blocked = Some(Blocked::On(record));
+        self.drain(NodeId(n as u32));
     }
 
     pub(super) fn invoke(

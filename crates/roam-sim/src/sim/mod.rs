@@ -181,6 +181,7 @@ impl Sim {
                     },
                     seed: cfg.seed ^ u64::from(id),
                     liveness: cfg.liveness,
+                    replication: cfg.replication.clone(),
                 });
                 let workers = (0..cfg.workers_per_node)
                     .map(|w| Worker::new(WorkerRef::new(id, w), Front::new(&node, Arc::default())))
@@ -205,7 +206,8 @@ impl Sim {
             steps: 0,
             nodes,
             links: (0..n * n).map(|_| Link::new()).collect(),
-            history: History::new(cfg.space.clone()),
+            history: History::new(cfg.space.clone())
+                .with_replicated(cfg.replication.iter().flat_map(|r| r.keys.iter().copied())),
             warnings: Vec::new(),
             trace: Trace::default(),
             inputs: vec![Fnv128::default(); n],

@@ -1,0 +1,545 @@
+//! Replicated keys (NuPS): every node holds a replica of each key of a fixed set, read and
+//! pushed on the fast path, and synchronised in the background through the key's *hub*.
+//!
+//! - Each replica is a value and a pending delta (the store's replica records): a local push
+//!   adds into both, with no message.
+//! - Each key's hub is its bucket's creator (its epoch-0 home). The hub keeps the key's
+//!   *primary* value: the sum of every delta it has applied (plus a `set`, if any).
+//! - A sync *round* (every `sync_every`, on the core's timers; the scan of the replicated set
+//!   runs in bounded chunks) takes the pending delta of every replica this node updated and
+//!   sends them to their hubs, one `ReplicaDeltas` frame per hub numbered by the round. Deltas
+//!   sent and not yet acknowledged stay *in flight* here. A hub adds its own deltas into the
+//!   primary directly.
+//! - At the end of its own round a hub sends the primary of every key that changed since its
+//!   last broadcast to every other node (`ReplicaValues`), with the number of the last round of
+//!   that node it has applied (the *ack*). A node then sets its replica to
+//!   `primary + its deltas in flight after the ack + its pending delta`, under the key's latch.
+//!
+//! Invariants (with per-link FIFO delivery and no node lost):
+//! - Every push lands in exactly one delta, is sent once, is added into the primary once, and is
+//!   counted in a replica either through its own pending delta, its in-flight list, or the
+//!   primary — never two of these at once: a replica is always `primary (as last received) +
+//!   in flight + pending`, so no update is lost or applied twice.
+//! - A push is in every replica within two sync periods plus two one-way deliveries: at most a
+//!   period until its node's round, a delivery to the hub, at most a period until the hub's
+//!   round, a delivery back. [`Node::issue_sync_replicas`] makes every earlier push visible
+//!   everywhere at once (a collective: flush markers to every hub, `ReplicaFlushed` back).
+//! - Replicated keys are never owned, relocated or cached. A `set` of a replicated key goes to
+//!   its hub, overwrites the primary, and reaches the setter before its completion; pushes not
+//!   yet applied at the hub when the set lands there are added on top of it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+
+use hdrhistogram::Histogram;
+
+use crate::error::OpError;
+use crate::id::{Key, NodeId, ReqId, WorkerId};
+use crate::node::{Node, OpKind, Time};
+use crate::stats::add;
+use crate::warning::Warning;
+use crate::wire::{Frame, Kind};
+
+/// Replicated keys scanned per timer call, so that a round never holds the node for long.
+const SCAN_CHUNK: usize = 4096;
+
+/// Which keys are replicated and how often replicas synchronise.
+#[derive(Clone, Debug)]
+pub struct Replication {
+    /// The replicated keys (any order; duplicates are ignored).
+    pub keys: Vec<Key>,
+    /// Time between the starts of two sync rounds, in nanoseconds (at least 1).
+    pub sync_every_ns: u64,
+}
+
+/// A round's scan in progress.
+#[derive(Debug)]
+struct Scan {
+    cursor: usize,
+    /// When this round's deltas started accumulating (the previous round's start): the oldest a
+    /// push in them can be.
+    since: Time,
+    out: BTreeMap<NodeId, (Vec<Key>, Vec<f32>)>,
+}
+
+/// Replication state of one node (empty when nothing is replicated).
+#[derive(Debug)]
+pub(crate) struct Replicas {
+    keys: Vec<Key>,
+    set: HashSet<Key>,
+    sync_every: u64,
+    /// Number of the round being built (rounds start at 1; 0 acknowledges nothing).
+    round: u64,
+    next_round_at: Time,
+    /// Start of the last round (the origin of the next round's deltas).
+    last_round_at: Time,
+    scan: Option<Scan>,
+    /// Deltas sent to their hub and not yet acknowledged, oldest first, with their round.
+    in_flight: HashMap<Key, VecDeque<(u64, Vec<f32>)>>,
+    /// Hub: primary values of the keys this node is the hub of (absent: all zeros).
+    primary: HashMap<Key, Vec<f32>>,
+    /// Hub: the last round of each node applied here.
+    applied: BTreeMap<NodeId, u64>,
+    /// Hub: keys whose primary changed since the last broadcast, and the oldest origin among
+    /// the changes.
+    dirty: BTreeSet<Key>,
+    dirty_since: Option<Time>,
+    sync: SyncState,
+    /// Age of remote updates when they land here (ns): now minus the oldest origin they carry.
+    pub(crate) staleness: Histogram<u64>,
+}
+
+/// The `sync_replicas` collective.
+#[derive(Debug, Default)]
+struct SyncState {
+    generation: u64,
+    waiters: Vec<u64>,
+    /// This node has flushed for `generation`.
+    flushed: bool,
+    /// Hub: nodes whose flush marker for a generation arrived.
+    markers: BTreeMap<u64, BTreeSet<NodeId>>,
+    /// Hubs that answered this node's flush of `generation`.
+    done_from: BTreeSet<NodeId>,
+}
+
+impl Replicas {
+    pub(crate) fn new(replication: Option<&Replication>) -> Self {
+        let (mut keys, sync_every) = match replication {
+            Some(r) => (r.keys.clone(), r.sync_every_ns.max(1)),
+            None => (Vec::new(), u64::MAX),
+        };
+        keys.sort_unstable();
+        keys.dedup();
+        Self {
+            set: keys.iter().copied().collect(),
+            keys,
+            sync_every,
+            round: 1,
+            next_round_at: Time(0),
+            last_round_at: Time(0),
+            scan: None,
+            in_flight: HashMap::new(),
+            primary: HashMap::new(),
+            applied: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            dirty_since: None,
+            sync: SyncState::default(),
+            staleness: Histogram::new(3).expect("3 significant figures is valid"),
+        }
+    }
+
+    /// The replicated keys, sorted.
+    pub(crate) fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
+    #[inline]
+    pub(crate) fn contains(&self, key: Key) -> bool {
+        !self.set.is_empty() && self.set.contains(&key)
+    }
+
+    /// Rounds completed here.
+    pub(crate) fn rounds(&self) -> u64 {
+        self.round - 1
+    }
+}
+
+impl Node {
+    /// The node that keeps `key`'s primary.
+    pub(crate) fn hub(&self, key: Key) -> NodeId {
+        self.dir.creator(self.dir.bucket(key))
+    }
+
+    /// Whether `key` is replicated on every node.
+    pub fn is_replicated(&self, key: Key) -> bool {
+        self.replicas.contains(key)
+    }
+
+    /// The replicated keys, sorted.
+    pub fn replicated_keys(&self) -> &[Key] {
+        self.replicas.keys()
+    }
+
+    /// Percentile `q` (0–100) of the age of remote updates when they landed here, in ns.
+    pub fn replica_staleness_ns(&self, q: f64) -> Option<u64> {
+        let h = &self.replicas.staleness;
+        (!h.is_empty()).then(|| h.value_at_quantile(q / 100.0))
+    }
+
+    /// Sync rounds this node has completed.
+    pub fn replica_rounds(&self) -> u64 {
+        self.replicas.rounds()
+    }
+
+    /// The next replica timer, if anything is replicated: now while a round's scan is under way.
+    pub(crate) fn replica_timeout(&self) -> Option<Time> {
+        if self.replicas.keys.is_empty() {
+            return None;
+        }
+        Some(match self.replicas.scan {
+            Some(_) => self.clock,
+            None => self.replicas.next_round_at,
+        })
+    }
+
+    /// Runs the replica timer: starts a round when due, and scans one chunk of it.
+    pub(crate) fn replica_handle_timeout(&mut self, now: Time) {
+        if self.replicas.keys.is_empty() {
+            return;
+        }
+        if self.replicas.scan.is_none() {
+            if now < self.replicas.next_round_at {
+                return;
+            }
+            self.start_round(now);
+        }
+        self.scan_chunk(SCAN_CHUNK);
+    }
+
+    fn start_round(&mut self, now: Time) {
+        let r = &mut self.replicas;
+        r.scan = Some(Scan {
+            cursor: 0,
+            since: r.last_round_at,
+            out: BTreeMap::new(),
+        });
+        r.last_round_at = now;
+        r.next_round_at = Time(now.0.saturating_add(r.sync_every));
+    }
+
+    /// Takes the pending deltas of up to `max` replicated keys; ends the round after the last.
+    fn scan_chunk(&mut self, max: usize) {
+        let Some(mut scan) = self.replicas.scan.take() else {
+            return;
+        };
+        let me = self.cfg.id;
+        let round = self.replicas.round;
+        let end = scan
+            .cursor
+            .saturating_add(max)
+            .min(self.replicas.keys.len());
+        let mut delta = Vec::new();
+        for i in scan.cursor..end {
+            let key = self.replicas.keys[i];
+            delta.clear();
+            if !self.store.take_delta(key, &mut delta) || delta.iter().all(|&d| d == 0.0) {
+                continue;
+            }
+            let hub = self.hub(key);
+            if hub == me {
+                self.add_to_primary(key, &delta, scan.since);
+            } else {
+                let (keys, values) = scan.out.entry(hub).or_default();
+                keys.push(key);
+                values.extend_from_slice(&delta);
+                self.replicas
+                    .in_flight
+                    .entry(key)
+                    .or_default()
+                    .push_back((round, delta.clone()));
+            }
+        }
+        scan.cursor = end;
+        if end < self.replicas.keys.len() {
+            self.replicas.scan = Some(scan);
+            return;
+        }
+        for (hub, (keys, values)) in std::mem::take(&mut scan.out) {
+            if self.lost.contains(&hub) {
+                continue;
+            }
+            add(&self.counters.replica_keys_sent, keys.len() as u64);
+            let frame = replica_frame(Kind::ReplicaDeltas, me, round, scan.since.0, &keys, &values);
+            add(&self.counters.replica_bytes_sent, frame.wire_len() as u64);
+            self.send(hub, frame);
+        }
+        self.replicas.round += 1;
+        add(&self.counters.replica_rounds, 1);
+        self.broadcast_primaries();
+    }
+
+    fn add_to_primary(&mut self, key: Key, delta: &[f32], since: Time) {
+        let len = self.cfg.space.len(key);
+        let primary = self
+            .replicas
+            .primary
+            .entry(key)
+            .or_insert_with(|| vec![0.0; len]);
+        primary.iter_mut().zip(delta).for_each(|(p, d)| *p += d);
+        self.mark_dirty(key, since);
+    }
+
+    fn mark_dirty(&mut self, key: Key, since: Time) {
+        let r = &mut self.replicas;
+        r.dirty.insert(key);
+        r.dirty_since = Some(r.dirty_since.map_or(since, |t| t.min(since)));
+    }
+
+    /// Hub: sends the primaries changed since the last broadcast to every other node, and
+    /// rebases this node's own replicas on them.
+    fn broadcast_primaries(&mut self) {
+        if self.replicas.dirty.is_empty() {
+            return;
+        }
+        let keys: Vec<Key> = std::mem::take(&mut self.replicas.dirty)
+            .into_iter()
+            .collect();
+        let since = self.replicas.dirty_since.take().unwrap_or(self.clock);
+        let values = self.primaries(&keys);
+        for &key in &keys {
+            let primary = &self.replicas.primary[&key];
+            self.store.rebase_replica(key, primary);
+        }
+        let me = self.cfg.id;
+        let others: Vec<NodeId> = self
+            .dir
+            .members()
+            .iter()
+            .copied()
+            .filter(|&n| n != me && !self.lost.contains(&n))
+            .collect();
+        for node in others {
+            let ack = self.replicas.applied.get(&node).copied().unwrap_or(0);
+            let frame = replica_frame(Kind::ReplicaValues, me, ack, since.0, &keys, &values);
+            add(&self.counters.replica_bytes_sent, frame.wire_len() as u64);
+            self.send(node, frame);
+        }
+    }
+
+    /// The primaries of `keys` (zeros where none was kept), concatenated.
+    fn primaries(&self, keys: &[Key]) -> Vec<f32> {
+        let mut values = Vec::new();
+        for &key in keys {
+            match self.replicas.primary.get(&key) {
+                Some(p) => values.extend_from_slice(p),
+                None => values.resize(values.len() + self.cfg.space.len(key), 0.0),
+            }
+        }
+        values
+    }
+
+    /// Checks that every key is replicated, hubbed at `hub`, and that the values fit.
+    fn check_replica_frame(
+        &mut self,
+        from: NodeId,
+        hub: NodeId,
+        keys: &[Key],
+        values: &[f32],
+    ) -> bool {
+        let mut total = 0usize;
+        for &key in keys {
+            if !self.cfg.space.contains(key) || !self.replicas.contains(key) || self.hub(key) != hub
+            {
+                self.warn(Warning::Replica {
+                    from,
+                    key,
+                    what: "not a replicated key of that hub",
+                });
+                return false;
+            }
+            total += self.cfg.space.len(key);
+        }
+        if total != values.len() {
+            self.warn(Warning::Replica {
+                from,
+                key: keys.first().copied().unwrap_or(0),
+                what: "values do not match the keys' lengths",
+            });
+            return false;
+        }
+        true
+    }
+
+    /// Hub: a node's deltas of round `round`.
+    pub(crate) fn handle_replica_deltas(
+        &mut self,
+        from: NodeId,
+        round: u64,
+        since: Time,
+        keys: &[Key],
+        values: &[f32],
+    ) {
+        if !self.check_replica_frame(from, self.cfg.id, keys, values) {
+            return;
+        }
+        let mut at = 0;
+        for &key in keys {
+            let len = self.cfg.space.len(key);
+            self.add_to_primary(key, &values[at..at + len], since);
+            at += len;
+        }
+        let applied = self.replicas.applied.entry(from).or_insert(0);
+        *applied = (*applied).max(round);
+    }
+
+    /// A hub's primaries, including this node's deltas up to round `ack`.
+    pub(crate) fn handle_replica_values(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        ack: u64,
+        since: Time,
+        keys: &[Key],
+        values: &[f32],
+    ) {
+        if !self.check_replica_frame(from, from, keys, values) {
+            return;
+        }
+        let mut at = 0;
+        let mut base = Vec::new();
+        for &key in keys {
+            let len = self.cfg.space.len(key);
+            base.clear();
+            base.extend_from_slice(&values[at..at + len]);
+            at += len;
+            if let Some(flight) = self.replicas.in_flight.get_mut(&key) {
+                while flight.front().is_some_and(|&(round, _)| round <= ack) {
+                    flight.pop_front();
+                }
+                for (_, delta) in flight.iter() {
+                    base.iter_mut().zip(delta).for_each(|(b, d)| *b += d);
+                }
+                if flight.is_empty() {
+                    self.replicas.in_flight.remove(&key);
+                }
+            }
+            self.store.rebase_replica(key, &base);
+        }
+        add(&self.counters.replica_keys_received, keys.len() as u64);
+        let age = now.0.saturating_sub(since.0);
+        let _ = self.replicas.staleness.record(age.max(1));
+    }
+
+    /// Registers `worker`'s arrival at the next `sync_replicas`: once every worker of every
+    /// node has arrived, every push issued before is in every replica, and all complete.
+    pub fn issue_sync_replicas(&mut self, now: Time, worker: WorkerId) -> ReqId {
+        self.tick(now);
+        let op = self.new_op(worker, OpKind::SyncReplicas, 1, Vec::new());
+        if let Some(peer) = self.first_lost() {
+            self.answer(op, 0);
+            self.fail(op, OpError::PeerGone { peer });
+            self.settle(op);
+            return ReqId(op);
+        }
+        self.replicas.sync.waiters.push(op);
+        self.flush_replicas_if_all_arrived();
+        ReqId(op)
+    }
+
+    /// Flushes once every live worker waits in `sync_replicas` (also after a retirement).
+    pub(crate) fn flush_replicas_if_all_arrived(&mut self) {
+        let live = self.cfg.workers_per_node - self.retired_count();
+        let waiting = self.replicas.sync.waiters.len() as u32;
+        if waiting > 0 && waiting >= live {
+            self.flush_replicas();
+        }
+    }
+
+    /// Every worker arrived: send every pending delta now, then a flush marker to every hub.
+    fn flush_replicas(&mut self) {
+        if self.replicas.sync.flushed {
+            return;
+        }
+        self.replicas.sync.flushed = true;
+        // Finish any round under way, then run one more that covers every key at once.
+        if self.replicas.scan.is_some() {
+            self.scan_chunk(usize::MAX);
+        }
+        if !self.replicas.keys.is_empty() {
+            let now = self.clock;
+            self.start_round(now);
+            self.scan_chunk(usize::MAX);
+        }
+        let generation = self.replicas.sync.generation;
+        let me = self.cfg.id;
+        for hub in self.dir.members().to_vec() {
+            if hub == me {
+                self.handle_replica_flush(me, generation);
+            } else {
+                self.send(
+                    hub,
+                    crate::msg::encode::control(Kind::ReplicaFlush, me, generation),
+                );
+            }
+        }
+    }
+
+    /// Hub: `from` flushed its deltas for `generation`; once all have, broadcast and answer.
+    pub(crate) fn handle_replica_flush(&mut self, from: NodeId, generation: u64) {
+        let members = self.dir.members().len();
+        let arrived = self.replicas.sync.markers.entry(generation).or_default();
+        arrived.insert(from);
+        if arrived.len() < members {
+            return;
+        }
+        self.replicas.sync.markers.remove(&generation);
+        self.broadcast_primaries();
+        let me = self.cfg.id;
+        for node in self.dir.members().to_vec() {
+            if node == me {
+                self.handle_replica_flushed(me, generation);
+            } else {
+                self.send(
+                    node,
+                    crate::msg::encode::control(Kind::ReplicaFlushed, me, generation),
+                );
+            }
+        }
+    }
+
+    /// Hub `from` applied every node's flush of `generation` and sent its primaries here.
+    pub(crate) fn handle_replica_flushed(&mut self, from: NodeId, generation: u64) {
+        let sync = &mut self.replicas.sync;
+        if generation != sync.generation || !sync.flushed {
+            return self.warn(Warning::Replica {
+                from,
+                key: generation,
+                what: "sync answer for another generation",
+            });
+        }
+        sync.done_from.insert(from);
+        if sync.done_from.len() < self.dir.members().len() {
+            return;
+        }
+        sync.done_from.clear();
+        sync.flushed = false;
+        sync.generation += 1;
+        for op in std::mem::take(&mut sync.waiters) {
+            self.answer(op, 0);
+            self.settle(op);
+        }
+    }
+
+    /// Serves a `set` of a replicated key at its hub: overwrites the primary and rebases this
+    /// node's replica; the origin's replica gets the value before the set's answer.
+    pub(crate) fn set_primary(&mut self, origin: NodeId, keys: &[Key], values: &[f32]) {
+        let mut at = 0;
+        let now = self.clock;
+        for &key in keys {
+            let len = self.cfg.space.len(key);
+            let value = values[at..at + len].to_vec();
+            at += len;
+            self.store.rebase_replica(key, &value);
+            self.replicas.primary.insert(key, value);
+            self.mark_dirty(key, now);
+        }
+        if origin != self.cfg.id {
+            let ack = self.replicas.applied.get(&origin).copied().unwrap_or(0);
+            let me = self.cfg.id;
+            let frame = replica_frame(Kind::ReplicaValues, me, ack, now.0, keys, values);
+            self.send(origin, frame);
+        }
+    }
+}
+
+fn replica_frame(
+    kind: Kind,
+    from: NodeId,
+    req: u64,
+    time: u64,
+    keys: &[Key],
+    values: &[f32],
+) -> Frame {
+    let mut frame = Frame::new(kind, from, ReqId(req), time, keys, values.len());
+    frame.values_mut().copy_from_slice(values);
+    frame
+}

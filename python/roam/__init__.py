@@ -32,6 +32,8 @@ from ._roam import (
     Worker,
     WorkerError,
     __version__,
+    choose_above_mean,
+    choose_top_n,
 )
 
 __all__ = [
@@ -45,4 +47,6 @@ __all__ = [
     "Worker",
     "WorkerError",
     "__version__",
+    "choose_above_mean",
+    "choose_top_n",
 ]

@@ -350,3 +350,43 @@ def test_environment_configuration(monkeypatch):
     monkeypatch.setenv("ROAM_WORKERS_PER_NODE", "3")
     with roam.Node(num_keys=10, value_lengths=1) as node:
         assert node.workers_per_node == 3
+
+
+def test_replicated_keys_and_sync_replicas():
+    import threading
+
+    with roam.Node(num_keys=10, value_lengths=2, workers=2, replicated_keys=[1, 3],
+                   replica_sync_every=0.001) as node:
+        errors = []
+
+        def work(i):
+            try:
+                w = node.worker(i)
+                for _ in range(100):
+                    w.push(u64(1, 3), f32([[1, 2], [3, 4]])).wait()
+                w.sync_replicas()
+                out = w.pull(u64(1, 3)).wait()
+                assert np.array_equal(out, [[200, 400], [600, 800]]), out
+            except Exception as e:  # surfaced below, with the thread's traceback lost
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        stats = node.stats()
+        assert stats["replicated_keys"] == 2
+        assert stats["local_push_keys"] == 400, "replica pushes stay on the fast path"
+    with pytest.raises(roam.StartError, match="replicated key 10 is outside the key space"):
+        roam.Node(num_keys=10, value_lengths=2, replicated_keys=[10])
+
+
+def test_choosers():
+    assert roam.choose_top_n([7, 3, 1, 4], [5, 9, 5, 0], 2) == [1, 3]
+    # 20 accesses over 10 keys: mean 2.
+    assert roam.choose_above_mean([0, 1, 2, 3, 5], [10, 4, 2, 1, 3], 10) == [0, 1, 2, 5]
+    assert roam.choose_above_mean([0, 1, 2, 3, 5], [10, 4, 2, 1, 3], 10, alpha=2.0) == [0, 1]
+    with pytest.raises(ValueError, match="2 keys but 1 counts"):
+        roam.choose_top_n([1, 2], [1], 1)

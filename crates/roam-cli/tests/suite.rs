@@ -1,7 +1,9 @@
 //! `roam bench suite --tiny` end to end: every workload in every mode at 1 and 2 nodes on
 //! loopback, one repetition. Checks the results file record by record (every run finished,
 //! has its epochs with wall and CPU seconds, counters in range, lapse serves more accesses
-//! locally than classic at 2 nodes), the summary, and that every PNG is a well-formed image.
+//! locally than classic at 2 nodes), the summary, and that every PNG is a well-formed image;
+//! then the NuPS modes at 2 nodes against single and lapse: their records (with the replica
+//! figures the jobs reported), the CPU overhead table's column per mode and nups's speed-ups.
 //! No timing is asserted.
 
 mod common;
@@ -78,6 +80,23 @@ fn parse_png(path: &Path) -> (u32, u32) {
         path.display()
     );
     size
+}
+
+/// The cells of the rows of the Markdown table whose header line is `header` (after its
+/// separator line, up to the first line that is not a row).
+fn table_after(markdown: &str, header: &str) -> Vec<Vec<String>> {
+    let mut lines = markdown.lines().skip_while(|l| *l != header);
+    assert!(lines.next().is_some(), "no table {header}\n{markdown}");
+    assert!(lines.next().is_some_and(|l| l.starts_with("|---|")));
+    lines
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
 }
 
 fn f(v: &Value, field: &str) -> f64 {
@@ -201,6 +220,112 @@ fn tiny_suite_writes_complete_results_summary_and_figures() {
     assert!(redraw.status.success(), "{redraw:?}");
     parse_png(&elsewhere.join("speedup.png"));
     assert!(elsewhere.join("summary.md").is_file());
+}
+
+#[test]
+fn tiny_suite_with_the_nups_modes_reports_their_cpu_overhead_and_speedups() {
+    let dir =
+        Scratch(std::env::temp_dir().join(format!("roam-suite-nups-test-{}", std::process::id())));
+    let out = Command::new(common::roam())
+        .args([
+            "bench",
+            "suite",
+            "--tiny",
+            "--modes",
+            "single,lapse,nups,nups-replicate-only",
+            "--nodes",
+            "2",
+            "--dir",
+        ])
+        .arg(&dir.0)
+        .output()
+        .expect("running roam bench suite");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "suite failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+
+    let results: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.0.join("results.json")).expect("results.json"),
+    )
+    .expect("results.json parses");
+    let runs = results["runs"].as_array().expect("runs");
+    // 3 workloads x (single + 3 modes at 2 nodes), one repetition.
+    assert_eq!(runs.len(), 12, "{stderr}");
+    for r in runs {
+        let id = r["id"].as_str().unwrap();
+        assert_eq!(r["status"], "ok", "{id}: {}", r["error"]);
+        let epochs = r["epochs"].as_array().expect("epochs");
+        assert_eq!(epochs.len(), 1, "{id}");
+        let cpu = f(&epochs[0], "cpu_seconds");
+        assert!(cpu > 0.0 && cpu.is_finite(), "{id}");
+        // Every record has its replica figures (those the job reported, if any), and only
+        // entries named replica*.
+        let replica = r["replica"].as_object().expect("replica figures");
+        assert!(
+            replica
+                .keys()
+                .all(|k| k.to_lowercase().starts_with("replica")),
+            "{id}: {replica:?}"
+        );
+    }
+    for mode in ["nups", "nups-replicate-only"] {
+        assert_eq!(
+            runs.iter()
+                .filter(|r| r["mode"] == mode && r["nodes"] == 2)
+                .count(),
+            3,
+            "{mode}: one run per workload"
+        );
+    }
+
+    let summary = std::fs::read_to_string(dir.0.join("summary.md")).expect("summary.md");
+    assert!(stdout.contains(&summary), "the summary is printed");
+    // The CPU overhead table has a column for every distributed mode and a figure in every
+    // cell (each mode ran, and so did single), one row per workload.
+    let overhead = table_after(
+        &summary,
+        "| workload | profile | workers/node | single CPU s / epoch | nodes | lapse | nups | \
+         nups-replicate-only |",
+    );
+    assert_eq!(overhead.len(), 3, "{summary}");
+    for (row, app) in overhead.iter().zip(["mf", "kge", "w2v"]) {
+        assert_eq!(
+            row[..5],
+            [app, "loopback", "1", row[3].as_str(), "2"],
+            "{row:?}"
+        );
+        for cell in &row[3..] {
+            let ratio: f64 = cell
+                .trim_matches('*')
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap_or_else(|e| panic!("{app}: {cell:?} in {row:?}: {e}"));
+            assert!(ratio > 0.0 && ratio.is_finite(), "{app}: {row:?}");
+        }
+    }
+    // nups's speed-ups: over lapse and over its ablation are there; classic did not run.
+    let speedups = table_after(
+        &summary,
+        "| workload | profile | workers/node | nodes | over lapse | over classic | \
+         over nups-replicate-only | nups-replicate-only over classic |",
+    );
+    assert_eq!(speedups.len(), 3, "{summary}");
+    for row in &speedups {
+        assert!(
+            row[4] != "–" && row[5] == "–" && row[6] != "–" && row[7] == "–",
+            "{row:?}"
+        );
+    }
+    for png in ["cpu_overhead.png", "speedup_nups.png", "epoch_time.png"] {
+        let (w, h) = parse_png(&dir.0.join(png));
+        assert!(w >= 300 && h >= 300, "{png}: {w}x{h}");
+    }
 }
 
 #[test]

@@ -47,7 +47,8 @@ const SCAN_CHUNK: usize = 4096;
 pub struct Replication {
     /// The replicated keys (any order; duplicates are ignored).
     pub keys: Vec<Key>,
-    /// Time between the starts of two sync rounds, in nanoseconds (at least 1).
+    /// Time between the starts of two sync rounds, in nanoseconds (at least 1; `u64::MAX`:
+    /// no background rounds after the first, replicas change only at `sync_replicas`).
     pub sync_every_ns: u64,
 }
 
@@ -175,10 +176,12 @@ impl Node {
         if self.replicas.keys.is_empty() {
             return None;
         }
-        Some(match self.replicas.scan {
-            Some(_) => self.clock,
-            None => self.replicas.next_round_at,
-        })
+        match self.replicas.scan {
+            Some(_) => Some(self.clock),
+            // A period of `u64::MAX` means no background rounds: only `sync_replicas` flushes.
+            None if self.replicas.next_round_at == Time(u64::MAX) => None,
+            None => Some(self.replicas.next_round_at),
+        }
     }
 
     /// Runs the replica timer: starts a round when due, and scans one chunk of it.

@@ -31,6 +31,40 @@ fn init_logging() {
         .try_init();
 }
 
+/// The `n` keys with the highest counts (ties: smaller key first), sorted: the keys to
+/// replicate (`Node(replicated_keys=...)`). `keys` and `counts` are equally long sequences.
+#[pyfunction]
+fn choose_top_n(keys: Vec<u64>, counts: Vec<u64>, n: usize) -> PyResult<Vec<u64>> {
+    pairs(&keys, &counts).map(|p| roam::choose::top_n(p, n))
+}
+
+/// NuPS's heuristic: the keys counted at least `alpha` times the mean count over all
+/// `num_keys` keys of the space, sorted.
+#[pyfunction]
+#[pyo3(signature = (keys, counts, num_keys, alpha = 1.0))]
+fn choose_above_mean(
+    keys: Vec<u64>,
+    counts: Vec<u64>,
+    num_keys: u64,
+    alpha: f64,
+) -> PyResult<Vec<u64>> {
+    pairs(&keys, &counts).map(|p| roam::choose::above_mean(p, num_keys, alpha))
+}
+
+fn pairs<'a>(
+    keys: &'a [u64],
+    counts: &'a [u64],
+) -> PyResult<impl Iterator<Item = (u64, u64)> + 'a> {
+    if keys.len() != counts.len() {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{} keys but {} counts",
+            keys.len(),
+            counts.len()
+        )));
+    }
+    Ok(keys.iter().copied().zip(counts.iter().copied()))
+}
+
 /// roam: a parameter server whose parameters move to the node that uses them.
 #[pymodule]
 fn _roam(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -39,6 +73,8 @@ fn _roam(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<node::PyNode>()?;
     m.add_class::<worker::PyWorker>()?;
     m.add_class::<worker::PyTicket>()?;
+    m.add_function(wrap_pyfunction!(choose_top_n, m)?)?;
+    m.add_function(wrap_pyfunction!(choose_above_mean, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

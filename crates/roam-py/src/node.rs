@@ -211,6 +211,8 @@ impl PyNode {
         emulate_latency_us = None,
         peer_timeout = 5.0,
         rendezvous_timeout = 60.0,
+        replicated_keys = None,
+        replica_sync_every = 0.01,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -230,6 +232,8 @@ impl PyNode {
         emulate_latency_us: Option<u64>,
         peer_timeout: f64,
         rendezvous_timeout: f64,
+        replicated_keys: Option<Vec<u64>>,
+        replica_sync_every: f64,
     ) -> PyResult<Self> {
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
@@ -268,6 +272,8 @@ impl PyNode {
         cfg.emulate_latency_us = emulate_latency_us;
         cfg.peer_timeout = seconds("peer_timeout", peer_timeout)?;
         cfg.rendezvous_timeout = seconds("rendezvous_timeout", rendezvous_timeout)?;
+        cfg.replicated_keys = replicated_keys.unwrap_or_default();
+        cfg.replica_sync_every = seconds("replica_sync_every", replica_sync_every)?;
         let allocation = cfg.allocation.name();
         let handle = py
             .detach(|| NodeHandle::start(cfg))

@@ -605,6 +605,24 @@ impl PyWorker {
         result.map_err(|(err, signed)| errors::op_error(&err, signed))
     }
 
+    /// A collective like `barrier`: when it returns, every push issued before it by any worker
+    /// of any node is in every replica of the replicated keys (`Node(replicated_keys=...)`).
+    /// Between calls, replicas are eventually consistent. Blocks with the GIL released.
+    fn sync_replicas(&self, py: Python<'_>) -> PyResult<()> {
+        self.cell.check_open()?;
+        let cell = &self.cell;
+        let (result, released) = py.detach(|| {
+            let mut released = Released::new();
+            let mut reg = cell.lock.lock();
+            let result = WorkerCell::finish_all(&mut reg, &mut released)
+                .and_then(|()| reg.worker.sync_replicas().map_err(|err| (err, false)));
+            drop(reg);
+            (result, released)
+        });
+        drop(released);
+        result.map_err(|(err, signed)| errors::op_error(&err, signed))
+    }
+
     /// The node's counters (as `Node.stats()`).
     fn stats(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
         self.cell.node.stats(py)

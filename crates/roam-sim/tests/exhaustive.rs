@@ -17,7 +17,7 @@ use common::{finals, total};
 use roam_core::{Key, KeySpace, NodeId, Partitioning};
 use roam_sim::explore::{ExploreConfig, ExploreStats, explore};
 use roam_sim::{
-    Consistency, Op, Sim, SimConfig, WorkerRef, check_final_sums_exact, check_linearizable,
+    Consistency, Op, Outcome, Sim, SimConfig, WorkerRef, check_final_sums_exact, check_linearizable,
 };
 
 /// A small scenario: cluster shape, flags and scripts.
@@ -30,6 +30,9 @@ struct Scenario {
     fast: bool,
     /// A sparse key space (hash homes; keys created on first use).
     sparse: bool,
+    /// Replicated keys (synchronised by one background round at time 0, racing with
+    /// everything else, and by `SyncReplicas`; no later round, so executions are finite).
+    replicated: Vec<Key>,
     scripts: Vec<(WorkerRef, Vec<Op>)>,
 }
 
@@ -50,6 +53,11 @@ impl Scenario {
             .with_fast_local_access(self.fast)
             .with_delay(0, 0)
             .with_think(0, 0);
+        let cfg = if self.replicated.is_empty() {
+            cfg
+        } else {
+            cfg.with_replication(self.replicated.clone(), u64::MAX)
+        };
         let mut sim = Sim::new(cfg);
         for (w, script) in &self.scripts {
             sim.add_script(*w, script.clone());
@@ -103,8 +111,24 @@ impl Scenario {
             assert_eq!(total(sim, |c| &c.anomalies), 0, "{name}");
             sim.check_quiescent_placement()
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
+            // Replicated keys: every pull after the worker's `SyncReplicas` reads the exact sum.
+            for (wr, script) in &self.scripts {
+                let synced = script
+                    .iter()
+                    .position(|op| matches!(op, Op::SyncReplicas))
+                    .unwrap_or(script.len());
+                for (op, record) in script.iter().zip(history.of_worker(*wr)).skip(synced) {
+                    if let Op::Pull { keys, .. } = op {
+                        let want: Vec<f32> = keys.iter().map(|&k| expected[k as usize]).collect();
+                        assert_eq!(record.outcome, Outcome::Pulled(want), "{name}: {record}");
+                    }
+                }
+            }
             let finals = finals(sim);
             for (k, want) in expected.iter().enumerate() {
+                if self.replicated.contains(&(k as Key)) {
+                    continue;
+                }
                 assert_eq!(
                     finals[k],
                     Some(vec![*want]),
@@ -167,6 +191,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: true,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(1, 0),
@@ -188,6 +213,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: true,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(2, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
@@ -203,6 +229,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: true,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(0, 0),
@@ -224,6 +251,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             caches: true,
             fast: true,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize(vec![0])]),
                 (
@@ -241,6 +269,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: false,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(1, 0),
@@ -269,6 +298,7 @@ fn home_move_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: true,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(1, 0),
@@ -286,6 +316,7 @@ fn home_move_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: true,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(2, 0), vec![move_async(0, 2), push([0], 2.0)]),
@@ -301,6 +332,7 @@ fn home_move_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: true,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(0, 0),
@@ -327,6 +359,7 @@ fn long_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: true,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(2, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
@@ -341,6 +374,7 @@ fn long_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: true,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (w(0, 0), vec![push([0], 1.0)]),
                 (w(0, 1), vec![Op::pull(vec![0])]),
@@ -356,6 +390,7 @@ fn long_scenarios() -> Vec<Scenario> {
             caches: true,
             fast: true,
             sparse: false,
+            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize(vec![0])]),
                 (
@@ -427,6 +462,7 @@ fn sparse_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: true,
             sparse: true,
+            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
@@ -441,6 +477,7 @@ fn sparse_scenarios() -> Vec<Scenario> {
             caches: false,
             fast: true,
             sparse: true,
+            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(0, 0),
@@ -450,6 +487,64 @@ fn sparse_scenarios() -> Vec<Scenario> {
             ],
         },
     ]
+}
+
+/// Replicated keys mixed with a relocated one: the sync round at time 0, the deltas, the hub's
+/// broadcast and the `SyncReplicas` flush race with pushes, a relocation and each other.
+fn replication_scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "replicated key pushed on both nodes, synced, beside a relocated key (2 nodes)",
+            nodes: 2,
+            workers: 1,
+            keys: 2,
+            caches: false,
+            fast: true,
+            sparse: false,
+            replicated: vec![1],
+            scripts: vec![
+                (
+                    w(0, 0),
+                    vec![
+                        Op::localize_async(vec![0]),
+                        push([0, 1], 1.0),
+                        Op::SyncReplicas,
+                        Op::pull(vec![1]),
+                    ],
+                ),
+                (
+                    w(1, 0),
+                    vec![push([1, 0], 2.0), Op::SyncReplicas, Op::pull(vec![1])],
+                ),
+            ],
+        },
+        // The hub is node 0 (range homes): node 1's delta must reach it and come back.
+        Scenario {
+            name: "replicated key pushed away from its hub by two workers (2 nodes x 2 workers)",
+            nodes: 2,
+            workers: 2,
+            keys: 1,
+            caches: false,
+            fast: true,
+            sparse: false,
+            replicated: vec![0],
+            scripts: vec![
+                (w(0, 0), vec![Op::SyncReplicas, Op::pull(vec![0])]),
+                (w(0, 1), vec![Op::SyncReplicas]),
+                (
+                    w(1, 0),
+                    vec![push([0], 2.0), Op::SyncReplicas, Op::pull(vec![0])],
+                ),
+                (w(1, 1), vec![push([0], 3.0), Op::SyncReplicas]),
+            ],
+        },
+    ]
+}
+
+/// CI: every interleaving of the replication scenarios, none cut.
+#[test]
+fn every_interleaving_of_small_replication_scenarios_is_correct() {
+    explore_completely(replication_scenarios());
 }
 
 /// CI: every interleaving of the sparse-key scenarios, none cut.
@@ -485,6 +580,7 @@ fn the_explorer_counts_every_interleaving() {
         caches: false,
         fast: true,
         sparse: false,
+        replicated: Vec::new(),
         scripts: vec![
             (w(0, 0), vec![push([0], 1.0)]),
             (w(1, 0), vec![push([1], 1.0)]),
@@ -503,6 +599,7 @@ fn the_explorer_counts_every_interleaving() {
         caches: false,
         fast: true,
         sparse: false,
+        replicated: Vec::new(),
         scripts: vec![
             (w(0, 0), vec![push([0], 1.0)]),
             (w(1, 0), vec![Op::pull(vec![0])]),

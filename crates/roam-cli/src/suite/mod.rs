@@ -34,7 +34,8 @@ pub(crate) struct SuiteArgs {
     /// Workloads to run.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) apps: Option<Vec<App>>,
-    /// Modes to run (`single` always at one node).
+    /// Modes to run (`single` always at one node). Default: all but `nups-replicate-only` (the
+    /// NuPS ablation); `--tiny`: single, classic, classic-nolocal, lapse.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) modes: Option<Vec<Mode>>,
     /// Node counts for the distributed modes (`single` always runs at one node).
@@ -87,14 +88,7 @@ impl SuiteArgs {
                 .apps
                 .clone()
                 .unwrap_or_else(|| vec![App::Mf, App::Kge, App::W2v]),
-            modes: self.modes.clone().unwrap_or_else(|| {
-                vec![
-                    Mode::Single,
-                    Mode::Classic,
-                    Mode::ClassicNolocal,
-                    Mode::Lapse,
-                ]
-            }),
+            modes: self.modes.clone().unwrap_or_else(|| preset.modes()),
             nodes: self.nodes.clone().unwrap_or_else(|| preset.nodes()),
             workers_per_node: self.workers_per_node.clone(),
             profiles: self.profiles.clone().unwrap_or_else(|| preset.profiles()),

@@ -55,6 +55,11 @@ pub(crate) enum Mode {
     ClassicNolocal,
     /// Dynamic allocation.
     Lapse,
+    /// NuPS: hot keys replicated on every node (background sync), the rest relocated as in
+    /// `lapse`.
+    Nups,
+    /// The NuPS ablation: hot keys replicated, the rest static as in `classic`.
+    NupsReplicateOnly,
 }
 
 /// An emulated network (`roam launch --profile`).
@@ -122,7 +127,24 @@ impl Mode {
             Self::Classic => "classic",
             Self::ClassicNolocal => "classic-nolocal",
             Self::Lapse => "lapse",
+            Self::Nups => "nups",
+            Self::NupsReplicateOnly => "nups-replicate-only",
         }
+    }
+
+    /// Every mode, in table and legend order (`single` first).
+    pub(crate) const ALL: [Self; 6] = [
+        Self::Single,
+        Self::Classic,
+        Self::ClassicNolocal,
+        Self::Lapse,
+        Self::Nups,
+        Self::NupsReplicateOnly,
+    ];
+
+    /// Whether the mode replicates hot keys (the NuPS modes).
+    pub(crate) fn replicates(self) -> bool {
+        matches!(self, Self::Nups | Self::NupsReplicateOnly)
     }
 }
 
@@ -217,6 +239,27 @@ impl Preset {
             Self::Full => 3,
             Self::Quick => 2,
             Self::Tiny => 1,
+        }
+    }
+
+    /// Modes unless `--modes` says otherwise: every mode but the NuPS ablation
+    /// (`nups-replicate-only`, selectable with `--modes`); the tiny CI preset keeps to the
+    /// four original modes.
+    pub(crate) fn modes(self) -> Vec<Mode> {
+        match self {
+            Self::Tiny => vec![
+                Mode::Single,
+                Mode::Classic,
+                Mode::ClassicNolocal,
+                Mode::Lapse,
+            ],
+            Self::Full | Self::Quick => vec![
+                Mode::Single,
+                Mode::Classic,
+                Mode::ClassicNolocal,
+                Mode::Lapse,
+                Mode::Nups,
+            ],
         }
     }
 
@@ -435,6 +478,41 @@ mod tests {
         let singles = p.runs.iter().filter(|r| r.mode == Mode::Single).count();
         assert_eq!(singles, 2 * 2, "one per app and rep");
         assert!(p.runs.iter().all(|r| r.mode == Mode::Single || r.nodes > 1));
+    }
+
+    #[test]
+    fn mode_names_are_the_apps_mode_names() {
+        use clap::ValueEnum;
+        for mode in Mode::ALL {
+            let app = roam_apps::common::Mode::from_str(mode.name(), false)
+                .unwrap_or_else(|e| panic!("{}: not an app mode: {e}", mode.name()));
+            assert_eq!(app.name(), mode.name());
+            assert_eq!(app.replicates(), mode.replicates(), "{}", mode.name());
+            // The suite's own --modes parsing and the results file use the same names.
+            assert_eq!(Mode::from_str(mode.name(), false), Ok(mode));
+            assert_eq!(
+                serde_json::to_value(mode).unwrap(),
+                serde_json::json!(mode.name())
+            );
+        }
+        for app in roam_apps::common::Mode::value_variants() {
+            assert!(
+                Mode::ALL.iter().any(|m| m.name() == app.name()),
+                "the suite has no mode {}",
+                app.name()
+            );
+        }
+    }
+
+    #[test]
+    fn nups_is_a_default_mode_of_the_full_and_quick_presets_only() {
+        for preset in [Preset::Full, Preset::Quick] {
+            let modes = preset.modes();
+            assert!(modes.contains(&Mode::Nups), "{preset:?}");
+            assert!(!modes.contains(&Mode::NupsReplicateOnly), "{preset:?}");
+            assert_eq!(modes[0], Mode::Single);
+        }
+        assert!(!Preset::Tiny.modes().iter().any(|m| m.replicates()));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use anyhow::{Context, anyhow};
 use plotters::prelude::*;
 
 use super::plan::{App, Mode, Profile};
-use super::summary::{CellKey, Stat, Summary};
+use super::summary::{CPU_OVERHEAD_AIM, CellKey, Stat, Summary};
 
 /// The bundled font (DejaVu Sans Mono; Bitstream Vera licence, see `assets/`).
 const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
@@ -37,8 +37,8 @@ struct YAxis {
     log: bool,
     /// Fixed range (linear axes), else fitted to the data.
     fixed: Option<(f64, f64)>,
-    /// A dashed reference line (e.g. speed-up 1).
-    reference: Option<f64>,
+    /// Dashed reference lines (e.g. speed-up 1).
+    references: &'static [f64],
 }
 
 /// Colour of a mode's lines.
@@ -48,6 +48,8 @@ fn mode_color(mode: Mode) -> RGBColor {
         Mode::Classic => RGBColor(31, 119, 180),
         Mode::ClassicNolocal => RGBColor(255, 127, 14),
         Mode::Lapse => RGBColor(44, 160, 44),
+        Mode::Nups => RGBColor(214, 39, 40),
+        Mode::NupsReplicateOnly => RGBColor(148, 103, 189),
     }
 }
 
@@ -80,13 +82,9 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
                 .collect()
         })
     };
-    let distributed = [Mode::Classic, Mode::ClassicNolocal, Mode::Lapse];
-    let all = [
-        Mode::Single,
-        Mode::Classic,
-        Mode::ClassicNolocal,
-        Mode::Lapse,
-    ];
+    // The modes that ran, `single` first.
+    let all = summary.modes();
+    let distributed: Vec<Mode> = all.iter().copied().filter(|&m| m != Mode::Single).collect();
     let mut written = Vec::new();
     let mut figure = |name: &str, title: &str, panels: Vec<Panel>, y: YAxis| {
         let path = dir.join(name);
@@ -103,7 +101,7 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
             label: "seconds per epoch",
             log: true,
             fixed: None,
-            reference: None,
+            references: &[],
         },
     )?;
     let speedups = panels(&groups, |app, profile, w| {
@@ -133,9 +131,45 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
             label: "speed-up",
             log: true,
             fixed: None,
-            reference: Some(1.0),
+            references: &[1.0],
         },
     )?;
+    if all.iter().any(|m| m.replicates()) {
+        let overs: Vec<Mode> = [Mode::Lapse, Mode::Classic, Mode::NupsReplicateOnly]
+            .into_iter()
+            .filter(|m| all.contains(m))
+            .collect();
+        let speedups = panels(&groups, |app, profile, w| {
+            overs
+                .iter()
+                .map(|&over| Series {
+                    label: format!("over {}", over.name()),
+                    color: mode_color(over),
+                    points: node_points(summary, Mode::Nups, |nodes| {
+                        let key = CellKey {
+                            app,
+                            profile,
+                            workers_per_node: w,
+                            mode: Mode::Nups,
+                            nodes,
+                        };
+                        summary.speedup_of(Mode::Nups, key, over)
+                    }),
+                })
+                .collect()
+        });
+        figure(
+            "speedup_nups.png",
+            "Speed-up of nups (other mode's epoch time / nups's)",
+            speedups,
+            YAxis {
+                label: "speed-up",
+                log: true,
+                fixed: None,
+                references: &[1.0],
+            },
+        )?;
+    }
     figure(
         "local_fraction.png",
         "Fraction of key accesses served locally",
@@ -144,7 +178,7 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
             label: "local fraction",
             log: false,
             fixed: Some((0.0, 1.05)),
-            reference: None,
+            references: &[],
         },
     )?;
     figure(
@@ -157,18 +191,20 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
             label: "bytes per data point",
             log: true,
             fixed: None,
-            reference: None,
+            references: &[],
         },
     )?;
     figure(
         "cpu_overhead.png",
-        "CPU seconds per epoch (all processes) / single's",
+        &format!(
+            "CPU overhead ratio: CPU s per epoch, all nodes / single's (aim <= {CPU_OVERHEAD_AIM})"
+        ),
         per_mode(&all, &|k| summary.overhead(k)),
         YAxis {
             label: "CPU overhead ratio",
             log: true,
             fixed: None,
-            reference: Some(1.0),
+            references: &[1.0, CPU_OVERHEAD_AIM],
         },
     )?;
     Ok(written)
@@ -257,7 +293,12 @@ fn draw(
     let err = |e: &dyn std::fmt::Display| anyhow!("{e}");
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let (head, body) = root.split_vertically(40);
-    head.titled(title, (FAMILY, 20)).map_err(|e| err(&e))?;
+    // 20 px, smaller if the title would not fit one panel's width (a monospace glyph is about
+    // 0.6 of the font size wide).
+    let title_size =
+        (f64::from(width - 20) / (0.6 * title.chars().count() as f64)).clamp(11.0, 20.0);
+    head.titled(title, (FAMILY, title_size))
+        .map_err(|e| err(&e))?;
     let areas = body.split_evenly((rows, columns));
     let max_nodes = panels
         .iter()
@@ -273,7 +314,7 @@ fn draw(
             .series
             .iter()
             .flat_map(|s| s.points.iter().flat_map(|(_, st)| [st.min, st.max]))
-            .chain(y.reference)
+            .chain(y.references.iter().copied())
             .filter(|v| !y.log || *v > 0.0)
             .map(tf)
             .collect();
@@ -314,7 +355,7 @@ fn draw(
             .axis_desc_style((FAMILY, 12))
             .draw()
             .map_err(|e| err(&e))?;
-        if let Some(r) = y.reference {
+        for &r in y.references {
             let r = tf(r);
             chart
                 .draw_series(DashedLineSeries::new(

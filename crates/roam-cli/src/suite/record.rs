@@ -1,8 +1,10 @@
 //! The suite's results file (`results.json`): one record per child run with its configuration,
 //! outcome, wall and CPU time and everything rank 0 reported, plus the per-run figures the
-//! summaries are built from (mean epoch seconds and CPU seconds, bytes per data point). Written
-//! again after every run, so an interrupted suite leaves valid partial results.
+//! summaries are built from (mean epoch seconds and CPU seconds, bytes per data point, the NuPS
+//! modes' replica figures). Written again after every run, so an interrupted suite leaves valid
+//! partial results.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
@@ -84,6 +86,41 @@ pub(crate) struct RunRecord {
     pub(crate) points_per_epoch: Option<u64>,
     /// The job's settings.
     pub(crate) settings: Option<Value>,
+    /// The replica figures of the report (NuPS modes): every entry of its `settings` (or, failing
+    /// that, of the report itself) whose name starts with `replica` (`replicated_keys`,
+    /// `replica_bytes_per_round`, staleness percentiles, ...), copied as they were; empty for
+    /// runs that replicate nothing and in results files written before the suite recorded them.
+    #[serde(default)]
+    pub(crate) replica: BTreeMap<String, Value>,
+}
+
+/// Whether a report entry is a replica figure: its name starts with `replica` (which covers
+/// `replicated`), in any case.
+pub(crate) fn is_replica_name(name: &str) -> bool {
+    name.get(..7)
+        .is_some_and(|head| head.eq_ignore_ascii_case("replica"))
+}
+
+/// The replica figures of rank 0's report: the `replica*` entries of its `settings`, plus
+/// those at the report's top level that the settings do not have (the apps decide where they
+/// put them and what they call them; nothing here depends on the exact names).
+pub(crate) fn replica_figures(report: &Value) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    let entries = |v: Option<&Value>| {
+        v.and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| is_replica_name(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Vec<_>>()
+    };
+    for (k, v) in entries(report.get("settings")) {
+        out.insert(k, v);
+    }
+    for (k, v) in entries(Some(report)) {
+        out.entry(k).or_insert(v);
+    }
+    out
 }
 
 impl RunRecord {
@@ -115,6 +152,31 @@ impl RunRecord {
         let counters = self.counters.as_ref()?;
         let points = self.points_per_epoch? * self.epochs.len() as u64;
         (points > 0).then(|| counters.bytes_sent as f64 / points as f64)
+    }
+
+    /// The numeric replica figures, by name: numbers as they are, those inside objects under
+    /// their dotted path (`replication.node0.bytes_per_round`); strings, booleans, nulls and
+    /// arrays are left out (they stay in the record).
+    pub(crate) fn replica_numbers(&self) -> BTreeMap<String, f64> {
+        fn walk(name: String, v: &Value, depth: usize, out: &mut BTreeMap<String, f64>) {
+            match v {
+                Value::Object(inner) if depth < 4 => {
+                    for (k, v) in inner {
+                        walk(format!("{name}.{k}"), v, depth + 1, out);
+                    }
+                }
+                _ => {
+                    if let Some(x) = v.as_f64() {
+                        out.insert(name, x);
+                    }
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        for (k, v) in &self.replica {
+            walk(k.clone(), v, 0, &mut out);
+        }
+        out
     }
 
     /// Whether the run produced figures.
@@ -220,5 +282,57 @@ mod tests {
         assert_eq!(r.bytes_per_point(), Some(2.0));
         r.epochs[1] = serde_json::json!({"seconds": 3.0});
         assert_eq!(r.epoch_cpu_seconds(), None);
+        assert!(
+            r.replica.is_empty(),
+            "older records have no replica figures"
+        );
+    }
+
+    #[test]
+    fn replica_figures_are_every_replica_entry_whatever_its_name() {
+        let report = serde_json::json!({
+            "app": "mf", "replica_rounds": 7, "replicated_keys": 1,
+            "settings": {
+                "dim": 8, "replicated_keys": 120, "Replica_Bytes_Per_Round": 5e3,
+                "replica_staleness": {"p50_us": 80.0, "p99_us": 900.5, "unit": "us",
+                                      "node0": {"rounds": 3}},
+                "replicas": "all nodes", "not_replica": 1,
+            },
+        });
+        let figures = replica_figures(&report);
+        let names: Vec<&str> = figures.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "Replica_Bytes_Per_Round",
+                "replica_rounds",
+                "replica_staleness",
+                "replicas",
+                "replicated_keys"
+            ]
+        );
+        assert_eq!(
+            figures["replicated_keys"], 120,
+            "settings win over the top level"
+        );
+        assert!(replica_figures(&serde_json::json!({"settings": null})).is_empty());
+
+        let mut r: RunRecord = serde_json::from_value(serde_json::json!({
+            "id": "x", "app": "mf", "mode": "nups", "profile": "loopback", "nodes": 2,
+            "workers_per_node": 1, "rep": 1, "command": [], "status": "ok", "exit_code": 0,
+            "signal": null, "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0,
+            "error": null, "log": "x.log", "dataset": null, "epochs": [], "counters": null,
+            "points_per_epoch": null, "settings": null,
+        }))
+        .unwrap();
+        r.replica = figures;
+        let numbers = r.replica_numbers();
+        assert_eq!(numbers["replicated_keys"], 120.0);
+        assert_eq!(numbers["replica_staleness.p99_us"], 900.5);
+        assert_eq!(numbers["replica_staleness.node0.rounds"], 3.0);
+        assert!(!numbers.contains_key("replicas"));
+        assert!(!numbers.contains_key("replica_staleness.unit"));
+        let back: RunRecord = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back.replica, r.replica);
     }
 }

@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 use super::plan::RunSpec;
-use super::record::{Counters, RunRecord, Status};
+use super::record::{self, Counters, RunRecord, Status};
 
 /// How long a run may take to exit after SIGTERM before it gets SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(15);
@@ -129,6 +129,7 @@ pub(crate) fn run(exe: &Path, spec: &RunSpec, dir: &Path) -> anyhow::Result<RunR
         counters: None,
         points_per_epoch: None,
         settings: None,
+        replica: Default::default(),
     };
     if let Some(report) = report {
         fill_from_report(&mut record, report)
@@ -212,7 +213,8 @@ pub(crate) fn rank0_report(stdout: &str) -> Option<Value> {
     })
 }
 
-/// Copies the report's epochs, counters, dataset, settings and epoch size into `record`.
+/// Copies the report's epochs, counters, dataset, settings, epoch size and replica figures into
+/// `record`.
 fn fill_from_report(record: &mut RunRecord, report: Value) -> anyhow::Result<()> {
     let app = report.get("app").and_then(Value::as_str).unwrap_or("");
     if app != record.app.name() {
@@ -229,6 +231,7 @@ fn fill_from_report(record: &mut RunRecord, report: Value) -> anyhow::Result<()>
         .get("dataset")
         .and_then(Value::as_str)
         .map(str::to_string);
+    record.replica = record::replica_figures(&report);
     record.settings = report.get("settings").cloned();
     record.points_per_epoch = record
         .settings
@@ -254,5 +257,41 @@ mod tests {
             rank0_report("{\"app\":\"kge\",\"epochs\":[]}").unwrap()["app"],
             "kge"
         );
+    }
+
+    #[test]
+    fn the_report_fills_the_record_with_its_replica_figures() {
+        use crate::suite::plan::{App, Mode, Profile};
+        let spec = RunSpec {
+            app: App::Mf,
+            mode: Mode::Nups,
+            nodes: 2,
+            workers_per_node: 1,
+            profile: Profile::Loopback,
+            rep: 1,
+            epochs: 1,
+            train_args: Vec::new(),
+            timeout: Duration::from_secs(1),
+        };
+        let mut record: RunRecord = serde_json::from_value(serde_json::json!({
+            "id": spec.id(), "app": "mf", "mode": "nups", "profile": "loopback", "nodes": 2,
+            "workers_per_node": 1, "rep": 1, "command": [], "status": "ok", "exit_code": 0,
+            "signal": null, "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0,
+            "error": null, "log": "x.log", "dataset": null, "epochs": [], "counters": null,
+            "points_per_epoch": null, "settings": null,
+        }))
+        .unwrap();
+        let report = rank0_report(
+            "[node 0] {\"app\":\"mf\",\"epochs\":[{\"seconds\":1,\"cpu_seconds\":2}],\
+             \"local_fraction\":0.9,\"messages_sent\":1,\"bytes_sent\":2,\"relocations\":3,\
+             \"settings\":{\"train_points\":10,\"replicated_keys\":64,\
+             \"replica_staleness_p99_us\":700.0}}",
+        )
+        .unwrap();
+        fill_from_report(&mut record, report).unwrap();
+        assert_eq!(record.points_per_epoch, Some(10));
+        assert_eq!(record.replica.len(), 2, "{:?}", record.replica);
+        assert_eq!(record.replica["replicated_keys"], 64);
+        assert_eq!(record.replica["replica_staleness_p99_us"], 700.0);
     }
 }

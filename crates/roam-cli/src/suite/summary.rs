@@ -1,13 +1,18 @@
 //! Aggregates the runs of a suite into cells (one per workload, profile, workers per node, mode
 //! and node count) of medians with min–max over repetitions, derives the comparisons (speed-up
-//! of lapse over the classic modes, CPU overhead over `single`), and renders them as the
-//! Markdown tables printed at the end of a suite and saved as `summary.md`.
+//! of lapse over the classic modes and of nups over lapse and classic, the CPU overhead ratio
+//! over `single` of every mode), and renders them as the Markdown tables printed at the end of
+//! a suite and saved as `summary.md`, with the NuPS modes' replica figures.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use super::plan::{App, Mode, Profile};
 use super::record::{RunRecord, Status};
+
+/// The project's aim for the CPU overhead ratio on every workload: CPU seconds per epoch, summed
+/// over nodes, at most this many times `single`'s. The summary marks the cells above it.
+pub(crate) const CPU_OVERHEAD_AIM: f64 = 1.5;
 
 /// Median and range of a figure over repetitions.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -114,6 +119,8 @@ pub(crate) struct Cell {
     pub(crate) local_fraction: Option<Stat>,
     /// Bytes sent per data point per run.
     pub(crate) bytes_per_point: Option<Stat>,
+    /// The numeric replica figures (NuPS modes) per run, by name.
+    pub(crate) replica: BTreeMap<String, Stat>,
 }
 
 /// All cells of a suite.
@@ -152,6 +159,7 @@ impl Summary {
                     epoch_cpu: stat(&RunRecord::epoch_cpu_seconds),
                     local_fraction: stat(&|r| r.counters.as_ref().map(|c| c.local_fraction)),
                     bytes_per_point: stat(&RunRecord::bytes_per_point),
+                    replica: replica_stats(&ok),
                 };
                 (key, cell)
             })
@@ -176,15 +184,19 @@ impl Summary {
 
     /// Epoch time of `over` divided by lapse's, at the same configuration.
     pub(crate) fn speedup(&self, key: CellKey, over: Mode) -> Option<Stat> {
-        let lapse = self.cell(CellKey {
-            mode: Mode::Lapse,
-            ..key
-        })?;
-        let other = self.cell(CellKey { mode: over, ..key })?;
-        other.epoch_seconds?.ratio(&lapse.epoch_seconds?)
+        self.speedup_of(Mode::Lapse, key, over)
     }
 
-    /// CPU seconds per epoch of `key` over those of `single` (same workload and workers).
+    /// Epoch time of `over` divided by that of `of`, at the same configuration (the mode of
+    /// `key` is ignored).
+    pub(crate) fn speedup_of(&self, of: Mode, key: CellKey, over: Mode) -> Option<Stat> {
+        let this = self.cell(CellKey { mode: of, ..key })?;
+        let other = self.cell(CellKey { mode: over, ..key })?;
+        other.epoch_seconds?.ratio(&this.epoch_seconds?)
+    }
+
+    /// The CPU overhead ratio: CPU seconds per epoch (summed over all node processes) of `key`
+    /// over those of `single` (same workload and workers).
     pub(crate) fn overhead(&self, key: CellKey) -> Option<Stat> {
         let single = self.cell(CellKey {
             mode: Mode::Single,
@@ -205,6 +217,14 @@ impl Summary {
         set.into_iter().collect()
     }
 
+    /// The modes present, in [`Mode::ALL`] order.
+    pub(crate) fn modes(&self) -> Vec<Mode> {
+        Mode::ALL
+            .into_iter()
+            .filter(|&m| self.cells.keys().any(|k| k.mode == m))
+            .collect()
+    }
+
     /// Node counts of the distributed modes present.
     pub(crate) fn node_counts(&self) -> Vec<u32> {
         let set: BTreeSet<u32> = self
@@ -220,12 +240,7 @@ impl Summary {
     /// profiles come from loopback).
     pub(crate) fn rows(&self, app: App, profile: Profile, w: u32) -> Vec<(CellKey, &Cell)> {
         let mut out = Vec::new();
-        for mode in [
-            Mode::Single,
-            Mode::Classic,
-            Mode::ClassicNolocal,
-            Mode::Lapse,
-        ] {
+        for mode in Mode::ALL {
             let nodes: Vec<u32> = if mode == Mode::Single {
                 vec![1]
             } else {
@@ -315,8 +330,228 @@ impl Summary {
                 );
             }
         }
+        self.cpu_overhead_markdown(&mut s);
+        self.nups_speedup_markdown(&mut s);
+        self.replica_markdown(&mut s);
         s
     }
+
+    /// The CPU overhead ratio of every distributed mode present, one row per workload, profile,
+    /// workers per node and node count (one-node rows on loopback only: other profiles reuse
+    /// them); cells above [`CPU_OVERHEAD_AIM`] in bold.
+    fn cpu_overhead_markdown(&self, s: &mut String) {
+        let modes: Vec<Mode> = self
+            .modes()
+            .into_iter()
+            .filter(|&m| m != Mode::Single)
+            .collect();
+        if modes.is_empty() {
+            return;
+        }
+        let names: Vec<&str> = modes.iter().map(|m| m.name()).collect();
+        let _ = writeln!(
+            s,
+            "\n#### CPU overhead ratio (CPU s per epoch, all nodes / single's; aim ≤ {CPU_OVERHEAD_AIM}, \
+             above it in bold)\n\n\
+             | workload | profile | workers/node | single CPU s / epoch | nodes | {} |\n\
+             |---|---|---|---|---|{}",
+            names.join(" | "),
+            "---|".repeat(modes.len())
+        );
+        for (app, profile, w) in self.groups() {
+            let single = self
+                .cell(CellKey {
+                    app,
+                    profile,
+                    workers_per_node: w,
+                    mode: Mode::Single,
+                    nodes: 1,
+                })
+                .and_then(|c| c.epoch_cpu)
+                .map_or("–".to_string(), |x| x.show(3));
+            for n in self.node_counts() {
+                if n == 1 && profile != Profile::Loopback {
+                    continue;
+                }
+                let ratios: Vec<Option<Stat>> = modes
+                    .iter()
+                    .map(|&mode| {
+                        self.overhead(CellKey {
+                            app,
+                            profile,
+                            workers_per_node: w,
+                            mode,
+                            nodes: n,
+                        })
+                    })
+                    .collect();
+                if ratios.iter().all(Option::is_none) {
+                    continue;
+                }
+                let cells: Vec<String> = ratios
+                    .into_iter()
+                    .map(|r| match r {
+                        None => "–".to_string(),
+                        Some(r) if r.median > CPU_OVERHEAD_AIM => format!("**{}**", r.show(2)),
+                        Some(r) => r.show(2),
+                    })
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {w} | {single} | {n} | {} |",
+                    app.name(),
+                    profile.name(),
+                    cells.join(" | ")
+                );
+            }
+        }
+    }
+
+    /// Speed-up of nups over lapse and classic (and over its replicate-only ablation, and of
+    /// the ablation over classic, when that ran) at every node count above one; nothing when
+    /// no NuPS mode ran.
+    fn nups_speedup_markdown(&self, s: &mut String) {
+        let modes = self.modes();
+        if !modes.iter().any(|m| m.replicates()) {
+            return;
+        }
+        // (of, over, heading)
+        let mut columns = vec![
+            (Mode::Nups, Mode::Lapse, "over lapse"),
+            (Mode::Nups, Mode::Classic, "over classic"),
+        ];
+        if modes.contains(&Mode::NupsReplicateOnly) {
+            columns.push((
+                Mode::Nups,
+                Mode::NupsReplicateOnly,
+                "over nups-replicate-only",
+            ));
+            columns.push((
+                Mode::NupsReplicateOnly,
+                Mode::Classic,
+                "nups-replicate-only over classic",
+            ));
+        }
+        let headings: Vec<&str> = columns.iter().map(|c| c.2).collect();
+        let _ = writeln!(
+            s,
+            "\n#### Speed-up of nups (epoch time of the other mode / nups's)\n\n\
+             | workload | profile | workers/node | nodes | {} |\n\
+             |---|---|---|---|{}",
+            headings.join(" | "),
+            "---|".repeat(columns.len())
+        );
+        for (app, profile, w) in self.groups() {
+            for n in self.node_counts().into_iter().filter(|&n| n > 1) {
+                let key = CellKey {
+                    app,
+                    profile,
+                    workers_per_node: w,
+                    mode: Mode::Nups,
+                    nodes: n,
+                };
+                let cells: Vec<String> = columns
+                    .iter()
+                    .map(|&(of, over, _)| {
+                        self.speedup_of(of, key, over)
+                            .map_or("–".to_string(), |x| x.show(2))
+                    })
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {w} | {n} | {} |",
+                    app.name(),
+                    profile.name(),
+                    cells.join(" | ")
+                );
+            }
+        }
+    }
+
+    /// The replica figures the NuPS runs reported (whatever their names), one table per
+    /// workload with a row per figure and a column per configuration (one-node runs left out:
+    /// they have no peer to sync with); nothing when no run reported any.
+    fn replica_markdown(&self, s: &mut String) {
+        let mut apps: Vec<App> = self
+            .cells
+            .iter()
+            .filter(|(k, c)| k.nodes > 1 && !c.replica.is_empty())
+            .map(|(k, _)| k.app)
+            .collect();
+        apps.dedup();
+        for app in apps {
+            let cells: Vec<(&CellKey, &Cell)> = self
+                .cells
+                .iter()
+                .filter(|(k, c)| k.app == app && k.nodes > 1 && !c.replica.is_empty())
+                .collect();
+            let names: BTreeSet<&str> = cells
+                .iter()
+                .flat_map(|(_, c)| c.replica.keys().map(String::as_str))
+                .collect();
+            // A prefix every name shares (`replication.`) goes into the heading.
+            let prefix = names
+                .iter()
+                .next()
+                .and_then(|n| n.split_once('.'))
+                .map(|(head, _)| format!("{head}."))
+                .filter(|p| names.iter().all(|n| n.starts_with(p.as_str())))
+                .unwrap_or_default();
+            let columns: Vec<String> = cells
+                .iter()
+                .map(|(k, _)| {
+                    format!(
+                        "{} {} n={} w={}",
+                        k.mode.name(),
+                        k.profile.name(),
+                        k.nodes,
+                        k.workers_per_node
+                    )
+                })
+                .collect();
+            let under = if prefix.is_empty() {
+                String::new()
+            } else {
+                format!(", under `{prefix}`")
+            };
+            let _ = writeln!(
+                s,
+                "\n#### Replica figures of {} (as the jobs reported them{under})\n\n\
+                 | figure | {} |\n|---|{}",
+                app.name(),
+                columns.join(" | "),
+                "---|".repeat(columns.len())
+            );
+            for name in names {
+                let values: Vec<String> = cells
+                    .iter()
+                    .map(|(_, c)| c.replica.get(name).map_or("–".to_string(), show_figure))
+                    .collect();
+                let _ = writeln!(s, "| {} | {} |", &name[prefix.len()..], values.join(" | "));
+            }
+        }
+    }
+}
+
+/// A replica figure: counts as integers, other values with three decimals below 10.
+fn show_figure(x: &Stat) -> String {
+    let integral = [x.median, x.min, x.max].iter().all(|v| v.fract() == 0.0);
+    x.show(if integral { 0 } else { 3 })
+}
+
+/// Median and range of each numeric replica figure over `runs` (a figure some runs lack is
+/// taken over those that have it).
+fn replica_stats(runs: &[&RunRecord]) -> BTreeMap<String, Stat> {
+    let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in runs {
+        for (name, x) in r.replica_numbers() {
+            values.entry(name).or_default().push(x);
+        }
+    }
+    values
+        .into_iter()
+        .filter_map(|(name, v)| Some((name, Stat::of(&v)?)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -334,5 +569,94 @@ mod tests {
         assert!(Stat::of(&[f64::NAN]).is_none());
         assert_eq!(a.show(2), "2.00 (1.00–3.00)");
         assert_eq!(fmt_num(123_456.0, 2), "123.5 k");
+    }
+
+    /// A successful run of `mode` at `nodes` with one epoch of `seconds` and `cpu` CPU seconds.
+    fn run(
+        mode: &str,
+        nodes: u32,
+        seconds: f64,
+        cpu: f64,
+        settings: serde_json::Value,
+    ) -> RunRecord {
+        let mut r: RunRecord = serde_json::from_value(serde_json::json!({
+            "id": format!("mf-loopback-{mode}-n{nodes}"), "app": "mf", "mode": mode,
+            "profile": "loopback", "nodes": nodes, "workers_per_node": 1, "rep": 1,
+            "command": [], "status": "ok", "exit_code": 0, "signal": null,
+            "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0, "error": null,
+            "log": "x.log", "dataset": null,
+            "epochs": [{"seconds": seconds, "cpu_seconds": cpu}],
+            "counters": {"local_fraction": 1.0, "messages_sent": 0, "bytes_sent": 0,
+                         "relocations": 0},
+            "points_per_epoch": 100, "settings": settings,
+        }))
+        .unwrap();
+        r.replica = crate::suite::record::replica_figures(&serde_json::json!({
+            "settings": r.settings.clone()
+        }));
+        r
+    }
+
+    #[test]
+    fn cpu_overhead_of_every_mode_and_nups_speedups() {
+        let none = serde_json::Value::Null;
+        let runs = [
+            run("single", 1, 1.0, 2.0, none.clone()),
+            run("classic", 2, 4.0, 8.0, none.clone()),
+            run("lapse", 2, 1.0, 2.4, none.clone()),
+            run(
+                "nups",
+                2,
+                0.5,
+                2.8,
+                serde_json::json!({"dim": 8, "replicated_keys": 40, "replica_bytes_per_round": 2e4}),
+            ),
+        ];
+        let summary = Summary::from_runs(&runs);
+        let key = |mode| CellKey {
+            app: App::Mf,
+            profile: Profile::Loopback,
+            workers_per_node: 1,
+            mode,
+            nodes: 2,
+        };
+        assert_eq!(summary.overhead(key(Mode::Nups)).unwrap().median, 1.4);
+        assert_eq!(
+            summary
+                .speedup_of(Mode::Nups, key(Mode::Nups), Mode::Lapse)
+                .unwrap()
+                .median,
+            2.0
+        );
+        let md = summary.markdown();
+        assert!(
+            md.contains(
+                "| workload | profile | workers/node | single CPU s / epoch | nodes | classic | \
+                 lapse | nups |\n|---|---|---|---|---|---|---|---|\n\
+                 | mf | loopback | 1 | 2.000 | 2 | **4.00** | 1.20 | 1.40 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| workload | profile | workers/node | nodes | over lapse | over classic |\n\
+                 |---|---|---|---|---|---|\n| mf | loopback | 1 | 2 | 2.00 | 8.00 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "#### Replica figures of mf (as the jobs reported them)\n\n\
+                 | figure | nups loopback n=2 w=1 |\n|---|---|\n\
+                 | replica_bytes_per_round | 20.0 k |\n| replicated_keys | 40 |\n"
+            ),
+            "{md}"
+        );
+        // Without a NuPS run there is neither a nups speed-up nor a replica table.
+        let md = Summary::from_runs(&runs[..3]).markdown();
+        assert!(
+            md.contains("CPU overhead ratio") && !md.contains("nups"),
+            "{md}"
+        );
     }
 }

@@ -64,6 +64,9 @@ enum TrainCommand {
 enum BenchCommand {
     /// Local and remote pull/push throughput and latency (run under `roam launch`).
     Ops(bench::OpsArgs),
+    /// The cost of synchronising replicated keys: bytes per round and sync latency (run under
+    /// `roam launch`).
+    Replicas(roam::bench_replicas::ReplicasArgs),
     /// The physical reference: one thread copying random 400-byte rows of a 1M-row array.
     RowCopy,
     /// The training workloads in every mode, node count and network profile, repeated:
@@ -87,6 +90,9 @@ fn run(command: Command) -> anyhow::Result<i32> {
     Ok(match command {
         Command::Launch(args) => launch::run(&args)?,
         Command::Bench(BenchCommand::Ops(args)) => bench::run_ops(&args).map(|()| 0)?,
+        Command::Bench(BenchCommand::Replicas(args)) => {
+            roam::bench_replicas::run_replicas(&args).map(|()| 0)?
+        }
         Command::Bench(BenchCommand::RowCopy) => {
             println!(
                 "{}",

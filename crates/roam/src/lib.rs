@@ -32,6 +32,7 @@
 
 pub mod auth;
 pub mod bench;
+pub mod bench_replicas;
 pub mod check;
 pub mod choose;
 pub mod cluster_env;

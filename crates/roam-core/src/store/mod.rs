@@ -10,7 +10,9 @@
 //!  bit 61     TRANSIT   the key is on its way here; operations must queue in the protocol
 //!  bit 60     REPLICA   this node holds a replica: value and pending delta in the replica area
 //!  bits 36-59 VERSION   bumped by every latch release: optimistic reads validate against it
-//!  bits 32-35 CLOCK     an access clock for eviction policies (kept across latching)
+//!  bit 35     DIRTY     a replica's pending delta may be non-zero (set by pushes, cleared by
+//!                       `take_delta`), so that sync rounds skip untouched replicas unlatched
+//!  bits 32-34 CLOCK     an access clock for eviction policies (kept across latching)
 //!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
 //! ```
 //!
@@ -63,7 +65,8 @@ const REPLICA: u64 = 1 << 60;
 const HELD: u64 = LOCAL | REPLICA;
 const VERSION_ONE: u64 = 1 << 36;
 const VERSION_MASK: u64 = ((1 << 24) - 1) << 36;
-const CLOCK_MASK: u64 = 0xf << 32;
+const DIRTY: u64 = 1 << 35;
+const CLOCK_MASK: u64 = 0x7 << 32;
 /// Longest uniform value that pulls read optimistically. Optimistic readers need every value
 /// access to be atomic, and atomic accesses are not vectorised: longer values are copied and
 /// added faster under the latch with plain vector loads and stores (measured: the quick suite's
@@ -251,10 +254,11 @@ impl Store {
             return false;
         };
         let accept = if mode == UpdateMode::Add { HELD } else { LOCAL };
-        latched(state, accept, |s| {
+        latched_as(state, accept, |s| {
             // SAFETY: latched and held.
             let record = unsafe { self.record(key, s) };
             apply_to_record(record, s, update, mode, self.plain());
+            dirtied(s)
         })
     }
 
@@ -357,7 +361,7 @@ impl Store {
         for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
             self.prefetch_ahead(values, keys, i);
             let hit = self.index.get(key).is_some_and(|state| {
-                latched(state, accept, |s| {
+                latched_as(state, accept, |s| {
                     let slot = (s & SLOT_MASK) as u32;
                     if s & REPLICA == 0 {
                         // SAFETY: latched and owned: the slot is in the value area, and
@@ -368,10 +372,12 @@ impl Store {
                         } else {
                             add_values::<L>(visible, vals, plain);
                         }
+                        s
                     } else {
                         // SAFETY: latched and a replica: the slot is in the replica area.
                         let record = unsafe { replicas.record(slot) };
                         add_to_replica_record(record, vals, plain);
+                        s | DIRTY
                     }
                 })
             });
@@ -572,20 +578,26 @@ impl Store {
     }
 
     /// Protocol only: appends the replica's pending delta of `key` to `out` and clears it.
-    /// Returns false if there is no replica here.
+    /// Returns false, appending nothing, if there is no replica here or no push reached it
+    /// since the delta was last taken (checked without the latch: a push still under way is
+    /// taken next time).
     pub fn take_delta(&self, key: Key, out: &mut Vec<f32>) -> bool {
         let Some(state) = self.index.get(key) else {
             return false;
         };
-        latched(state, REPLICA, |s| {
+        if state.load(Ordering::Relaxed) & DIRTY == 0 {
+            return false;
+        }
+        latched_as(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
-            let delta = &record[record.len() / 2..];
-            out.extend(
-                delta
-                    .iter()
-                    .map(|d| f32::from_bits(d.swap(0, Ordering::Relaxed))),
-            );
+            for d in &record[record.len() / 2..] {
+                // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the
+                // latch (and that optimistic readers never read: they read the value part).
+                out.push(f32::from_bits(unsafe { d.as_ptr().read() }));
+                d.store(0, Ordering::Relaxed);
+            }
+            s & !DIRTY
         })
     }
 
@@ -692,6 +704,23 @@ fn bumped(s: u64) -> u64 {
 /// set.
 #[inline(always)]
 fn latched(state: &AtomicU64, accept: u64, f: impl FnOnce(u64)) -> bool {
+    latched_as(state, accept, |s| {
+        f(s);
+        s
+    })
+}
+
+/// `s` with DIRTY set if it is a replica's word (a push reached its delta).
+#[inline(always)]
+fn dirtied(s: u64) -> u64 {
+    if s & REPLICA != 0 { s | DIRTY } else { s }
+}
+
+/// [`latched`] where `f` returns the word to release (before the version bump): the word
+/// observed with flags of its own changed (DIRTY only: the latch holder never changes what
+/// the word says about where the record is).
+#[inline(always)]
+fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> u64) -> bool {
     let mut spins = 0u32;
     loop {
         let s = state.load(Ordering::Relaxed);
@@ -708,8 +737,9 @@ fn latched(state: &AtomicU64, accept: u64, f: impl FnOnce(u64)) -> bool {
             fence(Ordering::Release);
             // We hold the latch and the record is here, so the slot is valid and no other
             // thread writes the record until we release.
-            f(s);
-            state.store(bumped(s), Ordering::Release);
+            let release = f(s);
+            debug_assert_eq!(release & !DIRTY, s & !DIRTY, "only DIRTY may change");
+            state.store(bumped(release), Ordering::Release);
             return true;
         }
         spins = backoff(spins);
@@ -1043,8 +1073,18 @@ mod tests {
         assert!(store.take_delta(3, &mut delta));
         assert_eq!(delta, [2.0, 2.0], "the delta holds this node's pushes only");
         delta.clear();
-        store.take_delta(3, &mut delta);
-        assert_eq!(delta, [0.0, 0.0], "taking the delta clears it");
+        assert!(
+            !store.take_delta(3, &mut delta) && delta.is_empty(),
+            "taking the delta clears it, and a round skips the replica until the next push"
+        );
+        store.push_local(3, &[0.5, 0.5], UpdateMode::Add);
+        assert!(store.take_delta(3, &mut delta));
+        assert_eq!(
+            delta,
+            [0.5, 0.5],
+            "a push marks the replica for the next round again"
+        );
+        store.add_to_replica(3, &[-0.5, -0.5]);
         let mut batch = [0.0; 2];
         store
             .pull_batch_local(&[3], &mut batch, 2, |_| panic!("replica misses"))

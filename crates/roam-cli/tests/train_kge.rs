@@ -1,5 +1,6 @@
 //! End-to-end runs of `roam train kge`: tiny trainings on lapse-toy/kge and on a tiny synthetic
-//! graph in every mode (single without launch, the others on 2 local nodes), RESCAL with its
+//! graph in every mode (single without launch, the others on 2 local nodes; the NuPS modes
+//! replicate every relation and report their replication), RESCAL with its
 //! per-key value lengths, text (names) input, and malformed input. Quality is asserted against
 //! the model's own random-initialisation baseline (`--eta 0`: the initial embeddings scored
 //! with the same filtered ranking), never against timings. Seeds are fixed and printed.
@@ -43,6 +44,24 @@ fn train(mode: &str, nodes: u32, workers: u32, data: &[&str], extra: &[&str]) ->
     let report = json_with(&out, "app", "kge");
     assert_eq!(report["mode"], mode, "{out}");
     report
+}
+
+/// The NuPS modes replicate at least every relation, and the replicas were synchronised.
+fn assert_replicated(report: &Value) {
+    let r = &report["settings"]["replication"];
+    let relations = report["settings"]["relations"].as_u64().expect("relations");
+    assert!(
+        r["replicated_keys"].as_u64() >= Some(relations.max(1))
+            && r["replicated_relations"].as_u64() == Some(relations),
+        "every relation is replicated: {report}"
+    );
+    assert!(
+        r["rounds_per_node"].as_f64() > Some(0.0) && r["bytes_sent"].as_u64() > Some(0),
+        "replicas were synchronised: {report}"
+    );
+    let fraction = r["access_fraction"].as_f64().expect("access_fraction");
+    assert!(fraction > 0.0 && fraction <= 1.0, "{report}");
+    assert_eq!(r["sync_every_ms"].as_f64(), Some(10.0), "roam's default");
 }
 
 /// Loss falls from the first to the last epoch, and MRR clearly beats `baseline`.
@@ -92,7 +111,13 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
     assert_eq!(single["settings"]["relations"], 112);
 
     let mut local = std::collections::HashMap::new();
-    for mode in ["lapse", "classic", "classic-nolocal"] {
+    for mode in [
+        "lapse",
+        "classic",
+        "classic-nolocal",
+        "nups",
+        "nups-replicate-only",
+    ] {
         let report = train(mode, 2, 2, &data, &small);
         assert_eq!(
             (
@@ -112,10 +137,15 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
             mode,
             report["local_fraction"].as_f64().expect("local_fraction"),
         );
-        if mode == "lapse" {
+        if mode.starts_with("nups") {
+            assert_replicated(&report);
+        } else {
+            assert!(report["settings"]["replication"].is_null(), "{report}");
+        }
+        if mode == "lapse" || mode == "nups" {
             assert!(
                 report["relocations"].as_u64() > Some(0),
-                "lapse moves keys: {report}"
+                "{mode} moves keys: {report}"
             );
         } else {
             assert_eq!(
@@ -132,6 +162,19 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
         local["classic"]
     );
     assert_eq!(local["classic-nolocal"], 0.0);
+    assert!(
+        local["nups"] > local["classic"] + 0.2,
+        "nups {} vs classic {}",
+        local["nups"],
+        local["classic"]
+    );
+    // Static entities as in classic, but the replicated relations are local everywhere.
+    assert!(
+        local["nups-replicate-only"] > local["classic"],
+        "nups-replicate-only {} vs classic {}",
+        local["nups-replicate-only"],
+        local["classic"]
+    );
 }
 
 #[test]
@@ -166,6 +209,37 @@ fn tiny_synthetic_graph_learns_on_two_nodes_with_one_worker_each() {
     assert!(
         lapse["local_fraction"].as_f64() > classic["local_fraction"].as_f64(),
         "{lapse}\n{classic}"
+    );
+    // The NuPS modes, with hot entities too: a low threshold on this small graph (the default
+    // 100× the mean picks none) and the top-N chooser.
+    let nups = train(
+        "nups",
+        2,
+        1,
+        &data,
+        &[&small[..], &["--replicate-alpha", "2"]].concat(),
+    );
+    assert_learned(&nups, baseline);
+    assert_replicated(&nups);
+    let r = &nups["settings"]["replication"];
+    assert!(r["replicated_entities"].as_u64() > Some(0), "{nups}");
+    assert_eq!(r["chooser"], "above_mean");
+    let top = [
+        &small[..],
+        &["--replicate-top", "30", "--sync-every-ms", "10"],
+    ]
+    .concat();
+    let replicate_only = train("nups-replicate-only", 2, 1, &data, &top);
+    assert_learned(&replicate_only, baseline);
+    assert_replicated(&replicate_only);
+    let r = &replicate_only["settings"]["replication"];
+    assert_eq!(
+        (r["replicated_entities"].as_u64(), r["chooser"].as_str()),
+        (Some(30), Some("top_n"))
+    );
+    assert!(
+        replicate_only["local_fraction"].as_f64() > classic["local_fraction"].as_f64(),
+        "{replicate_only}\n{classic}"
     );
 }
 
@@ -291,5 +365,18 @@ fn malformed_input_is_a_clear_error() {
     assert!(err.contains("--dim"), "{err}");
     let err = fails(&["train", "kge", "--mode", "single", "--eta", "NaN"]);
     assert!(err.contains("--eta"), "{err}");
+    let err = fails(&["train", "kge", "--mode", "nups", "--sync-every-ms", "0"]);
+    assert!(err.contains("--sync-every-ms"), "{err}");
+    let err = fails(&[
+        "train",
+        "kge",
+        "--mode",
+        "nups",
+        "--replicate-alpha",
+        "2",
+        "--replicate-top",
+        "3",
+    ]);
+    assert!(err.contains("--replicate-top"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,7 +2,9 @@
 //! two workers in total) and on a tiny synthetic matrix with 2 nodes. They check that the loss
 //! falls, that the test RMSE beats predicting the global mean, that lapse serves more accesses
 //! locally than classic, that every mode computes the same model for the same number of
-//! workers, and that malformed input fails with a message naming the file and line.
+//! workers (the NuPS modes up to the order in which replicated columns' updates are summed),
+//! that the NuPS modes replicate hot columns and synchronise them, and that malformed input
+//! fails with a message naming the file and line.
 
 mod common;
 
@@ -39,18 +41,39 @@ fn assert_trains(report: &Value, what: &str) {
 
 /// Same number of workers, same seed: the arithmetic is the same in every mode.
 fn assert_same_model(a: &Value, b: &Value, what: &str) {
+    assert_close_model(a, b, 1e-6, what);
+}
+
+/// Losses and test RMSE agree to the relative tolerance `tol`.
+fn assert_close_model(a: &Value, b: &Value, tol: f64, what: &str) {
     let (la, lb) = (losses(a), losses(b));
     for (x, y) in la.iter().zip(&lb) {
         assert!(
-            (x - y).abs() <= 1e-6 * x.abs().max(1.0),
+            (x - y).abs() <= tol * x.abs().max(1.0),
             "{what}: losses differ: {la:?} vs {lb:?}"
         );
     }
     let (ra, rb) = (last_epoch(a, "test_rmse"), last_epoch(b, "test_rmse"));
     assert!(
-        (ra - rb).abs() <= 1e-6 * ra,
+        (ra - rb).abs() <= tol * ra,
         "{what}: test RMSE {ra} vs {rb}"
     );
+}
+
+/// The NuPS modes replicate some columns (`expected` of them, if given) and synchronised them.
+fn assert_replicated(report: &Value, expected: Option<u64>, what: &str) {
+    let r = &report["settings"]["replication"];
+    let keys = r["replicated_keys"].as_u64().expect("replicated_keys");
+    assert!(keys > 0, "{what}: nothing replicated: {report}");
+    if let Some(n) = expected {
+        assert_eq!(keys, n, "{what}: {report}");
+    }
+    assert!(
+        r["rounds_per_node"].as_f64() > Some(0.0) && r["bytes_sent"].as_u64() > Some(0),
+        "{what}: replicas were not synchronised: {report}"
+    );
+    let fraction = r["access_fraction"].as_f64().expect("access_fraction");
+    assert!(fraction > 0.0 && fraction < 0.5, "{what}: {report}");
 }
 
 #[test]
@@ -132,6 +155,25 @@ fn synthetic_matrix_trains_in_every_mode_and_lapse_stays_local() {
             }
             local_fraction.insert((mode, workers), dist["local_fraction"].as_f64().unwrap());
         }
+        // The NuPS modes: hot columns replicated (by the threshold chooser, low enough for
+        // this small matrix, and by top-N), the rest relocated as in lapse or static as in
+        // classic. A sub-epoch ends with sync_replicas, so the model is the same up to the
+        // order in which replicated columns' deltas are summed.
+        for (mode, choose, expected) in [
+            ("nups", ["--replicate-alpha", "3"], None),
+            ("nups-replicate-only", ["--replicate-top", "20"], Some(20)),
+        ] {
+            let mut args = with(mode);
+            args.extend(choose);
+            let dist = report(&launch(2, workers, &args));
+            let what = format!("{mode} 2x{workers}");
+            assert_trains(&dist, &what);
+            assert_replicated(&dist, expected, &what);
+            if workers == 2 {
+                assert_close_model(&single, &dist, 1e-4, &format!("{what} vs single 1x4"));
+            }
+            local_fraction.insert((mode, workers), dist["local_fraction"].as_f64().unwrap());
+        }
     }
     for workers in [1, 2] {
         let (lapse, classic) = (
@@ -146,6 +188,14 @@ fn synthetic_matrix_trains_in_every_mode_and_lapse_stays_local() {
             local_fraction[&("classic-nolocal", workers)],
             0.0,
             "nolocal serves nothing locally"
+        );
+        let (nups, replicate_only) = (
+            local_fraction[&("nups", workers)],
+            local_fraction[&("nups-replicate-only", workers)],
+        );
+        assert!(
+            nups > classic && replicate_only > classic,
+            "2x{workers}: nups {nups}, nups-replicate-only {replicate_only} vs classic {classic}"
         );
     }
 }

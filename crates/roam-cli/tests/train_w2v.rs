@@ -2,8 +2,9 @@
 //! with a message when the shared data is absent) and a tiny synthetic corpus with planted
 //! topics, each in single mode (one process) and with 2 nodes × 1 worker in every distributed
 //! mode. They check that the loss falls, that the metric beats random embeddings (AUC 0.5),
-//! that lapse serves more accesses locally than classic, that `--only-local-neg` and `--pairs`
-//! work, and that malformed input fails with a message naming the problem.
+//! that lapse serves more accesses locally than classic, that the NuPS modes replicate hot keys,
+//! sync them and learn as well as lapse, that `--only-local-neg` and `--pairs` work, and that
+//! malformed input fails with a message naming the problem.
 //! Every run uses a fixed `--seed`, printed with its arguments on failure.
 
 mod common;
@@ -14,6 +15,8 @@ use common::{epochs, fails, json_with, last_epoch, launch, losses, run, scratch}
 use serde_json::Value;
 
 const DISTRIBUTED: [&str; 3] = ["classic", "classic-nolocal", "lapse"];
+/// The NuPS modes (hot keys replicated; the rest relocated, or static).
+const NUPS: [&str; 2] = ["nups", "nups-replicate-only"];
 /// Small enough to train in well under a second per run.
 const SYNTHETIC: &str = "words=30000,vocab=600,topics=6,seed=2";
 const SYNTHETIC_ARGS: [&str; 14] = [
@@ -114,6 +117,16 @@ fn toy_text_trains_in_every_mode_and_lapse_is_more_local_than_classic() {
         );
         fractions.push(local_fraction(&r));
     }
+    for mode in NUPS {
+        let r = report(&launch(2, 1, &args(mode, &data, &TOY_ARGS)));
+        assert_learns(&r, "heldout_auc", 0.04);
+        assert_replicates(&r);
+        let m = last_epoch(&r, "heldout_auc");
+        assert!(
+            (m - reference).abs() < 0.03,
+            "{mode}: heldout_auc {m} vs single {reference}"
+        );
+    }
     let [classic, nolocal, lapse] = fractions[..] else {
         unreachable!()
     };
@@ -162,6 +175,133 @@ fn synthetic_topics_are_recovered_in_every_mode() {
     assert_learns(&r, "topic_auc", 0.3);
     assert_eq!(r["settings"]["localize_neg"], false, "{r}");
     assert!(r["relocations"].as_u64().expect("relocations") > 0, "{r}");
+}
+
+/// The report says that hot keys were replicated (input and output vectors counted apart) and
+/// that the replicas were synchronised. Rounds include the flushes of `sync_replicas`, which
+/// every run calls before training and before each evaluation, so they are never 0.
+fn assert_replicates(r: &Value) -> &Value {
+    let rep = &r["settings"]["replication"];
+    let n = |field: &str| {
+        rep[field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no replication.{field}: {r}"))
+    };
+    assert!(n("words") > 0, "no word replicated: {r}");
+    assert_eq!(n("replicated_keys"), n("syn0_keys") + n("syn1_keys"), "{r}");
+    assert!(n("syn1_keys") >= n("syn0_keys"), "{r}");
+    assert!(n("bytes_sent") > 0, "{r}");
+    let f = |field: &str| {
+        rep[field]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no replication.{field}: {r}"))
+    };
+    assert!(f("rounds_per_node") > 0.0, "{r}");
+    for field in ["occurrence_fraction", "access_fraction"] {
+        assert!(f(field) > 0.0 && f(field) < 1.0, "{field}: {r}");
+    }
+    assert_eq!(rep["sync_every_ms"], 10.0, "{r}");
+    rep
+}
+
+#[test]
+fn nups_modes_replicate_hot_keys_and_learn_like_lapse() {
+    let data = ["--synthetic", SYNTHETIC, "--seed", "3"];
+    let lapse = report(&launch(2, 1, &args("lapse", &data, &SYNTHETIC_ARGS)));
+    assert_eq!(lapse["settings"]["replication"], Value::Null, "{lapse}");
+    let reference = last_epoch(&lapse, "topic_auc");
+    let classic = report(&launch(2, 1, &args("classic", &data, &SYNTHETIC_ARGS)));
+    let mut keys = Vec::new();
+    for mode in NUPS {
+        let r = report(&launch(2, 1, &args(mode, &data, &SYNTHETIC_ARGS)));
+        assert_eq!(r["mode"], mode, "{r}");
+        assert_learns(&r, "topic_auc", 0.3);
+        let m = last_epoch(&r, "topic_auc");
+        assert!(
+            (m - reference).abs() < 0.03,
+            "{mode}: topic_auc {m} vs lapse {reference}"
+        );
+        keys.push(assert_replicates(&r)["replicated_keys"].clone());
+        let relocations = r["relocations"].as_u64().expect("relocations");
+        if mode == "nups" {
+            assert!(relocations > 0, "nups moved no (unreplicated) key: {r}");
+            assert_eq!(r["settings"]["localize_neg"], true, "{r}");
+        } else {
+            assert_eq!(relocations, 0, "{mode} moved keys: {r}");
+            // The same batches as classic on the same static homes, plus replicas that are
+            // always local: strictly more local accesses (not a matter of timing).
+            assert!(
+                local_fraction(&r) > local_fraction(&classic),
+                "{mode} {} <= classic {}",
+                local_fraction(&r),
+                local_fraction(&classic)
+            );
+        }
+    }
+    assert_eq!(keys[0], keys[1], "both modes pick the same keys");
+
+    // Two workers per node (the sync is a collective of every worker), top-N, another period.
+    let mut extra = data.to_vec();
+    extra.extend(["--replicate-top", "40", "--sync-every-ms", "2.5"]);
+    let r = report(&launch(2, 2, &args("nups", &extra, &SYNTHETIC_ARGS)));
+    assert_learns(&r, "topic_auc", 0.3);
+    let rep = &r["settings"]["replication"];
+    assert_eq!(rep["replicated_keys"], 40, "{r}");
+    assert_eq!(rep["top"], 40, "{r}");
+    assert_eq!(rep["sync_every_ms"], 2.5, "{r}");
+    // Replicated negatives are always local: --only-local-neg keeps them.
+    let mut local_neg = data.to_vec();
+    local_neg.push("--only-local-neg");
+    let r = report(&launch(
+        2,
+        1,
+        &args("nups-replicate-only", &local_neg, &SYNTHETIC_ARGS),
+    ));
+    assert_learns(&r, "topic_auc", 0.3);
+    for e in epochs(&r) {
+        let skipped = e["negatives_skipped_fraction"].as_f64().expect("skipped");
+        assert!((0.0..1.0).contains(&skipped), "{e}");
+    }
+}
+
+/// One node, one worker: every key is local and the replicas have no peer, so a NuPS run trains
+/// exactly single mode's updates (same batches, same random choices); only the rounding differs
+/// (a sync round rebases the replica on its primary, which may have added two batches' deltas
+/// together). A lost, doubled or stale update (initial vectors, pushes, syncs) would show in
+/// the losses.
+#[test]
+fn alone_the_nups_modes_compute_what_single_computes() {
+    let data = [
+        "--synthetic",
+        SYNTHETIC,
+        "--seed",
+        "3",
+        "--batch-words",
+        "10000",
+    ];
+    let single = report(&run(&args("single", &data, &SYNTHETIC_ARGS)));
+    for mode in NUPS {
+        let r = report(&run(&args(mode, &data, &SYNTHETIC_ARGS)));
+        assert!(
+            r["settings"]["replication"]["replicated_keys"]
+                .as_u64()
+                .unwrap()
+                > 0,
+            "{r}"
+        );
+        let (a, b) = (losses(&single), losses(&r));
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x - y).abs() <= 1e-5 * x.abs(),
+                "{mode}: losses {b:?} vs single {a:?}"
+            );
+        }
+        for metric in ["topic_auc", "heldout_auc"] {
+            let (x, y) = (last_epoch(&single, metric), last_epoch(&r, metric));
+            assert!((x - y).abs() < 1e-3, "{mode}: {metric} {y} vs single {x}");
+        }
+    }
 }
 
 #[test]
@@ -268,4 +408,18 @@ fn malformed_input_fails_with_a_clear_message() {
     }
     let err = fails(&args("classic-nolocal", &["--only-local-neg"], &[]));
     assert!(err.contains("--only-local-neg"), "{err}");
+    for (mode, extra, needle) in [
+        ("lapse", vec!["--replicate-top", "5"], "--replicate-top"),
+        ("classic", vec!["--sync-every-ms", "5"], "--sync-every-ms"),
+        ("nups", vec!["--replicate-alpha", "0"], "--replicate-alpha"),
+        ("nups", vec!["--sync-every-ms", "0"], "--sync-every-ms"),
+        (
+            "nups",
+            vec!["--replicate-alpha", "2", "--replicate-top", "5"],
+            "--replicate-top",
+        ),
+    ] {
+        let err = fails(&args(mode, &extra, &[]));
+        assert!(err.contains(needle), "{mode} {extra:?}: {err}");
+    }
 }

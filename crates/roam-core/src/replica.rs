@@ -3,8 +3,11 @@
 //!
 //! - Each replica is a value and a pending delta (the store's replica records): a local push
 //!   adds into both, with no message.
-//! - Each key's hub is its bucket's creator (its epoch-0 home). The hub keeps the key's
-//!   *primary* value: the sum of every delta it has applied (plus a `set`, if any).
+//! - Each key's hub is a member chosen by a hash of the key (not its home: hot keys are often
+//!   neighbours, e.g. the lowest ids of a frequency-sorted vocabulary, and range homes would put
+//!   all their hubs on one node). The hub keeps the key's *primary* value: the sum of every
+//!   delta it has applied (plus a `set`, if any). Membership is fixed for now; when it changes
+//!   (issue #14) hubs move with a protocol like the home moves.
 //! - A sync *round* (every `sync_every`, on the core's timers; the scan of the replicated set
 //!   runs in bounded chunks) takes the pending delta of every replica this node updated and
 //!   sends them to their hubs, one `ReplicaDeltas` frame per hub numbered by the round. Deltas
@@ -38,6 +41,9 @@ use crate::node::{Node, OpKind, Time};
 use crate::stats::add;
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
+
+/// Mixed into keys before hashing them to hubs, so that hubs are independent of hash homes.
+const HUB_SALT: u64 = 0x6e75_7073_6875_6273;
 
 /// Replicated keys scanned per timer call, so that a round never holds the node for long.
 const SCAN_CHUNK: usize = 4096;
@@ -145,9 +151,10 @@ impl Replicas {
 }
 
 impl Node {
-    /// The node that keeps `key`'s primary.
+    /// The node that keeps `key`'s primary: spread over the members by a hash of the key.
     pub(crate) fn hub(&self, key: Key) -> NodeId {
-        self.dir.creator(self.dir.bucket(key))
+        let members = self.dir.members();
+        members[(crate::directory::mix64(key ^ HUB_SALT) % members.len() as u64) as usize]
     }
 
     /// Whether `key` is replicated on every node.

@@ -518,7 +518,8 @@ fn replication_scenarios() -> Vec<Scenario> {
                 ),
             ],
         },
-        // The hub is node 0 (range homes): node 1's delta must reach it and come back.
+        // Two workers per node, pushes on one node only: its deltas reach the key's hub (either
+        // node) and come back to the other, while both nodes' workers arrive at the sync.
         Scenario {
             name: "replicated key pushed away from its hub by two workers (2 nodes x 2 workers)",
             nodes: 2,

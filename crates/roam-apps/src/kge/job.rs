@@ -2,10 +2,17 @@
 //! (lapse mode), run the epochs between cluster-wide barriers, sum the loss exactly over the
 //! cluster, evaluate on global worker 0, and sum the node counters for the report.
 //!
-//! Every worker of every node executes the same sequence of barriers and [`SumKeys`] rounds
-//! (none is skipped on any path), which is what keeps the cluster in step. Epoch seconds are
-//! measured on global worker 0 between the barrier before training and the barrier after it
-//! (all pushes applied), so they cover training only: no loss summing, no evaluation.
+//! Every worker of every node executes the same sequence of barriers, [`SumKeys`] rounds and
+//! (NuPS modes) `sync_replicas` calls (none is skipped on any path), which is what keeps the
+//! cluster in step. Epoch seconds are measured on global worker 0 between the barrier before
+//! training and the barrier after it (all pushes applied), so they cover training only: no
+//! loss summing, no evaluation.
+//!
+//! NuPS modes: replicated keys are initialised through their hubs (`set`) and made consistent
+//! by a `sync_replicas` before the first epoch; between epochs replicas are only eventually
+//! consistent (roam's background sync), and a `sync_replicas` of all workers precedes every
+//! evaluation (the last epoch is always evaluated, so also the final read-out). The loss needs
+//! none: each worker sums the losses it computed while training.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -16,6 +23,7 @@ use serde_json::json;
 use super::data::Graph;
 use super::eval::{Filter, Metrics, evaluate};
 use super::partition::Partition;
+use super::replicate::{self, Plan};
 use super::train::{Epoch, Hyper, LossSum, Step, gather, init_params, relation_key};
 use crate::common::{
     CLUSTER_COUNTERS, ClusterCounters, Mode, Stopwatch, SumKeys, micros_to_seconds, node_counters,
@@ -24,6 +32,10 @@ use crate::common::{
 
 /// Scale of the fixed-point loss sum (the cluster sums `u64` counters exactly).
 const LOSS_SCALE: f64 = 1e6;
+
+/// Counters in the job's [`SumKeys`]: the cluster counters, then the replication counters
+/// (the loss rounds and the start-up check use the first few).
+pub const SUMS: usize = CLUSTER_COUNTERS + replicate::COUNTERS;
 
 /// What the workers of one process share.
 pub struct Shared<'a> {
@@ -47,10 +59,12 @@ pub struct Shared<'a> {
     pub eval_valid: bool,
     /// Evaluate at most this many triples per split (0: all).
     pub eval_max: usize,
-    /// Reserved keys for exact cluster sums (`CLUSTER_COUNTERS` counters).
+    /// Reserved keys for exact cluster sums ([`SUMS`] counters).
     pub sums: SumKeys,
     /// This node's loss of the current epoch, summed over its workers.
     pub node_loss: Mutex<LossSum>,
+    /// The replicated keys (none outside the NuPS modes).
+    pub plan: &'a Plan,
 }
 
 /// The per-epoch figures and, on global worker 0, the cluster counters.
@@ -60,6 +74,8 @@ pub struct Outcome {
     pub epochs: Vec<serde_json::Value>,
     /// Summed node counters.
     pub counters: ClusterCounters,
+    /// Summed [`replicate::node_counters`].
+    pub replica_sums: Vec<u64>,
 }
 
 impl Shared<'_> {
@@ -68,17 +84,30 @@ impl Shared<'_> {
         let gid = worker.global_id();
         let total = u64::from(worker.num_nodes() * worker.workers_per_node());
         let hyper = self.hyper;
+        let replicates = self.mode.replicates();
+        if replicates {
+            self.check_same_replicas(worker)?;
+        }
         init_params(worker, self.graph, &hyper, u64::from(gid), total)?;
         worker.barrier()?;
+        if replicates {
+            // The initial values of replicated keys were set at their hubs: bring them to
+            // every replica before anyone reads them.
+            worker.sync_replicas()?;
+        }
         if self.mode.localizes() {
-            // Data clustering: this worker is the only user of its relations.
+            // Data clustering: this worker is the only user of its relations (replicated
+            // relations are local everywhere already).
             let keys: Vec<u64> = self
                 .partition
                 .relations_of(gid)
                 .into_iter()
                 .map(|r| relation_key(self.graph, r))
+                .filter(|&k| !self.plan.is_replicated(k))
                 .collect();
-            worker.localize(&keys)?.wait()?;
+            if !keys.is_empty() {
+                worker.localize(&keys)?.wait()?;
+            }
         }
         worker.barrier()?;
 
@@ -86,6 +115,7 @@ impl Shared<'_> {
             graph: self.graph,
             partition: self.partition,
             hyper,
+            plan: self.plan,
         };
         let mut step = Step::default();
         let mut epochs = Vec::new();
@@ -108,6 +138,9 @@ impl Shared<'_> {
                 "epoch": epoch, "seconds": seconds, "loss": loss, "cpu_seconds": cpu_seconds,
             });
             if evaluate_now {
+                if replicates {
+                    worker.sync_replicas()?;
+                }
                 if gid == 0 {
                     self.evaluate_into(worker, &mut row)?;
                 }
@@ -120,11 +153,38 @@ impl Shared<'_> {
         }
 
         if worker.id() == 0 {
-            self.sums
-                .contribute(worker, &node_counters(&self.node.stats()))?;
+            let stats = self.node.stats();
+            let mut mine = node_counters(&stats).to_vec();
+            mine.extend(replicate::node_counters(&stats));
+            self.sums.contribute(worker, &mine)?;
         }
-        let counters = ClusterCounters::from_sums(&self.sums.barrier_and_read(worker)?);
-        Ok((gid == 0).then_some(Outcome { epochs, counters }))
+        let sums = self.sums.barrier_and_read(worker)?;
+        let (cluster, replica) = sums.split_at(CLUSTER_COUNTERS);
+        let counters = ClusterCounters::from_sums(cluster);
+        Ok((gid == 0).then(|| Outcome {
+            epochs,
+            counters,
+            replica_sums: replica.to_vec(),
+        }))
+    }
+
+    /// Checks that every node replicates the same keys (collective): the nodes' fingerprints
+    /// of their sets must sum to the number of nodes times this node's.
+    fn check_same_replicas(&self, worker: &Worker) -> anyhow::Result<()> {
+        let mine = replicate::fingerprint(&self.plan.keys);
+        if worker.id() == 0 {
+            let mut counters = [0; SUMS];
+            counters[..2].copy_from_slice(&[mine, 1]);
+            self.sums.contribute(worker, &counters)?;
+        }
+        let totals = self.sums.barrier_and_read(worker)?;
+        anyhow::ensure!(
+            totals[0] == totals[1] * mine,
+            "the nodes chose different replicated keys (this node: {} keys); every node must \
+             load the same data with the same options",
+            self.plan.keys.len()
+        );
+        Ok(())
     }
 
     /// Mean logistic loss per scored triple and the epoch's CPU seconds (`cpu_micros` of each
@@ -152,7 +212,7 @@ impl Shared<'_> {
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
             );
             let fixed = (node.loss * LOSS_SCALE).round() as u64;
-            let mut counters = [0; CLUSTER_COUNTERS];
+            let mut counters = [0; SUMS];
             counters[..3].copy_from_slice(&[fixed, node.scored, cpu_micros]);
             self.sums.contribute(worker, &counters)?;
         }

@@ -9,7 +9,8 @@
 //! Layout of this module: [`data`] (loading `--data`), [`synthetic`] (`--synthetic`),
 //! [`partition`] (data clustering by relation), [`model`] (scores, gradients, AdaGrad),
 //! [`train`] (one worker's updates and epochs), [`eval`] (filtered ranking), [`job`] (one
-//! worker thread's collective sequence). This file parses options and runs the threads.
+//! worker thread's collective sequence), [`replicate`] (the keys the NuPS modes replicate).
+//! This file parses options and runs the threads.
 //!
 //! Every node loads the same data and computes the same partition, so no data is shipped
 //! between nodes. A worker that fails ends its process (after printing the error) instead of
@@ -20,6 +21,7 @@ pub mod eval;
 pub mod job;
 pub mod model;
 pub mod partition;
+pub mod replicate;
 pub mod synthetic;
 pub mod train;
 
@@ -30,7 +32,7 @@ use anyhow::{Context, ensure};
 use roam::Config;
 use serde_json::json;
 
-use crate::common::{CLUSTER_COUNTERS, Mode, SumKeys, TrainReport};
+use crate::common::{Mode, SumKeys, TrainReport};
 use data::Graph;
 use model::{Model, ModelKind};
 
@@ -110,6 +112,9 @@ pub struct Args {
     /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, else 1).
     #[arg(long)]
     pub workers_per_node: Option<u32>,
+    /// Replication (the nups modes).
+    #[command(flatten)]
+    pub replication: replicate::Options,
 }
 
 impl Args {
@@ -139,6 +144,7 @@ impl Args {
             self.workers_per_node != Some(0),
             "--workers-per-node must be at least 1"
         );
+        self.replication.validate()?;
         if self.model == ModelKind::Rescal {
             ensure!(
                 self.dim <= 4096,
@@ -172,7 +178,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut lengths = train::key_lengths(&graph, model);
     let sum_len = 2 * model.entity_len();
     let sum_base = lengths.len() as u64;
-    let sum_keys = SumKeys::keys_needed(CLUSTER_COUNTERS, sum_len);
+    let sum_keys = SumKeys::keys_needed(job::SUMS, sum_len);
     lengths.resize(lengths.len() + sum_keys, sum_len as u32);
     let mut cfg = if lengths.iter().all(|&l| l == lengths[0]) {
         // ComplEx: every key has the same length, which keeps the store's uniform fast path.
@@ -181,6 +187,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Config::per_key(lengths)
     };
     cfg.workers_per_node = args.workers_per_node;
+    let plan = if args.mode.replicates() {
+        replicate::Plan::choose(&graph, &args.replication, args.neg_ratio)
+    } else {
+        replicate::Plan::none(&graph)
+    };
+    cfg.replicated_keys = plan.keys.clone();
+    if let Some(every) = args.replication.sync_every() {
+        cfg.replica_sync_every = every;
+    }
     let node = args.mode.start(cfg).context("starting the roam node")?;
     let workers = node.num_nodes() * node.workers_per_node();
     let partition = partition::by_relation(&graph.train, graph.num_relations, workers);
@@ -215,9 +230,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         sums: SumKeys::new(
             (sum_base..sum_base + sum_keys as u64).collect(),
             sum_len,
-            CLUSTER_COUNTERS,
+            job::SUMS,
         ),
         node_loss: Mutex::default(),
+        plan: &plan,
     };
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<job::Outcome>> {
         let handles = node
@@ -247,6 +263,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     })?;
     if let Some(outcome) = outcome {
         let per_worker: Vec<usize> = partition.triples.iter().map(Vec::len).collect();
+        let replication = args.mode.replicates().then(|| {
+            replicate::report(
+                &plan,
+                &args.replication,
+                &outcome.replica_sums,
+                node.num_nodes(),
+            )
+        });
         let report = TrainReport {
             app: "kge",
             mode: args.mode.name(),
@@ -274,6 +298,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 "test_triples": graph.test.len(),
                 "eval_max": args.eval_max,
                 "triples_per_worker": per_worker,
+                "replication": replication,
             }),
         };
         report.print();

@@ -17,7 +17,8 @@
 //! enough; the per-key sum is the exact gradient of the positive's summed loss.
 //!
 //! Look-ahead localizes are detached (hints: nothing waits for a relocation; the epoch's
-//! closing barrier still waits for them). Pushes are kept in a bounded queue and reaped as they
+//! closing barrier still waits for them), and leave out replicated keys (NuPS modes), which
+//! are local on every node. Pushes are kept in a bounded queue and reaped as they
 //! finish, which bounds the operations in flight and surfaces their errors.
 
 use std::collections::VecDeque;
@@ -30,6 +31,7 @@ use roam::{Key, Ticket, Worker};
 use super::data::{Graph, Triple};
 use super::model::{Model, adagrad_apply, adagrad_delta, axpy, dot, logistic};
 use super::partition::Partition;
+use super::replicate::Plan;
 
 /// Keys pulled or set per batch when initialising or gathering all parameters.
 const GATHER_BATCH: usize = 1024;
@@ -417,6 +419,8 @@ pub struct Epoch<'a> {
     pub partition: &'a Partition,
     /// Settings.
     pub hyper: Hyper,
+    /// Replicated keys (never localized).
+    pub plan: &'a Plan,
 }
 
 impl Epoch<'_> {
@@ -445,25 +449,36 @@ impl Epoch<'_> {
         let mut pending: VecDeque<Ticket<'_>> = VecDeque::new();
         let mut ahead_keys: Vec<Key> = Vec::new();
         let (ahead, batch) = (hyper.localize_ahead, hyper.localize_batch.max(1));
-        // The entities of triples `range` (positives and their negatives), in one request.
-        let mut localize = |range: std::ops::Range<usize>| {
+        // The entities of triples `range` (positives and their negatives) that are not
+        // replicated, in one request (not waited for).
+        let plan = self.plan;
+        let mut localize = |range: std::ops::Range<usize>| -> anyhow::Result<()> {
             ahead_keys.clear();
             for (i, &triple) in order.iter().enumerate().take(range.end).skip(range.start) {
                 let t = graph.train[triple as usize];
-                ahead_keys.extend([t.s, t.o].iter().chain(negs(i)).map(|&x| u64::from(x)));
+                ahead_keys.extend(
+                    [t.s, t.o]
+                        .iter()
+                        .chain(negs(i))
+                        .map(|&x| u64::from(x))
+                        .filter(|&k| !plan.is_replicated(k)),
+                );
             }
             ahead_keys.sort_unstable();
             ahead_keys.dedup();
-            worker.localize(&ahead_keys)
+            if !ahead_keys.is_empty() {
+                worker.localize(&ahead_keys)?.detach();
+            }
+            Ok(())
         };
         if ahead > 0 {
-            localize(0..ahead)?.detach();
+            localize(0..ahead)?;
         }
         let mut sum = LossSum::default();
         let mut since_tick = 0;
         for i in 0..order.len() {
             if ahead > 0 && i % batch == 0 && i + ahead < order.len() {
-                localize(i + ahead..i + ahead + batch)?.detach();
+                localize(i + ahead..i + ahead + batch)?;
             }
             let t = graph.train[order[i] as usize];
             pending.push_back(step.run(worker, hyper, graph, t, negs(i), &mut sum)?);

@@ -20,9 +20,13 @@
 //!
 //! Modes change only where parameters live (and whether lapse localizes them); the points,
 //! their order, the initial factors and the arithmetic are the same in every mode for the same
-//! total number of workers.
+//! total number of workers. The NuPS modes (`replicate`) replicate the hot columns and end
+//! every sub-epoch with `sync_replicas` instead of a barrier, so the next sub-epoch's worker
+//! starts from every earlier update, as in the other modes (the only difference is the
+//! floating-point order in which a replicated column's deltas are summed).
 
 pub mod data;
+pub mod replicate;
 pub mod schedule;
 pub mod synthetic;
 pub mod train;
@@ -82,6 +86,9 @@ pub struct Args {
     /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, set by `roam launch`, else 1).
     #[arg(long)]
     pub workers: Option<u32>,
+    /// Replication (the nups modes).
+    #[command(flatten)]
+    pub replication: replicate::Options,
 }
 
 impl Args {
@@ -116,7 +123,7 @@ impl Args {
             "--init-sd must be >= 0"
         );
         ensure!(self.workers != Some(0), "--workers must be at least 1");
-        Ok(())
+        self.replication.validate()
     }
 
     /// The matrix and the dataset name for the report.
@@ -141,8 +148,13 @@ impl Args {
 /// microseconds (each node's worker 0 measures its process around the epoch).
 const EPOCH_SUMS: usize = train::SUMS + 1;
 
-/// What global worker 0 hands back: the per-epoch records and the cluster counters.
-type Outcome = Option<(Vec<serde_json::Value>, ClusterCounters)>;
+/// Counters summed over the cluster at the end: the cluster counters, then the replication
+/// counters.
+const COUNTER_SUMS: usize = common::CLUSTER_COUNTERS + replicate::COUNTERS;
+
+/// What global worker 0 hands back: the per-epoch records, the cluster counters and the
+/// summed replication counters.
+type Outcome = Option<(Vec<serde_json::Value>, ClusterCounters, Vec<u64>)>;
 
 /// Trains on this node (rank 0 prints the report).
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -156,18 +168,29 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mean = ratings.train_mean();
     let model_keys = u64::from(ratings.rows) + u64::from(ratings.cols);
     let loss_keys = SumKeys::keys_needed(EPOCH_SUMS, dim);
-    let counter_keys = SumKeys::keys_needed(common::CLUSTER_COUNTERS, dim);
+    let counter_keys = SumKeys::keys_needed(COUNTER_SUMS, dim);
     let mut cfg = Config::new(model_keys + (loss_keys + counter_keys) as u64, args.dim);
     cfg.workers_per_node = args.workers;
+    // Every node holds the whole matrix here, so every node chooses the same columns.
+    let plan = if args.mode.replicates() {
+        replicate::Plan::choose(&ratings, &args.replication)
+    } else {
+        replicate::Plan::default()
+    };
+    cfg.replicated_keys = plan.keys.clone();
+    if let Some(every) = args.replication.sync_every() {
+        cfg.replica_sync_every = every;
+    }
     let node = args.mode.start(cfg).context("starting the roam node")?;
     let parts = node.num_nodes() * node.workers_per_node();
-    let layout = Layout::new(ratings.rows, ratings.cols, dim, parts, args.seed);
+    let mut layout = Layout::new(ratings.rows, ratings.cols, dim, parts, args.seed);
+    layout.keep_local(&plan.keys);
     let reserved = |from: u64, n: usize| -> Vec<Key> { (from..from + n as u64).collect() };
     let loss_sums = SumKeys::new(reserved(model_keys, loss_keys), dim, EPOCH_SUMS);
     let counter_sums = SumKeys::new(
         reserved(model_keys + loss_keys as u64, counter_keys),
         dim,
-        common::CLUSTER_COUNTERS,
+        COUNTER_SUMS,
     );
     let settings = json!({
         "dim": args.dim, "lambda": short(args.lambda), "lr": short(args.lr), "seed": args.seed, "chunk": args.chunk,
@@ -190,6 +213,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         lambda: args.lambda,
         chunk: args.chunk,
         localize: args.mode.localizes(),
+        replicated: args.mode.replicates(),
         prefetch_at: args.prefetch_at,
         seed: args.seed,
         init_sd: args.init_sd,
@@ -203,6 +227,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         node_sums: &node_sums,
         loss_sums,
         counter_sums,
+        plan: &plan,
     };
     let workers = node.workers().context("taking the node's workers")?;
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Outcome> {
@@ -227,7 +252,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         Ok(outcome)
     })?;
-    if let Some((epochs, counters)) = outcome {
+    if let Some((epochs, counters, replica_sums)) = outcome {
+        let mut settings = settings;
+        if args.mode.replicates() {
+            settings["replication"] =
+                replicate::report(&plan, &args.replication, &replica_sums, node.num_nodes());
+        }
         TrainReport {
             app: "mf",
             mode: args.mode.name(),
@@ -299,12 +329,16 @@ struct Shared<'a> {
     node_sums: &'a NodeSums,
     loss_sums: SumKeys,
     counter_sums: SumKeys,
+    plan: &'a replicate::Plan,
 }
 
 impl Shared<'_> {
     /// One worker thread: initialise, train, evaluate; global worker 0 returns the outcome.
     fn worker(&self, worker: &Worker, share: WorkerData) -> anyhow::Result<Outcome> {
         let args = self.args;
+        if self.hyper.replicated {
+            self.check_same_replicas(worker)?;
+        }
         let mut trainer = Trainer::new(worker, self.layout, share, self.hyper);
         trainer.init()?;
         let bar = common::progress(worker, u64::from(args.epochs * self.layout.parts), "mf");
@@ -367,10 +401,33 @@ impl Shared<'_> {
         bar.finish_and_clear();
         worker.barrier()?;
         if worker.id() == 0 {
-            self.counter_sums
-                .contribute(worker, &common::node_counters(&self.node.stats()))?;
+            let stats = self.node.stats();
+            let mut mine = common::node_counters(&stats).to_vec();
+            mine.extend(replicate::node_counters(&stats));
+            self.counter_sums.contribute(worker, &mine)?;
         }
-        let counters = ClusterCounters::from_sums(&self.counter_sums.barrier_and_read(worker)?);
-        Ok((worker.global_id() == 0).then_some((records, counters)))
+        let sums = self.counter_sums.barrier_and_read(worker)?;
+        let (cluster, replica) = sums.split_at(common::CLUSTER_COUNTERS);
+        let counters = ClusterCounters::from_sums(cluster);
+        Ok((worker.global_id() == 0).then(|| (records, counters, replica.to_vec())))
+    }
+
+    /// Checks that every node replicates the same columns (collective): the nodes'
+    /// fingerprints of their sets must sum to the number of nodes times this node's.
+    fn check_same_replicas(&self, worker: &Worker) -> anyhow::Result<()> {
+        let mine = replicate::fingerprint(&self.plan.keys);
+        if worker.id() == 0 {
+            let mut counters = [0; EPOCH_SUMS];
+            counters[..2].copy_from_slice(&[mine, 1]);
+            self.loss_sums.contribute(worker, &counters)?;
+        }
+        let totals = self.loss_sums.barrier_and_read(worker)?;
+        ensure!(
+            totals[0] == totals[1] * mine,
+            "the nodes chose different replicated columns (this node: {} keys); every node must \
+             load the same data with the same options",
+            self.plan.keys.len()
+        );
+        Ok(())
     }
 }

@@ -338,6 +338,80 @@ mod tests {
         assert!(a.train.iter().all(|e| e.row < 300 && e.col < 200));
     }
 
+    /// Cells per row and per column, each sorted in decreasing order.
+    fn ranked_counts(r: &Ratings) -> (Vec<u64>, Vec<u64>) {
+        let (mut rows, mut cols) = (vec![0u64; r.rows as usize], vec![0u64; r.cols as usize]);
+        for e in r.train.iter().chain(&r.test) {
+            rows[e.row as usize] += 1;
+            cols[e.col as usize] += 1;
+        }
+        rows.sort_unstable_by(|a, b| b.cmp(a));
+        cols.sort_unstable_by(|a, b| b.cmp(a));
+        (rows, cols)
+    }
+
+    /// The rank-frequency slope between ranks `a` and `b` (1-based) of decreasing counts: the
+    /// Zipf exponent where cells are not merged.
+    fn slope(counts: &[u64], a: usize, b: usize) -> f64 {
+        (counts[a - 1] as f64 / counts[b - 1] as f64).ln() / (b as f64 / a as f64).ln()
+    }
+
+    #[test]
+    fn zipf_skews_the_rows_and_columns_of_the_matrix() {
+        // NuPS's MF data have Zipf(1.1) rows and columns; a small seeded instance.
+        let matrix = |zipf: f64| {
+            generate(&Spec {
+                rows: 20_000,
+                cols: 2_000,
+                rank: 2,
+                nnz: 200_000,
+                zipf,
+                noise: 0.1,
+                test: 0.1,
+                seed: 11,
+            })
+        };
+        let mut slopes = Vec::new();
+        for zipf in [0.0, 0.5, 1.1] {
+            let m = matrix(zipf);
+            let (rows, cols) = ranked_counts(&m);
+            let cells = (m.train.len() + m.test.len()) as f64;
+            let (sr, sc) = (slope(&rows, 10, 200), slope(&cols, 10, 200));
+            let top: u64 = cols[..20].iter().sum();
+            eprintln!(
+                "zipf {zipf}: {cells} cells, rank-frequency slope 10..200 rows {sr:.3} columns \
+                 {sc:.3}, hottest 1% of the columns hold {:.3} of the cells",
+                top as f64 / cells
+            );
+            slopes.push((sr, sc, top as f64 / cells, cells));
+        }
+        let [
+            (r0, c0, top0, cells0),
+            (r5, c5, _, _),
+            (r11, c11, top11, cells11),
+        ] = slopes[..]
+        else {
+            unreachable!()
+        };
+        assert!(
+            cells0 > 0.99 * 200_000.0,
+            "few repeats without skew: {cells0}"
+        );
+        assert!(r0.abs() < 0.1 && c0.abs() < 0.1, "uniform: {r0} {c0}");
+        assert!(top0 < 0.02, "uniform: {top0}");
+        // The slope is the exponent where a row's or column's draws are distinct cells;
+        // merged repeats (between hot rows and hot columns) flatten it somewhat.
+        assert!(r0 < r5 && r5 < r11 && c0 < c5 && c5 < c11);
+        for s in [r11, c11] {
+            assert!((0.75..1.2).contains(&s), "zipf 1.1: slope {s}");
+        }
+        assert!(top11 > 0.25, "zipf 1.1: the hottest 1% hold {top11}");
+        assert!(
+            cells11 < 0.9 * 200_000.0,
+            "zipf 1.1 merges repeats: {cells11}"
+        );
+    }
+
     #[test]
     fn zipf_is_skewed_and_in_range() {
         let mut rng = SmallRng::seed_from_u64(3);

@@ -17,6 +17,12 @@
 //! In lapse mode a worker localizes its row block once at the start and each column block
 //! when its sub-epoch starts, without waiting; with `--prefetch-at F` it also localizes the
 //! next sub-epoch's column block once it has processed the fraction F of the current block.
+//!
+//! In the NuPS modes the hot columns are replicated: they are left out of every localize
+//! (they are local everywhere), and a sub-epoch ends with `sync_replicas` instead of a barrier,
+//! so the worker that takes a column block over sees all updates to its replicated columns.
+//! Within a sub-epoch only one worker touches a column, and its own pushes are in its node's
+//! replica at once, so the pipeline above stays exact.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -56,6 +62,8 @@ pub struct Layout {
     pub w_keys: Vec<Vec<Key>>,
     /// Keys of each column block, in local order (H column `j` is key `rows + j`).
     pub h_keys: Vec<Vec<Key>>,
+    /// Keys of each column block that localizing moves: all but the replicated ones.
+    pub h_moving: Vec<Vec<Key>>,
 }
 
 impl Layout {
@@ -68,7 +76,7 @@ impl Layout {
             .iter()
             .map(|m| m.iter().map(|&i| Key::from(i)).collect())
             .collect();
-        let h_keys = col_split
+        let h_keys: Vec<Vec<Key>> = col_split
             .members
             .iter()
             .map(|m| m.iter().map(|&j| u64::from(rows) + Key::from(j)).collect())
@@ -78,8 +86,20 @@ impl Layout {
             parts,
             rows: row_split,
             cols: col_split,
+            h_moving: h_keys.clone(),
             w_keys,
             h_keys,
+        }
+    }
+
+    /// Leaves the `replicated` keys (sorted) out of the blocks that localizing moves.
+    pub fn keep_local(&mut self, replicated: &[Key]) {
+        for (moving, all) in self.h_moving.iter_mut().zip(&self.h_keys) {
+            *moving = all
+                .iter()
+                .copied()
+                .filter(|k| replicated.binary_search(k).is_err())
+                .collect();
         }
     }
 }
@@ -100,8 +120,10 @@ pub struct Hyper {
     pub lambda: f32,
     /// Points per pull/push batch.
     pub chunk: usize,
-    /// Localize parameters (lapse mode).
+    /// Localize parameters (lapse and nups modes).
     pub localize: bool,
+    /// Hot columns are replicated (nups modes): sub-epochs end with `sync_replicas`.
+    pub replicated: bool,
     /// Fraction of a block after which the next column block is localized (lapse mode).
     pub prefetch_at: Option<f64>,
     /// Seed of the point order.
@@ -330,7 +352,7 @@ impl<'a> Trainer<'a> {
             schedule::stratum_order(self.hyper.seed, 0, layout.parts)[0],
             layout.parts,
         );
-        self.localize(&layout.h_keys[first as usize], &mut tickets)?;
+        self.localize(&layout.h_moving[first as usize], &mut tickets)?;
         let dim = layout.dim;
         let mut vals = Vec::new();
         for keys in [&layout.w_keys[p], &layout.h_keys[p]] {
@@ -348,11 +370,18 @@ impl<'a> Trainer<'a> {
         self.worker
             .barrier()
             .context("barrier after initialisation")?;
+        if self.hyper.replicated {
+            // Replicated columns were set at their hubs: bring them to every replica.
+            self.worker
+                .sync_replicas()
+                .context("syncing replicas after initialisation")?;
+        }
         drop(tickets);
         Ok(())
     }
 
-    /// One epoch: `P` sub-epochs, each ending with a barrier. `tick` is called after each.
+    /// One epoch: `P` sub-epochs, each ending with a barrier (with `sync_replicas` in the
+    /// NuPS modes). `tick` is called after each.
     pub fn epoch(&mut self, epoch: u32, lr: f32, mut tick: impl FnMut()) -> anyhow::Result<Loss> {
         let parts = self.layout.parts;
         let order = schedule::stratum_order(self.hyper.seed, epoch, parts);
@@ -360,7 +389,7 @@ impl<'a> Trainer<'a> {
         for (t, &s) in order.iter().enumerate() {
             let q = schedule::column_block(self.p, s, parts);
             let mut tickets = Vec::new();
-            self.localize(&self.layout.h_keys[q as usize], &mut tickets)?;
+            self.localize(&self.layout.h_moving[q as usize], &mut tickets)?;
             let mut points = std::mem::take(&mut self.data.train[q as usize]);
             let mut rng = SmallRng::seed_from_u64(
                 self.hyper.seed
@@ -376,7 +405,15 @@ impl<'a> Trainer<'a> {
             total.sse += loss.sse;
             total.reg += loss.reg;
             total.points += loss.points;
-            self.worker.barrier().context("barrier after a sub-epoch")?;
+            if self.hyper.replicated {
+                // A collective like the barrier (every worker waits for its operations and
+                // then for all others), which also brings every push to every replica.
+                self.worker
+                    .sync_replicas()
+                    .context("syncing replicas after a sub-epoch")?;
+            } else {
+                self.worker.barrier().context("barrier after a sub-epoch")?;
+            }
             drop(tickets);
             tick();
         }
@@ -444,10 +481,10 @@ impl<'a> Trainer<'a> {
             done += chunks[k].len();
             if !prefetched && prefetch_after.is_some_and(|at| done >= at) {
                 prefetched = true;
-                if hyper.localize {
+                if hyper.localize && !layout.h_moving[next as usize].is_empty() {
                     tickets.push(
                         worker
-                            .localize(&layout.h_keys[next as usize])
+                            .localize(&layout.h_moving[next as usize])
                             .context("prefetching a block")?,
                     );
                 }

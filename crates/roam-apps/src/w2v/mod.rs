@@ -11,12 +11,18 @@
 //! Keys: word `w` has `2·slot(w)` (syn0, input) and `2·slot(w)+1` (syn1neg, output), with
 //! `slot` a seeded permutation; the [`SumKeys`] follow. All keys hold `dim` values.
 //!
+//! The NuPS modes replicate the hottest keys on every node ([`replication`] picks them from
+//! the word counts, the same on every node); the worker loop never localizes them and syncs
+//! the replicas before every evaluation.
+//!
 //! Layout: [`corpus`] (text, held-out split, sentences), [`synthetic`] (planted-topic Zipf
-//! corpus), [`vocab`] (min-count, subsampling, unigram sampler, key map), [`sgns`] (the
-//! arithmetic), [`train`] (the worker loop and locality), [`eval`] (metrics).
+//! corpus), [`vocab`] (min-count, subsampling, unigram sampler, key map), [`replication`]
+//! (which keys the NuPS modes replicate), [`sgns`] (the arithmetic), [`train`] (the worker loop
+//! and locality), [`eval`] (metrics).
 
 pub mod corpus;
 pub mod eval;
+pub mod replication;
 pub mod sgns;
 pub mod synthetic;
 pub mod train;
@@ -24,6 +30,7 @@ pub mod vocab;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use roam::Config;
@@ -31,6 +38,7 @@ use serde_json::json;
 
 use self::corpus::RawCorpus;
 use self::eval::{Evaluator, PairList};
+use self::replication::{Chooser, Replicated};
 use self::synthetic::Spec;
 use self::train::{Job, NodeSums, SUMMED};
 use self::vocab::{KeyMap, UnigramTable, Vocab};
@@ -91,9 +99,9 @@ pub struct Args {
     /// staleness between workers; 10000 (ten of word2vec's longest sentences) cost no measured
     /// quality and moves a batch's frequent words and negatives once instead of per sentence.
     ///
-    /// Default: 10000, except in lapse mode 1000 — there a batch is also the unit of look-ahead
-    /// (the next batch's words are localized while this one trains), and relocating the
-    /// distinct words of ten thousand must finish within one batch's training or the batch
+    /// Default: 10000, except in lapse and nups modes 1000 — there a batch is also the unit of
+    /// look-ahead (the next batch's words are localized while this one trains), and relocating
+    /// the distinct words of ten thousand must finish within one batch's training or the batch
     /// finds them remote (local fraction 0.38–0.65 against 0.75 with 1000 on small.txt).
     #[arg(long)]
     pub batch_words: Option<usize>,
@@ -101,6 +109,17 @@ pub struct Args {
     /// they are, with the rest of the batch); an ablation of Lapse's `--localize_neg`.
     #[arg(long)]
     pub no_localize_neg: bool,
+    /// NuPS modes: replicate the word keys expected to be accessed at least this many times as
+    /// often as the mean word key (NuPS's untuned heuristic at 1; see docs/workloads-w2v.md).
+    #[arg(long, conflicts_with = "replicate_top")]
+    pub replicate_alpha: Option<f64>,
+    /// NuPS modes: replicate the N word keys (input or output vectors) expected to be accessed
+    /// most, instead of the heuristic (NuPS's `replicate N`).
+    #[arg(long)]
+    pub replicate_top: Option<usize>,
+    /// NuPS modes: milliseconds between two replica sync rounds (default: roam's, 10).
+    #[arg(long)]
+    pub sync_every_ms: Option<f64>,
     /// Fraction of the corpus (its tail) held out for heldout_auc; 0 disables that metric.
     #[arg(long, default_value_t = 0.05)]
     pub heldout: f64,
@@ -124,11 +143,7 @@ pub struct Args {
 impl Args {
     /// `--batch-words`, or its default for the mode (see the option).
     pub fn batch_words(&self) -> usize {
-        let default = if self.mode == Mode::Lapse {
-            1000
-        } else {
-            10000
-        };
+        let default = if self.mode.localizes() { 1000 } else { 10000 };
         self.batch_words.unwrap_or(default)
     }
 
@@ -155,11 +170,44 @@ impl Args {
             "--only-local-neg needs fast local access, which mode classic-nolocal turns off \
              (every negative would be skipped)"
         );
+        if !self.mode.replicates() {
+            for (given, name) in [
+                (self.replicate_alpha.is_some(), "--replicate-alpha"),
+                (self.replicate_top.is_some(), "--replicate-top"),
+                (self.sync_every_ms.is_some(), "--sync-every-ms"),
+            ] {
+                ensure!(
+                    !given,
+                    "{name} applies to the modes nups and nups-replicate-only, not {}",
+                    self.mode.name()
+                );
+            }
+        }
+        if let Some(alpha) = self.replicate_alpha {
+            ensure!(
+                alpha.is_finite() && alpha > 0.0,
+                "--replicate-alpha must be positive, got {alpha}"
+            );
+        }
+        if let Some(ms) = self.sync_every_ms {
+            ensure!(
+                ms.is_finite() && ms > 0.0 && ms <= 3.6e6,
+                "--sync-every-ms must be positive (and at most an hour), got {ms}"
+            );
+        }
         ensure!(
             self.workers_per_node != Some(0),
             "--workers-per-node must be at least 1"
         );
         Ok(())
+    }
+
+    /// How the NuPS modes pick their replicated keys.
+    pub fn chooser(&self) -> Chooser {
+        match self.replicate_top {
+            Some(n) => Chooser::Top(n),
+            None => Chooser::AboveMean(self.replicate_alpha.unwrap_or(1.0)),
+        }
     }
 }
 
@@ -177,6 +225,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let keep = vocab.keep_probabilities(args.subsample);
     let table = UnigramTable::new(&vocab.counts, args.neg_power);
     let keys = KeyMap::new(vocab.len(), args.seed, !args.no_shuffle_keys);
+    // Every node builds the same vocabulary (counts in the same order) and key map from the same
+    // corpus and seed, so every node picks the same keys.
+    let replicated = if args.mode.replicates() {
+        Replicated::choose(
+            &vocab.counts,
+            &keys,
+            args.negative,
+            args.neg_power,
+            args.chooser(),
+        )
+    } else {
+        Replicated::none()
+    };
     let pairs = match &args.pairs {
         None => None,
         Some(path) => {
@@ -221,6 +282,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let num_keys = keys.num_keys() + sum_keys;
     let mut cfg = Config::new(num_keys, dim);
     cfg.workers_per_node = args.workers_per_node;
+    cfg.replicated_keys = replicated.keys.clone();
+    if let Some(ms) = args.sync_every_ms {
+        cfg.replica_sync_every = Duration::from_secs_f64(ms / 1e3);
+    }
+    let sync_every = cfg.replica_sync_every;
     let node = args.mode.start(cfg).context("starting the node")?;
     let partitioning = args.mode.partitioning();
     let evaluator = (node.rank() == 0).then(|| {
@@ -244,6 +310,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         keep: &keep,
         table: &table,
         keys: &keys,
+        replicated: &replicated,
+        replicates: args.mode.replicates(),
         vocab_len: vocab.len(),
         sums: &sums,
         node: &node,
@@ -285,6 +353,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     })?;
     if let Some(outcome) = outcome {
         let ev = evaluator.as_ref();
+        let replication = args.mode.replicates().then(|| {
+            replication::report(
+                &replicated,
+                args.chooser(),
+                sync_every,
+                &outcome.replication,
+                node.num_nodes(),
+            )
+        });
         TrainReport {
             app: "w2v",
             mode: args.mode.name(),
@@ -314,6 +391,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 "heldout_auc_frequency_baseline": ev.and_then(Evaluator::frequency_baseline),
                 "pairs_covered": ev.and_then(Evaluator::pair_coverage).map(|c| c.0),
                 "pairs_listed": ev.and_then(Evaluator::pair_coverage).map(|c| c.1),
+                "replication": replication,
             }),
         }
         .print();

@@ -13,7 +13,11 @@
 //!   waited); negatives come from lists of `--nls` draws, and each new list is localized when
 //!   it is drawn, i.e. at least one batch before any of it is used;
 //! - `--only-local-neg`: a planned negative whose output vector is not on this node at pull
-//!   time is skipped (`pull_if_local`), instead of fetched.
+//!   time is skipped (`pull_if_local`), instead of fetched; a replicated one is always here;
+//! - nups modes: the replicated keys ([`Replicated`]) are read and pushed in every node's
+//!   replica, so they are never localized (nups localizes the others as lapse does); before
+//!   training starts and before every evaluation all workers call `sync_replicas`, so that the
+//!   initial vectors and every pushed update are in every replica.
 //!
 //! Staleness: a worker's copies are as old as its batch's pull, so updates other workers push
 //! meanwhile are not seen until its next batch, and its own updates reach the server only at
@@ -39,6 +43,7 @@ use serde_json::{Map, Value, json};
 use super::Args;
 use super::corpus::Sentences;
 use super::eval::{Embeddings, Evaluator};
+use super::replication::{self, Replicated};
 use super::sgns::{ABSENT, Offsets, Params, Plan, SentenceStats, Sigmoid, train_batch};
 use super::vocab::{KeyMap, UnigramTable};
 use crate::common::{
@@ -47,8 +52,10 @@ use crate::common::{
 
 /// Training counters summed over the cluster each epoch, before the cluster counters.
 pub const TRAIN_COUNTERS: usize = 5;
-/// All counters summed through [`SumKeys`].
-pub const SUMMED: usize = TRAIN_COUNTERS + CLUSTER_COUNTERS;
+/// All counters summed through [`SumKeys`]: training, cluster, replication.
+pub const SUMMED: usize = TRAIN_COUNTERS + CLUSTER_COUNTERS + replication::COUNTERS;
+/// Where the replication counters start in the sums.
+const REPLICATION_AT: usize = TRAIN_COUNTERS + CLUSTER_COUNTERS;
 /// Loss is summed as an integer in these units.
 const LOSS_SCALE: f64 = 1e6;
 /// Keys per message when initialising or gathering vectors.
@@ -68,6 +75,10 @@ pub struct Job<'a> {
     pub table: &'a UnigramTable,
     /// Word → keys.
     pub keys: &'a KeyMap,
+    /// The keys replicated on every node (nups modes; else none).
+    pub replicated: &'a Replicated,
+    /// Whether the mode replicates (then the workers sync the replicas before evaluations).
+    pub replicates: bool,
     /// Vocabulary size.
     pub vocab_len: usize,
     /// Reserved keys for the per-epoch sums.
@@ -94,6 +105,8 @@ pub struct Outcome {
     pub epochs: Vec<Value>,
     /// Summed node counters of the training (initialisation and evaluation excluded).
     pub counters: ClusterCounters,
+    /// The last epoch's sums of [`replication::node_counters`].
+    pub replication: Vec<u64>,
 }
 
 /// Per-node accumulation of worker counters, and a barrier of the node's workers.
@@ -257,10 +270,14 @@ impl<'w> State<'w> {
         } else {
             &self.negatives.current
         };
+        let hot = job.replicated;
         for &n in list {
-            if self.seen.insert(n, 0) {
+            if !hot.syn1(n) && self.seen.insert(n, 0) {
                 self.local_keys.push(job.keys.syn1(n));
             }
+        }
+        if self.local_keys.is_empty() {
+            return Ok(());
         }
         let t = self.w.localize(&self.local_keys)?;
         self.hold(t)
@@ -306,16 +323,21 @@ impl<'w> State<'w> {
         }
         self.seen.clear();
         self.local_keys.clear();
-        let plan = &self.next_plan;
+        let (plan, hot) = (&self.next_plan, job.replicated);
+        // Replicated keys are here already: they are left out (no node round trip for them).
         for &w in &plan.words {
             if self.seen.insert(w, 0) {
-                self.local_keys.push(job.keys.syn0(w));
-                self.local_keys.push(job.keys.syn1(w));
+                if !hot.syn0(w) {
+                    self.local_keys.push(job.keys.syn0(w));
+                }
+                if !hot.syn1(w) {
+                    self.local_keys.push(job.keys.syn1(w));
+                }
             }
         }
         if refills > 1 && job.localize_negatives {
             for &n in &plan.negatives {
-                if self.seen.insert(n, 0) {
+                if !hot.syn1(n) && self.seen.insert(n, 0) {
                     self.local_keys.push(job.keys.syn1(n));
                 }
             }
@@ -423,6 +445,8 @@ impl<'w> State<'w> {
 /// Sets the initial input vectors this node is home of (each of its workers takes every
 /// `workers_per_node`-th): uniform in ±0.5/dim from a per-word seed, so every mode and cluster
 /// shape starts from the same model. Output vectors start at zero (the store's initial value).
+/// A replicated key is set like any other (the set goes to its hub, once, from the node its
+/// directory names as home); the caller's `sync_replicas` then brings it into every replica.
 fn init_vectors(job: &Job<'_>, w: &Worker) -> anyhow::Result<()> {
     let dim = job.args.dim as usize;
     let home = w.directory();
@@ -516,6 +540,11 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let schedule = my_words * f64::from(a.epochs) + 1.0;
 
     init_vectors(job, w).context("initialising the vectors")?;
+    if job.replicates {
+        // A replicated key's `set` went to its hub; this brings it into every replica.
+        w.sync_replicas()
+            .context("bringing the initial vectors into every replica")?;
+    }
     w.barrier()?;
     // Counters not to report: everything up to here, then every evaluation.
     let mut excluded = if w.id() == 0 {
@@ -561,6 +590,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let mut processed = 0f64;
     let mut epochs = Vec::new();
     let mut counters = ClusterCounters::default();
+    let mut replicas = Vec::new();
     let mut cpu_before = 0.0;
     for epoch in 1..=a.epochs {
         let clock = Stopwatch::start();
@@ -591,13 +621,31 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         job.node_sums.barrier.wait();
         if w.id() == 0 {
             let train = job.node_sums.take();
-            let cluster = sub(node_counters(&job.node.stats()), &excluded);
-            let all: Vec<u64> = train.iter().chain(&cluster).copied().collect();
+            let stats = job.node.stats();
+            let cluster = sub(node_counters(&stats), &excluded);
+            let replicas = replication::node_counters(&job.replicated.keys, &stats);
+            let all: Vec<u64> = train
+                .iter()
+                .chain(&cluster)
+                .chain(&replicas)
+                .copied()
+                .collect();
             job.sums.contribute(w, &all)?;
         }
         let sums = job.sums.barrier_and_read(w)?;
         let seconds = clock.seconds();
-        counters = ClusterCounters::from_sums(&sums[TRAIN_COUNTERS..]);
+        counters = ClusterCounters::from_sums(&sums[TRAIN_COUNTERS..REPLICATION_AT]);
+        replicas = sums[REPLICATION_AT..].to_vec();
+        let fingerprint = replication::fingerprint(&job.replicated.keys);
+        // Every worker sees the same sums, so all of them stop here together.
+        anyhow::ensure!(
+            replicas[0] == u64::from(w.num_nodes()) * fingerprint,
+            "the nodes replicate different keys (fingerprints sum to {}, expected {} × {}): \
+             same corpus, --min-count, --seed and replication options on every node?",
+            replicas[0],
+            w.num_nodes(),
+            fingerprint
+        );
         let cpu_seconds = counters.cpu_seconds - cpu_before;
         cpu_before = counters.cpu_seconds;
 
@@ -609,6 +657,11 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             } else {
                 [0; CLUSTER_COUNTERS]
             };
+            if job.replicates {
+                // Replicas are only eventually consistent: make every update visible first.
+                w.sync_replicas()
+                    .context("syncing the replicas for evaluation")?;
+            }
             w.barrier()?;
             if let Some(ev) = job.evaluator.filter(|_| gid == 0) {
                 metrics =
@@ -651,7 +704,11 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         }
     }
     bar.finish_and_clear();
-    Ok((gid == 0).then_some(Outcome { epochs, counters }))
+    Ok((gid == 0).then_some(Outcome {
+        epochs,
+        counters,
+        replication: replicas,
+    }))
 }
 
 #[cfg(test)]

@@ -1,0 +1,266 @@
+//! The NuPS modes of `kge` (`nups`, `nups-replicate-only`): which keys are replicated on every
+//! node, and the replication figures of the report.
+//!
+//! What is replicated follows NuPS's kge app (`determine_hotspot_keys`): keys ranked by their
+//! number of occurrences in the training triples (an entity counts once per triple it is the
+//! subject or the object of, a relation once per triple), all relations first. NuPS replicates
+//! relations unless the data is clustered by relation; its Wikidata5M runs were not, and its
+//! untuned N = 900 there was the 828 relations plus the 72 most frequent entities. Here every
+//! relation is replicated too (a relation is used by every scored triple of a positive, and
+//! replicas make the initial relation localize unnecessary), and the entities accessed at least
+//! `--replicate-alpha` (default 100) times as often as the mean model key
+//! ([`roam::choose::above_mean`]) or the `--replicate-top N` most frequent entities
+//! ([`roam::choose::top_n`]).
+//!
+//! Why 100: NuPS's untuned heuristic replicates the keys accessed far more often than the
+//! mean; its MF setting (1 M Zipf(1.1) columns, 10 M Zipf(1.1) rows, 1 B distinct cells)
+//! replicated 755 columns. The columns with at least 100× the mean count number about 760 in
+//! that matrix, those with at least 1× about 107,000 (docs/workloads-mf.md, "NuPS modes").
+//!
+//! Uniform negatives are not counted: they add the same expected number of accesses to every
+//! entity. Every node loads the whole graph and computes the same counts, hence the same set;
+//! [`fingerprint`] lets the job check that at start-up.
+
+use anyhow::ensure;
+use roam::{Key, NodeStats};
+use serde_json::json;
+
+use super::data::Graph;
+
+/// NuPS's untuned threshold: replicate keys accessed at least this many times as often as the
+/// mean key.
+pub const NUPS_ALPHA: f64 = 100.0;
+
+/// Options of the NuPS modes (ignored in the other modes).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    /// nups modes: replicate the entities that occur in at least F times as many training
+    /// triples as the mean model key (entities and relations); all relations are replicated.
+    #[arg(long, default_value_t = NUPS_ALPHA)]
+    pub replicate_alpha: f64,
+    /// nups modes: replicate the N most frequent entities instead (plus all relations).
+    #[arg(long, conflicts_with = "replicate_alpha")]
+    pub replicate_top: Option<usize>,
+    /// nups modes: time between background replica syncs, in milliseconds (default: roam's,
+    /// 10 ms).
+    #[arg(long)]
+    pub sync_every_ms: Option<f64>,
+}
+
+impl Options {
+    /// Checks the values.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.replicate_alpha.is_finite() && self.replicate_alpha >= 0.0,
+            "--replicate-alpha must be a finite number >= 0, got {}",
+            self.replicate_alpha
+        );
+        if let Some(ms) = self.sync_every_ms {
+            ensure!(
+                ms.is_finite() && ms > 0.0 && ms <= 3.6e6,
+                "--sync-every-ms must be in (0, 3600000], got {ms}"
+            );
+        }
+        Ok(())
+    }
+
+    /// The sync period to configure, if not roam's default.
+    pub fn sync_every(&self) -> Option<std::time::Duration> {
+        self.sync_every_ms
+            .map(|ms| std::time::Duration::from_secs_f64(ms / 1e3))
+    }
+}
+
+/// The replicated model keys of a job (empty outside the NuPS modes).
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Replicated keys, sorted.
+    pub keys: Vec<Key>,
+    /// Per model key (entities, then relations): whether it is replicated.
+    pub replicated: Vec<bool>,
+    /// Replicated entities.
+    pub entities: usize,
+    /// Replicated relations.
+    pub relations: usize,
+    /// Share of the training accesses of model keys that go to replicated keys: per positive,
+    /// s, o, r and the 2N uniform negatives (the negatives at their expected value).
+    pub access_fraction: f64,
+}
+
+impl Plan {
+    /// No replication: every key is placed by the mode.
+    pub fn none(graph: &Graph) -> Self {
+        Self {
+            replicated: vec![false; model_keys(graph)],
+            ..Self::default()
+        }
+    }
+
+    /// The keys to replicate for `graph` under `opts`, with `neg_ratio` negatives per side.
+    pub fn choose(graph: &Graph, opts: &Options, neg_ratio: usize) -> Self {
+        let ne = u64::from(graph.num_entities);
+        let counts = counts(graph);
+        let indexed = || counts.iter().enumerate().map(|(k, &c)| (k as Key, c));
+        let entities: Vec<Key> = match opts.replicate_top {
+            Some(n) => roam::choose::top_n(indexed().take(ne as usize), n),
+            None => roam::choose::above_mean(indexed(), counts.len() as u64, opts.replicate_alpha)
+                .into_iter()
+                .filter(|&k| k < ne)
+                .collect(),
+        };
+        let mut replicated = vec![false; counts.len()];
+        for &k in &entities {
+            replicated[k as usize] = true;
+        }
+        replicated[ne as usize..].fill(true);
+        let keys: Vec<Key> = (0..counts.len() as Key)
+            .filter(|&k| replicated[k as usize])
+            .collect();
+        let triples = graph.train.len() as f64;
+        let n = neg_ratio as f64;
+        let positive: u64 = keys.iter().map(|&k| counts[k as usize]).sum();
+        let negative = 2.0 * n * triples * entities.len() as f64 / ne.max(1) as f64;
+        let access_fraction = (positive as f64 + negative) / (triples * (3.0 + 2.0 * n)).max(1.0);
+        Self {
+            entities: entities.len(),
+            relations: graph.num_relations as usize,
+            keys,
+            replicated,
+            access_fraction,
+        }
+    }
+
+    /// Whether model key `key` is replicated.
+    pub fn is_replicated(&self, key: Key) -> bool {
+        self.replicated.get(key as usize).copied().unwrap_or(false)
+    }
+}
+
+/// Entities plus relations.
+fn model_keys(graph: &Graph) -> usize {
+    graph.num_entities as usize + graph.num_relations as usize
+}
+
+/// Occurrences of every model key in the training triples (entities, then relations).
+pub fn counts(graph: &Graph) -> Vec<u64> {
+    let ne = graph.num_entities as usize;
+    let mut counts = vec![0u64; model_keys(graph)];
+    for t in &graph.train {
+        counts[t.s as usize] += 1;
+        counts[t.o as usize] += 1;
+        counts[ne + t.r as usize] += 1;
+    }
+    counts
+}
+
+/// A 32-bit digest of a replicated set: the job sums it over the nodes to check that they all
+/// replicate the same keys (small enough that the sum over 256 nodes stays exact).
+pub fn fingerprint(keys: &[Key]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ keys.len() as u64;
+    for &k in keys {
+        h = (h ^ k).wrapping_mul(0x0000_0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    h & 0xffff_ffff
+}
+
+/// Replication counters each node adds to the cluster sums: sync rounds, replica bytes sent,
+/// its staleness median and 99th percentile in µs, and 1 if it measured any staleness (a node
+/// that receives no replica values from other hubs has none).
+pub const COUNTERS: usize = 5;
+
+/// This node's [`COUNTERS`].
+pub fn node_counters(stats: &NodeStats) -> [u64; COUNTERS] {
+    [
+        stats.replica_rounds,
+        stats.replica_bytes_sent,
+        stats.replica_staleness_p50_us.round() as u64,
+        stats.replica_staleness_p99_us.round() as u64,
+        u64::from(stats.replica_keys_received > 0),
+    ]
+}
+
+/// The `replication` object of the report's settings, from the plan and the cluster sums of
+/// [`node_counters`] over `nodes` nodes. Rounds are per node; bytes per round are per node
+/// and round (both directions of the sync: deltas to hubs, values from them); staleness is the
+/// mean over the nodes that measured any of each node's percentile.
+pub fn report(plan: &Plan, opts: &Options, sums: &[u64], nodes: u32) -> serde_json::Value {
+    let nodes = f64::from(nodes.max(1));
+    let (rounds, bytes) = (sums[0], sums[1]);
+    let measured = sums[4].max(1) as f64;
+    json!({
+        "replicated_keys": plan.keys.len(),
+        "replicated_entities": plan.entities,
+        "replicated_relations": plan.relations,
+        "access_fraction": plan.access_fraction,
+        "chooser": if opts.replicate_top.is_some() { "top_n" } else { "above_mean" },
+        "alpha": opts.replicate_top.is_none().then_some(opts.replicate_alpha),
+        "top": opts.replicate_top,
+        "sync_every_ms": opts
+            .sync_every()
+            .unwrap_or(roam::config::DEFAULT_REPLICA_SYNC_EVERY)
+            .as_secs_f64() * 1e3,
+        "rounds_per_node": rounds as f64 / nodes,
+        "bytes_sent": bytes,
+        "bytes_per_round": if rounds == 0 { 0.0 } else { bytes as f64 / rounds as f64 },
+        "staleness_p50_us": sums[2] as f64 / measured,
+        "staleness_p99_us": sums[3] as f64 / measured,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kge::data::Triple;
+
+    fn graph() -> Graph {
+        // Entity 0 is in every triple, entity 1 in two; 6 entities, 2 relations.
+        let t = |s, r, o| Triple::new(s, r, o);
+        Graph {
+            num_entities: 6,
+            num_relations: 2,
+            train: vec![t(0, 0, 1), t(0, 1, 2), t(3, 0, 0), t(0, 0, 4), t(1, 1, 0)],
+            valid: Vec::new(),
+            test: vec![t(5, 0, 0)],
+            name: "test".into(),
+        }
+    }
+
+    fn opts(alpha: f64, top: Option<usize>) -> Options {
+        Options {
+            replicate_alpha: alpha,
+            replicate_top: top,
+            sync_every_ms: None,
+        }
+    }
+
+    #[test]
+    fn relations_always_and_entities_by_frequency() {
+        let g = graph();
+        assert_eq!(counts(&g), [5, 2, 1, 1, 1, 0, 3, 2]);
+        // 15 occurrences over 8 keys: mean 1.875.
+        let p = Plan::choose(&g, &opts(2.0, None), 1);
+        assert_eq!(p.keys, [0, 6, 7], "only entity 0 has >= 3.75");
+        assert_eq!((p.entities, p.relations), (1, 2));
+        // Positives: entity 0 (5) + relations (5) of 15; negatives: 2 per triple, 1/6 of them.
+        let expected = (10.0 + 2.0 * 5.0 / 6.0) / (5.0 * 5.0);
+        assert!((p.access_fraction - expected).abs() < 1e-12);
+        let p = Plan::choose(&g, &opts(1.0, None), 1);
+        assert_eq!(p.keys, [0, 1, 6, 7]);
+        let p = Plan::choose(&g, &opts(1.0, Some(3)), 1);
+        assert_eq!(p.keys, [0, 1, 2, 6, 7], "top 3 entities, ties by key");
+        assert!(p.is_replicated(2) && !p.is_replicated(3) && p.is_replicated(7));
+        assert!(!Plan::none(&g).is_replicated(7));
+        let p = Plan::choose(&g, &opts(1e9, None), 1);
+        assert_eq!(p.keys, [6, 7], "relations even when no entity qualifies");
+    }
+
+    #[test]
+    fn fingerprints_tell_sets_apart_and_fit_32_bits() {
+        let a = fingerprint(&[1, 2, 3]);
+        assert_eq!(a, fingerprint(&[1, 2, 3]));
+        assert_ne!(a, fingerprint(&[1, 2, 4]));
+        assert_ne!(a, fingerprint(&[1, 2]));
+        assert!(a < 1 << 32);
+    }
+}

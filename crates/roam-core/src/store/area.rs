@@ -224,16 +224,6 @@ impl<'a> UniformView<'a> {
         (chunk.load(Ordering::Relaxed), within * self.stride)
     }
 
-    /// The record at `slot`.
-    ///
-    /// # Safety
-    /// As for [`Area::record`].
-    #[inline(always)]
-    pub(super) unsafe fn record(self, slot: u32) -> &'a [AtomicU32] {
-        // SAFETY: as for `Area::record`.
-        unsafe { self.prefix(slot, self.stride) }
-    }
-
     /// The first `len` values of the record at `slot` (no bounds check on the hot path).
     ///
     /// # Safety

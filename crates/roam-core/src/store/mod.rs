@@ -8,19 +8,21 @@
 //!  bit 63     LATCH     held while one thread reads or writes the key's record (or moves it)
 //!  bit 62     LOCAL     this node owns the key: its record is in the value area
 //!  bit 61     TRANSIT   the key is on its way here; operations must queue in the protocol
-//!  bit 60     REPLICA   this node holds a replica: value and pending delta in the replica area
+//!  bit 60     REPLICA   this node holds a replica: value and synced base in the replica area
 //!  bits 36-59 VERSION   bumped by every latch release: optimistic reads validate against it
-//!  bit 35     DIRTY     a replica's pending delta may be non-zero (set by pushes, cleared by
-//!                       `take_delta`), so that sync rounds skip untouched replicas unlatched
+//!  bit 35     DIRTY     a push reached the replica since its delta was last taken (set by
+//!                       pushes, cleared by `take_delta`): sync rounds skip the others unlatched
 //!  bits 32-34 CLOCK     an access clock for eviction policies (kept across latching)
 //!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
 //! ```
 //!
 //! A record is the key's visible values followed by its hidden state (`RecordLayout`): pulls copy
 //! the visible part, pushes combine into it, relocation moves the whole record. A replica's
-//! record is its value followed by its *delta*, the sum of the pushes applied to this replica
-//! since the protocol last took it (to send to the other replicas): a push to a replica adds into
-//! both, so replicated keys are read and written on the fast path too.
+//! record is its value followed by its *synced base*, the value as of the last synchronisation:
+//! a push to a replica adds into the value only (exactly as into an owned record), and the
+//! pending *delta* — this node's pushes not yet sent to the other replicas — is `value − base`,
+//! computed when the protocol takes it (`take_delta`, once per sync round, instead of once per
+//! push). As in NuPS, the delta then carries the rounding of the additions into the value.
 //!
 //! Invariants:
 //! - A record is only written by the thread holding its key's latch, and only while LOCAL or
@@ -257,7 +259,7 @@ impl Store {
         latched_as(state, accept, |s| {
             // SAFETY: latched and held.
             let record = unsafe { self.record(key, s) };
-            apply_to_record(record, s, update, mode, self.plain());
+            apply_to_record(record, update, mode, self.plain());
             dirtied(s)
         })
     }
@@ -374,9 +376,10 @@ impl Store {
                         }
                         s
                     } else {
-                        // SAFETY: latched and a replica: the slot is in the replica area.
-                        let record = unsafe { replicas.record(slot) };
-                        add_to_replica_record(record, vals, plain);
+                        // SAFETY: latched and a replica: the slot is in the replica area, and
+                        // replica records start with the `len` values of the replica.
+                        let value = unsafe { replicas.prefix(slot, len) };
+                        add_values::<L>(value, vals, plain);
                         s | DIRTY
                     }
                 })
@@ -514,9 +517,9 @@ impl Store {
     pub fn insert_replica(&self, key: Key, value: &[f32]) -> bool {
         assert_eq!(value.len(), self.space.len(key), "replica of key {key}");
         self.insert_held(key, REPLICA, |record| {
-            let (stored, delta) = record.split_at(value.len());
+            let (stored, base) = record.split_at(value.len());
             store_values(stored, value, self.plain());
-            delta.iter().for_each(|d| d.store(0, Ordering::Relaxed));
+            store_values(base, value, self.plain());
         })
     }
 
@@ -548,7 +551,7 @@ impl Store {
     }
 
     /// Protocol only: drops this node's replica of `key`, appending its value and then its
-    /// pending delta to `out`. Returns false if there was no replica here.
+    /// synced base to `out`. Returns false if there was no replica here.
     pub fn remove_replica(&self, key: Key, out: &mut Vec<f32>) -> bool {
         self.remove_held(key, REPLICA, out)
     }
@@ -591,11 +594,13 @@ impl Store {
         latched_as(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
-            for d in &record[record.len() / 2..] {
-                // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the
-                // latch (and that optimistic readers never read: they read the value part).
-                out.push(f32::from_bits(unsafe { d.as_ptr().read() }));
-                d.store(0, Ordering::Relaxed);
+            let (value, base) = record.split_at(record.len() / 2);
+            for (v, b) in value.iter().zip(base) {
+                // SAFETY: valid, aligned `u32`s that no other thread writes while we hold the
+                // latch (optimistic readers only read).
+                let (v, old) = unsafe { (v.as_ptr().read(), b.as_ptr().read()) };
+                out.push(f32::from_bits(v) - f32::from_bits(old));
+                b.store(v, Ordering::Relaxed);
             }
             s & !DIRTY
         })
@@ -610,7 +615,9 @@ impl Store {
         latched(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
-            add_values::<0>(&record[..delta.len()], delta, self.plain());
+            let (value, base) = record.split_at(record.len() / 2);
+            add_values::<0>(value, delta, self.plain());
+            add_values::<0>(base, delta, self.plain());
         })
     }
 
@@ -624,15 +631,14 @@ impl Store {
         latched(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
-            let len = base.len();
-            let plain = self.plain();
-            let mut value: Vec<f32> = base.to_vec();
-            for (v, d) in value.iter_mut().zip(&record[len..2 * len]) {
-                // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the
-                // latch.
-                *v += f32::from_bits(unsafe { d.as_ptr().read() });
+            let (value, old) = record.split_at(record.len() / 2);
+            for ((v, o), &b) in value.iter().zip(old).zip(base) {
+                // SAFETY: valid, aligned `u32`s that no other thread writes while we hold the
+                // latch (optimistic readers only read).
+                let pending = unsafe { f32::from_bits(v.as_ptr().read()) - f32::from_bits(o.as_ptr().read()) };
+                v.store((b + pending).to_bits(), Ordering::Relaxed);
+                o.store(b.to_bits(), Ordering::Relaxed);
             }
-            store_values(&record[..len], &value, plain);
         })
     }
 
@@ -849,27 +855,13 @@ fn add_values<const L: usize>(values: &[AtomicU32], update: &[f32], plain: bool)
     }
 }
 
-/// Adds `update` into a replica's value and pending delta (out of the owned keys' path).
-#[cold]
-#[inline(never)]
-fn add_to_replica_record(record: &[AtomicU32], update: &[f32], plain: bool) {
-    let len = update.len();
-    add_values::<0>(&record[..len], update, plain);
-    add_values::<0>(&record[len..2 * len], update, plain);
-}
-
-/// Combines `update` into a held record whose word is `s`: the visible values, and for a
-/// replica (whose record is value then delta) the pending delta too.
+/// Combines `update` into the visible values of a held record (owned, or a replica's value).
 #[inline(always)]
-fn apply_to_record(record: &[AtomicU32], s: u64, update: &[f32], mode: UpdateMode, plain: bool) {
-    let len = update.len();
-    let combine = |values: &[AtomicU32]| match mode {
+fn apply_to_record(record: &[AtomicU32], update: &[f32], mode: UpdateMode, plain: bool) {
+    let values = &record[..update.len()];
+    match mode {
         UpdateMode::Add => add_values::<0>(values, update, plain),
         UpdateMode::Set => store_values(values, update, plain),
-    };
-    combine(&record[..len]);
-    if s & REPLICA != 0 {
-        combine(&record[len..2 * len]);
     }
 }
 
@@ -1092,7 +1084,7 @@ mod tests {
         assert_eq!(batch, [13.0, 14.0]);
         let mut removed = Vec::new();
         assert!(store.remove_replica(3, &mut removed));
-        assert_eq!(removed, [13.0, 14.0, 0.0, 0.0]);
+        assert_eq!(removed, [13.0, 14.0, 13.0, 14.0], "value, then the synced base");
         assert!(!store.has_replica(3));
         assert!(!store.pull_local(3, &mut out));
     }

@@ -285,7 +285,7 @@ impl Node {
     pub fn new(cfg: NodeConfig) -> Self {
         let dir = Directory::new(cfg.space.num_keys(), cfg.num_nodes, cfg.partitioning);
         let store = Arc::new(Store::new(cfg.space.clone()));
-        let replicas = Replicas::new(cfg.replication.as_ref());
+        let replicas = Replicas::new(cfg.replication.as_ref(), cfg.id, &dir, &cfg.space);
         if !cfg.space.is_sparse() {
             let mut zeros = Vec::new();
             for key in dir.keys_of(cfg.id) {

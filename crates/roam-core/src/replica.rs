@@ -31,22 +31,27 @@
 //!   its hub, overwrites the primary, and reaches the setter before its completion; pushes not
 //!   yet applied at the hub when the set lands there are added on top of it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use hdrhistogram::Histogram;
 
+use crate::directory::{Directory, mix64};
 use crate::error::OpError;
 use crate::id::{Key, NodeId, ReqId, WorkerId};
+use crate::keyspace::KeySpace;
 use crate::node::{Node, OpKind, Time};
 use crate::stats::add;
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
 
+/// Replicated keys scanned per timer call, so that a round never holds the node for long.
+const SCAN_CHUNK: usize = 4096;
+
 /// Mixed into keys before hashing them to hubs, so that hubs are independent of hash homes.
 const HUB_SALT: u64 = 0x6e75_7073_6875_6273;
 
-/// Replicated keys scanned per timer call, so that a round never holds the node for long.
-const SCAN_CHUNK: usize = 4096;
+/// Marks a position this node is not the hub of.
+const NOT_HUB: usize = usize::MAX;
 
 /// Which keys are replicated and how often replicas synchronise.
 #[derive(Clone, Debug)]
@@ -58,6 +63,29 @@ pub struct Replication {
     pub sync_every_ns: u64,
 }
 
+/// Deltas of one round for one hub: sent, or being gathered by a scan. Positions are
+/// increasing (scans go in key order), so a key's delta is found by binary search.
+#[derive(Debug)]
+struct Deltas {
+    round: u64,
+    hub: NodeId,
+    positions: Vec<u32>,
+    /// Where each position's delta starts in `values`.
+    starts: Vec<u32>,
+    values: Vec<f32>,
+}
+
+impl Deltas {
+    fn delta(&self, pos: u32) -> Option<&[f32]> {
+        let i = self.positions.binary_search(&pos).ok()?;
+        let end = self
+            .starts
+            .get(i + 1)
+            .map_or(self.values.len(), |&e| e as usize);
+        Some(&self.values[self.starts[i] as usize..end])
+    }
+}
+
 /// A round's scan in progress.
 #[derive(Debug)]
 struct Scan {
@@ -65,14 +93,16 @@ struct Scan {
     /// When this round's deltas started accumulating (the previous round's start): the oldest a
     /// push in them can be.
     since: Time,
-    out: BTreeMap<NodeId, (Vec<Key>, Vec<f32>)>,
+    out: BTreeMap<NodeId, Deltas>,
 }
 
-/// Replication state of one node (empty when nothing is replicated).
+/// Replication state of one node (empty when nothing is replicated). Keys are addressed by
+/// their *position* in the sorted replicated set.
 #[derive(Debug)]
 pub(crate) struct Replicas {
     keys: Vec<Key>,
-    set: HashSet<Key>,
+    index: HashMap<Key, u32>,
+    hub_of: Vec<NodeId>,
     sync_every: u64,
     /// Number of the round being built (rounds start at 1; 0 acknowledges nothing).
     round: u64,
@@ -80,17 +110,22 @@ pub(crate) struct Replicas {
     /// Start of the last round (the origin of the next round's deltas).
     last_round_at: Time,
     scan: Option<Scan>,
-    /// Deltas sent to their hub and not yet acknowledged, oldest first, with their round.
-    in_flight: HashMap<Key, VecDeque<(u64, Vec<f32>)>>,
-    /// Hub: primary values of the keys this node is the hub of (absent: all zeros).
-    primary: HashMap<Key, Vec<f32>>,
+    /// Deltas sent to their hubs and not yet acknowledged, oldest first.
+    in_flight: VecDeque<Deltas>,
+    /// Hub: where each position's primary starts in `primary` (`NOT_HUB` elsewhere).
+    primary_at: Vec<usize>,
+    /// Hub: the primaries of the keys this node is the hub of, concatenated.
+    primary: Vec<f32>,
     /// Hub: the last round of each node applied here.
     applied: BTreeMap<NodeId, u64>,
-    /// Hub: keys whose primary changed since the last broadcast, and the oldest origin among
-    /// the changes.
-    dirty: BTreeSet<Key>,
+    /// Hub: positions whose primary changed since the last broadcast (each once), and the
+    /// oldest origin among the changes.
+    dirty: Vec<u32>,
+    is_dirty: Vec<bool>,
     dirty_since: Option<Time>,
     sync: SyncState,
+    /// Reused buffers (no allocation per key on the sync path).
+    scratch: Vec<f32>,
     /// Age of remote updates when they land here (ns): now minus the oldest origin they carry.
     pub(crate) staleness: Histogram<u64>,
 }
@@ -108,28 +143,56 @@ struct SyncState {
     done_from: BTreeSet<NodeId>,
 }
 
+/// The node that keeps `key`'s primary: a member picked by a hash of the key.
+fn hub_of(dir: &Directory, key: Key) -> NodeId {
+    let members = dir.members();
+    members[(mix64(key ^ HUB_SALT) % members.len() as u64) as usize]
+}
+
 impl Replicas {
-    pub(crate) fn new(replication: Option<&Replication>) -> Self {
+    pub(crate) fn new(
+        replication: Option<&Replication>,
+        me: NodeId,
+        dir: &Directory,
+        space: &KeySpace,
+    ) -> Self {
         let (mut keys, sync_every) = match replication {
             Some(r) => (r.keys.clone(), r.sync_every_ns.max(1)),
             None => (Vec::new(), u64::MAX),
         };
         keys.sort_unstable();
         keys.dedup();
+        let hubs: Vec<NodeId> = keys.iter().map(|&k| hub_of(dir, k)).collect();
+        let mut primary_at = vec![NOT_HUB; keys.len()];
+        let mut total = 0;
+        for (pos, (&key, &hub)) in keys.iter().zip(&hubs).enumerate() {
+            if hub == me {
+                primary_at[pos] = total;
+                total += space.len(key);
+            }
+        }
         Self {
-            set: keys.iter().copied().collect(),
+            index: keys
+                .iter()
+                .enumerate()
+                .map(|(pos, &k)| (k, pos as u32))
+                .collect(),
+            hub_of: hubs,
+            is_dirty: vec![false; keys.len()],
             keys,
             sync_every,
             round: 1,
             next_round_at: Time(0),
             last_round_at: Time(0),
             scan: None,
-            in_flight: HashMap::new(),
-            primary: HashMap::new(),
+            in_flight: VecDeque::new(),
+            primary_at,
+            primary: vec![0.0; total],
             applied: BTreeMap::new(),
-            dirty: BTreeSet::new(),
+            dirty: Vec::new(),
             dirty_since: None,
             sync: SyncState::default(),
+            scratch: Vec::new(),
             staleness: Histogram::new(3).expect("3 significant figures is valid"),
         }
     }
@@ -141,20 +204,36 @@ impl Replicas {
 
     #[inline]
     pub(crate) fn contains(&self, key: Key) -> bool {
-        !self.set.is_empty() && self.set.contains(&key)
+        !self.index.is_empty() && self.index.contains_key(&key)
     }
 
     /// Rounds completed here.
     pub(crate) fn rounds(&self) -> u64 {
         self.round - 1
     }
+
+    /// The primary of position `pos` (this node is its hub).
+    fn primary_mut(&mut self, pos: u32, len: usize) -> &mut [f32] {
+        let at = self.primary_at[pos as usize];
+        debug_assert_ne!(at, NOT_HUB);
+        &mut self.primary[at..at + len]
+    }
+
+    fn mark_dirty(&mut self, pos: u32, since: Time) {
+        if !std::mem::replace(&mut self.is_dirty[pos as usize], true) {
+            self.dirty.push(pos);
+        }
+        self.dirty_since = Some(self.dirty_since.map_or(since, |t| t.min(since)));
+    }
 }
 
 impl Node {
     /// The node that keeps `key`'s primary: spread over the members by a hash of the key.
     pub(crate) fn hub(&self, key: Key) -> NodeId {
-        let members = self.dir.members();
-        members[(crate::directory::mix64(key ^ HUB_SALT) % members.len() as u64) as usize]
+        match self.replicas.index.get(&key) {
+            Some(&pos) => self.replicas.hub_of[pos as usize],
+            None => hub_of(&self.dir, key),
+        }
     }
 
     /// Whether `key` is replicated on every node.
@@ -227,61 +306,63 @@ impl Node {
             .cursor
             .saturating_add(max)
             .min(self.replicas.keys.len());
-        let mut delta = Vec::new();
-        for i in scan.cursor..end {
-            let key = self.replicas.keys[i];
+        let mut delta = std::mem::take(&mut self.replicas.scratch);
+        for pos in scan.cursor..end {
+            let key = self.replicas.keys[pos];
             delta.clear();
             if !self.store.take_delta(key, &mut delta) || delta.iter().all(|&d| d == 0.0) {
                 continue;
             }
-            let hub = self.hub(key);
+            let hub = self.replicas.hub_of[pos];
+            let pos = pos as u32;
             if hub == me {
-                self.add_to_primary(key, &delta, scan.since);
+                let primary = self.replicas.primary_mut(pos, delta.len());
+                primary.iter_mut().zip(&delta).for_each(|(p, d)| *p += d);
+                self.replicas.mark_dirty(pos, scan.since);
             } else {
-                let (keys, values) = scan.out.entry(hub).or_default();
-                keys.push(key);
-                values.extend_from_slice(&delta);
-                self.replicas
-                    .in_flight
-                    .entry(key)
-                    .or_default()
-                    .push_back((round, delta.clone()));
+                let out = scan.out.entry(hub).or_insert_with(|| Deltas {
+                    round,
+                    hub,
+                    positions: Vec::new(),
+                    starts: Vec::new(),
+                    values: Vec::new(),
+                });
+                out.positions.push(pos);
+                out.starts.push(out.values.len() as u32);
+                out.values.extend_from_slice(&delta);
             }
         }
+        self.replicas.scratch = delta;
         scan.cursor = end;
         if end < self.replicas.keys.len() {
             self.replicas.scan = Some(scan);
             return;
         }
-        for (hub, (keys, values)) in std::mem::take(&mut scan.out) {
+        for (hub, deltas) in std::mem::take(&mut scan.out) {
             if self.lost.contains(&hub) {
                 continue;
             }
+            let keys: Vec<Key> = deltas
+                .positions
+                .iter()
+                .map(|&p| self.replicas.keys[p as usize])
+                .collect();
             add(&self.counters.replica_keys_sent, keys.len() as u64);
-            let frame = replica_frame(Kind::ReplicaDeltas, me, round, scan.since.0, &keys, &values);
+            let frame = replica_frame(
+                Kind::ReplicaDeltas,
+                me,
+                round,
+                scan.since.0,
+                &keys,
+                &deltas.values,
+            );
             add(&self.counters.replica_bytes_sent, frame.wire_len() as u64);
             self.send(hub, frame);
+            self.replicas.in_flight.push_back(deltas);
         }
         self.replicas.round += 1;
         add(&self.counters.replica_rounds, 1);
         self.broadcast_primaries();
-    }
-
-    fn add_to_primary(&mut self, key: Key, delta: &[f32], since: Time) {
-        let len = self.cfg.space.len(key);
-        let primary = self
-            .replicas
-            .primary
-            .entry(key)
-            .or_insert_with(|| vec![0.0; len]);
-        primary.iter_mut().zip(delta).for_each(|(p, d)| *p += d);
-        self.mark_dirty(key, since);
-    }
-
-    fn mark_dirty(&mut self, key: Key, since: Time) {
-        let r = &mut self.replicas;
-        r.dirty.insert(key);
-        r.dirty_since = Some(r.dirty_since.map_or(since, |t| t.min(since)));
     }
 
     /// Hub: sends the primaries changed since the last broadcast to every other node, and
@@ -290,14 +371,19 @@ impl Node {
         if self.replicas.dirty.is_empty() {
             return;
         }
-        let keys: Vec<Key> = std::mem::take(&mut self.replicas.dirty)
-            .into_iter()
-            .collect();
+        let mut positions = std::mem::take(&mut self.replicas.dirty);
+        positions.sort_unstable();
         let since = self.replicas.dirty_since.take().unwrap_or(self.clock);
-        let values = self.primaries(&keys);
-        for &key in &keys {
-            let primary = &self.replicas.primary[&key];
+        let mut keys = Vec::with_capacity(positions.len());
+        let mut values = Vec::new();
+        for &pos in &positions {
+            self.replicas.is_dirty[pos as usize] = false;
+            let key = self.replicas.keys[pos as usize];
+            let len = self.cfg.space.len(key);
+            let primary = self.replicas.primary_mut(pos, len);
             self.store.rebase_replica(key, primary);
+            values.extend_from_slice(primary);
+            keys.push(key);
         }
         let me = self.cfg.id;
         let others: Vec<NodeId> = self
@@ -313,40 +399,36 @@ impl Node {
             add(&self.counters.replica_bytes_sent, frame.wire_len() as u64);
             self.send(node, frame);
         }
+        positions.clear();
+        self.replicas.dirty = positions;
     }
 
-    /// The primaries of `keys` (zeros where none was kept), concatenated.
-    fn primaries(&self, keys: &[Key]) -> Vec<f32> {
-        let mut values = Vec::new();
-        for &key in keys {
-            match self.replicas.primary.get(&key) {
-                Some(p) => values.extend_from_slice(p),
-                None => values.resize(values.len() + self.cfg.space.len(key), 0.0),
-            }
-        }
-        values
-    }
-
-    /// Checks that every key is replicated, hubbed at `hub`, and that the values fit.
+    /// The positions of `keys` if every one is replicated with hub `hub` and the values fit
+    /// their lengths; else warns and returns `None`.
     fn check_replica_frame(
         &mut self,
         from: NodeId,
         hub: NodeId,
         keys: &[Key],
         values: &[f32],
-    ) -> bool {
+    ) -> Option<Vec<u32>> {
+        let mut positions = Vec::with_capacity(keys.len());
         let mut total = 0usize;
         for &key in keys {
-            if !self.cfg.space.contains(key) || !self.replicas.contains(key) || self.hub(key) != hub
-            {
-                self.warn(Warning::Replica {
-                    from,
-                    key,
-                    what: "not a replicated key of that hub",
-                });
-                return false;
+            match self.replicas.index.get(&key) {
+                Some(&pos) if self.replicas.hub_of[pos as usize] == hub => {
+                    positions.push(pos);
+                    total += self.cfg.space.len(key);
+                }
+                _ => {
+                    self.warn(Warning::Replica {
+                        from,
+                        key,
+                        what: "not a replicated key of that hub",
+                    });
+                    return None;
+                }
             }
-            total += self.cfg.space.len(key);
         }
         if total != values.len() {
             self.warn(Warning::Replica {
@@ -354,9 +436,9 @@ impl Node {
                 key: keys.first().copied().unwrap_or(0),
                 what: "values do not match the keys' lengths",
             });
-            return false;
+            return None;
         }
-        true
+        Some(positions)
     }
 
     /// Hub: a node's deltas of round `round`.
@@ -368,13 +450,18 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        if !self.check_replica_frame(from, self.cfg.id, keys, values) {
+        let Some(positions) = self.check_replica_frame(from, self.cfg.id, keys, values) else {
             return;
-        }
+        };
         let mut at = 0;
-        for &key in keys {
+        for (&key, &pos) in keys.iter().zip(&positions) {
             let len = self.cfg.space.len(key);
-            self.add_to_primary(key, &values[at..at + len], since);
+            let primary = self.replicas.primary_mut(pos, len);
+            primary
+                .iter_mut()
+                .zip(&values[at..at + len])
+                .for_each(|(p, d)| *p += d);
+            self.replicas.mark_dirty(pos, since);
             at += len;
         }
         let applied = self.replicas.applied.entry(from).or_insert(0);
@@ -391,29 +478,26 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        if !self.check_replica_frame(from, from, keys, values) {
+        let Some(positions) = self.check_replica_frame(from, from, keys, values) else {
             return;
-        }
+        };
+        let r = &mut self.replicas;
+        r.in_flight.retain(|d| d.hub != from || d.round > ack);
+        let mut base = std::mem::take(&mut r.scratch);
         let mut at = 0;
-        let mut base = Vec::new();
-        for &key in keys {
+        for (&key, &pos) in keys.iter().zip(&positions) {
             let len = self.cfg.space.len(key);
             base.clear();
             base.extend_from_slice(&values[at..at + len]);
             at += len;
-            if let Some(flight) = self.replicas.in_flight.get_mut(&key) {
-                while flight.front().is_some_and(|&(round, _)| round <= ack) {
-                    flight.pop_front();
-                }
-                for (_, delta) in flight.iter() {
+            for sent in self.replicas.in_flight.iter().filter(|d| d.hub == from) {
+                if let Some(delta) = sent.delta(pos) {
                     base.iter_mut().zip(delta).for_each(|(b, d)| *b += d);
-                }
-                if flight.is_empty() {
-                    self.replicas.in_flight.remove(&key);
                 }
             }
             self.store.rebase_replica(key, &base);
         }
+        self.replicas.scratch = base;
         add(&self.counters.replica_keys_received, keys.len() as u64);
         let age = now.0.saturating_sub(since.0);
         let _ = self.replicas.staleness.record(age.max(1));
@@ -526,11 +610,12 @@ impl Node {
         let now = self.clock;
         for &key in keys {
             let len = self.cfg.space.len(key);
-            let value = values[at..at + len].to_vec();
+            let pos = self.replicas.index[&key];
+            let value = &values[at..at + len];
             at += len;
-            self.store.rebase_replica(key, &value);
-            self.replicas.primary.insert(key, value);
-            self.mark_dirty(key, now);
+            self.store.rebase_replica(key, value);
+            self.replicas.primary_mut(pos, len).copy_from_slice(value);
+            self.replicas.mark_dirty(pos, now);
         }
         if origin != self.cfg.id {
             let ack = self.replicas.applied.get(&origin).copied().unwrap_or(0);

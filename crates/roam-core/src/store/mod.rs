@@ -635,7 +635,9 @@ impl Store {
             for ((v, o), &b) in value.iter().zip(old).zip(base) {
                 // SAFETY: valid, aligned `u32`s that no other thread writes while we hold the
                 // latch (optimistic readers only read).
-                let pending = unsafe { f32::from_bits(v.as_ptr().read()) - f32::from_bits(o.as_ptr().read()) };
+                let pending = unsafe {
+                    f32::from_bits(v.as_ptr().read()) - f32::from_bits(o.as_ptr().read())
+                };
                 v.store((b + pending).to_bits(), Ordering::Relaxed);
                 o.store(b.to_bits(), Ordering::Relaxed);
             }
@@ -1084,7 +1086,11 @@ mod tests {
         assert_eq!(batch, [13.0, 14.0]);
         let mut removed = Vec::new();
         assert!(store.remove_replica(3, &mut removed));
-        assert_eq!(removed, [13.0, 14.0, 13.0, 14.0], "value, then the synced base");
+        assert_eq!(
+            removed,
+            [13.0, 14.0, 13.0, 14.0],
+            "value, then the synced base"
+        );
         assert!(!store.has_replica(3));
         assert!(!store.pull_local(3, &mut out));
     }

@@ -401,9 +401,21 @@ pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
                             &m.nodes[..]
                         };
                         for &nodes in node_counts {
-                            if nodes == 1 && profile != Profile::Loopback {
+                            // One node uses no link: it runs on loopback only, once (at the
+                            // first profile's turn when loopback is not among the profiles, so
+                            // that the baseline is always there).
+                            let first = profile == profiles[0];
+                            if nodes == 1
+                                && profile != Profile::Loopback
+                                && !(first && !profiles.contains(&Profile::Loopback))
+                            {
                                 continue;
                             }
+                            let profile = if nodes == 1 {
+                                Profile::Loopback
+                            } else {
+                                profile
+                            };
                             out.runs.push(RunSpec {
                                 app,
                                 mode,
@@ -478,6 +490,26 @@ mod tests {
         let singles = p.runs.iter().filter(|r| r.mode == Mode::Single).count();
         assert_eq!(singles, 2 * 2, "one per app and rep");
         assert!(p.runs.iter().all(|r| r.mode == Mode::Single || r.nodes > 1));
+    }
+
+    #[test]
+    fn single_runs_on_loopback_even_when_only_emulated_profiles_are_asked() {
+        let p = plan(
+            &Matrix {
+                nodes: vec![2],
+                profiles: vec![Profile::TenGbe, Profile::OneGbe],
+                ..matrix()
+            },
+            true,
+        );
+        let singles: Vec<_> = p.runs.iter().filter(|r| r.mode == Mode::Single).collect();
+        assert_eq!(singles.len(), 2 * 2, "once per app and rep, not per profile");
+        assert!(singles.iter().all(|r| r.profile == Profile::Loopback));
+        assert!(
+            p.runs
+                .iter()
+                .all(|r| r.mode == Mode::Single || r.profile != Profile::Loopback)
+        );
     }
 
     #[test]

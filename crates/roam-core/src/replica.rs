@@ -50,6 +50,10 @@ const SCAN_CHUNK: usize = 4096;
 /// Mixed into keys before hashing them to hubs, so that hubs are independent of hash homes.
 const HUB_SALT: u64 = 0x6e75_7073_6875_6273;
 
+/// The origin time of a `ReplicaValues` frame that answers a `set` (it carries the setter's
+/// own value, not other nodes' updates, so it is no staleness sample).
+const NO_ORIGIN: u64 = u64::MAX;
+
 /// Marks a position this node is not the hub of.
 const NOT_HUB: usize = usize::MAX;
 
@@ -499,8 +503,11 @@ impl Node {
         }
         self.replicas.scratch = base;
         add(&self.counters.replica_keys_received, keys.len() as u64);
-        let age = now.0.saturating_sub(since.0);
-        let _ = self.replicas.staleness.record(age.max(1));
+        if since.0 != NO_ORIGIN {
+            // One sample per key: the age of the oldest update the frame may carry.
+            let age = now.0.saturating_sub(since.0).max(1);
+            let _ = self.replicas.staleness.record_n(age, keys.len() as u64);
+        }
     }
 
     /// Registers `worker`'s arrival at the next `sync_replicas`: once every worker of every
@@ -620,7 +627,7 @@ impl Node {
         if origin != self.cfg.id {
             let ack = self.replicas.applied.get(&origin).copied().unwrap_or(0);
             let me = self.cfg.id;
-            let frame = replica_frame(Kind::ReplicaValues, me, ack, now.0, keys, values);
+            let frame = replica_frame(Kind::ReplicaValues, me, ack, NO_ORIGIN, keys, values);
             self.send(origin, frame);
         }
     }

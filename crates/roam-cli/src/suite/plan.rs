@@ -503,7 +503,11 @@ mod tests {
             true,
         );
         let singles: Vec<_> = p.runs.iter().filter(|r| r.mode == Mode::Single).collect();
-        assert_eq!(singles.len(), 2 * 2, "once per app and rep, not per profile");
+        assert_eq!(
+            singles.len(),
+            2 * 2,
+            "once per app and rep, not per profile"
+        );
         assert!(singles.iter().all(|r| r.profile == Profile::Loopback));
         assert!(
             p.runs

@@ -65,6 +65,9 @@ pub struct Replication {
     /// Time between the starts of two sync rounds, in nanoseconds (at least 1; `u64::MAX`:
     /// no background rounds after the first, replicas change only at `sync_replicas`).
     pub sync_every_ns: u64,
+    /// Background rounds leave a replica's delta pending while its L2 norm is below this
+    /// (0: send every non-zero delta). `sync_replicas` sends every delta regardless.
+    pub min_delta_norm: f32,
 }
 
 /// Deltas of one round for one hub: sent, or being gathered by a scan. Positions are
@@ -97,6 +100,8 @@ struct Scan {
     /// When this round's deltas started accumulating (the previous round's start): the oldest a
     /// push in them can be.
     since: Time,
+    /// Deltas below this L2 norm stay pending (0 in a `sync_replicas` flush).
+    min_norm: f32,
     out: BTreeMap<NodeId, Deltas>,
 }
 
@@ -114,6 +119,7 @@ pub(crate) struct Replicas {
     /// Start of the last round (the origin of the next round's deltas).
     last_round_at: Time,
     scan: Option<Scan>,
+    min_delta_norm: f32,
     /// Deltas sent to their hubs and not yet acknowledged, oldest first.
     in_flight: VecDeque<Deltas>,
     /// Hub: where each position's primary starts in `primary` (`NOT_HUB` elsewhere).
@@ -160,9 +166,13 @@ impl Replicas {
         dir: &Directory,
         space: &KeySpace,
     ) -> Self {
-        let (mut keys, sync_every) = match replication {
-            Some(r) => (r.keys.clone(), r.sync_every_ns.max(1)),
-            None => (Vec::new(), u64::MAX),
+        let (mut keys, sync_every, min_delta_norm) = match replication {
+            Some(r) => (
+                r.keys.clone(),
+                r.sync_every_ns.max(1),
+                r.min_delta_norm.max(0.0),
+            ),
+            None => (Vec::new(), u64::MAX, 0.0),
         };
         keys.sort_unstable();
         keys.dedup();
@@ -189,6 +199,7 @@ impl Replicas {
             next_round_at: Time(0),
             last_round_at: Time(0),
             scan: None,
+            min_delta_norm,
             in_flight: VecDeque::new(),
             primary_at,
             primary: vec![0.0; total],
@@ -283,16 +294,18 @@ impl Node {
             if now < self.replicas.next_round_at {
                 return;
             }
-            self.start_round(now);
+            let min_norm = self.replicas.min_delta_norm;
+            self.start_round(now, min_norm);
         }
         self.scan_chunk(SCAN_CHUNK);
     }
 
-    fn start_round(&mut self, now: Time) {
+    fn start_round(&mut self, now: Time, min_norm: f32) {
         let r = &mut self.replicas;
         r.scan = Some(Scan {
             cursor: 0,
             since: r.last_round_at,
+            min_norm,
             out: BTreeMap::new(),
         });
         r.last_round_at = now;
@@ -314,7 +327,9 @@ impl Node {
         for pos in scan.cursor..end {
             let key = self.replicas.keys[pos];
             delta.clear();
-            if !self.store.take_delta(key, &mut delta) || delta.iter().all(|&d| d == 0.0) {
+            if !self.store.take_delta_above(key, &mut delta, scan.min_norm)
+                || delta.iter().all(|&d| d == 0.0)
+            {
                 continue;
             }
             let hub = self.replicas.hub_of[pos];
@@ -547,7 +562,7 @@ impl Node {
         }
         if !self.replicas.keys.is_empty() {
             let now = self.clock;
-            self.start_round(now);
+            self.start_round(now, 0.0);
             self.scan_chunk(usize::MAX);
         }
         let generation = self.replicas.sync.generation;

@@ -213,6 +213,7 @@ impl PyNode {
         rendezvous_timeout = 60.0,
         replicated_keys = None,
         replica_sync_every = 0.01,
+        replica_min_delta_norm = 0.0,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -234,6 +235,7 @@ impl PyNode {
         rendezvous_timeout: f64,
         replicated_keys: Option<Vec<u64>>,
         replica_sync_every: f64,
+        replica_min_delta_norm: f32,
     ) -> PyResult<Self> {
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
@@ -274,6 +276,7 @@ impl PyNode {
         cfg.rendezvous_timeout = seconds("rendezvous_timeout", rendezvous_timeout)?;
         cfg.replicated_keys = replicated_keys.unwrap_or_default();
         cfg.replica_sync_every = seconds("replica_sync_every", replica_sync_every)?;
+        cfg.replica_min_delta_norm = replica_min_delta_norm;
         let allocation = cfg.allocation.name();
         let handle = py
             .detach(|| NodeHandle::start(cfg))

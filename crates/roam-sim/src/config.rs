@@ -125,7 +125,18 @@ impl SimConfig {
         self.replication = Some(roam_core::Replication {
             keys,
             sync_every_ns,
+            min_delta_norm: 0.0,
         });
+        self
+    }
+
+    /// Background rounds leave replica deltas below this L2 norm pending (after
+    /// [`SimConfig::with_replication`]).
+    pub fn with_min_delta_norm(mut self, min_norm: f32) -> Self {
+        self.replication
+            .as_mut()
+            .expect("with_replication first")
+            .min_delta_norm = min_norm;
         self
     }
 

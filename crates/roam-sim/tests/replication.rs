@@ -176,6 +176,12 @@ fn replication_case(seed: u64) -> Case {
         .with_delay(min_delay, max_delay)
         .with_think(0, max_think)
         .with_replication(replicated.clone(), period);
+    // A quarter of the runs hold back small deltas (values pushed are 1 to 4 per component).
+    let cfg = match rng.random_range(0..8) {
+        0 => cfg.with_min_delta_norm(2.5),
+        1 => cfg.with_min_delta_norm(1e6),
+        _ => cfg,
+    };
     let workers: Vec<WorkerRef> = (0..nodes)
         .flat_map(|n| (0..workers_per_node).map(move |w| WorkerRef::new(n, w)))
         .collect();
@@ -277,7 +283,13 @@ fn replication_case(seed: u64) -> Case {
 fn check_replica_reads(history: &History, cfg: &SimConfig) -> Result<usize, String> {
     let space = history.space();
     let replication = cfg.replication.as_ref().expect("a replicated run");
-    let stale_bound = 2 * replication.sync_every_ns + 2 * cfg.max_delay;
+    // With a delta threshold, small deltas may stay pending until the next `sync_replicas`:
+    // no staleness bound then, only the other properties.
+    let stale_bound = if replication.min_delta_norm > 0.0 {
+        u64::MAX / 2
+    } else {
+        2 * replication.sync_every_ns + 2 * cfg.max_delay
+    };
     let ops = history.ops();
     let ret_seq = |op: &OpRecord| op.ret.map_or(u64::MAX, |r| r.seq);
     let value_for = |op: &OpRecord, key: Key| -> Vec<f32> {

@@ -97,6 +97,9 @@ pub struct Config {
     pub replicated_keys: Vec<Key>,
     /// Time between two replica sync rounds.
     pub replica_sync_every: Duration,
+    /// Background sync rounds leave a replica's delta pending while its L2 norm is below this
+    /// (0, the default: every non-zero delta goes out); `sync_replicas` sends all.
+    pub replica_min_delta_norm: f32,
 }
 
 /// The cluster this process joins, resolved from the [`Config`] and the environment exactly as
@@ -212,6 +215,7 @@ impl Config {
             limits: Limits::default(),
             replicated_keys: Vec::new(),
             replica_sync_every: DEFAULT_REPLICA_SYNC_EVERY,
+            replica_min_delta_norm: 0.0,
         }
     }
 

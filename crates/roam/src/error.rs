@@ -23,6 +23,9 @@ pub enum StartError {
     /// The replica sync period is zero.
     #[error("replica_sync_every must be positive")]
     ZeroSyncPeriod,
+    /// The replica delta threshold is negative or not finite.
+    #[error("replica_min_delta_norm must be a finite number >= 0, not {0}")]
+    BadDeltaNorm(f32),
     /// Rank, size, coordinator or another environment setting is missing or malformed.
     #[error("cluster configuration: {0}")]
     ClusterEnv(#[from] ClusterEnvError),

@@ -220,9 +220,13 @@ impl NodeHandle {
         if cfg.replica_sync_every.is_zero() {
             return Err(StartError::ZeroSyncPeriod);
         }
+        if !(cfg.replica_min_delta_norm >= 0.0 && cfg.replica_min_delta_norm.is_finite()) {
+            return Err(StartError::BadDeltaNorm(cfg.replica_min_delta_norm));
+        }
         let replication = (!cfg.replicated_keys.is_empty()).then(|| Replication {
             keys: cfg.replicated_keys.clone(),
             sync_every_ns: cfg.replica_sync_every.as_nanos().min(u128::from(u64::MAX)) as u64,
+            min_delta_norm: cfg.replica_min_delta_norm,
         });
         let node = Node::new(NodeConfig {
             id: rank,

@@ -404,11 +404,9 @@ pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
                             // One node uses no link: it runs on loopback only, once (at the
                             // first profile's turn when loopback is not among the profiles, so
                             // that the baseline is always there).
-                            let first = profile == profiles[0];
-                            if nodes == 1
-                                && profile != Profile::Loopback
-                                && !(first && !profiles.contains(&Profile::Loopback))
-                            {
+                            let loopback_absent = !profiles.contains(&Profile::Loopback);
+                            let baseline_turn = profile == profiles[0] && loopback_absent;
+                            if nodes == 1 && profile != Profile::Loopback && !baseline_turn {
                                 continue;
                             }
                             let profile = if nodes == 1 {

@@ -585,25 +585,42 @@ impl Store {
     /// since the delta was last taken (checked without the latch: a push still under way is
     /// taken next time).
     pub fn take_delta(&self, key: Key, out: &mut Vec<f32>) -> bool {
+        self.take_delta_above(key, out, 0.0)
+    }
+
+    /// [`Store::take_delta`], but a delta whose L2 norm is below `min_norm` stays pending (and
+    /// the replica marked) for a later round: nothing is appended and false is returned.
+    pub fn take_delta_above(&self, key: Key, out: &mut Vec<f32>, min_norm: f32) -> bool {
         let Some(state) = self.index.get(key) else {
             return false;
         };
         if state.load(Ordering::Relaxed) & DIRTY == 0 {
             return false;
         }
+        let start = out.len();
+        let mut taken = false;
         latched_as(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
             let (value, base) = record.split_at(record.len() / 2);
-            for (v, b) in value.iter().zip(base) {
-                // SAFETY: valid, aligned `u32`s that no other thread writes while we hold the
+            let read = |v: &AtomicU32| {
+                // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the
                 // latch (optimistic readers only read).
-                let (v, old) = unsafe { (v.as_ptr().read(), b.as_ptr().read()) };
-                out.push(f32::from_bits(v) - f32::from_bits(old));
-                b.store(v, Ordering::Relaxed);
+                f32::from_bits(unsafe { v.as_ptr().read() })
+            };
+            out.extend(value.iter().zip(base).map(|(v, b)| read(v) - read(b)));
+            let squared: f32 = out[start..].iter().map(|d| d * d).sum();
+            if min_norm > 0.0 && squared < min_norm * min_norm {
+                out.truncate(start);
+                return s;
             }
+            for (v, b) in value.iter().zip(base) {
+                b.store(v.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+            taken = true;
             s & !DIRTY
-        })
+        });
+        taken
     }
 
     /// Protocol only: adds `delta` (other replicas' updates) into the replica's value of `key`,
@@ -1079,6 +1096,15 @@ mod tests {
             "a push marks the replica for the next round again"
         );
         store.add_to_replica(3, &[-0.5, -0.5]);
+        // A threshold on the delta's L2 norm leaves small deltas pending, still marked.
+        delta.clear();
+        store.push_local(3, &[3.0, 4.0], UpdateMode::Add);
+        assert!(!store.take_delta_above(3, &mut delta, 6.0) && delta.is_empty());
+        store.push_local(3, &[3.0, 4.0], UpdateMode::Add);
+        assert!(store.take_delta_above(3, &mut delta, 6.0), "norm 10 now");
+        assert_eq!(delta, [6.0, 8.0]);
+        delta.clear();
+        store.add_to_replica(3, &[-6.0, -8.0]);
         let mut batch = [0.0; 2];
         store
             .pull_batch_local(&[3], &mut batch, 2, |_| panic!("replica misses"))

@@ -250,25 +250,33 @@ impl Front {
     }
 
     /// Asks for `keys` to move to this node: `None` when there is nothing to do (keys never
-    /// move under the node's policy, or all are local already), else all keys for the node.
-    pub fn localize<'a>(&self, keys: &'a [Key]) -> Result<Option<Handoff<'a>>, AccessError> {
-        let space = self.space();
+    /// move under the node's policy, or all are local already), else the keys that are not
+    /// (in order, repeats kept) for the node. Replicas count as local: replicated keys never
+    /// move. A key local now that moves away before the node sees the rest is not brought back:
+    /// like a key local when `localize` is called, it has been here.
+    pub fn localize(&mut self, keys: &[Key]) -> Result<Option<Handoff<'_>>, AccessError> {
+        let space = self.store.space();
         if let Some(&key) = keys.iter().find(|&&k| !space.contains(k)) {
             return Err(AccessError::KeyOutOfRange {
                 key,
                 num_keys: space.num_keys(),
             });
         }
-        let store = &self.store;
-        // Replicas count as local: replicated keys never move.
-        if !self.keys_move
-            || keys
-                .iter()
-                .all(|&k| store.residency(k) == Residency::Local || store.has_replica(k))
-        {
+        if !self.keys_move {
             return Ok(None);
         }
-        Ok(Some(Handoff::Localize { keys }))
+        let store = &self.store;
+        let wanted = &mut self.misses.keys;
+        wanted.clear();
+        wanted.extend(
+            keys.iter()
+                .copied()
+                .filter(|&k| store.residency(k) != Residency::Local && !store.has_replica(k)),
+        );
+        if wanted.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Handoff::Localize { keys: wanted }))
     }
 
     /// Copies `key`'s values into `out` if the key is local right now (never a hand-off).
@@ -468,21 +476,31 @@ mod tests {
     }
 
     #[test]
-    fn localize_hands_off_only_when_keys_can_move_and_some_is_remote() {
+    fn localize_hands_off_only_the_keys_not_here_when_keys_can_move() {
         let space = KeySpace::uniform(64, 1).unwrap();
         let fixed = node(space.clone(), true, PolicyKind::Static);
         let (local, remote) = local_and_remote(&fixed);
-        let front = Front::new(&fixed, Arc::default());
+        let mut front = Front::new(&fixed, Arc::default());
         assert!(front.localize(&[local, remote]).unwrap().is_none());
 
         let lapse = PolicyKind::Lapse {
             location_caches: false,
         };
         let moving = node(space, true, lapse);
-        let front = Front::new(&moving, Arc::default());
+        let mut front = Front::new(&moving, Arc::default());
         assert!(front.localize(&[local]).unwrap().is_none());
-        let keys = [local, remote];
-        let handoff = front.localize(&keys).unwrap().expect("one remote");
-        assert_eq!(handoff.keys(), &keys, "every key goes to the node");
+        let handoff = front
+            .localize(&[local, remote, local, remote])
+            .unwrap()
+            .expect("remote keys");
+        assert_eq!(
+            handoff.keys(),
+            &[remote, remote],
+            "only keys not here, in order"
+        );
+        assert!(matches!(
+            front.localize(&[64]),
+            Err(AccessError::KeyOutOfRange { key: 64, .. })
+        ));
     }
 }

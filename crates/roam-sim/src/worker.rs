@@ -70,9 +70,9 @@ pub enum Op {
     },
     /// Move ownership of `keys` to this worker's node (dynamic allocation). Like the real shell,
     /// the worker first checks the store: if allocation is static or every key is already local
-    /// it completes at once without involving the node; otherwise it hands *all* keys to
-    /// `Node::issue_localize` (keys already local or on their way are cheap there). Reads and
-    /// writes nothing.
+    /// (or a replica) it completes at once without involving the node; otherwise it hands the
+    /// keys that are not to `Node::issue_localize` (keys on their way are cheap there). Reads
+    /// and writes nothing.
     Localize {
         /// Keys to move here.
         keys: Vec<Key>,

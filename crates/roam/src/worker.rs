@@ -359,7 +359,7 @@ impl Worker {
     /// already here or on their way are cheap; the ticket completes once all have landed.
     /// Accesses stay correct wherever the keys are while they move.
     pub fn localize(&self, keys: &[Key]) -> Result<Ticket<'static>, AccessError> {
-        let front = self.front.borrow();
+        let mut front = self.front.borrow_mut();
         let inflight = self.hand_off(front.localize(keys)?);
         Ok(Ticket {
             inflight,

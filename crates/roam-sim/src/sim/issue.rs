@@ -288,8 +288,8 @@ impl Sim {
         self.after_front((n, w, record), issued, Vec::new(), pace);
     }
 
-    /// Like the real shell: a no-op unless keys can move and some key is not local, else every
-    /// key is handed to the node.
+    /// Like the real shell: a no-op unless keys can move and some key is not local, else the
+    /// keys that are not local are handed to the node.
     pub(super) fn issue_localize(&mut self, n: usize, w: usize, keys: Vec<Key>, pace: Pace) {
         let record = self.invoke(n, w, OpKind::Localize, keys.clone(), Vec::new(), pace.wait);
         let now = self.now;

@@ -2,7 +2,7 @@
 # Fetch the real datasets used by roam's example workloads from package
 # registries (PyPI via pip, Debian via apt-get) and convert them into data/.
 #
-#   scripts/fetch-data.sh [--force] [ml-100k|umls|wn18rr|gcide|all]...
+#   scripts/fetch-data.sh [--force] [ml-100k|umls|wn18rr|gcide|gensim-eval|all]...
 #
 # Datasets (see docs/data.md):
 #   ml-100k  MovieLens-100k ratings, 90/10 split   (PyPI recbole wheel)       -> mf
@@ -10,6 +10,8 @@
 #   wn18rr   WN18RR-style graph from WordNet 3.0    (Debian wordnet-base)      -> kge
 #   gcide    English corpus + WordNet synonym pairs (Debian dict-gcide,
 #            wordnet-base)                                                     -> w2v
+#   gensim-eval  WordSim-353, SimLex-999, Google analogy questions
+#            (PyPI gensim wheel's test data)                  -> w2v --eval-dir
 #
 # Idempotent: a dataset whose data/<name>/SOURCE matches what this script would
 # produce (same artifacts, hashes, converter code, seed) and whose output files
@@ -49,7 +51,14 @@ GCIDE_VERSION=0.48.5+nmu2
 GCIDE_FILE=dict-gcide_0.48.5+nmu2_all.deb
 GCIDE_SHA256=7b0af5cfde3cbdef5e9d6e78f92ec335ced7c2790f37a40f49bebc6f7347ac0f
 
-ALL_DATASETS=(ml-100k umls wn18rr gcide)
+# One platform's wheel, downloaded with explicit --platform/--python-version so that every
+# machine gets this same file (the test data is the same in all of gensim's wheels).
+GENSIM_VERSION=4.4.0
+GENSIM_FILE=gensim-4.4.0-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl
+GENSIM_SHA256=91a7fa5e814e7b1bad4b2dffa8d62c1e55410d5cbdf930714c1997ffb4404db8
+GENSIM_PIP_ARGS=(--platform manylinux_2_28_x86_64 --python-version 3.11 --implementation cp --abi cp311)
+
+ALL_DATASETS=(ml-100k umls wn18rr gcide gensim-eval)
 FORMAT_VERSION=1
 
 # ---- helpers ---------------------------------------------------------------
@@ -57,7 +66,7 @@ log() { printf '[fetch-data] %s\n' "$*" >&2; }
 die() { printf '[fetch-data] error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
@@ -100,9 +109,10 @@ from_artifact_dir() { # file -> copies it into $TMP/dl if ROAM_DATA_ARTIFACTS ha
     return 1
 }
 
-# fetch_wheel project version file sha256 -> sets FETCHED to the path
+# fetch_wheel project version file sha256 [extra pip download args...] -> sets FETCHED to the path
 fetch_wheel() {
     local project="$1" version="$2" file="$3" sha="$4"
+    shift 4
     ensure_tmp
     mkdir -p "$TMP/dl"
     if [[ ! -f "$TMP/dl/$file" ]] && ! from_artifact_dir "$file"; then
@@ -112,7 +122,7 @@ fetch_wheel() {
         local dl="$TMP/pip-$project"
         mkdir -p "$dl"
         if ! "$PYTHON" -m pip download --no-deps --only-binary=:all: --disable-pip-version-check \
-                -q -d "$dl" "$project==$version" >"$TMP/pip.log" 2>&1; then
+                "$@" -q -d "$dl" "$project==$version" >"$TMP/pip.log" 2>&1; then
             cat "$TMP/pip.log" >&2
             die "'pip download $project==$version' failed (needs access to PyPI or a configured pip index)"
         fi
@@ -190,7 +200,7 @@ spec_ml-100k() {
     printf 'artifact: PyPI recbole %s %s sha256=%s\n' "$RECBOLE_VERSION" "$RECBOLE_FILE" "$RECBOLE_SHA256"
     printf 'member: recbole/dataset_example/ml-100k/ml-100k.inter\n'
     printf 'seed: %s\n' "$SEED"
-    converter_lines ml100k.py
+    converter_lines ml100k.py cli.py
     printf '## steps\n'
     "$PYTHON" "$HELPERS/ml100k.py" --describe
 }
@@ -199,7 +209,7 @@ spec_umls() {
     spec_header umls
     printf 'artifact: PyPI pykeen %s %s sha256=%s\n' "$PYKEEN_VERSION" "$PYKEEN_FILE" "$PYKEEN_SHA256"
     printf 'member: pykeen/datasets/umls/{train,valid,test}.txt\n'
-    converter_lines umls.py
+    converter_lines umls.py cli.py
     printf '## steps\n'
     "$PYTHON" "$HELPERS/umls.py" --describe
 }
@@ -209,7 +219,7 @@ spec_wn18rr() {
     printf 'artifact: Debian wordnet-base %s %s sha256=%s\n' "$WORDNET_VERSION" "$WORDNET_FILE" "$WORDNET_SHA256"
     printf 'member: /usr/share/wordnet/data.{noun,verb,adj,adv} (WordNet 3.0)\n'
     printf 'seed: %s\n' "$SEED"
-    converter_lines wn18rr.py wordnet.py
+    converter_lines wn18rr.py wordnet.py cli.py
     printf '## steps\n'
     "$PYTHON" "$HELPERS/wn18rr.py" --describe
 }
@@ -220,9 +230,18 @@ spec_gcide() {
     printf 'member: /usr/share/dictd/gcide.dict.dz, /usr/share/dictd/gcide.index (GCIDE 0.48)\n'
     printf 'artifact: Debian wordnet-base %s %s sha256=%s\n' "$WORDNET_VERSION" "$WORDNET_FILE" "$WORDNET_SHA256"
     printf 'member: /usr/share/wordnet/data.{noun,verb,adj,adv} (WordNet 3.0)\n'
-    converter_lines gcide.py wordnet.py
+    converter_lines gcide.py wordnet.py cli.py
     printf '## steps\n'
     "$PYTHON" "$HELPERS/gcide.py" --describe
+}
+
+spec_gensim-eval() {
+    spec_header gensim-eval
+    printf 'artifact: PyPI gensim %s %s sha256=%s\n' "$GENSIM_VERSION" "$GENSIM_FILE" "$GENSIM_SHA256"
+    printf 'member: gensim/test/test_data/{wordsim353.tsv,simlex999.txt,questions-words.txt}\n'
+    converter_lines gensim_eval.py cli.py
+    printf '## steps\n'
+    "$PYTHON" "$HELPERS/gensim_eval.py" --describe
 }
 
 outputs_of() {
@@ -230,6 +249,7 @@ outputs_of() {
         ml-100k) echo "train.tsv test.tsv" ;;
         umls | wn18rr) echo "train.txt valid.txt test.txt" ;;
         gcide) echo "corpus.txt similar_pairs.tsv" ;;
+        gensim-eval) echo "wordsim353.tsv simlex999.txt questions-words.txt" ;;
     esac
 }
 
@@ -276,6 +296,11 @@ convert_gcide() {
         --index "$FETCHED/usr/share/dictd/gcide.index" --wordnet-dir "$wn" --out "$1"
 }
 
+convert_gensim-eval() {
+    fetch_wheel gensim "$GENSIM_VERSION" "$GENSIM_FILE" "$GENSIM_SHA256" "${GENSIM_PIP_ARGS[@]}"
+    "$PYTHON" "$HELPERS/gensim_eval.py" --wheel "$FETCHED" --out "$1"
+}
+
 run_dataset() {
     local name="$1" force="$2"
     if [[ "$force" == 0 ]] && is_current "$name"; then
@@ -316,8 +341,8 @@ main() {
             -f | --force) force=1 ;;
             -h | --help) usage; exit 0 ;;
             all) names+=("${ALL_DATASETS[@]}") ;;
-            ml-100k | umls | wn18rr | gcide) names+=("$a") ;;
-            *) usage >&2; die "unknown argument '$a' (expected ml-100k, umls, wn18rr, gcide, all or --force)" ;;
+            ml-100k | umls | wn18rr | gcide | gensim-eval) names+=("$a") ;;
+            *) usage >&2; die "unknown argument '$a' (expected ml-100k, umls, wn18rr, gcide, gensim-eval, all or --force)" ;;
         esac
     done
     [[ ${#names[@]} -gt 0 ]] || names=("${ALL_DATASETS[@]}")

@@ -28,7 +28,6 @@ Steps (similar_pairs.tsv):
      write "w1<TAB>w2" with w1 < w2, sorted, each pair once.
 """
 
-import argparse
 import collections
 import gzip
 import os
@@ -36,6 +35,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli  # noqa: E402
 import wordnet  # noqa: E402
 
 MIN_COUNT = 20
@@ -143,18 +143,7 @@ def clean_entry(entry):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--describe", action="store_true", help="print the conversion steps")
-    ap.add_argument("--dict-dz", help="gcide.dict.dz")
-    ap.add_argument("--index", help="gcide.index")
-    ap.add_argument("--wordnet-dir", help="directory holding WordNet data.noun etc.")
-    ap.add_argument("--out")
-    a = ap.parse_args()
-    if a.describe:
-        print(__doc__.strip())
-        return
-    if not (a.dict_dz and a.index and a.wordnet_dir and a.out):
-        ap.error("--dict-dz, --index, --wordnet-dir and --out are required")
+    a = cli.parse(__doc__, [("--dict-dz", 'gcide.dict.dz'), ("--index", 'gcide.index'), ("--wordnet-dir", 'directory holding WordNet data.noun etc.')])
 
     with gzip.open(a.dict_dz, "rb") as f:
         raw = f.read()

@@ -14,28 +14,20 @@ Steps:
      header, in the order of the source file.
 """
 
-import argparse
 import hashlib
 import os
 import sys
 import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli  # noqa: E402
 
 MEMBER = "recbole/dataset_example/ml-100k/ml-100k.inter"
 HEADER = ["user_id:token", "item_id:token", "rating:float", "timestamp:float"]
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--describe", action="store_true", help="print the conversion steps")
-    ap.add_argument("--wheel")
-    ap.add_argument("--out")
-    ap.add_argument("--seed", type=int, default=42)
-    a = ap.parse_args()
-    if a.describe:
-        print(__doc__.strip())
-        return
-    if not (a.wheel and a.out):
-        ap.error("--wheel and --out are required")
+    a = cli.parse(__doc__, [("--wheel", None)], seed=True)
 
     with zipfile.ZipFile(a.wheel) as z:
         text = z.read(MEMBER).decode("utf-8")

@@ -9,27 +9,20 @@ Steps:
      a final newline would be added if one were missing).
 """
 
-import argparse
 import gzip
 import os
 import sys
 import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli  # noqa: E402
 
 PREFIX = "pykeen/datasets/umls/"
 SPLITS = ("train", "valid", "test")
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--describe", action="store_true", help="print the conversion steps")
-    ap.add_argument("--wheel")
-    ap.add_argument("--out")
-    a = ap.parse_args()
-    if a.describe:
-        print(__doc__.strip())
-        return
-    if not (a.wheel and a.out):
-        ap.error("--wheel and --out are required")
+    a = cli.parse(__doc__, [("--wheel", None)])
 
     os.makedirs(a.out, exist_ok=True)
     ents, rels = set(), set()

@@ -35,13 +35,13 @@ Steps:
      in the group order of step 4 (deterministic, pseudo-random).
 """
 
-import argparse
 import collections
 import hashlib
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli  # noqa: E402
 import wordnet  # noqa: E402
 
 RELATIONS = {
@@ -63,17 +63,7 @@ N_VALID = 3000
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--describe", action="store_true", help="print the conversion steps")
-    ap.add_argument("--wordnet-dir", help="directory holding data.noun etc.")
-    ap.add_argument("--out")
-    ap.add_argument("--seed", type=int, default=42)
-    a = ap.parse_args()
-    if a.describe:
-        print(__doc__.strip())
-        return
-    if not (a.wordnet_dir and a.out):
-        ap.error("--wordnet-dir and --out are required")
+    a = cli.parse(__doc__, [("--wordnet-dir", 'directory holding data.noun etc.')], seed=True)
 
     # 1-2: kept triples over the whole of WordNet.
     n_synsets = 0

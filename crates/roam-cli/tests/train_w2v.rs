@@ -3,8 +3,9 @@
 //! topics, each in single mode (one process) and with 2 nodes × 1 worker in every distributed
 //! mode. They check that the loss falls, that the metric beats random embeddings (AUC 0.5),
 //! that lapse serves more accesses locally than classic, that the NuPS modes replicate hot keys,
-//! sync them and learn as well as lapse, that `--only-local-neg` and `--pairs` work, and that
-//! malformed input fails with a message naming the problem.
+//! sync them and learn as well as lapse, that `--only-local-neg`, `--pairs` and the benchmark
+//! files (`--eval-dir`, `--wordsim`, `--simlex`, `--analogies`) work, and that malformed input
+//! fails with a message naming the problem.
 //! Every run uses a fixed `--seed`, printed with its arguments on failure.
 
 mod common;
@@ -349,6 +350,76 @@ fn listed_pairs_are_scored() {
     assert_eq!(r["settings"]["pairs_listed"], 30);
 }
 
+/// `--eval-dir` with hand-written benchmark files in gensim's formats (no fetched data): same-
+/// topic pairs of the planted corpus scored 9–10 and cross-topic pairs 0–1 (mixed case, matched
+/// case-insensitively as gensim does), so the Spearman correlation of the cosines with the
+/// scores must be clearly positive; analogy questions are counted and scored.
+#[test]
+fn benchmarks_of_an_eval_dir_are_scored() {
+    let dir = scratch("w2v", "eval-dir");
+    let mut sim = String::from("# Word 1\tWord 2\tHuman (mean)\n");
+    for t in 0..6 {
+        for i in 1..4 {
+            sim.push_str(&format!("T{t}W0\tt{t}w{i}\t{}\n", 9 + i % 2));
+            sim.push_str(&format!("t{t}w{i}\tt{}w{i}\t{}\n", (t + 1) % 6, i % 2));
+        }
+    }
+    sim.push_str("t0w0\tt0w0\t10\nt0w1\tunicorn\t5\n");
+    std::fs::write(dir.join("wordsim353.tsv"), &sim).unwrap();
+    std::fs::write(dir.join("simlex999.txt"), &sim).unwrap();
+    let analogies = ": capital-common-countries\nt0w0 t0w1 t1w0 t1w1\nt0w0 t0w1 t1w0 unicorn\n\
+                     : gram1-adjective-to-adverb\nt2w0 t2w1 t3w0 t3w1\nt2w0 t2w2 t3w0 t3w2\n";
+    std::fs::write(dir.join("questions-words.txt"), analogies).unwrap();
+    let eval_dir = dir.to_string_lossy().into_owned();
+    let data = [
+        "--synthetic",
+        SYNTHETIC,
+        "--seed",
+        "6",
+        "--eval-dir",
+        eval_dir.as_str(),
+    ];
+    let r = report(&run(&args("single", &data, &SYNTHETIC_ARGS)));
+    assert_learns(&r, "topic_auc", 0.3);
+    let s = &r["settings"];
+    for (field, want) in [
+        ("wordsim_pairs_listed", 38),
+        ("wordsim_pairs_covered", 37),
+        ("simlex_pairs_listed", 38),
+        ("analogy_questions_listed", 4),
+        ("analogy_questions_covered", 3),
+        ("analogy_questions_semantic", 1),
+    ] {
+        assert_eq!(s[field], want, "{field}: {r}");
+    }
+    assert!(s["restrict_vocab"].as_u64().unwrap() > 500, "{r}");
+    for e in epochs(&r) {
+        for field in ["analogy_accuracy", "analogy_semantic", "analogy_syntactic"] {
+            let a = e[field]
+                .as_f64()
+                .unwrap_or_else(|| panic!("no {field}: {e}"));
+            assert!((0.0..=1.0).contains(&a), "{field}: {e}");
+        }
+        assert!(e["eval_cpu_seconds"].as_f64().unwrap() >= 0.0, "{e}");
+    }
+    let ws = last_epoch(&r, "wordsim_spearman");
+    assert!(ws > 0.5, "wordsim_spearman {ws}: {r}");
+    assert_eq!(
+        ws,
+        last_epoch(&r, "simlex_spearman"),
+        "same file, same score"
+    );
+    // The explicit options override the directory's files.
+    let other = dir.join("other.tsv");
+    std::fs::write(&other, "t0w0\tt0w1\t1\nt0w0\tt1w1\t2\nt0w2\tt0w3\t3\n").unwrap();
+    let mut extra = data.to_vec();
+    let other = other.to_string_lossy().into_owned();
+    extra.extend(["--simlex", other.as_str()]);
+    let r = report(&run(&args("single", &extra, &SYNTHETIC_ARGS)));
+    assert_eq!(r["settings"]["simlex_pairs_listed"], 3, "{r}");
+    assert_eq!(r["settings"]["wordsim_pairs_listed"], 38, "{r}");
+}
+
 #[test]
 fn malformed_input_fails_with_a_clear_message() {
     let dir = scratch("w2v", "bad");
@@ -362,6 +433,10 @@ fn malformed_input_fails_with_a_clear_message() {
     let binary = file("binary.txt", b"some words\nand \xff then\n");
     let pairs = file("pairs.tsv", b"one\ttwo\nthree four\n");
     let unknown = file("unknown.tsv", b"one\ttwo\nthree\tfour\n");
+    let wordsim = file("wordsim.tsv", b"# header\nt0w0\tt0w1\t7\nt0w0\tt0w2\n");
+    let questions = file("questions.txt", b": s\nt0w0 t0w1 t1w0\n");
+    let no_eval = dir.join("no-eval").to_string_lossy().into_owned();
+    std::fs::create_dir_all(&no_eval).unwrap();
     let missing = dir.join("missing.txt").to_string_lossy().into_owned();
     for (extra, needles) in [
         (vec!["--data", &empty], vec![empty.as_str(), "no words"]),
@@ -397,6 +472,18 @@ fn malformed_input_fails_with_a_clear_message() {
                 &unknown,
             ],
             vec![unknown.as_str(), "only 0 of the 2 pairs"],
+        ),
+        (
+            vec!["--synthetic", SYNTHETIC, "--wordsim", &wordsim],
+            vec![wordsim.as_str(), "line 3", "word1<TAB>word2<TAB>score"],
+        ),
+        (
+            vec!["--synthetic", SYNTHETIC, "--analogies", &questions],
+            vec![questions.as_str(), "line 2", "four words"],
+        ),
+        (
+            vec!["--synthetic", SYNTHETIC, "--eval-dir", &no_eval],
+            vec!["--eval-dir", "wordsim353.tsv is missing"],
         ),
         (vec!["--window", "0"], vec!["--window"]),
         (vec!["--heldout", "0.95"], vec!["--heldout"]),

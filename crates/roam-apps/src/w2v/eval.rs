@@ -21,18 +21,24 @@
 //!   frequent context words, so random rare pairs have a high cosine and the uniform baseline
 //!   mostly measures word frequency (on gcide it stays below 0.5 while pair_auc rises).
 //!
+//! - word-similarity Spearman and analogy accuracy on standard benchmarks (`--wordsim`,
+//!   `--simlex`, `--analogies`), scored as gensim does: [`super::similarity`].
+//!
 //! Invariants: pair sets are drawn once, from a seed, before training, so every epoch and every
 //! mode is scored on exactly the same pairs.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde_json::{Map, Value, json};
 
 use super::corpus::Sentences;
+use super::similarity::Benchmarks;
 use super::vocab::{UnigramTable, Vocab};
+use crate::common::{Stopwatch, micros_to_seconds, process_cpu_micros};
 
 /// Area under the ROC curve of `pos` against `neg` scores (Mann–Whitney, ties count half).
 /// `None` when either side is empty.
@@ -213,6 +219,8 @@ pub struct Evaluator {
     random_pairs: Vec<(u32, u32)>,
     mismatched_pairs: Vec<(u32, u32)>,
     frequency_baseline: Option<f64>,
+    benchmarks: Benchmarks,
+    save: Option<(PathBuf, Vec<String>)>,
 }
 
 impl Evaluator {
@@ -344,7 +352,28 @@ impl Evaluator {
             random_pairs,
             mismatched_pairs,
             frequency_baseline,
+            benchmarks: Benchmarks::default(),
+            save: None,
         }
+    }
+
+    /// Also writes the input vectors to `path` at every evaluation (the time it takes counts in
+    /// `eval_seconds`), in word2vec's text format (`words` in vocabulary order), e.g. to score
+    /// them with other tools.
+    pub fn with_saved_vectors(mut self, path: PathBuf, words: Vec<String>) -> Self {
+        self.save = Some((path, words));
+        self
+    }
+
+    /// Also scores the standard benchmarks `b` (word similarity, analogies).
+    pub fn with_benchmarks(mut self, b: Benchmarks) -> Self {
+        self.benchmarks = b;
+        self
+    }
+
+    /// The benchmarks' coverage, for the report's settings.
+    pub fn benchmark_settings(&self) -> Map<String, Value> {
+        self.benchmarks.settings()
     }
 
     /// Held-out pairs scored (0 when the held-out part is empty).
@@ -362,8 +391,26 @@ impl Evaluator {
         self.listed.as_ref().map(|l| (l.pairs.len(), l.listed))
     }
 
-    /// The metrics that apply, as JSON fields (absent metrics are left out).
+    /// The metrics that apply, as JSON fields (absent metrics are left out), and the time the
+    /// evaluation took (`eval_seconds`, and `eval_cpu_seconds` of the whole process).
     pub fn evaluate(&self, emb: &Embeddings) -> Map<String, Value> {
+        let (clock, cpu) = (Stopwatch::start(), process_cpu_micros());
+        if let Some((path, words)) = &self.save
+            && let Err(e) = save_vectors(path, words, emb)
+        {
+            // The path was checked to be writable at start: report, keep training.
+            eprintln!("Error: writing the vectors to {}: {e:#}", path.display());
+        }
+        let mut out = self.metrics(emb);
+        out.insert("eval_seconds".into(), json!(clock.seconds()));
+        out.insert(
+            "eval_cpu_seconds".into(),
+            json!(micros_to_seconds(process_cpu_micros().saturating_sub(cpu))),
+        );
+        out
+    }
+
+    fn metrics(&self, emb: &Embeddings) -> Map<String, Value> {
         let mut out = Map::new();
         let score = |pairs: &[(u32, u32)]| {
             pairs
@@ -400,8 +447,25 @@ impl Evaluator {
                 }
             }
         }
+        out.extend(self.benchmarks.evaluate(emb));
         out
     }
+}
+
+/// Writes the input vectors in word2vec's text format: `V dim`, then `word v1 … vdim` per
+/// word (each value printed so that it reads back to the same `f32`).
+fn save_vectors(path: &Path, words: &[String], emb: &Embeddings) -> anyhow::Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(f, "{} {}", words.len(), emb.dim)?;
+    for (w, row) in words.iter().zip(emb.syn0.chunks_exact(emb.dim.max(1))) {
+        write!(f, "{w}")?;
+        for x in row {
+            write!(f, " {x}")?;
+        }
+        writeln!(f)?;
+    }
+    f.flush()?;
+    Ok(())
 }
 
 /// Keeps a uniform random subset of at most `n` items.

@@ -18,12 +18,13 @@
 //! Layout: [`corpus`] (text, held-out split, sentences), [`synthetic`] (planted-topic Zipf
 //! corpus), [`vocab`] (min-count, subsampling, unigram sampler, key map), [`replication`]
 //! (which keys the NuPS modes replicate), [`sgns`] (the arithmetic), [`train`] (the worker loop
-//! and locality), [`eval`] (metrics).
+//! and locality), [`eval`] (metrics), [`similarity`] (WordSim/SimLex/analogy benchmarks).
 
 pub mod corpus;
 pub mod eval;
 pub mod replication;
 pub mod sgns;
+pub mod similarity;
 pub mod synthetic;
 pub mod train;
 pub mod vocab;
@@ -39,6 +40,7 @@ use serde_json::json;
 use self::corpus::RawCorpus;
 use self::eval::{Evaluator, PairList};
 use self::replication::{Chooser, Replicated};
+use self::similarity::Benchmarks;
 use self::synthetic::Spec;
 use self::train::{Job, NodeSums, SUMMED};
 use self::vocab::{KeyMap, UnigramTable, Vocab};
@@ -63,6 +65,30 @@ pub struct Args {
     /// pair_auc (and pair_spearman when scores are given).
     #[arg(long)]
     pub pairs: Option<PathBuf>,
+    /// Word-similarity list scored by Spearman correlation with the cosines, as gensim's
+    /// `evaluate_word_pairs` (`word1<TAB>word2<TAB>score`, e.g. gensim's wordsim353.tsv):
+    /// reports wordsim_spearman.
+    #[arg(long)]
+    pub wordsim: Option<PathBuf>,
+    /// A second word-similarity list (e.g. gensim's simlex999.txt): reports simlex_spearman.
+    #[arg(long)]
+    pub simlex: Option<PathBuf>,
+    /// Analogy questions (`: section` lines, then `a b c d`, e.g. questions-words.txt) answered
+    /// by 3CosAdd as gensim's `evaluate_word_analogies`: reports analogy_accuracy.
+    #[arg(long)]
+    pub analogies: Option<PathBuf>,
+    /// Directory with wordsim353.tsv, simlex999.txt and questions-words.txt (as
+    /// `scripts/fetch-data.sh gensim-eval` writes it): the defaults of the three options above.
+    #[arg(long)]
+    pub eval_dir: Option<PathBuf>,
+    /// Write the input vectors at every evaluation to this file (rank 0), in word2vec's text
+    /// format (`vocab dim`, then `word v1 ... vdim` per line; gensim's
+    /// `KeyedVectors.load_word2vec_format` reads it).
+    #[arg(long)]
+    pub save_vectors: Option<PathBuf>,
+    /// The benchmarks match words among the most frequent N only (gensim's `restrict_vocab`).
+    #[arg(long, default_value_t = similarity::RESTRICT_VOCAB)]
+    pub restrict_vocab: usize,
     /// Passes over the training text.
     #[arg(long, default_value_t = 5)]
     pub epochs: u32,
@@ -166,6 +192,10 @@ impl Args {
         ensure!(self.batch_words() >= 1, "--batch-words must be at least 1");
         ensure!(self.eval_pairs >= 1, "--eval-pairs must be at least 1");
         ensure!(
+            self.restrict_vocab >= 1,
+            "--restrict-vocab must be at least 1"
+        );
+        ensure!(
             !(self.only_local_neg && self.mode == Mode::ClassicNolocal),
             "--only-local-neg needs fast local access, which mode classic-nolocal turns off \
              (every negative would be skipped)"
@@ -200,6 +230,34 @@ impl Args {
             "--workers-per-node must be at least 1"
         );
         Ok(())
+    }
+
+    /// The benchmark files: the explicit options, else the files of `--eval-dir`.
+    fn benchmark_paths(&self) -> anyhow::Result<[Option<PathBuf>; 3]> {
+        let mut out = [
+            self.wordsim.clone(),
+            self.simlex.clone(),
+            self.analogies.clone(),
+        ];
+        if let Some(dir) = &self.eval_dir {
+            ensure!(
+                dir.is_dir(),
+                "--eval-dir {}: not a directory (scripts/fetch-data.sh gensim-eval writes one)",
+                dir.display()
+            );
+            for (slot, name) in out.iter_mut().zip(similarity::EVAL_FILES) {
+                if slot.is_none() {
+                    let path = dir.join(name);
+                    ensure!(
+                        path.is_file(),
+                        "--eval-dir {}: {name} is missing",
+                        dir.display()
+                    );
+                    *slot = Some(path);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// How the NuPS modes pick their replicated keys.
@@ -259,6 +317,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             Some(list)
         }
     };
+    let words: Vec<&str> = vocab
+        .raw
+        .iter()
+        .map(|&r| raw.names[r as usize].as_str())
+        .collect();
+    let benchmarks = {
+        let [wordsim, simlex, analogies] = args.benchmark_paths()?;
+        Benchmarks::read(
+            &words,
+            args.restrict_vocab,
+            wordsim.as_deref(),
+            simlex.as_deref(),
+            analogies.as_deref(),
+        )?
+    };
     let topics: Option<Vec<Option<u32>>> = raw
         .topics
         .as_ref()
@@ -268,11 +341,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     } else if topics.is_some() {
         "topic_auc"
     } else {
-        "heldout_auc"
+        benchmarks.headline().unwrap_or("heldout_auc")
     };
     if headline == "heldout_auc" && heldout.words.len() < 2 {
         bail!(
-            "--heldout {} leaves no held-out text to score in {dataset}: raise it or pass --pairs",
+            "--heldout {} leaves no held-out text to score in {dataset}: raise it or pass \
+             --pairs, --wordsim, --simlex, --analogies or --eval-dir",
             args.heldout
         );
     }
@@ -301,7 +375,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             args.eval_pairs,
             args.seed,
         )
+        .with_benchmarks(benchmarks)
     });
+    let evaluator = match (evaluator, &args.save_vectors) {
+        (Some(ev), Some(path)) => {
+            // Fail now rather than after training.
+            std::fs::File::create(path)
+                .with_context(|| format!("--save-vectors {}", path.display()))?;
+            let words = words.iter().map(|w| w.to_string()).collect();
+            Some(ev.with_saved_vectors(path.clone(), words))
+        }
+        (ev, _) => ev,
+    };
     let sums = SumKeys::new((keys.num_keys()..num_keys).collect(), dim as usize, SUMMED);
     let node_sums = NodeSums::new(node.workers_per_node() as usize);
     let job = Job {
@@ -362,6 +447,32 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 node.num_nodes(),
             )
         });
+        let mut settings = json!({
+            "metric": headline,
+            "dim": dim,
+            "window": args.window,
+            "negative": args.negative,
+            "lr": args.lr,
+            "min_count": args.min_count,
+            "subsample": args.subsample,
+            "nls": args.nls,
+            "batch_words": args.batch_words(),
+            "only_local_neg": args.only_local_neg,
+            "localize_neg": args.mode.localizes() && !args.no_localize_neg,
+            "seed": args.seed,
+            "vocab": vocab.len(),
+            "train_words": sentences.words.len(),
+            "sentences": sentences.len(),
+            "heldout_words": heldout.words.len(),
+            "heldout_pairs": ev.map(Evaluator::heldout_pairs),
+            "heldout_auc_frequency_baseline": ev.and_then(Evaluator::frequency_baseline),
+            "pairs_covered": ev.and_then(Evaluator::pair_coverage).map(|c| c.0),
+            "pairs_listed": ev.and_then(Evaluator::pair_coverage).map(|c| c.1),
+            "replication": replication,
+        });
+        if let (Some(ev), serde_json::Value::Object(m)) = (ev, &mut settings) {
+            m.extend(ev.benchmark_settings());
+        }
         TrainReport {
             app: "w2v",
             mode: args.mode.name(),
@@ -370,29 +481,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             dataset,
             epochs: outcome.epochs,
             counters: outcome.counters,
-            settings: json!({
-                "metric": headline,
-                "dim": dim,
-                "window": args.window,
-                "negative": args.negative,
-                "lr": args.lr,
-                "min_count": args.min_count,
-                "subsample": args.subsample,
-                "nls": args.nls,
-                "batch_words": args.batch_words(),
-                "only_local_neg": args.only_local_neg,
-                "localize_neg": args.mode.localizes() && !args.no_localize_neg,
-                "seed": args.seed,
-                "vocab": vocab.len(),
-                "train_words": sentences.words.len(),
-                "sentences": sentences.len(),
-                "heldout_words": heldout.words.len(),
-                "heldout_pairs": ev.map(Evaluator::heldout_pairs),
-                "heldout_auc_frequency_baseline": ev.and_then(Evaluator::frequency_baseline),
-                "pairs_covered": ev.and_then(Evaluator::pair_coverage).map(|c| c.0),
-                "pairs_listed": ev.and_then(Evaluator::pair_coverage).map(|c| c.1),
-                "replication": replication,
-            }),
+            settings,
         }
         .print();
     }

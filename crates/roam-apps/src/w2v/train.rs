@@ -443,7 +443,7 @@ impl<'w> State<'w> {
 }
 
 /// Sets the initial input vectors this node is home of (each of its workers takes every
-/// `workers_per_node`-th): uniform in ±0.5/dim from a per-word seed, so every mode and cluster
+/// `workers_per_node`-th): uniform in ±1/dim from a per-word seed, so every mode and cluster
 /// shape starts from the same model. Output vectors start at zero (the store's initial value).
 /// A replicated key is set like any other (the set goes to its hub, once, from the node its
 /// directory names as home); the caller's `sync_replicas` then brings it into every replica.
@@ -467,12 +467,14 @@ fn init_vectors(job: &Job<'_>, w: &Worker) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Word `word`'s initial input vector (word2vec.c's range, `(u − 0.5)/dim`).
+/// Word `word`'s initial input vector: uniform in `±1/dim`, gensim's range (`(2u − 1)/dim`),
+/// twice word2vec.c's `(u − 0.5)/dim`, which reached 0.009 less WordSim-353 Spearman on gcide
+/// (docs/workloads-w2v.md, "Against gensim").
 pub fn initial_vector(seed: u64, word: u32, dim: usize) -> impl Iterator<Item = f32> {
     use rand::Rng;
     let mut rng =
         SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(word));
-    (0..dim).map(move |_| (rng.random::<f32>() - 0.5) / dim as f32)
+    (0..dim).map(move |_| (rng.random::<f32>() * 2.0 - 1.0) / dim as f32)
 }
 
 /// Global worker 0 pulls every vector for evaluation.

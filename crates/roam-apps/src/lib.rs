@@ -13,4 +13,5 @@
 pub mod common;
 pub mod kge;
 pub mod mf;
+pub mod replication;
 pub mod w2v;

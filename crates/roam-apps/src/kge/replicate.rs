@@ -21,8 +21,8 @@
 //! entity. Every node loads the whole graph and computes the same counts, hence the same set;
 //! [`fingerprint`] lets the job check that at start-up.
 
-use anyhow::ensure;
-use roam::{Key, NodeStats};
+use crate::replication;
+use roam::Key;
 use serde_json::json;
 
 use super::data::Graph;
@@ -50,24 +50,13 @@ pub struct Options {
 impl Options {
     /// Checks the values.
     pub fn validate(&self) -> anyhow::Result<()> {
-        ensure!(
-            self.replicate_alpha.is_finite() && self.replicate_alpha >= 0.0,
-            "--replicate-alpha must be a finite number >= 0, got {}",
-            self.replicate_alpha
-        );
-        if let Some(ms) = self.sync_every_ms {
-            ensure!(
-                ms.is_finite() && ms > 0.0 && ms <= 3.6e6,
-                "--sync-every-ms must be in (0, 3600000], got {ms}"
-            );
-        }
-        Ok(())
+        replication::check_alpha(self.replicate_alpha)?;
+        replication::sync_every(self.sync_every_ms).map(drop)
     }
 
     /// The sync period to configure, if not roam's default.
     pub fn sync_every(&self) -> Option<std::time::Duration> {
-        self.sync_every_ms
-            .map(|ms| std::time::Duration::from_secs_f64(ms / 1e3))
+        replication::sync_every(self.sync_every_ms).expect("validated")
     }
 }
 
@@ -153,59 +142,30 @@ pub fn counts(graph: &Graph) -> Vec<u64> {
     counts
 }
 
-/// A 32-bit digest of a replicated set: the job sums it over the nodes to check that they all
-/// replicate the same keys (small enough that the sum over 256 nodes stays exact).
-pub fn fingerprint(keys: &[Key]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ keys.len() as u64;
-    for &k in keys {
-        h = (h ^ k).wrapping_mul(0x0000_0100_0000_01b3);
-        h ^= h >> 29;
-    }
-    h & 0xffff_ffff
-}
-
-/// Replication counters each node adds to the cluster sums: sync rounds, replica bytes sent,
-/// its staleness median and 99th percentile in µs, and 1 if it measured any staleness (a node
-/// that receives no replica values from other hubs has none).
-pub const COUNTERS: usize = 5;
-
-/// This node's [`COUNTERS`].
-pub fn node_counters(stats: &NodeStats) -> [u64; COUNTERS] {
-    [
-        stats.replica_rounds,
-        stats.replica_bytes_sent,
-        stats.replica_staleness_p50_us.round() as u64,
-        stats.replica_staleness_p99_us.round() as u64,
-        u64::from(stats.replica_keys_received > 0),
-    ]
-}
+pub use crate::replication::{COUNTERS, fingerprint, node_counters};
 
 /// The `replication` object of the report's settings, from the plan and the cluster sums of
 /// [`node_counters`] over `nodes` nodes. Rounds are per node; bytes per round are per node
 /// and round (both directions of the sync: deltas to hubs, values from them); staleness is the
 /// mean over the nodes that measured any of each node's percentile.
 pub fn report(plan: &Plan, opts: &Options, sums: &[u64], nodes: u32) -> serde_json::Value {
-    let nodes = f64::from(nodes.max(1));
-    let (rounds, bytes) = (sums[0], sums[1]);
-    let measured = sums[4].max(1) as f64;
-    json!({
+    let mut report = json!({
         "replicated_keys": plan.keys.len(),
         "replicated_entities": plan.entities,
         "replicated_relations": plan.relations,
         "access_fraction": plan.access_fraction,
-        "chooser": if opts.replicate_top.is_some() { "top_n" } else { "above_mean" },
-        "alpha": opts.replicate_top.is_none().then_some(opts.replicate_alpha),
-        "top": opts.replicate_top,
-        "sync_every_ms": opts
-            .sync_every()
-            .unwrap_or(roam::config::DEFAULT_REPLICA_SYNC_EVERY)
-            .as_secs_f64() * 1e3,
-        "rounds_per_node": rounds as f64 / nodes,
-        "bytes_sent": bytes,
-        "bytes_per_round": if rounds == 0 { 0.0 } else { bytes as f64 / rounds as f64 },
-        "staleness_p50_us": sums[2] as f64 / measured,
-        "staleness_p99_us": sums[3] as f64 / measured,
-    })
+    });
+    let period = opts
+        .sync_every()
+        .unwrap_or(roam::config::DEFAULT_REPLICA_SYNC_EVERY);
+    let object = report.as_object_mut().expect("an object");
+    object.extend(replication::chooser_figures(
+        opts.replicate_alpha,
+        opts.replicate_top,
+        period,
+    ));
+    object.extend(replication::sync_figures(sums, nodes));
+    report
 }
 
 #[cfg(test)]
@@ -253,14 +213,5 @@ mod tests {
         assert!(!Plan::none(&g).is_replicated(7));
         let p = Plan::choose(&g, &opts(1e9, None), 1);
         assert_eq!(p.keys, [6, 7], "relations even when no entity qualifies");
-    }
-
-    #[test]
-    fn fingerprints_tell_sets_apart_and_fit_32_bits() {
-        let a = fingerprint(&[1, 2, 3]);
-        assert_eq!(a, fingerprint(&[1, 2, 3]));
-        assert_ne!(a, fingerprint(&[1, 2, 4]));
-        assert_ne!(a, fingerprint(&[1, 2]));
-        assert!(a < 1 << 32);
     }
 }

@@ -25,6 +25,8 @@ use std::time::Duration;
 
 use roam::choose;
 use roam::{Key, NodeStats};
+
+use crate::replication;
 use serde_json::{Value, json};
 
 use super::vocab::KeyMap;
@@ -158,31 +160,18 @@ impl Replicated {
     }
 }
 
-/// A 32-bit digest of a replicated set (small enough that its sum over up to 2^16 nodes is
-/// exact in the cluster sums): the job checks that the sum is `nodes ×` its own.
-pub fn fingerprint(keys: &[Key]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ keys.len() as u64;
-    for &k in keys {
-        h = (h ^ k).wrapping_mul(0x0000_0100_0000_01b3);
-        h ^= h >> 29;
-    }
-    h & 0xffff_ffff
-}
+pub use crate::replication::fingerprint;
 
 /// Replication counters every node adds to each epoch's cluster sums: the set's
-/// [`fingerprint`], sync rounds, replica bytes sent (both since the node started), and the
-/// staleness median and 99th percentile (µs).
-pub const COUNTERS: usize = 5;
+/// [`fingerprint`], then the shared [`crate::replication::COUNTERS`].
+pub const COUNTERS: usize = 1 + replication::COUNTERS;
 
 /// This node's [`COUNTERS`].
 pub fn node_counters(keys: &[Key], stats: &NodeStats) -> [u64; COUNTERS] {
-    [
-        fingerprint(keys),
-        stats.replica_rounds,
-        stats.replica_bytes_sent,
-        stats.replica_staleness_p50_us.round() as u64,
-        stats.replica_staleness_p99_us.round() as u64,
-    ]
+    let mut counters = [0; COUNTERS];
+    counters[0] = fingerprint(keys);
+    counters[1..].copy_from_slice(&replication::node_counters(stats));
+    counters
 }
 
 /// The `replication` object of the report's settings, from the choice and the last epoch's
@@ -194,29 +183,22 @@ pub fn report(
     sums: &[u64],
     nodes: u32,
 ) -> Value {
-    let nodes = f64::from(nodes.max(1));
-    let (rounds, bytes) = (sums[1], sums[2]);
     let (alpha, top) = match chooser {
-        Chooser::AboveMean(alpha) => (Some(alpha), None),
-        Chooser::Top(n) => (None, Some(n)),
+        Chooser::AboveMean(alpha) => (alpha, None),
+        Chooser::Top(n) => (0.0, Some(n)),
     };
-    json!({
-        "chooser": if top.is_some() { "top_n" } else { "above_mean" },
-        "alpha": alpha,
-        "top": top,
+    let mut report = json!({
         "replicated_keys": r.keys.len(),
         "words": r.words(),
         "syn0_keys": r.syn0_keys(),
         "syn1_keys": r.syn1_keys(),
         "occurrence_fraction": r.occurrence_fraction,
         "access_fraction": r.access_fraction,
-        "sync_every_ms": sync_every.as_secs_f64() * 1e3,
-        "rounds_per_node": rounds as f64 / nodes,
-        "bytes_sent": bytes,
-        "bytes_per_round": if rounds == 0 { 0.0 } else { bytes as f64 / rounds as f64 },
-        "staleness_p50_us": sums[3] as f64 / nodes,
-        "staleness_p99_us": sums[4] as f64 / nodes,
-    })
+    });
+    let object = report.as_object_mut().expect("an object");
+    object.extend(replication::chooser_figures(alpha, top, sync_every));
+    object.extend(replication::sync_figures(&sums[1..], nodes));
+    report
 }
 
 #[cfg(test)]

@@ -1,0 +1,123 @@
+//! What the workloads' NuPS modes share: checks of the choosers' and sync options, a
+//! fingerprint of a replicated set (every node sums it into the cluster sums, so a job can
+//! check that all nodes replicate the same keys), and the sync figures of the report.
+//!
+//! The figures are per-node counters summed over the nodes with the job's `SumKeys`, so every
+//! value must stay exact in an `f32` sum of 16-bit limbs: hence a 32-bit fingerprint.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use roam::{Key, NodeStats};
+use serde_json::{Map, Value, json};
+
+/// A 32-bit digest of a replicated set (its sum over up to 2^16 nodes stays exact).
+pub fn fingerprint(keys: &[Key]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ keys.len() as u64;
+    for &k in keys {
+        h = (h ^ k).wrapping_mul(0x0000_0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    h & 0xffff_ffff
+}
+
+/// Replication counters each node adds to the cluster sums: sync rounds, replica bytes sent,
+/// its staleness median and 99th percentile in µs, and 1 if it measured any staleness (a node
+/// that receives no replica values from other hubs has none).
+pub const COUNTERS: usize = 5;
+
+/// This node's [`COUNTERS`].
+pub fn node_counters(stats: &NodeStats) -> [u64; COUNTERS] {
+    [
+        stats.replica_rounds,
+        stats.replica_bytes_sent,
+        stats.replica_staleness_p50_us.round() as u64,
+        stats.replica_staleness_p99_us.round() as u64,
+        u64::from(stats.replica_keys_received > 0),
+    ]
+}
+
+/// The report's sync figures from the cluster sums of [`node_counters`] over `nodes` nodes:
+/// rounds per node, bytes sent and bytes per round (deltas to hubs and values from them), and
+/// the staleness percentiles averaged over the nodes that measured any.
+pub fn sync_figures(sums: &[u64], nodes: u32) -> Map<String, Value> {
+    let (rounds, bytes) = (sums[0], sums[1]);
+    let measured = sums[4].max(1) as f64;
+    let Value::Object(figures) = json!({
+        "rounds_per_node": rounds as f64 / f64::from(nodes.max(1)),
+        "bytes_sent": bytes,
+        "bytes_per_round": if rounds == 0 { 0.0 } else { bytes as f64 / rounds as f64 },
+        "staleness_p50_us": sums[2] as f64 / measured,
+        "staleness_p99_us": sums[3] as f64 / measured,
+    }) else {
+        unreachable!("an object literal")
+    };
+    figures
+}
+
+/// The report's description of the choice: chooser, α or N, and the sync period.
+pub fn chooser_figures(alpha: f64, top: Option<usize>, sync_every: Duration) -> Map<String, Value> {
+    let Value::Object(figures) = json!({
+        "chooser": if top.is_some() { "top_n" } else { "above_mean" },
+        "alpha": top.is_none().then_some(alpha),
+        "top": top,
+        "sync_every_ms": sync_every.as_secs_f64() * 1e3,
+    }) else {
+        unreachable!("an object literal")
+    };
+    figures
+}
+
+/// Checks `--replicate-alpha`.
+pub fn check_alpha(alpha: f64) -> anyhow::Result<()> {
+    ensure!(
+        alpha.is_finite() && alpha >= 0.0,
+        "--replicate-alpha must be a finite number >= 0, got {alpha}"
+    );
+    Ok(())
+}
+
+/// Checks `--sync-every-ms` and turns it into the period to configure (`None`: roam's default).
+pub fn sync_every(ms: Option<f64>) -> anyhow::Result<Option<Duration>> {
+    let Some(ms) = ms else {
+        return Ok(None);
+    };
+    ensure!(
+        ms.is_finite() && ms > 0.0 && ms <= 3.6e6,
+        "--sync-every-ms must be in (0, 3600000], got {ms}"
+    );
+    Ok(Some(Duration::from_secs_f64(ms / 1e3)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_tell_sets_apart_and_fit_32_bits() {
+        let a = fingerprint(&[1, 2, 3]);
+        assert_ne!(a, fingerprint(&[1, 2, 4]));
+        assert_ne!(a, fingerprint(&[1, 2]));
+        assert_ne!(fingerprint(&[]), fingerprint(&[0]));
+        assert!(a < 1 << 32);
+    }
+
+    #[test]
+    fn figures_average_staleness_over_the_nodes_that_measured_it() {
+        // Two nodes: 10 and 30 rounds, 1 000 bytes; only one measured staleness.
+        let f = sync_figures(&[40, 1_000, 500, 900, 1], 2);
+        assert_eq!(f["rounds_per_node"], 20.0);
+        assert_eq!(f["bytes_per_round"], 25.0);
+        assert_eq!(f["staleness_p50_us"], 500.0);
+        let c = chooser_figures(100.0, Some(7), Duration::from_millis(10));
+        assert_eq!(
+            (c["chooser"].as_str(), c["alpha"].is_null()),
+            (Some("top_n"), true)
+        );
+        assert!(sync_every(Some(0.0)).is_err() && check_alpha(-1.0).is_err());
+        assert_eq!(
+            sync_every(Some(2.5)).unwrap(),
+            Some(Duration::from_micros(2500))
+        );
+    }
+}

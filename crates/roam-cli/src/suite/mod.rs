@@ -84,10 +84,7 @@ impl SuiteArgs {
         let preset = self.preset();
         Matrix {
             preset,
-            apps: self
-                .apps
-                .clone()
-                .unwrap_or_else(|| vec![App::Mf, App::Kge, App::W2v]),
+            apps: self.apps.clone().unwrap_or_else(|| preset.apps()),
             modes: self.modes.clone().unwrap_or_else(|| preset.modes()),
             nodes: self.nodes.clone().unwrap_or_else(|| preset.nodes()),
             workers_per_node: self.workers_per_node.clone(),

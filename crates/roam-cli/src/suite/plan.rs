@@ -25,6 +25,9 @@ use serde::{Deserialize, Serialize};
 pub(crate) enum App {
     /// Matrix factorisation.
     Mf,
+    /// Matrix factorisation on skewed data: rows and columns drawn Zipf(1.1), as in the NuPS
+    /// paper (where replicating the hot columns pays).
+    MfZipf,
     /// Knowledge-graph embeddings.
     Kge,
     /// Word vectors.
@@ -95,6 +98,16 @@ impl App {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Mf => "mf",
+            Self::MfZipf => "mf-zipf",
+            Self::Kge => "kge",
+            Self::W2v => "w2v",
+        }
+    }
+
+    /// The `roam train` subcommand (the app its reports name).
+    pub(crate) fn command(self) -> &'static str {
+        match self {
+            Self::Mf | Self::MfZipf => "mf",
             Self::Kge => "kge",
             Self::W2v => "w2v",
         }
@@ -103,7 +116,7 @@ impl App {
     /// The setting (in the report's `settings`) that counts one epoch's data points.
     pub(crate) fn points_setting(self) -> &'static str {
         match self {
-            Self::Mf => "train_points",
+            Self::Mf | Self::MfZipf => "train_points",
             Self::Kge => "train_triples",
             Self::W2v => "train_words",
         }
@@ -112,7 +125,7 @@ impl App {
     /// What one data point is, for tables.
     pub(crate) fn point_name(self) -> &'static str {
         match self {
-            Self::Mf => "rating",
+            Self::Mf | Self::MfZipf => "rating",
             Self::Kge => "triple",
             Self::W2v => "word",
         }
@@ -194,6 +207,18 @@ impl Preset {
                 "rows=4000,cols=2000,rank=10,nnz=2e5,zipf=0.5,noise=0.1,test=0.1,seed=1",
                 &["--eval-every", "0"],
             ),
+            (App::MfZipf, Self::Full) => (
+                "rows=1000000,cols=200000,rank=10,nnz=1e8,zipf=1.1,noise=0.1,test=0.01,seed=1",
+                &["--eval-every", "0"],
+            ),
+            (App::MfZipf, Self::Quick) => (
+                "rows=20000,cols=10000,rank=10,nnz=1e6,zipf=1.1,noise=0.1,test=0.05,seed=1",
+                &["--eval-every", "0"],
+            ),
+            (App::MfZipf, Self::Tiny) => (
+                "rows=4000,cols=2000,rank=10,nnz=2e5,zipf=1.1,noise=0.1,test=0.1,seed=1",
+                &["--eval-every", "0"],
+            ),
             (App::Kge, Self::Full) => (
                 "entities=1000000,relations=1000,triples=7000000,seed=1",
                 &["--eval-every", "0", "--eval-max", "500"],
@@ -239,6 +264,15 @@ impl Preset {
             Self::Full => 3,
             Self::Quick => 2,
             Self::Tiny => 1,
+        }
+    }
+
+    /// The default workloads: all, with the skewed MF (`mf-zipf`) left out of the tiny CI
+    /// preset.
+    pub(crate) fn apps(self) -> Vec<App> {
+        match self {
+            Self::Tiny => vec![App::Mf, App::Kge, App::W2v],
+            Self::Full | Self::Quick => vec![App::Mf, App::MfZipf, App::Kge, App::W2v],
         }
     }
 
@@ -511,6 +545,22 @@ mod tests {
             p.runs
                 .iter()
                 .all(|r| r.mode == Mode::Single || r.profile != Profile::Loopback)
+        );
+    }
+
+    #[test]
+    fn skewed_mf_runs_the_mf_app_on_zipf_data_outside_the_tiny_preset() {
+        assert_eq!(App::MfZipf.command(), "mf");
+        assert_eq!(App::MfZipf.name(), "mf-zipf");
+        assert!(Preset::Quick.apps().contains(&App::MfZipf));
+        assert!(!Preset::Tiny.apps().contains(&App::MfZipf));
+        let args = Preset::Quick.train_args(App::MfZipf).join(" ");
+        assert!(args.contains("zipf=1.1"), "{args}");
+        let plain = Preset::Quick.train_args(App::Mf).join(" ");
+        assert_eq!(
+            args.replace("zipf=1.1", "zipf=0.5"),
+            plain,
+            "same matrix but the skew"
         );
     }
 

@@ -39,7 +39,7 @@ pub(crate) fn command_line(exe: &Path, spec: &RunSpec) -> Vec<OsString> {
     args.push(exe.into());
     for a in [
         "train",
-        spec.app.name(),
+        spec.app.command(),
         "--mode",
         spec.mode.name(),
         "--epochs",
@@ -217,8 +217,11 @@ pub(crate) fn rank0_report(stdout: &str) -> Option<Value> {
 /// `record`.
 fn fill_from_report(record: &mut RunRecord, report: Value) -> anyhow::Result<()> {
     let app = report.get("app").and_then(Value::as_str).unwrap_or("");
-    if app != record.app.name() {
-        bail!("the report is for app {app:?}, not {}", record.app.name());
+    if app != record.app.command() {
+        bail!(
+            "the report is for app {app:?}, not {}",
+            record.app.command()
+        );
     }
     record.counters =
         Some(serde_json::from_value::<Counters>(report.clone()).context("the cluster counters")?);

@@ -135,6 +135,11 @@ impl SumKeys {
         }
     }
 
+    /// Number of counters summed.
+    pub fn counters(&self) -> usize {
+        self.counters
+    }
+
     /// Number of keys needed for `counters` counters at `len` values per key.
     pub fn keys_needed(counters: usize, len: usize) -> usize {
         Self::values_needed(counters).div_ceil(len)

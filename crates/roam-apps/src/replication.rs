@@ -8,8 +8,73 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use roam::{Key, NodeStats};
+use roam::{Key, NodeStats, Worker};
 use serde_json::{Map, Value, json};
+
+use crate::common::SumKeys;
+
+/// NuPS's untuned threshold for KGE and MF: replicate the keys accessed at least this many times
+/// as often as the mean key (docs/workloads-kge.md, docs/workloads-mf.md: why 100).
+pub const NUPS_ALPHA: f64 = 100.0;
+
+/// Options of the NuPS modes of KGE and MF (ignored in the other modes; w2v scores its keys
+/// by expected accesses and has its own).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    /// nups modes: replicate the keys counted at least F times as often as the mean key (KGE:
+    /// entities by their training triples, every relation regardless; MF: columns by their
+    /// training cells).
+    #[arg(long, default_value_t = NUPS_ALPHA)]
+    pub replicate_alpha: f64,
+    /// nups modes: replicate the N most counted keys instead (KGE: plus every relation).
+    #[arg(long, conflicts_with = "replicate_alpha")]
+    pub replicate_top: Option<usize>,
+    /// nups modes: time between background replica syncs, in milliseconds (default: roam's,
+    /// 10 ms).
+    #[arg(long)]
+    pub sync_every_ms: Option<f64>,
+}
+
+impl Options {
+    /// Checks the values.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        check_alpha(self.replicate_alpha)?;
+        sync_every(self.sync_every_ms).map(drop)
+    }
+
+    /// The sync period to configure, if not roam's default.
+    pub fn sync_every(&self) -> Option<Duration> {
+        sync_every(self.sync_every_ms).expect("validated")
+    }
+
+    /// The report's description of the choice ([`chooser_figures`]).
+    pub fn figures(&self) -> Map<String, Value> {
+        let period = self
+            .sync_every()
+            .unwrap_or(roam::config::DEFAULT_REPLICA_SYNC_EVERY);
+        chooser_figures(self.replicate_alpha, self.replicate_top, period)
+    }
+}
+
+/// Checks that every node replicates the same `keys` (a collective: every worker of every node
+/// calls it) by summing each node's [`fingerprint`] and a 1 over the nodes through `sums`
+/// (whose first two counters it uses): the total must be the node count times this node's.
+pub fn check_same_set(sums: &SumKeys, worker: &Worker, keys: &[Key]) -> anyhow::Result<()> {
+    let mine = fingerprint(keys);
+    if worker.id() == 0 {
+        let mut counters = vec![0; sums.counters()];
+        counters[..2].copy_from_slice(&[mine, 1]);
+        sums.contribute(worker, &counters)?;
+    }
+    let totals = sums.barrier_and_read(worker)?;
+    ensure!(
+        totals[0] == totals[1] * mine,
+        "the nodes chose different replicated keys (this node: {} keys); every node must load \
+         the same data with the same options",
+        keys.len()
+    );
+    Ok(())
+}
 
 /// A 32-bit digest of a replicated set (its sum over up to 2^16 nodes stays exact).
 pub fn fingerprint(keys: &[Key]) -> u64 {

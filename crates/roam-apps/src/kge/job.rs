@@ -29,6 +29,7 @@ use crate::common::{
     CLUSTER_COUNTERS, ClusterCounters, Mode, Stopwatch, SumKeys, micros_to_seconds, node_counters,
     process_cpu_micros, progress,
 };
+use crate::replication;
 
 /// Scale of the fixed-point loss sum (the cluster sums `u64` counters exactly).
 const LOSS_SCALE: f64 = 1e6;
@@ -168,23 +169,9 @@ impl Shared<'_> {
         }))
     }
 
-    /// Checks that every node replicates the same keys (collective): the nodes' fingerprints
-    /// of their sets must sum to the number of nodes times this node's.
+    /// Checks that every node replicates the same keys (collective).
     fn check_same_replicas(&self, worker: &Worker) -> anyhow::Result<()> {
-        let mine = replicate::fingerprint(&self.plan.keys);
-        if worker.id() == 0 {
-            let mut counters = [0; SUMS];
-            counters[..2].copy_from_slice(&[mine, 1]);
-            self.sums.contribute(worker, &counters)?;
-        }
-        let totals = self.sums.barrier_and_read(worker)?;
-        anyhow::ensure!(
-            totals[0] == totals[1] * mine,
-            "the nodes chose different replicated keys (this node: {} keys); every node must \
-             load the same data with the same options",
-            self.plan.keys.len()
-        );
-        Ok(())
+        replication::check_same_set(&self.sums, worker, &self.plan.keys)
     }
 
     /// Mean logistic loss per scored triple and the epoch's CPU seconds (`cpu_micros` of each

@@ -38,6 +38,7 @@ use roam::{Config, Key, NodeHandle, Worker};
 use serde_json::json;
 
 use crate::common::{self, ClusterCounters, Mode, Stopwatch, SumKeys, TrainReport};
+use crate::replication;
 use data::Ratings;
 use synthetic::Spec;
 use train::{Hyper, Layout, NodeSums, Point, Trainer, WorkerData};
@@ -412,22 +413,8 @@ impl Shared<'_> {
         Ok((worker.global_id() == 0).then(|| (records, counters, replica.to_vec())))
     }
 
-    /// Checks that every node replicates the same columns (collective): the nodes'
-    /// fingerprints of their sets must sum to the number of nodes times this node's.
+    /// Checks that every node replicates the same keys (collective).
     fn check_same_replicas(&self, worker: &Worker) -> anyhow::Result<()> {
-        let mine = replicate::fingerprint(&self.plan.keys);
-        if worker.id() == 0 {
-            let mut counters = [0; EPOCH_SUMS];
-            counters[..2].copy_from_slice(&[mine, 1]);
-            self.loss_sums.contribute(worker, &counters)?;
-        }
-        let totals = self.loss_sums.barrier_and_read(worker)?;
-        ensure!(
-            totals[0] == totals[1] * mine,
-            "the nodes chose different replicated columns (this node: {} keys); every node must \
-             load the same data with the same options",
-            self.plan.keys.len()
-        );
-        Ok(())
+        replication::check_same_set(&self.loss_sums, worker, &self.plan.keys)
     }
 }

@@ -21,38 +21,7 @@ use serde_json::json;
 
 use super::data::Ratings;
 
-/// NuPS's untuned threshold: replicate keys accessed at least this many times as often as the
-/// mean key.
-pub const NUPS_ALPHA: f64 = 100.0;
-
-/// Options of the NuPS modes (ignored in the other modes).
-#[derive(clap::Args, Debug, Clone)]
-pub struct Options {
-    /// nups modes: replicate the columns with at least F times the mean column's number of
-    /// training cells.
-    #[arg(long, default_value_t = NUPS_ALPHA)]
-    pub replicate_alpha: f64,
-    /// nups modes: replicate the N columns with the most training cells instead.
-    #[arg(long, conflicts_with = "replicate_alpha")]
-    pub replicate_top: Option<usize>,
-    /// nups modes: time between background replica syncs, in milliseconds (default: roam's,
-    /// 10 ms).
-    #[arg(long)]
-    pub sync_every_ms: Option<f64>,
-}
-
-impl Options {
-    /// Checks the values.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        replication::check_alpha(self.replicate_alpha)?;
-        replication::sync_every(self.sync_every_ms).map(drop)
-    }
-
-    /// The sync period to configure, if not roam's default.
-    pub fn sync_every(&self) -> Option<std::time::Duration> {
-        replication::sync_every(self.sync_every_ms).expect("validated")
-    }
-}
+pub use crate::replication::Options;
 
 /// The replicated columns of a job (none outside the NuPS modes).
 #[derive(Clone, Debug, Default)]
@@ -94,7 +63,7 @@ pub fn column_counts(ratings: &Ratings) -> Vec<u64> {
     counts
 }
 
-pub use crate::replication::{COUNTERS, fingerprint, node_counters};
+pub use crate::replication::{COUNTERS, node_counters};
 
 /// The `replication` object of the report's settings, from the plan and the cluster sums of
 /// [`node_counters`] over `nodes` nodes. Rounds are per node; bytes per round are per node
@@ -105,15 +74,8 @@ pub fn report(plan: &Plan, opts: &Options, sums: &[u64], nodes: u32) -> serde_js
         "replicated_keys": plan.keys.len(),
         "access_fraction": plan.access_fraction,
     });
-    let period = opts
-        .sync_every()
-        .unwrap_or(roam::config::DEFAULT_REPLICA_SYNC_EVERY);
     let object = report.as_object_mut().expect("an object");
-    object.extend(replication::chooser_figures(
-        opts.replicate_alpha,
-        opts.replicate_top,
-        period,
-    ));
+    object.extend(opts.figures());
     object.extend(replication::sync_figures(sums, nodes));
     report
 }

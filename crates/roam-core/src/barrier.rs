@@ -48,16 +48,25 @@ impl Node {
     fn arrive_at_barrier(&mut self, now: Time, worker: WorkerId, weight: u32) -> ReqId {
         self.tick(now);
         let op = self.new_op(worker, OpKind::Barrier, 1, Vec::new());
-        if let Some(peer) = self.first_lost() {
-            self.answer(op, 0);
-            self.fail(op, OpError::PeerGone { peer });
-            self.settle(op);
+        if self.fail_collective_after_loss(op) {
             return ReqId(op);
         }
         self.barriers.local_waiters.push(op);
         self.barriers.local_arrivals += weight;
         self.arrive_if_complete();
         ReqId(op)
+    }
+
+    /// Fails the collective `op` at once if a peer was lost (it could never complete): then
+    /// true, and `op` has completed.
+    pub(crate) fn fail_collective_after_loss(&mut self, op: u64) -> bool {
+        let Some(peer) = self.first_lost() else {
+            return false;
+        };
+        self.answer(op, 0);
+        self.fail(op, OpError::PeerGone { peer });
+        self.settle(op);
+        true
     }
 
     /// Retires `worker`, whose handle is gone: from now on it counts as arrived at this node's

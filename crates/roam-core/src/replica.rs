@@ -36,7 +36,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use hdrhistogram::Histogram;
 
 use crate::directory::{Directory, mix64};
-use crate::error::OpError;
 use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::keyspace::KeySpace;
 use crate::node::{Node, OpKind, Time};
@@ -530,10 +529,7 @@ impl Node {
     pub fn issue_sync_replicas(&mut self, now: Time, worker: WorkerId) -> ReqId {
         self.tick(now);
         let op = self.new_op(worker, OpKind::SyncReplicas, 1, Vec::new());
-        if let Some(peer) = self.first_lost() {
-            self.answer(op, 0);
-            self.fail(op, OpError::PeerGone { peer });
-            self.settle(op);
+        if self.fail_collective_after_loss(op) {
             return ReqId(op);
         }
         self.replicas.sync.waiters.push(op);
@@ -566,15 +562,18 @@ impl Node {
             self.scan_chunk(usize::MAX);
         }
         let generation = self.replicas.sync.generation;
+        self.control_to_members(Kind::ReplicaFlush, generation, Self::handle_replica_flush);
+    }
+
+    /// Sends the control word `word` of `kind` to every member, this node's own copy going
+    /// straight to `here`.
+    fn control_to_members(&mut self, kind: Kind, word: u64, here: fn(&mut Self, NodeId, u64)) {
         let me = self.cfg.id;
-        for hub in self.dir.members().to_vec() {
-            if hub == me {
-                self.handle_replica_flush(me, generation);
+        for node in self.dir.members().to_vec() {
+            if node == me {
+                here(self, me, word);
             } else {
-                self.send(
-                    hub,
-                    crate::msg::encode::control(Kind::ReplicaFlush, me, generation),
-                );
+                self.send(node, crate::msg::encode::control(kind, me, word));
             }
         }
     }
@@ -589,17 +588,11 @@ impl Node {
         }
         self.replicas.sync.markers.remove(&generation);
         self.broadcast_primaries();
-        let me = self.cfg.id;
-        for node in self.dir.members().to_vec() {
-            if node == me {
-                self.handle_replica_flushed(me, generation);
-            } else {
-                self.send(
-                    node,
-                    crate::msg::encode::control(Kind::ReplicaFlushed, me, generation),
-                );
-            }
-        }
+        self.control_to_members(
+            Kind::ReplicaFlushed,
+            generation,
+            Self::handle_replica_flushed,
+        );
     }
 
     /// Hub `from` applied every node's flush of `generation` and sent its primaries here.

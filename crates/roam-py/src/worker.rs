@@ -347,6 +347,27 @@ impl PyWorker {
         }
     }
 
+    /// Runs a collective (`barrier`, `sync_replicas`) after this worker's operations, with the
+    /// GIL released.
+    fn collective(
+        &self,
+        py: Python<'_>,
+        arrive: fn(&roam::Worker) -> Result<(), OpError>,
+    ) -> PyResult<()> {
+        self.cell.check_open()?;
+        let cell = &self.cell;
+        let (result, released) = py.detach(|| {
+            let mut released = Released::new();
+            let mut reg = cell.lock.lock();
+            let result = WorkerCell::finish_all(&mut reg, &mut released)
+                .and_then(|()| arrive(&reg.worker).map_err(|err| (err, false)));
+            drop(reg);
+            (result, released)
+        });
+        drop(released);
+        result.map_err(|(err, signed)| errors::op_error(&err, signed))
+    }
+
     pub(crate) fn cell(&self) -> &Arc<WorkerCell> {
         &self.cell
     }
@@ -591,36 +612,14 @@ impl PyWorker {
     /// to reach the barrier; everything issued before it by any worker has then been applied.
     /// Blocks with the GIL released.
     fn barrier(&self, py: Python<'_>) -> PyResult<()> {
-        self.cell.check_open()?;
-        let cell = &self.cell;
-        let (result, released) = py.detach(|| {
-            let mut released = Released::new();
-            let mut reg = cell.lock.lock();
-            let result = WorkerCell::finish_all(&mut reg, &mut released)
-                .and_then(|()| reg.worker.barrier().map_err(|err| (err, false)));
-            drop(reg);
-            (result, released)
-        });
-        drop(released);
-        result.map_err(|(err, signed)| errors::op_error(&err, signed))
+        self.collective(py, roam::Worker::barrier)
     }
 
     /// A collective like `barrier`: when it returns, every push issued before it by any worker
     /// of any node is in every replica of the replicated keys (`Node(replicated_keys=...)`).
     /// Between calls, replicas are eventually consistent. Blocks with the GIL released.
     fn sync_replicas(&self, py: Python<'_>) -> PyResult<()> {
-        self.cell.check_open()?;
-        let cell = &self.cell;
-        let (result, released) = py.detach(|| {
-            let mut released = Released::new();
-            let mut reg = cell.lock.lock();
-            let result = WorkerCell::finish_all(&mut reg, &mut released)
-                .and_then(|()| reg.worker.sync_replicas().map_err(|err| (err, false)));
-            drop(reg);
-            (result, released)
-        });
-        drop(released);
-        result.map_err(|(err, signed)| errors::op_error(&err, signed))
+        self.collective(py, roam::Worker::sync_replicas)
     }
 
     /// The node's counters (as `Node.stats()`).

@@ -19,7 +19,8 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use roam_core::{
-    AccessError, Directory, Front, Handoff, Key, KeySpace, OpError, ReqId, UpdateMode, WorkerId,
+    AccessError, Directory, Front, Handoff, Key, KeySpace, Node, OpError, ReqId, Time, UpdateMode,
+    WorkerId,
 };
 
 use crate::error::PullRefused;
@@ -395,12 +396,7 @@ impl Worker {
     /// node to reach the barrier (a worker whose handle was dropped counts as arrived).
     /// Operations issued before the barrier by any worker have been applied when it returns.
     pub fn barrier(&self) -> Result<(), OpError> {
-        self.wait_all()?;
-        let id = self.owner.id;
-        let req = self
-            .shared()
-            .with_node(|node, now| node.issue_barrier(now, id));
-        self.shared().wait_result(id, req).map(drop)
+        self.collective(Node::issue_barrier)
     }
 
     /// A collective over every worker thread of every node, like [`Worker::barrier`]: when it
@@ -408,11 +404,15 @@ impl Worker {
     /// replicated keys (see [`crate::Config::replicated_keys`]). Use it before evaluating or
     /// checkpointing; between calls replicas are only eventually consistent.
     pub fn sync_replicas(&self) -> Result<(), OpError> {
+        self.collective(Node::issue_sync_replicas)
+    }
+
+    /// Waits for this worker's operations, then issues its arrival at a collective over every
+    /// worker of every node (`issue`) and waits for it.
+    fn collective(&self, issue: fn(&mut Node, Time, WorkerId) -> ReqId) -> Result<(), OpError> {
         self.wait_all()?;
         let id = self.owner.id;
-        let req = self
-            .shared()
-            .with_node(|node, now| node.issue_sync_replicas(now, id));
+        let req = self.shared().with_node(|node, now| issue(node, now, id));
         self.shared().wait_result(id, req).map(drop)
     }
 }

@@ -623,21 +623,6 @@ impl Store {
         taken
     }
 
-    /// Protocol only: adds `delta` (other replicas' updates) into the replica's value of `key`,
-    /// leaving its own pending delta alone. Returns false if there is no replica here.
-    pub fn add_to_replica(&self, key: Key, delta: &[f32]) -> bool {
-        let Some(state) = self.index.get(key) else {
-            return false;
-        };
-        latched(state, REPLICA, |s| {
-            // SAFETY: latched and held as a replica.
-            let record = unsafe { self.record(key, s) };
-            let (value, base) = record.split_at(record.len() / 2);
-            add_values::<0>(value, delta, self.plain());
-            add_values::<0>(base, delta, self.plain());
-        })
-    }
-
     /// Protocol only: sets the replica's value of `key` to `base` plus its pending delta (the
     /// pushes made here since the protocol last took it), atomically with respect to pushes.
     /// Returns false if there is no replica here.
@@ -1079,7 +1064,15 @@ mod tests {
             !store.push_local(3, &[9.0, 9.0], UpdateMode::Set),
             "overwriting a replica is the protocol's decision"
         );
-        assert!(store.add_to_replica(3, &[10.0, 10.0]));
+        // Others' updates arrive as a new base (the hub's primary, without this node's pending
+        // pushes): the value becomes base + pending.
+        assert!(store.rebase_replica(3, &[11.0, 12.0]));
+        assert!(store.pull_local(3, &mut out));
+        assert_eq!(
+            out,
+            [13.0, 14.0],
+            "the new base plus this node's two pushes"
+        );
         let mut delta = Vec::new();
         assert!(store.take_delta(3, &mut delta));
         assert_eq!(delta, [2.0, 2.0], "the delta holds this node's pushes only");
@@ -1095,7 +1088,10 @@ mod tests {
             [0.5, 0.5],
             "a push marks the replica for the next round again"
         );
-        store.add_to_replica(3, &[-0.5, -0.5]);
+        assert!(
+            store.rebase_replica(3, &[13.0, 14.0]),
+            "nothing pending: the value is the base"
+        );
         // A threshold on the delta's L2 norm leaves small deltas pending, still marked.
         delta.clear();
         store.push_local(3, &[3.0, 4.0], UpdateMode::Add);
@@ -1104,7 +1100,7 @@ mod tests {
         assert!(store.take_delta_above(3, &mut delta, 6.0), "norm 10 now");
         assert_eq!(delta, [6.0, 8.0]);
         delta.clear();
-        store.add_to_replica(3, &[-6.0, -8.0]);
+        store.rebase_replica(3, &[13.0, 14.0]);
         let mut batch = [0.0; 2];
         store
             .pull_batch_local(&[3], &mut batch, 2, |_| panic!("replica misses"))

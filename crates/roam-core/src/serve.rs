@@ -89,6 +89,7 @@ impl Node {
         let mut forward = Batches::new();
         let mut held: BTreeMap<u32, Batch> = BTreeMap::new();
         let mut unroutable = Batch::default();
+        let mut replica_sets = Batch::default();
         let mut offset = 0;
         for (&key, &pos) in request.keys.iter().zip(request.positions) {
             let len = self.cfg.space.len(key);
@@ -107,32 +108,25 @@ impl Node {
                     continue;
                 }
             }
-            if self.replicas.contains(key) {
-                // Served by this node's replica; a `set` only at the key's hub.
-                match mode {
-                    None => {
-                        let start = answered.values.len();
-                        answered.values.resize(start + len, 0.0);
-                        self.store.pull_local(key, &mut answered.values[start..]);
-                        answered.keys.push(key);
-                        answered.positions.push(pos);
-                    }
-                    Some(UpdateMode::Add) => {
-                        self.store.push_local(key, update, UpdateMode::Add);
-                        answered.push(key, pos, &[]);
-                    }
-                    Some(UpdateMode::Set) if self.hub(key) == self.cfg.id => {
-                        self.set_primary(origin, &[key], update);
-                        answered.push(key, pos, &[]);
-                    }
-                    Some(UpdateMode::Set) => {
-                        let hub = self.hub(key);
-                        forward.entry(hub).or_default().push(key, pos, update);
-                    }
+            // A replicated key is read and added to in this node's replica, like a local key;
+            // a `set` of it applies only at its hub.
+            let replicated = self.replicas.contains(key);
+            if replicated && mode == Some(UpdateMode::Set) {
+                let hub = self.hub(key);
+                if hub == self.cfg.id {
+                    replica_sets.push(key, pos, update);
+                    answered.push(key, pos, &[]);
+                } else {
+                    forward.entry(hub).or_default().push(key, pos, update);
                 }
                 continue;
             }
-            match self.residency(key) {
+            let residency = if replicated {
+                Residency::Local
+            } else {
+                self.residency(key)
+            };
+            match residency {
                 Residency::Local => {
                     if let Some(mode) = mode {
                         self.store.push_local(key, update, mode);
@@ -170,6 +164,10 @@ impl Node {
                     }
                 }
             }
+        }
+        if !replica_sets.keys.is_empty() {
+            // Before the answer: the setter's replica gets the values first.
+            self.set_primary(origin, &replica_sets.keys, &replica_sets.values);
         }
         add(&self.counters.served_keys, answered.keys.len() as u64);
         if !answered.keys.is_empty() {

@@ -15,7 +15,7 @@ use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
-use common::{DynShape, dynamic_case, finals, run_case, total};
+use common::{DynShape, dynamic_case, finals, run_case, run_to_end, total};
 use roam_core::wire::{self, Kind, Limits};
 use roam_core::{Key, KeySpace, NodeId, Partitioning};
 use roam_sim::{
@@ -489,12 +489,7 @@ fn random_faults_under_dynamic_allocation_lose_only_failed_pushes() {
             let b = NodeId((a.0 + 1 + rand::Rng::random_range(&mut rng, 0..nodes - 1)) % nodes);
             sim.drop_link(a, b);
         }
-        sim.run_until_idle().unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            sim.unfinished_workers().is_empty(),
-            "seed {seed}: hung: {:?}",
-            sim.unfinished_workers()
-        );
+        run_to_end(seed, &mut sim);
         let history = sim.history();
         for op in history
             .ops()

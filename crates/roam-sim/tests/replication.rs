@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{finals, test_rng, total};
+use common::{finals, run_fault_free, run_to_end, test_rng, total};
 use rand::Rng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
@@ -406,29 +406,8 @@ fn subset_sum(items: &[u32], target: f32) -> bool {
 fn run_replication_case(seed: u64) -> (Sim, usize) {
     let case = replication_case(seed);
     let cfg = case.cfg.clone();
-    let mut sim = Sim::new(case.cfg);
-    for (w, script) in case.scripts {
-        sim.add_script(w, script);
-    }
-    sim.run_until_idle().unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        sim.unfinished_workers().is_empty(),
-        "seed {seed}: hung: {:?}",
-        sim.unfinished_workers()
-    );
+    let sim = run_fault_free(seed, case.cfg, case.scripts);
     let history = sim.history();
-    for op in history.ops() {
-        assert!(
-            op.succeeded(),
-            "seed {seed}: op failed in a fault-free run: {op}"
-        );
-    }
-    assert!(
-        sim.warnings().is_empty(),
-        "seed {seed}: warnings: {:?}",
-        sim.warnings()
-    );
-    assert_eq!(total(&sim, |c| &c.anomalies), 0, "seed {seed}");
     for n in 0..cfg.nodes {
         let node = sim.node(NodeId(n));
         assert_eq!(node.replicated_keys(), &case.replicated[..], "seed {seed}");
@@ -896,12 +875,7 @@ fn syncs_end_with_success_or_peer_gone_when_links_break() {
             }
             sim.add_script(w, script);
         }
-        sim.run_until_idle().unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            sim.unfinished_workers().is_empty(),
-            "seed {seed}: hung: {:?}",
-            sim.unfinished_workers()
-        );
+        run_to_end(seed, &mut sim);
         let history = sim.history();
         for op in history.ops() {
             assert!(op.ret.is_some(), "seed {seed}: never completed: {op}");

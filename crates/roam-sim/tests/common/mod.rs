@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use roam_core::{Key, KeySpace, NodeId};
 use roam_sim::{
-    Consistency, Op, Outcome, Sim, WorkerRef, check_final_sums_exact, check_linearizable,
+    Consistency, Op, Outcome, Sim, SimConfig, WorkerRef, check_final_sums_exact, check_linearizable,
 };
 
 /// The RNG a test uses to generate its workload: separate from the simulator's, so the
@@ -260,22 +260,25 @@ pub(crate) fn total(
         .sum()
 }
 
-/// Runs one random case and checks everything a fault-free run must satisfy.
-pub(crate) fn run_case(seed: u64, shape: DynShape) -> (Sim, bool, bool) {
-    let case = dynamic_case(seed, shape);
-    let (caches, fast) = (case.cfg.location_caches, case.cfg.fast_local_access);
-    let mut sim = Sim::new(case.cfg);
-    for (w, script) in case.scripts {
-        sim.add_script(w, script);
-    }
+/// Runs `sim` until nothing is pending and checks that no worker is left waiting.
+pub(crate) fn run_to_end(seed: u64, sim: &mut Sim) {
     sim.run_until_idle().unwrap_or_else(|e| panic!("{e}"));
     assert!(
         sim.unfinished_workers().is_empty(),
         "seed {seed}: hung: {:?}",
         sim.unfinished_workers()
     );
-    let history = sim.history();
-    for op in history.ops() {
+}
+
+/// A simulation of `cfg` running `scripts`, run to the end and checked for what every
+/// fault-free run must satisfy: every operation succeeded, no warning, no anomaly.
+pub(crate) fn run_fault_free(seed: u64, cfg: SimConfig, scripts: Vec<(WorkerRef, Vec<Op>)>) -> Sim {
+    let mut sim = Sim::new(cfg);
+    for (w, script) in scripts {
+        sim.add_script(w, script);
+    }
+    run_to_end(seed, &mut sim);
+    for op in sim.history().ops() {
         assert!(
             op.succeeded(),
             "seed {seed}: op failed in a fault-free run: {op}"
@@ -287,6 +290,15 @@ pub(crate) fn run_case(seed: u64, shape: DynShape) -> (Sim, bool, bool) {
         sim.warnings()
     );
     assert_eq!(total(&sim, |c| &c.anomalies), 0, "seed {seed}");
+    sim
+}
+
+/// Runs one random case and checks everything a fault-free run must satisfy.
+pub(crate) fn run_case(seed: u64, shape: DynShape) -> (Sim, bool, bool) {
+    let case = dynamic_case(seed, shape);
+    let (caches, fast) = (case.cfg.location_caches, case.cfg.fast_local_access);
+    let sim = run_fault_free(seed, case.cfg, case.scripts);
+    let history = sim.history();
     sim.check_quiescent_placement()
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     assert_eq!(

@@ -82,6 +82,28 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
                 .collect()
         })
     };
+    // Epoch time of each mode of `overs` over that of `of`, at `of`'s node counts.
+    let speedups_of = |of: Mode, overs: &[Mode]| {
+        panels(&groups, |app, profile, w| {
+            overs
+                .iter()
+                .map(|&over| Series {
+                    label: format!("over {}", over.name()),
+                    color: mode_color(over),
+                    points: node_points(summary, of, |nodes| {
+                        let key = CellKey {
+                            app,
+                            profile,
+                            workers_per_node: w,
+                            mode: of,
+                            nodes,
+                        };
+                        summary.speedup_of(of, key, over)
+                    }),
+                })
+                .collect()
+        })
+    };
     // The modes that ran, `single` first.
     let all = summary.modes();
     let distributed: Vec<Mode> = all.iter().copied().filter(|&m| m != Mode::Single).collect();
@@ -104,29 +126,10 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
             references: &[],
         },
     )?;
-    let speedups = panels(&groups, |app, profile, w| {
-        [Mode::Classic, Mode::ClassicNolocal]
-            .iter()
-            .map(|&over| Series {
-                label: format!("over {}", over.name()),
-                color: mode_color(over),
-                points: node_points(summary, Mode::Lapse, |nodes| {
-                    let key = CellKey {
-                        app,
-                        profile,
-                        workers_per_node: w,
-                        mode: Mode::Lapse,
-                        nodes,
-                    };
-                    summary.speedup(key, over)
-                }),
-            })
-            .collect()
-    });
     figure(
         "speedup.png",
         "Speed-up of lapse (other mode's epoch time / lapse's)",
-        speedups,
+        speedups_of(Mode::Lapse, &[Mode::Classic, Mode::ClassicNolocal]),
         YAxis {
             label: "speed-up",
             log: true,
@@ -139,29 +142,10 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
             .into_iter()
             .filter(|m| all.contains(m))
             .collect();
-        let speedups = panels(&groups, |app, profile, w| {
-            overs
-                .iter()
-                .map(|&over| Series {
-                    label: format!("over {}", over.name()),
-                    color: mode_color(over),
-                    points: node_points(summary, Mode::Nups, |nodes| {
-                        let key = CellKey {
-                            app,
-                            profile,
-                            workers_per_node: w,
-                            mode: Mode::Nups,
-                            nodes,
-                        };
-                        summary.speedup_of(Mode::Nups, key, over)
-                    }),
-                })
-                .collect()
-        });
         figure(
             "speedup_nups.png",
             "Speed-up of nups (other mode's epoch time / nups's)",
-            speedups,
+            speedups_of(Mode::Nups, &overs),
             YAxis {
                 label: "speed-up",
                 log: true,

@@ -20,32 +20,38 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use rand::rngs::SmallRng;
+
 use crate::error::AccessError;
 use crate::id::{Key, ReqId, WorkerId};
 use crate::keyspace::KeySpace;
 use crate::node::{Node, Time};
+use crate::sampling::NodeSamplers;
 use crate::stats::{WorkerCounters, bump};
 use crate::store::{Residency, Store, UpdateMode};
 
 /// One worker's access front end. See the module docs.
 pub struct Front {
-    store: Arc<Store>,
-    fast_local_access: bool,
-    keys_move: bool,
-    counters: Arc<WorkerCounters>,
-    misses: Misses,
+    pub(crate) store: Arc<Store>,
+    pub(crate) fast_local_access: bool,
+    pub(crate) keys_move: bool,
+    pub(crate) counters: Arc<WorkerCounters>,
+    pub(crate) misses: Misses,
+    /// The node's samplers, and this worker's random numbers for them (`sampling`).
+    pub(crate) samplers: Arc<NodeSamplers>,
+    pub(crate) rng: SmallRng,
 }
 
 /// The keys an operation could not serve locally, with their offsets in its buffer.
 #[derive(Default)]
-struct Misses {
-    keys: Vec<Key>,
-    offsets: Vec<usize>,
+pub(crate) struct Misses {
+    pub(crate) keys: Vec<Key>,
+    pub(crate) offsets: Vec<usize>,
 }
 
 impl Misses {
     #[inline(always)]
-    fn push(&mut self, key: Key, offset: usize) {
+    pub(crate) fn push(&mut self, key: Key, offset: usize) {
         self.keys.push(key);
         self.offsets.push(offset);
     }
@@ -132,17 +138,20 @@ impl fmt::Debug for Front {
 }
 
 impl Front {
-    /// The front end of one of `node`'s workers, counting its local accesses in `counters`.
+    /// The front end of `node`'s worker `worker`, counting its local accesses in `counters`.
     /// It keeps a handle on the node's store, so it needs no access to the node until a
     /// hand-off is issued.
-    pub fn new(node: &Node, counters: Arc<WorkerCounters>) -> Self {
+    pub fn new(node: &Node, worker: WorkerId, counters: Arc<WorkerCounters>) -> Self {
         let cfg = node.config();
+        let samplers = node.samplers().clone();
         Self {
             store: node.store().clone(),
             fast_local_access: cfg.fast_local_access,
             keys_move: cfg.policy.keys_move(),
             counters,
             misses: Misses::default(),
+            rng: samplers.worker_rng(worker.0),
+            samplers,
         }
     }
 
@@ -340,7 +349,7 @@ mod tests {
             KeySpace::per_key((0..64).map(|k| 1 + k % 3).collect()).unwrap(),
         ] {
             let node = node(space.clone(), true, PolicyKind::Static);
-            let mut front = Front::new(&node, Arc::default());
+            let mut front = Front::new(&node, WorkerId(0), Arc::default());
             let (a, b) = (1, 2);
             let len = space.len(a) + space.len(b);
             let before = snapshot(&node, &[a, b]);
@@ -396,7 +405,7 @@ mod tests {
     fn local_keys_are_served_without_the_node() {
         let mut node = node(KeySpace::uniform(64, 2).unwrap(), true, PolicyKind::Static);
         let (local, _) = local_and_remote(&node);
-        let mut front = Front::new(&node, Arc::default());
+        let mut front = Front::new(&node, WorkerId(0), Arc::default());
         let none = front.push(&[local], &[1.5, 2.5], UpdateMode::Add).unwrap();
         assert!(none.is_none(), "an all-local push needs no hand-off");
         let none = front
@@ -432,7 +441,7 @@ mod tests {
             let keys = [remote, local, other, remote];
             let lens: Vec<usize> = keys.iter().map(|&k| space.len(k)).collect();
             let at = |i: usize| lens[..i].iter().sum::<usize>();
-            let mut front = Front::new(&node, Arc::default());
+            let mut front = Front::new(&node, WorkerId(0), Arc::default());
             node.store()
                 .push_local(local, &vec![7.0; space.len(local)], UpdateMode::Set);
 
@@ -480,14 +489,14 @@ mod tests {
         let space = KeySpace::uniform(64, 1).unwrap();
         let fixed = node(space.clone(), true, PolicyKind::Static);
         let (local, remote) = local_and_remote(&fixed);
-        let mut front = Front::new(&fixed, Arc::default());
+        let mut front = Front::new(&fixed, WorkerId(0), Arc::default());
         assert!(front.localize(&[local, remote]).unwrap().is_none());
 
         let lapse = PolicyKind::Lapse {
             location_caches: false,
         };
         let moving = node(space, true, lapse);
-        let mut front = Front::new(&moving, Arc::default());
+        let mut front = Front::new(&moving, WorkerId(0), Arc::default());
         assert!(front.localize(&[local]).unwrap().is_none());
         let handoff = front
             .localize(&[local, remote, local, remote])

@@ -15,6 +15,8 @@
 //! - [`store`]: slab-backed values with a latch and residency flags per key (the hot path).
 //! - [`access`]: the access front end every shell runs for a worker's operation: validation,
 //!   the local fast path on the store, and the hand-off of the other keys to the node.
+//! - [`sampling`]: sampling distributions and the schemes that serve draws (NuPS): the
+//!   front end's `prepare_sample`/`pull_sample`/`finish_sample` and the node-level pool.
 //! - [`wire`]: the 40-byte header and zero-copy frame bodies; bounded, panic-free decoding.
 //! - [`msg`]: typed messages decoded from frames in place, and their encoders.
 //! - [`node`]: the protocol state machine (`issue_*`/`handle_*` in, `poll_*` out); its parts
@@ -43,6 +45,7 @@ pub mod placement;
 pub mod policy;
 mod relocate;
 pub mod replica;
+pub mod sampling;
 mod serve;
 pub mod stats;
 pub mod store;
@@ -59,5 +62,8 @@ pub use msg::Msg;
 pub use node::{Completion, Node, NodeConfig, Output, PullPart, Time};
 pub use policy::{Policy, PolicyKind};
 pub use replica::Replication;
+pub use sampling::{
+    Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support,
+};
 pub use store::{Holding, Residency, Store, UpdateMode};
 pub use warning::Warning;

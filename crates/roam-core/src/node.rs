@@ -43,6 +43,7 @@ use crate::placement::BucketRecords;
 use crate::policy::{Policy, PolicyKind};
 use crate::relocate::{Queued, Transit};
 use crate::replica::{Replicas, Replication};
+use crate::sampling::{NodeSamplers, SamplerSpec};
 use crate::stats::{NodeCounters, add};
 use crate::store::{Residency, Store, UpdateMode};
 use crate::warning::Warning;
@@ -79,6 +80,9 @@ pub struct NodeConfig {
     pub liveness: Option<Liveness>,
     /// Keys replicated on every node and their sync period (see `replica.rs`); `None`: none.
     pub replication: Option<Replication>,
+    /// Samplers, named by their index (see `sampling`); validated by the front ends with
+    /// [`SamplerSpec::value_len`].
+    pub samplers: Vec<SamplerSpec>,
 }
 
 impl NodeConfig {
@@ -101,6 +105,7 @@ impl NodeConfig {
             seed: 0,
             liveness: None,
             replication: None,
+            samplers: Vec::new(),
         }
     }
 }
@@ -247,6 +252,7 @@ pub(crate) enum Route {
 /// The protocol state machine of one node. See the module docs for the contract.
 pub struct Node {
     pub(crate) cfg: NodeConfig,
+    samplers: Arc<NodeSamplers>,
     pub(crate) dir: Directory,
     pub(crate) store: Arc<Store>,
     pub(crate) counters: Arc<NodeCounters>,
@@ -302,6 +308,8 @@ impl Node {
             );
             store.insert_replica(key, &vec![0.0; cfg.space.len(key)]);
         }
+        let samplers = NodeSamplers::new(&cfg.samplers, &cfg.space, cfg.seed, cfg.id)
+            .unwrap_or_else(|err| panic!("{err} (validated by the front ends)"));
         let records = dir
             .buckets_of(cfg.id)
             .map(|b| (b, BucketRecords::new(cfg.id)))
@@ -327,6 +335,7 @@ impl Node {
             transit: HashMap::new(),
             cache: HashMap::new(),
             replicas,
+            samplers: Arc::new(samplers),
             cfg,
         }
     }
@@ -339,6 +348,11 @@ impl Node {
     /// The store that worker threads access directly.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The samplers, which worker threads use through their front ends.
+    pub fn samplers(&self) -> &Arc<NodeSamplers> {
+        &self.samplers
     }
 
     /// The node's counters (shared with the shell, which adds transport figures).

@@ -90,6 +90,10 @@ counters! {
         local_push_keys,
         /// Push and set operations served entirely locally.
         local_push_ops,
+        /// Samples drawn (`pull_sample`).
+        sampled_keys,
+        /// Samples of the `local` schemes that found no key held here and were read remotely.
+        sample_fallbacks,
     }
 }
 

@@ -44,6 +44,8 @@ pub struct SimConfig {
     /// Keys replicated on every node and their sync period (`None`: nothing replicated). With
     /// it, nodes' sync rounds are timer events of the run while any worker has work left.
     pub replication: Option<roam_core::Replication>,
+    /// Samplers every node registers (`Op::Sample` names them by index).
+    pub samplers: Vec<roam_core::SamplerSpec>,
     /// Seed of the single random number generator of the run.
     pub seed: u64,
     /// Smallest one-way delay of a frame, in ns.
@@ -82,6 +84,7 @@ impl SimConfig {
             location_caches: false,
             liveness: None,
             replication: None,
+            samplers: Vec::new(),
             seed: 0,
             min_delay: 1_000,
             max_delay: 50_000,

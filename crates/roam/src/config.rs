@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use roam_core::wire::Limits;
-use roam_core::{Key, KeySpace, KeySpaceError, Partitioning, RecordLayout, ValueLengths};
+use roam_core::{
+    Key, KeySpace, KeySpaceError, Partitioning, RecordLayout, SamplerId, SamplerSpec, ValueLengths,
+};
 
 use crate::cluster_env::{self, ClusterOverrides};
 use crate::error::StartError;
@@ -100,6 +102,12 @@ pub struct Config {
     /// Background sync rounds leave a replica's delta pending while its L2 norm is below this
     /// (0, the default: every non-zero delta goes out); `sync_replicas` sends all.
     pub replica_min_delta_norm: f32,
+    /// Sampling distributions and their schemes (NuPS), named by [`SamplerId`] in this order:
+    /// register them with [`Config::add_sampler`]; every node must register the same ones.
+    /// See [`crate::Worker::prepare_sample`].
+    pub samplers: Vec<SamplerSpec>,
+    /// Seed of the samplers' random numbers (each node and worker derives its own stream).
+    pub sampling_seed: u64,
 }
 
 /// The cluster this process joins, resolved from the [`Config`] and the environment exactly as
@@ -216,6 +224,8 @@ impl Config {
             replicated_keys: Vec::new(),
             replica_sync_every: DEFAULT_REPLICA_SYNC_EVERY,
             replica_min_delta_norm: 0.0,
+            samplers: Vec::new(),
+            sampling_seed: 0,
         }
     }
 
@@ -223,6 +233,13 @@ impl Config {
     pub fn replicate(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
         self.replicated_keys.extend(keys);
         self
+    }
+
+    /// Registers a sampler (see [`Config::samplers`]); its id names it in
+    /// [`crate::Worker::prepare_sample`].
+    pub fn add_sampler(&mut self, spec: SamplerSpec) -> SamplerId {
+        self.samplers.push(spec);
+        SamplerId(self.samplers.len() as u32 - 1)
     }
 }
 

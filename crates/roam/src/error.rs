@@ -2,6 +2,7 @@
 //! Access errors come from `roam-core`.
 
 use roam_core::KeySpaceError;
+use roam_core::sampling::SamplerSetupError;
 
 use crate::cluster_env::{ClusterEnvError, SettingError, TokenError};
 use crate::rendezvous::RendezvousError;
@@ -26,6 +27,14 @@ pub enum StartError {
     /// The replica delta threshold is negative or not finite.
     #[error("replica_min_delta_norm must be a finite number >= 0, not {0}")]
     BadDeltaNorm(f32),
+    /// A sampler cannot be served on this key space.
+    #[error("sampler {sampler}: {reason}")]
+    Sampler {
+        /// Its id (registration order).
+        sampler: u32,
+        /// Why.
+        reason: SamplerSetupError,
+    },
     /// Rank, size, coordinator or another environment setting is missing or malformed.
     #[error("cluster configuration: {0}")]
     ClusterEnv(#[from] ClusterEnvError),

@@ -51,6 +51,9 @@ pub use config::{Allocation, ClusterInfo, Config};
 pub use error::{PullRefused, StartError, WorkerError};
 pub use roam_core::wire::Limits;
 pub use roam_core::{AccessError, Directory, Key, OpError, ValueLengths};
+pub use roam_core::{
+    Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support,
+};
 pub use roam_core::{KeySpace, NodeId, Partitioning, RecordLayout};
 pub use runtime::NodeHandle;
 pub use stats::NodeStats;

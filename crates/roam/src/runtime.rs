@@ -223,6 +223,13 @@ impl NodeHandle {
         if !(cfg.replica_min_delta_norm >= 0.0 && cfg.replica_min_delta_norm.is_finite()) {
             return Err(StartError::BadDeltaNorm(cfg.replica_min_delta_norm));
         }
+        for (i, spec) in cfg.samplers.iter().enumerate() {
+            spec.value_len(&space)
+                .map_err(|reason| StartError::Sampler {
+                    sampler: i as u32,
+                    reason,
+                })?;
+        }
         let replication = (!cfg.replicated_keys.is_empty()).then(|| Replication {
             keys: cfg.replicated_keys.clone(),
             sync_every_ns: cfg.replica_sync_every.as_nanos().min(u128::from(u64::MAX)) as u64,
@@ -242,11 +249,13 @@ impl NodeHandle {
             } else {
                 PolicyKind::Static
             },
-            seed: u64::from(rank.0),
+            // Policies and samplers draw from it; each node and worker derives its own stream.
+            seed: cfg.sampling_seed ^ u64::from(rank.0),
             liveness: Some(Liveness::with_timeout(
                 cfg.peer_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             )),
             replication,
+            samplers: cfg.samplers.clone(),
         });
         let store = node.store().clone();
         let counters = node.counters().clone();

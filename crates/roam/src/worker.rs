@@ -19,8 +19,8 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use roam_core::{
-    AccessError, Directory, Front, Handoff, Key, KeySpace, Node, OpError, ReqId, Time, UpdateMode,
-    WorkerId,
+    AccessError, Directory, Front, Handoff, Key, KeySpace, Node, OpError, ReqId, SampleError,
+    SampleHandle, SamplerId, Time, UpdateMode, WorkerId,
 };
 
 use crate::error::PullRefused;
@@ -206,7 +206,7 @@ impl Drop for Worker {
 impl Worker {
     pub(crate) fn new(shared: Arc<Shared>, id: WorkerId) -> Self {
         let counters = shared.worker_counters[id.index()].clone();
-        let front = shared.with_node(|node, _| Front::new(node, counters));
+        let front = shared.with_node(|node, _| Front::new(node, id, counters));
         Self {
             owner: Arc::new(Owner { shared, id }),
             front: RefCell::new(front),
@@ -366,6 +366,63 @@ impl Worker {
             inflight,
             out: None,
         })
+    }
+
+    /// Starts drawing `n` samples from sampler `sampler` (registered with
+    /// [`crate::Config::add_sampler`]). Under `preloc` the keys are drawn now, and under `pool`
+    /// taken from the node's pool; either way the ones not here start moving here (never
+    /// waited for: the samples' values are exact wherever their keys are). Draw them with
+    /// [`Worker::pull_sample`], in one call or several, and end with [`Worker::finish_sample`].
+    ///
+    /// ```no_run
+    /// # fn f(worker: &roam::Worker, negatives: roam::SamplerId) -> anyhow::Result<()> {
+    /// let len = worker.key_space().uniform_len().unwrap();
+    /// let mut sample = worker.prepare_sample(negatives, 8)?;
+    /// let (mut keys, mut vals) = (vec![0; 8], vec![0.0; 8 * len]);
+    /// worker.pull_sample(&mut sample, &mut keys, &mut vals)?.wait()?;
+    /// worker.finish_sample(sample);
+    /// // ... compute gradients for `keys` from `vals`, then an ordinary push:
+    /// worker.push(&keys, &vals)?.detach();
+    /// # Ok(()) }
+    /// ```
+    pub fn prepare_sample(
+        &self,
+        sampler: SamplerId,
+        n: usize,
+    ) -> Result<SampleHandle, SampleError> {
+        let now = self.shared().now();
+        let mut front = self.front.borrow_mut();
+        let (handle, localize) = front.prepare_sample(now, sampler, n)?;
+        if let Some(inflight) = self.hand_off(localize) {
+            inflight
+                .owner
+                .slot()
+                .abandon(inflight.req, crate::slot::Fate::Discard);
+        }
+        Ok(handle)
+    }
+
+    /// Draws `keys.len()` of `sample`'s samples into `keys` and reads their values into `vals`
+    /// (`keys.len()` × the sampled keys' value length). Values of keys held here are in `vals`
+    /// when this returns; the rest once the ticket is waited. Pushes to sampled keys are
+    /// ordinary pushes.
+    pub fn pull_sample<'a>(
+        &self,
+        sample: &mut SampleHandle,
+        keys: &mut [Key],
+        vals: &'a mut [f32],
+    ) -> Result<Ticket<'a>, SampleError> {
+        let mut front = self.front.borrow_mut();
+        let inflight = self.hand_off(front.pull_sample(sample, keys, vals)?);
+        Ok(Ticket {
+            out: inflight.is_some().then_some(vals),
+            inflight,
+        })
+    }
+
+    /// Ends a sampling; returns how many of its samples were never pulled.
+    pub fn finish_sample(&self, sample: SampleHandle) -> usize {
+        self.front.borrow_mut().finish_sample(sample)
     }
 
     /// Blocks until `ticket`'s operation completes (same as [`Ticket::wait`]).

@@ -182,9 +182,15 @@ impl Sim {
                     seed: cfg.seed ^ u64::from(id),
                     liveness: cfg.liveness,
                     replication: cfg.replication.clone(),
+                    samplers: cfg.samplers.clone(),
                 });
                 let workers = (0..cfg.workers_per_node)
-                    .map(|w| Worker::new(WorkerRef::new(id, w), Front::new(&node, Arc::default())))
+                    .map(|w| {
+                        Worker::new(
+                            WorkerRef::new(id, w),
+                            Front::new(&node, roam_core::WorkerId(w), Arc::default()),
+                        )
+                    })
                     .collect();
                 SimNode {
                     node,

@@ -1,0 +1,270 @@
+//! The sampling operations of a worker's access front end: `prepare_sample`, `pull_sample` and
+//! `finish_sample` on [`Front`], for every shell.
+//!
+//! Like the front end's pulls, a sampling call serves what is local from the store under the
+//! keys' latches and hands the rest to the node: a pull of the sampled keys that are not here,
+//! or (at prepare, for `preloc` and `pool`) a localize of the keys drawn ahead. Bad input is
+//! refused before anything is drawn, so a refused call changes neither the handle nor any
+//! random state.
+
+use std::collections::HashSet;
+
+use rand::Rng;
+
+use super::{LOCAL_SCAN, LOCAL_TRIES, NodeSampler, SampleError, SampleHandle, SamplerId, Scheme};
+use crate::access::{Front, Handoff};
+use crate::id::Key;
+use crate::node::Time;
+use crate::stats::bump;
+use crate::store::{Residency, Store};
+
+/// Whether `key` is held here (owned, or a replica): the keys every scheme counts as local.
+#[inline]
+fn held(store: &Store, key: Key) -> bool {
+    store.residency(key) == Residency::Local || store.has_replica(key)
+}
+
+/// Draws from `sampler` until `accept` takes a key (with replacement it takes the first).
+#[inline]
+fn draw_accepted(
+    sampler: &NodeSampler,
+    rng: &mut impl Rng,
+    drawn: &mut Option<HashSet<Key>>,
+) -> Key {
+    loop {
+        let key = sampler.spec.distribution.draw(rng);
+        if drawn.as_mut().is_none_or(|set| set.insert(key)) {
+            return key;
+        }
+    }
+}
+
+impl Front {
+    /// Starts drawing `n` samples from sampler `id`. `preloc` draws them now and `pool` takes
+    /// them from the node's pool; the keys of those that are not here (and of pool groups this
+    /// take created) come back as a localize hand-off, to be issued (and not necessarily
+    /// waited: the samples are exact wherever their keys are).
+    pub fn prepare_sample(
+        &mut self,
+        now: Time,
+        id: SamplerId,
+        n: usize,
+    ) -> Result<(SampleHandle, Option<Handoff<'_>>), SampleError> {
+        let samplers = self.samplers.clone();
+        let sampler = samplers
+            .samplers
+            .get(id.0 as usize)
+            .ok_or(SampleError::UnknownSampler {
+                sampler: id.0,
+                registered: samplers.len(),
+            })?;
+        let spec = &sampler.spec;
+        if !spec.with_replacement {
+            let reachable = spec.distribution.reachable();
+            if n as u64 > reachable {
+                return Err(SampleError::NotEnoughKeys {
+                    requested: n,
+                    reachable,
+                });
+            }
+        }
+        let mut handle = SampleHandle {
+            sampler: id,
+            remaining: n,
+            ahead: Vec::new(),
+            next: 0,
+            drawn: (!spec.with_replacement).then(HashSet::new),
+        };
+        // The keys to localize are collected where a localize hand-off keeps them.
+        let store = &*self.store;
+        let wanted = &mut self.misses.keys;
+        wanted.clear();
+        self.misses.offsets.clear();
+        match spec.scheme {
+            Scheme::Naive | Scheme::Local { .. } => return Ok((handle, None)),
+            Scheme::Preloc => {
+                handle.ahead.reserve(n);
+                for _ in 0..n {
+                    let key = draw_accepted(sampler, &mut self.rng, &mut handle.drawn);
+                    handle.ahead.push(key);
+                }
+                wanted.extend_from_slice(&handle.ahead);
+            }
+            Scheme::Pool { .. } => {
+                let pool = sampler.pool.as_ref().expect("pool samplers have a pool");
+                let drawn = &mut handle.drawn;
+                pool.lock().take(
+                    now,
+                    n,
+                    &spec.distribution,
+                    |key| held(store, key),
+                    |key| drawn.as_mut().is_none_or(|set| set.insert(key)),
+                    &mut handle.ahead,
+                    wanted,
+                );
+                // Samples whose key moved away since its group was fetched are asked back.
+                wanted.extend_from_slice(&handle.ahead);
+            }
+        }
+        if !self.keys_move {
+            return Ok((handle, None));
+        }
+        wanted.retain(|&key| !held(store, key));
+        if wanted.is_empty() {
+            return Ok((handle, None));
+        }
+        Ok((handle, Some(Handoff::Localize { keys: wanted })))
+    }
+
+    /// Draws `keys_out.len()` samples of `handle` into `keys_out` and reads their values into
+    /// `vals_out` (`keys_out.len() × value length` values). What is local is read now; `None`
+    /// if that was all, else the pull of the rest for the node.
+    pub fn pull_sample(
+        &mut self,
+        handle: &mut SampleHandle,
+        keys_out: &mut [Key],
+        vals_out: &mut [f32],
+    ) -> Result<Option<Handoff<'_>>, SampleError> {
+        let samplers = self.samplers.clone();
+        let sampler = samplers.samplers.get(handle.sampler.0 as usize).ok_or(
+            SampleError::UnknownSampler {
+                sampler: handle.sampler.0,
+                registered: samplers.len(),
+            },
+        )?;
+        let k = keys_out.len();
+        if k > handle.remaining {
+            return Err(SampleError::TooMany {
+                requested: k,
+                remaining: handle.remaining,
+            });
+        }
+        let len = sampler.value_len;
+        if vals_out.len() != k * len {
+            return Err(SampleError::LengthMismatch {
+                keys: k,
+                value_len: len,
+                expected: k * len,
+                actual: vals_out.len(),
+            });
+        }
+        handle.remaining -= k;
+        bump(&self.counters.sampled_keys, k as u64);
+        match sampler.spec.scheme {
+            Scheme::Naive => {
+                for slot in keys_out.iter_mut() {
+                    *slot = draw_accepted(sampler, &mut self.rng, &mut handle.drawn);
+                }
+            }
+            Scheme::Preloc | Scheme::Pool { .. } => {
+                keys_out.copy_from_slice(&handle.ahead[handle.next..handle.next + k]);
+                handle.next += k;
+            }
+            Scheme::Local { next } => {
+                return Ok(self.pull_local_samples(sampler, next, handle, keys_out, vals_out));
+            }
+        }
+        // Sampled keys were validated with the sampler: a pull of them cannot be refused.
+        Ok(self
+            .pull(keys_out, vals_out)
+            .expect("sampled keys are in the key space and the buffer was checked"))
+    }
+
+    /// The `local` schemes: each sample is a key held here, read from the store now; a sample
+    /// that found none within the bounds is its first draw, read remotely.
+    fn pull_local_samples(
+        &mut self,
+        sampler: &NodeSampler,
+        scan: bool,
+        handle: &mut SampleHandle,
+        keys_out: &mut [Key],
+        vals_out: &mut [f32],
+    ) -> Option<Handoff<'_>> {
+        let (store, fast) = (&*self.store, self.fast_local_access);
+        let dist = &sampler.spec.distribution;
+        let support = *dist.support();
+        let len = sampler.value_len;
+        let misses = &mut self.misses;
+        misses.keys.clear();
+        misses.offsets.clear();
+        let mut hits = 0u64;
+        for (i, slot) in keys_out.iter_mut().enumerate() {
+            let out = &mut vals_out[i * len..(i + 1) * len];
+            let fresh = |key: Key, drawn: &Option<HashSet<Key>>| {
+                drawn.as_ref().is_none_or(|set| !set.contains(&key))
+            };
+            // Reads `key` if it is held here (with fast local access: straight from the
+            // store; without, the classic ablation, by a message to this node).
+            let mut take = |key: Key, misses: &mut crate::access::Misses| {
+                if fast {
+                    store.pull_local(key, out)
+                } else if held(store, key) {
+                    misses.push(key, i * len);
+                    true
+                } else {
+                    false
+                }
+            };
+            let first = dist.draw_position(&mut self.rng);
+            let mut chosen = None;
+            if scan {
+                let span = support.len.min(LOCAL_SCAN);
+                for step in 0..span {
+                    let key = support.key((first + step) % support.len);
+                    if fresh(key, &handle.drawn) && take(key, misses) {
+                        chosen = Some(key);
+                        break;
+                    }
+                }
+            } else {
+                let mut position = first;
+                for _ in 0..LOCAL_TRIES {
+                    let key = support.key(position);
+                    if fresh(key, &handle.drawn) && take(key, misses) {
+                        chosen = Some(key);
+                        break;
+                    }
+                    position = dist.draw_position(&mut self.rng);
+                }
+            }
+            let key = match chosen {
+                Some(key) => {
+                    hits += 1;
+                    key
+                }
+                None => {
+                    // Nothing held here within reach: an exact draw, read remotely.
+                    let mut key = support.key(first);
+                    if let Some(set) = &handle.drawn {
+                        while set.contains(&key) {
+                            key = dist.draw(&mut self.rng);
+                        }
+                    }
+                    misses.push(key, i * len);
+                    bump(&self.counters.sample_fallbacks, 1);
+                    key
+                }
+            };
+            if let Some(set) = &mut handle.drawn {
+                set.insert(key);
+            }
+            *slot = key;
+        }
+        if fast {
+            bump(&self.counters.local_pull_keys, hits);
+        }
+        if self.misses.keys.is_empty() {
+            bump(&self.counters.local_pull_ops, 1);
+            return None;
+        }
+        Some(Handoff::Pull {
+            keys: &self.misses.keys,
+            offsets: &self.misses.offsets,
+        })
+    }
+
+    /// Ends a sampling: returns how many of its samples were never pulled.
+    pub fn finish_sample(&mut self, handle: SampleHandle) -> usize {
+        handle.remaining
+    }
+}

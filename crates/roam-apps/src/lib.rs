@@ -5,6 +5,7 @@
 //! - [`common`]: modes, exact cluster-wide sums, the result line, progress bars.
 //! - `mf`: matrix factorisation by DSGD with parameter blocking.
 //! - `kge`: knowledge-graph embeddings (ComplEx, RESCAL) with AdaGrad and filtered ranking.
+//! - [`sampling`]: negatives through roam's sampling API: `--sampling` and its defaults.
 //! - `w2v`: skip-gram word vectors with negative sampling.
 //!
 //! `anyhow` is used here because these are applications (their errors end up printed by the
@@ -14,4 +15,5 @@ pub mod common;
 pub mod kge;
 pub mod mf;
 pub mod replication;
+pub mod sampling;
 pub mod w2v;

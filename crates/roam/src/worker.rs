@@ -420,6 +420,11 @@ impl Worker {
         })
     }
 
+    /// This worker's local-access and sampling counters (only this worker writes them).
+    pub fn counters(&self) -> Arc<roam_core::stats::WorkerCounters> {
+        self.front.borrow().counters().clone()
+    }
+
     /// Ends a sampling; returns how many of its samples were never pulled.
     pub fn finish_sample(&self, sample: SampleHandle) -> usize {
         self.front.borrow_mut().finish_sample(sample)

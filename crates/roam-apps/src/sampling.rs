@@ -1,0 +1,70 @@
+//! Negative sampling through roam's sampling API, shared by the workloads that draw negatives
+//! (KGE and word vectors): the `--sampling` option, its default per mode, and the report of
+//! what the sampler did.
+//!
+//! Every mode draws its negatives through a registered sampler; the modes differ in the scheme:
+//! - `single`, `classic`, `classic-nolocal`, `nups-replicate-only`: `naive` (keys never move,
+//!   so `preloc` and `pool` would only add work);
+//! - `lapse`: `preloc` (Lapse's technique: negatives drawn ahead and localized);
+//! - `nups`: the app's measured best trade-off ([`default_scheme`]; numbers in
+//!   docs/benchmarks.md, "Sampling").
+
+use roam::Scheme;
+use roam_core::stats::WorkerCounters;
+use serde_json::{Value, json};
+
+use crate::common::Mode;
+
+/// The app that samples (its defaults differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum App {
+    /// Knowledge-graph embeddings: uniform negative entities.
+    Kge,
+    /// Word vectors: negatives from unigram^0.75.
+    W2v,
+}
+
+/// Parses `--sampling` (clap value parser).
+pub fn parse_scheme(s: &str) -> Result<Scheme, String> {
+    s.parse::<Scheme>().map_err(|e| e.to_string())
+}
+
+/// The scheme a mode uses unless `--sampling` names one.
+pub fn default_scheme(app: App, mode: Mode) -> Scheme {
+    match mode {
+        Mode::Lapse => Scheme::Preloc,
+        Mode::Nups => match app {
+            App::Kge | App::W2v => Scheme::Pool {
+                reuse: 16,
+                postpone: true,
+            },
+        },
+        Mode::Single | Mode::Classic | Mode::ClassicNolocal | Mode::NupsReplicateOnly => {
+            Scheme::Naive
+        }
+    }
+}
+
+/// The scheme of a run: `chosen`, or the mode's default.
+pub fn resolve(app: App, mode: Mode, chosen: Option<Scheme>) -> Scheme {
+    chosen.unwrap_or_else(|| default_scheme(app, mode))
+}
+
+/// Samples drawn and local-scheme fallbacks of one worker so far (for the per-epoch sums).
+pub fn worker_counts(counters: &WorkerCounters) -> [u64; 2] {
+    use std::sync::atomic::Ordering::Relaxed;
+    [
+        counters.sampled_keys.load(Relaxed),
+        counters.sample_fallbacks.load(Relaxed),
+    ]
+}
+
+/// The report's `sampling` object: the scheme and, from the summed counts, the samples drawn
+/// and the fraction of `local` samples that found no local key.
+pub fn report(scheme: Scheme, sampled: u64, fallbacks: u64) -> Value {
+    json!({
+        "scheme": scheme.to_string(),
+        "samples": sampled,
+        "fallback_fraction": if sampled > 0 { fallbacks as f64 / sampled as f64 } else { 0.0 },
+    })
+}

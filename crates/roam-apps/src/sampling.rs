@@ -34,7 +34,8 @@ pub fn default_scheme(app: App, mode: Mode) -> Scheme {
     match mode {
         Mode::Lapse => Scheme::Preloc,
         Mode::Nups => match app {
-            App::Kge | App::W2v => Scheme::Pool {
+            App::W2v => Scheme::Local { next: false },
+            App::Kge => Scheme::Pool {
                 reuse: 16,
                 postpone: true,
             },

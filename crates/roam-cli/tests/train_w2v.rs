@@ -3,7 +3,7 @@
 //! topics, each in single mode (one process) and with 2 nodes × 1 worker in every distributed
 //! mode. They check that the loss falls, that the metric beats random embeddings (AUC 0.5),
 //! that lapse serves more accesses locally than classic, that the NuPS modes replicate hot keys,
-//! sync them and learn as well as lapse, that `--only-local-neg`, `--pairs` and the benchmark
+//! sync them and learn as well as lapse, that every `--sampling` scheme learns, that `--pairs` and the benchmark
 //! files (`--eval-dir`, `--wordsim`, `--simlex`, `--analogies`) work, and that malformed input
 //! fails with a message naming the problem.
 //! Every run uses a fixed `--seed`, printed with its arguments on failure.
@@ -168,13 +168,13 @@ fn synthetic_topics_are_recovered_in_every_mode() {
         fractions[2],
         fractions[0]
     );
-    // Without localizing the negative lists only the batches' own words move (how many
-    // relocations that saves depends on timing, so only the mode's working is checked).
+    // With naive sampling only the batches' own words move (how many relocations that saves
+    // depends on timing, so only the mode's working is checked).
     let mut no_neg = data.to_vec();
-    no_neg.push("--no-localize-neg");
+    no_neg.extend(["--sampling", "naive"]);
     let r = report(&launch(2, 1, &args("lapse", &no_neg, &SYNTHETIC_ARGS)));
     assert_learns(&r, "topic_auc", 0.3);
-    assert_eq!(r["settings"]["localize_neg"], false, "{r}");
+    assert_eq!(r["settings"]["sampling"], "naive", "{r}");
     assert!(r["relocations"].as_u64().expect("relocations") > 0, "{r}");
 }
 
@@ -226,7 +226,7 @@ fn nups_modes_replicate_hot_keys_and_learn_like_lapse() {
         let relocations = r["relocations"].as_u64().expect("relocations");
         if mode == "nups" {
             assert!(relocations > 0, "nups moved no (unreplicated) key: {r}");
-            assert_eq!(r["settings"]["localize_neg"], true, "{r}");
+            assert_eq!(r["settings"]["sampling"], "local", "{r}");
         } else {
             assert_eq!(relocations, 0, "{mode} moved keys: {r}");
             // The same batches as classic on the same static homes, plus replicas that are
@@ -250,9 +250,10 @@ fn nups_modes_replicate_hot_keys_and_learn_like_lapse() {
     assert_eq!(rep["replicated_keys"], 40, "{r}");
     assert_eq!(rep["top"], 40, "{r}");
     assert_eq!(rep["sync_every_ms"], 2.5, "{r}");
-    // Replicated negatives are always local: --only-local-neg keeps them.
+    // Local negatives on static homes plus replicas: each node holds half the keys, so every
+    // negative finds a local key (no fallback to a remote read).
     let mut local_neg = data.to_vec();
-    local_neg.push("--only-local-neg");
+    local_neg.extend(["--sampling", "local"]);
     let r = report(&launch(
         2,
         1,
@@ -260,8 +261,9 @@ fn nups_modes_replicate_hot_keys_and_learn_like_lapse() {
     ));
     assert_learns(&r, "topic_auc", 0.3);
     for e in epochs(&r) {
-        let skipped = e["negatives_skipped_fraction"].as_f64().expect("skipped");
-        assert!((0.0..1.0).contains(&skipped), "{e}");
+        assert_eq!(e["sampling"]["scheme"], "local", "{e}");
+        assert_eq!(e["sampling"]["fallback_fraction"], 0.0, "{e}");
+        assert_eq!(e["sampling"]["samples"], e["negatives"], "{e}");
     }
 }
 
@@ -272,6 +274,7 @@ fn nups_modes_replicate_hot_keys_and_learn_like_lapse() {
 /// the losses.
 #[test]
 fn alone_the_nups_modes_compute_what_single_computes() {
+    // (The same sampling scheme, so the same negatives.)
     let data = [
         "--synthetic",
         SYNTHETIC,
@@ -279,6 +282,8 @@ fn alone_the_nups_modes_compute_what_single_computes() {
         "3",
         "--batch-words",
         "10000",
+        "--sampling",
+        "naive",
     ];
     let single = report(&run(&args("single", &data, &SYNTHETIC_ARGS)));
     for mode in NUPS {
@@ -305,24 +310,55 @@ fn alone_the_nups_modes_compute_what_single_computes() {
     }
 }
 
+/// Every sampling scheme trains the negatives it draws: the run learns, the report echoes the
+/// scheme, counts one sample per negative, and only `local` may fall back to remote keys.
 #[test]
-fn only_local_negatives_skip_some_and_still_learn() {
-    let data = ["--synthetic", SYNTHETIC, "--seed", "4", "--only-local-neg"];
-    let r = report(&launch(2, 1, &args("lapse", &data, &SYNTHETIC_ARGS)));
-    assert_learns(&r, "topic_auc", 0.3);
-    for e in epochs(&r) {
-        let skipped = e["negatives_skipped_fraction"]
-            .as_f64()
-            .expect("skipped fraction");
-        assert!((0.0..1.0).contains(&skipped), "{e}");
+fn every_sampling_scheme_learns() {
+    for scheme in [
+        "naive",
+        "preloc",
+        "pool:1",
+        "pool:16",
+        "pool:4:strict",
+        "local",
+        "local:next",
+    ] {
+        let data = [
+            "--synthetic",
+            SYNTHETIC,
+            "--seed",
+            "4",
+            "--sampling",
+            scheme,
+        ];
+        let r = report(&launch(2, 1, &args("lapse", &data, &SYNTHETIC_ARGS)));
+        assert_learns(&r, "topic_auc", 0.3);
+        assert_eq!(r["settings"]["sampling"], scheme, "{r}");
+        for e in epochs(&r) {
+            assert_eq!(e["sampling"]["samples"], e["negatives"], "{e}");
+            let fallback = e["sampling"]["fallback_fraction"]
+                .as_f64()
+                .expect("fraction");
+            assert!((0.0..=1.0).contains(&fallback), "{e}");
+            if !scheme.starts_with("local") {
+                assert_eq!(fallback, 0.0, "{scheme}: {e}");
+            }
+        }
     }
-    assert_eq!(r["settings"]["only_local_neg"], true);
-    // In single mode every negative is local: nothing is skipped.
+    // In single mode every key is local: local sampling never falls back.
+    let data = [
+        "--synthetic",
+        SYNTHETIC,
+        "--seed",
+        "4",
+        "--sampling",
+        "local",
+    ];
     let r = report(&run(&args("single", &data, &SYNTHETIC_ARGS)));
     assert!(
         epochs(&r)
             .iter()
-            .all(|e| e["negatives_skipped_fraction"] == 0.0),
+            .all(|e| e["sampling"]["fallback_fraction"] == 0.0),
         "{r}"
     );
 }
@@ -493,8 +529,13 @@ fn malformed_input_fails_with_a_clear_message() {
             assert!(err.contains(n), "{extra:?}: expected {n:?} in:\n{err}");
         }
     }
-    let err = fails(&args("classic-nolocal", &["--only-local-neg"], &[]));
-    assert!(err.contains("--only-local-neg"), "{err}");
+    for bad in ["pool:0", "pool", "local:far", "uniform"] {
+        let err = fails(&args("lapse", &["--sampling", bad], &[]));
+        assert!(
+            err.contains("--sampling") && err.contains("pool:U"),
+            "{bad}: {err}"
+        );
+    }
     for (mode, extra, needle) in [
         ("lapse", vec!["--replicate-top", "5"], "--replicate-top"),
         ("classic", vec!["--sync-every-ms", "5"], "--sync-every-ms"),

@@ -420,6 +420,18 @@ impl Worker {
         })
     }
 
+    /// Draws `keys.len()` of `sample`'s samples into `keys` without reading their values, to be
+    /// read with an ordinary pull together with other keys (one batched pull in which a key
+    /// drawn several times, or also used otherwise, is read once). The samples are those
+    /// [`Worker::pull_sample`] would give; `local` takes keys held here at the draw.
+    pub fn sample_keys(
+        &self,
+        sample: &mut SampleHandle,
+        keys: &mut [Key],
+    ) -> Result<(), SampleError> {
+        self.front.borrow_mut().sample_keys(sample, keys)
+    }
+
     /// This worker's local-access and sampling counters (only this worker writes them).
     pub fn counters(&self) -> Arc<roam_core::stats::WorkerCounters> {
         self.front.borrow().counters().clone()

@@ -34,7 +34,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
-use roam::Config;
+use roam::{Config, Distribution, SamplerSpec};
 use serde_json::json;
 
 use self::corpus::RawCorpus;
@@ -45,6 +45,7 @@ use self::synthetic::Spec;
 use self::train::{Job, NodeSums, SUMMED};
 use self::vocab::{KeyMap, UnigramTable, Vocab};
 use crate::common::{Mode, SumKeys, TrainReport};
+use crate::sampling::App;
 
 /// Options of `roam train w2v`.
 #[derive(clap::Args, Debug, Clone)]
@@ -113,13 +114,11 @@ pub struct Args {
     /// Exponent of the negative-sampling distribution.
     #[arg(long, default_value_t = 0.75)]
     pub neg_power: f64,
-    /// Size of a negative-sample list (lapse mode localizes the next list while one is used).
-    #[arg(long, default_value_t = 1000)]
-    pub nls: usize,
-    /// Use a negative only if its vector is on this node at the time (pull_if_local); others
-    /// are skipped. Changes the negative distribution (see docs/workloads-w2v.md).
-    #[arg(long)]
-    pub only_local_neg: bool,
+    /// How negatives are drawn (roam's sampling schemes): naive, preloc, pool:U,
+    /// pool:U:strict, local or local:next. Default by mode: lapse preloc, nups the measured
+    /// best trade-off, the static modes naive (see docs/workloads-w2v.md, "Negatives").
+    #[arg(long, value_parser = crate::sampling::parse_scheme)]
+    pub sampling: Option<roam::Scheme>,
     /// Consecutive sentences are trained from one batched pull and push of at most this many
     /// words (windows never cross sentences; 1 gives one batch per sentence). This bounds the
     /// staleness between workers; 10000 (ten of word2vec's longest sentences) cost no measured
@@ -131,10 +130,6 @@ pub struct Args {
     /// finds them remote (local fraction 0.38–0.65 against 0.75 with 1000 on small.txt).
     #[arg(long)]
     pub batch_words: Option<usize>,
-    /// Lapse mode: do not localize the negative lists (negatives are then pulled from wherever
-    /// they are, with the rest of the batch); an ablation of Lapse's `--localize_neg`.
-    #[arg(long)]
-    pub no_localize_neg: bool,
     /// NuPS modes: replicate the word keys expected to be accessed at least this many times as
     /// often as the mean word key (NuPS's untuned heuristic at 1; see docs/workloads-w2v.md).
     #[arg(long, conflicts_with = "replicate_top")]
@@ -188,17 +183,11 @@ impl Args {
             self.subsample
         );
         ensure!(self.neg_power.is_finite(), "--neg-power must be finite");
-        ensure!(self.nls >= 1, "--nls must be at least 1");
         ensure!(self.batch_words() >= 1, "--batch-words must be at least 1");
         ensure!(self.eval_pairs >= 1, "--eval-pairs must be at least 1");
         ensure!(
             self.restrict_vocab >= 1,
             "--restrict-vocab must be at least 1"
-        );
-        ensure!(
-            !(self.only_local_neg && self.mode == Mode::ClassicNolocal),
-            "--only-local-neg needs fast local access, which mode classic-nolocal turns off \
-             (every negative would be skipped)"
         );
         if !self.mode.replicates() {
             for (given, name) in [
@@ -258,6 +247,11 @@ impl Args {
             }
         }
         Ok(out)
+    }
+
+    /// The negative-sampling scheme of the run.
+    pub fn scheme(&self) -> roam::Scheme {
+        crate::sampling::resolve(App::W2v, self.mode, self.sampling)
     }
 
     /// How the NuPS modes pick their replicated keys.
@@ -356,6 +350,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let num_keys = keys.num_keys() + sum_keys;
     let mut cfg = Config::new(num_keys, dim);
     cfg.workers_per_node = args.workers_per_node;
+    // Negatives: the output vectors (odd keys, slot order), weighted by count^neg_power.
+    let weights: Vec<f64> = (0..vocab.len() as u64)
+        .map(|slot| {
+            let (word, _) = keys.word_of_key(2 * slot + 1);
+            (vocab.counts[word as usize] as f64).powf(args.neg_power)
+        })
+        .collect();
+    let negatives = cfg.add_sampler(SamplerSpec::new(
+        Distribution::weighted(1, 2, weights).context("the negative-sampling distribution")?,
+        args.scheme(),
+    ));
+    cfg.sampling_seed = args.seed;
     cfg.replicated_keys = replicated.keys.clone();
     if let Some(ms) = args.sync_every_ms {
         cfg.replica_sync_every = Duration::from_secs_f64(ms / 1e3);
@@ -404,7 +410,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         partitioning,
         num_keys,
         localize: args.mode.localizes(),
-        localize_negatives: args.mode.localizes() && !args.no_localize_neg,
+        negatives,
         evaluator: evaluator.as_ref(),
     };
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<train::Outcome>> {
@@ -455,10 +461,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "lr": args.lr,
             "min_count": args.min_count,
             "subsample": args.subsample,
-            "nls": args.nls,
             "batch_words": args.batch_words(),
-            "only_local_neg": args.only_local_neg,
-            "localize_neg": args.mode.localizes() && !args.no_localize_neg,
+            "sampling": args.scheme().to_string(),
             "seed": args.seed,
             "vocab": vocab.len(),
             "train_words": sentences.words.len(),

@@ -1,19 +1,21 @@
 //! One worker's training loop on the parameter server: batched pulls and pushes per batch of
-//! sentences, look-ahead localization (lapse mode), the negative-sample lists, and the
-//! per-epoch sums.
+//! sentences, look-ahead localization (lapse mode), negatives through roam's sampling API, and
+//! the per-epoch sums.
 //!
 //! A worker's part of the corpus is cut into batches of consecutive sentences of at most
 //! `--batch-words` words (default 10000, ten of word2vec's longest sentences; a longer
 //! sentence is a batch of its own). Per batch the worker pulls every vector the
-//! batch needs at once (syn0 and syn1neg of its words, syn1neg of its planned negatives),
-//! trains word2vec's per-pair updates on those local copies ([`super::sgns`]), and pushes the
-//! accumulated differences back in one additive batch without waiting. Every mode runs exactly
-//! this arithmetic with the same random choices; modes differ only in where keys live:
+//! batch needs at once (syn0 and syn1neg of its words, syn1neg of its negatives, which it draws
+//! from the run's sampler with `sample_keys`), trains word2vec's per-pair updates on
+//! those local copies ([`super::sgns`]), and pushes the accumulated differences back (negatives
+//! included: pushes to sampled keys are ordinary pushes) in one additive batch without waiting.
+//! Every mode runs exactly this arithmetic with the same random choices for windows and
+//! subsampling; modes differ in where keys live and in the sampling scheme:
 //! - lapse: while batch `i` trains, batch `i + 1`'s keys are being localized (issued, never
-//!   waited); negatives come from lists of `--nls` draws, and each new list is localized when
-//!   it is drawn, i.e. at least one batch before any of it is used;
-//! - `--only-local-neg`: a planned negative whose output vector is not on this node at pull
-//!   time is skipped (`pull_if_local`), instead of fetched; a replicated one is always here;
+//!   waited), and its negatives are prepared (`prepare_sample` when batch `i + 1` is planned),
+//!   so that `preloc` and `pool` have a batch's time to bring them here;
+//! - the scheme decides which keys the negatives are (`local` only takes keys held here, which
+//!   changes their distribution) and whether drawing them moves keys;
 //! - nups modes: the replicated keys ([`Replicated`]) are read and pushed in every node's
 //!   replica, so they are never localized (nups localizes the others as lapse does); before
 //!   training starts and before every evaluation all workers call `sync_replicas`, so that the
@@ -36,7 +38,7 @@ use std::sync::Mutex;
 
 use anyhow::Context;
 use rand::{SeedableRng, rngs::SmallRng};
-use roam::{Key, NodeHandle, Ticket, Worker};
+use roam::{Key, NodeHandle, SampleHandle, SamplerId, Ticket, Worker};
 use roam_core::{NodeId, Partitioning};
 use serde_json::{Map, Value, json};
 
@@ -44,7 +46,7 @@ use super::Args;
 use super::corpus::Sentences;
 use super::eval::{Embeddings, Evaluator};
 use super::replication::{self, Replicated};
-use super::sgns::{ABSENT, Offsets, Params, Plan, SentenceStats, Sigmoid, train_batch};
+use super::sgns::{Offsets, Params, Plan, SentenceStats, Sigmoid, train_batch};
 use super::vocab::{KeyMap, UnigramTable};
 use crate::common::{
     CLUSTER_COUNTERS, ClusterCounters, Stopwatch, SumKeys, node_counters, progress,
@@ -71,7 +73,7 @@ pub struct Job<'a> {
     pub sentences: &'a Sentences,
     /// Subsampling keep probability per word.
     pub keep: &'a [f32],
-    /// Negative sampler.
+    /// The unigram^0.75 table (the evaluator's; training draws through `negatives`).
     pub table: &'a UnigramTable,
     /// Word → keys.
     pub keys: &'a KeyMap,
@@ -93,8 +95,8 @@ pub struct Job<'a> {
     pub num_keys: u64,
     /// Whether this worker localizes its batches' words (lapse mode).
     pub localize: bool,
-    /// Whether it also localizes its negative lists (lapse mode without `--no-localize-neg`).
-    pub localize_negatives: bool,
+    /// The sampler of negatives (output vectors by count^neg_power).
+    pub negatives: SamplerId,
     /// The metrics (rank 0 only).
     pub evaluator: Option<&'a Evaluator>,
 }
@@ -193,29 +195,6 @@ impl SlotMap {
     }
 }
 
-/// Negatives are consumed from lists of `nls` draws; the next list exists (and, in lapse mode,
-/// is being localized) while the current one is used.
-struct NegativeLists {
-    current: Vec<u32>,
-    next: Vec<u32>,
-    pos: usize,
-}
-
-impl NegativeLists {
-    fn draw(table: &UnigramTable, nls: usize, rng: &mut SmallRng) -> Vec<u32> {
-        (0..nls).map(|_| table.sample(rng)).collect()
-    }
-
-    /// Moves on to the next list and draws a new `next` in place of the spent one (the same
-    /// draws as a fresh list, without an allocation per list).
-    fn advance(&mut self, table: &UnigramTable, nls: usize, rng: &mut SmallRng) {
-        std::mem::swap(&mut self.current, &mut self.next);
-        self.next.clear();
-        self.next.extend((0..nls).map(|_| table.sample(rng)));
-        self.pos = 0;
-    }
-}
-
 /// A worker's buffers and outstanding operations.
 struct State<'w> {
     w: &'w Worker,
@@ -227,12 +206,14 @@ struct State<'w> {
     syn1: SlotMap,
     seen: SlotMap,
     keys: Vec<Key>,
-    present: Vec<bool>,
     orig: Vec<f32>,
     work: Vec<f32>,
     local_keys: Vec<Key>,
     e: Vec<f32>,
-    negatives: NegativeLists,
+    /// The negatives of `next_plan`, prepared when it was planned.
+    next_sample: Option<SampleHandle>,
+    sample: Option<SampleHandle>,
+    neg_keys: Vec<Key>,
     pending: VecDeque<Ticket<'w>>,
     rng: SmallRng,
 }
@@ -258,37 +239,10 @@ impl<'w> State<'w> {
         Ok(())
     }
 
-    /// Localizes the output vectors of a negative list (deduplicated).
-    fn localize_list(&mut self, job: &Job<'_>, which_next: bool) -> anyhow::Result<()> {
-        if !job.localize_negatives {
-            return Ok(());
-        }
-        self.seen.clear();
-        self.local_keys.clear();
-        let list = if which_next {
-            &self.negatives.next
-        } else {
-            &self.negatives.current
-        };
-        let hot = job.replicated;
-        for &n in list {
-            if !hot.syn1(n) && self.seen.insert(n, 0) {
-                self.local_keys.push(job.keys.syn1(n));
-            }
-        }
-        if self.local_keys.is_empty() {
-            return Ok(());
-        }
-        let t = self.w.localize(&self.local_keys)?;
-        self.hold(t)
-    }
-
-    /// Plans the sentences `batch` into `next_plan`, drawing negatives from the lists (and, in
-    /// lapse mode, localizing every list drawn and the plan's own keys).
+    /// Plans the sentences `batch` into `next_plan` with placeholders for its negatives,
+    /// prepares their sample (so that `preloc` and `pool` start bringing them here) and, in
+    /// lapse mode, localizes the plan's own keys.
     fn plan_next(&mut self, job: &Job<'_>, batch: Range<usize>, p: Params) -> anyhow::Result<()> {
-        let nls = job.args.nls;
-        let mut refills = 0usize;
-        let (negatives, table) = (&mut self.negatives, job.table);
         self.next_plan.clear();
         for s in batch {
             self.next_plan.add_with(
@@ -296,30 +250,16 @@ impl<'w> State<'w> {
                 job.keep,
                 p,
                 &mut self.rng,
-                |rng, out, mut n| {
-                    while n > 0 {
-                        if negatives.pos == negatives.current.len() {
-                            negatives.advance(table, nls, rng);
-                            refills += 1;
-                        }
-                        let take = n.min(negatives.current.len() - negatives.pos);
-                        out.extend_from_slice(
-                            &negatives.current[negatives.pos..negatives.pos + take],
-                        );
-                        negatives.pos += take;
-                        n -= take;
-                    }
-                },
+                |_, out, n| out.resize(out.len() + n, 0),
             );
         }
+        if let Some(old) = self.next_sample.take() {
+            self.w.finish_sample(old);
+        }
+        let wanted = self.next_plan.negatives.len();
+        self.next_sample = Some(self.w.prepare_sample(job.negatives, wanted)?);
         if !job.localize {
             return Ok(());
-        }
-        if refills > 0 {
-            // Only the newest `next` list has not been localized yet (intermediate lists
-            // drawn within this plan are already consumed by it: they are localized with the
-            // plan's keys below).
-            self.localize_list(job, true)?;
         }
         self.seen.clear();
         self.local_keys.clear();
@@ -335,16 +275,26 @@ impl<'w> State<'w> {
                 }
             }
         }
-        if refills > 1 && job.localize_negatives {
-            for &n in &plan.negatives {
-                if !hot.syn1(n) && self.seen.insert(n, 0) {
-                    self.local_keys.push(job.keys.syn1(n));
-                }
-            }
-        }
         if !self.local_keys.is_empty() {
             let t = self.w.localize(&self.local_keys)?;
             self.hold(t)?;
+        }
+        Ok(())
+    }
+
+    /// Draws the current plan's negatives from its prepared sample. Only their keys: their
+    /// values are read with the batch's other keys, in one pull in which a word drawn many
+    /// times (the frequent ones are) is read once.
+    fn draw_negatives(&mut self, job: &Job<'_>) -> anyhow::Result<()> {
+        self.neg_keys.resize(self.plan.negatives.len(), 0);
+        let mut sample = self
+            .sample
+            .take()
+            .context("a plan's negatives are prepared when it is planned")?;
+        self.w.sample_keys(&mut sample, &mut self.neg_keys)?;
+        self.w.finish_sample(sample);
+        for (word, &key) in self.plan.negatives.iter_mut().zip(&self.neg_keys) {
+            *word = job.keys.word_of_key(key).0;
         }
         Ok(())
     }
@@ -364,6 +314,7 @@ impl<'w> State<'w> {
         if self.plan.words.is_empty() {
             return Ok(SentenceStats::default());
         }
+        self.draw_negatives(job)?;
         let (dim, km) = (self.dim, job.keys);
         self.syn0.clear();
         self.syn1.clear();
@@ -381,7 +332,6 @@ impl<'w> State<'w> {
             let slot = self.syn1.slot_of(w, &mut self.keys, |w| km.syn1(w)) - inputs;
             at.syn1.push(slot * dim);
         }
-        let word_keys = self.keys.len();
         for &w in &self.plan.negatives {
             let slot = self.syn1.slot_of(w, &mut self.keys, |w| km.syn1(w)) - inputs;
             at.negatives.push(slot * dim);
@@ -389,26 +339,7 @@ impl<'w> State<'w> {
         let n = self.keys.len();
         self.orig.resize(n * dim, 0.0);
         self.work.resize(n * dim, 0.0);
-        self.present.clear();
-        self.present.resize(n, true);
-        if job.args.only_local_neg {
-            self.w
-                .pull(&self.keys[..word_keys], &mut self.orig[..word_keys * dim])?
-                .wait()?;
-            for i in word_keys..n {
-                self.present[i] = self
-                    .w
-                    .pull_if_local(self.keys[i], &mut self.orig[i * dim..(i + 1) * dim])?;
-            }
-            let present = &self.present[inputs..];
-            for off in &mut self.at.negatives {
-                if !present[*off / dim] {
-                    *off = ABSENT;
-                }
-            }
-        } else {
-            self.w.pull(&self.keys, &mut self.orig[..n * dim])?.wait()?;
-        }
+        self.w.pull(&self.keys, &mut self.orig[..n * dim])?.wait()?;
         self.work.copy_from_slice(&self.orig);
         let stats = train_batch(
             &self.plan,
@@ -419,24 +350,11 @@ impl<'w> State<'w> {
             self.work.split_at_mut(inputs * dim),
             &mut self.e,
         );
-        // The deltas, in place, compacted over the vectors that were available.
+        // The deltas, in place.
         for (x, o) in self.work.iter_mut().zip(&self.orig) {
             *x -= o;
         }
-        let mut kept = n;
-        if job.args.only_local_neg {
-            kept = 0;
-            for i in 0..n {
-                if self.present[i] {
-                    if kept != i {
-                        self.keys[kept] = self.keys[i];
-                        self.work.copy_within(i * dim..(i + 1) * dim, kept * dim);
-                    }
-                    kept += 1;
-                }
-            }
-        }
-        let t = self.w.push(&self.keys[..kept], &self.work[..kept * dim])?;
+        let t = self.w.push(&self.keys, &self.work[..n * dim])?;
         self.hold(t)?;
         Ok(stats)
     }
@@ -556,11 +474,8 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     };
     w.barrier()?;
 
-    let mut rng =
+    let rng =
         SmallRng::seed_from_u64(a.seed ^ (gid as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f));
-    let nls = a.nls;
-    let current = NegativeLists::draw(job.table, nls, &mut rng);
-    let next = NegativeLists::draw(job.table, nls, &mut rng);
     let v = job.vocab_len;
     let mut st = State {
         w,
@@ -572,21 +487,16 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         syn1: SlotMap::new(v),
         seen: SlotMap::new(v),
         keys: Vec::new(),
-        present: Vec::new(),
         orig: Vec::new(),
         work: Vec::new(),
         local_keys: Vec::new(),
         e: vec![0.0; dim],
-        negatives: NegativeLists {
-            current,
-            next,
-            pos: 0,
-        },
+        next_sample: None,
+        sample: None,
+        neg_keys: Vec::new(),
         pending: VecDeque::new(),
         rng,
     };
-    st.localize_list(job, false)?;
-    st.localize_list(job, true)?;
 
     let bar = progress(w, (my_words * f64::from(a.epochs)) as u64, "w2v");
     let mut processed = 0f64;
@@ -594,6 +504,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let mut counters = ClusterCounters::default();
     let mut replicas = Vec::new();
     let mut cpu_before = 0.0;
+    let mut fallbacks_before = crate::sampling::worker_counts(&w.counters())[1];
     for epoch in 1..=a.epochs {
         let clock = Stopwatch::start();
         let mut stats = SentenceStats::default();
@@ -602,6 +513,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             st.plan_next(job, first.clone(), p)?;
             for (b, batch) in batches.iter().enumerate() {
                 std::mem::swap(&mut st.plan, &mut st.next_plan);
+                st.sample = st.next_sample.take();
                 if let Some(next) = batches.get(b + 1) {
                     st.plan_next(job, next.clone(), p)?;
                 }
@@ -613,13 +525,15 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             }
         }
         st.drain()?;
+        let [_, fallbacks] = crate::sampling::worker_counts(&w.counters());
         job.node_sums.add(&[
             (stats.loss * LOSS_SCALE).round() as u64,
             stats.pairs,
             stats.negatives,
-            stats.skipped,
+            fallbacks - fallbacks_before,
             my_words as u64,
         ]);
+        fallbacks_before = fallbacks;
         job.node_sums.barrier.wait();
         if w.id() == 0 {
             let train = job.node_sums.take();
@@ -690,14 +604,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
                 "words": sums[4],
                 "lr": alpha,
             });
-            if a.only_local_neg {
-                let planned = sums[2] + sums[3];
-                row["negatives_skipped_fraction"] = json!(if planned > 0 {
-                    sums[3] as f64 / planned as f64
-                } else {
-                    0.0
-                });
-            }
+            row["sampling"] = crate::sampling::report(a.scheme(), sums[2], sums[3]);
             if let Value::Object(m) = &mut row {
                 m.extend(metrics);
             }

@@ -15,7 +15,7 @@
 use anyhow::{bail, ensure};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-use roam::Key;
+use roam::{Distribution, Key};
 
 /// The kept words of the training text.
 #[derive(Clone, Debug)]
@@ -154,13 +154,12 @@ impl KeyMap {
     }
 }
 
-/// Samples words with probability proportional to `count^power` (Walker's alias method).
+/// Samples words with probability proportional to `count^power`: roam's weighted distribution
+/// (Walker's alias method) over word indices, for the evaluator's negatives (training draws
+/// through the node's sampler, over keys).
 #[derive(Clone, Debug)]
 pub struct UnigramTable {
-    /// Per bucket: the chance (in units of 2^-32) of keeping the bucket's own word, and the
-    /// alias drawn otherwise. Side by side, so a draw reads one place in memory and can pick
-    /// between the two without a (randomly taken, hence mispredicted) branch.
-    buckets: Vec<(u64, u32)>,
+    dist: Distribution,
 }
 
 impl UnigramTable {
@@ -172,48 +171,15 @@ impl UnigramTable {
 
     /// The sampler for arbitrary non-negative weights with a positive sum.
     pub fn from_weights(weights: &[f64]) -> Self {
-        let n = weights.len();
-        let total: f64 = weights.iter().sum();
-        assert!(
-            n > 0 && n < u32::MAX as usize && total > 0.0,
-            "a sampler needs a positive weight"
-        );
-        let mut prob: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
-        let mut alias: Vec<u32> = (0..n as u32).collect();
-        let (mut small, mut large): (Vec<u32>, Vec<u32>) =
-            (0..n as u32).partition(|&i| prob[i as usize] < 1.0);
-        while let (Some(s), Some(&l)) = (small.pop(), large.last()) {
-            alias[s as usize] = l;
-            prob[l as usize] -= 1.0 - prob[s as usize];
-            if prob[l as usize] < 1.0 {
-                large.pop();
-                small.push(l);
-            }
-        }
-        // Leftovers are 1 up to rounding.
-        for i in small.into_iter().chain(large) {
-            prob[i as usize] = 1.0;
-        }
-        let buckets = prob
-            .iter()
-            .zip(alias)
-            .map(|(p, a)| ((p * 4_294_967_296.0).round() as u64, a))
-            .collect();
-        Self { buckets }
+        let dist = Distribution::weighted(0, 1, weights.to_vec())
+            .unwrap_or_else(|e| panic!("a sampler needs a positive weight: {e}"));
+        Self { dist }
     }
 
-    /// Draws one word from one 64-bit random number: the high half picks the bucket
-    /// (multiply-shift, bias below 2^-32 · V), the low half decides between bucket and alias.
+    /// Draws one word.
     #[inline]
     pub fn sample(&self, rng: &mut impl Rng) -> u32 {
-        let r = rng.next_u64();
-        let i = (((r >> 32) * self.buckets.len() as u64) >> 32) as usize;
-        let (keep, alias) = self.buckets[i];
-        if (r & 0xffff_ffff) < keep {
-            i as u32
-        } else {
-            alias
-        }
+        self.dist.draw_position(rng) as u32
     }
 }
 

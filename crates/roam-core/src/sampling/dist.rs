@@ -5,7 +5,7 @@
 //! interleaved layouts (word2vec's output vectors at odd keys, entities after relations) need no
 //! key list. A [`Distribution`] puts probabilities on the support's positions: uniform,
 //! log-uniform (Zipf-like, TensorFlow's `log_uniform_candidate_sampler`), or a weighted table
-//! drawn in O(1) by the alias method (`rand_distr::WeightedAliasIndex`).
+//! drawn in O(1) by the alias method (`alias.rs`).
 //!
 //! Invariants: a built distribution only draws positions below `support.len`, and
 //! [`Distribution::probability`] is the exact probability of each draw (the statistical tests
@@ -14,9 +14,8 @@
 use std::sync::Arc;
 
 use rand::Rng;
-use rand_distr::Distribution as _;
-use rand_distr::weighted::WeightedAliasIndex;
 
+use super::alias::AliasTable;
 use crate::id::Key;
 
 /// The keys a distribution draws from: `first + i * stride` for `i` in `0..len`.
@@ -75,7 +74,7 @@ enum Shape {
         ln_len1: f64,
     },
     Weighted {
-        alias: Arc<WeightedAliasIndex<f64>>,
+        alias: Arc<AliasTable>,
         weights: Arc<[f64]>,
         total: f64,
     },
@@ -170,8 +169,7 @@ impl Distribution {
         if total <= 0.0 || !total.is_finite() {
             return Err(DistributionError::ZeroWeights);
         }
-        let alias =
-            WeightedAliasIndex::new(weights.clone()).map_err(|_| DistributionError::ZeroWeights)?;
+        let alias = AliasTable::new(&weights);
         Ok(Self {
             support,
             shape: Shape::Weighted {
@@ -208,7 +206,7 @@ impl Distribution {
                 let i = ((u * ln_len1).exp() - 1.0).floor() as u64;
                 i.min(len - 1)
             }
-            Shape::Weighted { alias, .. } => alias.sample(rng) as u64,
+            Shape::Weighted { alias, .. } => u64::from(alias.sample(rng)),
         }
     }
 
@@ -218,7 +216,8 @@ impl Distribution {
         self.support.key(self.draw_position(rng))
     }
 
-    /// The probability of drawing position `i` (0 outside the support).
+    /// The probability of drawing position `i` (0 outside the support); for a weighted
+    /// distribution, up to the alias table's 2^-32 rounding.
     pub fn probability(&self, i: u64) -> f64 {
         if i >= self.support.len {
             return 0.0;

@@ -11,7 +11,10 @@ use std::collections::HashSet;
 
 use rand::Rng;
 
-use super::{LOCAL_SCAN, LOCAL_TRIES, NodeSampler, SampleError, SampleHandle, SamplerId, Scheme};
+use super::{
+    LOCAL_SCAN, LOCAL_TRIES, NodeSampler, NodeSamplers, SampleError, SampleHandle, SamplerId,
+    Scheme,
+};
 use crate::access::{Front, Handoff};
 use crate::id::Key;
 use crate::node::Time;
@@ -37,6 +40,29 @@ fn draw_accepted(
             return key;
         }
     }
+}
+
+/// The sampler of `handle`, if it exists and the handle has `k` samples left.
+fn checked<'s>(
+    samplers: &'s NodeSamplers,
+    handle: &SampleHandle,
+    k: usize,
+) -> Result<&'s NodeSampler, SampleError> {
+    let sampler =
+        samplers
+            .samplers
+            .get(handle.sampler.0 as usize)
+            .ok_or(SampleError::UnknownSampler {
+                sampler: handle.sampler.0,
+                registered: samplers.len(),
+            })?;
+    if k > handle.remaining {
+        return Err(SampleError::TooMany {
+            requested: k,
+            remaining: handle.remaining,
+        });
+    }
+    Ok(sampler)
 }
 
 impl Front {
@@ -126,20 +152,8 @@ impl Front {
         vals_out: &mut [f32],
     ) -> Result<Option<Handoff<'_>>, SampleError> {
         let samplers = self.samplers.clone();
-        let sampler = samplers.samplers.get(handle.sampler.0 as usize).ok_or(
-            SampleError::UnknownSampler {
-                sampler: handle.sampler.0,
-                registered: samplers.len(),
-            },
-        )?;
-        let k = keys_out.len();
-        if k > handle.remaining {
-            return Err(SampleError::TooMany {
-                requested: k,
-                remaining: handle.remaining,
-            });
-        }
-        let len = sampler.value_len;
+        let sampler = checked(&samplers, handle, keys_out.len())?;
+        let (k, len) = (keys_out.len(), sampler.value_len);
         if vals_out.len() != k * len {
             return Err(SampleError::LengthMismatch {
                 keys: k,
@@ -148,22 +162,13 @@ impl Front {
                 actual: vals_out.len(),
             });
         }
-        handle.remaining -= k;
-        bump(&self.counters.sampled_keys, k as u64);
-        match sampler.spec.scheme {
-            Scheme::Naive => {
-                for slot in keys_out.iter_mut() {
-                    *slot = draw_accepted(sampler, &mut self.rng, &mut handle.drawn);
-                }
-            }
-            Scheme::Preloc | Scheme::Pool { .. } => {
-                keys_out.copy_from_slice(&handle.ahead[handle.next..handle.next + k]);
-                handle.next += k;
-            }
-            Scheme::Local { next } => {
-                return Ok(self.pull_local_samples(sampler, next, handle, keys_out, vals_out));
-            }
+        if let Scheme::Local { next } = sampler.spec.scheme {
+            handle.remaining -= k;
+            bump(&self.counters.sampled_keys, k as u64);
+            let vals = Some(vals_out);
+            return Ok(self.pull_local_samples(sampler, next, handle, keys_out, vals));
         }
+        self.sample_keys(handle, keys_out)?;
         // Sampled keys were validated with the sampler: a pull of them cannot be refused.
         Ok(self
             .pull(keys_out, vals_out)
@@ -178,9 +183,10 @@ impl Front {
         scan: bool,
         handle: &mut SampleHandle,
         keys_out: &mut [Key],
-        vals_out: &mut [f32],
+        mut vals_out: Option<&mut [f32]>,
     ) -> Option<Handoff<'_>> {
         let (store, fast) = (&*self.store, self.fast_local_access);
+        let read = vals_out.is_some();
         let dist = &sampler.spec.distribution;
         let support = *dist.support();
         let len = sampler.value_len;
@@ -189,21 +195,23 @@ impl Front {
         misses.offsets.clear();
         let mut hits = 0u64;
         for (i, slot) in keys_out.iter_mut().enumerate() {
-            let out = &mut vals_out[i * len..(i + 1) * len];
+            let mut out = vals_out
+                .as_deref_mut()
+                .map(|v| &mut v[i * len..(i + 1) * len]);
             let fresh = |key: Key, drawn: &Option<HashSet<Key>>| {
                 drawn.as_ref().is_none_or(|set| !set.contains(&key))
             };
             // Reads `key` if it is held here (with fast local access: straight from the
-            // store; without, the classic ablation, by a message to this node).
-            let mut take = |key: Key, misses: &mut crate::access::Misses| {
-                if fast {
-                    store.pull_local(key, out)
-                } else if held(store, key) {
+            // store; without, the classic ablation, by a message to this node); only checks
+            // that it is when the caller reads the values itself.
+            let mut take = |key: Key, misses: &mut crate::access::Misses| match out.as_deref_mut() {
+                None => held(store, key),
+                Some(out) if fast => store.pull_local(key, out),
+                Some(_) if held(store, key) => {
                     misses.push(key, i * len);
                     true
-                } else {
-                    false
                 }
+                Some(_) => false,
             };
             let first = dist.draw_position(&mut self.rng);
             let mut chosen = None;
@@ -240,7 +248,9 @@ impl Front {
                             key = dist.draw(&mut self.rng);
                         }
                     }
-                    misses.push(key, i * len);
+                    if read {
+                        misses.push(key, i * len);
+                    }
                     bump(&self.counters.sample_fallbacks, 1);
                     key
                 }
@@ -249,6 +259,9 @@ impl Front {
                 set.insert(key);
             }
             *slot = key;
+        }
+        if !read {
+            return None;
         }
         if fast {
             bump(&self.counters.local_pull_keys, hits);
@@ -261,6 +274,39 @@ impl Front {
             keys: &self.misses.keys,
             offsets: &self.misses.offsets,
         })
+    }
+
+    /// Draws `keys_out.len()` of `handle`'s samples into `keys_out` without reading their
+    /// values, for a caller that reads them itself with its other keys (one batched pull,
+    /// duplicates read once). The samples are those [`Front::pull_sample`] would give: `local`
+    /// only takes keys held here at the draw (a key may move away before the caller's pull,
+    /// which then reads it remotely, exactly).
+    pub fn sample_keys(
+        &mut self,
+        handle: &mut SampleHandle,
+        keys_out: &mut [Key],
+    ) -> Result<(), SampleError> {
+        let samplers = self.samplers.clone();
+        let sampler = checked(&samplers, handle, keys_out.len())?;
+        let k = keys_out.len();
+        handle.remaining -= k;
+        bump(&self.counters.sampled_keys, k as u64);
+        match sampler.spec.scheme {
+            Scheme::Naive => {
+                for slot in keys_out.iter_mut() {
+                    *slot = draw_accepted(sampler, &mut self.rng, &mut handle.drawn);
+                }
+            }
+            Scheme::Preloc | Scheme::Pool { .. } => {
+                keys_out.copy_from_slice(&handle.ahead[handle.next..handle.next + k]);
+                handle.next += k;
+            }
+            Scheme::Local { next } => {
+                let none = self.pull_local_samples(sampler, next, handle, keys_out, None);
+                debug_assert!(none.is_none(), "drawing keys hands nothing off");
+            }
+        }
+        Ok(())
     }
 
     /// Ends a sampling: returns how many of its samples were never pulled.

@@ -24,6 +24,7 @@
 //! draws depend only on the seed, its node and worker index, and (for `local` and `pool`) on
 //! which keys are local when it draws.
 
+mod alias;
 mod dist;
 mod front;
 pub mod pool;

@@ -5,7 +5,9 @@ One :class:`Node` per Python process joins the cluster; each Python thread takes
 which returns a :class:`Ticket` to ``wait`` on. Keys are ``uint64`` arrays, values ``float32``
 arrays, used in place (zero-copy): NumPy arrays, anything with the buffer protocol, or
 ``__dlpack__`` objects on the CPU (e.g. PyTorch tensors). The GIL is released during every
-wait and network operation. See ``docs/python.md``.
+wait and network operation. Samplers (:class:`Sampler`, registered with
+``Node(samplers=[...])``) draw keys with their values: ``prepare_sample``, ``pull_sample``,
+``finish_sample``. See ``docs/python.md``.
 
 Example::
 
@@ -27,6 +29,8 @@ from ._roam import (
     OpError,
     PeerGoneError,
     RoamError,
+    Sample,
+    Sampler,
     StartError,
     Ticket,
     Worker,
@@ -42,6 +46,8 @@ __all__ = [
     "OpError",
     "PeerGoneError",
     "RoamError",
+    "Sample",
+    "Sampler",
     "StartError",
     "Ticket",
     "Worker",

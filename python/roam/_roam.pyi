@@ -23,6 +23,10 @@ tensor). Used in place, never copied."""
 
 Allocation: TypeAlias = Literal["static-range", "static-hash", "dynamic"]
 
+Scheme: TypeAlias = str
+"""A sampling scheme: ``"naive"``, ``"preloc"``, ``"pool:U"``, ``"pool:U:strict"`` (U >= 1),
+``"local"`` or ``"local:next"``."""
+
 class RoamError(Exception):
     """Base class of every error raised by roam."""
 
@@ -34,8 +38,9 @@ class WorkerError(RoamError, IndexError):
     """The worker index is not below the node's number of workers."""
 
 class AccessError(RoamError, ValueError):
-    """Bad input to an access: a key out of range or a buffer whose length does not match the
-    keys' value lengths. Nothing was changed."""
+    """Bad input to an access: a key out of range, a buffer whose length does not match the
+    keys' value lengths, or a refused sampling call (unknown sampler, more samples than the
+    sample has left). Nothing was changed."""
 
 class OpError(RoamError, RuntimeError):
     """An operation could not be issued or did not complete (a peer refused it, the node is
@@ -80,12 +85,22 @@ class Node:
             ``ROAM_EMULATE_LATENCY_US``.
         peer_timeout: seconds of silence after which a peer is declared gone.
         rendezvous_timeout: seconds allowed for finding and connecting all peers.
+        replicated_keys: keys held as a replica on every node (NuPS), read and pushed
+            locally, synchronised in the background every ``replica_sync_every`` seconds;
+            rounds hold back deltas whose L2 norm is below ``replica_min_delta_norm``.
+        samplers: the samplers (:class:`Sampler`) of ``Worker.prepare_sample``; a sampler's
+            id is its index in this list. Every node must register the same ones.
+        sampling_seed: the seed of the samplers' random numbers (each node and worker
+            derives its own stream).
 
     Raises:
         StartError: invalid key space, cluster configuration, missing token, rendezvous or
             connection failure (the Rust ``StartError`` message).
-        ValueError: unknown ``allocation`` or ``home``, bad timeouts or lengths.
-        TypeError: ``value_lengths`` missing or of the wrong type.
+        ValueError: unknown ``allocation`` or ``home``, bad timeouts or lengths, a sampler
+            whose keys are outside the key space or have different value lengths (the
+            message names it: ``samplers[i] = Sampler...``).
+        TypeError: ``value_lengths`` missing or of the wrong type, ``samplers`` not a list
+            of :class:`Sampler`.
     """
 
     def __init__(
@@ -106,6 +121,11 @@ class Node:
         emulate_latency_us: int | None = None,
         peer_timeout: float = 5.0,
         rendezvous_timeout: float = 60.0,
+        replicated_keys: Sequence[int] | None = None,
+        replica_sync_every: float = 0.01,
+        replica_min_delta_norm: float = 0.0,
+        samplers: Sequence[Sampler] | None = None,
+        sampling_seed: int = 0,
     ) -> None: ...
     @property
     def rank(self) -> int:
@@ -128,6 +148,12 @@ class Node:
     @property
     def allocation(self) -> Allocation:
         """The allocation mode."""
+    @property
+    def samplers(self) -> list[Sampler]:
+        """The registered samplers; a sampler's id is its index."""
+    @property
+    def sampling_seed(self) -> int:
+        """The seed of the samplers' random numbers."""
     @property
     def closed(self) -> bool:
         """Whether the node was shut down or closed."""
@@ -233,6 +259,40 @@ class Worker:
         """Waits for this worker's operations (as ``wait_all``), then for every worker of every
         node to reach the barrier. Everything issued before it by any worker has then been
         applied. Every worker of every node must call it."""
+    def sync_replicas(self) -> None:
+        """A collective like :meth:`barrier`: when it returns, every push issued before it by
+        any worker of any node is in every replica of the replicated keys."""
+    def prepare_sample(self, sampler: int, n: int) -> Sample:
+        """Starts drawing ``n`` samples from sampler ``sampler`` (its index in
+        ``Node(samplers=[...])``); draw them with :meth:`pull_sample`, end with
+        :meth:`finish_sample`. Under ``preloc`` the keys are drawn now and under ``pool``
+        taken from the node's pool; keys not on this node start moving here (dynamic
+        allocation). The GIL is released.
+
+        Raises:
+            AccessError: no sampler ``sampler``; more distinct samples than the distribution
+                can draw (without replacement).
+            ValueError: ``n`` negative, or above ``2**26`` under ``preloc``/``pool`` (which
+                draw every sample here).
+            OpError: the node was shut down.
+        """
+    def pull_sample(
+        self, sample: Sample, n: int | None = None
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
+        """Draws ``n`` of ``sample``'s samples (default: all that are left) and returns
+        ``(keys, vals)``: a ``uint64`` array of ``n`` keys and a ``float32`` array of shape
+        ``(n, value_len)`` with their values, complete (remote values are waited for, GIL
+        released). Pushes to sampled keys are ordinary pushes.
+
+        Raises:
+            AccessError: ``n`` more than the sample has left.
+            ValueError: the sample was finished, is in use by another thread, or was
+                prepared by another worker.
+            OpError, PeerGoneError: the read of remote values failed.
+        """
+    def finish_sample(self, sample: Sample) -> int:
+        """Ends ``sample``; returns how many of its samples were never pulled. Raises
+        ``ValueError`` if it was already finished or was prepared by another worker."""
     def stats(self) -> dict[str, Any]:
         """The node's counters (as :meth:`Node.stats`)."""
 
@@ -250,3 +310,111 @@ class Ticket:
         """Same as ``worker.wait(ticket)``."""
     def is_finished(self) -> bool:
         """Whether the operation has completed."""
+
+class Sampler:
+    """A sampler to register with ``roam.Node(samplers=[...])``: which keys to draw (the
+    support ``first + i * stride`` for ``i`` in ``0..count``), with which probabilities, and the
+    scheme that serves the draws. Its id (for ``Worker.prepare_sample``) is its index in that
+    list; every node must register the same samplers.
+
+    Schemes: ``"naive"`` draws, then an ordinary pull (exact); ``"preloc"`` draws at
+    ``prepare_sample`` and starts moving the keys here (exact); ``"pool:U"`` takes samples from
+    the node's pool of localized draws, each used ``U`` times (marginally exact, samples
+    correlated; ``"pool:U:strict"`` does not postpone a remote sample behind a local one);
+    ``"local"``/``"local:next"`` only draw keys held on the node (redraw, or the next local key
+    of the support), without communication — the distribution is *not* kept (a node holding
+    none of the support still samples, remotely). ``with_replacement=False``: one sample's keys
+    are distinct. ``group_draws``: draws per pool group (``pool`` only).
+
+    Raises (constructors):
+        ValueError: an empty support (``count`` 0, no weights), ``stride`` 0, a support that
+            overflows ``uint64``, a negative, NaN or infinite weight, weights summing to zero,
+            an unknown scheme, ``group_draws`` 0 or a pool group (``group_draws`` × U) above
+            ``2**20`` samples.
+        TypeError: ``weights`` not a 1-D sequence of numbers.
+    """
+
+    @staticmethod
+    def uniform(
+        first: int,
+        count: int,
+        *,
+        stride: int = 1,
+        scheme: Scheme = "naive",
+        with_replacement: bool = True,
+        group_draws: int = 250,
+    ) -> Sampler:
+        """Every key of the support equally likely."""
+    @staticmethod
+    def log_uniform(
+        first: int,
+        count: int,
+        *,
+        stride: int = 1,
+        scheme: Scheme = "naive",
+        with_replacement: bool = True,
+        group_draws: int = 250,
+    ) -> Sampler:
+        """Position ``i`` with probability ``ln((i + 2) / (i + 1)) / ln(count + 1)``: the first
+        keys are the likeliest (Zipf-like, as for a vocabulary sorted by frequency)."""
+    @staticmethod
+    def weighted(
+        weights: Sequence[float] | npt.NDArray[np.floating[Any]] | npt.NDArray[np.integer[Any]],
+        *,
+        first: int = 0,
+        stride: int = 1,
+        scheme: Scheme = "naive",
+        with_replacement: bool = True,
+        group_draws: int = 250,
+    ) -> Sampler:
+        """Key ``first + i * stride`` with probability ``weights[i] / sum(weights)`` (alias
+        method, O(1) per draw); ``count`` is ``len(weights)``."""
+    @property
+    def distribution(self) -> Literal["uniform", "log-uniform", "weighted"]: ...
+    @property
+    def first(self) -> int: ...
+    @property
+    def stride(self) -> int: ...
+    @property
+    def count(self) -> int:
+        """Keys in the support."""
+    @property
+    def scheme(self) -> str:
+        """The scheme in canonical form (e.g. ``"pool:16"``)."""
+    @property
+    def with_replacement(self) -> bool: ...
+    @property
+    def group_draws(self) -> int: ...
+    @property
+    def keeps_distribution(self) -> bool:
+        """Whether the samples follow the distribution (every scheme but ``local``)."""
+    def probability(self, key: int) -> float:
+        """The probability of drawing ``key`` (0 outside the support)."""
+    def __contains__(self, key: int) -> bool:
+        """Whether ``key`` is in the support."""
+
+class Sample:
+    """One ``Worker.prepare_sample`` in progress, bound to the worker that prepared it: draw
+    from it with ``worker.pull_sample(sample, n)`` (in one call or several), end it with
+    ``worker.finish_sample(sample)``, or use it as a context manager (leaving the block
+    finishes it)."""
+
+    @property
+    def sampler(self) -> int:
+        """The id of the sampler it draws from."""
+    @property
+    def size(self) -> int:
+        """Samples asked for at ``prepare_sample``."""
+    @property
+    def remaining(self) -> int:
+        """Samples still to be pulled (0 once finished)."""
+    @property
+    def finished(self) -> bool:
+        """Whether it was finished."""
+    def __enter__(self) -> Sample: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...

@@ -115,7 +115,9 @@ def exact_sums() -> None:
 
 def latency() -> None:
     """A remote pull under emulated latency: Python keeps running while the worker waits."""
-    with roam.Node(num_keys=NUM_KEYS, value_lengths=DIM, workers=1) as node:
+    half = NUM_KEYS // 2
+    halves = [roam.Sampler.uniform(0, half), roam.Sampler.uniform(half, half)]
+    with roam.Node(num_keys=NUM_KEYS, value_lengths=DIM, workers=1, samplers=halves) as node:
         w = node.worker(0)
         # The keys of the other node (static-range allocation: node 0 holds the lower half).
         other = np.arange(NUM_KEYS, dtype=np.uint64)[
@@ -139,12 +141,23 @@ def latency() -> None:
         assert w.wait(ticket) is out
         elapsed = time.perf_counter() - t0
         during = counter[0] - before
+        # The same for a sample of the other node's keys (naive: an ordinary remote pull).
+        sample = w.prepare_sample(1 - node.rank, 8)
+        before = counter[0]
+        t0 = time.perf_counter()
+        keys, vals = w.pull_sample(sample)
+        sample_elapsed = time.perf_counter() - t0
+        sample_during = counter[0] - before
         stop.set()
         spinner.join()
         latency_s = int(os.environ["ROAM_EMULATE_LATENCY_US"]) / 1e6
         assert elapsed >= 1.5 * latency_s, (elapsed, latency_s)
         assert during > 1000, f"the spinning thread ran only {during} times during the wait"
         assert np.all(out == 0)
+        assert all(int(k) in halves[1 - node.rank] for k in keys), keys
+        assert vals.shape == (8, DIM) and not vals.any()
+        assert sample_elapsed >= 1.5 * latency_s, (sample_elapsed, latency_s)
+        assert sample_during > 1000, f"the spinner ran only {sample_during} times in pull_sample"
 
         # A pending pull pins its output: it cannot be resized; dropping the ticket and the
         # array is safe, and wait_all completes the pull into the (still alive) memory.
@@ -176,6 +189,108 @@ def latency() -> None:
     print(f"OK latency rank {node.rank} waited {elapsed * 1e3:.0f} ms, spinner ran {during}x", flush=True)
 
 
+def sampling(allocation: str) -> None:
+    """Every scheme on 2 nodes: sampled keys are in the support, their values are the ones set,
+    pushes to them land, and `local` keeps to the node's keys when it holds some."""
+    dim = 5  # column 0: the key's own number; column 1 + g: worker g's pushes to it
+    half = NUM_KEYS // 2
+    weights = np.arange(1, NUM_KEYS + 1, dtype=np.float64)
+    samplers = [
+        roam.Sampler.uniform(0, NUM_KEYS, scheme="naive"),  # 0
+        roam.Sampler.uniform(0, NUM_KEYS, scheme="preloc"),  # 1
+        roam.Sampler.uniform(0, NUM_KEYS, scheme="pool:4", group_draws=16),  # 2
+        roam.Sampler.log_uniform(0, NUM_KEYS, scheme="pool:2:strict"),  # 3
+        roam.Sampler.log_uniform(0, NUM_KEYS, scheme="local"),  # 4
+        roam.Sampler.weighted(weights, scheme="local:next"),  # 5
+        roam.Sampler.uniform(half, half, scheme="local"),  # 6: node 1's keys only
+        roam.Sampler.uniform(0, half, stride=2, scheme="preloc", with_replacement=False),  # 7
+    ]
+    with roam.Node(num_keys=NUM_KEYS, value_lengths=dim, allocation=allocation,
+                   samplers=samplers, sampling_seed=7) as node:
+        assert [s.scheme for s in node.samplers] == [s.scheme for s in samplers]
+        total_workers = node.num_nodes * node.workers_per_node
+        assert 1 + total_workers <= dim
+        all_keys = np.arange(NUM_KEYS, dtype=np.uint64)
+        # Static range partitioning (and range homes): node r holds [r * half, (r + 1) * half)
+        # until something moves.
+        mine = range(node.rank * half, (node.rank + 1) * half)
+        errors = []
+
+        def draw(w, sampler, n, pushed):
+            s = w.prepare_sample(sampler, n)
+            keys1, vals1 = w.pull_sample(s, n // 2)
+            keys2, vals2 = w.pull_sample(s)  # the rest
+            assert w.finish_sample(s) == 0
+            keys = np.concatenate([keys1, keys2])
+            vals = np.concatenate([vals1, vals2])
+            assert keys.dtype == np.uint64 and vals.dtype == np.float32
+            assert vals.shape == (n, dim), vals.shape
+            spec = samplers[sampler]
+            assert all(int(k) in spec for k in keys), (sampler, keys)
+            if not spec.with_replacement:
+                assert len(set(keys.tolist())) == n, (sampler, keys)
+            assert np.array_equal(vals[:, 0], keys.astype(np.float32)), (sampler, keys, vals)
+            assert not vals[:, 1:].any(), "no pushes yet"
+            for k in keys:
+                pushed[int(k)] += 1
+            return keys
+
+        def run(i: int) -> None:
+            try:
+                w = node.worker(i)
+                g = w.global_id
+                if g == 0:
+                    vals = np.zeros((NUM_KEYS, dim), np.float32)
+                    vals[:, 0] = all_keys
+                    w.set(all_keys, vals).wait()
+                w.barrier()
+                pushed = np.zeros(NUM_KEYS, np.int64)
+                # Phase 1, nothing moves: `local` samples only keys this node holds.
+                for sampler in (4, 5):
+                    keys = draw(w, sampler, 30, pushed)
+                    assert all(int(k) in mine for k in keys), (sampler, node.rank, keys)
+                # Node 0 holds none of sampler 6's keys: its samples are read remotely.
+                keys = draw(w, 6, 20, pushed)
+                assert all(half <= k < NUM_KEYS for k in keys), keys
+                w.barrier()
+                # Phase 2: the exact schemes (keys may move under dynamic allocation).
+                for sampler in (0, 1, 2, 3, 7):
+                    draw(w, sampler, 40, pushed)
+                w.barrier()
+                # Pushes to sampled keys land: column 1 + g counts this worker's samples.
+                sampled = np.flatnonzero(pushed).astype(np.uint64)
+                update = np.zeros((len(sampled), dim), np.float32)
+                update[:, 1 + g] = pushed[sampled]
+                w.push(sampled, update).wait()
+                w.barrier()
+                out = w.pull(all_keys).wait()
+                assert np.array_equal(out[:, 0], all_keys.astype(np.float32))
+                assert np.array_equal(out[:, 1 + g], pushed.astype(np.float32)), g
+                # Bad input on a live cluster raises, never panics.
+                try:
+                    w.prepare_sample(len(samplers), 1)
+                except roam.AccessError as e:
+                    assert f"no sampler {len(samplers)}" in str(e), e
+                else:
+                    raise AssertionError("an unknown sampler was accepted")
+                w.barrier()
+            except BaseException as e:
+                errors.append(e)
+                raise
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(node.workers_per_node)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        stats = node.stats()
+        if allocation == "dynamic":
+            assert stats["relocations_in"] + stats["relocations_out"] > 0, stats
+    print(f"OK sampling-{allocation} rank {node.rank}", flush=True)
+
+
 def peer_gone() -> None:
     """Node 1 dies; node 0's operation that needs it raises PeerGoneError (not a crash)."""
     node = roam.Node(num_keys=NUM_KEYS, value_lengths=DIM, workers=1, peer_timeout=2.0)
@@ -200,6 +315,8 @@ if __name__ == "__main__":
     mode = sys.argv[1]
     if mode.startswith("basic-"):
         basic(mode.removeprefix("basic-"))
+    elif mode.startswith("sampling-"):
+        sampling(mode.removeprefix("sampling-"))
     elif mode == "exact-sums":
         exact_sums()
     elif mode == "latency":

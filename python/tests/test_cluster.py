@@ -26,6 +26,14 @@ def test_two_nodes_two_workers(roam_bin, allocation):
         assert f'[node {rank}] {{"roam_node_stats"' in out, out
 
 
+@pytest.mark.parametrize("allocation", ["static-range", "dynamic"])
+def test_sampling_on_two_nodes(roam_bin, allocation):
+    out = launch(roam_bin, f"sampling-{allocation}", "--workers-per-node", "2")
+    for rank in (0, 1):
+        assert f"[node {rank}] OK sampling-{allocation} rank {rank}" in out, out
+    assert "panicked" not in out, out
+
+
 def test_exact_sums_with_relocations(roam_bin):
     out = launch(roam_bin, "exact-sums", "--workers-per-node", "2")
     for rank in (0, 1):

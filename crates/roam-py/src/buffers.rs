@@ -21,7 +21,7 @@ use pyo3::buffer::{ElementType, PyBuffer, PyUntypedBuffer};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyModule, PyString};
+use pyo3::types::{PyDict, PyModule, PyString};
 
 static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
@@ -30,6 +30,18 @@ pub(crate) fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     NUMPY
         .get_or_try_init(py, || py.import("numpy").map(Bound::unbind))
         .map(|m| m.bind(py))
+}
+
+/// A new, uninitialised NumPy array of `shape` and `dtype` (a NumPy dtype name).
+pub(crate) fn numpy_empty<'py>(
+    py: Python<'py>,
+    shape: impl IntoPyObject<'py>,
+    dtype: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let np = numpy(py)?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", np.getattr(dtype)?)?;
+    np.call_method("empty", (shape,), Some(&kwargs))
 }
 
 /// The element type of a buffer format, if its byte order is this machine's.
@@ -154,6 +166,41 @@ impl F32Buffer {
     pub(crate) unsafe fn as_mut_slice<'a>(&self) -> &'a mut [f32] {
         // SAFETY: as in `as_slice`; the buffer is writable (checked at construction).
         unsafe { std::slice::from_raw_parts_mut(self.ptr().as_ptr(), self.len()) }
+    }
+}
+
+/// A writable `uint64` buffer that roam fills: the keys of a sample, in an array the binding
+/// has just created (so no pending pull's output can overlap it).
+pub(crate) struct U64Out {
+    buf: PyBuffer<u64>,
+}
+
+impl U64Out {
+    /// Borrows `obj`, a writable C-contiguous `uint64` array.
+    pub(crate) fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let buf = PyBuffer::<u64>::get(obj)?;
+        if !buf.is_c_contiguous() || buf.readonly() {
+            return Err(PyValueError::new_err(
+                "a sample's keys must be a writable, C-contiguous uint64 array",
+            ));
+        }
+        Ok(Self { buf })
+    }
+
+    /// The keys, for writing.
+    ///
+    /// # Safety
+    /// The caller must not let the slice outlive `self`, and no other slice of the same buffer
+    /// may exist while this one lives.
+    pub(crate) unsafe fn as_mut_slice<'a>(&self) -> &'a mut [u64] {
+        let len = self.buf.item_count();
+        let ptr = self
+            .buf
+            .as_slice_ptr()
+            .map_or(NonNull::dangling(), NonNull::cast);
+        // SAFETY: the export keeps `len` contiguous, aligned (checked by `PyBuffer::get`), writable
+        // u64 values alive and in place; the caller bounds the lifetime and excludes aliases.
+        unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), len) }
     }
 }
 

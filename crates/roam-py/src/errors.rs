@@ -8,7 +8,8 @@
 //! RoamError(Exception)
 //! ├── StartError(RoamError, RuntimeError)     the node could not start or join
 //! ├── WorkerError(RoamError, IndexError)      no such worker index
-//! ├── AccessError(RoamError, ValueError)      bad keys or buffer length; nothing changed
+//! ├── AccessError(RoamError, ValueError)      bad keys, buffer length or sampling call;
+//! │                                           nothing changed
 //! └── OpError(RoamError, RuntimeError)        an operation did not complete
 //!     └── PeerGoneError(OpError, ConnectionError)
 //! ```
@@ -19,7 +20,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
-use roam::{AccessError, OpError, StartError, WorkerError};
+use roam::{AccessError, OpError, SampleError, StartError, WorkerError};
 
 static ROAM_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static START_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -58,8 +59,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         &ACCESS_ERROR,
         "AccessError",
         &[roam_error.clone(), py.get_type::<PyValueError>()],
-        "Bad input to an access: a key out of range or a buffer whose length does not match the \
-         keys' value lengths. Nothing was changed.",
+        "Bad input to an access: a key out of range, a buffer whose length does not match the \
+         keys' value lengths, or a refused sampling call (unknown sampler, more samples than \
+         the sample has left). Nothing was changed.",
     )?;
     let op_error = make(
         m,
@@ -141,6 +143,12 @@ pub(crate) fn access_error(err: &AccessError, signed_keys: bool) -> PyErr {
         }
         _ => access_error_msg(err.to_string()),
     }
+}
+
+/// A refused sampling call ([`SampleError`]: unknown sampler, too many samples, ...) as
+/// `roam.AccessError`: nothing was drawn.
+pub(crate) fn sample_error(err: &SampleError) -> PyErr {
+    access_error_msg(err.to_string())
 }
 
 /// An [`OpError`] as the matching Python exception.

@@ -5,6 +5,8 @@
 //! - `node`: `roam.Node` — one node per process; configuration, rendezvous, shutdown, stats.
 //! - `worker`: `roam.Worker` and `roam.Ticket` — pull/push/set/localize, waits, barrier, on
 //!   `roam::Worker`'s owned pending operations (a pull owns its output's export).
+//! - `sampling`: `roam.Sampler` (a sampler registered with `Node(samplers=...)`) and
+//!   `roam.Sample` (one `Worker.prepare_sample`, owning the Rust `SampleHandle`).
 //! - `buffers`: zero-copy views of NumPy arrays, buffer-protocol and `__dlpack__` objects.
 //!
 //! The crate's only `unsafe` is raw slices of buffer exports (made in `buffers`, used by
@@ -16,6 +18,7 @@
 mod buffers;
 mod errors;
 mod node;
+mod sampling;
 mod worker;
 
 use pyo3::prelude::*;
@@ -73,6 +76,8 @@ fn _roam(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<node::PyNode>()?;
     m.add_class::<worker::PyWorker>()?;
     m.add_class::<worker::PyTicket>()?;
+    m.add_class::<sampling::PySampler>()?;
+    m.add_class::<sampling::PySample>()?;
     m.add_function(wrap_pyfunction!(choose_top_n, m)?)?;
     m.add_function(wrap_pyfunction!(choose_above_mean, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

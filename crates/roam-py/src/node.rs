@@ -7,11 +7,12 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use roam::{Allocation, Config, NodeHandle, NodeStats, ValueLengths};
+use roam::{Allocation, Config, NodeHandle, NodeStats, SamplerSpec, StartError, ValueLengths};
 use roam_core::{KeySpace, Partitioning};
 
 use crate::buffers::Keys;
 use crate::errors;
+use crate::sampling::{PySampler, SamplerInfo};
 use crate::worker::{PyWorker, WorkerCell, seconds};
 
 /// What the node's workers share with it.
@@ -27,6 +28,9 @@ pub(crate) struct NodeShared {
     pub(crate) num_nodes: u32,
     pub(crate) workers_per_node: u32,
     allocation: &'static str,
+    /// The registered samplers, in id order.
+    pub(crate) samplers: Vec<SamplerInfo>,
+    sampling_seed: u64,
 }
 
 impl NodeShared {
@@ -153,6 +157,48 @@ fn value_lengths(
     Ok((n, ValueLengths::PerKey(per_key.into())))
 }
 
+/// The samplers of `Node(samplers=...)`: a sequence of `roam.Sampler`.
+fn sampler_specs(samplers: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<SamplerSpec>> {
+    let Some(samplers) = samplers.filter(|s| !s.is_none()) else {
+        return Ok(Vec::new());
+    };
+    if samplers.is_instance_of::<PySampler>() {
+        return Err(PyTypeError::new_err(
+            "samplers must be a list of roam.Sampler (wrap a single one in a list)",
+        ));
+    }
+    let iter = samplers
+        .try_iter()
+        .map_err(|_| PyTypeError::new_err("samplers must be a list of roam.Sampler"))?;
+    iter.enumerate()
+        .map(|(i, item)| {
+            let item = item?;
+            let sampler = item.cast::<PySampler>().map_err(|_| {
+                let ty = item
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+                PyTypeError::new_err(format!("samplers[{i}] must be a roam.Sampler, not {ty}"))
+            })?;
+            Ok(sampler.get().spec.clone())
+        })
+        .collect()
+}
+
+/// A start error as a Python exception: a sampler that does not fit the key space is a bad
+/// argument (`ValueError` naming it), the rest `roam.StartError`.
+fn start_error(err: &StartError, specs: &[SamplerSpec]) -> PyErr {
+    match err {
+        StartError::Sampler { sampler, reason } => {
+            let named = specs
+                .get(*sampler as usize)
+                .map_or_else(String::new, |s| format!(" = {}", PySampler::describe(s)));
+            PyValueError::new_err(format!("samplers[{sampler}]{named}: {reason}"))
+        }
+        _ => errors::start_error(err),
+    }
+}
+
 impl PyNode {
     fn leave(&self, py: Python<'_>, clean: bool) -> PyResult<Option<Py<PyDict>>> {
         let shared = &self.shared;
@@ -214,6 +260,8 @@ impl PyNode {
         replicated_keys = None,
         replica_sync_every = 0.01,
         replica_min_delta_norm = 0.0,
+        samplers = None,
+        sampling_seed = 0,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -236,6 +284,8 @@ impl PyNode {
         replicated_keys: Option<Vec<u64>>,
         replica_sync_every: f64,
         replica_min_delta_norm: f32,
+        samplers: Option<&Bound<'_, PyAny>>,
+        sampling_seed: u64,
     ) -> PyResult<Self> {
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
@@ -277,16 +327,40 @@ impl PyNode {
         cfg.replicated_keys = replicated_keys.unwrap_or_default();
         cfg.replica_sync_every = seconds("replica_sync_every", replica_sync_every)?;
         cfg.replica_min_delta_norm = replica_min_delta_norm;
+        for spec in sampler_specs(samplers)? {
+            cfg.add_sampler(spec);
+        }
+        cfg.sampling_seed = sampling_seed;
+        let specs = cfg.samplers.clone();
         let allocation = cfg.allocation.name();
         let handle = py
             .detach(|| NodeHandle::start(cfg))
-            .map_err(|err| errors::start_error(&err))?;
+            .map_err(|err| start_error(&err, &specs))?;
+        // Validated by the start: every sampler's keys have one value length.
+        let samplers = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let value_len = spec.value_len(handle.key_space()).map_err(|reason| {
+                    start_error(
+                        &StartError::Sampler {
+                            sampler: i as u32,
+                            reason,
+                        },
+                        &[],
+                    )
+                })?;
+                Ok(SamplerInfo { spec, value_len })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         let shared = NodeShared {
             space: handle.key_space().clone(),
             rank: handle.rank(),
             num_nodes: handle.num_nodes(),
             workers_per_node: handle.workers_per_node(),
             allocation,
+            samplers,
+            sampling_seed,
             handle: Mutex::new(Some(handle)),
             closed: AtomicBool::new(false),
             final_stats: Mutex::new(None),
@@ -338,6 +412,21 @@ impl PyNode {
     #[getter]
     fn allocation(&self) -> &'static str {
         self.shared.allocation
+    }
+
+    /// The registered samplers (`Node(samplers=...)`); a sampler's id is its index.
+    #[getter]
+    fn samplers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let all = self.shared.samplers.iter().map(|info| PySampler {
+            spec: info.spec.clone(),
+        });
+        PyList::new(py, all)
+    }
+
+    /// The seed of the samplers' random numbers.
+    #[getter]
+    fn sampling_seed(&self) -> u64 {
+        self.shared.sampling_seed
     }
 
     /// Whether the node was shut down or closed.

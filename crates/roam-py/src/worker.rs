@@ -191,7 +191,32 @@ impl WorkerCell {
         }
     }
 
-    fn check_open(&self) -> PyResult<()> {
+    /// The worker's index on its node.
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The node the worker belongs to.
+    pub(crate) fn node(&self) -> &NodeShared {
+        &self.node
+    }
+
+    /// Runs `f` on the worker with the GIL released and the worker's lock held (for calls
+    /// that create no pending operation: sampling).
+    pub(crate) fn run<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&roam::Worker) -> R + Send,
+    ) -> R {
+        py.detach(|| f(&self.lock.lock().worker))
+    }
+
+    /// Runs `f` on the worker if its lock is free right now; `None` otherwise. Never blocks.
+    pub(crate) fn try_run<R>(&self, f: impl FnOnce(&roam::Worker) -> R) -> Option<R> {
+        self.lock.try_lock().map(|reg| f(&reg.worker))
+    }
+
+    pub(crate) fn check_open(&self) -> PyResult<()> {
         if self.node.closed.load(Ordering::Acquire) {
             return Err(errors::op_error_msg(
                 "the node has been shut down; its workers accept no more operations".to_owned(),
@@ -620,6 +645,38 @@ impl PyWorker {
     /// Between calls, replicas are eventually consistent. Blocks with the GIL released.
     fn sync_replicas(&self, py: Python<'_>) -> PyResult<()> {
         self.collective(py, roam::Worker::sync_replicas)
+    }
+
+    /// Starts drawing `n` samples from sampler `sampler` (its index in
+    /// `Node(samplers=[...])`) and returns the `Sample` to draw them from with `pull_sample`.
+    /// Under `preloc` the keys are drawn now and under `pool` taken from the node's pool; the
+    /// ones not here start moving here (dynamic allocation). The GIL is released.
+    fn prepare_sample(
+        &self,
+        py: Python<'_>,
+        sampler: i64,
+        n: i64,
+    ) -> PyResult<crate::sampling::PySample> {
+        crate::sampling::prepare(py, &self.cell, sampler, n)
+    }
+
+    /// Draws `n` of `sample`'s samples (default: all that are left) and returns
+    /// `(keys, vals)`: a `uint64` array of `n` keys and a `float32` array of shape
+    /// `(n, value_len)` holding their values, complete (remote values are waited for with the
+    /// GIL released). Pushes to sampled keys are ordinary pushes.
+    #[pyo3(signature = (sample, n = None))]
+    fn pull_sample(
+        &self,
+        py: Python<'_>,
+        sample: &crate::sampling::PySample,
+        n: Option<i64>,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+        crate::sampling::pull(py, &self.cell, sample, n)
+    }
+
+    /// Ends `sample`; returns how many of its samples were never pulled.
+    fn finish_sample(&self, py: Python<'_>, sample: &crate::sampling::PySample) -> PyResult<usize> {
+        crate::sampling::finish(py, &self.cell, sample)
     }
 
     /// The node's counters (as `Node.stats()`).

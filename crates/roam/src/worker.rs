@@ -432,6 +432,12 @@ impl Worker {
         self.front.borrow_mut().sample_keys(sample, keys)
     }
 
+    /// The value length of sampler `sampler`'s samples (`None`: no such sampler).
+    pub fn sample_value_len(&self, sampler: SamplerId) -> Option<usize> {
+        self.shared()
+            .with_node(|node, _| node.samplers().value_len(sampler))
+    }
+
     /// This worker's local-access and sampling counters (only this worker writes them).
     pub fn counters(&self) -> Arc<roam_core::stats::WorkerCounters> {
         self.front.borrow().counters().clone()

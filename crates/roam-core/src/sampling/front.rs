@@ -12,8 +12,8 @@ use std::collections::HashSet;
 use rand::Rng;
 
 use super::{
-    LOCAL_SCAN, LOCAL_TRIES, NodeSampler, NodeSamplers, SampleError, SampleHandle, SamplerId,
-    Scheme,
+    LOCAL_SCAN, LOCAL_TRIES, MAX_PREPARED, NodeSampler, NodeSamplers, SampleError, SampleHandle,
+    SamplerId, Scheme,
 };
 use crate::access::{Front, Handoff};
 use crate::id::Key;
@@ -85,6 +85,12 @@ impl Front {
                 registered: samplers.len(),
             })?;
         let spec = &sampler.spec;
+        if n > MAX_PREPARED {
+            return Err(SampleError::TooManyPrepared {
+                requested: n,
+                max: MAX_PREPARED,
+            });
+        }
         if !spec.with_replacement {
             let reachable = spec.distribution.reachable();
             if n as u64 > reachable {

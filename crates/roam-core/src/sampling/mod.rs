@@ -49,6 +49,10 @@ pub const LOCAL_TRIES: usize = 100;
 pub const LOCAL_SCAN: u64 = 4096;
 /// Draws per group of the `pool` scheme (NuPS's default).
 pub const DEFAULT_GROUP_DRAWS: usize = 250;
+/// Most samples one `prepare_sample` may ask for (`preloc` and `pool` hold them all at once).
+pub const MAX_PREPARED: usize = 1 << 26;
+/// Most samples in one pool group (`group_draws × U`).
+pub const MAX_GROUP_SAMPLES: usize = 1 << 20;
 
 /// How a sampler serves its draws. See the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,8 +166,19 @@ impl SamplerSpec {
         }
     }
 
-    /// The value length every key of the support has in `space`, or why there is none.
+    /// The value length every key of the support has in `space`, or why there is none (also
+    /// refuses a pool group larger than [`MAX_GROUP_SAMPLES`]).
     pub fn value_len(&self, space: &KeySpace) -> Result<usize, SamplerSetupError> {
+        if let Scheme::Pool { reuse, .. } = self.scheme {
+            let samples = self.group_draws.max(1).saturating_mul(reuse as usize);
+            if samples > MAX_GROUP_SAMPLES {
+                return Err(SamplerSetupError::PoolTooLarge {
+                    group_draws: self.group_draws,
+                    reuse,
+                    max: MAX_GROUP_SAMPLES,
+                });
+            }
+        }
         let support = self.distribution.support();
         let last = support.last().unwrap_or(support.first);
         for key in [support.first, last] {
@@ -196,6 +211,16 @@ impl SamplerSpec {
 /// Why a sampler cannot be registered.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum SamplerSetupError {
+    /// A pool group of more samples than [`MAX_GROUP_SAMPLES`].
+    #[error("pool groups of {group_draws} draws × U = {reuse} exceed {max} samples")]
+    PoolTooLarge {
+        /// Draws per group.
+        group_draws: usize,
+        /// Uses per draw.
+        reuse: u32,
+        /// The limit.
+        max: usize,
+    },
     /// A support key outside the key space.
     #[error("sampled key {key} is outside the key space of {num_keys} keys")]
     OutsideKeySpace {
@@ -291,6 +316,11 @@ impl NodeSamplers {
         self.samplers.get(id.0 as usize).map(|s| &s.spec)
     }
 
+    /// The value length of `id`'s samples.
+    pub fn value_len(&self, id: SamplerId) -> Option<usize> {
+        self.samplers.get(id.0 as usize).map(|s| s.value_len)
+    }
+
     /// The counters of `id`'s pool (`pool` scheme only).
     pub fn pool_counters(&self, id: SamplerId) -> Option<PoolCounters> {
         let pool = self.samplers.get(id.0 as usize)?.pool.as_ref()?;
@@ -350,6 +380,14 @@ pub enum SampleError {
         sampler: u32,
         /// Samplers registered.
         registered: usize,
+    },
+    /// More samples prepared at once than [`MAX_PREPARED`].
+    #[error("{requested} samples prepared at once; at most {max}")]
+    TooManyPrepared {
+        /// Asked for.
+        requested: usize,
+        /// The limit.
+        max: usize,
     },
     /// More samples asked of a handle than it has left.
     #[error("asked for {requested} samples, the handle has {remaining} left")]

@@ -1,7 +1,8 @@
 //! End-to-end runs of `roam train kge`: tiny trainings on lapse-toy/kge and on a tiny synthetic
 //! graph in every mode (single without launch, the others on 2 local nodes; the NuPS modes
-//! replicate every relation and report their replication), RESCAL with its
-//! per-key value lengths, text (names) input, and malformed input. Quality is asserted against
+//! replicate every relation and report their replication), every negative-sampling scheme
+//! (`--sampling`) on 2 nodes, RESCAL with its per-key value lengths, text (names) input, and
+//! malformed input. Quality is asserted against
 //! the model's own random-initialisation baseline (`--eta 0`: the initial embeddings scored
 //! with the same filtered ranking), never against timings. Seeds are fixed and printed.
 
@@ -64,6 +65,32 @@ fn assert_replicated(report: &Value) {
     assert_eq!(r["sync_every_ms"].as_f64(), Some(10.0), "roam's default");
 }
 
+/// The run used sampling scheme `scheme` for all its negatives: the settings echo it, and the
+/// run's and every epoch's `sampling` object count 2 × neg_ratio draws per training triple
+/// (over the cluster) with a fallback fraction in [0, 1] (0 unless the scheme is `local`).
+fn assert_sampled(report: &Value, scheme: &str) {
+    assert_eq!(report["settings"]["sampling"], scheme, "{report}");
+    let settings = &report["settings"];
+    let per_epoch = settings["train_triples"].as_u64().expect("train_triples")
+        * 2
+        * settings["neg_ratio"].as_u64().expect("neg_ratio");
+    let check = |sampling: &Value, samples: u64| {
+        assert_eq!(sampling["scheme"], scheme, "{report}");
+        assert_eq!(sampling["samples"].as_u64(), Some(samples), "{report}");
+        let fallbacks = sampling["fallback_fraction"]
+            .as_f64()
+            .expect("fallback_fraction");
+        assert!((0.0..=1.0).contains(&fallbacks), "{report}");
+        if !scheme.starts_with("local") {
+            assert_eq!(fallbacks, 0.0, "only local falls back: {report}");
+        }
+    };
+    for e in epochs(report) {
+        check(&e["sampling"], per_epoch);
+    }
+    check(&report["sampling"], per_epoch * epochs(report).len() as u64);
+}
+
 /// Loss falls from the first to the last epoch, and MRR clearly beats `baseline`.
 fn assert_learned(report: &Value, baseline: f64) {
     let e = epochs(report);
@@ -106,6 +133,7 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
 
     let single = train("single", 1, 2, &data, &small);
     assert_learned(&single, baseline);
+    assert_sampled(&single, "naive");
     assert_eq!(single["local_fraction"].as_f64(), Some(1.0));
     assert_eq!(single["settings"]["entities"], 280);
     assert_eq!(single["settings"]["relations"], 112);
@@ -127,6 +155,13 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
             (Some(2), Some(2))
         );
         assert_learned(&report, baseline);
+        // Each mode's default scheme (roam_apps::sampling::default_scheme).
+        let scheme = match mode {
+            "lapse" => "preloc",
+            "nups" => "pool:16",
+            _ => "naive",
+        };
+        assert_sampled(&report, scheme);
         // Same data, epochs and model: distributed quality is in single's range (loose bound
         // for 4 epochs; the docs hold the tight comparison).
         assert!(
@@ -244,6 +279,70 @@ fn tiny_synthetic_graph_learns_on_two_nodes_with_one_worker_each() {
 }
 
 #[test]
+fn every_sampling_scheme_learns_on_two_nodes() {
+    let data = toy();
+    let data = ["--data", data.as_str()];
+    let small = ["--epochs", "4"];
+    let baseline = last_epoch(
+        &train("single", 1, 2, &data, &["--epochs", "1", "--eta", "0"]),
+        "mrr",
+    );
+    let single = train("single", 1, 2, &data, &small);
+    // Every scheme in nups mode (replicated relations, relocated entities), the exact ones in
+    // lapse mode too; 2 nodes x 2 workers, the same quality bounds as the modes' test.
+    let runs = [
+        ("nups", "naive"),
+        ("nups", "preloc"),
+        ("nups", "pool:1"),
+        ("nups", "pool:4"),
+        ("nups", "pool:4:strict"),
+        ("nups", "local"),
+        ("nups", "local:next"),
+        ("lapse", "naive"),
+        ("lapse", "pool:4"),
+        ("lapse", "local"),
+    ];
+    for (mode, scheme) in runs {
+        let report = train(
+            mode,
+            2,
+            2,
+            &data,
+            &[&small[..], &["--sampling", scheme]].concat(),
+        );
+        println!(
+            "{mode} --sampling {scheme}: MRR {} {}",
+            last_epoch(&report, "mrr"),
+            report["sampling"]
+        );
+        assert_learned(&report, baseline);
+        assert!(
+            last_epoch(&report, "mrr") > last_epoch(&single, "mrr") - 0.1,
+            "{mode} --sampling {scheme}: {report} vs {single}"
+        );
+        assert_sampled(&report, scheme);
+        assert!(
+            report["relocations"].as_u64() > Some(0),
+            "{mode} moves keys: {report}"
+        );
+    }
+    // Keys that never move: local draws from this node's static share (and falls back where
+    // it holds none), pool takes its groups as they are.
+    for scheme in ["local", "pool:4"] {
+        let report = train(
+            "classic",
+            2,
+            1,
+            &data,
+            &[&small[..], &["--sampling", scheme]].concat(),
+        );
+        assert_learned(&report, baseline);
+        assert_sampled(&report, scheme);
+        assert_eq!(report["relocations"].as_u64(), Some(0), "{report}");
+    }
+}
+
+#[test]
 fn rescal_relations_are_single_keys_of_dim_squared_values() {
     let data = toy();
     let data = ["--data", data.as_str(), "--model", "rescal"];
@@ -257,6 +356,8 @@ fn rescal_relations_are_single_keys_of_dim_squared_values() {
     let lapse = train("lapse", 2, 2, &data, &small);
     assert_eq!(lapse["settings"]["model"], "rescal");
     assert_learned(&lapse, baseline);
+    // Negatives are entity keys, all of one length, though relations have another.
+    assert_sampled(&lapse, "preloc");
     let classic = train("classic", 2, 1, &data, &small);
     assert_learned(&classic, baseline);
 }
@@ -378,5 +479,12 @@ fn malformed_input_is_a_clear_error() {
         "3",
     ]);
     assert!(err.contains("--replicate-top"), "{err}");
+    for bad in ["pool", "pool:0", "pool:4:loose", "preloc:2", "uniform", ""] {
+        let err = fails(&["train", "kge", "--mode", "nups", "--sampling", bad]);
+        assert!(
+            err.contains("--sampling") && err.contains("unknown sampling scheme"),
+            "--sampling {bad:?}: {err}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -13,11 +13,15 @@
 //! consistent (roam's background sync), and a `sync_replicas` of all workers precedes every
 //! evaluation (the last epoch is always evaluated, so also the final read-out). The loss needs
 //! none: each worker sums the losses it computed while training.
+//!
+//! Sampling: each epoch's negatives drawn and `local` fallbacks are summed like the loss (per
+//! node over its workers, then over the cluster through [`SumKeys`]), into the epoch's
+//! `sampling` object; the run's totals are the sums over the epochs.
 
 use std::sync::Mutex;
 use std::time::Instant;
 
-use roam::{NodeHandle, Worker};
+use roam::{NodeHandle, SamplerId, Scheme, Worker};
 use serde_json::json;
 
 use super::data::Graph;
@@ -30,6 +34,7 @@ use crate::common::{
     process_cpu_micros, progress,
 };
 use crate::replication;
+use crate::sampling;
 
 /// Scale of the fixed-point loss sum (the cluster sums `u64` counters exactly).
 const LOSS_SCALE: f64 = 1e6;
@@ -37,6 +42,23 @@ const LOSS_SCALE: f64 = 1e6;
 /// Counters in the job's [`SumKeys`]: the cluster counters, then the replication counters
 /// (the loss rounds and the start-up check use the first few).
 pub const SUMS: usize = CLUSTER_COUNTERS + replicate::COUNTERS;
+
+/// Counters of the per-epoch [`SumKeys`] round: loss (fixed point), scored triples, CPU
+/// microseconds, negatives drawn, `local` fallbacks.
+const EPOCH_SUMS: usize = 5;
+const _: () = assert!(EPOCH_SUMS <= SUMS);
+
+/// An epoch's figures summed over the cluster.
+struct EpochTotals {
+    /// Mean logistic loss per scored triple.
+    loss: f64,
+    /// CPU seconds of all node processes.
+    cpu_seconds: f64,
+    /// Negatives drawn.
+    sampled: u64,
+    /// `local` draws read remotely.
+    fallbacks: u64,
+}
 
 /// What the workers of one process share.
 pub struct Shared<'a> {
@@ -66,6 +88,10 @@ pub struct Shared<'a> {
     pub node_loss: Mutex<LossSum>,
     /// The replicated keys (none outside the NuPS modes).
     pub plan: &'a Plan,
+    /// The sampler of negatives.
+    pub sampler: SamplerId,
+    /// Its scheme (for the report).
+    pub scheme: Scheme,
 }
 
 /// The per-epoch figures and, on global worker 0, the cluster counters.
@@ -77,6 +103,8 @@ pub struct Outcome {
     pub counters: ClusterCounters,
     /// Summed [`replicate::node_counters`].
     pub replica_sums: Vec<u64>,
+    /// Negatives drawn and `local` fallbacks over all epochs, summed over the cluster.
+    pub sampled: [u64; 2],
 }
 
 impl Shared<'_> {
@@ -117,8 +145,10 @@ impl Shared<'_> {
             partition: self.partition,
             hyper,
             plan: self.plan,
+            sampler: self.sampler,
         };
         let mut step = Step::default();
+        let mut sampled_total = [0u64; 2];
         let mut epochs = Vec::new();
         let mine = self.partition.triples[gid as usize].len() as u64;
         for epoch in 1..=self.epochs {
@@ -132,11 +162,15 @@ impl Shared<'_> {
             let cpu = process_cpu_micros().saturating_sub(cpu_start);
             bar.finish_and_clear();
 
-            let (loss, cpu_seconds) = self.cluster_loss(worker, sum, cpu)?;
+            let totals = self.cluster_sums(worker, sum, cpu)?;
+            sampled_total[0] += totals.sampled;
+            sampled_total[1] += totals.fallbacks;
             let evaluate_now =
                 epoch == self.epochs || (self.eval_every > 0 && epoch % self.eval_every == 0);
             let mut row = json!({
-                "epoch": epoch, "seconds": seconds, "loss": loss, "cpu_seconds": cpu_seconds,
+                "epoch": epoch, "seconds": seconds, "loss": totals.loss,
+                "cpu_seconds": totals.cpu_seconds,
+                "sampling": sampling::report(self.scheme, totals.sampled, totals.fallbacks),
             });
             if evaluate_now {
                 if replicates {
@@ -166,6 +200,7 @@ impl Shared<'_> {
             epochs,
             counters,
             replica_sums: replica.to_vec(),
+            sampled: sampled_total,
         }))
     }
 
@@ -174,14 +209,15 @@ impl Shared<'_> {
         replication::check_same_set(&self.sums, worker, &self.plan.keys)
     }
 
-    /// Mean logistic loss per scored triple and the epoch's CPU seconds (`cpu_micros` of each
-    /// node's worker 0), both over the whole cluster (collective).
-    fn cluster_loss(
+    /// The epoch's mean logistic loss per scored triple, CPU seconds (`cpu_micros` of each
+    /// node's worker 0), negatives drawn and `local` fallbacks, all over the whole cluster
+    /// (collective).
+    fn cluster_sums(
         &self,
         worker: &Worker,
         sum: LossSum,
         cpu_micros: u64,
-    ) -> anyhow::Result<(f64, f64)> {
+    ) -> anyhow::Result<EpochTotals> {
         {
             let mut node = self
                 .node_loss
@@ -189,6 +225,8 @@ impl Shared<'_> {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             node.loss += sum.loss;
             node.scored += sum.scored;
+            node.sampled += sum.sampled;
+            node.fallbacks += sum.fallbacks;
         }
         worker.barrier()?;
         if worker.id() == 0 {
@@ -200,14 +238,22 @@ impl Shared<'_> {
             );
             let fixed = (node.loss * LOSS_SCALE).round() as u64;
             let mut counters = [0; SUMS];
-            counters[..3].copy_from_slice(&[fixed, node.scored, cpu_micros]);
+            counters[..EPOCH_SUMS].copy_from_slice(&[
+                fixed,
+                node.scored,
+                cpu_micros,
+                node.sampled,
+                node.fallbacks,
+            ]);
             self.sums.contribute(worker, &counters)?;
         }
         let totals = self.sums.barrier_and_read(worker)?;
-        Ok((
-            totals[0] as f64 / LOSS_SCALE / totals[1].max(1) as f64,
-            micros_to_seconds(totals[2]),
-        ))
+        Ok(EpochTotals {
+            loss: totals[0] as f64 / LOSS_SCALE / totals[1].max(1) as f64,
+            cpu_seconds: micros_to_seconds(totals[2]),
+            sampled: totals[3],
+            fallbacks: totals[4],
+        })
     }
 
     /// Pulls the model and adds filtered test (and valid) metrics to `row`.

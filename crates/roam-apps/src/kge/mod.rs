@@ -4,7 +4,9 @@
 //!
 //! Keys: entities `0..ne`, relations `ne..ne+nr` (one key each, also RESCAL's D×D matrices,
 //! through per-key value lengths), then the reserved [`SumKeys`] keys. Each key holds its
-//! embedding followed by its AdaGrad accumulator.
+//! embedding followed by its AdaGrad accumulator. Negatives come from one sampler registered
+//! here, uniform over the entity keys, under the `--sampling` scheme (default per mode,
+//! [`crate::sampling::default_scheme`]).
 //!
 //! Layout of this module: [`data`] (loading `--data`), [`synthetic`] (`--synthetic`),
 //! [`partition`] (data clustering by relation), [`model`] (scores, gradients, AdaGrad),
@@ -29,10 +31,12 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use anyhow::{Context, ensure};
-use roam::Config;
+use roam::{Config, Distribution, SamplerSpec, Scheme, Support};
+use serde::Serialize;
 use serde_json::json;
 
 use crate::common::{Mode, SumKeys, TrainReport};
+use crate::sampling::App;
 use data::Graph;
 use model::{Model, ModelKind};
 
@@ -112,6 +116,11 @@ pub struct Args {
     /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, else 1).
     #[arg(long)]
     pub workers_per_node: Option<u32>,
+    /// Negative sampling scheme (roam's sampling API): naive, preloc, pool:U, pool:U:strict,
+    /// local or local:next. Default per mode: preloc in lapse, pool:16 in nups, naive
+    /// elsewhere (`roam_apps::sampling::default_scheme`).
+    #[arg(long, value_parser = crate::sampling::parse_scheme)]
+    pub sampling: Option<Scheme>,
     /// Replication (the nups modes).
     #[command(flatten)]
     pub replication: replicate::Options,
@@ -167,6 +176,15 @@ impl Args {
     }
 }
 
+/// Rank 0's JSON line: the common report and the run's `sampling` figures (summed over the
+/// cluster and the epochs).
+#[derive(Serialize)]
+struct Report<'a> {
+    #[serde(flatten)]
+    report: &'a TrainReport,
+    sampling: serde_json::Value,
+}
+
 /// Trains on this node (rank 0 prints the report).
 pub fn run(args: &Args) -> anyhow::Result<()> {
     args.validate()?;
@@ -187,6 +205,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Config::per_key(lengths)
     };
     cfg.workers_per_node = args.workers_per_node;
+    // Negatives: uniform over the entity keys 0..ne (all of one value length, 2 × entity_len).
+    let scheme = crate::sampling::resolve(App::Kge, args.mode, args.sampling);
+    let entities = Distribution::uniform(Support::range(0..u64::from(graph.num_entities)))
+        .context("the negative sampler's distribution (entities)")?;
+    let sampler = cfg.add_sampler(SamplerSpec::new(entities, scheme));
+    cfg.sampling_seed = args.seed;
     let plan = if args.mode.replicates() {
         replicate::Plan::choose(&graph, &args.replication, args.neg_ratio)
     } else {
@@ -234,6 +258,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         ),
         node_loss: Mutex::default(),
         plan: &plan,
+        sampler,
+        scheme,
     };
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<job::Outcome>> {
         let handles = node
@@ -299,9 +325,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 "eval_max": args.eval_max,
                 "triples_per_worker": per_worker,
                 "replication": replication,
+                "sampling": scheme.to_string(),
             }),
         };
-        report.print();
+        let [sampled, fallbacks] = outcome.sampled;
+        let line = Report {
+            report: &report,
+            sampling: crate::sampling::report(scheme, sampled, fallbacks),
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&line).context("serialising the report")?
+        );
     }
     node.shutdown()?;
     Ok(())

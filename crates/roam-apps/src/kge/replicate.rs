@@ -18,8 +18,9 @@
 //! that matrix, those with at least 1× about 107,000 (docs/workloads-mf.md, "NuPS modes").
 //!
 //! Uniform negatives are not counted: they add the same expected number of accesses to every
-//! entity. Every node loads the whole graph and computes the same counts, hence the same set;
-//! [`fingerprint`] lets the job check that at start-up.
+//! entity (under the exact sampling schemes; `local` draws only entities held on the node).
+//! Every node loads the whole graph and computes the same counts, hence the same set;
+//! [`replication::fingerprint`] lets the job check that at start-up.
 
 use crate::replication;
 use roam::Key;

@@ -1,9 +1,12 @@
 //! One worker's training: the update of one positive triple with its negatives, and an epoch
 //! over the worker's triples with look-ahead localization.
 //!
-//! Per positive (s, r, o) with tails t₁..t_N and heads h₁..h_N (uniform random entities,
-//! pre-sampled for the whole epoch so they can be localized ahead):
-//! 1. one pull of the distinct keys involved (embedding and accumulator together);
+//! Per positive (s, r, o) with tails t₁..t_N and heads h₁..h_N (uniform random entities, drawn
+//! through roam's sampling API from the job's one sampler, [`Epoch::sampler`]):
+//! 1. one pull of s, o and r (embedding and accumulator together) and, at the same time, one
+//!    `pull_sample` of the 2N negatives (N tails, then N heads) into a buffer of their own;
+//!    the negatives are then merged into the step's slots: a negative equal to s, o or an
+//!    earlier negative shares that key's slot (and its values, those already in the slot);
 //! 2. the logistic loss of all 1 + 2N scored triples (label 1 for the positive, 0 for the
 //!    corruptions, as in Lapse's kge app, which keeps corruptions that happen to be true),
 //!    with gradients summed per key: a key used by several of the scored triples (s, o, r,
@@ -16,17 +19,24 @@
 //! the whole positive one read and one write per key, which is what makes remote keys cheap
 //! enough; the per-key sum is the exact gradient of the positive's summed loss.
 //!
+//! Samples are prepared ahead, on the localize schedule: the negatives of a batch of
+//! `localize_batch` positives are one `prepare_sample` (a queue of handles), issued when the
+//! look-ahead localize of that batch's s and o is, `localize_ahead` positives ahead (at the
+//! batch's first positive when that is 0). So `preloc` and `pool` can bring the negatives here
+//! before they are pulled; `naive` and `local` draw at pull time.
+//!
 //! Look-ahead localizes are detached (hints: nothing waits for a relocation; the epoch's
-//! closing barrier still waits for them), and leave out replicated keys (NuPS modes), which
-//! are local on every node. Pushes are kept in a bounded queue and reaped as they
-//! finish, which bounds the operations in flight and surfaces their errors.
+//! closing barrier still waits for them), cover s and o only (the sampler moves negatives),
+//! and leave out replicated keys (NuPS modes), which are local on every node. Pushes are kept
+//! in a bounded queue and reaped as they finish, which bounds the operations in flight and
+//! surfaces their errors.
 
 use std::collections::VecDeque;
 
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
-use roam::{Key, Ticket, Worker};
+use roam::{Key, SampleHandle, SamplerId, Ticket, Worker};
 
 use super::data::{Graph, Triple};
 use super::model::{Model, adagrad_apply, adagrad_delta, axpy, dot, logistic};
@@ -52,7 +62,7 @@ pub struct Hyper {
     /// Triples whose entities are localized in one request (every `localize_batch` triples,
     /// those of the next batch starting `localize_ahead` ahead; 1 is Lapse's technique).
     pub localize_batch: usize,
-    /// Seed of negatives and shuffles.
+    /// Seed of initialisation and shuffles (the negatives come from the sampler's seed).
     pub seed: u64,
     /// How the scored triples of one positive become one push.
     pub update: UpdateRule,
@@ -190,6 +200,8 @@ pub struct Step {
     deltas: Vec<f32>,
     slot_t: Vec<usize>,
     slot_h: Vec<usize>,
+    neg_keys: Vec<Key>,
+    neg_vals: Vec<f32>,
     q: Vec<f32>,
     p: Vec<f32>,
     u: Vec<f32>,
@@ -200,13 +212,17 @@ pub struct Step {
     end: usize,
 }
 
-/// Loss of the scored triples of an epoch on one worker.
+/// Loss of the scored triples of an epoch on one worker, and what its sampler did.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LossSum {
     /// Sum of logistic losses.
     pub loss: f64,
     /// Scored triples (positives and negatives).
     pub scored: u64,
+    /// Negatives drawn (the worker's `sampled_keys` counter over the epoch).
+    pub sampled: u64,
+    /// Of those, `local` draws that found no local key and were read remotely.
+    pub fallbacks: u64,
 }
 
 impl Step {
@@ -222,47 +238,67 @@ impl Step {
         self.keys.len() - 1
     }
 
-    /// Pulls, computes and pushes the update of positive `t` with `negatives` (N corrupted
-    /// tails, then N corrupted heads); returns the push's ticket (not waited) and adds the
-    /// loss to `sum`.
+    /// Pulls, computes and pushes the update of positive `t` with its 2N negatives (N corrupted
+    /// tails, then N corrupted heads), drawn from `sample`; returns the push's ticket (not
+    /// waited) and adds the loss to `sum`.
     pub fn run<'w>(
         &mut self,
         worker: &'w Worker,
         hyper: &Hyper,
         graph: &Graph,
         t: Triple,
-        negatives: &[u32],
+        sample: &mut SampleHandle,
         sum: &mut LossSum,
     ) -> anyhow::Result<Ticket<'w>> {
         let model = hyper.model;
         let (e, rl) = (model.entity_len(), model.relation_len());
+        let n = hyper.neg_ratio;
         self.keys.clear();
         self.offsets.clear();
         self.end = 0;
         let slot_s = self.slot(u64::from(t.s), 2 * e);
         let slot_o = self.slot(u64::from(t.o), 2 * e);
+        let slot_r = self.slot(relation_key(graph, t.r), 2 * rl);
+        self.vals.resize(self.end, 0.0);
+        self.neg_keys.resize(2 * n, 0);
+        self.neg_vals.resize(2 * n * 2 * e, 0.0);
+        {
+            // Both reads in flight at once: s, o and r, and the negatives.
+            let positive = worker.pull(&self.keys, &mut self.vals)?;
+            let negatives = if n > 0 {
+                Some(worker.pull_sample(sample, &mut self.neg_keys, &mut self.neg_vals)?)
+            } else {
+                None
+            };
+            positive.wait()?;
+            negatives.map(Ticket::wait).transpose()?;
+        }
+        // Merge: a negative already in a slot (s, o, or an earlier negative) shares it, with
+        // the values already there; a new one gets a slot and its sampled values.
         self.slot_t.clear();
         self.slot_h.clear();
-        let (tails, heads) = negatives.split_at(hyper.neg_ratio);
-        for &x in tails {
-            let s = self.slot(u64::from(x), 2 * e);
-            self.slot_t.push(s);
+        for i in 0..2 * n {
+            let before = self.keys.len();
+            let slot = self.slot(self.neg_keys[i], 2 * e);
+            if self.keys.len() > before {
+                self.vals
+                    .extend_from_slice(&self.neg_vals[i * 2 * e..(i + 1) * 2 * e]);
+            }
+            if i < n {
+                self.slot_t.push(slot);
+            } else {
+                self.slot_h.push(slot);
+            }
         }
-        for &x in heads {
-            let s = self.slot(u64::from(x), 2 * e);
-            self.slot_h.push(s);
-        }
-        let slot_r = self.slot(relation_key(graph, t.r), 2 * rl);
         let total = self.end;
-        self.vals.resize(total, 0.0);
-        worker.pull(&self.keys, &mut self.vals)?.wait()?;
+        debug_assert_eq!(self.vals.len(), total);
         self.deltas.resize(total, 0.0);
         let loss = match hyper.update {
             UpdateRule::Summed => self.summed(hyper, slot_s, slot_o, slot_r),
             UpdateRule::Sequential => self.sequential(hyper, slot_s, slot_o, slot_r),
         };
         sum.loss += loss;
-        sum.scored += 1 + negatives.len() as u64;
+        sum.scored += 1 + 2 * n as u64;
         Ok(worker.push(&self.keys, &self.deltas)?)
     }
 
@@ -421,6 +457,60 @@ pub struct Epoch<'a> {
     pub hyper: Hyper,
     /// Replicated keys (never localized).
     pub plan: &'a Plan,
+    /// The sampler of negatives: uniform over the entity keys.
+    pub sampler: SamplerId,
+}
+
+/// The prepared samples of an epoch: one handle per batch of positives, in order.
+struct Samples {
+    sampler: SamplerId,
+    /// Samples per positive (2N).
+    per: usize,
+    /// Positives of the epoch.
+    len: usize,
+    /// Positives whose samples are prepared (the end of the last handle's range).
+    prepared: usize,
+    /// Handles with the end of their range of positives.
+    queue: VecDeque<(usize, SampleHandle)>,
+}
+
+impl Samples {
+    /// Prepares the samples of the positives up to `end` (one handle for all not yet prepared,
+    /// or several if that would exceed roam's limit on one prepare).
+    fn prepare_to(&mut self, worker: &Worker, end: usize) -> anyhow::Result<()> {
+        let end = end.min(self.len);
+        let most = (roam_core::sampling::MAX_PREPARED / self.per.max(1)).max(1);
+        while end > self.prepared {
+            let to = end.min(self.prepared + most);
+            let handle = worker.prepare_sample(self.sampler, (to - self.prepared) * self.per)?;
+            self.queue.push_back((to, handle));
+            self.prepared = to;
+        }
+        Ok(())
+    }
+
+    /// The handle of positive `i` (finishing those of earlier positives; prepares it now if it
+    /// is not yet).
+    fn of(&mut self, worker: &Worker, i: usize) -> anyhow::Result<&mut SampleHandle> {
+        while self.queue.front().is_some_and(|(end, _)| *end <= i) {
+            if let Some((_, done)) = self.queue.pop_front() {
+                worker.finish_sample(done);
+            }
+        }
+        self.prepare_to(worker, i + 1)?;
+        Ok(&mut self
+            .queue
+            .front_mut()
+            .expect("positive i's samples are prepared")
+            .1)
+    }
+
+    /// Ends every handle.
+    fn finish(&mut self, worker: &Worker) {
+        for (_, handle) in self.queue.drain(..) {
+            worker.finish_sample(handle);
+        }
+    }
 }
 
 impl Epoch<'_> {
@@ -436,30 +526,32 @@ impl Epoch<'_> {
     ) -> anyhow::Result<LossSum> {
         let hyper = &self.hyper;
         let graph = self.graph;
-        let n = hyper.neg_ratio;
         let mut rng =
             SmallRng::seed_from_u64(mix(mix(hyper.seed, u64::from(gid)), u64::from(epoch)));
         let mut order = self.partition.triples[gid as usize].clone();
         order.shuffle(&mut rng);
-        // Per triple: N tails, then N heads.
-        let negatives: Vec<u32> = (0..order.len() * 2 * n)
-            .map(|_| rng.random_range(0..graph.num_entities))
-            .collect();
-        let negs = |i: usize| &negatives[i * 2 * n..(i + 1) * 2 * n];
+        let counters = worker.counters();
+        let [sampled_before, fallbacks_before] = crate::sampling::worker_counts(&counters);
+        let mut samples = Samples {
+            sampler: self.sampler,
+            per: 2 * hyper.neg_ratio,
+            len: order.len(),
+            prepared: 0,
+            queue: VecDeque::new(),
+        };
         let mut pending: VecDeque<Ticket<'_>> = VecDeque::new();
         let mut ahead_keys: Vec<Key> = Vec::new();
         let (ahead, batch) = (hyper.localize_ahead, hyper.localize_batch.max(1));
-        // The entities of triples `range` (positives and their negatives) that are not
-        // replicated, in one request (not waited for).
+        // The entities s and o of triples `range` that are not replicated, in one request (not
+        // waited for); the sampler localizes the negatives (`preloc`, `pool`).
         let plan = self.plan;
         let mut localize = |range: std::ops::Range<usize>| -> anyhow::Result<()> {
             ahead_keys.clear();
-            for (i, &triple) in order.iter().enumerate().take(range.end).skip(range.start) {
+            for &triple in order.iter().take(range.end).skip(range.start) {
                 let t = graph.train[triple as usize];
                 ahead_keys.extend(
                     [t.s, t.o]
                         .iter()
-                        .chain(negs(i))
                         .map(|&x| u64::from(x))
                         .filter(|&k| !plan.is_replicated(k)),
                 );
@@ -473,15 +565,20 @@ impl Epoch<'_> {
         };
         if ahead > 0 {
             localize(0..ahead)?;
+            samples.prepare_to(worker, ahead)?;
         }
         let mut sum = LossSum::default();
         let mut since_tick = 0;
         for i in 0..order.len() {
-            if ahead > 0 && i % batch == 0 && i + ahead < order.len() {
-                localize(i + ahead..i + ahead + batch)?;
+            if i % batch == 0 {
+                if ahead > 0 && i + ahead < order.len() {
+                    localize(i + ahead..i + ahead + batch)?;
+                }
+                samples.prepare_to(worker, i + ahead + batch)?;
             }
             let t = graph.train[order[i] as usize];
-            pending.push_back(step.run(worker, hyper, graph, t, negs(i), &mut sum)?);
+            let sample = samples.of(worker, i)?;
+            pending.push_back(step.run(worker, hyper, graph, t, sample, &mut sum)?);
             while pending.front().is_some_and(|t| t.is_finished())
                 || pending.len() > hyper.pushes_in_flight
             {
@@ -495,10 +592,14 @@ impl Epoch<'_> {
                 since_tick = 0;
             }
         }
+        samples.finish(worker);
         for t in pending {
             t.wait()?;
         }
         tick(since_tick);
+        let [sampled, fallbacks] = crate::sampling::worker_counts(&counters);
+        sum.sampled = sampled.saturating_sub(sampled_before);
+        sum.fallbacks = fallbacks.saturating_sub(fallbacks_before);
         Ok(sum)
     }
 }

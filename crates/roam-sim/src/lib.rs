@@ -11,7 +11,8 @@
 //! - [`worker`]: scripts ([`Op`]) and simulated workers, issuing operations like the real shell.
 //! - [`sim`]: the simulated cluster — `sim/mod.rs` the types and inspection, `run.rs` the event
 //!   loop ([`Sim::step`], [`Sim::run_until_idle`], nodes' timers), `deliver.rs` the network side
-//!   of the shell, `issue.rs` the workers' operations, `faults.rs` scripts and fault injection.
+//!   of the shell, `issue.rs` the workers' operations, `sample.rs` their sampling operations,
+//!   `faults.rs` scripts and fault injection.
 //! - [`history`]: what every operation did and returned, for consistency checkers.
 //! - [`check`]: consistency checkers, one file each: complete per-key linearizability
 //!   (optionally with per-worker program order), final-value accounting, and the cheaper
@@ -32,6 +33,11 @@
 //! - Home moves (`Op::MoveHome`) keep per-key linearizability and exact sums
 //!   (`tests/home_moves.rs`, and the home-move scenarios of `tests/exhaustive.rs`), but not
 //!   always the issue order of a worker's asynchronous ops.
+//! - Sampled reads ([`Op::Sample`], [`Op::PullSample`]: every scheme of `roam_core::sampling`)
+//!   are recorded as pulls of the keys drawn and pass the same checks as pulls, with pushes to
+//!   the sampled keys summing exactly, relocations racing, on replicated keys and under faults;
+//!   `preloc` and `pool` leave what they drew on the sampling node, `naive` and `local` move
+//!   nothing, and `local` reads held keys without a message (`tests/sampling.rs`).
 //! - With location caches, or without fast local access, a worker's asynchronous ops on one
 //!   key can take effect out of issue order (scripted in `tests/async_order.rs`): an op can take
 //!   a shorter path (a cache hit straight to the owner; a direct send after the key left this
@@ -72,4 +78,4 @@ pub use history::{Fault, FaultRecord, History, OpKind, OpRecord, Outcome, Stamp}
 pub use net::LinkStats;
 pub use seed::{for_each_seed, seeds};
 pub use sim::{Choice, Sim, SimError, Warning};
-pub use worker::{Op, WorkerRef};
+pub use worker::{Op, SampleStats, WorkerRef};

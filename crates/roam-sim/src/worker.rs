@@ -7,13 +7,18 @@
 //! fast path, hand-off to the node); running an op lives in [`crate::sim`], which owns the
 //! nodes; this module holds the per-worker bookkeeping.
 //!
+//! Sampling (`roam_core::sampling`) runs like the real shell's `prepare_sample` / `pull_sample`
+//! / `finish_sample`: [`Op::Sample`] does all three at once, and [`Op::PrepareSample`],
+//! [`Op::PullSample`] and [`Op::FinishSample`] spread them over the script, so that other ops
+//! (and time) pass between drawing and reading. A worker keeps at most one open sample handle.
+//!
 //! Invariant: a worker is either blocked (on one op or on all of them) or has a ready time; it
 //! acts only through its own events, never re-entrantly from a completion.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
-use roam_core::{Front, Key, NodeId, ReqId, Time, WorkerId};
+use roam_core::{Front, Key, NodeId, ReqId, SampleHandle, Time, WorkerId};
 
 /// A worker of the simulated cluster: its node and its index there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -101,6 +106,42 @@ pub enum Op {
     WaitAll,
     /// Pause for this many virtual nanoseconds.
     Sleep(u64),
+    /// Draws `n` samples from sampler `sampler` (an index into `SimConfig::samplers`) and reads
+    /// them, as the real shell's `prepare_sample`, `pull_sample` and `finish_sample` in a row.
+    /// The prepare's localize hand-off (`preloc`, `pool`), if any, is issued and never waited
+    /// for (recorded as an asynchronous [`Op::Localize`] of those keys); the samples are then
+    /// pulled in two calls when `n ≥ 2` (the first half as an asynchronous pull, the rest as a
+    /// pull that blocks with `wait`), each recorded as a pull of the keys drawn, with the values
+    /// read, so the checkers judge sampled reads like any other. A refused call (see
+    /// `roam_core::SampleError`) records nothing and is counted in [`SampleStats::refused`].
+    /// A handle left open by [`Op::PrepareSample`] is finished first.
+    Sample {
+        /// The sampler's index.
+        sampler: u32,
+        /// Samples to draw.
+        n: usize,
+        /// Block until the last pull's values are in.
+        wait: bool,
+    },
+    /// `prepare_sample` of `n` samples from `sampler`, kept open in the worker (an open handle
+    /// is finished first). Its localize hand-off is issued as in [`Op::Sample`]; nothing is read.
+    PrepareSample {
+        /// The sampler's index.
+        sampler: u32,
+        /// Samples the handle will hand out.
+        n: usize,
+    },
+    /// `pull_sample` of `n` samples of the open handle, recorded as a pull of the keys drawn.
+    /// Panics (a script error) if no handle is open.
+    PullSample {
+        /// Samples to draw now.
+        n: usize,
+        /// Block until the values are in, or only issue.
+        wait: bool,
+    },
+    /// `finish_sample` of the open handle (samples never pulled count in
+    /// [`SampleStats::unpulled`]). Panics (a script error) if no handle is open.
+    FinishSample,
 }
 
 impl Op {
@@ -163,6 +204,15 @@ impl Op {
         }
     }
 
+    /// A synchronous sampling of `n` samples from sampler `sampler` ([`Op::Sample`]).
+    pub fn sample(sampler: u32, n: usize) -> Self {
+        Self::Sample {
+            sampler,
+            n,
+            wait: true,
+        }
+    }
+
     /// A synchronous set (overwrite).
     pub fn set(keys: impl Into<Vec<Key>>, vals: impl Into<Vec<f32>>) -> Self {
         Self::Set {
@@ -200,6 +250,25 @@ pub(crate) struct Outstanding {
     pub(crate) out: Vec<f32>,
 }
 
+/// What one worker's sampling ops did with one sampler (the simulator's view; the front end's
+/// own counters, per worker, are [`crate::Sim::worker_counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleStats {
+    /// `pull_sample` calls that were not refused.
+    pub pulls: u64,
+    /// Samples drawn by them.
+    pub samples: u64,
+    /// Samples whose key the front end handed to the node to read (by a message, even to this
+    /// node without fast local access); the others were read from the store in the call.
+    pub remote_samples: u64,
+    /// Keys of the localize hand-offs of `prepare_sample` (repeats kept).
+    pub localized_keys: u64,
+    /// Calls refused by the front end (`roam_core::SampleError`).
+    pub refused: u64,
+    /// Samples prepared and never pulled (handles finished early).
+    pub unpulled: u64,
+}
+
 /// State of one simulated worker.
 #[derive(Debug)]
 pub(crate) struct Worker {
@@ -214,6 +283,10 @@ pub(crate) struct Worker {
     pub(crate) issued: usize,
     /// The access front end on the node's store, as the real shell's workers have.
     pub(crate) front: Front,
+    /// The open sample handle of [`Op::PrepareSample`].
+    pub(crate) sample: Option<SampleHandle>,
+    /// What its sampling ops did, per sampler index asked for.
+    pub(crate) sample_stats: BTreeMap<u32, SampleStats>,
 }
 
 impl Worker {
@@ -226,6 +299,8 @@ impl Worker {
             ready_at: Time(0),
             outstanding: BTreeMap::new(),
             issued: 0,
+            sample: None,
+            sample_stats: BTreeMap::new(),
         }
     }
 

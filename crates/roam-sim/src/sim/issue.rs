@@ -1,6 +1,7 @@
 //! Workers: running a worker's next op through its access front end (`roam_core::access`, the
 //! one the real shell uses: validation, the fast path on the node's store, the hand-off of what
-//! is not local to the node), recording invocations and returns in the history.
+//! is not local to the node), recording invocations and returns in the history. The sampling
+//! ops are run by `sample.rs` on the same helpers.
 //!
 //! Invariants: an op's input is validated by the front end before anything changes, local keys
 //! are served from the store without the node, and each op's return is recorded exactly once.
@@ -11,7 +12,7 @@ use roam_core::{
 };
 
 use super::*;
-use crate::history::{OpKind, OpRecord, Outcome};
+use crate::history::{OpKind, OpRecord, Outcome, Stamp};
 use crate::worker::{Blocked, Op, Outstanding};
 
 impl Sim {
@@ -107,6 +108,20 @@ impl Sim {
             Op::MoveHome { key, to, wait } => {
                 self.issue_move_home(n, w, key, NodeId(to), Pace { wait, think })
             }
+            Op::Sample {
+                sampler,
+                n: k,
+                wait,
+            } => self.sample(n, w, sampler, k, Pace { wait, think }),
+            Op::PrepareSample { sampler, n: k } => {
+                worker.ready_at = Time(now.0 + think);
+                self.prepare_sample(n, w, sampler, k, think);
+            }
+            Op::PullSample { n: k, wait } => self.pull_sample(n, w, k, Pace { wait, think }),
+            Op::FinishSample => {
+                worker.ready_at = Time(now.0 + think);
+                self.finish_sample(n, w);
+            }
         }
     }
 
@@ -143,6 +158,21 @@ impl Sim {
         sync: bool,
     ) -> usize {
         let invoke = self.stamp();
+        self.invoke_at(invoke, (n, w), kind, keys, input, sync)
+    }
+
+    /// Records an op invoked at `invoke`, a stamp taken before the front end ran: for ops
+    /// whose keys are only known once it has (sampled pulls), so that the record's window
+    /// still covers everything the call did.
+    pub(super) fn invoke_at(
+        &mut self,
+        invoke: Stamp,
+        (n, w): (usize, usize),
+        kind: OpKind,
+        keys: Vec<Key>,
+        input: Vec<f32>,
+        sync: bool,
+    ) -> usize {
         let worker = &mut self.nodes[n].workers[w];
         let program_index = worker.issued;
         worker.issued += 1;
@@ -224,7 +254,7 @@ impl Sim {
 
     /// Ends op `record` as the front end left it: refused, served in full, or handed to the
     /// node. `out` is a pull's buffer (empty for other ops).
-    fn after_front(
+    pub(super) fn after_front(
         &mut self,
         (n, w, record): (usize, usize, usize),
         issued: Result<Option<ReqId>, AccessError>,

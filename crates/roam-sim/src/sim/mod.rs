@@ -31,6 +31,7 @@ mod deliver;
 mod faults;
 mod issue;
 mod run;
+mod sample;
 
 /// A diagnostic emitted by a node's `poll_warning` (or by the simulated transport).
 #[derive(Clone, Debug, PartialEq, Eq)]

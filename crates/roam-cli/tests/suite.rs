@@ -3,8 +3,9 @@
 //! has its epochs with wall and CPU seconds, counters in range, lapse serves more accesses
 //! locally than classic at 2 nodes), the summary, and that every PNG is a well-formed image;
 //! then the NuPS modes at 2 nodes against single and lapse: their records (with the replica
-//! figures the jobs reported), the CPU overhead table's column per mode and nups's speed-ups.
-//! No timing is asserted.
+//! figures the jobs reported), the CPU overhead table's column per mode and nups's speed-ups;
+//! then w2v in lapse with two sampling schemes: the records carry the scheme the job used, the
+//! tables a configuration per scheme, and the quality figures are drawn. No timing is asserted.
 
 mod common;
 
@@ -323,6 +324,138 @@ fn tiny_suite_with_the_nups_modes_reports_their_cpu_overhead_and_speedups() {
         );
     }
     for png in ["cpu_overhead.png", "speedup_nups.png", "epoch_time.png"] {
+        let (w, h) = parse_png(&dir.0.join(png));
+        assert!(w >= 300 && h >= 300, "{png}: {w}x{h}");
+    }
+}
+
+#[test]
+fn tiny_suite_with_two_sampling_schemes_reports_quality_and_efficiency_per_scheme() {
+    let dir = Scratch(
+        std::env::temp_dir().join(format!("roam-suite-sampling-test-{}", std::process::id())),
+    );
+    let out = Command::new(common::roam())
+        .args([
+            "bench",
+            "suite",
+            "--tiny",
+            "--apps",
+            "w2v",
+            "--modes",
+            "single,lapse",
+            "--nodes",
+            "2",
+            "--samplings",
+            "default,local",
+            "--profiles",
+            "loopback",
+            "--dir",
+        ])
+        .arg(&dir.0)
+        .output()
+        .expect("running roam bench suite");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "suite failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+
+    let results: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.0.join("results.json")).expect("results.json"),
+    )
+    .expect("results.json parses");
+    let runs = results["runs"].as_array().expect("runs");
+    // single (its default only) + lapse with its default and with local.
+    assert_eq!(runs.len(), 3, "{stderr}");
+    let mut lapse_schemes = Vec::new();
+    for r in runs {
+        let id = r["id"].as_str().unwrap();
+        assert_eq!(r["status"], "ok", "{id}: {}", r["error"]);
+        // The record keeps the scheme the job reported using.
+        let scheme = r["sampling"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{id}: no scheme"));
+        assert_eq!(r["settings"]["sampling"], scheme, "{id}");
+        assert_eq!(r["epochs"][0]["sampling"]["scheme"], scheme, "{id}");
+        let command = r["command"].as_array().unwrap();
+        let passed = command.iter().position(|a| a == "--sampling");
+        match r["sampling_requested"].as_str() {
+            None => assert!(passed.is_none(), "{id}: no --sampling for the default"),
+            Some(requested) => {
+                assert_eq!(requested, scheme, "{id}");
+                assert_eq!(command[passed.unwrap() + 1], requested, "{id}");
+            }
+        }
+        if r["mode"] == "lapse" {
+            lapse_schemes.push(scheme.to_string());
+        } else {
+            assert!(r["sampling_requested"].is_null(), "{id}: single runs once");
+        }
+    }
+    lapse_schemes.sort();
+    assert_eq!(lapse_schemes.len(), 2, "{lapse_schemes:?}");
+    assert!(
+        lapse_schemes.contains(&"local".to_string()),
+        "{lapse_schemes:?}"
+    );
+    let default = lapse_schemes
+        .iter()
+        .find(|s| *s != "local")
+        .unwrap()
+        .clone();
+
+    let summary = std::fs::read_to_string(dir.0.join("summary.md")).expect("summary.md");
+    assert!(stdout.contains(&summary), "the summary is printed");
+    // The group table names the lapse configurations by scheme.
+    let group = table_after(
+        &summary,
+        "| mode | nodes | epoch s | CPU s / epoch | CPU × single | local fraction | \
+         bytes / word | lapse speed-up over it | runs |",
+    );
+    let modes: Vec<&str> = group.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(
+        modes,
+        ["single", &format!("lapse[{default}]"), "lapse[local]"],
+        "{summary}"
+    );
+    // The quality–efficiency table: a row per scheme, every figure present.
+    let quality = table_after(
+        &summary,
+        "| profile | workers/node | nodes | mode | sampling | epoch s | CPU × single | \
+         bytes / word | local fraction | fallback fraction | topic_auc | runs |",
+    );
+    assert_eq!(quality.len(), 3, "{summary}");
+    let mut seen = Vec::new();
+    for row in &quality {
+        assert_eq!(row[..2], ["loopback", "1"], "{row:?}");
+        seen.push((row[2].clone(), row[3].clone(), row[4].clone()));
+        for cell in &row[5..11] {
+            let x: f64 = cell
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap_or_else(|e| panic!("{cell:?} in {row:?}: {e}"));
+            assert!(x.is_finite() && x >= 0.0, "{row:?}");
+        }
+        assert_eq!(row[11], "1", "{row:?}");
+    }
+    let strings = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+    assert_eq!(
+        seen,
+        [
+            strings("1", "single", "naive"),
+            strings("2", "lapse", &default),
+            strings("2", "lapse", "local"),
+        ]
+    );
+    for png in [
+        "quality_cpu.png",
+        "quality_epoch_time.png",
+        "epoch_time.png",
+    ] {
         let (w, h) = parse_png(&dir.0.join(png));
         assert!(w >= 300 && h >= 300, "{png}: {w}x{h}");
     }

@@ -14,11 +14,12 @@ pub(crate) mod runner;
 pub(crate) mod summary;
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 
-use self::plan::{App, Matrix, Mode, Preset, Profile};
+use self::plan::{App, Matrix, Mode, Preset, Profile, Sampling};
 use self::record::{Results, Status};
 use self::summary::Summary;
 
@@ -47,6 +48,12 @@ pub(crate) struct SuiteArgs {
     /// Network profiles (`10gbe` and `1gbe` need root; skipped with a message otherwise).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) profiles: Option<Vec<Profile>>,
+    /// Negative-sampling schemes of the workloads that sample (kge, w2v): `default` (no
+    /// `--sampling` flag: the mode's own scheme), naive, preloc, pool:U, pool:U:strict, local,
+    /// local:next. Each is a separate configuration in the modes that relocate keys (lapse,
+    /// nups); the other modes, and mf, run once with their default.
+    #[arg(long, value_delimiter = ',', default_value = "default", value_parser = Sampling::from_str)]
+    pub(crate) samplings: Vec<Sampling>,
     /// Repetitions of the whole matrix.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) reps: Option<u32>,
@@ -89,6 +96,7 @@ impl SuiteArgs {
             nodes: self.nodes.clone().unwrap_or_else(|| preset.nodes()),
             workers_per_node: self.workers_per_node.clone(),
             profiles: self.profiles.clone().unwrap_or_else(|| preset.profiles()),
+            samplings: self.samplings.clone(),
             reps: self.reps.unwrap_or_else(|| preset.reps()),
             epochs: self.epochs.unwrap_or_else(|| preset.epochs()),
             timeout: self

@@ -1,8 +1,11 @@
 //! What a suite runs: the workloads and their sizes per preset (full, `--quick`, `--tiny`),
-//! the modes, node counts, workers, network profiles and repetitions, expanded into the ordered
-//! list of runs (repetition outermost, so that a slow phase of the machine spreads over all
-//! configurations instead of hitting one), and the configurations left out with the reason.
+//! the modes, node counts, workers, network profiles, negative-sampling schemes and
+//! repetitions, expanded into the ordered list of runs (repetition outermost, so that a slow
+//! phase of the machine spreads over all configurations instead of hitting one), and the
+//! configurations left out with the reason.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -130,6 +133,20 @@ impl App {
             Self::W2v => "word",
         }
     }
+
+    /// The app's negative sampler, for the workloads that draw negatives (`--sampling`).
+    pub(crate) fn sampler(self) -> Option<roam_apps::sampling::App> {
+        match self {
+            Self::Mf | Self::MfZipf => None,
+            Self::Kge => Some(roam_apps::sampling::App::Kge),
+            Self::W2v => Some(roam_apps::sampling::App::W2v),
+        }
+    }
+
+    /// Whether the workload draws negatives through roam's sampling API (takes `--sampling`).
+    pub(crate) fn samples(self) -> bool {
+        self.sampler().is_some()
+    }
 }
 
 impl Mode {
@@ -159,6 +176,103 @@ impl Mode {
     pub(crate) fn replicates(self) -> bool {
         matches!(self, Self::Nups | Self::NupsReplicateOnly)
     }
+
+    /// Whether the suite runs the mode once per sampling scheme of `--samplings`: the modes
+    /// that relocate keys (`lapse`, `nups`), where the scheme decides what moves. The others
+    /// keep every key where it is and run once, with their default scheme.
+    pub(crate) fn sampling_varies(self) -> bool {
+        matches!(self, Self::Lapse | Self::Nups)
+    }
+
+    /// The apps' own mode.
+    pub(crate) fn app_mode(self) -> roam_apps::common::Mode {
+        use roam_apps::common::Mode as M;
+        match self {
+            Self::Single => M::Single,
+            Self::Classic => M::Classic,
+            Self::ClassicNolocal => M::ClassicNolocal,
+            Self::Lapse => M::Lapse,
+            Self::Nups => M::Nups,
+            Self::NupsReplicateOnly => M::NupsReplicateOnly,
+        }
+    }
+}
+
+/// A negative-sampling scheme the suite asks for (`--samplings`): the mode's own default (no
+/// `--sampling` flag is passed) or a named scheme (`--sampling SCHEME`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sampling {
+    /// No flag: the app picks the mode's default.
+    Default,
+    /// `--sampling` with this scheme.
+    Scheme(roam::Scheme),
+}
+
+impl FromStr for Sampling {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "default" {
+            return Ok(Self::Default);
+        }
+        s.parse::<roam::Scheme>()
+            .map(Self::Scheme)
+            .map_err(|e| format!("{e}, or default"))
+    }
+}
+
+impl fmt::Display for Sampling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Default => f.write_str("default"),
+            Self::Scheme(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl Sampling {
+    /// The scheme `app` uses in `mode` with this request (`None` for apps that do not
+    /// sample): the named one, or the app's default for the mode (the same code as the child's,
+    /// since the child is this binary).
+    pub(crate) fn resolve(self, app: App, mode: Mode) -> Option<roam::Scheme> {
+        let sampler = app.sampler()?;
+        Some(match self {
+            Self::Scheme(s) => s,
+            Self::Default => roam_apps::sampling::default_scheme(sampler, mode.app_mode()),
+        })
+    }
+}
+
+/// The sampling requests `app` runs in `mode`: every one of `asked` (in order, without
+/// duplicates, and without a named scheme that is the mode's default when `default` is asked
+/// too) for the sampling workloads in the modes where the scheme varies
+/// ([`Mode::sampling_varies`]); just the default otherwise. The second list names what was
+/// dropped as the default's duplicate.
+pub(crate) fn samplings_for(
+    app: App,
+    mode: Mode,
+    asked: &[Sampling],
+) -> (Vec<Sampling>, Vec<Sampling>) {
+    if !app.samples() || !mode.sampling_varies() || asked.is_empty() {
+        return (vec![Sampling::Default], Vec::new());
+    }
+    let default = Sampling::Default.resolve(app, mode);
+    let mut out: Vec<Sampling> = Vec::new();
+    let mut dropped = Vec::new();
+    for &s in asked {
+        if out.contains(&s) {
+            continue;
+        }
+        if asked.contains(&Sampling::Default)
+            && s != Sampling::Default
+            && s.resolve(app, mode) == default
+        {
+            dropped.push(s);
+            continue;
+        }
+        out.push(s);
+    }
+    (out, dropped)
 }
 
 impl Profile {
@@ -338,6 +452,8 @@ pub(crate) struct RunSpec {
     pub(crate) profile: Profile,
     /// Repetition, from 1.
     pub(crate) rep: u32,
+    /// The negative-sampling request (always `Default` for the workloads that do not sample).
+    pub(crate) sampling: Sampling,
     /// Epochs trained.
     pub(crate) epochs: u32,
     /// Arguments after `--epochs E`.
@@ -347,10 +463,15 @@ pub(crate) struct RunSpec {
 }
 
 impl RunSpec {
-    /// A file-name-safe identifier, unique within a suite.
+    /// A file-name-safe identifier, unique within a suite (a named sampling scheme follows the
+    /// mode, `:` written `_`: `w2v-loopback-lapse-pool_16-n2-w1-r1`).
     pub(crate) fn id(&self) -> String {
+        let sampling = match self.sampling {
+            Sampling::Default => String::new(),
+            Sampling::Scheme(s) => format!("-{}", s.to_string().replace(':', "_")),
+        };
         format!(
-            "{}-{}-{}-n{}-w{}-r{}",
+            "{}-{}-{}{sampling}-n{}-w{}-r{}",
             self.app.name(),
             self.profile.name(),
             self.mode.name(),
@@ -376,6 +497,8 @@ pub(crate) struct Matrix {
     pub(crate) workers_per_node: Vec<u32>,
     /// Networks.
     pub(crate) profiles: Vec<Profile>,
+    /// Negative-sampling requests (see [`samplings_for`]).
+    pub(crate) samplings: Vec<Sampling>,
     /// Repetitions.
     pub(crate) reps: u32,
     /// Epochs per run.
@@ -396,9 +519,21 @@ pub(crate) struct Plan {
 /// Expands `m` into runs. Profiles that need namespaces are skipped (with a message) unless
 /// `root`. `single` runs once per workers-per-node value, at one node on loopback (it opens no
 /// link, so a network profile cannot change it); a distributed mode at one node likewise runs
-/// only on loopback.
+/// only on loopback. The sampling workloads run once per scheme of [`samplings_for`].
 pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
     let mut out = Plan::default();
+    for &app in &m.apps {
+        for &mode in &m.modes {
+            for dropped in samplings_for(app, mode, &m.samplings).1 {
+                out.skipped.push(format!(
+                    "{} {} with --sampling {dropped}: it is the mode's default, which runs \
+                     (as `default`) anyway",
+                    app.name(),
+                    mode.name()
+                ));
+            }
+        }
+    }
     let profiles: Vec<Profile> = m
         .profiles
         .iter()
@@ -448,17 +583,20 @@ pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
                             } else {
                                 profile
                             };
-                            out.runs.push(RunSpec {
-                                app,
-                                mode,
-                                nodes,
-                                workers_per_node,
-                                profile,
-                                rep,
-                                epochs: m.epochs,
-                                train_args: m.preset.train_args(app),
-                                timeout: m.timeout,
-                            });
+                            for sampling in samplings_for(app, mode, &m.samplings).0 {
+                                out.runs.push(RunSpec {
+                                    app,
+                                    mode,
+                                    nodes,
+                                    workers_per_node,
+                                    profile,
+                                    rep,
+                                    sampling,
+                                    epochs: m.epochs,
+                                    train_args: m.preset.train_args(app),
+                                    timeout: m.timeout,
+                                });
+                            }
                         }
                     }
                 }
@@ -486,6 +624,7 @@ mod tests {
             nodes: vec![1, 2, 4],
             workers_per_node: vec![1],
             profiles: vec![Profile::Loopback, Profile::TenGbe],
+            samplings: vec![Sampling::Default],
             reps: 2,
             epochs: 2,
             timeout: Duration::from_secs(10),
@@ -608,5 +747,103 @@ mod tests {
                 .iter()
                 .any(|s| s.contains("10gbe") && s.contains("root"))
         );
+    }
+
+    #[test]
+    fn samplings_parse_as_default_or_a_scheme() {
+        assert_eq!("default".parse::<Sampling>(), Ok(Sampling::Default));
+        for name in [
+            "naive",
+            "preloc",
+            "pool:1",
+            "pool:64:strict",
+            "local",
+            "local:next",
+        ] {
+            let s: Sampling = name.parse().unwrap();
+            assert_eq!(s.to_string(), name);
+        }
+        for bad in ["pool:0", "pool", "bogus", ""] {
+            assert!(bad.parse::<Sampling>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn samplings_multiply_the_sampling_workloads_in_lapse_and_nups_only() {
+        let asked: Vec<Sampling> = ["default", "naive", "preloc", "pool:4", "pool:4"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let p = plan(
+            &Matrix {
+                apps: vec![App::Mf, App::Kge, App::W2v],
+                modes: vec![Mode::Single, Mode::Classic, Mode::Lapse, Mode::Nups],
+                nodes: vec![2],
+                profiles: vec![Profile::Loopback],
+                samplings: asked.clone(),
+                reps: 1,
+                ..matrix()
+            },
+            true,
+        );
+        for app in [App::Mf, App::Kge, App::W2v] {
+            for mode in [Mode::Single, Mode::Classic, Mode::Lapse, Mode::Nups] {
+                let runs: Vec<&RunSpec> = p
+                    .runs
+                    .iter()
+                    .filter(|r| r.app == app && r.mode == mode)
+                    .collect();
+                if !app.samples() || !mode.sampling_varies() {
+                    assert_eq!(runs.len(), 1, "{app:?} {mode:?}");
+                    assert_eq!(runs[0].sampling, Sampling::Default);
+                    continue;
+                }
+                // Each distinct scheme once: `default`, and every named one that is not the
+                // mode's default.
+                let mut schemes: Vec<String> = runs
+                    .iter()
+                    .map(|r| r.sampling.resolve(app, mode).unwrap().to_string())
+                    .collect();
+                assert_eq!(runs[0].sampling, Sampling::Default);
+                let n = schemes.len();
+                schemes.sort();
+                schemes.dedup();
+                assert_eq!(schemes.len(), n, "{app:?} {mode:?}: {schemes:?}");
+                for s in ["naive", "preloc", "pool:4"] {
+                    assert!(schemes.iter().any(|x| x == s), "{app:?} {mode:?}: {s}");
+                }
+            }
+        }
+        // lapse's default is preloc: asked again, it is left out with a reason.
+        assert!(
+            p.skipped
+                .iter()
+                .any(|s| s.contains("kge lapse") && s.contains("preloc")),
+            "{:?}",
+            p.skipped
+        );
+        let mut ids: Vec<_> = p.runs.iter().map(RunSpec::id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), p.runs.len(), "run ids are unique");
+        assert!(
+            ids.iter()
+                .any(|id| id == "w2v-loopback-lapse-pool_4-n2-w1-r1")
+        );
+        // Without `default` the named schemes alone run (the mode's default among them).
+        let p = plan(
+            &Matrix {
+                apps: vec![App::W2v],
+                modes: vec![Mode::Lapse],
+                nodes: vec![2],
+                profiles: vec![Profile::Loopback],
+                samplings: asked[2..].to_vec(),
+                reps: 1,
+                ..matrix()
+            },
+            true,
+        );
+        let runs: Vec<Sampling> = p.runs.iter().map(|r| r.sampling).collect();
+        assert_eq!(runs, asked[2..4]);
     }
 }

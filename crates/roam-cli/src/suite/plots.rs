@@ -1,8 +1,12 @@
 //! The suite's PNG figures, drawn with plotters' bitmap backend. Each figure is a grid of
 //! panels, one per workload (rows) and network profile (columns), with the number of nodes on
 //! a log2 x axis; a line joins the medians over repetitions and a vertical bar spans their
-//! min–max. Text uses the DejaVu Sans Mono font bundled in `assets/` (through ab_glyph), so
-//! no system font or fontconfig is needed.
+//! min–max. A mode that a workload ran with several sampling schemes has a line per scheme
+//! (`lapse[pool:4]`, shades of the mode's colour); the speed-up figures take each mode's
+//! default scheme. The quality figures of the workloads that sample negatives plot the quality
+//! metric against the CPU overhead ratio and against the epoch time, a point per
+//! configuration and node count. Text uses the DejaVu Sans Mono font bundled in `assets/`
+//! (through ab_glyph), so no system font or fontconfig is needed.
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +14,7 @@ use anyhow::{Context, anyhow};
 use plotters::prelude::*;
 
 use super::plan::{App, Mode, Profile};
-use super::summary::{CPU_OVERHEAD_AIM, CellKey, Stat, Summary};
+use super::summary::{CPU_OVERHEAD_AIM, Cell, CellKey, SchemeName, Stat, Summary};
 
 /// The bundled font (DejaVu Sans Mono; Bitstream Vera licence, see `assets/`).
 const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
@@ -53,6 +57,37 @@ fn mode_color(mode: Mode) -> RGBColor {
     }
 }
 
+/// Colour of the `i`-th of `n` schemes of a mode: the mode's colour, lighter for the first,
+/// darker for the last.
+fn variant_color(mode: Mode, i: usize, n: usize) -> RGBColor {
+    let base = mode_color(mode);
+    if n <= 1 {
+        return base;
+    }
+    // From 45 % towards white to 45 % towards black.
+    let t = i as f64 / (n - 1) as f64 * 0.9 - 0.45;
+    let mix = |c: u8| {
+        let c = f64::from(c);
+        let v = if t < 0.0 {
+            c + (255.0 - c) * -t
+        } else {
+            c * (1.0 - t)
+        };
+        v.round().clamp(0.0, 255.0) as u8
+    };
+    RGBColor(mix(base.0), mix(base.1), mix(base.2))
+}
+
+/// The schemes `app` ran `mode` with (its default alone when it did not run it).
+fn schemes_of(summary: &Summary, app: App, mode: Mode) -> Vec<SchemeName> {
+    let schemes = summary.schemes(app, mode);
+    if schemes.is_empty() {
+        vec![summary.default_scheme(app, mode)]
+    } else {
+        schemes
+    }
+}
+
 /// Draws every figure into `dir`; returns the files written.
 pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     // Registering twice (a second suite in one process) keeps the first registration.
@@ -66,18 +101,24 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
         panels(&groups, |app, profile, w| {
             modes
                 .iter()
-                .map(|&mode| Series {
-                    label: mode.name().to_string(),
-                    color: mode_color(mode),
-                    points: node_points(summary, mode, |nodes| {
-                        value(CellKey {
+                .flat_map(|&mode| {
+                    let schemes = schemes_of(summary, app, mode);
+                    let n = schemes.len();
+                    schemes.into_iter().enumerate().map(move |(i, sampling)| {
+                        let key = |nodes| CellKey {
                             app,
                             profile,
                             workers_per_node: w,
                             mode,
+                            sampling,
                             nodes,
-                        })
-                    }),
+                        };
+                        Series {
+                            label: summary.label(key(1)),
+                            color: variant_color(mode, i, n),
+                            points: node_points(summary, mode, |nodes| value(key(nodes))),
+                        }
+                    })
                 })
                 .collect()
         })
@@ -96,6 +137,7 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
                             profile,
                             workers_per_node: w,
                             mode: of,
+                            sampling: summary.default_scheme(app, of),
                             nodes,
                         };
                         summary.speedup_of(of, key, over)
@@ -191,7 +233,303 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
             references: &[1.0, CPU_OVERHEAD_AIM],
         },
     )?;
+    written.extend(draw_quality(summary, dir)?);
     Ok(written)
+}
+
+/// The file names of the quality figures: quality against the CPU overhead ratio, and against
+/// the epoch time.
+pub(crate) const QUALITY_FIGURES: [&str; 2] = ["quality_cpu.png", "quality_epoch_time.png"];
+
+/// One configuration (mode and scheme) of a quality panel: (nodes, x, quality) points.
+struct Cloud {
+    label: String,
+    color: RGBColor,
+    sampling: SchemeName,
+    points: Vec<(u32, Stat, Stat)>,
+}
+
+/// One panel of a quality figure.
+struct CloudPanel {
+    title: String,
+    y_label: String,
+    clouds: Vec<Cloud>,
+}
+
+/// The marker of a scheme's family.
+#[derive(Clone, Copy)]
+enum Marker {
+    /// No scheme, or naive.
+    Circle,
+    /// preloc.
+    Triangle,
+    /// pool.
+    Square,
+    /// local.
+    Cross,
+}
+
+impl Marker {
+    fn of(sampling: SchemeName) -> Self {
+        match sampling.0.and_then(|n| n.parse::<roam::Scheme>().ok()) {
+            Some(roam::Scheme::Preloc) => Self::Triangle,
+            Some(roam::Scheme::Pool { .. }) => Self::Square,
+            Some(roam::Scheme::Local { .. }) => Self::Cross,
+            _ => Self::Circle,
+        }
+    }
+}
+
+/// Draws the quality figures ([`QUALITY_FIGURES`]) of the workloads that sample negatives and
+/// reported a quality metric; nothing when there are none.
+fn draw_quality(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let groups: Vec<(App, Profile, u32)> = summary
+        .groups()
+        .into_iter()
+        .filter(|&(app, _, _)| app.samples() && summary.quality_metric(app).is_some())
+        .collect();
+    if groups.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut columns: Vec<(Profile, u32)> = groups.iter().map(|g| (g.1, g.2)).collect();
+    columns.sort();
+    columns.dedup();
+    let mut apps: Vec<App> = groups.iter().map(|g| g.0).collect();
+    apps.sort();
+    apps.dedup();
+    let panels = |x: &dyn Fn(CellKey, &Cell) -> Option<Stat>| {
+        let mut out = Vec::new();
+        for &app in &apps {
+            for &(profile, w) in &columns {
+                let metric = summary.quality_metric(app).unwrap_or("quality");
+                let mut clouds = Vec::new();
+                if groups.contains(&(app, profile, w)) {
+                    for mode in summary.modes() {
+                        let schemes = schemes_of(summary, app, mode);
+                        let n = schemes.len();
+                        for (i, sampling) in schemes.into_iter().enumerate() {
+                            let key = |nodes| CellKey {
+                                app,
+                                profile,
+                                workers_per_node: w,
+                                mode,
+                                sampling,
+                                nodes,
+                            };
+                            let nodes = if mode == Mode::Single {
+                                vec![1]
+                            } else {
+                                summary.node_counts()
+                            };
+                            let points: Vec<(u32, Stat, Stat)> = nodes
+                                .into_iter()
+                                .filter_map(|n| {
+                                    let cell = summary.cell(key(n))?;
+                                    Some((n, x(key(n), cell)?, cell.quality?))
+                                })
+                                .collect();
+                            if !points.is_empty() {
+                                clouds.push(Cloud {
+                                    label: summary.label(key(1)),
+                                    color: variant_color(mode, i, n),
+                                    sampling,
+                                    points,
+                                });
+                            }
+                        }
+                    }
+                }
+                out.push(CloudPanel {
+                    title: format!("{} / {} / {w} w/node", app.name(), profile.name()),
+                    y_label: metric.to_string(),
+                    clouds,
+                });
+            }
+        }
+        out
+    };
+    let mut written = Vec::new();
+    let [cpu_name, time_name] = QUALITY_FIGURES;
+    let path = dir.join(cpu_name);
+    draw_clouds(
+        &path,
+        "Quality after the last epoch vs CPU overhead ratio (CPU s per epoch, all nodes / \
+         single's); labels: nodes",
+        &panels(&|k, _| summary.overhead(k)),
+        columns.len(),
+        "CPU overhead ratio",
+        &[1.0, CPU_OVERHEAD_AIM],
+    )
+    .with_context(|| format!("drawing {}", path.display()))?;
+    written.push(path);
+    let path = dir.join(time_name);
+    draw_clouds(
+        &path,
+        "Quality after the last epoch vs epoch time (s); labels: nodes",
+        &panels(&|_, c| c.epoch_seconds),
+        columns.len(),
+        "seconds per epoch",
+        &[],
+    )
+    .with_context(|| format!("drawing {}", path.display()))?;
+    written.push(path);
+    Ok(written)
+}
+
+/// Draws one quality figure: per panel, a log x axis (`x_label`, dashed lines at
+/// `x_references`), the quality on a linear y axis, each configuration's points joined in node
+/// order with min–max bars both ways and the node count beside each point, and the legend to
+/// the right of the plot. The marker tells the scheme's family ([`Marker`]).
+fn draw_clouds(
+    path: &Path,
+    title: &str,
+    panels: &[CloudPanel],
+    columns: usize,
+    x_label: &str,
+    x_references: &[f64],
+) -> anyhow::Result<()> {
+    let rows = panels.len().div_ceil(columns);
+    let (pw, ph, legend_w) = (600u32, 420u32, 170u32);
+    let width = (pw + legend_w) * columns as u32;
+    let height = ph * rows as u32 + 40;
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| anyhow!("{e}");
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (head, body) = root.split_vertically(40);
+    let title_size =
+        (f64::from(width - 20) / (0.6 * title.chars().count() as f64)).clamp(11.0, 20.0);
+    head.titled(title, (FAMILY, title_size))
+        .map_err(|e| err(&e))?;
+    let areas = body.split_evenly((rows, columns));
+    for (panel, area) in panels.iter().zip(areas.iter()) {
+        let (plot, legend) = area.split_horizontally(pw);
+        let xs: Vec<f64> = panel
+            .clouds
+            .iter()
+            .flat_map(|c| c.points.iter().flat_map(|(_, x, _)| [x.min, x.max]))
+            .chain(x_references.iter().copied())
+            .filter(|v| *v > 0.0)
+            .map(f64::log10)
+            .collect();
+        let ys: Vec<f64> = panel
+            .clouds
+            .iter()
+            .flat_map(|c| c.points.iter().flat_map(|(_, _, y)| [y.min, y.max]))
+            .collect();
+        let fit = |v: &[f64], min_pad: f64| {
+            if v.is_empty() {
+                return (0.0, 1.0);
+            }
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let pad = ((hi - lo) * 0.08).max(min_pad);
+            (lo - pad, hi + pad)
+        };
+        let (x0, x1) = fit(&xs, 0.05);
+        let (y0, y1) = fit(&ys, 1e-3);
+        let mut chart = ChartBuilder::on(&plot)
+            .caption(&panel.title, (FAMILY, 15))
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(58)
+            .build_cartesian_2d(x0..x1, y0..y1)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .x_labels(6)
+            .y_labels(6)
+            .y_desc(panel.y_label.as_str())
+            .x_label_formatter(&|v| log_label(*v))
+            .y_label_formatter(&|v| format!("{}", (v * 1000.0).round() / 1000.0))
+            .light_line_style(WHITE)
+            .label_style((FAMILY, 12))
+            .axis_desc_style((FAMILY, 12))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for &r in x_references {
+            let r = r.log10();
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(r, y0), (r, y1)],
+                    5,
+                    4,
+                    BLACK.mix(0.5).stroke_width(1),
+                ))
+                .map_err(|e| err(&e))?;
+        }
+        for c in &panel.clouds {
+            let color = c.color;
+            let pts: Vec<(f64, f64)> = c
+                .points
+                .iter()
+                .filter(|(_, x, _)| x.median > 0.0)
+                .map(|(_, x, y)| (x.median.log10(), y.median))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(1)))
+                .map_err(|e| err(&e))?;
+            let style = color.filled();
+            match Marker::of(c.sampling) {
+                Marker::Circle => chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, style))),
+                Marker::Triangle => {
+                    chart.draw_series(pts.iter().map(|&p| TriangleMarker::new(p, 6, style)))
+                }
+                Marker::Square => chart.draw_series(
+                    pts.iter()
+                        .map(|&p| EmptyElement::at(p) + Rectangle::new([(-4, -4), (4, 4)], style)),
+                ),
+                Marker::Cross => {
+                    chart.draw_series(pts.iter().map(|&p| Cross::new(p, 5, color.stroke_width(2))))
+                }
+            }
+            .map_err(|e| err(&e))?;
+            for (n, x, y) in &c.points {
+                if x.min <= 0.0 || x.median <= 0.0 {
+                    continue;
+                }
+                let (xm, ym) = (x.median.log10(), y.median);
+                chart
+                    .draw_series([
+                        PathElement::new(vec![(x.min.log10(), ym), (x.max.log10(), ym)], color),
+                        PathElement::new(vec![(xm, y.min), (xm, y.max)], color),
+                    ])
+                    .map_err(|e| err(&e))?;
+                // The node count just above and right of the point.
+                chart
+                    .draw_series(std::iter::once(
+                        EmptyElement::at((xm, ym))
+                            + Text::new(
+                                format!("{n}"),
+                                (5, -14),
+                                (FAMILY, 11).into_font().color(&color),
+                            ),
+                    ))
+                    .map_err(|e| err(&e))?;
+            }
+        }
+        // The legend: the marker and the configuration's label per line.
+        for (i, c) in panel.clouds.iter().enumerate() {
+            let y = 40 + 15 * i as i32;
+            let (at, style) = ((8, y), c.color.filled());
+            match Marker::of(c.sampling) {
+                Marker::Circle => legend.draw(&Circle::new(at, 4, style)),
+                Marker::Triangle => legend.draw(&TriangleMarker::new(at, 6, style)),
+                Marker::Square => legend.draw(&Rectangle::new([(4, y - 4), (12, y + 4)], style)),
+                Marker::Cross => legend.draw(&Cross::new(at, 5, c.color.stroke_width(2))),
+            }
+            .map_err(|e| err(&e))?;
+            legend
+                .draw(&Text::new(
+                    c.label.clone(),
+                    (18, y - 6),
+                    (FAMILY, 11).into_font().color(&BLACK),
+                ))
+                .map_err(|e| err(&e))?;
+        }
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
 }
 
 /// Columns of the panel grid: the profiles present.

@@ -1,7 +1,7 @@
 //! The suite's results file (`results.json`): one record per child run with its configuration,
 //! outcome, wall and CPU time and everything rank 0 reported, plus the per-run figures the
 //! summaries are built from (mean epoch seconds and CPU seconds, bytes per data point, the NuPS
-//! modes' replica figures). Written again after every run, so an interrupted suite leaves valid
+//! modes' replica figures, the sampling scheme and the workload's quality metric). Written again after every run, so an interrupted suite leaves valid
 //! partial results.
 
 use std::collections::BTreeMap;
@@ -58,6 +58,15 @@ pub(crate) struct RunRecord {
     pub(crate) workers_per_node: u32,
     /// Repetition, from 1.
     pub(crate) rep: u32,
+    /// The negative-sampling scheme the job used (its report's `settings.sampling`; until it
+    /// reports, or if it never does, the scheme it was going to use), for the workloads that
+    /// sample; `None` for the others and in results files written before the suite recorded it.
+    #[serde(default)]
+    pub(crate) sampling: Option<String>,
+    /// The scheme the suite passed with `--sampling`; `None` when it passed none (the mode's
+    /// default: `--samplings default`).
+    #[serde(default)]
+    pub(crate) sampling_requested: Option<String>,
     /// The child's command line.
     pub(crate) command: Vec<String>,
     /// How it ended.
@@ -144,6 +153,46 @@ impl RunRecord {
     /// Mean CPU seconds per epoch, summed over all node processes.
     pub(crate) fn epoch_cpu_seconds(&self) -> Option<f64> {
         self.epoch_mean("cpu_seconds")
+    }
+
+    /// The workload's quality metric after the last epoch, with its name: kge's filtered test
+    /// MRR (`mrr`), w2v's headline metric (the report's `settings.metric`: `topic_auc` on the
+    /// synthetic corpus); `None` for the others and when the job did not report it.
+    pub(crate) fn quality(&self) -> Option<(String, f64)> {
+        let name = match self.app {
+            App::Kge => "mrr".to_string(),
+            App::W2v => self
+                .settings
+                .as_ref()
+                .and_then(|s| s.get("metric"))
+                .and_then(Value::as_str)
+                .unwrap_or("topic_auc")
+                .to_string(),
+            App::Mf | App::MfZipf => return None,
+        };
+        let value = self
+            .epochs
+            .iter()
+            .rev()
+            .find_map(|e| e.get(&name).and_then(Value::as_f64))
+            .filter(|x| x.is_finite())?;
+        Some((name, value))
+    }
+
+    /// Mean over epochs of the fraction of `local` samples that found no local key (the epochs'
+    /// `sampling.fallback_fraction`).
+    pub(crate) fn fallback_fraction(&self) -> Option<f64> {
+        let values: Vec<f64> = self
+            .epochs
+            .iter()
+            .filter_map(|e| {
+                e.pointer("/sampling/fallback_fraction")
+                    .and_then(Value::as_f64)
+            })
+            .collect();
+        (!values.is_empty() && values.len() == self.epochs.len())
+            .then(|| values.iter().sum::<f64>() / values.len() as f64)
+            .filter(|m| m.is_finite())
     }
 
     /// Bytes sent by all nodes per data point trained (whole job's traffic over all epochs'

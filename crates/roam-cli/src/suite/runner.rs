@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use super::plan::RunSpec;
+use super::plan::{RunSpec, Sampling};
 use super::record::{self, Counters, RunRecord, Status};
 
 /// How long a run may take to exit after SIGTERM before it gets SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(15);
 
 /// The child's command line: `EXE launch --nodes N --workers-per-node T --profile P --
-/// EXE train APP --mode M --epochs E ARGS...`.
+/// EXE train APP --mode M --epochs E ARGS... [--sampling S]`.
 pub(crate) fn command_line(exe: &Path, spec: &RunSpec) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![exe.into()];
     for a in [
@@ -48,6 +48,10 @@ pub(crate) fn command_line(exe: &Path, spec: &RunSpec) -> Vec<OsString> {
         args.push(a.into());
     }
     args.extend(spec.train_args.iter().map(OsString::from));
+    if let Sampling::Scheme(s) = spec.sampling {
+        args.push("--sampling".into());
+        args.push(s.to_string().into());
+    }
     args
 }
 
@@ -112,6 +116,14 @@ pub(crate) fn run(exe: &Path, spec: &RunSpec, dir: &Path) -> anyhow::Result<RunR
         nodes: spec.nodes,
         workers_per_node: spec.workers_per_node,
         rep: spec.rep,
+        sampling: spec
+            .sampling
+            .resolve(spec.app, spec.mode)
+            .map(|s| s.to_string()),
+        sampling_requested: match spec.sampling {
+            Sampling::Default => None,
+            Sampling::Scheme(s) => Some(s.to_string()),
+        },
         command: argv
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
@@ -213,8 +225,8 @@ pub(crate) fn rank0_report(stdout: &str) -> Option<Value> {
     })
 }
 
-/// Copies the report's epochs, counters, dataset, settings, epoch size and replica figures into
-/// `record`.
+/// Copies the report's epochs, counters, dataset, settings, epoch size, replica figures and
+/// sampling scheme into `record`.
 fn fill_from_report(record: &mut RunRecord, report: Value) -> anyhow::Result<()> {
     let app = report.get("app").and_then(Value::as_str).unwrap_or("");
     if app != record.app.command() {
@@ -241,6 +253,16 @@ fn fill_from_report(record: &mut RunRecord, report: Value) -> anyhow::Result<()>
         .as_ref()
         .and_then(|s| s.get(record.app.points_setting()))
         .and_then(Value::as_u64);
+    // The scheme the job says it used (the settings', else the first epoch's).
+    let reported = record
+        .settings
+        .as_ref()
+        .and_then(|s| s.get("sampling"))
+        .or_else(|| record.epochs.first()?.pointer("/sampling/scheme"))
+        .and_then(Value::as_str);
+    if let Some(scheme) = reported {
+        record.sampling = Some(scheme.to_string());
+    }
     Ok(())
 }
 
@@ -272,6 +294,7 @@ mod tests {
             workers_per_node: 1,
             profile: Profile::Loopback,
             rep: 1,
+            sampling: Sampling::Default,
             epochs: 1,
             train_args: Vec::new(),
             timeout: Duration::from_secs(1),
@@ -296,5 +319,60 @@ mod tests {
         assert_eq!(record.replica.len(), 2, "{:?}", record.replica);
         assert_eq!(record.replica["replicated_keys"], 64);
         assert_eq!(record.replica["replica_staleness_p99_us"], 700.0);
+    }
+
+    #[test]
+    fn a_named_scheme_is_passed_and_the_reported_one_recorded() {
+        use crate::suite::plan::{App, Mode, Profile};
+        let mut spec = RunSpec {
+            app: App::W2v,
+            mode: Mode::Lapse,
+            nodes: 2,
+            workers_per_node: 1,
+            profile: Profile::Loopback,
+            rep: 1,
+            sampling: Sampling::Default,
+            epochs: 1,
+            train_args: Vec::new(),
+            timeout: Duration::from_secs(1),
+        };
+        let line = |spec: &RunSpec| {
+            command_line(Path::new("roam"), spec)
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert!(!line(&spec).contains("--sampling"));
+        spec.sampling = "pool:4".parse().unwrap();
+        assert!(
+            line(&spec).ends_with(" --sampling pool:4"),
+            "{}",
+            line(&spec)
+        );
+        let mut record: RunRecord = serde_json::from_value(serde_json::json!({
+            "id": spec.id(), "app": "w2v", "mode": "lapse", "profile": "loopback", "nodes": 2,
+            "workers_per_node": 1, "rep": 1, "sampling": "pool:4",
+            "sampling_requested": "pool:4", "command": [], "status": "ok", "exit_code": 0,
+            "signal": null, "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0,
+            "error": null, "log": "x.log", "dataset": null, "epochs": [], "counters": null,
+            "points_per_epoch": null, "settings": null,
+        }))
+        .unwrap();
+        let report = rank0_report(
+            "{\"app\":\"w2v\",\"epochs\":[{\"seconds\":1,\"topic_auc\":0.6,\
+             \"sampling\":{\"scheme\":\"pool:4\",\"samples\":8,\"fallback_fraction\":0.5}}],\
+             \"local_fraction\":0.9,\"messages_sent\":1,\"bytes_sent\":2,\"relocations\":3,\
+             \"settings\":{\"train_words\":10,\"metric\":\"topic_auc\",\"sampling\":\"pool:4:x\"}}",
+        )
+        .unwrap();
+        fill_from_report(&mut record, report).unwrap();
+        assert_eq!(
+            record.sampling.as_deref(),
+            Some("pool:4:x"),
+            "the settings' name wins"
+        );
+        assert_eq!(record.quality(), Some(("topic_auc".to_string(), 0.6)));
+        assert_eq!(record.fallback_fraction(), Some(0.5));
     }
 }

@@ -1,11 +1,19 @@
-//! Aggregates the runs of a suite into cells (one per workload, profile, workers per node, mode
-//! and node count) of medians with min–max over repetitions, derives the comparisons (speed-up
-//! of lapse over the classic modes and of nups over lapse and classic, the CPU overhead ratio
-//! over `single` of every mode), and renders them as the Markdown tables printed at the end of
-//! a suite and saved as `summary.md`, with the NuPS modes' replica figures.
+//! Aggregates the runs of a suite into cells (one per workload, profile, workers per node, mode,
+//! sampling scheme and node count) of medians with min–max over repetitions, derives the
+//! comparisons (speed-up of lapse over the classic modes and of nups over lapse and classic,
+//! the CPU overhead ratio over `single` of every mode), and renders them as the Markdown tables
+//! printed at the end of a suite and saved as `summary.md`, with the NuPS modes' replica
+//! figures and, for the workloads that sample negatives, quality against efficiency per scheme.
+//!
+//! A mode that ran with more than one sampling scheme for a workload is shown as one
+//! configuration per scheme, labelled `mode[scheme]` (`nups[pool:16]`); where a mode is the
+//! reference of a comparison (the `over X` of a speed-up, `single` of the CPU overhead ratio),
+//! its default scheme's runs are taken (those the suite ran without `--sampling`).
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::sync::{Mutex, PoisonError};
 
 use super::plan::{App, Mode, Profile};
 use super::record::{RunRecord, Status};
@@ -87,6 +95,62 @@ pub(crate) fn fmt_num(x: f64, digits: usize) -> String {
     }
 }
 
+/// The negative-sampling scheme of a configuration, as the job reported it (`pool:16`); `None`
+/// for the workloads that do not sample and in results files that predate the suite's
+/// recording it. Interned, so that keys stay `Copy`; ordered naive, preloc, pool by reuse
+/// (strict after postponing), local, local:next, then any other name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub(crate) struct SchemeName(pub(crate) Option<&'static str>);
+
+impl SchemeName {
+    /// The interned name.
+    pub(crate) fn of(name: Option<&str>) -> Self {
+        static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+        Self(name.map(|n| {
+            let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(&known) = names.get(n) {
+                return known;
+            }
+            let leaked: &'static str = Box::leak(n.to_owned().into_boxed_str());
+            names.insert(leaked);
+            leaked
+        }))
+    }
+
+    /// The name, or `–`.
+    pub(crate) fn show(self) -> &'static str {
+        self.0.unwrap_or("–")
+    }
+
+    /// Sort rank: (family, parameter, variant).
+    fn rank(self) -> (u8, u32, u8) {
+        let Some(name) = self.0 else {
+            return (0, 0, 0);
+        };
+        match name.parse::<roam::Scheme>() {
+            Ok(roam::Scheme::Naive) => (1, 0, 0),
+            Ok(roam::Scheme::Preloc) => (2, 0, 0),
+            Ok(roam::Scheme::Pool { reuse, postpone }) => (3, reuse, u8::from(!postpone)),
+            Ok(roam::Scheme::Local { next }) => (4, 0, u8::from(next)),
+            Err(_) => (5, 0, 0),
+        }
+    }
+}
+
+impl PartialOrd for SchemeName {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SchemeName {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.rank()
+            .cmp(&other.rank())
+            .then_with(|| self.0.cmp(&other.0))
+    }
+}
+
 /// What identifies a cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct CellKey {
@@ -98,6 +162,8 @@ pub(crate) struct CellKey {
     pub(crate) workers_per_node: u32,
     /// Mode.
     pub(crate) mode: Mode,
+    /// Negative-sampling scheme.
+    pub(crate) sampling: SchemeName,
     /// Nodes.
     pub(crate) nodes: u32,
 }
@@ -121,6 +187,25 @@ pub(crate) struct Cell {
     pub(crate) bytes_per_point: Option<Stat>,
     /// The numeric replica figures (NuPS modes) per run, by name.
     pub(crate) replica: BTreeMap<String, Stat>,
+    /// The workload's quality metric after the last epoch per run (see
+    /// [`RunRecord::quality`]).
+    pub(crate) quality: Option<Stat>,
+    /// The quality metric's name (`mrr`, `topic_auc`, ...).
+    pub(crate) quality_metric: Option<String>,
+    /// Fraction of `local` samples that fell back to a remote key, per run.
+    pub(crate) fallback_fraction: Option<Stat>,
+}
+
+impl Cell {
+    /// The run count, with the timed-out and failed ones.
+    pub(crate) fn runs_shown(&self) -> String {
+        match (self.timeouts, self.failed) {
+            (0, 0) => format!("{}", self.runs),
+            (t, 0) => format!("{} ({t} timed out)", self.runs),
+            (0, f) => format!("{} ({f} failed)", self.runs),
+            (t, f) => format!("{} ({t} timed out, {f} failed)", self.runs),
+        }
+    }
 }
 
 /// All cells of a suite.
@@ -128,21 +213,29 @@ pub(crate) struct Cell {
 pub(crate) struct Summary {
     /// By configuration.
     pub(crate) cells: BTreeMap<CellKey, Cell>,
+    /// The default scheme of each workload and mode: that of the runs without `--sampling`.
+    pub(crate) defaults: BTreeMap<(App, Mode), SchemeName>,
 }
 
 impl Summary {
     /// Groups `runs` by configuration.
     pub(crate) fn from_runs(runs: &[RunRecord]) -> Self {
         let mut groups: BTreeMap<CellKey, Vec<&RunRecord>> = BTreeMap::new();
+        let mut defaults = BTreeMap::new();
         for r in runs {
+            let sampling = SchemeName::of(r.sampling.as_deref());
             let key = CellKey {
                 app: r.app,
                 profile: r.profile,
                 workers_per_node: r.workers_per_node,
                 mode: r.mode,
+                sampling,
                 nodes: r.nodes,
             };
             groups.entry(key).or_default().push(r);
+            if r.sampling_requested.is_none() {
+                defaults.entry((r.app, r.mode)).or_insert(sampling);
+            }
         }
         let cells = groups
             .into_iter()
@@ -160,11 +253,65 @@ impl Summary {
                     local_fraction: stat(&|r| r.counters.as_ref().map(|c| c.local_fraction)),
                     bytes_per_point: stat(&RunRecord::bytes_per_point),
                     replica: replica_stats(&ok),
+                    quality: stat(&|r| r.quality().map(|q| q.1)),
+                    quality_metric: ok.iter().find_map(|r| r.quality()).map(|q| q.0),
+                    fallback_fraction: stat(&RunRecord::fallback_fraction),
                 };
                 (key, cell)
             })
             .collect();
-        Self { cells }
+        Self { cells, defaults }
+    }
+
+    /// The sampling schemes `app` ran with in `mode`, in [`SchemeName`] order.
+    pub(crate) fn schemes(&self, app: App, mode: Mode) -> Vec<SchemeName> {
+        let set: BTreeSet<SchemeName> = self
+            .cells
+            .keys()
+            .filter(|k| k.app == app && k.mode == mode)
+            .map(|k| k.sampling)
+            .collect();
+        set.into_iter().collect()
+    }
+
+    /// The scheme of `app` in `mode` that comparisons take when the mode is their reference:
+    /// that of the runs without `--sampling`, else the first of [`Self::schemes`].
+    pub(crate) fn default_scheme(&self, app: App, mode: Mode) -> SchemeName {
+        self.defaults
+            .get(&(app, mode))
+            .copied()
+            .or_else(|| self.schemes(app, mode).first().copied())
+            .unwrap_or_default()
+    }
+
+    /// `key` in `mode`: `key` itself if it is in `mode`, else the same configuration in `mode`
+    /// with that mode's default scheme.
+    pub(crate) fn variant(&self, key: CellKey, mode: Mode) -> CellKey {
+        if key.mode == mode {
+            key
+        } else {
+            CellKey {
+                mode,
+                sampling: self.default_scheme(key.app, mode),
+                ..key
+            }
+        }
+    }
+
+    /// Whether `app` ran `mode` with more than one sampling scheme.
+    pub(crate) fn several_schemes(&self, app: App, mode: Mode) -> bool {
+        self.schemes(app, mode).len() > 1
+    }
+
+    /// The configuration's name in tables and legends: the mode, followed by the scheme in
+    /// brackets when the workload ran the mode with more than one (`nups[pool:16]`).
+    pub(crate) fn label(&self, key: CellKey) -> String {
+        match key.sampling.0 {
+            Some(s) if self.several_schemes(key.app, key.mode) => {
+                format!("{}[{s}]", key.mode.name())
+            }
+            _ => key.mode.name().to_string(),
+        }
     }
 
     /// The cell of a configuration. `single`, and any mode at one node, ran on loopback only
@@ -187,21 +334,20 @@ impl Summary {
         self.speedup_of(Mode::Lapse, key, over)
     }
 
-    /// Epoch time of `over` divided by that of `of`, at the same configuration (the mode of
-    /// `key` is ignored).
+    /// Epoch time of `over` divided by that of `of`, at the same configuration (each mode in
+    /// `key`'s scheme if it is `key`'s mode, else in its default scheme).
     pub(crate) fn speedup_of(&self, of: Mode, key: CellKey, over: Mode) -> Option<Stat> {
-        let this = self.cell(CellKey { mode: of, ..key })?;
-        let other = self.cell(CellKey { mode: over, ..key })?;
+        let this = self.cell(self.variant(key, of))?;
+        let other = self.cell(self.variant(key, over))?;
         other.epoch_seconds?.ratio(&this.epoch_seconds?)
     }
 
     /// The CPU overhead ratio: CPU seconds per epoch (summed over all node processes) of `key`
-    /// over those of `single` (same workload and workers).
+    /// over those of `single` (same workload and workers, `single`'s default scheme).
     pub(crate) fn overhead(&self, key: CellKey) -> Option<Stat> {
         let single = self.cell(CellKey {
-            mode: Mode::Single,
             nodes: 1,
-            ..key
+            ..self.variant(key, Mode::Single)
         })?;
         self.cell(key)?.epoch_cpu?.ratio(&single.epoch_cpu?)
     }
@@ -236,8 +382,8 @@ impl Summary {
         set.into_iter().collect()
     }
 
-    /// The rows of one group, in mode and node order (single first; one-node rows of other
-    /// profiles come from loopback).
+    /// The rows of one group, in mode, scheme and node order (single first; one-node rows of
+    /// other profiles come from loopback).
     pub(crate) fn rows(&self, app: App, profile: Profile, w: u32) -> Vec<(CellKey, &Cell)> {
         let mut out = Vec::new();
         for mode in Mode::ALL {
@@ -246,16 +392,19 @@ impl Summary {
             } else {
                 self.node_counts()
             };
-            for n in nodes {
-                let key = CellKey {
-                    app,
-                    profile,
-                    workers_per_node: w,
-                    mode,
-                    nodes: n,
-                };
-                if let Some(cell) = self.cell(key) {
-                    out.push((key, cell));
+            for sampling in self.schemes(app, mode) {
+                for &n in &nodes {
+                    let key = CellKey {
+                        app,
+                        profile,
+                        workers_per_node: w,
+                        mode,
+                        sampling,
+                        nodes: n,
+                    };
+                    if let Some(cell) = self.cell(key) {
+                        out.push((key, cell));
+                    }
                 }
             }
         }
@@ -278,12 +427,7 @@ impl Summary {
                 app.point_name()
             );
             for (key, cell) in self.rows(app, profile, w) {
-                let runs = match (cell.timeouts, cell.failed) {
-                    (0, 0) => format!("{}", cell.runs),
-                    (t, 0) => format!("{} ({t} timed out)", cell.runs),
-                    (0, f) => format!("{} ({f} failed)", cell.runs),
-                    (t, f) => format!("{} ({t} timed out, {f} failed)", cell.runs),
-                };
+                let runs = cell.runs_shown();
                 let speedup = if matches!(key.mode, Mode::Lapse | Mode::Single) {
                     "–".to_string()
                 } else {
@@ -296,7 +440,7 @@ impl Summary {
                 let _ = writeln!(
                     s,
                     "| {} | {} | {epoch} | {} | {} | {} | {} | {speedup} | {runs} |",
-                    key.mode.name(),
+                    self.label(key),
                     key.nodes,
                     show(cell.epoch_cpu, 3),
                     show(self.overhead(key), 2),
@@ -305,50 +449,136 @@ impl Summary {
                 );
             }
         }
-        let _ = writeln!(
-            s,
-            "\n#### Speed-up of lapse (epoch time of the other mode / lapse's)\n\n\
-             | workload | profile | workers/node | nodes | over classic | over classic-nolocal |\n\
-             |---|---|---|---|---|---|"
+        // (of, over, heading)
+        self.speedup_markdown(
+            &mut s,
+            Mode::Lapse,
+            "#### Speed-up of lapse (epoch time of the other mode / lapse's)",
+            &[
+                (Mode::Lapse, Mode::Classic, "over classic"),
+                (Mode::Lapse, Mode::ClassicNolocal, "over classic-nolocal"),
+            ],
         );
-        for (app, profile, w) in self.groups() {
-            for n in self.node_counts().into_iter().filter(|&n| n > 1) {
-                let key = CellKey {
-                    app,
-                    profile,
-                    workers_per_node: w,
-                    mode: Mode::Lapse,
-                    nodes: n,
-                };
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {w} | {n} | {} | {} |",
-                    app.name(),
-                    profile.name(),
-                    show(self.speedup(key, Mode::Classic), 2),
-                    show(self.speedup(key, Mode::ClassicNolocal), 2),
-                );
-            }
-        }
         self.cpu_overhead_markdown(&mut s);
         self.nups_speedup_markdown(&mut s);
         self.replica_markdown(&mut s);
+        self.quality_markdown(&mut s);
         s
+    }
+
+    /// The keys of `mode` in one group at `nodes`, one per scheme the workload ran it with (its
+    /// default scheme alone when it did not run).
+    fn scheme_keys(
+        &self,
+        app: App,
+        profile: Profile,
+        w: u32,
+        mode: Mode,
+        nodes: u32,
+    ) -> Vec<CellKey> {
+        let mut schemes = self.schemes(app, mode);
+        if schemes.is_empty() {
+            schemes.push(self.default_scheme(app, mode));
+        }
+        schemes
+            .into_iter()
+            .map(|sampling| CellKey {
+                app,
+                profile,
+                workers_per_node: w,
+                mode,
+                sampling,
+                nodes,
+            })
+            .collect()
+    }
+
+    /// A speed-up table of `subject` (the `of` mode of the first column): a row per workload,
+    /// profile, workers per node, node count above one and, when some workload ran `subject`
+    /// with several sampling schemes, scheme (in a `subject sampling` column); the reference
+    /// modes in their default schemes.
+    fn speedup_markdown(
+        &self,
+        s: &mut String,
+        subject: Mode,
+        heading: &str,
+        columns: &[(Mode, Mode, &str)],
+    ) {
+        let by_scheme = self
+            .groups()
+            .iter()
+            .any(|&(app, _, _)| self.several_schemes(app, subject));
+        let headings: Vec<&str> = columns.iter().map(|c| c.2).collect();
+        let scheme_head = if by_scheme {
+            format!(" {} sampling |", subject.name())
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "\n{heading}\n\n\
+             | workload | profile | workers/node | nodes |{scheme_head} {} |\n\
+             |---|---|---|---|{}{}",
+            headings.join(" | "),
+            if by_scheme { "---|" } else { "" },
+            "---|".repeat(columns.len())
+        );
+        for (app, profile, w) in self.groups() {
+            for n in self.node_counts().into_iter().filter(|&n| n > 1) {
+                for key in self.scheme_keys(app, profile, w, subject, n) {
+                    let cells: Vec<String> = columns
+                        .iter()
+                        .map(|&(of, over, _)| {
+                            self.speedup_of(of, key, over)
+                                .map_or("–".to_string(), |x| x.show(2))
+                        })
+                        .collect();
+                    let scheme = if by_scheme {
+                        format!(" {} |", key.sampling.show())
+                    } else {
+                        String::new()
+                    };
+                    let _ = writeln!(
+                        s,
+                        "| {} | {} | {w} | {n} |{scheme} {} |",
+                        app.name(),
+                        profile.name(),
+                        cells.join(" | ")
+                    );
+                }
+            }
+        }
     }
 
     /// The CPU overhead ratio of every distributed mode present, one row per workload, profile,
     /// workers per node and node count (one-node rows on loopback only: other profiles reuse
     /// them); cells above [`CPU_OVERHEAD_AIM`] in bold.
     fn cpu_overhead_markdown(&self, s: &mut String) {
-        let modes: Vec<Mode> = self
-            .modes()
-            .into_iter()
-            .filter(|&m| m != Mode::Single)
-            .collect();
-        if modes.is_empty() {
+        // One column per distributed mode, or per mode and scheme where a workload ran the mode
+        // with several schemes (`None`: the mode's only scheme).
+        let columns: Vec<(Mode, Option<SchemeName>)> = {
+            let mut set = BTreeSet::new();
+            for mode in self.modes().into_iter().filter(|&m| m != Mode::Single) {
+                for (app, _, _) in self.groups() {
+                    if self.several_schemes(app, mode) {
+                        set.extend(self.schemes(app, mode).into_iter().map(|x| (mode, Some(x))));
+                    } else {
+                        set.insert((mode, None));
+                    }
+                }
+            }
+            set.into_iter().collect()
+        };
+        if columns.is_empty() {
             return;
         }
-        let names: Vec<&str> = modes.iter().map(|m| m.name()).collect();
+        let names: Vec<String> = columns
+            .iter()
+            .map(|&(mode, scheme)| match scheme {
+                Some(x) => format!("{}[{}]", mode.name(), x.show()),
+                None => mode.name().to_string(),
+            })
+            .collect();
         let _ = writeln!(
             s,
             "\n#### CPU overhead ratio (CPU s per epoch, all nodes / single's; aim ≤ {CPU_OVERHEAD_AIM}, \
@@ -356,7 +586,7 @@ impl Summary {
              | workload | profile | workers/node | single CPU s / epoch | nodes | {} |\n\
              |---|---|---|---|---|{}",
             names.join(" | "),
-            "---|".repeat(modes.len())
+            "---|".repeat(columns.len())
         );
         for (app, profile, w) in self.groups() {
             let single = self
@@ -365,6 +595,7 @@ impl Summary {
                     profile,
                     workers_per_node: w,
                     mode: Mode::Single,
+                    sampling: self.default_scheme(app, Mode::Single),
                     nodes: 1,
                 })
                 .and_then(|c| c.epoch_cpu)
@@ -373,14 +604,22 @@ impl Summary {
                 if n == 1 && profile != Profile::Loopback {
                     continue;
                 }
-                let ratios: Vec<Option<Stat>> = modes
+                let ratios: Vec<Option<Stat>> = columns
                     .iter()
-                    .map(|&mode| {
+                    .map(|&(mode, scheme)| {
+                        let sampling = match scheme {
+                            None if !self.several_schemes(app, mode) => {
+                                self.default_scheme(app, mode)
+                            }
+                            Some(x) if self.several_schemes(app, mode) => x,
+                            _ => return None,
+                        };
                         self.overhead(CellKey {
                             app,
                             profile,
                             workers_per_node: w,
                             mode,
+                            sampling,
                             nodes: n,
                         })
                     })
@@ -432,40 +671,12 @@ impl Summary {
                 "nups-replicate-only over classic",
             ));
         }
-        let headings: Vec<&str> = columns.iter().map(|c| c.2).collect();
-        let _ = writeln!(
+        self.speedup_markdown(
             s,
-            "\n#### Speed-up of nups (epoch time of the other mode / nups's)\n\n\
-             | workload | profile | workers/node | nodes | {} |\n\
-             |---|---|---|---|{}",
-            headings.join(" | "),
-            "---|".repeat(columns.len())
+            Mode::Nups,
+            "#### Speed-up of nups (epoch time of the other mode / nups's)",
+            &columns,
         );
-        for (app, profile, w) in self.groups() {
-            for n in self.node_counts().into_iter().filter(|&n| n > 1) {
-                let key = CellKey {
-                    app,
-                    profile,
-                    workers_per_node: w,
-                    mode: Mode::Nups,
-                    nodes: n,
-                };
-                let cells: Vec<String> = columns
-                    .iter()
-                    .map(|&(of, over, _)| {
-                        self.speedup_of(of, key, over)
-                            .map_or("–".to_string(), |x| x.show(2))
-                    })
-                    .collect();
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {w} | {n} | {} |",
-                    app.name(),
-                    profile.name(),
-                    cells.join(" | ")
-                );
-            }
-        }
     }
 
     /// The replica figures the NuPS runs reported (whatever their names), one table per
@@ -502,7 +713,7 @@ impl Summary {
                 .map(|(k, _)| {
                     format!(
                         "{} {} n={} w={}",
-                        k.mode.name(),
+                        self.label(**k),
                         k.profile.name(),
                         k.nodes,
                         k.workers_per_node
@@ -528,6 +739,81 @@ impl Summary {
                     .map(|(_, c)| c.replica.get(name).map_or("–".to_string(), show_figure))
                     .collect();
                 let _ = writeln!(s, "| {} | {} |", &name[prefix.len()..], values.join(" | "));
+            }
+        }
+    }
+}
+
+impl Summary {
+    /// The quality metric `app`'s runs reported (the first cell's that has one).
+    pub(crate) fn quality_metric(&self, app: App) -> Option<&str> {
+        self.cells
+            .iter()
+            .filter(|(k, _)| k.app == app)
+            .find_map(|(_, c)| c.quality_metric.as_deref())
+    }
+
+    /// The rows of the quality–efficiency table of one group: every configuration of
+    /// [`Self::rows`] but the one-node runs of distributed modes under a profile other than
+    /// loopback (they are the loopback group's), ordered by node count, mode and scheme.
+    pub(crate) fn quality_rows(&self, app: App, profile: Profile, w: u32) -> Vec<(CellKey, &Cell)> {
+        let mut rows = self.rows(app, profile, w);
+        rows.retain(|(k, _)| k.mode == Mode::Single || k.nodes > 1 || profile == Profile::Loopback);
+        rows.sort_by_key(|(k, _)| (k.nodes, k.mode, k.sampling));
+        rows
+    }
+
+    /// Quality against efficiency for the workloads that sample negatives (kge, w2v): one table
+    /// per workload, a row per profile, workers per node, node count, mode and sampling scheme
+    /// with the epoch time, CPU overhead ratio, bytes per data point, local fraction, the
+    /// fraction of `local` samples that fell back to a remote key, and the quality metric after
+    /// the last epoch.
+    fn quality_markdown(&self, s: &mut String) {
+        let show = |x: Option<Stat>, d: usize| x.map_or("–".to_string(), |x| x.show(d));
+        let mut apps: Vec<App> = self
+            .groups()
+            .iter()
+            .map(|g| g.0)
+            .filter(|a| a.samples())
+            .collect();
+        apps.dedup();
+        for app in apps {
+            let metric = self.quality_metric(app).unwrap_or("quality");
+            let what = match app {
+                App::Kge => format!("filtered test MRR (`{metric}`)"),
+                _ => format!("`{metric}`"),
+            };
+            let _ = writeln!(
+                s,
+                "\n#### Quality and efficiency of {} by sampling scheme (quality: {what} after \
+                 the last epoch)\n\n\
+                 | profile | workers/node | nodes | mode | sampling | epoch s | CPU × single | \
+                 bytes / {} | local fraction | fallback fraction | {metric} | runs |\n\
+                 |---|---|---|---|---|---|---|---|---|---|---|---|",
+                app.name(),
+                app.point_name()
+            );
+            for (a, profile, w) in self.groups() {
+                if a != app {
+                    continue;
+                }
+                for (key, cell) in self.quality_rows(app, profile, w) {
+                    let _ = writeln!(
+                        s,
+                        "| {} | {w} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                        profile.name(),
+                        key.nodes,
+                        key.mode.name(),
+                        key.sampling.show(),
+                        show(cell.epoch_seconds, 3),
+                        show(self.overhead(key), 2),
+                        show(cell.bytes_per_point, 1),
+                        show(cell.local_fraction, 3),
+                        show(cell.fallback_fraction, 3),
+                        show(cell.quality, 3),
+                        cell.runs_shown(),
+                    );
+                }
             }
         }
     }
@@ -618,6 +904,7 @@ mod tests {
             profile: Profile::Loopback,
             workers_per_node: 1,
             mode,
+            sampling: SchemeName(None),
             nodes: 2,
         };
         assert_eq!(summary.overhead(key(Mode::Nups)).unwrap().median, 1.4);
@@ -656,6 +943,122 @@ mod tests {
         let md = Summary::from_runs(&runs[..3]).markdown();
         assert!(
             md.contains("CPU overhead ratio") && !md.contains("nups"),
+            "{md}"
+        );
+    }
+
+    /// A successful w2v run of `mode` at `nodes` that used `scheme` (`requested` with
+    /// `--sampling`, else as the mode's default), with the quality `auc`.
+    fn w2v_run(
+        mode: &str,
+        nodes: u32,
+        scheme: &str,
+        requested: bool,
+        seconds: f64,
+        cpu: f64,
+        auc: f64,
+    ) -> RunRecord {
+        serde_json::from_value(serde_json::json!({
+            "id": format!("w2v-loopback-{mode}-{scheme}-n{nodes}"), "app": "w2v", "mode": mode,
+            "profile": "loopback", "nodes": nodes, "workers_per_node": 1, "rep": 1,
+            "sampling": scheme, "sampling_requested": if requested { Some(scheme) } else { None },
+            "command": [], "status": "ok", "exit_code": 0, "signal": null,
+            "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0, "error": null,
+            "log": "x.log", "dataset": null,
+            "epochs": [{"seconds": seconds, "cpu_seconds": cpu, "topic_auc": auc,
+                        "sampling": {"scheme": scheme, "samples": 10,
+                                     "fallback_fraction": 0.25}}],
+            "counters": {"local_fraction": 0.5, "messages_sent": 0, "bytes_sent": 200,
+                         "relocations": 0},
+            "points_per_epoch": 100, "settings": {"metric": "topic_auc", "sampling": scheme},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn schemes_are_configurations_with_a_quality_table() {
+        let runs = [
+            w2v_run("single", 1, "naive", false, 1.0, 2.0, 0.6),
+            w2v_run("classic", 2, "naive", false, 0.5, 3.0, 0.55),
+            w2v_run("lapse", 2, "preloc", false, 2.0, 8.0, 0.5),
+            w2v_run("lapse", 2, "pool:16", true, 1.0, 4.0, 0.52),
+            w2v_run("lapse", 2, "pool:4", true, 1.0, 5.0, 0.53),
+            w2v_run("lapse", 2, "local", true, 0.5, 3.0, 0.45),
+        ];
+        let summary = Summary::from_runs(&runs);
+        let names: Vec<&str> = summary
+            .schemes(App::W2v, Mode::Lapse)
+            .into_iter()
+            .map(SchemeName::show)
+            .collect();
+        assert_eq!(
+            names,
+            ["preloc", "pool:4", "pool:16", "local"],
+            "scheme order"
+        );
+        assert_eq!(
+            summary.default_scheme(App::W2v, Mode::Lapse).show(),
+            "preloc"
+        );
+        let lapse = |scheme: &str| CellKey {
+            app: App::W2v,
+            profile: Profile::Loopback,
+            workers_per_node: 1,
+            mode: Mode::Lapse,
+            sampling: SchemeName::of(Some(scheme)),
+            nodes: 2,
+        };
+        assert_eq!(summary.label(lapse("local")), "lapse[local]");
+        let classic = summary.variant(lapse("local"), Mode::Classic);
+        assert_eq!(summary.label(classic), "classic", "one scheme: no brackets");
+        assert_eq!(summary.overhead(lapse("local")).unwrap().median, 1.5);
+        assert_eq!(
+            summary
+                .speedup_of(Mode::Lapse, lapse("pool:4"), Mode::Classic)
+                .unwrap()
+                .median,
+            0.5
+        );
+        let md = summary.markdown();
+        for row in [
+            "| lapse[pool:4] | 2 | 1.000 | 5.000 | 2.50 | 0.500 | 2.0 | – | 1 |",
+            "| classic | 2 | 0.500 | 3.000 | 1.50 | 0.500 | 2.0 | 0.25 | 1 |",
+        ] {
+            assert!(md.contains(row), "{row}\n{md}");
+        }
+        assert!(
+            md.contains(
+                "| workload | profile | workers/node | nodes | lapse sampling | over classic | \
+                 over classic-nolocal |\n|---|---|---|---|---|---|---|\n\
+                 | w2v | loopback | 1 | 2 | preloc | 0.25 | – |\n"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| single CPU s / epoch | nodes | classic | lapse[preloc] | lapse[pool:4] | \
+                 lapse[pool:16] | lapse[local] |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "#### Quality and efficiency of w2v by sampling scheme (quality: `topic_auc` \
+                 after the last epoch)\n\n\
+                 | profile | workers/node | nodes | mode | sampling | epoch s | CPU × single | \
+                 bytes / word | local fraction | fallback fraction | topic_auc | runs |\n\
+                 |---|---|---|---|---|---|---|---|---|---|---|---|\n\
+                 | loopback | 1 | 1 | single | naive | 1.000 | 1.00 | 2.0 | 0.500 | 0.250 | 0.600 | 1 |\n\
+                 | loopback | 1 | 2 | classic | naive | 0.500 | 1.50 | 2.0 | 0.500 | 0.250 | 0.550 | 1 |\n\
+                 | loopback | 1 | 2 | lapse | preloc | 2.000 | 4.00 | 2.0 | 0.500 | 0.250 | 0.500 | 1 |\n\
+                 | loopback | 1 | 2 | lapse | pool:4 |"
+            ),
+            "{md}"
+        );
+        // Without scheme variety nothing is labelled and the speed-up table keeps its columns.
+        let md = Summary::from_runs(&runs[..3]).markdown();
+        assert!(
+            !md.contains("lapse[") && !md.contains("lapse sampling"),
             "{md}"
         );
     }

@@ -33,12 +33,10 @@ pub fn parse_scheme(s: &str) -> Result<Scheme, String> {
 pub fn default_scheme(app: App, mode: Mode) -> Scheme {
     match mode {
         Mode::Lapse => Scheme::Preloc,
+        // Measured best trade-off for both (docs/benchmarks.md, "Sampling"): `local` cost the
+        // least CPU and bytes and learned like the exact schemes; `pool:16` stalled KGE.
         Mode::Nups => match app {
-            App::W2v => Scheme::Local { next: false },
-            App::Kge => Scheme::Pool {
-                reuse: 16,
-                postpone: true,
-            },
+            App::W2v | App::Kge => Scheme::Local { next: false },
         },
         Mode::Single | Mode::Classic | Mode::ClassicNolocal | Mode::NupsReplicateOnly => {
             Scheme::Naive

@@ -812,12 +812,10 @@ fn without_replacement_a_handle_has_distinct_keys() {
     shutdown(nodes);
 }
 
-/// `local:next` moves a drawn key's probability to the next held key of the support, which may
-/// be a key of weight zero: a key the target never draws, and that sampling without replacement
-/// does not count as reachable (`Distribution::reachable`).
+/// `local:next` moves a drawn key's probability to the next held key of the support that the
+/// target can draw: never to a key of weight zero (which sampling without replacement does not
+/// count as reachable either, `Distribution::reachable`).
 #[test]
-#[ignore = "bug: local:next returns zero-weight keys (crates/roam-core/src/sampling/front.rs, \
-            the scan in pull_local_samples takes any held key of the support)"]
 fn local_next_never_takes_a_zero_weight_key() {
     let seed = seed("local:next zero weights");
     let dist = sparse_weighted();

@@ -229,6 +229,15 @@ impl Distribution {
         }
     }
 
+    /// Whether position `i` has a non-zero probability.
+    #[inline]
+    pub fn can_draw(&self, i: u64) -> bool {
+        match &self.shape {
+            Shape::Weighted { weights, .. } => weights.get(i as usize).is_some_and(|&w| w > 0.0),
+            _ => i < self.support.len,
+        }
+    }
+
     /// Positions with a non-zero probability (what sampling without replacement can reach).
     pub fn reachable(&self) -> u64 {
         match &self.shape {

@@ -224,8 +224,10 @@ impl Front {
             if scan {
                 let span = support.len.min(LOCAL_SCAN);
                 for step in 0..span {
-                    let key = support.key((first + step) % support.len);
-                    if fresh(key, &handle.drawn) && take(key, misses) {
+                    let position = (first + step) % support.len;
+                    let key = support.key(position);
+                    // A key the target never draws is not a sample, held or not.
+                    if dist.can_draw(position) && fresh(key, &handle.drawn) && take(key, misses) {
                         chosen = Some(key);
                         break;
                     }

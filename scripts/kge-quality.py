@@ -3,7 +3,8 @@
 
 One run's filtered MRR on lapse-toy varies by about ±0.03 between seeds, so settings can only be
 told apart by means over many seeds. This runs `roam train kge` once per (mode, seed), single
-mode as one node with two workers and the others under `roam launch` on 2 nodes × 2 workers,
+mode as one node with as many workers as the others have in all, and the others under
+`roam launch` (2 nodes × 2 workers unless `--nodes` / `--workers-per-node` say otherwise),
 evaluating after every epoch, and prints for each mode and each `--at` epoch the mean ±
 standard error and the range of valid and test MRR, and the mean Hits@10; then, per mode, the
 median over runs of each run's median epoch time and CPU seconds (training only, summed over
@@ -12,6 +13,8 @@ nodes), the mean local fraction, and messages and MB sent per epoch.
     python3 scripts/kge-quality.py --seeds 101-130                      # the defaults
     python3 scripts/kge-quality.py --seeds 1-20 --modes single,lapse -- --eta 0.1 --gamma 0.2
     python3 scripts/kge-quality.py --jsonl runs.jsonl ...               # also keep every report
+    python3 scripts/kge-quality.py --nodes 4 --workers-per-node 1 --profile 10gbe \
+        --modes single,nups,nups:preloc --seeds 1-8                   # sampling schemes, 10gbe
 
 Arguments after `--` go to `roam train kge` unchanged.
 """
@@ -29,8 +32,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--roam", default=os.path.join(ROOT, "target", "release", "roam"))
-    p.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "lapse-toy", "kge"))
-    p.add_argument("--modes", default="single,lapse,classic,classic-nolocal")
+    p.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "lapse-toy", "kge"),
+                   help="a dataset directory, or synthetic:SPEC (roam train kge --synthetic SPEC)")
+    p.add_argument("--modes", default="single,lapse,classic,classic-nolocal",
+                   help="modes, each optionally with a sampling scheme: nups:preloc, lapse:pool:4")
+    p.add_argument("--nodes", type=int, default=2, help="nodes of the distributed modes")
+    p.add_argument("--workers-per-node", type=int, default=2,
+                   help="of the distributed modes; single runs nodes × this many threads")
+    p.add_argument("--profile", help="network profile of the distributed modes (roam launch --profile)")
     p.add_argument("--seeds", default="101-130", help="inclusive range, e.g. 1-30")
     p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--at", default="2,12", help="epochs to summarise")
@@ -45,13 +54,20 @@ def parse_args():
     return a
 
 
-def run_once(a, mode, seed):
-    train = [a.roam, "train", "kge", "--mode", mode, "--data", a.data, "--epochs", str(a.epochs),
-             "--eval-every", "1", "--eval-valid", "--seed", str(seed), *a.extra]
+def run_once(a, spec, seed):
+    mode, _, scheme = spec.partition(":")
+    sampling = ["--sampling", scheme] if scheme else []
+    data = (["--synthetic", a.data[len("synthetic:"):]] if a.data.startswith("synthetic:")
+            else ["--data", a.data])
+    train = [a.roam, "train", "kge", "--mode", mode, *data, "--epochs", str(a.epochs),
+             "--eval-every", "1", "--eval-valid", "--seed", str(seed), *sampling, *a.extra]
+    threads = a.nodes * a.workers_per_node
     if mode == "single":
-        cmd = train + ([] if "--workers-per-node" in a.extra else ["--workers-per-node", "2"])
+        cmd = train + ([] if "--workers-per-node" in a.extra else ["--workers-per-node", str(threads)])
     else:
-        cmd = [a.roam, "launch", "--nodes", "2", "--workers-per-node", "2", "--", *train]
+        profile = ["--profile", a.profile] if a.profile else []
+        cmd = [a.roam, "launch", "--nodes", str(a.nodes), "--workers-per-node",
+               str(a.workers_per_node), *profile, "--", *train]
     r = subprocess.run(cmd, capture_output=True, text=True)
     # `roam launch` prefixes each node's lines with "[node N] ".
     for line in (r.stdout + r.stderr).splitlines():

@@ -6,8 +6,8 @@
 //! - `single`, `classic`, `classic-nolocal`, `nups-replicate-only`: `naive` (keys never move,
 //!   so `preloc` and `pool` would only add work);
 //! - `lapse`: `preloc` (Lapse's technique: negatives drawn ahead and localized);
-//! - `nups`: the app's measured best trade-off ([`default_scheme`]; numbers in
-//!   docs/benchmarks.md, "Sampling").
+//! - `nups`: the app's measured best trade-off ([`default_scheme`]: `local` for word vectors,
+//!   `preloc` for KGE; numbers in docs/benchmarks.md, "Sampling").
 
 use roam::Scheme;
 use roam_core::stats::WorkerCounters;
@@ -33,10 +33,12 @@ pub fn parse_scheme(s: &str) -> Result<Scheme, String> {
 pub fn default_scheme(app: App, mode: Mode) -> Scheme {
     match mode {
         Mode::Lapse => Scheme::Preloc,
-        // Measured best trade-off for both (docs/benchmarks.md, "Sampling"): `local` cost the
-        // least CPU and bytes and learned like the exact schemes; `pool:16` stalled KGE.
+        // The measured trade-offs (docs/benchmarks.md, "Sampling"): for word vectors `local`
+        // cost the least and learned as well; for KGE it cost 1.4× less than `preloc` on the
+        // suite's graph but lost 0.08 MRR on lapse-toy at 4 nodes, and `pool:16` stalled.
         Mode::Nups => match app {
-            App::W2v | App::Kge => Scheme::Local { next: false },
+            App::W2v => Scheme::Local { next: false },
+            App::Kge => Scheme::Preloc,
         },
         Mode::Single | Mode::Classic | Mode::ClassicNolocal | Mode::NupsReplicateOnly => {
             Scheme::Naive

@@ -158,7 +158,7 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
         // Each mode's default scheme (roam_apps::sampling::default_scheme).
         let scheme = match mode {
             "lapse" => "preloc",
-            "nups" => "local",
+            "nups" => "preloc",
             _ => "naive",
         };
         assert_sampled(&report, scheme);

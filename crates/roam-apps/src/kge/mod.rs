@@ -100,7 +100,9 @@ pub struct Args {
     pub localize_ahead: usize,
     /// Lapse mode: localize the entities of this many triples in one request, once per as many
     /// triples (1: one request per triple, exactly Lapse's schedule; batching bounds how
-    /// often two nodes can pull the same entity back and forth, see the docs).
+    /// often two nodes can pull the same entity back and forth, see the docs). 256 cut the CPU
+    /// per epoch 5.7× on the suite's 5000-entity graph at 4 nodes but lost most of the MRR
+    /// after 8 epochs (docs/workloads-kge.md, "Negative sampling"), so the default stays 32.
     #[arg(long, default_value_t = 32)]
     pub localize_batch: usize,
     /// Pushes a worker may leave unfinished before waiting for the oldest. 0 waits for each

@@ -117,6 +117,19 @@ impl PySampler {
     }
 }
 
+/// The support `first + i * stride`, `i < count`, from Python numbers (each checked).
+fn support_of(
+    first: &Bound<'_, PyAny>,
+    count: &Bound<'_, PyAny>,
+    stride: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Support> {
+    Ok(Support {
+        first: non_negative(first, "first")?,
+        stride: stride.map_or(Ok(1), |s| non_negative(s, "stride"))?,
+        len: non_negative(count, "count")?,
+    })
+}
+
 #[pymethods]
 impl PySampler {
     /// Every key `first + i * stride` (`i` in `0..count`) equally likely.
@@ -138,11 +151,7 @@ impl PySampler {
         with_replacement: bool,
         group_draws: usize,
     ) -> PyResult<Self> {
-        let support = Support {
-            first: non_negative(first, "first")?,
-            stride: stride.map_or(Ok(1), |s| non_negative(s, "stride"))?,
-            len: non_negative(count, "count")?,
-        };
+        let support = support_of(first, count, stride)?;
         let dist = Distribution::uniform(support).map_err(|e| distribution_error("uniform", &e))?;
         Self::build(dist, scheme, with_replacement, group_draws)
     }
@@ -168,11 +177,7 @@ impl PySampler {
         with_replacement: bool,
         group_draws: usize,
     ) -> PyResult<Self> {
-        let support = Support {
-            first: non_negative(first, "first")?,
-            stride: stride.map_or(Ok(1), |s| non_negative(s, "stride"))?,
-            len: non_negative(count, "count")?,
-        };
+        let support = support_of(first, count, stride)?;
         let dist = Distribution::log_uniform(support)
             .map_err(|e| distribution_error("log_uniform", &e))?;
         Self::build(dist, scheme, with_replacement, group_draws)

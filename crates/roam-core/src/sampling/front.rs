@@ -12,8 +12,8 @@ use std::collections::HashSet;
 use rand::Rng;
 
 use super::{
-    LOCAL_SCAN, LOCAL_TRIES, MAX_PREPARED, NodeSampler, NodeSamplers, SampleError, SampleHandle,
-    SamplerId, Scheme,
+    LOCAL_SCAN, LOCAL_TRIES, MAX_PREPARED, NodeSampler, SampleError, SampleHandle, SamplerId,
+    Scheme,
 };
 use crate::access::{Front, Handoff};
 use crate::id::Key;
@@ -42,29 +42,6 @@ fn draw_accepted(
     }
 }
 
-/// The sampler of `handle`, if it exists and the handle has `k` samples left.
-fn checked<'s>(
-    samplers: &'s NodeSamplers,
-    handle: &SampleHandle,
-    k: usize,
-) -> Result<&'s NodeSampler, SampleError> {
-    let sampler =
-        samplers
-            .samplers
-            .get(handle.sampler.0 as usize)
-            .ok_or(SampleError::UnknownSampler {
-                sampler: handle.sampler.0,
-                registered: samplers.len(),
-            })?;
-    if k > handle.remaining {
-        return Err(SampleError::TooMany {
-            requested: k,
-            remaining: handle.remaining,
-        });
-    }
-    Ok(sampler)
-}
-
 impl Front {
     /// Starts drawing `n` samples from sampler `id`. `preloc` draws them now and `pool` takes
     /// them from the node's pool; the keys of those that are not here (and of pool groups this
@@ -76,14 +53,18 @@ impl Front {
         id: SamplerId,
         n: usize,
     ) -> Result<(SampleHandle, Option<Handoff<'_>>), SampleError> {
-        let samplers = self.samplers.clone();
-        let sampler = samplers
-            .samplers
-            .get(id.0 as usize)
-            .ok_or(SampleError::UnknownSampler {
-                sampler: id.0,
-                registered: samplers.len(),
-            })?;
+        // Field by field, so the sampler borrowed from the shared samplers and this worker's
+        // random numbers and scratch can be used together (no `Arc` clone per call: its count
+        // is a cache line every worker of the node would write).
+        let Self {
+            store,
+            keys_move,
+            samplers,
+            rng,
+            misses,
+            ..
+        } = self;
+        let sampler = samplers.get(id)?;
         let spec = &sampler.spec;
         if n > MAX_PREPARED {
             return Err(SampleError::TooManyPrepared {
@@ -108,16 +89,16 @@ impl Front {
             drawn: (!spec.with_replacement).then(HashSet::new),
         };
         // The keys to localize are collected where a localize hand-off keeps them.
-        let store = &*self.store;
-        let wanted = &mut self.misses.keys;
+        let store = &**store;
+        let wanted = &mut misses.keys;
         wanted.clear();
-        self.misses.offsets.clear();
+        misses.offsets.clear();
         match spec.scheme {
             Scheme::Naive | Scheme::Local { .. } => return Ok((handle, None)),
             Scheme::Preloc => {
                 handle.ahead.reserve(n);
                 for _ in 0..n {
-                    let key = draw_accepted(sampler, &mut self.rng, &mut handle.drawn);
+                    let key = draw_accepted(sampler, rng, &mut handle.drawn);
                     handle.ahead.push(key);
                 }
                 wanted.extend_from_slice(&handle.ahead);
@@ -138,7 +119,7 @@ impl Front {
                 wanted.extend_from_slice(&handle.ahead);
             }
         }
-        if !self.keys_move {
+        if !*keys_move {
             return Ok((handle, None));
         }
         wanted.retain(|&key| !held(store, key));
@@ -157,9 +138,11 @@ impl Front {
         keys_out: &mut [Key],
         vals_out: &mut [f32],
     ) -> Result<Option<Handoff<'_>>, SampleError> {
-        let samplers = self.samplers.clone();
-        let sampler = checked(&samplers, handle, keys_out.len())?;
-        let (k, len) = (keys_out.len(), sampler.value_len);
+        let sampler = self.samplers.get(handle.sampler)?;
+        let (k, len, scheme) = (keys_out.len(), sampler.value_len, sampler.spec.scheme);
+        if k > handle.remaining {
+            return Err(too_many(handle, k));
+        }
         if vals_out.len() != k * len {
             return Err(SampleError::LengthMismatch {
                 keys: k,
@@ -168,120 +151,15 @@ impl Front {
                 actual: vals_out.len(),
             });
         }
-        if let Scheme::Local { next } = sampler.spec.scheme {
-            handle.remaining -= k;
-            bump(&self.counters.sampled_keys, k as u64);
-            let vals = Some(vals_out);
-            return Ok(self.pull_local_samples(sampler, next, handle, keys_out, vals));
+        if let Scheme::Local { .. } = scheme {
+            // The draw reads each sample's values as it finds it held here.
+            return self.draw(handle, keys_out, Some(vals_out));
         }
-        self.sample_keys(handle, keys_out)?;
+        self.draw(handle, keys_out, None)?;
         // Sampled keys were validated with the sampler: a pull of them cannot be refused.
         Ok(self
             .pull(keys_out, vals_out)
             .expect("sampled keys are in the key space and the buffer was checked"))
-    }
-
-    /// The `local` schemes: each sample is a key held here, read from the store now; a sample
-    /// that found none within the bounds is its first draw, read remotely.
-    fn pull_local_samples(
-        &mut self,
-        sampler: &NodeSampler,
-        scan: bool,
-        handle: &mut SampleHandle,
-        keys_out: &mut [Key],
-        mut vals_out: Option<&mut [f32]>,
-    ) -> Option<Handoff<'_>> {
-        let (store, fast) = (&*self.store, self.fast_local_access);
-        let read = vals_out.is_some();
-        let dist = &sampler.spec.distribution;
-        let support = *dist.support();
-        let len = sampler.value_len;
-        let misses = &mut self.misses;
-        misses.keys.clear();
-        misses.offsets.clear();
-        let mut hits = 0u64;
-        for (i, slot) in keys_out.iter_mut().enumerate() {
-            let mut out = vals_out
-                .as_deref_mut()
-                .map(|v| &mut v[i * len..(i + 1) * len]);
-            let fresh = |key: Key, drawn: &Option<HashSet<Key>>| {
-                drawn.as_ref().is_none_or(|set| !set.contains(&key))
-            };
-            // Reads `key` if it is held here (with fast local access: straight from the
-            // store; without, the classic ablation, by a message to this node); only checks
-            // that it is when the caller reads the values itself.
-            let mut take = |key: Key, misses: &mut crate::access::Misses| match out.as_deref_mut() {
-                None => held(store, key),
-                Some(out) if fast => store.pull_local(key, out),
-                Some(_) if held(store, key) => {
-                    misses.push(key, i * len);
-                    true
-                }
-                Some(_) => false,
-            };
-            let first = dist.draw_position(&mut self.rng);
-            let mut chosen = None;
-            if scan {
-                let span = support.len.min(LOCAL_SCAN);
-                for step in 0..span {
-                    let position = (first + step) % support.len;
-                    let key = support.key(position);
-                    // A key the target never draws is not a sample, held or not.
-                    if dist.can_draw(position) && fresh(key, &handle.drawn) && take(key, misses) {
-                        chosen = Some(key);
-                        break;
-                    }
-                }
-            } else {
-                let mut position = first;
-                for _ in 0..LOCAL_TRIES {
-                    let key = support.key(position);
-                    if fresh(key, &handle.drawn) && take(key, misses) {
-                        chosen = Some(key);
-                        break;
-                    }
-                    position = dist.draw_position(&mut self.rng);
-                }
-            }
-            let key = match chosen {
-                Some(key) => {
-                    hits += 1;
-                    key
-                }
-                None => {
-                    // Nothing held here within reach: an exact draw, read remotely.
-                    let mut key = support.key(first);
-                    if let Some(set) = &handle.drawn {
-                        while set.contains(&key) {
-                            key = dist.draw(&mut self.rng);
-                        }
-                    }
-                    if read {
-                        misses.push(key, i * len);
-                    }
-                    bump(&self.counters.sample_fallbacks, 1);
-                    key
-                }
-            };
-            if let Some(set) = &mut handle.drawn {
-                set.insert(key);
-            }
-            *slot = key;
-        }
-        if !read {
-            return None;
-        }
-        if fast {
-            bump(&self.counters.local_pull_keys, hits);
-        }
-        if self.misses.keys.is_empty() {
-            bump(&self.counters.local_pull_ops, 1);
-            return None;
-        }
-        Some(Handoff::Pull {
-            keys: &self.misses.keys,
-            offsets: &self.misses.offsets,
-        })
     }
 
     /// Draws `keys_out.len()` of `handle`'s samples into `keys_out` without reading their
@@ -294,31 +172,144 @@ impl Front {
         handle: &mut SampleHandle,
         keys_out: &mut [Key],
     ) -> Result<(), SampleError> {
-        let samplers = self.samplers.clone();
-        let sampler = checked(&samplers, handle, keys_out.len())?;
-        let k = keys_out.len();
-        handle.remaining -= k;
-        bump(&self.counters.sampled_keys, k as u64);
-        match sampler.spec.scheme {
-            Scheme::Naive => {
-                for slot in keys_out.iter_mut() {
-                    *slot = draw_accepted(sampler, &mut self.rng, &mut handle.drawn);
-                }
-            }
-            Scheme::Preloc | Scheme::Pool { .. } => {
-                keys_out.copy_from_slice(&handle.ahead[handle.next..handle.next + k]);
-                handle.next += k;
-            }
-            Scheme::Local { next } => {
-                let none = self.pull_local_samples(sampler, next, handle, keys_out, None);
-                debug_assert!(none.is_none(), "drawing keys hands nothing off");
-            }
-        }
+        let none = self.draw(handle, keys_out, None)?;
+        debug_assert!(none.is_none(), "drawing keys alone hands nothing off");
         Ok(())
     }
 
     /// Ends a sampling: returns how many of its samples were never pulled.
     pub fn finish_sample(&mut self, handle: SampleHandle) -> usize {
         handle.remaining
+    }
+
+    /// Draws `keys_out.len()` of `handle`'s samples into `keys_out`. Only the `local` schemes
+    /// read values here (into `vals`, when given: `vals.len()` was checked): each sample is a
+    /// key held here, read from the store as it is found; a sample that found none within the
+    /// bounds is its first draw, left for the node (the returned pull).
+    fn draw(
+        &mut self,
+        handle: &mut SampleHandle,
+        keys_out: &mut [Key],
+        mut vals: Option<&mut [f32]>,
+    ) -> Result<Option<Handoff<'_>>, SampleError> {
+        let Self {
+            store,
+            fast_local_access,
+            counters,
+            misses,
+            samplers,
+            rng,
+            ..
+        } = self;
+        let sampler = samplers.get(handle.sampler)?;
+        let k = keys_out.len();
+        if k > handle.remaining {
+            return Err(too_many(handle, k));
+        }
+        handle.remaining -= k;
+        bump(&counters.sampled_keys, k as u64);
+        let scan = match sampler.spec.scheme {
+            Scheme::Naive => {
+                for slot in keys_out.iter_mut() {
+                    *slot = draw_accepted(sampler, rng, &mut handle.drawn);
+                }
+                return Ok(None);
+            }
+            Scheme::Preloc | Scheme::Pool { .. } => {
+                keys_out.copy_from_slice(&handle.ahead[handle.next..handle.next + k]);
+                handle.next += k;
+                return Ok(None);
+            }
+            Scheme::Local { next } => next,
+        };
+        let (store, fast, read) = (&**store, *fast_local_access, vals.is_some());
+        let dist = &sampler.spec.distribution;
+        let support = *dist.support();
+        let len = sampler.value_len;
+        misses.keys.clear();
+        misses.offsets.clear();
+        let mut hits = 0u64;
+        for (i, slot) in keys_out.iter_mut().enumerate() {
+            let mut out = vals.as_deref_mut().map(|v| &mut v[i * len..(i + 1) * len]);
+            let fresh = |key: Key| handle.drawn.as_ref().is_none_or(|set| !set.contains(&key));
+            // Reads `key` if it is held here (with fast local access: straight from the
+            // store; without, the classic ablation, by a message to this node); only checks
+            // that it is when the caller reads the values itself.
+            let mut take = |key: Key, misses: &mut crate::access::Misses| match out.as_deref_mut() {
+                None => held(store, key),
+                Some(out) if fast => store.pull_local(key, out),
+                Some(_) if held(store, key) => {
+                    misses.push(key, i * len);
+                    true
+                }
+                Some(_) => false,
+            };
+            let first = dist.draw_position(rng);
+            let mut chosen = None;
+            if scan {
+                for step in 0..support.len.min(LOCAL_SCAN) {
+                    let position = (first + step) % support.len;
+                    let key = support.key(position);
+                    // A key the target never draws is not a sample, held or not.
+                    if dist.can_draw(position) && fresh(key) && take(key, misses) {
+                        chosen = Some(key);
+                        break;
+                    }
+                }
+            } else {
+                let mut position = first;
+                for _ in 0..LOCAL_TRIES {
+                    let key = support.key(position);
+                    if fresh(key) && take(key, misses) {
+                        chosen = Some(key);
+                        break;
+                    }
+                    position = dist.draw_position(rng);
+                }
+            }
+            let key = match chosen {
+                Some(key) => {
+                    hits += 1;
+                    key
+                }
+                None => {
+                    // Nothing held here within reach: an exact draw, read remotely.
+                    let mut key = support.key(first);
+                    while !fresh(key) {
+                        key = dist.draw(rng);
+                    }
+                    if read {
+                        misses.push(key, i * len);
+                    }
+                    bump(&counters.sample_fallbacks, 1);
+                    key
+                }
+            };
+            if let Some(set) = &mut handle.drawn {
+                set.insert(key);
+            }
+            *slot = key;
+        }
+        if !read {
+            return Ok(None);
+        }
+        if fast {
+            bump(&counters.local_pull_keys, hits);
+        }
+        if misses.keys.is_empty() {
+            bump(&counters.local_pull_ops, 1);
+            return Ok(None);
+        }
+        Ok(Some(Handoff::Pull {
+            keys: &misses.keys,
+            offsets: &misses.offsets,
+        }))
+    }
+}
+
+fn too_many(handle: &SampleHandle, requested: usize) -> SampleError {
+    SampleError::TooMany {
+        requested,
+        remaining: handle.remaining,
     }
 }

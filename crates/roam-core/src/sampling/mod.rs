@@ -40,6 +40,7 @@ use rand::rngs::SmallRng;
 pub use dist::{Distribution, DistributionError, Support};
 pub use pool::{Pool, PoolCounters};
 
+use crate::directory::mix64;
 use crate::id::{Key, NodeId};
 use crate::keyspace::KeySpace;
 
@@ -311,6 +312,16 @@ impl NodeSamplers {
         self.samplers.is_empty()
     }
 
+    /// Sampler `id`, or the refusal that names it.
+    pub(crate) fn get(&self, id: SamplerId) -> Result<&NodeSampler, SampleError> {
+        self.samplers
+            .get(id.0 as usize)
+            .ok_or(SampleError::UnknownSampler {
+                sampler: id.0,
+                registered: self.samplers.len(),
+            })
+    }
+
     /// The spec of `id`.
     pub fn spec(&self, id: SamplerId) -> Option<&SamplerSpec> {
         self.samplers.get(id.0 as usize).map(|s| &s.spec)
@@ -334,13 +345,8 @@ impl NodeSamplers {
 }
 
 fn rng_for(seed: u64, node: NodeId, stream: u64) -> SmallRng {
-    let mix = |x: u64| {
-        // splitmix64's finaliser: nearby inputs give unrelated seeds.
-        let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
+    // SplitMix64 (its increment, then its finaliser): nearby inputs give unrelated seeds.
+    let mix = |x: u64| mix64(x.wrapping_add(0x9e37_79b9_7f4a_7c15));
     SmallRng::seed_from_u64(mix(seed ^ mix(u64::from(node.0) ^ mix(stream))))
 }
 

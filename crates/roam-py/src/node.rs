@@ -12,7 +12,7 @@ use roam_core::{KeySpace, Partitioning};
 
 use crate::buffers::Keys;
 use crate::errors;
-use crate::sampling::{PySampler, SamplerInfo};
+use crate::sampling::PySampler;
 use crate::worker::{PyWorker, WorkerCell, seconds};
 
 /// What the node's workers share with it.
@@ -29,7 +29,7 @@ pub(crate) struct NodeShared {
     pub(crate) workers_per_node: u32,
     allocation: &'static str,
     /// The registered samplers, in id order.
-    pub(crate) samplers: Vec<SamplerInfo>,
+    pub(crate) samplers: Vec<SamplerSpec>,
     sampling_seed: u64,
 }
 
@@ -331,28 +331,11 @@ impl PyNode {
             cfg.add_sampler(spec);
         }
         cfg.sampling_seed = sampling_seed;
-        let specs = cfg.samplers.clone();
+        let samplers = cfg.samplers.clone();
         let allocation = cfg.allocation.name();
         let handle = py
             .detach(|| NodeHandle::start(cfg))
-            .map_err(|err| start_error(&err, &specs))?;
-        // Validated by the start: every sampler's keys have one value length.
-        let samplers = specs
-            .into_iter()
-            .enumerate()
-            .map(|(i, spec)| {
-                let value_len = spec.value_len(handle.key_space()).map_err(|reason| {
-                    start_error(
-                        &StartError::Sampler {
-                            sampler: i as u32,
-                            reason,
-                        },
-                        &[],
-                    )
-                })?;
-                Ok(SamplerInfo { spec, value_len })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+            .map_err(|err| start_error(&err, &samplers))?;
         let shared = NodeShared {
             space: handle.key_space().clone(),
             rank: handle.rank(),
@@ -417,9 +400,11 @@ impl PyNode {
     /// The registered samplers (`Node(samplers=...)`); a sampler's id is its index.
     #[getter]
     fn samplers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let all = self.shared.samplers.iter().map(|info| PySampler {
-            spec: info.spec.clone(),
-        });
+        let all = self
+            .shared
+            .samplers
+            .iter()
+            .map(|spec| PySampler { spec: spec.clone() });
         PyList::new(py, all)
     }
 

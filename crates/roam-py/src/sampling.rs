@@ -17,23 +17,11 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use roam::{Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support};
-use roam_core::sampling::DistributionError;
+use roam_core::sampling::{DistributionError, MAX_GROUP_SAMPLES};
 
 use crate::buffers::{F32Buffer, U64Out, numpy_empty};
 use crate::errors;
 use crate::worker::WorkerCell;
-
-/// Samples a `preloc` or `pool` handle may hold: those schemes draw every sample of a
-/// `prepare_sample` up front, so `n` is bounded to keep a typo from exhausting memory.
-pub(crate) const MAX_DRAWN_AHEAD: usize = 1 << 26;
-/// Samples of one pool group (`group_draws` × U) at most; the pool keeps up to 256 groups.
-pub(crate) const MAX_POOL_GROUP: usize = 1 << 20;
-
-/// A sampler of a node: its spec and the value length of its keys.
-pub(crate) struct SamplerInfo {
-    pub(crate) spec: SamplerSpec,
-    pub(crate) value_len: usize,
-}
 
 /// A sampler to register with a node: which keys to draw, with which probabilities, and the
 /// scheme that serves the draws.
@@ -64,7 +52,8 @@ fn distribution_error(ctor: &str, err: &DistributionError) -> PyErr {
 }
 
 impl PySampler {
-    /// Checks the scheme and options and builds the spec.
+    /// Checks the scheme and options and builds the spec (the pool group bound is the one
+    /// `SamplerSpec::value_len` enforces at the node's start, checked here to fail early).
     fn build(
         distribution: Distribution,
         scheme: &str,
@@ -78,11 +67,11 @@ impl PySampler {
             return Err(PyValueError::new_err("group_draws must be at least 1"));
         }
         if let Scheme::Pool { reuse, .. } = scheme
-            && group_draws.saturating_mul(reuse as usize) > MAX_POOL_GROUP
+            && group_draws.saturating_mul(reuse as usize) > MAX_GROUP_SAMPLES
         {
             return Err(PyValueError::new_err(format!(
                 "scheme \"{scheme}\" with group_draws={group_draws}: a pool group of \
-                 group_draws × U = {} samples is too large (at most {MAX_POOL_GROUP})",
+                 group_draws × U = {} samples is too large (at most {MAX_GROUP_SAMPLES})",
                 group_draws as u128 * u128::from(reuse),
             )));
         }
@@ -326,6 +315,8 @@ pub(crate) struct PySample {
     cell: Arc<WorkerCell>,
     sampler: u32,
     size: usize,
+    /// Values per sampled key.
+    value_len: usize,
     state: Mutex<SampleState>,
 }
 
@@ -472,7 +463,7 @@ pub(crate) fn prepare(
 ) -> PyResult<PySample> {
     cell.check_open()?;
     let samplers = &cell.node().samplers;
-    let Some(info) = usize::try_from(sampler).ok().and_then(|i| samplers.get(i)) else {
+    let Some(spec) = usize::try_from(sampler).ok().and_then(|i| samplers.get(i)) else {
         return Err(errors::access_error_msg(format!(
             "no sampler {sampler}: {} registered (Node(samplers=[...]); ids are list indices)",
             samplers.len()
@@ -480,21 +471,33 @@ pub(crate) fn prepare(
     };
     let n = usize::try_from(n)
         .map_err(|_| PyValueError::new_err(format!("n must be non-negative, not {n}")))?;
-    if matches!(info.spec.scheme, Scheme::Preloc | Scheme::Pool { .. }) && n > MAX_DRAWN_AHEAD {
-        return Err(PyValueError::new_err(format!(
-            "{n} samples asked of sampler {sampler}, whose scheme {} draws them all at \
-             prepare_sample: at most {MAX_DRAWN_AHEAD} per prepare_sample",
-            info.spec.scheme
-        )));
-    }
     let id = SamplerId(sampler as u32);
-    let handle = cell
-        .run(py, |worker| worker.prepare_sample(id, n))
-        .map_err(|err| errors::sample_error(&err))?;
+    let (handle, value_len) = cell
+        .run(py, |worker| {
+            let handle = worker.prepare_sample(id, n)?;
+            let value_len = worker
+                .sample_value_len(id)
+                .expect("a prepared sampler exists");
+            Ok((handle, value_len))
+        })
+        .map_err(|err| match err {
+            // `preloc` and `pool` draw every sample here: say so.
+            SampleError::TooManyPrepared { max, .. }
+                if matches!(spec.scheme, Scheme::Preloc | Scheme::Pool { .. }) =>
+            {
+                PyValueError::new_err(format!(
+                    "{n} samples asked of sampler {sampler}, whose scheme {} draws them all at \
+                     prepare_sample: at most {max} per prepare_sample",
+                    spec.scheme
+                ))
+            }
+            err => errors::sample_error(&err),
+        })?;
     Ok(PySample {
         cell: cell.clone(),
         sampler: id.0,
         size: n,
+        value_len,
         state: Mutex::new(SampleState::Ready(handle)),
     })
 }
@@ -528,9 +531,8 @@ pub(crate) fn pull(
         };
         return Err(errors::sample_error(&err));
     }
-    let value_len = cell.node().samplers[sample.sampler as usize].value_len;
     let keys = numpy_empty(py, (n,), "uint64")?;
-    let vals = numpy_empty(py, (n, value_len), "float32")?;
+    let vals = numpy_empty(py, (n, sample.value_len), "float32")?;
     let keys_buf = U64Out::get(&keys)?;
     let vals_buf = F32Buffer::get(&vals, "vals", true)?;
     let handle = taken.handle();

@@ -137,9 +137,10 @@ def test_partial_samples_and_finish():
         keys, vals = w.pull_sample(empty)
         assert keys.shape == (0,) and vals.shape == (0, 2)
         assert w.finish_sample(empty) == 0
-        # A sample dropped without finish_sample is simply gone.
+        # A sample dropped without finish_sample is simply gone; the worker goes on.
         w.prepare_sample(0, 3)
         gc.collect()
+        assert w.finish_sample(w.prepare_sample(0, 2)) == 2
 
 
 def test_sampling_seed_makes_draws_reproducible():

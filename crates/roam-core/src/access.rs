@@ -160,6 +160,11 @@ impl Front {
         self.store.space()
     }
 
+    /// The node's samplers.
+    pub fn samplers(&self) -> &NodeSamplers {
+        &self.samplers
+    }
+
     /// This worker's local-access counters.
     pub fn counters(&self) -> &Arc<WorkerCounters> {
         &self.counters

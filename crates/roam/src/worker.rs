@@ -393,12 +393,12 @@ impl Worker {
         let now = self.shared().now();
         let mut front = self.front.borrow_mut();
         let (handle, localize) = front.prepare_sample(now, sampler, n)?;
-        if let Some(inflight) = self.hand_off(localize) {
-            inflight
-                .owner
-                .slot()
-                .abandon(inflight.req, crate::slot::Fate::Discard);
+        // A hint, like a detached localize: nothing waits for it.
+        Ticket {
+            inflight: self.hand_off(localize),
+            out: None,
         }
+        .detach();
         Ok(handle)
     }
 
@@ -434,8 +434,7 @@ impl Worker {
 
     /// The value length of sampler `sampler`'s samples (`None`: no such sampler).
     pub fn sample_value_len(&self, sampler: SamplerId) -> Option<usize> {
-        self.shared()
-            .with_node(|node, _| node.samplers().value_len(sampler))
+        self.front.borrow().samplers().value_len(sampler)
     }
 
     /// This worker's local-access and sampling counters (only this worker writes them).

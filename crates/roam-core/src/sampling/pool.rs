@@ -134,10 +134,9 @@ impl Pool {
         self.observe_fetches(now, &is_local);
         self.count_rate(now, n);
         let want = out.len() + n;
-        // A take can refuse every sample of a group (without replacement); each group is then
-        // merged into the next, so a bounded number of fresh groups always suffices.
-        // (The front end never asks for more distinct keys than the distribution can draw, so
-        // this ends.)
+        // Without replacement a take can refuse every sample left in a group; they then move
+        // on to the next group. The front end never asks for more distinct keys than the
+        // distribution can draw, so fresh groups eventually supply them and this ends.
         while out.len() < want {
             if self.groups.is_empty() {
                 self.add_group(now, dist, fetch);
@@ -184,25 +183,20 @@ impl Pool {
                         self.counters.remote_samples += 1;
                     }
                     out.push(key);
+                    if group.taken == group.samples.len() {
+                        self.groups.pop_front();
+                    }
                 }
                 None => {
                     // Nothing acceptable left here: the rest goes on to the next group.
                     let rest = group.samples.split_off(group.taken);
                     self.groups.pop_front();
-                    match self.groups.front_mut() {
-                        Some(next) => next.samples.extend(rest),
-                        None => {
-                            self.add_group(now, dist, fetch);
-                            if let Some(next) = self.groups.front_mut() {
-                                next.samples.extend(rest);
-                            }
-                        }
+                    if self.groups.is_empty() {
+                        self.add_group(now, dist, fetch);
                     }
-                    continue;
+                    let next = self.groups.front_mut().expect("a group was just ensured");
+                    next.samples.extend(rest);
                 }
-            }
-            if group.taken == group.samples.len() {
-                self.groups.pop_front();
             }
         }
         self.prefetch(now, dist, fetch);
@@ -226,22 +220,12 @@ impl Pool {
         let draws: Vec<Key> = (0..self.group_draws)
             .map(|_| dist.draw(&mut self.rng))
             .collect();
-        let mut samples = Vec::with_capacity(draws.len() * self.reuse);
-        for _ in 0..self.reuse {
-            samples.extend_from_slice(&draws);
-        }
+        let mut samples = draws.repeat(self.reuse);
         samples.shuffle(&mut self.rng);
-        let start = fetch.len();
-        fetch.extend_from_slice(&draws);
-        fetch[start..].sort_unstable();
-        let mut distinct = start;
-        for i in start..fetch.len() {
-            if i == start || fetch[i] != fetch[distinct - 1] {
-                fetch[distinct] = fetch[i];
-                distinct += 1;
-            }
-        }
-        fetch.truncate(distinct);
+        let mut distinct = draws.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        fetch.extend(distinct);
         self.ahead += samples.len();
         self.counters.groups += 1;
         self.groups.push_back(Group {

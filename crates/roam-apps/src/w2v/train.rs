@@ -53,7 +53,7 @@ use crate::common::{
 };
 
 /// Training counters summed over the cluster each epoch, before the cluster counters.
-pub const TRAIN_COUNTERS: usize = 5;
+pub const TRAIN_COUNTERS: usize = 6;
 /// All counters summed through [`SumKeys`]: training, cluster, replication.
 pub const SUMMED: usize = TRAIN_COUNTERS + CLUSTER_COUNTERS + replication::COUNTERS;
 /// Where the replication counters start in the sums.
@@ -504,7 +504,8 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let mut counters = ClusterCounters::default();
     let mut replicas = Vec::new();
     let mut cpu_before = 0.0;
-    let mut fallbacks_before = crate::sampling::worker_counts(&w.counters())[1];
+    // The worker's sampling counters: negatives drawn, and `local` fallbacks among them.
+    let mut sampling_before = crate::sampling::worker_counts(&w.counters());
     for epoch in 1..=a.epochs {
         let clock = Stopwatch::start();
         let mut stats = SentenceStats::default();
@@ -525,15 +526,16 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             }
         }
         st.drain()?;
-        let [_, fallbacks] = crate::sampling::worker_counts(&w.counters());
+        let sampling = crate::sampling::worker_counts(&w.counters());
         job.node_sums.add(&[
             (stats.loss * LOSS_SCALE).round() as u64,
             stats.pairs,
             stats.negatives,
-            fallbacks - fallbacks_before,
+            sampling[1] - sampling_before[1],
             my_words as u64,
+            sampling[0] - sampling_before[0],
         ]);
-        fallbacks_before = fallbacks;
+        sampling_before = sampling;
         job.node_sums.barrier.wait();
         if w.id() == 0 {
             let train = job.node_sums.take();
@@ -604,7 +606,8 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
                 "words": sums[4],
                 "lr": alpha,
             });
-            row["sampling"] = crate::sampling::report(a.scheme(), sums[2], sums[3]);
+            // Drawn, not trained: a negative equal to its pair's center is drawn but skipped.
+            row["sampling"] = crate::sampling::report(a.scheme(), sums[5], sums[3]);
             if let Value::Object(m) = &mut row {
                 m.extend(metrics);
             }

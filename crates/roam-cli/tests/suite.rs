@@ -100,6 +100,67 @@ fn table_after(markdown: &str, header: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Asserts that each of `names` in `dir` is a well-formed PNG of at least 300 × 300 pixels.
+fn assert_figures(dir: &Path, names: &[&str]) {
+    for png in names {
+        let (w, h) = parse_png(&dir.join(png));
+        assert!(w >= 300 && h >= 300, "{png}: {w}x{h}");
+    }
+}
+
+/// A finished `roam bench suite --tiny` in a scratch directory.
+struct Suite {
+    dir: Scratch,
+    stdout: String,
+    stderr: String,
+    /// The results file.
+    results: Value,
+}
+
+impl Suite {
+    /// Runs `roam bench suite --tiny ARGS --dir DIR` (DIR named after `name`), asserting that it
+    /// succeeds.
+    fn run(name: &str, args: &[&str]) -> Self {
+        let dir = Scratch(std::env::temp_dir().join(format!("{name}-{}", std::process::id())));
+        let out = Command::new(common::roam())
+            .args(["bench", "suite", "--tiny"])
+            .args(args)
+            .arg("--dir")
+            .arg(&dir.0)
+            .output()
+            .expect("running roam bench suite");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "suite failed: {}\n{stdout}\n{stderr}",
+            out.status
+        );
+        let results = serde_json::from_str(
+            &std::fs::read_to_string(dir.0.join("results.json")).expect("results.json"),
+        )
+        .expect("results.json parses");
+        Self {
+            dir,
+            stdout,
+            stderr,
+            results,
+        }
+    }
+
+    /// The results file's runs.
+    fn runs(&self) -> &[Value] {
+        self.results["runs"].as_array().expect("runs")
+    }
+
+    /// `summary.md`, asserting that the suite printed it.
+    fn summary(&self) -> String {
+        let summary = std::fs::read_to_string(self.dir.0.join("summary.md")).expect("summary.md");
+        assert!(self.stdout.contains(&summary), "the summary is printed");
+        summary
+    }
+}
+
 fn f(v: &Value, field: &str) -> f64 {
     v[field]
         .as_f64()
@@ -108,32 +169,17 @@ fn f(v: &Value, field: &str) -> f64 {
 
 #[test]
 fn tiny_suite_writes_complete_results_summary_and_figures() {
-    let dir = Scratch(std::env::temp_dir().join(format!("roam-suite-test-{}", std::process::id())));
-    let out = Command::new(common::roam())
-        .args(["bench", "suite", "--tiny", "--dir"])
-        .arg(&dir.0)
-        .output()
-        .expect("running roam bench suite");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "suite failed: {}\n{stdout}\n{stderr}",
-        out.status
-    );
+    let suite = Suite::run("roam-suite-test", &[]);
+    let (dir, stdout) = (&suite.dir, &suite.stdout);
     assert!(
         stdout.contains("Speed-up of lapse"),
         "summary table on stdout:\n{stdout}"
     );
 
-    let results: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.0.join("results.json")).expect("results.json"),
-    )
-    .expect("results.json parses");
-    assert_eq!(results["preset"], "tiny");
-    let runs = results["runs"].as_array().expect("runs");
+    assert_eq!(suite.results["preset"], "tiny");
+    let runs = suite.runs();
     // 3 workloads x (single + 3 modes x {1, 2} nodes), one repetition.
-    assert_eq!(runs.len(), 21, "{stderr}");
+    assert_eq!(runs.len(), 21, "{}", suite.stderr);
     for r in runs {
         let id = r["id"].as_str().unwrap();
         assert_eq!(r["status"], "ok", "{id}: {}", r["error"]);
@@ -176,23 +222,23 @@ fn tiny_suite_writes_complete_results_summary_and_figures() {
         );
     }
 
-    let summary = std::fs::read_to_string(dir.0.join("summary.md")).expect("summary.md");
+    let summary = suite.summary();
     for app in ["mf", "kge", "w2v"] {
         assert!(
             summary.contains(&format!("#### {app}, loopback")),
             "{summary}"
         );
     }
-    for png in [
-        "epoch_time.png",
-        "speedup.png",
-        "local_fraction.png",
-        "bytes_per_point.png",
-        "cpu_overhead.png",
-    ] {
-        let (w, h) = parse_png(&dir.0.join(png));
-        assert!(w >= 300 && h >= 300, "{png}: {w}x{h}");
-    }
+    assert_figures(
+        &dir.0,
+        &[
+            "epoch_time.png",
+            "speedup.png",
+            "local_fraction.png",
+            "bytes_per_point.png",
+            "cpu_overhead.png",
+        ],
+    );
     for r in runs {
         let log = dir.0.join(r["log"].as_str().unwrap());
         assert!(log.is_file(), "{}", log.display());
@@ -206,7 +252,7 @@ fn tiny_suite_writes_complete_results_summary_and_figures() {
         .output()
         .expect("running roam bench suite --from");
     assert!(redraw.status.success(), "{redraw:?}");
-    assert_eq!(String::from_utf8_lossy(&redraw.stdout), stdout);
+    assert_eq!(String::from_utf8_lossy(&redraw.stdout), *stdout);
     parse_png(&dir.0.join("speedup.png"));
 
     // With --dir the redraw goes there instead, leaving the results' directory as it was.
@@ -225,37 +271,18 @@ fn tiny_suite_writes_complete_results_summary_and_figures() {
 
 #[test]
 fn tiny_suite_with_the_nups_modes_reports_their_cpu_overhead_and_speedups() {
-    let dir =
-        Scratch(std::env::temp_dir().join(format!("roam-suite-nups-test-{}", std::process::id())));
-    let out = Command::new(common::roam())
-        .args([
-            "bench",
-            "suite",
-            "--tiny",
+    let suite = Suite::run(
+        "roam-suite-nups-test",
+        &[
             "--modes",
             "single,lapse,nups,nups-replicate-only",
             "--nodes",
             "2",
-            "--dir",
-        ])
-        .arg(&dir.0)
-        .output()
-        .expect("running roam bench suite");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "suite failed: {}\n{stdout}\n{stderr}",
-        out.status
+        ],
     );
-
-    let results: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.0.join("results.json")).expect("results.json"),
-    )
-    .expect("results.json parses");
-    let runs = results["runs"].as_array().expect("runs");
+    let runs = suite.runs();
     // 3 workloads x (single + 3 modes at 2 nodes), one repetition.
-    assert_eq!(runs.len(), 12, "{stderr}");
+    assert_eq!(runs.len(), 12, "{}", suite.stderr);
     for r in runs {
         let id = r["id"].as_str().unwrap();
         assert_eq!(r["status"], "ok", "{id}: {}", r["error"]);
@@ -263,8 +290,8 @@ fn tiny_suite_with_the_nups_modes_reports_their_cpu_overhead_and_speedups() {
         assert_eq!(epochs.len(), 1, "{id}");
         let cpu = f(&epochs[0], "cpu_seconds");
         assert!(cpu > 0.0 && cpu.is_finite(), "{id}");
-        // Every record has its replica figures (those the job reported, if any), and only
-        // entries named replica*.
+        // Every record has its replica figures (those the job reported, if any: the NuPS
+        // modes report some), and only entries named replica*.
         let replica = r["replica"].as_object().expect("replica figures");
         assert!(
             replica
@@ -272,6 +299,9 @@ fn tiny_suite_with_the_nups_modes_reports_their_cpu_overhead_and_speedups() {
                 .all(|k| k.to_lowercase().starts_with("replica")),
             "{id}: {replica:?}"
         );
+        if r["mode"].as_str().unwrap().starts_with("nups") {
+            assert!(!replica.is_empty(), "{id}: no replica figures");
+        }
     }
     for mode in ["nups", "nups-replicate-only"] {
         assert_eq!(
@@ -283,8 +313,7 @@ fn tiny_suite_with_the_nups_modes_reports_their_cpu_overhead_and_speedups() {
         );
     }
 
-    let summary = std::fs::read_to_string(dir.0.join("summary.md")).expect("summary.md");
-    assert!(stdout.contains(&summary), "the summary is printed");
+    let summary = suite.summary();
     // The CPU overhead table has a column for every distributed mode and a figure in every
     // cell (each mode ran, and so did single), one row per workload.
     let overhead = table_after(
@@ -323,22 +352,17 @@ fn tiny_suite_with_the_nups_modes_reports_their_cpu_overhead_and_speedups() {
             "{row:?}"
         );
     }
-    for png in ["cpu_overhead.png", "speedup_nups.png", "epoch_time.png"] {
-        let (w, h) = parse_png(&dir.0.join(png));
-        assert!(w >= 300 && h >= 300, "{png}: {w}x{h}");
-    }
+    assert_figures(
+        &suite.dir.0,
+        &["cpu_overhead.png", "speedup_nups.png", "epoch_time.png"],
+    );
 }
 
 #[test]
 fn tiny_suite_with_two_sampling_schemes_reports_quality_and_efficiency_per_scheme() {
-    let dir = Scratch(
-        std::env::temp_dir().join(format!("roam-suite-sampling-test-{}", std::process::id())),
-    );
-    let out = Command::new(common::roam())
-        .args([
-            "bench",
-            "suite",
-            "--tiny",
+    let suite = Suite::run(
+        "roam-suite-sampling-test",
+        &[
             "--apps",
             "w2v",
             "--modes",
@@ -349,26 +373,11 @@ fn tiny_suite_with_two_sampling_schemes_reports_quality_and_efficiency_per_schem
             "default,local",
             "--profiles",
             "loopback",
-            "--dir",
-        ])
-        .arg(&dir.0)
-        .output()
-        .expect("running roam bench suite");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "suite failed: {}\n{stdout}\n{stderr}",
-        out.status
+        ],
     );
-
-    let results: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.0.join("results.json")).expect("results.json"),
-    )
-    .expect("results.json parses");
-    let runs = results["runs"].as_array().expect("runs");
+    let runs = suite.runs();
     // single (its default only) + lapse with its default and with local.
-    assert_eq!(runs.len(), 3, "{stderr}");
+    assert_eq!(runs.len(), 3, "{}", suite.stderr);
     let mut lapse_schemes = Vec::new();
     for r in runs {
         let id = r["id"].as_str().unwrap();
@@ -406,8 +415,7 @@ fn tiny_suite_with_two_sampling_schemes_reports_quality_and_efficiency_per_schem
         .unwrap()
         .clone();
 
-    let summary = std::fs::read_to_string(dir.0.join("summary.md")).expect("summary.md");
-    assert!(stdout.contains(&summary), "the summary is printed");
+    let summary = suite.summary();
     // The group table names the lapse configurations by scheme.
     let group = table_after(
         &summary,
@@ -451,14 +459,14 @@ fn tiny_suite_with_two_sampling_schemes_reports_quality_and_efficiency_per_schem
             strings("2", "lapse", "local"),
         ]
     );
-    for png in [
-        "quality_cpu.png",
-        "quality_epoch_time.png",
-        "epoch_time.png",
-    ] {
-        let (w, h) = parse_png(&dir.0.join(png));
-        assert!(w >= 300 && h >= 300, "{png}: {w}x{h}");
-    }
+    assert_figures(
+        &suite.dir.0,
+        &[
+            "quality_cpu.png",
+            "quality_epoch_time.png",
+            "epoch_time.png",
+        ],
+    );
 }
 
 #[test]

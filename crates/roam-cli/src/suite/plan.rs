@@ -4,6 +4,7 @@
 //! phase of the machine spreads over all configurations instead of hitting one), and the
 //! configurations left out with the reason.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -231,6 +232,14 @@ impl fmt::Display for Sampling {
 }
 
 impl Sampling {
+    /// The scheme passed with `--sampling`; `None` for the mode's default (no flag).
+    pub(crate) fn requested(self) -> Option<roam::Scheme> {
+        match self {
+            Self::Default => None,
+            Self::Scheme(s) => Some(s),
+        }
+    }
+
     /// The scheme `app` uses in `mode` with this request (`None` for apps that do not
     /// sample): the named one, or the app's default for the mode (the same code as the child's,
     /// since the child is this binary).
@@ -466,10 +475,9 @@ impl RunSpec {
     /// A file-name-safe identifier, unique within a suite (a named sampling scheme follows the
     /// mode, `:` written `_`: `w2v-loopback-lapse-pool_16-n2-w1-r1`).
     pub(crate) fn id(&self) -> String {
-        let sampling = match self.sampling {
-            Sampling::Default => String::new(),
-            Sampling::Scheme(s) => format!("-{}", s.to_string().replace(':', "_")),
-        };
+        let sampling = self.sampling.requested().map_or(String::new(), |s| {
+            format!("-{}", s.to_string().replace(':', "_"))
+        });
         format!(
             "{}-{}-{}{sampling}-n{}-w{}-r{}",
             self.app.name(),
@@ -522,9 +530,11 @@ pub(crate) struct Plan {
 /// only on loopback. The sampling workloads run once per scheme of [`samplings_for`].
 pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
     let mut out = Plan::default();
+    let mut samplings = BTreeMap::new();
     for &app in &m.apps {
         for &mode in &m.modes {
-            for dropped in samplings_for(app, mode, &m.samplings).1 {
+            let (runs, dropped) = samplings_for(app, mode, &m.samplings);
+            for dropped in dropped {
                 out.skipped.push(format!(
                     "{} {} with --sampling {dropped}: it is the mode's default, which runs \
                      (as `default`) anyway",
@@ -532,6 +542,7 @@ pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
                     mode.name()
                 ));
             }
+            samplings.insert((app, mode), runs);
         }
     }
     let profiles: Vec<Profile> = m
@@ -558,6 +569,13 @@ pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
                 .to_string(),
         );
     }
+    // One node uses no link: it runs on loopback only, once (at the first profile's turn when
+    // loopback is not among the profiles, so that the baseline is always there).
+    let one_node_turn = if profiles.contains(&Profile::Loopback) {
+        Some(Profile::Loopback)
+    } else {
+        profiles.first().copied()
+    };
     for rep in 1..=m.reps {
         for &app in &m.apps {
             for &profile in &profiles {
@@ -570,12 +588,7 @@ pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
                             &m.nodes[..]
                         };
                         for &nodes in node_counts {
-                            // One node uses no link: it runs on loopback only, once (at the
-                            // first profile's turn when loopback is not among the profiles, so
-                            // that the baseline is always there).
-                            let loopback_absent = !profiles.contains(&Profile::Loopback);
-                            let baseline_turn = profile == profiles[0] && loopback_absent;
-                            if nodes == 1 && profile != Profile::Loopback && !baseline_turn {
+                            if nodes == 1 && Some(profile) != one_node_turn {
                                 continue;
                             }
                             let profile = if nodes == 1 {
@@ -583,7 +596,7 @@ pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
                             } else {
                                 profile
                             };
-                            for sampling in samplings_for(app, mode, &m.samplings).0 {
+                            for &sampling in &samplings[&(app, mode)] {
                                 out.runs.push(RunSpec {
                                     app,
                                     mode,

@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::plan::{App, Mode, Profile};
@@ -28,10 +29,11 @@ struct Series {
     points: Vec<(u32, Stat)>,
 }
 
-/// One panel of a figure.
-struct Panel {
+/// One panel of a figure: its lines ([`Series`]) or point clouds ([`Cloud`]).
+struct Panel<S> {
+    app: App,
     title: String,
-    series: Vec<Series>,
+    series: Vec<S>,
 }
 
 /// How a figure's y axis works.
@@ -78,14 +80,25 @@ fn variant_color(mode: Mode, i: usize, n: usize) -> RGBColor {
     RGBColor(mix(base.0), mix(base.1), mix(base.2))
 }
 
-/// The schemes `app` ran `mode` with (its default alone when it did not run it).
-fn schemes_of(summary: &Summary, app: App, mode: Mode) -> Vec<SchemeName> {
-    let schemes = summary.schemes(app, mode);
-    if schemes.is_empty() {
-        vec![summary.default_scheme(app, mode)]
-    } else {
-        schemes
+/// The configurations of `modes` in one group, each as its key at one node and its colour:
+/// every mode with each scheme the workload ran it with ([`Summary::scheme_keys`]), in shades of
+/// the mode's colour.
+fn configurations(
+    summary: &Summary,
+    (app, profile, w): (App, Profile, u32),
+    modes: &[Mode],
+) -> Vec<(CellKey, RGBColor)> {
+    let mut out = Vec::new();
+    for &mode in modes {
+        let keys = summary.scheme_keys(app, profile, w, mode, 1);
+        let n = keys.len();
+        out.extend(
+            keys.into_iter()
+                .enumerate()
+                .map(|(i, key)| (key, variant_color(mode, i, n))),
+        );
     }
+    out
 }
 
 /// Draws every figure into `dir`; returns the files written.
@@ -99,26 +112,12 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
     }
     let per_mode = |modes: &[Mode], value: &dyn Fn(CellKey) -> Option<Stat>| {
         panels(&groups, |app, profile, w| {
-            modes
-                .iter()
-                .flat_map(|&mode| {
-                    let schemes = schemes_of(summary, app, mode);
-                    let n = schemes.len();
-                    schemes.into_iter().enumerate().map(move |(i, sampling)| {
-                        let key = |nodes| CellKey {
-                            app,
-                            profile,
-                            workers_per_node: w,
-                            mode,
-                            sampling,
-                            nodes,
-                        };
-                        Series {
-                            label: summary.label(key(1)),
-                            color: variant_color(mode, i, n),
-                            points: node_points(summary, mode, |nodes| value(key(nodes))),
-                        }
-                    })
+            configurations(summary, (app, profile, w), modes)
+                .into_iter()
+                .map(|(key, color)| Series {
+                    label: summary.label(key),
+                    color,
+                    points: node_points(summary, key.mode, |nodes| value(CellKey { nodes, ..key })),
                 })
                 .collect()
         })
@@ -150,7 +149,7 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
     let all = summary.modes();
     let distributed: Vec<Mode> = all.iter().copied().filter(|&m| m != Mode::Single).collect();
     let mut written = Vec::new();
-    let mut figure = |name: &str, title: &str, panels: Vec<Panel>, y: YAxis| {
+    let mut figure = |name: &str, title: &str, panels: Vec<Panel<Series>>, y: YAxis| {
         let path = dir.join(name);
         draw(&path, title, &panels, groups_columns(&groups), y)
             .with_context(|| format!("drawing {}", path.display()))?;
@@ -241,19 +240,12 @@ pub(crate) fn draw_all(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<Path
 /// the epoch time.
 pub(crate) const QUALITY_FIGURES: [&str; 2] = ["quality_cpu.png", "quality_epoch_time.png"];
 
-/// One configuration (mode and scheme) of a quality panel: (nodes, x, quality) points.
+/// One configuration (mode and scheme) of a quality panel: (nodes, (x, quality)) points.
 struct Cloud {
     label: String,
     color: RGBColor,
     sampling: SchemeName,
-    points: Vec<(u32, Stat, Stat)>,
-}
-
-/// One panel of a quality figure.
-struct CloudPanel {
-    title: String,
-    y_label: String,
-    clouds: Vec<Cloud>,
+    points: Vec<(u32, (Stat, Stat))>,
 }
 
 /// The marker of a scheme's family.
@@ -291,63 +283,29 @@ fn draw_quality(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     if groups.is_empty() {
         return Ok(Vec::new());
     }
-    let mut columns: Vec<(Profile, u32)> = groups.iter().map(|g| (g.1, g.2)).collect();
-    columns.sort();
-    columns.dedup();
-    let mut apps: Vec<App> = groups.iter().map(|g| g.0).collect();
-    apps.sort();
-    apps.dedup();
+    let modes = summary.modes();
     let panels = |x: &dyn Fn(CellKey, &Cell) -> Option<Stat>| {
-        let mut out = Vec::new();
-        for &app in &apps {
-            for &(profile, w) in &columns {
-                let metric = summary.quality_metric(app).unwrap_or("quality");
-                let mut clouds = Vec::new();
-                if groups.contains(&(app, profile, w)) {
-                    for mode in summary.modes() {
-                        let schemes = schemes_of(summary, app, mode);
-                        let n = schemes.len();
-                        for (i, sampling) in schemes.into_iter().enumerate() {
-                            let key = |nodes| CellKey {
-                                app,
-                                profile,
-                                workers_per_node: w,
-                                mode,
-                                sampling,
-                                nodes,
-                            };
-                            let nodes = if mode == Mode::Single {
-                                vec![1]
-                            } else {
-                                summary.node_counts()
-                            };
-                            let points: Vec<(u32, Stat, Stat)> = nodes
-                                .into_iter()
-                                .filter_map(|n| {
-                                    let cell = summary.cell(key(n))?;
-                                    Some((n, x(key(n), cell)?, cell.quality?))
-                                })
-                                .collect();
-                            if !points.is_empty() {
-                                clouds.push(Cloud {
-                                    label: summary.label(key(1)),
-                                    color: variant_color(mode, i, n),
-                                    sampling,
-                                    points,
-                                });
-                            }
-                        }
-                    }
-                }
-                out.push(CloudPanel {
-                    title: format!("{} / {} / {w} w/node", app.name(), profile.name()),
-                    y_label: metric.to_string(),
-                    clouds,
-                });
-            }
-        }
-        out
+        panels(&groups, |app, profile, w| {
+            configurations(summary, (app, profile, w), &modes)
+                .into_iter()
+                .filter_map(|(key, color)| {
+                    let points = node_points(summary, key.mode, |nodes| {
+                        let key = CellKey { nodes, ..key };
+                        let cell = summary.cell(key)?;
+                        Some((x(key, cell)?, cell.quality?))
+                    });
+                    (!points.is_empty()).then(|| Cloud {
+                        label: summary.label(key),
+                        color,
+                        sampling: key.sampling,
+                        points,
+                    })
+                })
+                .collect()
+        })
     };
+    let y_label = |app| summary.quality_metric(app).unwrap_or("quality");
+    let columns = groups_columns(&groups);
     let mut written = Vec::new();
     let [cpu_name, time_name] = QUALITY_FIGURES;
     let path = dir.join(cpu_name);
@@ -356,7 +314,8 @@ fn draw_quality(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         "Quality after the last epoch vs CPU overhead ratio (CPU s per epoch, all nodes / \
          single's); labels: nodes",
         &panels(&|k, _| summary.overhead(k)),
-        columns.len(),
+        columns,
+        &y_label,
         "CPU overhead ratio",
         &[1.0, CPU_OVERHEAD_AIM],
     )
@@ -367,7 +326,8 @@ fn draw_quality(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         &path,
         "Quality after the last epoch vs epoch time (s); labels: nodes",
         &panels(&|_, c| c.epoch_seconds),
-        columns.len(),
+        columns,
+        &y_label,
         "seconds per epoch",
         &[],
     )
@@ -377,14 +337,16 @@ fn draw_quality(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Draws one quality figure: per panel, a log x axis (`x_label`, dashed lines at
-/// `x_references`), the quality on a linear y axis, each configuration's points joined in node
-/// order with min–max bars both ways and the node count beside each point, and the legend to
-/// the right of the plot. The marker tells the scheme's family ([`Marker`]).
-fn draw_clouds(
+/// `x_references`), the quality on a linear y axis (labelled `y_label` of the panel's
+/// workload), each configuration's points joined in node order with min–max bars both ways and
+/// the node count beside each point, and the legend to the right of the plot. The marker tells
+/// the scheme's family ([`Marker`]).
+fn draw_clouds<'s>(
     path: &Path,
     title: &str,
-    panels: &[CloudPanel],
+    panels: &[Panel<Cloud>],
     columns: usize,
+    y_label: &dyn Fn(App) -> &'s str,
     x_label: &str,
     x_references: &[f64],
 ) -> anyhow::Result<()> {
@@ -392,39 +354,22 @@ fn draw_clouds(
     let (pw, ph, legend_w) = (600u32, 420u32, 170u32);
     let width = (pw + legend_w) * columns as u32;
     let height = ph * rows as u32 + 40;
-    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
-    let err = |e: &dyn std::fmt::Display| anyhow!("{e}");
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let (head, body) = root.split_vertically(40);
-    let title_size =
-        (f64::from(width - 20) / (0.6 * title.chars().count() as f64)).clamp(11.0, 20.0);
-    head.titled(title, (FAMILY, title_size))
-        .map_err(|e| err(&e))?;
-    let areas = body.split_evenly((rows, columns));
+    let (root, areas) = canvas(path, (width, height), title, (rows, columns))?;
     for (panel, area) in panels.iter().zip(areas.iter()) {
         let (plot, legend) = area.split_horizontally(pw);
         let xs: Vec<f64> = panel
-            .clouds
+            .series
             .iter()
-            .flat_map(|c| c.points.iter().flat_map(|(_, x, _)| [x.min, x.max]))
+            .flat_map(|c| c.points.iter().flat_map(|(_, (x, _))| [x.min, x.max]))
             .chain(x_references.iter().copied())
             .filter(|v| *v > 0.0)
             .map(f64::log10)
             .collect();
         let ys: Vec<f64> = panel
-            .clouds
+            .series
             .iter()
-            .flat_map(|c| c.points.iter().flat_map(|(_, _, y)| [y.min, y.max]))
+            .flat_map(|c| c.points.iter().flat_map(|(_, (_, y))| [y.min, y.max]))
             .collect();
-        let fit = |v: &[f64], min_pad: f64| {
-            if v.is_empty() {
-                return (0.0, 1.0);
-            }
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let pad = ((hi - lo) * 0.08).max(min_pad);
-            (lo - pad, hi + pad)
-        };
         let (x0, x1) = fit(&xs, 0.05);
         let (y0, y1) = fit(&ys, 1e-3);
         let mut chart = ChartBuilder::on(&plot)
@@ -433,20 +378,20 @@ fn draw_clouds(
             .x_label_area_size(34)
             .y_label_area_size(58)
             .build_cartesian_2d(x0..x1, y0..y1)
-            .map_err(|e| err(&e))?;
+            .map_err(plot_err)?;
         chart
             .configure_mesh()
             .x_desc(x_label)
             .x_labels(6)
             .y_labels(6)
-            .y_desc(panel.y_label.as_str())
+            .y_desc(y_label(panel.app))
             .x_label_formatter(&|v| log_label(*v))
             .y_label_formatter(&|v| format!("{}", (v * 1000.0).round() / 1000.0))
             .light_line_style(WHITE)
             .label_style((FAMILY, 12))
             .axis_desc_style((FAMILY, 12))
             .draw()
-            .map_err(|e| err(&e))?;
+            .map_err(plot_err)?;
         for &r in x_references {
             let r = r.log10();
             chart
@@ -456,19 +401,19 @@ fn draw_clouds(
                     4,
                     BLACK.mix(0.5).stroke_width(1),
                 ))
-                .map_err(|e| err(&e))?;
+                .map_err(plot_err)?;
         }
-        for c in &panel.clouds {
+        for c in &panel.series {
             let color = c.color;
             let pts: Vec<(f64, f64)> = c
                 .points
                 .iter()
-                .filter(|(_, x, _)| x.median > 0.0)
-                .map(|(_, x, y)| (x.median.log10(), y.median))
+                .filter(|(_, (x, _))| x.median > 0.0)
+                .map(|(_, (x, y))| (x.median.log10(), y.median))
                 .collect();
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(1)))
-                .map_err(|e| err(&e))?;
+                .map_err(plot_err)?;
             let style = color.filled();
             match Marker::of(c.sampling) {
                 Marker::Circle => chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, style))),
@@ -483,8 +428,8 @@ fn draw_clouds(
                     chart.draw_series(pts.iter().map(|&p| Cross::new(p, 5, color.stroke_width(2))))
                 }
             }
-            .map_err(|e| err(&e))?;
-            for (n, x, y) in &c.points {
+            .map_err(plot_err)?;
+            for (n, (x, y)) in &c.points {
                 if x.min <= 0.0 || x.median <= 0.0 {
                     continue;
                 }
@@ -494,7 +439,7 @@ fn draw_clouds(
                         PathElement::new(vec![(x.min.log10(), ym), (x.max.log10(), ym)], color),
                         PathElement::new(vec![(xm, y.min), (xm, y.max)], color),
                     ])
-                    .map_err(|e| err(&e))?;
+                    .map_err(plot_err)?;
                 // The node count just above and right of the point.
                 chart
                     .draw_series(std::iter::once(
@@ -505,11 +450,11 @@ fn draw_clouds(
                                 (FAMILY, 11).into_font().color(&color),
                             ),
                     ))
-                    .map_err(|e| err(&e))?;
+                    .map_err(plot_err)?;
             }
         }
         // The legend: the marker and the configuration's label per line.
-        for (i, c) in panel.clouds.iter().enumerate() {
+        for (i, c) in panel.series.iter().enumerate() {
             let y = 40 + 15 * i as i32;
             let (at, style) = ((8, y), c.color.filled());
             match Marker::of(c.sampling) {
@@ -518,17 +463,17 @@ fn draw_clouds(
                 Marker::Square => legend.draw(&Rectangle::new([(4, y - 4), (12, y + 4)], style)),
                 Marker::Cross => legend.draw(&Cross::new(at, 5, c.color.stroke_width(2))),
             }
-            .map_err(|e| err(&e))?;
+            .map_err(plot_err)?;
             legend
                 .draw(&Text::new(
                     c.label.clone(),
                     (18, y - 6),
                     (FAMILY, 11).into_font().color(&BLACK),
                 ))
-                .map_err(|e| err(&e))?;
+                .map_err(plot_err)?;
         }
     }
-    root.present().map_err(|e| err(&e))?;
+    root.present().map_err(plot_err)?;
     Ok(())
 }
 
@@ -542,10 +487,10 @@ fn groups_columns(groups: &[(App, Profile, u32)]) -> usize {
 
 /// One panel per group, in row-major (workload, then profile) order; a missing combination
 /// leaves an empty panel so that columns stay aligned.
-fn panels(
+fn panels<S>(
     groups: &[(App, Profile, u32)],
-    series: impl Fn(App, Profile, u32) -> Vec<Series>,
-) -> Vec<Panel> {
+    series: impl Fn(App, Profile, u32) -> Vec<S>,
+) -> Vec<Panel<S>> {
     let mut columns: Vec<(Profile, u32)> = groups.iter().map(|g| (g.1, g.2)).collect();
     columns.sort();
     columns.dedup();
@@ -557,6 +502,7 @@ fn panels(
         for &(profile, w) in &columns {
             let present = groups.contains(&(app, profile, w));
             out.push(Panel {
+                app,
                 title: format!("{} / {} / {w} w/node", app.name(), profile.name()),
                 series: if present {
                     series(app, profile, w)
@@ -569,18 +515,14 @@ fn panels(
     out
 }
 
-/// The points of `mode` at each node count (single: one node only).
-fn node_points(
+/// The points of `mode` at each node count ([`Summary::node_counts_of`]) that has a value.
+fn node_points<T>(
     summary: &Summary,
     mode: Mode,
-    value: impl Fn(u32) -> Option<Stat>,
-) -> Vec<(u32, Stat)> {
-    let nodes = if mode == Mode::Single {
-        vec![1]
-    } else {
-        summary.node_counts()
-    };
-    nodes
+    value: impl Fn(u32) -> Option<T>,
+) -> Vec<(u32, T)> {
+    summary
+        .node_counts_of(mode)
         .into_iter()
         .filter_map(|n| value(n).map(|s| (n, s)))
         .collect()
@@ -599,11 +541,51 @@ fn log_label(v: f64) -> String {
     }
 }
 
+/// The range of `values` widened by 8 % of its span (at least `min_pad`) each way; (0, 1) when
+/// there are none.
+fn fit(values: &[f64], min_pad: f64) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 1.0);
+    }
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let pad = ((hi - lo) * 0.08).max(min_pad);
+    (lo - pad, hi + pad)
+}
+
+/// A drawing area of a PNG file.
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// A plotters error as an [`anyhow::Error`].
+fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow!("{e}")
+}
+
+/// The drawing areas of a white `width` × `height` image at `path` with `title` on top: the
+/// whole (to present when drawn) and the panels below the title, `rows` × `columns`. The title
+/// is 20 px, smaller if it would not fit the width (a monospace glyph is about 0.6 of the font
+/// size wide).
+fn canvas<'a>(
+    path: &'a Path,
+    (width, height): (u32, u32),
+    title: &str,
+    (rows, columns): (usize, usize),
+) -> anyhow::Result<(Area<'a>, Vec<Area<'a>>)> {
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let (head, body) = root.split_vertically(40);
+    let title_size =
+        (f64::from(width - 20) / (0.6 * title.chars().count() as f64)).clamp(11.0, 20.0);
+    head.titled(title, (FAMILY, title_size)).map_err(plot_err)?;
+    let areas = body.split_evenly((rows, columns));
+    Ok((root, areas))
+}
+
 /// Draws one figure.
 fn draw(
     path: &Path,
     title: &str,
-    panels: &[Panel],
+    panels: &[Panel<Series>],
     columns: usize,
     y: YAxis,
 ) -> anyhow::Result<()> {
@@ -611,17 +593,7 @@ fn draw(
     let (pw, ph) = (460u32, 330u32);
     let width = pw * columns as u32;
     let height = ph * rows as u32 + 40;
-    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
-    let err = |e: &dyn std::fmt::Display| anyhow!("{e}");
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let (head, body) = root.split_vertically(40);
-    // 20 px, smaller if the title would not fit one panel's width (a monospace glyph is about
-    // 0.6 of the font size wide).
-    let title_size =
-        (f64::from(width - 20) / (0.6 * title.chars().count() as f64)).clamp(11.0, 20.0);
-    head.titled(title, (FAMILY, title_size))
-        .map_err(|e| err(&e))?;
-    let areas = body.split_evenly((rows, columns));
+    let (root, areas) = canvas(path, (width, height), title, (rows, columns))?;
     let max_nodes = panels
         .iter()
         .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)))
@@ -640,23 +612,16 @@ fn draw(
             .filter(|v| !y.log || *v > 0.0)
             .map(tf)
             .collect();
-        let (lo, hi) = match y.fixed {
-            Some((a, b)) => (a, b),
-            None if values.is_empty() => (0.0, 1.0),
-            None => {
-                let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let pad = ((hi - lo) * 0.08).max(if y.log { 0.05 } else { 1e-3 });
-                (lo - pad, hi + pad)
-            }
-        };
+        let (lo, hi) = y
+            .fixed
+            .unwrap_or_else(|| fit(&values, if y.log { 0.05 } else { 1e-3 }));
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.title, (FAMILY, 15))
             .margin(8)
             .x_label_area_size(34)
             .y_label_area_size(58)
             .build_cartesian_2d(-0.25..xmax + 0.25, lo..hi)
-            .map_err(|e| err(&e))?;
+            .map_err(plot_err)?;
         chart
             .configure_mesh()
             .x_desc("nodes")
@@ -676,7 +641,7 @@ fn draw(
             .label_style((FAMILY, 12))
             .axis_desc_style((FAMILY, 12))
             .draw()
-            .map_err(|e| err(&e))?;
+            .map_err(plot_err)?;
         for &r in y.references {
             let r = tf(r);
             chart
@@ -686,7 +651,7 @@ fn draw(
                     4,
                     BLACK.mix(0.5).stroke_width(1),
                 ))
-                .map_err(|e| err(&e))?;
+                .map_err(plot_err)?;
         }
         for s in &panel.series {
             let pts: Vec<(f64, f64)> = s
@@ -698,14 +663,14 @@ fn draw(
             let color = s.color;
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(|e| err(&e))?
+                .map_err(plot_err)?
                 .label(s.label.clone())
                 .legend(move |(x, yy)| {
                     PathElement::new(vec![(x, yy), (x + 18, yy)], color.stroke_width(2))
                 });
             chart
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(|e| err(&e))?;
+                .map_err(plot_err)?;
             chart
                 .draw_series(
                     s.points
@@ -716,7 +681,7 @@ fn draw(
                             PathElement::new(vec![(x, tf(st.min)), (x, tf(st.max))], color)
                         }),
                 )
-                .map_err(|e| err(&e))?;
+                .map_err(plot_err)?;
         }
         if !panel.series.is_empty() {
             chart
@@ -726,10 +691,10 @@ fn draw(
                 .label_font((FAMILY, 11))
                 .position(SeriesLabelPosition::UpperLeft)
                 .draw()
-                .map_err(|e| err(&e))?;
+                .map_err(plot_err)?;
         }
     }
-    root.present().map_err(|e| err(&e))?;
+    root.present().map_err(plot_err)?;
     Ok(())
 }
 

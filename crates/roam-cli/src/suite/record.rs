@@ -1,8 +1,8 @@
 //! The suite's results file (`results.json`): one record per child run with its configuration,
 //! outcome, wall and CPU time and everything rank 0 reported, plus the per-run figures the
 //! summaries are built from (mean epoch seconds and CPU seconds, bytes per data point, the NuPS
-//! modes' replica figures, the sampling scheme and the workload's quality metric). Written again after every run, so an interrupted suite leaves valid
-//! partial results.
+//! modes' replica figures, the sampling scheme and the workload's quality metric). Written
+//! again after every run, so an interrupted suite leaves valid partial results.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -296,6 +296,23 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// A record of a successful mf run in lapse at 2 nodes on loopback that reported nothing,
+/// with `fields` (an object) set over it: a fixture for the suite's tests.
+#[cfg(test)]
+pub(crate) fn test_record(fields: Value) -> RunRecord {
+    let mut record = serde_json::json!({
+        "id": "x", "app": "mf", "mode": "lapse", "profile": "loopback", "nodes": 2,
+        "workers_per_node": 1, "rep": 1, "command": [], "status": "ok", "exit_code": 0,
+        "signal": null, "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0,
+        "error": null, "log": "x.log", "dataset": null, "epochs": [], "counters": null,
+        "points_per_epoch": null, "settings": null,
+    });
+    for (name, value) in fields.as_object().expect("fields as an object") {
+        record[name] = value.clone();
+    }
+    serde_json::from_value(record).expect("a valid record")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,17 +332,13 @@ mod tests {
 
     #[test]
     fn per_run_figures_need_every_epoch() {
-        let mut r: RunRecord = serde_json::from_value(serde_json::json!({
-            "id": "x", "app": "mf", "mode": "lapse", "profile": "10gbe", "nodes": 2,
-            "workers_per_node": 1, "rep": 1, "command": [], "status": "ok", "exit_code": 0,
-            "signal": null, "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0,
-            "error": null, "log": "x.log", "dataset": null,
+        let mut r = test_record(serde_json::json!({
+            "profile": "10gbe",
             "epochs": [{"seconds": 1.0, "cpu_seconds": 2.0}, {"seconds": 3.0, "cpu_seconds": 4.0}],
             "counters": {"local_fraction": 0.5, "messages_sent": 1, "bytes_sent": 400,
                          "relocations": 0},
-            "points_per_epoch": 100, "settings": null,
-        }))
-        .unwrap();
+            "points_per_epoch": 100,
+        }));
         assert_eq!(r.epoch_seconds(), Some(2.0));
         assert_eq!(r.epoch_cpu_seconds(), Some(3.0));
         assert_eq!(r.bytes_per_point(), Some(2.0));
@@ -366,14 +379,7 @@ mod tests {
         );
         assert!(replica_figures(&serde_json::json!({"settings": null})).is_empty());
 
-        let mut r: RunRecord = serde_json::from_value(serde_json::json!({
-            "id": "x", "app": "mf", "mode": "nups", "profile": "loopback", "nodes": 2,
-            "workers_per_node": 1, "rep": 1, "command": [], "status": "ok", "exit_code": 0,
-            "signal": null, "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0,
-            "error": null, "log": "x.log", "dataset": null, "epochs": [], "counters": null,
-            "points_per_epoch": null, "settings": null,
-        }))
-        .unwrap();
+        let mut r = test_record(serde_json::json!({"mode": "nups"}));
         r.replica = figures;
         let numbers = r.replica_numbers();
         assert_eq!(numbers["replicated_keys"], 120.0);

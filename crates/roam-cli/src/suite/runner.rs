@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use super::plan::{RunSpec, Sampling};
+use super::plan::RunSpec;
 use super::record::{self, Counters, RunRecord, Status};
 
 /// How long a run may take to exit after SIGTERM before it gets SIGKILL.
@@ -48,7 +48,7 @@ pub(crate) fn command_line(exe: &Path, spec: &RunSpec) -> Vec<OsString> {
         args.push(a.into());
     }
     args.extend(spec.train_args.iter().map(OsString::from));
-    if let Sampling::Scheme(s) = spec.sampling {
+    if let Some(s) = spec.sampling.requested() {
         args.push("--sampling".into());
         args.push(s.to_string().into());
     }
@@ -120,10 +120,7 @@ pub(crate) fn run(exe: &Path, spec: &RunSpec, dir: &Path) -> anyhow::Result<RunR
             .sampling
             .resolve(spec.app, spec.mode)
             .map(|s| s.to_string()),
-        sampling_requested: match spec.sampling {
-            Sampling::Default => None,
-            Sampling::Scheme(s) => Some(s.to_string()),
-        },
+        sampling_requested: spec.sampling.requested().map(|s| s.to_string()),
         command: argv
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
@@ -286,27 +283,7 @@ mod tests {
 
     #[test]
     fn the_report_fills_the_record_with_its_replica_figures() {
-        use crate::suite::plan::{App, Mode, Profile};
-        let spec = RunSpec {
-            app: App::Mf,
-            mode: Mode::Nups,
-            nodes: 2,
-            workers_per_node: 1,
-            profile: Profile::Loopback,
-            rep: 1,
-            sampling: Sampling::Default,
-            epochs: 1,
-            train_args: Vec::new(),
-            timeout: Duration::from_secs(1),
-        };
-        let mut record: RunRecord = serde_json::from_value(serde_json::json!({
-            "id": spec.id(), "app": "mf", "mode": "nups", "profile": "loopback", "nodes": 2,
-            "workers_per_node": 1, "rep": 1, "command": [], "status": "ok", "exit_code": 0,
-            "signal": null, "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0,
-            "error": null, "log": "x.log", "dataset": null, "epochs": [], "counters": null,
-            "points_per_epoch": null, "settings": null,
-        }))
-        .unwrap();
+        let mut record = record::test_record(serde_json::json!({"mode": "nups"}));
         let report = rank0_report(
             "[node 0] {\"app\":\"mf\",\"epochs\":[{\"seconds\":1,\"cpu_seconds\":2}],\
              \"local_fraction\":0.9,\"messages_sent\":1,\"bytes_sent\":2,\"relocations\":3,\
@@ -323,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_named_scheme_is_passed_and_the_reported_one_recorded() {
-        use crate::suite::plan::{App, Mode, Profile};
+        use crate::suite::plan::{App, Mode, Profile, Sampling};
         let mut spec = RunSpec {
             app: App::W2v,
             mode: Mode::Lapse,
@@ -350,15 +327,9 @@ mod tests {
             "{}",
             line(&spec)
         );
-        let mut record: RunRecord = serde_json::from_value(serde_json::json!({
-            "id": spec.id(), "app": "w2v", "mode": "lapse", "profile": "loopback", "nodes": 2,
-            "workers_per_node": 1, "rep": 1, "sampling": "pool:4",
-            "sampling_requested": "pool:4", "command": [], "status": "ok", "exit_code": 0,
-            "signal": null, "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0,
-            "error": null, "log": "x.log", "dataset": null, "epochs": [], "counters": null,
-            "points_per_epoch": null, "settings": null,
-        }))
-        .unwrap();
+        let mut record = record::test_record(serde_json::json!({
+            "app": "w2v", "sampling": "pool:4", "sampling_requested": "pool:4",
+        }));
         let report = rank0_report(
             "{\"app\":\"w2v\",\"epochs\":[{\"seconds\":1,\"topic_auc\":0.6,\
              \"sampling\":{\"scheme\":\"pool:4\",\"samples\":8,\"fallback_fraction\":0.5}}],\

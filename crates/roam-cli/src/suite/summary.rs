@@ -382,16 +382,21 @@ impl Summary {
         set.into_iter().collect()
     }
 
+    /// The node counts `mode` is shown at: one for `single`, else [`Self::node_counts`].
+    pub(crate) fn node_counts_of(&self, mode: Mode) -> Vec<u32> {
+        if mode == Mode::Single {
+            vec![1]
+        } else {
+            self.node_counts()
+        }
+    }
+
     /// The rows of one group, in mode, scheme and node order (single first; one-node rows of
     /// other profiles come from loopback).
     pub(crate) fn rows(&self, app: App, profile: Profile, w: u32) -> Vec<(CellKey, &Cell)> {
         let mut out = Vec::new();
         for mode in Mode::ALL {
-            let nodes: Vec<u32> = if mode == Mode::Single {
-                vec![1]
-            } else {
-                self.node_counts()
-            };
+            let nodes = self.node_counts_of(mode);
             for sampling in self.schemes(app, mode) {
                 for &n in &nodes {
                     let key = CellKey {
@@ -414,7 +419,6 @@ impl Summary {
     /// The Markdown report: a table per group, then the speed-ups.
     pub(crate) fn markdown(&self) -> String {
         let mut s = String::new();
-        let show = |x: Option<Stat>, d: usize| x.map_or("–".to_string(), |x| x.show(d));
         for (app, profile, w) in self.groups() {
             let _ = writeln!(
                 s,
@@ -468,7 +472,7 @@ impl Summary {
 
     /// The keys of `mode` in one group at `nodes`, one per scheme the workload ran it with (its
     /// default scheme alone when it did not run).
-    fn scheme_keys(
+    pub(crate) fn scheme_keys(
         &self,
         app: App,
         profile: Profile,
@@ -528,10 +532,7 @@ impl Summary {
                 for key in self.scheme_keys(app, profile, w, subject, n) {
                     let cells: Vec<String> = columns
                         .iter()
-                        .map(|&(of, over, _)| {
-                            self.speedup_of(of, key, over)
-                                .map_or("–".to_string(), |x| x.show(2))
-                        })
+                        .map(|&(of, over, _)| show(self.speedup_of(of, key, over), 2))
                         .collect();
                     let scheme = if by_scheme {
                         format!(" {} |", key.sampling.show())
@@ -589,8 +590,8 @@ impl Summary {
             "---|".repeat(columns.len())
         );
         for (app, profile, w) in self.groups() {
-            let single = self
-                .cell(CellKey {
+            let single = show(
+                self.cell(CellKey {
                     app,
                     profile,
                     workers_per_node: w,
@@ -598,8 +599,9 @@ impl Summary {
                     sampling: self.default_scheme(app, Mode::Single),
                     nodes: 1,
                 })
-                .and_then(|c| c.epoch_cpu)
-                .map_or("–".to_string(), |x| x.show(3));
+                .and_then(|c| c.epoch_cpu),
+                3,
+            );
             for n in self.node_counts() {
                 if n == 1 && profile != Profile::Loopback {
                     continue;
@@ -630,9 +632,8 @@ impl Summary {
                 let cells: Vec<String> = ratios
                     .into_iter()
                     .map(|r| match r {
-                        None => "–".to_string(),
                         Some(r) if r.median > CPU_OVERHEAD_AIM => format!("**{}**", r.show(2)),
-                        Some(r) => r.show(2),
+                        r => show(r, 2),
                     })
                     .collect();
                 let _ = writeln!(
@@ -769,7 +770,6 @@ impl Summary {
     /// fraction of `local` samples that fell back to a remote key, and the quality metric after
     /// the last epoch.
     fn quality_markdown(&self, s: &mut String) {
-        let show = |x: Option<Stat>, d: usize| x.map_or("–".to_string(), |x| x.show(d));
         let mut apps: Vec<App> = self
             .groups()
             .iter()
@@ -819,6 +819,11 @@ impl Summary {
     }
 }
 
+/// `x` as [`Stat::show`] does, or `–` when there is none.
+fn show(x: Option<Stat>, digits: usize) -> String {
+    x.map_or("–".to_string(), |x| x.show(digits))
+}
+
 /// A replica figure: counts as integers, other values with three decimals below 10.
 fn show_figure(x: &Stat) -> String {
     let integral = [x.median, x.min, x.max].iter().all(|v| v.fract() == 0.0);
@@ -843,6 +848,7 @@ fn replica_stats(runs: &[&RunRecord]) -> BTreeMap<String, Stat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::suite::record::{replica_figures, test_record};
 
     #[test]
     fn stats_and_ratios() {
@@ -865,19 +871,14 @@ mod tests {
         cpu: f64,
         settings: serde_json::Value,
     ) -> RunRecord {
-        let mut r: RunRecord = serde_json::from_value(serde_json::json!({
-            "id": format!("mf-loopback-{mode}-n{nodes}"), "app": "mf", "mode": mode,
-            "profile": "loopback", "nodes": nodes, "workers_per_node": 1, "rep": 1,
-            "command": [], "status": "ok", "exit_code": 0, "signal": null,
-            "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0, "error": null,
-            "log": "x.log", "dataset": null,
+        let mut r = test_record(serde_json::json!({
+            "id": format!("mf-loopback-{mode}-n{nodes}"), "mode": mode, "nodes": nodes,
             "epochs": [{"seconds": seconds, "cpu_seconds": cpu}],
             "counters": {"local_fraction": 1.0, "messages_sent": 0, "bytes_sent": 0,
                          "relocations": 0},
             "points_per_epoch": 100, "settings": settings,
-        }))
-        .unwrap();
-        r.replica = crate::suite::record::replica_figures(&serde_json::json!({
+        }));
+        r.replica = replica_figures(&serde_json::json!({
             "settings": r.settings.clone()
         }));
         r
@@ -958,13 +959,10 @@ mod tests {
         cpu: f64,
         auc: f64,
     ) -> RunRecord {
-        serde_json::from_value(serde_json::json!({
+        test_record(serde_json::json!({
             "id": format!("w2v-loopback-{mode}-{scheme}-n{nodes}"), "app": "w2v", "mode": mode,
-            "profile": "loopback", "nodes": nodes, "workers_per_node": 1, "rep": 1,
+            "nodes": nodes,
             "sampling": scheme, "sampling_requested": if requested { Some(scheme) } else { None },
-            "command": [], "status": "ok", "exit_code": 0, "signal": null,
-            "timeout_seconds": 1.0, "wall_seconds": 1.0, "cpu_seconds": 1.0, "error": null,
-            "log": "x.log", "dataset": null,
             "epochs": [{"seconds": seconds, "cpu_seconds": cpu, "topic_auc": auc,
                         "sampling": {"scheme": scheme, "samples": 10,
                                      "fallback_fraction": 0.25}}],
@@ -972,7 +970,6 @@ mod tests {
                          "relocations": 0},
             "points_per_epoch": 100, "settings": {"metric": "topic_auc", "sampling": scheme},
         }))
-        .unwrap()
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{finals, total};
+use common::{consistency, finals, total};
 use roam_core::{Key, KeySpace, NodeId, Partitioning};
 use roam_sim::explore::{ExploreConfig, ExploreStats, explore};
 use roam_sim::{
@@ -34,6 +34,23 @@ struct Scenario {
     /// everything else, and by `SyncReplicas`; no later round, so executions are finite).
     replicated: Vec<Key>,
     scripts: Vec<(WorkerRef, Vec<Op>)>,
+}
+
+/// Fast local access, no location caches, a dense key space, nothing replicated.
+impl Default for Scenario {
+    fn default() -> Self {
+        Self {
+            name: "",
+            nodes: 2,
+            workers: 1,
+            keys: 1,
+            caches: false,
+            fast: true,
+            sparse: false,
+            replicated: Vec::new(),
+            scripts: Vec::new(),
+        }
+    }
 }
 
 impl Scenario {
@@ -89,7 +106,6 @@ impl Scenario {
             .scripts
             .iter()
             .any(|(_, script)| script.iter().any(|op| matches!(op, Op::MoveHome { .. })));
-        let program_order = !self.caches && self.fast && !moves_homes;
         let name = self.name;
         let mut check = |sim: &Sim, complete: bool| {
             let history = sim.history();
@@ -136,13 +152,12 @@ impl Scenario {
                 );
             }
             check_final_sums_exact(history, &finals).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let opts = if program_order {
-                Consistency::with_program_order()
-            } else {
-                Consistency::linearizable()
-            };
-            check_linearizable(history, opts, Some(&finals))
-                .unwrap_or_else(|v| panic!("{name}: {v}"));
+            check_linearizable(
+                history,
+                consistency(sim.config(), moves_homes),
+                Some(&finals),
+            )
+            .unwrap_or_else(|v| panic!("{name}: {v}"));
         };
         let started = std::time::Instant::now();
         let stats = explore(
@@ -188,10 +203,6 @@ fn ci_scenarios() -> Vec<Scenario> {
             nodes: 2,
             workers: 1,
             keys: 1,
-            caches: false,
-            fast: true,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(1, 0),
@@ -203,6 +214,7 @@ fn ci_scenarios() -> Vec<Scenario> {
                 ),
                 (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
             ],
+            ..Scenario::default()
         },
         // Two nodes ask for the home's key at once: one relocation may chain into the other.
         Scenario {
@@ -210,15 +222,12 @@ fn ci_scenarios() -> Vec<Scenario> {
             nodes: 3,
             workers: 1,
             keys: 1,
-            caches: false,
-            fast: true,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(2, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
                 (w(0, 0), vec![Op::pull(vec![0])]),
             ],
+            ..Scenario::default()
         },
         // Batched ops over two keys with different homes while one of them moves.
         Scenario {
@@ -226,10 +235,6 @@ fn ci_scenarios() -> Vec<Scenario> {
             nodes: 2,
             workers: 1,
             keys: 2,
-            caches: false,
-            fast: true,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(0, 0),
@@ -241,6 +246,7 @@ fn ci_scenarios() -> Vec<Scenario> {
                 ),
                 (w(1, 0), vec![push([1, 0], 2.0), Op::pull(vec![0, 1])]),
             ],
+            ..Scenario::default()
         },
         // Location caches: stale entries and the hops they cost (linearizability only).
         Scenario {
@@ -249,9 +255,6 @@ fn ci_scenarios() -> Vec<Scenario> {
             workers: 1,
             keys: 1,
             caches: true,
-            fast: true,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize(vec![0])]),
                 (
@@ -259,6 +262,7 @@ fn ci_scenarios() -> Vec<Scenario> {
                     vec![Op::pull_async(vec![0]), push([0], 1.0), push([0], 2.0)],
                 ),
             ],
+            ..Scenario::default()
         },
         // No fast local access: local ops travel over the self-link while the key moves.
         Scenario {
@@ -266,10 +270,7 @@ fn ci_scenarios() -> Vec<Scenario> {
             nodes: 2,
             workers: 1,
             keys: 1,
-            caches: false,
             fast: false,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(1, 0),
@@ -277,6 +278,7 @@ fn ci_scenarios() -> Vec<Scenario> {
                 ),
                 (w(0, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
             ],
+            ..Scenario::default()
         },
     ]
 }
@@ -295,10 +297,6 @@ fn home_move_scenarios() -> Vec<Scenario> {
             nodes: 2,
             workers: 1,
             keys: 1,
-            caches: false,
-            fast: true,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(1, 0),
@@ -306,6 +304,7 @@ fn home_move_scenarios() -> Vec<Scenario> {
                 ),
                 (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
             ],
+            ..Scenario::default()
         },
         // The home moves to a third node while a relocation of the key is under way.
         Scenario {
@@ -313,15 +312,12 @@ fn home_move_scenarios() -> Vec<Scenario> {
             nodes: 3,
             workers: 1,
             keys: 1,
-            caches: false,
-            fast: true,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(2, 0), vec![move_async(0, 2), push([0], 2.0)]),
                 (w(0, 0), vec![Op::pull(vec![0])]),
             ],
+            ..Scenario::default()
         },
         // Batched ops over two buckets while one bucket's home moves and a key relocates.
         Scenario {
@@ -329,10 +325,6 @@ fn home_move_scenarios() -> Vec<Scenario> {
             nodes: 2,
             workers: 1,
             keys: 2,
-            caches: false,
-            fast: true,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(0, 0),
@@ -343,6 +335,7 @@ fn home_move_scenarios() -> Vec<Scenario> {
                     vec![Op::localize_async(vec![0]), push([1, 0], 2.0)],
                 ),
             ],
+            ..Scenario::default()
         },
     ]
 }
@@ -356,31 +349,25 @@ fn long_scenarios() -> Vec<Scenario> {
             nodes: 3,
             workers: 1,
             keys: 1,
-            caches: false,
-            fast: true,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(2, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
                 (w(0, 0), vec![push([0], 4.0), Op::pull(vec![0])]),
             ],
+            ..Scenario::default()
         },
         Scenario {
             name: "long: two workers per node (2 nodes, 1 key)",
             nodes: 2,
             workers: 2,
             keys: 1,
-            caches: false,
-            fast: true,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (w(0, 0), vec![push([0], 1.0)]),
                 (w(0, 1), vec![Op::pull(vec![0])]),
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
                 (w(1, 1), vec![Op::pull(vec![0])]),
             ],
+            ..Scenario::default()
         },
         Scenario {
             name: "long: caches while the owner moves again (3 nodes, 1 key)",
@@ -388,9 +375,6 @@ fn long_scenarios() -> Vec<Scenario> {
             workers: 1,
             keys: 1,
             caches: true,
-            fast: true,
-            sparse: false,
-            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize(vec![0])]),
                 (
@@ -399,6 +383,7 @@ fn long_scenarios() -> Vec<Scenario> {
                 ),
                 (w(0, 0), vec![Op::localize_async(vec![0])]),
             ],
+            ..Scenario::default()
         },
     ]
 }
@@ -459,14 +444,12 @@ fn sparse_scenarios() -> Vec<Scenario> {
             nodes: 2,
             workers: 1,
             keys: 1,
-            caches: false,
-            fast: true,
             sparse: true,
-            replicated: Vec::new(),
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
             ],
+            ..Scenario::default()
         },
         // Two keys with different creators, a batch over both and a relocation of one.
         Scenario {
@@ -474,10 +457,7 @@ fn sparse_scenarios() -> Vec<Scenario> {
             nodes: 2,
             workers: 1,
             keys: 2,
-            caches: false,
-            fast: true,
             sparse: true,
-            replicated: Vec::new(),
             scripts: vec![
                 (
                     w(0, 0),
@@ -485,6 +465,7 @@ fn sparse_scenarios() -> Vec<Scenario> {
                 ),
                 (w(1, 0), vec![Op::pull(vec![0, 1]), push([1], 2.0)]),
             ],
+            ..Scenario::default()
         },
     ]
 }
@@ -498,9 +479,6 @@ fn replication_scenarios() -> Vec<Scenario> {
             nodes: 2,
             workers: 1,
             keys: 2,
-            caches: false,
-            fast: true,
-            sparse: false,
             replicated: vec![1],
             scripts: vec![
                 (
@@ -517,6 +495,7 @@ fn replication_scenarios() -> Vec<Scenario> {
                     vec![push([1, 0], 2.0), Op::SyncReplicas, Op::pull(vec![1])],
                 ),
             ],
+            ..Scenario::default()
         },
         // Two workers per node, pushes on one node only: its deltas reach the key's hub (either
         // node) and come back to the other, while both nodes' workers arrive at the sync.
@@ -525,9 +504,6 @@ fn replication_scenarios() -> Vec<Scenario> {
             nodes: 2,
             workers: 2,
             keys: 1,
-            caches: false,
-            fast: true,
-            sparse: false,
             replicated: vec![0],
             scripts: vec![
                 (w(0, 0), vec![Op::SyncReplicas, Op::pull(vec![0])]),
@@ -538,6 +514,7 @@ fn replication_scenarios() -> Vec<Scenario> {
                 ),
                 (w(1, 1), vec![push([0], 3.0), Op::SyncReplicas]),
             ],
+            ..Scenario::default()
         },
     ]
 }
@@ -578,14 +555,11 @@ fn the_explorer_counts_every_interleaving() {
         nodes: 2,
         workers: 1,
         keys: 2,
-        caches: false,
-        fast: true,
-        sparse: false,
-        replicated: Vec::new(),
         scripts: vec![
             (w(0, 0), vec![push([0], 1.0)]),
             (w(1, 0), vec![push([1], 1.0)]),
         ],
+        ..Scenario::default()
     };
     let stats = scenario.explore(50);
     assert_eq!((stats.interleavings, stats.executions_checked), (2, 2));
@@ -597,14 +571,11 @@ fn the_explorer_counts_every_interleaving() {
         nodes: 2,
         workers: 1,
         keys: 1,
-        caches: false,
-        fast: true,
-        sparse: false,
-        replicated: Vec::new(),
         scripts: vec![
             (w(0, 0), vec![push([0], 1.0)]),
             (w(1, 0), vec![Op::pull(vec![0])]),
         ],
+        ..Scenario::default()
     };
     let stats = scenario.explore(50);
     assert_eq!(stats.interleavings, 4, "{stats:?}");

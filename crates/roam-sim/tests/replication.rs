@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{finals, run_fault_free, run_to_end, test_rng, total};
+use common::{consistency, finals, run_fault_free, run_to_end, test_rng, total, workers_of};
 use rand::Rng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
@@ -58,77 +58,90 @@ struct Phase {
     home_moves: bool,
 }
 
-/// The random ops of one phase of one worker: pulls, pushes (counted into `sums`), and as
-/// `phase` allows sets, localizes and home moves, with waits and pauses mixed in. Batches name
-/// distinct keys, replicated and not alike.
-#[allow(clippy::too_many_arguments)]
-fn random_phase(
-    rng: &mut ChaCha8Rng,
-    space: &KeySpace,
+/// What the random phases of a run draw from: its key space, node count, replicated keys
+/// (sorted) and sync period.
+struct Workload<'a> {
+    space: &'a KeySpace,
     nodes: u32,
-    replicated: &[Key],
+    replicated: &'a [Key],
     period: u64,
-    ops: usize,
-    phase: Phase,
-    sums: &mut [Vec<f32>],
-) -> Vec<Op> {
-    let num_keys = space.num_keys() as usize;
-    let mut script = Vec::new();
-    for _ in 0..ops {
-        let n = rng.random_range(1..=3);
-        let mut keys: Vec<Key> = sample(rng, num_keys, n)
-            .into_iter()
-            .map(|k| k as Key)
-            .collect();
-        // Make replicated keys frequent (they are about a third of the space).
-        if rng.random_bool(0.3) {
-            let r = replicated[rng.random_range(0..replicated.len())];
-            if !keys.contains(&r) {
-                keys[0] = r;
-            }
-        }
-        let len: usize = keys.iter().map(|&k| space.len(k)).sum();
-        let wait = rng.random_bool(0.5);
-        let op = match rng.random_range(0..20) {
-            0..6 => Op::Pull { keys, wait },
-            6..14 => {
-                let vals: Vec<f32> = (0..len)
-                    .map(|_| f32::from(rng.random_range(1u8..=4)))
-                    .collect();
-                let mut pos = 0;
-                for &k in &keys {
-                    for slot in sums[k as usize].iter_mut() {
-                        *slot += vals[pos];
-                        pos += 1;
-                    }
+}
+
+impl Workload<'_> {
+    /// The random ops of one phase of one worker: pulls, pushes (counted into `sums`), and as
+    /// `phase` allows sets, localizes and home moves, with waits and pauses mixed in. Batches
+    /// name distinct keys, replicated and not alike.
+    fn random_phase(
+        &self,
+        rng: &mut ChaCha8Rng,
+        ops: usize,
+        phase: Phase,
+        sums: &mut [Vec<f32>],
+    ) -> Vec<Op> {
+        let Self {
+            space,
+            nodes,
+            replicated,
+            period,
+        } = *self;
+        let num_keys = space.num_keys() as usize;
+        let mut script = Vec::new();
+        for _ in 0..ops {
+            let n = rng.random_range(1..=3);
+            let mut keys: Vec<Key> = sample(rng, num_keys, n)
+                .into_iter()
+                .map(|k| k as Key)
+                .collect();
+            // Make replicated keys frequent (they are about a third of the space).
+            if rng.random_bool(0.3) {
+                let r = replicated[rng.random_range(0..replicated.len())];
+                if !keys.contains(&r) {
+                    keys[0] = r;
                 }
-                Op::Push { keys, vals, wait }
             }
-            14..16 if phase.sets => {
-                let keys: Vec<Key> = keys
-                    .into_iter()
-                    .filter(|k| phase.replicated_sets || replicated.binary_search(k).is_err())
-                    .collect();
-                let len = keys.iter().map(|&k| space.len(k)).sum();
-                let vals = (0..len)
-                    .map(|_| f32::from(rng.random_range(0u8..=50)))
-                    .collect();
-                Op::Set { keys, vals, wait }
+            let len: usize = keys.iter().map(|&k| space.len(k)).sum();
+            let wait = rng.random_bool(0.5);
+            let op = match rng.random_range(0..20) {
+                0..6 => Op::Pull { keys, wait },
+                6..14 => {
+                    let vals: Vec<f32> = (0..len)
+                        .map(|_| f32::from(rng.random_range(1u8..=4)))
+                        .collect();
+                    let mut pos = 0;
+                    for &k in &keys {
+                        for slot in sums[k as usize].iter_mut() {
+                            *slot += vals[pos];
+                            pos += 1;
+                        }
+                    }
+                    Op::Push { keys, vals, wait }
+                }
+                14..16 if phase.sets => {
+                    let keys: Vec<Key> = keys
+                        .into_iter()
+                        .filter(|k| phase.replicated_sets || replicated.binary_search(k).is_err())
+                        .collect();
+                    let len = keys.iter().map(|&k| space.len(k)).sum();
+                    let vals = (0..len)
+                        .map(|_| f32::from(rng.random_range(0u8..=50)))
+                        .collect();
+                    Op::Set { keys, vals, wait }
+                }
+                16..18 if phase.home_moves => Op::MoveHome {
+                    key: keys[0],
+                    to: rng.random_range(0..nodes),
+                    wait,
+                },
+                16..20 if phase.moves => Op::Localize { keys, wait },
+                _ => Op::Sleep(rng.random_range(0..=period.saturating_mul(2))),
+            };
+            script.push(op);
+            if rng.random_bool(0.08) {
+                script.push(Op::WaitAll);
             }
-            16..18 if phase.home_moves => Op::MoveHome {
-                key: keys[0],
-                to: rng.random_range(0..nodes),
-                wait,
-            },
-            16..20 if phase.moves => Op::Localize { keys, wait },
-            _ => Op::Sleep(rng.random_range(0..=period.saturating_mul(2))),
-        };
-        script.push(op);
-        if rng.random_bool(0.08) {
-            script.push(Op::WaitAll);
         }
+        script
     }
-    script
 }
 
 /// 2–5 nodes (the node count cycles with the seed) of 1–2 workers, 14–18 keys of 1–2 values
@@ -182,9 +195,12 @@ fn replication_case(seed: u64) -> Case {
         1 => cfg.with_min_delta_norm(1e6),
         _ => cfg,
     };
-    let workers: Vec<WorkerRef> = (0..nodes)
-        .flat_map(|n| (0..workers_per_node).map(move |w| WorkerRef::new(n, w)))
-        .collect();
+    let workload = Workload {
+        space: &space,
+        nodes,
+        replicated: &replicated,
+        period,
+    };
     let all: Vec<Key> = (0..num_keys).collect();
     let zeros = || -> Vec<Vec<f32>> { all.iter().map(|&k| vec![0.0; space.len(k)]).collect() };
     let with_sets = rng.random_bool(0.5);
@@ -198,17 +214,8 @@ fn replication_case(seed: u64) -> Case {
         moves: dynamic,
         home_moves,
     };
-    for &w in &workers {
-        let mut script = random_phase(
-            &mut rng,
-            &space,
-            nodes,
-            &replicated,
-            period,
-            ops,
-            first,
-            &mut phase1,
-        );
+    for w in workers_of(&cfg) {
+        let mut script = workload.random_phase(&mut rng, ops, first, &mut phase1);
         script.extend([
             Op::WaitAll,
             Op::SyncReplicas,
@@ -243,16 +250,7 @@ fn replication_case(seed: u64) -> Case {
         ..first
     };
     for (_, script) in &mut scripts {
-        script.extend(random_phase(
-            &mut rng,
-            &space,
-            nodes,
-            &replicated,
-            period,
-            ops,
-            last,
-            &mut expected,
-        ));
+        script.extend(workload.random_phase(&mut rng, ops, last, &mut expected));
         script.extend([Op::WaitAll, Op::SyncReplicas, Op::pull(all.clone())]);
     }
     Case {
@@ -294,8 +292,7 @@ fn check_replica_reads(history: &History, cfg: &SimConfig) -> Result<usize, Stri
     let ret_seq = |op: &OpRecord| op.ret.map_or(u64::MAX, |r| r.seq);
     let value_for = |op: &OpRecord, key: Key| -> Vec<f32> {
         let mut sum = vec![0.0f32; space.len(key)];
-        for (k, vals) in op.writes(space).filter(|&(k, _)| k == key) {
-            debug_assert_eq!(k, key);
+        for (_, vals) in op.writes(space).filter(|&(k, _)| k == key) {
             match op.kind {
                 OpKind::Set => sum.copy_from_slice(vals),
                 _ => sum.iter_mut().zip(vals).for_each(|(s, v)| *s += v),
@@ -405,9 +402,8 @@ fn subset_sum(items: &[u32], target: f32) -> bool {
 /// and the number of reads of replicated keys checked.
 fn run_replication_case(seed: u64) -> (Sim, usize) {
     let case = replication_case(seed);
-    let cfg = case.cfg.clone();
     let sim = run_fault_free(seed, case.cfg, case.scripts);
-    let history = sim.history();
+    let (cfg, history) = (sim.config(), sim.history());
     for n in 0..cfg.nodes {
         let node = sim.node(NodeId(n));
         assert_eq!(node.replicated_keys(), &case.replicated[..], "seed {seed}");
@@ -472,12 +468,8 @@ fn run_replication_case(seed: u64) -> (Sim, usize) {
         "seed {seed}: the final sums cover exactly the keys that are not replicated"
     );
     check_per_key_linearizable(history).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
-    let reads = check_replica_reads(history, &cfg).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    let opts = if cfg.fast_local_access && !cfg.location_caches && !case.home_moves {
-        Consistency::with_program_order()
-    } else {
-        Consistency::linearizable()
-    };
+    let reads = check_replica_reads(history, cfg).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let opts = consistency(cfg, case.home_moves);
     check_linearizable(history, opts, Some(&finals)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
     (sim, reads)
 }
@@ -548,7 +540,12 @@ fn replicas_converge_after_a_sync_even_with_concurrent_sets() {
             .with_delay(0, max_delay)
             .with_think(0, rng.random_range(0..=20_000))
             .with_replication(replicated.clone(), period);
-        let mut sim = Sim::new(cfg);
+        let workload = Workload {
+            space: &space,
+            nodes,
+            replicated: &replicated,
+            period,
+        };
         let zeros =
             || -> Vec<Vec<f32>> { (0..num_keys).map(|k| vec![0.0; space.len(k)]).collect() };
         let (mut racing, mut after) = (zeros(), zeros());
@@ -562,46 +559,22 @@ fn replicas_converge_after_a_sync_even_with_concurrent_sets() {
             sets: false,
             ..racy
         };
-        for w in sim.workers() {
+        let mut scripts = Vec::new();
+        for w in workers_of(&cfg) {
             let ops = rng.random_range(10..=30);
-            let mut script = random_phase(
-                &mut rng,
-                &space,
-                nodes,
-                &replicated,
-                period,
-                ops,
-                racy,
-                &mut racing,
-            );
+            let mut script = workload.random_phase(&mut rng, ops, racy, &mut racing);
             script.extend([
                 Op::WaitAll,
                 Op::SyncReplicas,
                 Op::pull(replicated.clone()),
                 Op::Barrier,
             ]);
-            script.extend(random_phase(
-                &mut rng,
-                &space,
-                nodes,
-                &replicated,
-                period,
-                ops,
-                additive,
-                &mut after,
-            ));
+            script.extend(workload.random_phase(&mut rng, ops, additive, &mut after));
             script.extend([Op::WaitAll, Op::SyncReplicas, Op::pull(replicated.clone())]);
-            sim.add_script(w, script);
+            scripts.push((w, script));
         }
-        sim.run_until_idle().unwrap_or_else(|e| panic!("{e}"));
-        assert!(sim.unfinished_workers().is_empty(), "seed {seed}: hung");
-        assert!(
-            sim.warnings().is_empty(),
-            "seed {seed}: {:?}",
-            sim.warnings()
-        );
+        let sim = run_fault_free(seed, cfg, scripts);
         let history = sim.history();
-        assert!(history.ops().iter().all(OpRecord::succeeded), "seed {seed}");
         // Every worker's pull after the first sync, and every worker's last pull.
         let syncs: Vec<(Vec<f32>, Vec<f32>)> = sim
             .workers()
@@ -705,8 +678,8 @@ fn replicas_are_at_most_two_periods_and_two_deliveries_stale() {
             .with_delay(min_delay, max_delay)
             .with_think(0, 0)
             .with_replication(replicated.clone(), period);
-        let mut sim = Sim::new(cfg);
-        for w in sim.workers() {
+        let mut scripts = Vec::new();
+        for w in workers_of(&cfg) {
             let mut script = Vec::new();
             for _ in 0..rng.random_range(10..=40) {
                 let key = replicated[rng.random_range(0..replicated.len())];
@@ -719,15 +692,9 @@ fn replicas_are_at_most_two_periods_and_two_deliveries_stale() {
                 });
             }
             script.extend([Op::SyncReplicas, Op::pull(replicated.clone())]);
-            sim.add_script(w, script);
+            scripts.push((w, script));
         }
-        sim.run_until_idle().unwrap();
-        assert!(sim.unfinished_workers().is_empty(), "seed {seed}");
-        assert!(
-            sim.warnings().is_empty(),
-            "seed {seed}: {:?}",
-            sim.warnings()
-        );
+        let sim = run_fault_free(seed, cfg, scripts);
         let bound = 2 * period + 2 * max_delay;
         let slack = bound / 500 + 1;
         let mut measured = 0;
@@ -799,7 +766,7 @@ fn a_push_is_local_at_once_and_everywhere_within_two_periods_and_two_deliveries(
             Op::pull(vec![1]),
         ],
     );
-    sim.run_until_idle().unwrap();
+    run_to_end(0, &mut sim);
     let pulls = |n| -> Vec<(u64, Outcome)> {
         sim.history()
             .of_worker(w(n))
@@ -826,8 +793,7 @@ fn a_push_is_local_at_once_and_everywhere_within_two_periods_and_two_deliveries(
         }
         sim.add_script(w(n), script);
     }
-    sim.run_until_idle().unwrap();
-    assert!(sim.unfinished_workers().is_empty());
+    run_to_end(0, &mut sim);
     for n in 0..3 {
         let last = sim.history().of_worker(w(n)).last().unwrap();
         assert_eq!(last.outcome, Outcome::Pulled(vec![7.0, 3.0]), "node {n}");

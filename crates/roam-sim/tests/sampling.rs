@@ -20,7 +20,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
 
-use common::{finals, run_fault_free, run_to_end, test_rng, total};
+use common::{consistency, finals, run_fault_free, run_to_end, test_rng, total};
 use rand::Rng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
@@ -329,22 +329,11 @@ fn random_ops(
     script
 }
 
-/// The consistency options a run must pass: per-worker program order too where it is kept
-/// (fast local access, no location caches, no faults: `tests/async_order.rs`).
-fn consistency(cfg: &SimConfig, faults: bool) -> Consistency {
-    if cfg.fast_local_access && !cfg.location_caches && !faults {
-        Consistency::with_program_order()
-    } else {
-        Consistency::linearizable()
-    }
-}
-
 /// Runs a fault-free case and checks what every such run must satisfy: every op succeeded,
 /// single holders recorded by their homes, every key's final value (in the stores and in every
 /// worker's last pull) is the exact sum of its pushes, the history is linearizable per key, and
 /// the sampling figures agree with the front ends' counters ([`check_sampling_stats`]).
 fn run_checked(seed: u64, case: Case) -> Sim {
-    let cfg = case.cfg.clone();
     let sim = run_fault_free(seed, case.cfg, case.scripts);
     let history = sim.history();
     sim.check_quiescent_placement()
@@ -362,7 +351,7 @@ fn run_checked(seed: u64, case: Case) -> Sim {
         let last = history.of_worker(w).last().unwrap();
         assert_eq!(last.outcome, want, "seed {seed}: final pull of {w}");
     }
-    check_linearizable(history, consistency(&cfg, false), Some(&finals))
+    check_linearizable(history, consistency(sim.config(), false), Some(&finals))
         .unwrap_or_else(|v| panic!("seed {seed}: {v}"));
     check_sampling_stats(&sim, seed);
     sim

@@ -161,10 +161,10 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
         .with_location_caches(shape.caches.unwrap_or_else(|| rng.random_bool(0.5)))
         .with_delay(min_delay, max_delay)
         .with_think(0, max_think);
-    let workers: Vec<WorkerRef> = (0..nodes)
-        .flat_map(|n| (0..workers_per_node).map(move |w| WorkerRef::new(n, w)))
+    let mut scripts: Vec<(WorkerRef, Vec<Op>)> = workers_of(&cfg)
+        .into_iter()
+        .map(|w| (w, Vec::new()))
         .collect();
-    let mut scripts: Vec<(WorkerRef, Vec<Op>)> = workers.iter().map(|&w| (w, Vec::new())).collect();
     let mut expected: Vec<Vec<f32>> = (0..num_keys).map(|k| vec![0.0; space.len(k)]).collect();
     let all: Vec<Key> = (0..num_keys).collect();
     let fence = [Op::WaitAll, Op::Barrier];
@@ -240,6 +240,25 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
         cfg,
         scripts,
         expected,
+    }
+}
+
+/// Every worker of the cluster of `cfg`, node by node (the order of `Sim::workers`).
+pub(crate) fn workers_of(cfg: &SimConfig) -> Vec<WorkerRef> {
+    (0..cfg.nodes)
+        .flat_map(|n| (0..cfg.workers_per_node).map(move |w| WorkerRef::new(n, w)))
+        .collect()
+}
+
+/// The consistency a fault-free run of `cfg` must pass: with every worker's program order too
+/// where it is kept (fast local access, no location caches: see `async_order.rs`; no home
+/// moves: per-worker issue order of asynchronous ops is not kept across one, see
+/// docs/architecture.md, "Home moves"; synchronous ops stay sequentially consistent).
+pub(crate) fn consistency(cfg: &SimConfig, home_moves: bool) -> Consistency {
+    if cfg.fast_local_access && !cfg.location_caches && !home_moves {
+        Consistency::with_program_order()
+    } else {
+        Consistency::linearizable()
     }
 }
 
@@ -326,15 +345,9 @@ pub(crate) fn run_case(seed: u64, shape: DynShape) -> (Sim, bool, bool) {
             "seed {seed}: final pull of {w}"
         );
     }
-    // Per-key linearizability (with every worker's program order where it is guaranteed: see
-    // `async_order.rs`), the final values included.
-    // Per-worker issue order of asynchronous ops is not kept across a home move (see
-    // docs/architecture.md, "Home moves"); synchronous ops stay sequentially consistent.
-    let opts = if !caches && fast && !shape.home_moves {
-        Consistency::with_program_order()
-    } else {
-        Consistency::linearizable()
-    };
+    // Per-key linearizability (with every worker's program order where it is guaranteed), the
+    // final values included.
+    let opts = consistency(sim.config(), shape.home_moves);
     check_linearizable(history, opts, Some(&finals)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
     (sim, caches, fast)
 }

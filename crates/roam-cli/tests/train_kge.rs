@@ -2,9 +2,9 @@
 //! graph in every mode (single without launch, the others on 2 local nodes; the NuPS modes
 //! replicate every relation and report their replication), every negative-sampling scheme
 //! (`--sampling`) on 2 nodes, RESCAL with its per-key value lengths, text (names) input, and
-//! malformed input. Quality is asserted against
-//! the model's own random-initialisation baseline (`--eta 0`: the initial embeddings scored
-//! with the same filtered ranking), never against timings. Seeds are fixed and printed.
+//! malformed input. Quality is asserted against the model's own random-initialisation baseline
+//! (`--eta 0`: the initial embeddings scored with the same filtered ranking), never against
+//! timings. Seeds are fixed and printed.
 
 mod common;
 
@@ -47,6 +47,13 @@ fn train(mode: &str, nodes: u32, workers: u32, data: &[&str], extra: &[&str]) ->
     report
 }
 
+/// The MRR of the model's random initialisation (`--eta 0`, one epoch in single mode with
+/// `workers` workers): the baseline that trained runs must clearly beat.
+fn baseline(workers: u32, data: &[&str]) -> f64 {
+    let report = train("single", 1, workers, data, &["--epochs", "1", "--eta", "0"]);
+    last_epoch(&report, "mrr")
+}
+
 /// The NuPS modes replicate at least every relation, and the replicas were synchronised.
 fn assert_replicated(report: &Value) {
     let r = &report["settings"]["replication"];
@@ -69,8 +76,8 @@ fn assert_replicated(report: &Value) {
 /// run's and every epoch's `sampling` object count 2 × neg_ratio draws per training triple
 /// (over the cluster) with a fallback fraction in [0, 1] (0 unless the scheme is `local`).
 fn assert_sampled(report: &Value, scheme: &str) {
-    assert_eq!(report["settings"]["sampling"], scheme, "{report}");
     let settings = &report["settings"];
+    assert_eq!(settings["sampling"], scheme, "{report}");
     let per_epoch = settings["train_triples"].as_u64().expect("train_triples")
         * 2
         * settings["neg_ratio"].as_u64().expect("neg_ratio");
@@ -122,10 +129,7 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
     // The default model (ComplEx, dim 50 = Lapse's 100 reals): see the synthetic test below
     // for why not a smaller one.
     let small = ["--epochs", "4"];
-    let baseline = last_epoch(
-        &train("single", 1, 2, &data, &["--epochs", "1", "--eta", "0"]),
-        "mrr",
-    );
+    let baseline = baseline(2, &data);
     assert!(
         baseline < 0.1,
         "random embeddings rank near chance: {baseline}"
@@ -157,8 +161,7 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
         assert_learned(&report, baseline);
         // Each mode's default scheme (roam_apps::sampling::default_scheme).
         let scheme = match mode {
-            "lapse" => "preloc",
-            "nups" => "preloc",
+            "lapse" | "nups" => "preloc",
             _ => "naive",
         };
         assert_sampled(&report, scheme);
@@ -220,10 +223,7 @@ fn tiny_synthetic_graph_learns_on_two_nodes_with_one_worker_each() {
     // stay at MRR 0.06–0.2 for all 6 epochs (measured: 3 of 8 lapse runs at gamma 0.1, 8 of 8
     // at 0.2, one of 3 single runs); with the default dim 50 none of 12 lapse runs did.
     let small = ["--epochs", "6", "--eval-every", "2"];
-    let baseline = last_epoch(
-        &train("single", 1, 1, &data, &["--epochs", "1", "--eta", "0"]),
-        "mrr",
-    );
+    let baseline = baseline(1, &data);
     let single = train("single", 1, 1, &data, &small);
     assert_learned(&single, baseline);
     assert!(
@@ -283,11 +283,12 @@ fn every_sampling_scheme_learns_on_two_nodes() {
     let data = toy();
     let data = ["--data", data.as_str()];
     let small = ["--epochs", "4"];
-    let baseline = last_epoch(
-        &train("single", 1, 2, &data, &["--epochs", "1", "--eta", "0"]),
-        "mrr",
-    );
+    let baseline = baseline(2, &data);
     let single = train("single", 1, 2, &data, &small);
+    let sampled = |mode, workers, scheme| {
+        let extra = [&small[..], &["--sampling", scheme]].concat();
+        train(mode, 2, workers, &data, &extra)
+    };
     // Every scheme in nups mode (replicated relations, relocated entities), the exact ones in
     // lapse mode too; 2 nodes x 2 workers, the same quality bounds as the modes' test.
     let runs = [
@@ -303,13 +304,7 @@ fn every_sampling_scheme_learns_on_two_nodes() {
         ("lapse", "local"),
     ];
     for (mode, scheme) in runs {
-        let report = train(
-            mode,
-            2,
-            2,
-            &data,
-            &[&small[..], &["--sampling", scheme]].concat(),
-        );
+        let report = sampled(mode, 2, scheme);
         println!(
             "{mode} --sampling {scheme}: MRR {} {}",
             last_epoch(&report, "mrr"),
@@ -329,13 +324,7 @@ fn every_sampling_scheme_learns_on_two_nodes() {
     // Keys that never move: local draws from this node's static share (and falls back where
     // it holds none), pool takes its groups as they are.
     for scheme in ["local", "pool:4"] {
-        let report = train(
-            "classic",
-            2,
-            1,
-            &data,
-            &[&small[..], &["--sampling", scheme]].concat(),
-        );
+        let report = sampled("classic", 1, scheme);
         assert_learned(&report, baseline);
         assert_sampled(&report, scheme);
         assert_eq!(report["relocations"].as_u64(), Some(0), "{report}");
@@ -348,10 +337,7 @@ fn rescal_relations_are_single_keys_of_dim_squared_values() {
     let data = ["--data", data.as_str(), "--model", "rescal"];
     // The default dim (50): like ComplEx, a much smaller model (`--dim 8`: 2 of 5 lapse runs
     // measured at MRR 0.04–0.08 after 3 epochs) can stall near the flat start.
-    let baseline = last_epoch(
-        &train("single", 1, 1, &data, &["--epochs", "1", "--eta", "0"]),
-        "mrr",
-    );
+    let baseline = baseline(1, &data);
     let small = ["--epochs", "3"];
     let lapse = train("lapse", 2, 2, &data, &small);
     assert_eq!(lapse["settings"]["model"], "rescal");

@@ -257,8 +257,19 @@ fn nups_modes_replicate_hot_keys_and_learn_like_lapse() {
     for e in epochs(&r) {
         assert_eq!(e["sampling"]["scheme"], "local", "{e}");
         assert_eq!(e["sampling"]["fallback_fraction"], 0.0, "{e}");
-        assert_eq!(e["sampling"]["samples"], e["negatives"], "{e}");
+        assert_drew_the_negatives(e);
     }
+}
+
+/// The sampler drew every trained negative, plus the few equal to their pair's center word
+/// (drawn, then skipped as word2vec skips them), and nothing else.
+fn assert_drew_the_negatives(e: &Value) {
+    let drawn = e["sampling"]["samples"].as_u64().expect("samples");
+    let trained = e["negatives"].as_u64().expect("negatives");
+    assert!(
+        trained <= drawn && drawn - trained < drawn / 20,
+        "{drawn} drawn, {trained} trained: {e}"
+    );
 }
 
 /// One node, one worker: every key is local and the replicas have no peer, so a NuPS run trains
@@ -335,7 +346,7 @@ fn every_sampling_scheme_learns() {
         assert_learns(&r, "topic_auc", 0.3);
         assert_eq!(r["settings"]["sampling"], scheme, "{r}");
         for e in epochs(&r) {
-            assert_eq!(e["sampling"]["samples"], e["negatives"], "{e}");
+            assert_drew_the_negatives(e);
             let fallback = e["sampling"]["fallback_fraction"]
                 .as_f64()
                 .expect("fraction");

@@ -47,6 +47,18 @@ impl Options {
         sync_every(self.sync_every_ms).expect("validated")
     }
 
+    /// The report's `replication` object: the workload's own `fields` about what it replicated,
+    /// then the choice ([`Options::figures`]) and the sync figures ([`sync_figures`]) of the
+    /// cluster sums of [`node_counters`] over `nodes` nodes.
+    pub fn report(&self, mut fields: Value, sums: &[u64], nodes: u32) -> Value {
+        let object = fields
+            .as_object_mut()
+            .expect("the workload's fields are an object");
+        object.extend(self.figures());
+        object.extend(sync_figures(sums, nodes));
+        fields
+    }
+
     /// The report's description of the choice ([`chooser_figures`]).
     pub fn figures(&self) -> Map<String, Value> {
         let period = self

@@ -20,9 +20,8 @@
 //! Uniform negatives are not counted: they add the same expected number of accesses to every
 //! entity (under the exact sampling schemes; `local` draws only entities held on the node).
 //! Every node loads the whole graph and computes the same counts, hence the same set;
-//! [`replication::fingerprint`] lets the job check that at start-up.
+//! [`crate::replication::fingerprint`] lets the job check that at start-up.
 
-use crate::replication;
 use roam::Key;
 use serde_json::json;
 
@@ -119,16 +118,13 @@ pub use crate::replication::{COUNTERS, node_counters};
 /// and round (both directions of the sync: deltas to hubs, values from them); staleness is the
 /// mean over the nodes that measured any of each node's percentile.
 pub fn report(plan: &Plan, opts: &Options, sums: &[u64], nodes: u32) -> serde_json::Value {
-    let mut report = json!({
+    let fields = json!({
         "replicated_keys": plan.keys.len(),
         "replicated_entities": plan.entities,
         "replicated_relations": plan.relations,
         "access_fraction": plan.access_fraction,
     });
-    let object = report.as_object_mut().expect("an object");
-    object.extend(opts.figures());
-    object.extend(replication::sync_figures(sums, nodes));
-    report
+    opts.report(fields, sums, nodes)
 }
 
 #[cfg(test)]

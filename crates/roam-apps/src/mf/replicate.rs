@@ -15,7 +15,6 @@
 //! Every node loads or generates the whole matrix before it keeps its own share, so all nodes
 //! count the same cells and choose the same set; [`fingerprint`] lets the job check that.
 
-use crate::replication;
 use roam::Key;
 use serde_json::json;
 
@@ -70,14 +69,11 @@ pub use crate::replication::{COUNTERS, node_counters};
 /// and round (both directions of the sync: deltas to hubs, values from them); staleness is the
 /// mean over the nodes that measured any of each node's percentile.
 pub fn report(plan: &Plan, opts: &Options, sums: &[u64], nodes: u32) -> serde_json::Value {
-    let mut report = json!({
+    let fields = json!({
         "replicated_keys": plan.keys.len(),
         "access_fraction": plan.access_fraction,
     });
-    let object = report.as_object_mut().expect("an object");
-    object.extend(opts.figures());
-    object.extend(replication::sync_figures(sums, nodes));
-    report
+    opts.report(fields, sums, nodes)
 }
 
 #[cfg(test)]

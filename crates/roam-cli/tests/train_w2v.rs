@@ -195,7 +195,11 @@ fn assert_replicates(r: &Value) -> &Value {
     for field in ["occurrence_fraction", "access_fraction"] {
         assert!(f(field) > 0.0 && f(field) < 1.0, "{field}: {r}");
     }
-    assert_eq!(rep["sync_every_ms"], 10.0, "{r}");
+    assert_eq!(
+        rep["sync_every_ms"],
+        roam_apps::w2v::DEFAULT_SYNC_EVERY_MS,
+        "{r}"
+    );
     rep
 }
 

@@ -47,6 +47,8 @@ pub struct Front {
 pub(crate) struct Misses {
     pub(crate) keys: Vec<Key>,
     pub(crate) offsets: Vec<usize>,
+    /// Scratch of the `local` sampling schemes: the positions of a call's first draws.
+    pub(crate) positions: Vec<u64>,
 }
 
 impl Misses {

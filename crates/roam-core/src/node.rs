@@ -29,7 +29,9 @@
 //! - Frames for one destination leave in the order they were produced; the protocol relies on
 //!   per-link FIFO delivery.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use crate::directory::{Directory, Partitioning};
@@ -327,13 +329,13 @@ impl Node {
             store,
             counters: Arc::default(),
             next_op: 1,
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             outbox: VecDeque::new(),
             completions: VecDeque::new(),
             barriers: Barriers::default(),
             warnings: VecDeque::new(),
-            transit: HashMap::new(),
-            cache: HashMap::new(),
+            transit: HashMap::default(),
+            cache: HashMap::default(),
             replicas,
             samplers: Arc::new(samplers),
             cfg,

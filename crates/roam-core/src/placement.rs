@@ -12,7 +12,9 @@
 //! bucket away); the home is the only node that changes a key's placement, so ownership changes
 //! of one key are serialised by the home in force.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::id::{Key, NodeId};
 use crate::wire::Frame;
@@ -78,7 +80,7 @@ impl BucketRecords {
     pub(crate) fn new(default_owner: NodeId) -> Self {
         Self {
             default_owner,
-            owners: HashMap::new(),
+            owners: HashMap::default(),
             state: BucketState::Live,
         }
     }

@@ -41,6 +41,17 @@ use self::corpus::RawCorpus;
 use self::eval::{Evaluator, PairList};
 use self::replication::{Chooser, Replicated};
 use self::similarity::Benchmarks;
+
+/// Milliseconds between two replica sync rounds in the NuPS modes unless `--sync-every-ms`
+/// says otherwise. Measured on GCIDE (5 epochs, 4 nodes, 10gbe, 10000-word batches;
+/// docs/workloads-w2v.md): WordSim-353 0.504 / 0.505 / 0.279 at 50 / 100 / 250 ms (`single`
+/// 0.496), training CPU 7.7 / 6.1 / 6.2 s an epoch; 100 is the longest period that keeps
+/// quality (roam's default of 10 ms cost 39 s an epoch with 1000-word batches).
+pub const DEFAULT_SYNC_EVERY_MS: f64 = 100.0;
+
+/// The default `--batch-words` is capped so that each worker trains at least this many batches
+/// an epoch.
+const MIN_BATCHES_PER_EPOCH: usize = 8;
 use self::synthetic::Spec;
 use self::train::{Job, NodeSums, SUMMED};
 use self::vocab::{KeyMap, UnigramTable, Vocab};
@@ -124,10 +135,15 @@ pub struct Args {
     /// staleness between workers; 10000 (ten of word2vec's longest sentences) cost no measured
     /// quality and moves a batch's frequent words and negatives once instead of per sentence.
     ///
-    /// Default: 10000, except in lapse and nups modes 1000 — there a batch is also the unit of
-    /// look-ahead (the next batch's words are localized while this one trains), and relocating
-    /// the distinct words of ten thousand must finish within one batch's training or the batch
-    /// finds them remote (local fraction 0.38–0.65 against 0.75 with 1000 on small.txt).
+    /// Default: 10000, except in lapse mode 1000 — there a batch is also the unit of look-ahead
+    /// (the next batch's words are localized while this one trains), and relocating the
+    /// distinct words of ten thousand must finish within one batch's training or the batch
+    /// finds them remote (local fraction 0.38–0.65 against 0.75 with 1000 on small.txt). In
+    /// nups mode the frequent words are replicated and only the tail moves: 10000 keeps 0.94
+    /// of accesses local on GCIDE at 4 nodes and costs 2.7× less CPU than 1000, whose every
+    /// batch pulls and pushes the hot words again (docs/workloads-w2v.md). Every default is
+    /// capped at an eighth of a worker's share of the corpus: a batch that is a whole epoch
+    /// trains every update from the epoch's starting values, which diverged on small corpora.
     #[arg(long)]
     pub batch_words: Option<usize>,
     /// NuPS modes: replicate the word keys expected to be accessed at least this many times as
@@ -138,7 +154,9 @@ pub struct Args {
     /// most, instead of the heuristic (NuPS's `replicate N`).
     #[arg(long)]
     pub replicate_top: Option<usize>,
-    /// NuPS modes: milliseconds between two replica sync rounds (default: roam's, 10).
+    /// NuPS modes: milliseconds between two replica sync rounds (default 100, measured on
+    /// GCIDE at 2 and 4 nodes: WordSim-353 as `single`'s at 50 and 100, lost at 250 and more;
+    /// see docs/workloads-w2v.md).
     #[arg(long)]
     pub sync_every_ms: Option<f64>,
     /// Fraction of the corpus (its tail) held out for heldout_auc; 0 disables that metric.
@@ -162,10 +180,18 @@ pub struct Args {
 }
 
 impl Args {
-    /// `--batch-words`, or its default for the mode (see the option).
-    pub fn batch_words(&self) -> usize {
-        let default = if self.mode.localizes() { 1000 } else { 10000 };
-        self.batch_words.unwrap_or(default)
+    /// `--batch-words`, or its default for the mode (see the option) for workers that each
+    /// train `words_per_worker` words an epoch: at most an eighth of that, so that an epoch is
+    /// never one batch pulled at its start and pushed at its end (on small corpora such
+    /// batches diverged at high learning rates).
+    pub fn batch_words(&self, words_per_worker: usize) -> usize {
+        let default = if self.mode.localizes() && !self.mode.replicates() {
+            1000
+        } else {
+            10000
+        };
+        self.batch_words
+            .unwrap_or_else(|| default.min(words_per_worker / MIN_BATCHES_PER_EPOCH).max(1))
     }
 
     fn validate(&self) -> anyhow::Result<()> {
@@ -183,7 +209,10 @@ impl Args {
             self.subsample
         );
         ensure!(self.neg_power.is_finite(), "--neg-power must be finite");
-        ensure!(self.batch_words() >= 1, "--batch-words must be at least 1");
+        ensure!(
+            self.batch_words.is_none_or(|b| b >= 1),
+            "--batch-words must be at least 1"
+        );
         ensure!(self.eval_pairs >= 1, "--eval-pairs must be at least 1");
         ensure!(
             self.restrict_vocab >= 1,
@@ -363,9 +392,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     ));
     cfg.sampling_seed = args.seed;
     cfg.replicated_keys = replicated.keys.clone();
-    if let Some(ms) = args.sync_every_ms {
-        cfg.replica_sync_every = Duration::from_secs_f64(ms / 1e3);
-    }
+    let sync_ms = args.sync_every_ms.unwrap_or(DEFAULT_SYNC_EVERY_MS);
+    cfg.replica_sync_every = Duration::from_secs_f64(sync_ms / 1e3);
     let sync_every = cfg.replica_sync_every;
     let node = args.mode.start(cfg).context("starting the node")?;
     let partitioning = args.mode.partitioning();
@@ -393,6 +421,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         (ev, _) => ev,
     };
+    let workers = (node.num_nodes() * node.workers_per_node()) as usize;
     let sums = SumKeys::new((keys.num_keys()..num_keys).collect(), dim as usize, SUMMED);
     let node_sums = NodeSums::new(node.workers_per_node() as usize);
     let job = Job {
@@ -461,7 +490,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "lr": args.lr,
             "min_count": args.min_count,
             "subsample": args.subsample,
-            "batch_words": args.batch_words(),
+            "batch_words": args.batch_words(sentences.words.len() / workers),
             "sampling": args.scheme().to_string(),
             "seed": args.seed,
             "vocab": vocab.len(),
@@ -507,4 +536,35 @@ fn load(args: &Args) -> anyhow::Result<(RawCorpus, String)> {
     };
     let spec: Spec = text.parse()?;
     Ok((spec.generate(), name))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(given: &[&str]) -> Args {
+        Cli::try_parse_from(std::iter::once("w2v").chain(given.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn default_batches_follow_the_mode_and_leave_every_worker_eight_an_epoch() {
+        assert_eq!(args(&["--mode", "lapse"]).batch_words(1_000_000), 1000);
+        assert_eq!(args(&["--mode", "nups"]).batch_words(1_000_000), 10000);
+        assert_eq!(args(&["--mode", "single"]).batch_words(1_000_000), 10000);
+        assert_eq!(args(&["--mode", "nups"]).batch_words(8000), 1000);
+        assert_eq!(args(&["--mode", "lapse"]).batch_words(4000), 500);
+        assert_eq!(args(&["--mode", "classic"]).batch_words(3), 1);
+        let given = args(&["--mode", "nups", "--batch-words", "50000"]);
+        assert_eq!(given.batch_words(8000), 50000);
+    }
 }

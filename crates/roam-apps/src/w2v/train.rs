@@ -456,7 +456,11 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let parts = (w.num_nodes() * w.workers_per_node()) as usize;
     let mine = job.sentences.part(gid, parts);
     let my_words = job.sentences.words_in(mine.clone()) as f64;
-    let batches = batches(job.sentences, mine, a.batch_words());
+    let batches = batches(
+        job.sentences,
+        mine,
+        a.batch_words(job.sentences.words.len() / parts),
+    );
     let schedule = my_words * f64::from(a.epochs) + 1.0;
 
     init_vectors(job, w).context("initialising the vectors")?;

@@ -7,7 +7,7 @@
 //! refused before anything is drawn, so a refused call changes neither the handle nor any
 //! random state.
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 use rand::Rng;
 
@@ -86,7 +86,7 @@ impl Front {
             remaining: n,
             ahead: Vec::new(),
             next: 0,
-            drawn: (!spec.with_replacement).then(HashSet::new),
+            drawn: (!spec.with_replacement).then(HashSet::default),
         };
         // The keys to localize are collected where a localize hand-off keeps them.
         let store = &**store;
@@ -228,8 +228,21 @@ impl Front {
         let len = sampler.value_len;
         misses.keys.clear();
         misses.offsets.clear();
+        // Every sample's first draw, made up front so that the state words of the keys a few
+        // samples ahead are fetched while this one is checked: a check is a cache miss on a
+        // word of the node's whole table, and it is most of a local draw's cost.
+        let mut firsts = std::mem::take(&mut misses.positions);
+        firsts.clear();
+        firsts.extend((0..k).map(|_| dist.draw_position(rng)));
+        const AHEAD: usize = 8;
+        for &position in firsts.iter().take(AHEAD) {
+            store.prefetch_word(support.key(position));
+        }
         let mut hits = 0u64;
         for (i, slot) in keys_out.iter_mut().enumerate() {
+            if let Some(&ahead) = firsts.get(i + AHEAD) {
+                store.prefetch_word(support.key(ahead));
+            }
             let mut out = vals.as_deref_mut().map(|v| &mut v[i * len..(i + 1) * len]);
             let fresh = |key: Key| handle.drawn.as_ref().is_none_or(|set| !set.contains(&key));
             // Reads `key` if it is held here (with fast local access: straight from the
@@ -244,7 +257,7 @@ impl Front {
                 }
                 Some(_) => false,
             };
-            let first = dist.draw_position(rng);
+            let first = firsts[i];
             let mut chosen = None;
             if scan {
                 for step in 0..support.len.min(LOCAL_SCAN) {
@@ -290,6 +303,7 @@ impl Front {
             }
             *slot = key;
         }
+        misses.positions = firsts;
         if !read {
             return Ok(None);
         }

@@ -29,7 +29,7 @@ mod dist;
 mod front;
 pub mod pool;
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 use std::fmt;
 use std::str::FromStr;
 

@@ -216,6 +216,15 @@ impl Store {
         }
     }
 
+    /// Hints the CPU to fetch `key`'s state word (dense spaces; a sparse lookup is a hash
+    /// probe that a prefetch of the word cannot hide), ahead of a check of where `key` is.
+    #[inline]
+    pub fn prefetch_word(&self, key: Key) {
+        if let Some(state) = self.index.dense_words().get(key as usize) {
+            prefetch(state.as_ptr().cast());
+        }
+    }
+
     /// Whether this node holds a replica of `key`.
     pub fn has_replica(&self, key: Key) -> bool {
         self.word(key) & REPLICA != 0
@@ -297,7 +306,7 @@ impl Store {
         let len = if L > 0 { L } else { len };
         let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
         for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
-            self.prefetch_ahead(values, keys, i);
+            self.prefetch_ahead(values, replicas, keys, i);
             let Some(state) = self.index.get(key) else {
                 if !self.space.contains(key) {
                     return Err(key);
@@ -361,7 +370,7 @@ impl Store {
         let accept = if SET { LOCAL } else { HELD };
         let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
         for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
-            self.prefetch_ahead(values, keys, i);
+            self.prefetch_ahead(values, replicas, keys, i);
             let hit = self.index.get(key).is_some_and(|state| {
                 latched_as(state, accept, |s| {
                     let slot = (s & SLOT_MASK) as u32;
@@ -404,7 +413,13 @@ impl Store {
     /// Prefetches the state word of key `i + 2 * D` and the record of key `i + D` (dense
     /// spaces; a sparse lookup is a hash probe that a prefetch of the word cannot hide).
     #[inline(always)]
-    fn prefetch_ahead(&self, values: UniformView<'_>, keys: &[Key], i: usize) {
+    fn prefetch_ahead(
+        &self,
+        values: UniformView<'_>,
+        replicas: UniformView<'_>,
+        keys: &[Key],
+        i: usize,
+    ) {
         const D: usize = 8;
         let words = self.index.dense_words();
         if let Some(&far) = keys.get(i + 2 * D)
@@ -416,9 +431,16 @@ impl Store {
             && let Some(state) = words.get(near as usize)
         {
             let s = state.load(Ordering::Relaxed);
-            // Owned records only: the common case, and one area's fields stay in registers.
-            if s & LOCAL != 0 {
-                let (base, offset) = values.locate(s as u32);
+            // Owned records and replicas (the hot keys of NuPS runs); other keys are not here.
+            let area = if s & LOCAL != 0 {
+                Some(values)
+            } else if s & REPLICA != 0 {
+                Some(replicas)
+            } else {
+                None
+            };
+            if let Some(area) = area {
+                let (base, offset) = area.locate((s & SLOT_MASK) as u32);
                 if !base.is_null() {
                     // Only an address for the prefetch hint: never dereferenced here.
                     prefetch(base.wrapping_add(offset).cast());

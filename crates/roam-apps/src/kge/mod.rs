@@ -102,7 +102,9 @@ pub struct Args {
     /// triples (1: one request per triple, exactly Lapse's schedule; batching bounds how
     /// often two nodes can pull the same entity back and forth, see the docs). 256 cut the CPU
     /// per epoch 5.7× on the suite's 5000-entity graph at 4 nodes but lost most of the MRR
-    /// after 8 epochs (docs/workloads-kge.md, "Negative sampling"), so the default stays 32.
+    /// after 8 epochs: with the sampled negatives localized too, one worker gathers nearly
+    /// every key and the workers train their relations one after another instead of together
+    /// (docs/benchmarks.md, "Sampling"), so the default stays 32.
     #[arg(long, default_value_t = 32)]
     pub localize_batch: usize,
     /// Pushes a worker may leave unfinished before waiting for the oldest. 0 waits for each
@@ -119,7 +121,7 @@ pub struct Args {
     #[arg(long)]
     pub workers_per_node: Option<u32>,
     /// Negative sampling scheme (roam's sampling API): naive, preloc, pool:U, pool:U:strict,
-    /// local or local:next. Default per mode: preloc in lapse, pool:16 in nups, naive
+    /// local or local:next. Default per mode: preloc in lapse and nups, naive
     /// elsewhere (`roam_apps::sampling::default_scheme`).
     #[arg(long, value_parser = crate::sampling::parse_scheme)]
     pub sampling: Option<Scheme>,

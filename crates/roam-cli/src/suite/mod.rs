@@ -7,6 +7,7 @@
 //! Files: [`plan`] (what runs), [`runner`] (one child run), [`record`] (the results file),
 //! [`summary`] (medians, ratios, tables), [`plots`] (PNG figures).
 
+pub(crate) mod data;
 pub(crate) mod plan;
 pub(crate) mod plots;
 pub(crate) mod record;
@@ -32,7 +33,9 @@ pub(crate) struct SuiteArgs {
     /// Tiny workloads, loopback, 1 and 2 nodes, one repetition of one epoch (CI-sized).
     #[arg(long)]
     pub(crate) tiny: bool,
-    /// Workloads to run.
+    /// Workloads to run. Default: all (`--tiny`: mf, kge, w2v), `w2v-gcide` only when its data
+    /// is there (`scripts/fetch-data.sh gcide gensim-eval` writes it into `$ROAM_DATA_DIR`, by
+    /// default the repository's data/).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) apps: Option<Vec<App>>,
     /// Modes to run (`single` always at one node). Default: all but `nups-replicate-only` (the
@@ -57,7 +60,7 @@ pub(crate) struct SuiteArgs {
     /// Repetitions of the whole matrix.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) reps: Option<u32>,
-    /// Epochs per run.
+    /// Epochs per run. Default: full 3, `--quick` 2 (`w2v-gcide` 1), `--tiny` 1.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) epochs: Option<u32>,
     /// Time limit per run, seconds (a run past it is stopped and recorded as timed out).
@@ -86,23 +89,28 @@ impl SuiteArgs {
         }
     }
 
-    /// The matrix after presets and overrides.
-    pub(crate) fn matrix(&self) -> Matrix {
+    /// The matrix after presets and overrides; an error when a workload asked for with
+    /// `--apps` lacks its data (the default workloads are left out instead).
+    pub(crate) fn matrix(&self) -> anyhow::Result<Matrix> {
         let preset = self.preset();
-        Matrix {
+        let data = data::data_dir();
+        let (apps, skipped) = data::choose_apps(preset, self.apps.as_deref(), &data)?;
+        Ok(Matrix {
             preset,
-            apps: self.apps.clone().unwrap_or_else(|| preset.apps()),
+            apps,
             modes: self.modes.clone().unwrap_or_else(|| preset.modes()),
             nodes: self.nodes.clone().unwrap_or_else(|| preset.nodes()),
             workers_per_node: self.workers_per_node.clone(),
             profiles: self.profiles.clone().unwrap_or_else(|| preset.profiles()),
             samplings: self.samplings.clone(),
             reps: self.reps.unwrap_or_else(|| preset.reps()),
-            epochs: self.epochs.unwrap_or_else(|| preset.epochs()),
+            epochs: self.epochs,
             timeout: self
                 .timeout
                 .map_or_else(|| preset.timeout(), Duration::from_secs),
-        }
+            data,
+            skipped,
+        })
     }
 }
 
@@ -126,7 +134,7 @@ pub(crate) fn run(args: &SuiteArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let exe = std::env::current_exe().context("locating the roam binary")?;
-    let matrix = args.matrix();
+    let matrix = args.matrix()?;
     let plan = plan::plan(&matrix, plan::effective_uid() == 0);
     if plan.runs.is_empty() {
         bail!("nothing to run: the chosen apps, modes, nodes and profiles leave no configuration");
@@ -147,7 +155,7 @@ pub(crate) fn run(args: &SuiteArgs) -> anyhow::Result<i32> {
         plan.runs.len(),
         matrix.preset,
         matrix.reps,
-        matrix.epochs,
+        matrix.epochs_shown(),
         matrix.timeout.as_secs(),
         dir.display()
     );

@@ -15,7 +15,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::plan::{App, Mode, Profile};
-use super::summary::{CPU_OVERHEAD_AIM, Cell, CellKey, SchemeName, Stat, Summary};
+use super::summary::{CPU_OVERHEAD_AIM, Cell, CellKey, SchemeName, Stat, Summary, metric_label};
 
 /// The bundled font (DejaVu Sans Mono; Bitstream Vera licence, see `assets/`).
 const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
@@ -304,7 +304,7 @@ fn draw_quality(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
                 .collect()
         })
     };
-    let y_label = |app| summary.quality_metric(app).unwrap_or("quality");
+    let y_label = |app| summary.quality_metric(app).map_or("quality", metric_label);
     let columns = groups_columns(&groups);
     let mut written = Vec::new();
     let [cpu_name, time_name] = QUALITY_FIGURES;

@@ -779,16 +779,20 @@ impl Summary {
         apps.dedup();
         for app in apps {
             let metric = self.quality_metric(app).unwrap_or("quality");
-            let what = match app {
-                App::Kge => format!("filtered test MRR (`{metric}`)"),
+            let what = match (app, metric) {
+                (App::Kge, _) => format!("filtered test MRR (`{metric}`)"),
+                (_, "wordsim_spearman") => {
+                    format!("WordSim-353 Spearman correlation (`{metric}`)")
+                }
                 _ => format!("`{metric}`"),
             };
+            let column = metric_label(metric);
             let _ = writeln!(
                 s,
                 "\n#### Quality and efficiency of {} by sampling scheme (quality: {what} after \
                  the last epoch)\n\n\
                  | profile | workers/node | nodes | mode | sampling | epoch s | CPU × single | \
-                 bytes / {} | local fraction | fallback fraction | {metric} | runs |\n\
+                 bytes / {} | local fraction | fallback fraction | {column} | runs |\n\
                  |---|---|---|---|---|---|---|---|---|---|---|---|",
                 app.name(),
                 app.point_name()
@@ -816,6 +820,16 @@ impl Summary {
                 }
             }
         }
+    }
+}
+
+/// A quality metric's name in table columns and figure axes: the benchmark for those of gensim's
+/// benchmarks (`wordsim_spearman`: WordSim-353), else the report's name.
+pub(crate) fn metric_label(metric: &str) -> &str {
+    match metric {
+        "wordsim_spearman" => "WordSim-353",
+        "simlex_spearman" => "SimLex-999",
+        other => other,
     }
 }
 
@@ -1056,6 +1070,46 @@ mod tests {
         let md = Summary::from_runs(&runs[..3]).markdown();
         assert!(
             !md.contains("lapse[") && !md.contains("lapse sampling"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn gcide_word_vectors_are_scored_by_wordsim() {
+        let runs: Vec<RunRecord> = [("single", 1, 0.36), ("classic", 2, 0.35)]
+            .into_iter()
+            .map(|(mode, nodes, wordsim)| {
+                test_record(serde_json::json!({
+                    "id": format!("w2v-gcide-loopback-{mode}-n{nodes}"), "app": "w2v-gcide",
+                    "mode": mode, "nodes": nodes, "sampling": "naive",
+                    "epochs": [{"seconds": 2.0, "cpu_seconds": 2.0, "wordsim_spearman": wordsim,
+                                "simlex_spearman": 0.15, "analogy_accuracy": 0.05}],
+                    "counters": {"local_fraction": 1.0, "messages_sent": 0, "bytes_sent": 0,
+                                 "relocations": 0},
+                    "points_per_epoch": 100,
+                    "settings": {"metric": "wordsim_spearman", "sampling": "naive"},
+                }))
+            })
+            .collect();
+        assert_eq!(
+            runs[0].quality(),
+            Some(("wordsim_spearman".to_string(), 0.36))
+        );
+        let summary = Summary::from_runs(&runs);
+        assert_eq!(
+            summary.quality_metric(App::W2vGcide),
+            Some("wordsim_spearman")
+        );
+        let md = summary.markdown();
+        assert!(
+            md.contains(
+                "#### Quality and efficiency of w2v-gcide by sampling scheme (quality: \
+                 WordSim-353 Spearman correlation (`wordsim_spearman`) after the last epoch)\n\n\
+                 | profile | workers/node | nodes | mode | sampling | epoch s | CPU × single | \
+                 bytes / word | local fraction | fallback fraction | WordSim-353 | runs |\n\
+                 |---|---|---|---|---|---|---|---|---|---|---|---|\n\
+                 | loopback | 1 | 1 | single | naive | 2.000 | 1.00 | 0.0 | 1.000 | – | 0.360 | 1 |\n"
+            ),
             "{md}"
         );
     }

@@ -11,14 +11,7 @@ if [ $# -lt 1 ]; then
     echo "usage: scripts/ab-train.sh OLD_REV [options] -- APP TRAIN_ARGS..." >&2
     exit 2
 fi
-old_rev=$(git rev-parse --verify "$1^{commit}") || { echo "ab-train: no commit $1" >&2; exit 2; }
+. scripts/ab-build.sh
+ab_build "$1"
 shift
-repo=$PWD
-work=$(mktemp -d)
-trap 'git -C "$repo" worktree remove --force "$work/old" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-git worktree add --detach --quiet "$work/old" "$old_rev"
-echo "ab-train: building old ($old_rev) and new (working tree)" >&2
-(cd "$work/old" && CARGO_TARGET_DIR="$repo/.ab-target" cargo build --quiet --release -p roam-cli --bin roam)
-cp "$repo/.ab-target/release/roam" "$work/roam-old"
-cargo build --quiet --release -p roam-cli --bin roam
-python3 scripts/ab-train.py "$work/roam-old" "$repo/target/release/roam" "$@"
+python3 scripts/ab-train.py "$roam_old" "$roam_new" "$@"

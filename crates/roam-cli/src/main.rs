@@ -123,6 +123,7 @@ fn demo(args: &DemoArgs) -> anyhow::Result<i32> {
         nodes: args.nodes,
         workers_per_node: Some(args.workers_per_node),
         latency_us: None,
+        slow_node: Vec::new(),
         network: Default::default(),
         program,
     })

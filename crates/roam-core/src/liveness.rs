@@ -87,12 +87,14 @@ impl Node {
     /// When the core next needs [`Node::handle_timeout`], if ever.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Time> {
-        let replicas = self.replica_timeout();
-        let peers = self.liveness_timeout();
-        match (replicas, peers) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.replica_timeout(),
+            self.liveness_timeout(),
+            self.load_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn liveness_timeout(&self) -> Option<Time> {
@@ -114,6 +116,7 @@ impl Node {
     pub fn handle_timeout(&mut self, now: Time) {
         self.clock = self.clock.max(now);
         self.replica_handle_timeout(now);
+        self.load_handle_timeout(now);
         let Some(liveness) = self.cfg.liveness else {
             return;
         };

@@ -185,6 +185,13 @@ pub enum Msg<'a> {
         /// The collective's generation.
         generation: u64,
     },
+    /// A member's view of its peers' response times (see `load.rs`).
+    LoadReport {
+        /// The peers' ids.
+        peers: &'a [Key],
+        /// Mean response time (ns) and answers, per peer.
+        values: &'a [f32],
+    },
     /// At every node: from `epoch` on, `bucket`'s home is `home`.
     EpochChange {
         /// The bucket.
@@ -439,6 +446,10 @@ impl<'a> Msg<'a> {
                 control(0)?;
                 Self::ReplicaFlushed { generation: h.aux }
             }
+            Kind::LoadReport => Self::LoadReport {
+                peers: keys,
+                values,
+            },
             Kind::EpochAck => {
                 control(0)?;
                 Self::EpochAck {

@@ -40,6 +40,7 @@ use crate::home_move::HomeMoves;
 use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::keyspace::KeySpace;
 use crate::liveness::{Liveness, Timers};
+use crate::load::{Load, LoadWatch};
 use crate::msg::{Msg, MsgError, Request, encode};
 use crate::placement::BucketRecords;
 use crate::policy::{Policy, PolicyKind};
@@ -85,6 +86,8 @@ pub struct NodeConfig {
     /// Samplers, named by their index (see `sampling`); validated by the front ends with
     /// [`SamplerSpec::value_len`].
     pub samplers: Vec<SamplerSpec>,
+    /// Response-time reports and straggler detection (see `load.rs`); `None`: off.
+    pub load: Option<LoadWatch>,
 }
 
 impl NodeConfig {
@@ -108,6 +111,7 @@ impl NodeConfig {
             liveness: None,
             replication: None,
             samplers: Vec::new(),
+            load: None,
         }
     }
 }
@@ -191,6 +195,8 @@ pub(crate) struct Pending {
     pub(crate) error: Option<OpError>,
     /// Nodes the operation's frames were sent to first (to fail it if one is lost).
     pub(crate) first_hops: Vec<NodeId>,
+    /// When it was issued (answers from a first hop are response-time samples).
+    pub(crate) issued: Time,
 }
 
 /// Keys (and their positions and values) gathered for one destination.
@@ -285,6 +291,8 @@ pub struct Node {
     pub(crate) cache: HashMap<Key, NodeId>,
     /// Replicated keys and their synchronisation.
     pub(crate) replicas: Replicas,
+    /// Peers' response times and stragglers.
+    pub(crate) load: Load,
 }
 
 impl Node {
@@ -337,6 +345,7 @@ impl Node {
             transit: HashMap::default(),
             cache: HashMap::default(),
             replicas,
+            load: Load::new(cfg.load),
             samplers: Arc::new(samplers),
             cfg,
         }
@@ -463,6 +472,7 @@ impl Node {
                 parts: Vec::new(),
                 error: None,
                 first_hops: Vec::new(),
+                issued: self.clock,
             },
         );
         op
@@ -820,6 +830,7 @@ impl Node {
             } => self.handle_replica_values(now, from, ack, Time(since_ns), keys, values),
             Msg::ReplicaFlush { generation } => self.handle_replica_flush(from, generation),
             Msg::ReplicaFlushed { generation } => self.handle_replica_flushed(from, generation),
+            Msg::LoadReport { peers, values } => self.handle_load_report(from, peers, values),
             Msg::Heartbeat | Msg::Goodbye => {}
         }
     }

@@ -244,7 +244,11 @@ impl Node {
                 });
                 None
             }
-            Some(_) => Some(op),
+            Some(p) => {
+                let (issued, asked_first) = (p.issued, p.first_hops.contains(&from));
+                self.observe_answer(from, issued, asked_first);
+                Some(op)
+            }
         }
     }
 

@@ -89,6 +89,13 @@ pub enum Warning {
         /// What is wrong.
         what: &'static str,
     },
+    /// A load report that does not describe members' response times.
+    LoadReport {
+        /// The sender.
+        from: NodeId,
+        /// What is wrong.
+        what: &'static str,
+    },
     /// A worker retired twice, or one that does not exist.
     Worker {
         /// The worker.
@@ -138,6 +145,7 @@ impl fmt::Display for Warning {
             Self::HomeMove { from, bucket, what } => {
                 write!(f, "home move of bucket {bucket} (from {from}): {what}")
             }
+            Self::LoadReport { from, what } => write!(f, "load report from {from}: {what}"),
             Self::Worker { worker } => write!(f, "{worker:?} retired twice or unknown"),
         }
     }

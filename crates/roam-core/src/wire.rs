@@ -81,6 +81,9 @@ pub enum Kind {
     ReplicaFlush = 23,
     /// `sync_replicas`: the hub broadcast every node's flushed deltas (`aux`: generation).
     ReplicaFlushed = 24,
+    /// A node's view of its peers' response times (keys: peer ids; values: mean ns and answer
+    /// count per peer), every load-report period.
+    LoadReport = 25,
 }
 
 impl Kind {
@@ -110,6 +113,7 @@ impl Kind {
             22 => Self::ReplicaValues,
             23 => Self::ReplicaFlush,
             24 => Self::ReplicaFlushed,
+            25 => Self::LoadReport,
             _ => return None,
         })
     }

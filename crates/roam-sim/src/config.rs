@@ -46,6 +46,12 @@ pub struct SimConfig {
     pub replication: Option<roam_core::Replication>,
     /// Samplers every node registers (`Op::Sample` names them by index).
     pub samplers: Vec<roam_core::SamplerSpec>,
+    /// Response-time reports and straggler detection (`None`: off). With it, nodes' report
+    /// timers are events of the run while any worker has work left.
+    pub load: Option<roam_core::LoadWatch>,
+    /// Stragglers: every frame a listed node sends takes this many ns longer than its drawn
+    /// delay (its answers come late, and so do its own requests, as from a slow machine).
+    pub slow_nodes: Vec<(roam_core::NodeId, u64)>,
     /// Seed of the single random number generator of the run.
     pub seed: u64,
     /// Smallest one-way delay of a frame, in ns.
@@ -85,6 +91,8 @@ impl SimConfig {
             liveness: None,
             replication: None,
             samplers: Vec::new(),
+            load: None,
+            slow_nodes: Vec::new(),
             seed: 0,
             min_delay: 1_000,
             max_delay: 50_000,
@@ -118,6 +126,19 @@ impl SimConfig {
     /// Turns on the core's failure detection (heartbeats, silence timeouts) in virtual time.
     pub fn with_liveness(mut self, liveness: roam_core::Liveness) -> Self {
         self.liveness = Some(liveness);
+        self
+    }
+
+    /// Turns on response-time reports and straggler detection in virtual time.
+    pub fn with_load_watch(mut self, watch: roam_core::LoadWatch) -> Self {
+        self.load = Some(watch);
+        self
+    }
+
+    /// Makes `node` a straggler: its frames take `extra_ns` longer (see
+    /// [`SimConfig::slow_nodes`]).
+    pub fn with_slow_node(mut self, node: roam_core::NodeId, extra_ns: u64) -> Self {
+        self.slow_nodes.push((node, extra_ns));
         self
     }
 

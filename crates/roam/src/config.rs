@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use roam_core::wire::Limits;
 use roam_core::{
-    Key, KeySpace, KeySpaceError, Partitioning, RecordLayout, SamplerId, SamplerSpec, ValueLengths,
+    Key, KeySpace, KeySpaceError, LoadWatch, Partitioning, RecordLayout, SamplerId, SamplerSpec,
+    ValueLengths,
 };
 
 use crate::cluster_env::{self, ClusterOverrides};
@@ -89,6 +90,10 @@ pub struct Config {
     pub emulate_latency_us: Option<u64>,
     /// A peer silent for this long is declared gone and every operation waiting on it fails.
     pub peer_timeout: Duration,
+    /// Response-time reports between the nodes and straggler detection (PSLD; see
+    /// `roam_core::load`): on by default (one small frame per peer every 500 ms); `None`
+    /// turns it off.
+    pub load_watch: Option<LoadWatch>,
     /// How long start-up may take to find and connect all peers.
     pub rendezvous_timeout: Duration,
     /// Bounds on received frames.
@@ -224,6 +229,7 @@ impl Config {
             replicated_keys: Vec::new(),
             replica_sync_every: DEFAULT_REPLICA_SYNC_EVERY,
             replica_min_delta_norm: 0.0,
+            load_watch: Some(LoadWatch::default()),
             samplers: Vec::new(),
             sampling_seed: 0,
         }

@@ -27,6 +27,14 @@
 //!   on failure, after a forwarded SIGINT/SIGTERM, and (by its drop guard) on an error or a
 //!   panic in the launcher. Namespaces left by a launcher that was SIGKILLed are removed by the
 //!   next `--netns` run. Every node gets `ROAM_NETWORK_PROFILE`.
+//! - Stragglers: with `--slow-node`, the specs are validated ([`crate::slow_node`]) before
+//!   anything is created, and each slowed rank gets a cpu cgroup ([`crate::cgroup`]) that its
+//!   process joins between fork and exec, with the quota due at time 0 already set. The
+//!   supervision loop applies the schedule's later changes (times count from just before the
+//!   first node is spawned) and prints a `[launch]` line for each. When every child has been
+//!   reaped the launcher prints each group's throttling counters and removes the groups, on
+//!   the same paths as the namespaces (and by a drop guard); a group it cannot remove, or a
+//!   quota it cannot change, makes a run that would have exited 0 exit 1.
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -40,6 +48,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use parking_lot::Mutex;
 
+use crate::cgroup::{Groups, ROAM_CGROUP};
 use crate::cluster_env::{
     ROAM_CLUSTER_TOKEN, ROAM_COORDINATOR, ROAM_EMULATE_LATENCY_US, ROAM_NUM_NODES, ROAM_RANK,
     ROAM_WORKERS_PER_NODE,
@@ -48,6 +57,7 @@ use crate::netns::{
     self, Cluster, Network, Profile, ROAM_NETNS, ROAM_NETWORK_BANDWIDTH, ROAM_NETWORK_PROFILE, Rate,
 };
 use crate::rendezvous::MAX_NODES;
+use crate::slow_node::{Schedule, SlowNode, Tracker};
 
 /// How long children get between SIGTERM and SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(3);
@@ -71,6 +81,11 @@ pub struct LaunchArgs {
     /// overrides the latency of a network profile.
     #[arg(long)]
     pub latency_us: Option<u64>,
+    /// Slow node RANK down to 1/FACTOR of one CPU (a cpu cgroup quota; needs root), from START
+    /// to END seconds after the nodes start, or for the whole run without `@`. Repeatable, also
+    /// for one rank with disjoint windows: `--slow-node 1:4`, `--slow-node 2:2.5@10-30`.
+    #[arg(long, value_name = "RANK:FACTOR[@START[-END]]")]
+    pub slow_node: Vec<SlowNode>,
     /// Network namespaces, bandwidth shaping and profiles (default: plain loopback).
     #[command(flatten)]
     pub network: NetworkArgs,
@@ -148,6 +163,7 @@ where
             args.nodes
         );
     }
+    let schedule = Schedule::new(&args.slow_node, args.nodes)?;
     let token: String =
         rand::random::<[u8; 32]>()
             .iter()
@@ -162,6 +178,31 @@ where
     // Installed before the first child or namespace exists, so no signal can slip between
     // creating them and watching for it.
     let signals = signals::Guard::install().context("installing SIGINT/SIGTERM handlers")?;
+
+    let mut groups = if schedule.is_empty() {
+        None
+    } else {
+        let (groups, stale) = Groups::create(&schedule.ranks())?;
+        if !stale.is_empty() {
+            notice(
+                &err,
+                &format!(
+                    "removed cpu cgroups left by launchers that no longer run: {}",
+                    stale.join(" ")
+                ),
+            );
+        }
+        Some(groups)
+    };
+    let mut tracker = Tracker::new(schedule);
+    // The quotas due at time 0 are in place before the first node exists.
+    if let Some(g) = &groups
+        && let Some(e) = apply_schedule(g, &mut tracker, Duration::ZERO, &err)
+            .into_iter()
+            .next()
+    {
+        return Err(e);
+    }
 
     let mut cluster = if net.netns {
         // `ip netns exec` reports a missing program only from inside the child; say it here.
@@ -211,12 +252,14 @@ where
             &format!("received signal {sig} before starting the nodes"),
         );
         finish_network(cluster.as_mut(), &err);
+        finish_cgroups(groups.as_mut(), &err, false);
         return Ok(128 + sig);
     }
 
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let mut nodes: Vec<Node> = Vec::with_capacity(args.nodes as usize);
     let mut pumps = 0;
+    let started = Instant::now();
 
     for rank in 0..args.nodes {
         let mut cmd = match &cluster {
@@ -246,6 +289,11 @@ where
         if let Some(b) = net.bandwidth {
             cmd.env(ROAM_NETWORK_BANDWIDTH, b.to_string());
         }
+        let group = groups.as_ref().and_then(|g| g.dir(rank));
+        if let (Some(g), Some(dir)) = (&groups, group) {
+            cmd.env(ROAM_CGROUP, dir);
+            g.join_before_exec(rank, &mut cmd);
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -255,8 +303,15 @@ where
                 }
                 wait_for_output(&done_rx, pumps, &err);
                 finish_network(cluster.as_mut(), &err);
+                let joining = group.map_or_else(String::new, |d| {
+                    format!(" (after joining cpu cgroup {})", d.display())
+                });
+                finish_cgroups(groups.as_mut(), &err, false);
                 return Err(e).with_context(|| {
-                    format!("starting node {rank}: {}", program.to_string_lossy())
+                    format!(
+                        "starting node {rank}: {}{joining}",
+                        program.to_string_lossy()
+                    )
                 });
             }
         };
@@ -275,11 +330,95 @@ where
     }
     drop(done_tx);
 
-    let code = supervise(&mut nodes, &signals, &err);
+    let mut schedule_ok = true;
+    let mut tick = || {
+        let Some(g) = &groups else {
+            return;
+        };
+        for e in apply_schedule(g, &mut tracker, started.elapsed(), &err) {
+            notice(&err, &format!("{e:#}"));
+            schedule_ok = false;
+        }
+    };
+    let code = supervise(&mut nodes, &signals, &err, &mut tick);
     wait_for_output(&done_rx, pumps, &err);
     let cleaned = finish_network(cluster.as_mut(), &err);
-    // A run that leaves namespaces behind did not succeed, whatever its nodes did.
-    Ok(if code == 0 && !cleaned { 1 } else { code })
+    let ungrouped = finish_cgroups(groups.as_mut(), &err, true);
+    // A run that leaves namespaces or cgroups behind, or missed a quota change, did not
+    // succeed, whatever its nodes did.
+    Ok(if code == 0 && !(cleaned && ungrouped && schedule_ok) {
+        1
+    } else {
+        code
+    })
+}
+
+/// Writes the quota changes due at `t` after the nodes started, with a notice for each;
+/// returns the changes that failed (each is tried once).
+fn apply_schedule<E: Write>(
+    groups: &Groups,
+    tracker: &mut Tracker,
+    t: Duration,
+    err: &Mutex<E>,
+) -> Vec<anyhow::Error> {
+    let mut failed = Vec::new();
+    for (rank, factor) in tracker.due(t) {
+        let written = match groups.set(rank, factor) {
+            Ok(w) => w,
+            Err(e) => {
+                failed.push(anyhow::Error::new(e).context(format!(
+                    "changing node {rank}'s cpu quota at {:.1} s",
+                    t.as_secs_f64()
+                )));
+                continue;
+            }
+        };
+        let what = factor.map_or_else(
+            || "unthrottled".to_owned(),
+            |f| format!("throttled to 1/{f} of a CPU"),
+        );
+        let dir = groups
+            .dir(rank)
+            .map_or_else(String::new, |d| d.display().to_string());
+        notice(
+            err,
+            &format!(
+                "node {rank} {what} at {:.1} s ({written} in {dir})",
+                t.as_secs_f64()
+            ),
+        );
+    }
+    failed
+}
+
+/// Prints each group's throttling counters (if `report`) and removes the run's cpu cgroups,
+/// reporting problems; returns whether all are gone.
+fn finish_cgroups<E: Write>(groups: Option<&mut Groups>, err: &Mutex<E>, report: bool) -> bool {
+    let Some(groups) = groups else {
+        return true;
+    };
+    for rank in groups.ranks().into_iter().filter(|_| report) {
+        let Some(s) = groups.stats(rank) else {
+            continue;
+        };
+        notice(
+            err,
+            &format!(
+                "node {rank} cpu cgroup at exit: nr_periods={} nr_throttled={} throttled_ms={}",
+                s.nr_periods,
+                s.nr_throttled,
+                s.throttled.as_millis()
+            ),
+        );
+    }
+    let problems = groups.destroy();
+    for p in &problems {
+        notice(
+            err,
+            &format!("cleaning up cpu cgroups: {p} (the next --slow-node run removes it)"),
+        );
+    }
+    problems.is_empty()
 }
 
 /// Deletes the run's namespaces, if any, reporting problems; returns whether all are gone.
@@ -350,7 +489,13 @@ fn notice<E: Write>(err: &Mutex<E>, msg: &str) {
 }
 
 /// Waits for every child, stopping the rest on the first failure or a signal; returns the code.
-fn supervise<E: Write>(nodes: &mut [Node], signals: &signals::Guard, err: &Mutex<E>) -> i32 {
+/// `tick` runs once per poll, while any child runs.
+fn supervise<E: Write>(
+    nodes: &mut [Node],
+    signals: &signals::Guard,
+    err: &Mutex<E>,
+    tick: &mut dyn FnMut(),
+) -> i32 {
     let mut failure: Option<i32> = None;
     let mut interrupted: Option<i32> = None;
     let mut signals_seen = 0;
@@ -358,6 +503,7 @@ fn supervise<E: Write>(nodes: &mut [Node], signals: &signals::Guard, err: &Mutex
     let mut killed = false;
 
     loop {
+        tick();
         let (count, sig) = signals.received();
         if count > signals_seen {
             signals_seen = count;
@@ -671,6 +817,7 @@ mod tests {
             nodes: 2,
             workers_per_node: None,
             latency_us: None,
+            slow_node: Vec::new(),
             network: NetworkArgs::default(),
             program: vec!["true".into()],
         };
@@ -693,6 +840,46 @@ mod tests {
         };
         let e = run_with_network(&missing, &netns, io::sink(), io::sink()).unwrap_err();
         assert!(e.to_string().contains("program not found"), "{e}");
+    }
+
+    #[test]
+    fn slow_node_specs_are_parsed_and_checked_before_anything_starts() {
+        let a = Cli::try_parse_from([
+            "roam",
+            "--nodes",
+            "3",
+            "--slow-node",
+            "1:4",
+            "--slow-node",
+            "2:2.5@10-30",
+            "--",
+            "prog",
+            "--slow-node",
+        ])
+        .unwrap()
+        .launch;
+        let specs: Vec<SlowNode> = ["1:4", "2:2.5@10-30"].map(|s| s.parse().unwrap()).into();
+        assert_eq!(a.slow_node, specs);
+        assert_eq!(a.program, ["prog", "--slow-node"]);
+        let e = Cli::try_parse_from(["roam", "--nodes", "2", "--slow-node", "1:0", "p"])
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("FACTOR must be in 1..=100"), "{e}");
+
+        // Refused before a cgroup or a child exists (the program would fail differently).
+        let mut args = LaunchArgs {
+            nodes: 2,
+            workers_per_node: None,
+            latency_us: None,
+            slow_node: vec!["2:4".parse().unwrap()],
+            network: NetworkArgs::default(),
+            program: vec!["/nonexistent/roam-test-program".into()],
+        };
+        let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
+        assert!(e.to_string().contains("rank 2 is out of range"), "{e}");
+        args.slow_node = ["1:4@0-10", "1:2@5"].map(|s| s.parse().unwrap()).into();
+        let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
+        assert!(e.to_string().contains("overlap"), "{e}");
     }
 
     #[test]

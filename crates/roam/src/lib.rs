@@ -8,7 +8,8 @@
 //!   (roam, torchrun, Slurm, Open MPI conventions).
 //! - `auth`: HMAC challenge–response proving knowledge of the cluster token.
 //! - `rendezvous`: the coordinator collects every node's data address and hands out the table.
-//! - `launch`: `roam launch`, a local multi-process launcher.
+//! - `launch`: `roam launch`, a local multi-process launcher; `netns` its emulated network,
+//!   `slow_node` and `cgroup` its straggler injection (a CPU quota per node on a schedule).
 //! - `config`: the node's configuration; `error`: start-up errors.
 //! - `runtime`: the running node — core, links, threads; `NodeHandle` is its API.
 //! - `transport`: framed TCP links, vectored writes, bounded reads, latency emulation.
@@ -33,6 +34,7 @@
 pub mod auth;
 pub mod bench;
 pub mod bench_replicas;
+pub mod cgroup;
 pub mod check;
 pub mod choose;
 pub mod cluster_env;
@@ -43,6 +45,7 @@ pub mod netns;
 pub mod rendezvous;
 mod runtime;
 mod slot;
+pub mod slow_node;
 pub mod stats;
 mod transport;
 mod worker;

@@ -90,6 +90,11 @@ impl Shared {
         Time(self.epoch.elapsed().as_nanos() as u64)
     }
 
+    /// Seconds from the node's start to `t` (a time from [`Shared::now`]).
+    pub(crate) fn seconds_since_start(&self, t: Time) -> f64 {
+        t.0 as f64 / 1e9
+    }
+
     /// Runs one input on the core and carries out what it asks: frames are queued under the
     /// node lock, written and delivered after it is released.
     pub(crate) fn with_node<R>(&self, input: impl FnOnce(&mut Node, Time) -> R) -> R {
@@ -256,6 +261,7 @@ impl NodeHandle {
             )),
             replication,
             samplers: cfg.samplers.clone(),
+            load: cfg.load_watch,
         });
         let store = node.store().clone();
         let counters = node.counters().clone();
@@ -697,7 +703,28 @@ fn spawn_timers(
                 return;
             }
             drop(stopped);
-            shared.with_node(|node, now| node.handle_timeout(now));
+            let found = shared.with_node(|node, now| {
+                let before = node.straggler_events().len();
+                node.handle_timeout(now);
+                node.straggler_events()[before..].to_vec()
+            });
+            for e in found {
+                // Operators see stragglers come and go as they are decided (also in the stats).
+                let what = if e.slow {
+                    "is a straggler"
+                } else {
+                    "recovered"
+                };
+                tracing::warn!(
+                    node = shared.rank.0,
+                    "{} {what}: answers in {:.2} ms against {:.2} ms for the others \
+                     (seen by {} nodes)",
+                    e.node,
+                    e.score_ns / 1e6,
+                    e.others_ns / 1e6,
+                    e.observers
+                );
+            }
             shared.close_links_lost_by_core();
         }
     })

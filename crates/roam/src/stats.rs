@@ -87,6 +87,39 @@ pub struct NodeStats {
     pub replica_staleness_p50_us: f64,
     /// Same, 99th percentile, µs.
     pub replica_staleness_p99_us: f64,
+    /// This node's latest view of its peers' response times (mean µs and answers in the last
+    /// report period), by peer rank.
+    pub peer_response_us: Vec<PeerResponse>,
+    /// Stragglers this node found (and their recoveries), with the evidence.
+    pub stragglers: Vec<Straggler>,
+}
+
+/// One peer's mean response time to this node's requests.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PeerResponse {
+    /// The peer's rank.
+    pub peer: u32,
+    /// Mean response time, µs.
+    pub mean_us: f64,
+    /// Answers in the period.
+    pub answers: u64,
+}
+
+/// A straggler found or recovered (see `roam_core::load`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Straggler {
+    /// Seconds since the node started.
+    pub at_s: f64,
+    /// The straggler's rank.
+    pub node: u32,
+    /// True when it became a straggler, false when it recovered.
+    pub slow: bool,
+    /// Its score: the smallest mean response time an observer reported for it, µs.
+    pub score_us: f64,
+    /// The median score of the other nodes, µs.
+    pub others_us: f64,
+    /// Observers whose reports scored it.
+    pub observers: u32,
 }
 
 impl NodeStats {
@@ -129,13 +162,34 @@ impl NodeStats {
             replica_bytes_sent: get(&node.replica_bytes_sent),
             ..Self::default()
         };
-        let (replicated, p50, p99) = shared.with_node(|node, _| {
+        let (replicated, p50, p99, peers, stragglers) = shared.with_node(|node, _| {
             (
                 node.replicated_keys().len() as u64,
                 node.replica_staleness_ns(50.0),
                 node.replica_staleness_ns(99.0),
+                node.peer_response_times(),
+                node.straggler_events().to_vec(),
             )
         });
+        stats.peer_response_us = peers
+            .into_iter()
+            .map(|(peer, ns, answers)| PeerResponse {
+                peer: peer.0,
+                mean_us: ns / 1e3,
+                answers,
+            })
+            .collect();
+        stats.stragglers = stragglers
+            .into_iter()
+            .map(|e| Straggler {
+                at_s: shared.seconds_since_start(e.at),
+                node: e.node.0,
+                slow: e.slow,
+                score_us: e.score_ns / 1e3,
+                others_us: e.others_ns / 1e3,
+                observers: e.observers,
+            })
+            .collect();
         stats.replicated_keys = replicated;
         stats.replica_bytes_per_round = match stats.replica_rounds {
             0 => 0.0,

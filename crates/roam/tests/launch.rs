@@ -20,6 +20,7 @@ fn sh(nodes: u32, script: &str) -> LaunchArgs {
         nodes,
         workers_per_node: None,
         latency_us: None,
+        slow_node: Vec::new(),
         network: Default::default(),
         program: vec!["sh".into(), "-c".into(), script.into()],
     }
@@ -160,6 +161,7 @@ fn a_missing_program_is_an_error_not_a_hang() {
         nodes: 2,
         workers_per_node: None,
         latency_us: None,
+        slow_node: Vec::new(),
         network: Default::default(),
         program: vec!["/nonexistent/roam-test-program".into()],
     };

@@ -43,6 +43,7 @@ fn sh(nodes: u32, script: &str) -> LaunchArgs {
         nodes,
         workers_per_node: None,
         latency_us: None,
+        slow_node: Vec::new(),
         network: NetworkArgs::default(),
         program: vec!["sh".into(), "-c".into(), script.into()],
     }

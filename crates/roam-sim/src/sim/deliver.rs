@@ -118,7 +118,14 @@ impl Sim {
             self.links[idx].stats.frames_dropped += 1;
             return;
         }
-        let delay = self.delay();
+        let slow: u64 = self
+            .cfg
+            .slow_nodes
+            .iter()
+            .filter(|(node, _)| *node == from)
+            .map(|&(_, extra)| extra)
+            .sum();
+        let delay = self.delay().saturating_add(slow);
         self.links[idx].push(self.now, delay, Payload::Frame(frame));
     }
 

@@ -184,6 +184,7 @@ impl Sim {
                     liveness: cfg.liveness,
                     replication: cfg.replication.clone(),
                     samplers: cfg.samplers.clone(),
+                    load: cfg.load,
                 });
                 let workers = (0..cfg.workers_per_node)
                     .map(|w| {

@@ -1,0 +1,466 @@
+//! Load statistics and straggler detection (PSLD, issue #14): how long each peer takes to answer
+//! this node's requests, exchanged between the nodes on the core's timers, and the nodes that
+//! answer clearly slower than the others for a sustained time.
+//!
+//! - **Observation.** A pull or push answered by a node it was first sent to is one sample of
+//!   that peer's *response time*: virtual or real `now` at the answer minus `now` at the issue
+//!   (the requests of one worker are batches of similar size, so means compare across peers).
+//!   Answers after forwarding come from another node than the one asked and are not samples.
+//! - **Exchange.** Every [`LoadWatch::report_every`] a node sends every other member a
+//!   `LoadReport`: for each peer it heard from in the period, the mean response time and the
+//!   number of answers. It keeps the latest report of each member, its own included.
+//! - **Attribution.** A slow node is slow to answer everyone, but a slow *observer* also sees
+//!   everyone as slow (it reads answers late). So a node's *score* is the smallest mean any
+//!   other observer reported for it (with at least [`LoadWatch::min_answers`] answers, from a
+//!   report at most two periods old): one fast observer is enough to clear a node. A score
+//!   needs two such observers, and scores need three scored nodes to be compared (one observer,
+//!   or two nodes, cannot tell a slow node from a slow observer).
+//! - **Detection.** A node is slow in one evaluation when its score exceeds
+//!   [`LoadWatch::slow_factor`] × the median of the other nodes' scores *and* exceeds it by more
+//!   than [`LoadWatch::min_excess_ns`] (fast links make small absolute differences large
+//!   ratios). [`LoadWatch::sustain`] slow evaluations in a row make it a straggler (an event
+//!   with the evidence); as many in a row below [`LoadWatch::recover_factor`] × the median (or
+//!   within the excess) end it. The gap between the two factors is the hysteresis.
+//!
+//! Invariants: the statistics never change where keys are or what any operation returns; a
+//! report is validated before use (members only, finite non-negative numbers, at most one entry
+//! per member) and a bad one is dropped with a warning; lost members are neither observers nor
+//! scored.
+
+use std::collections::BTreeMap;
+
+use crate::id::NodeId;
+use crate::node::{Node, Time};
+use crate::warning::Warning;
+use crate::wire::{Frame, Kind};
+
+/// How peers' response times are watched (durations in nanoseconds).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoadWatch {
+    /// Time between two reports (and detection rounds) of a node.
+    pub report_every: u64,
+    /// A node is slow when its score is more than this many times the others' median...
+    pub slow_factor: f64,
+    /// ...and more than this far above it.
+    pub min_excess_ns: u64,
+    /// A straggler recovers when its score falls below this many times the others' median.
+    pub recover_factor: f64,
+    /// Evaluations in a row that start or end a straggler.
+    pub sustain: u32,
+    /// Answers in a period below which an observation is no evidence.
+    pub min_answers: u32,
+}
+
+impl Default for LoadWatch {
+    /// Reports every 500 ms; slow at 2× the median and 0.1 ms above it for 3 reports in a row
+    /// (1.5 s); recovered below 1.5× for as long; at least 8 answers per observation. (A node
+    /// held to a quarter of a CPU answered MF's requests in 0.6 ms against 0.18 ms for the
+    /// others on loopback: a 0.4 ms gap that tripled the epoch time.)
+    fn default() -> Self {
+        Self {
+            report_every: 500_000_000,
+            slow_factor: 2.0,
+            min_excess_ns: 100_000,
+            recover_factor: 1.5,
+            sustain: 3,
+            min_answers: 8,
+        }
+    }
+}
+
+/// A straggler found or recovered, with the evidence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StragglerEvent {
+    /// When this node decided.
+    pub at: Time,
+    /// The node.
+    pub node: NodeId,
+    /// True: it became a straggler; false: it recovered.
+    pub slow: bool,
+    /// Its score: the smallest mean response time (ns) an observer reported for it.
+    pub score_ns: f64,
+    /// The median score of the other nodes (ns).
+    pub others_ns: f64,
+    /// The observers whose reports scored it.
+    pub observers: u32,
+}
+
+/// Observers a node's score needs (each with enough answers from it in a fresh report).
+const MIN_OBSERVERS: u32 = 2;
+
+/// One observer's view: per peer, the mean response time (ns) and the answers behind it.
+type View = BTreeMap<NodeId, (f64, u64)>;
+
+/// Detection state of one scored node.
+#[derive(Debug, Default)]
+struct Streak {
+    slow_in_a_row: u32,
+    fine_in_a_row: u32,
+    straggler: bool,
+}
+
+/// Load statistics of one node (inactive without a [`LoadWatch`]).
+#[derive(Debug, Default)]
+pub(crate) struct Load {
+    watch: Option<LoadWatch>,
+    next_report_at: Time,
+    /// This period's answers per peer: count and summed response time (ns).
+    window: BTreeMap<NodeId, (u64, u64)>,
+    /// The latest view of each member (this node's own included), with its arrival time.
+    views: BTreeMap<NodeId, (Time, View)>,
+    streaks: BTreeMap<NodeId, Streak>,
+    events: Vec<StragglerEvent>,
+}
+
+impl Load {
+    pub(crate) fn new(watch: Option<LoadWatch>) -> Self {
+        Self {
+            watch: watch.map(|w| LoadWatch {
+                report_every: w.report_every.max(1),
+                ..w
+            }),
+            ..Self::default()
+        }
+    }
+}
+
+impl Node {
+    /// Notes an answer from `from` to operation `op`, issued at `issued`, as a sample of `from`'s
+    /// response time if the operation's request went to `from` first.
+    pub(crate) fn observe_answer(&mut self, from: NodeId, issued: Time, asked_first: bool) {
+        if self.load.watch.is_none() || from == self.cfg.id || !asked_first {
+            return;
+        }
+        let took = self.clock.0.saturating_sub(issued.0);
+        let entry = self.load.window.entry(from).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.saturating_add(took);
+    }
+
+    /// The stragglers found and recovered so far, in order.
+    pub fn straggler_events(&self) -> &[StragglerEvent] {
+        &self.load.events
+    }
+
+    /// The nodes this node currently takes for stragglers.
+    pub fn stragglers(&self) -> Vec<NodeId> {
+        self.load
+            .streaks
+            .iter()
+            .filter(|(_, s)| s.straggler)
+            .map(|(&node, _)| node)
+            .collect()
+    }
+
+    /// This node's latest view of its peers: mean response time (ns) and answers, per peer.
+    pub fn peer_response_times(&self) -> Vec<(NodeId, f64, u64)> {
+        self.load
+            .views
+            .get(&self.cfg.id)
+            .map(|(_, view)| view.iter().map(|(&n, &(ns, k))| (n, ns, k)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The next report, if load watching is on.
+    pub(crate) fn load_timeout(&self) -> Option<Time> {
+        self.load.watch.map(|_| self.load.next_report_at)
+    }
+
+    /// Sends this period's report to every other member and runs detection, when due.
+    pub(crate) fn load_handle_timeout(&mut self, now: Time) {
+        let Some(watch) = self.load.watch else {
+            return;
+        };
+        if now < self.load.next_report_at {
+            return;
+        }
+        self.load.next_report_at = Time(now.0.saturating_add(watch.report_every));
+        let view: View = std::mem::take(&mut self.load.window)
+            .into_iter()
+            .map(|(peer, (answers, total))| (peer, (total as f64 / answers as f64, answers)))
+            .collect();
+        let peers: Vec<u64> = view.keys().map(|n| u64::from(n.0)).collect();
+        let values: Vec<f32> = view
+            .values()
+            .flat_map(|&(ns, answers)| [ns as f32, answers as f32])
+            .collect();
+        let me = self.cfg.id;
+        let others: Vec<NodeId> = self
+            .dir
+            .members()
+            .iter()
+            .copied()
+            .filter(|&n| n != me && !self.lost.contains(&n))
+            .collect();
+        for node in others {
+            let mut frame = Frame::new(
+                Kind::LoadReport,
+                me,
+                crate::id::ReqId(0),
+                0,
+                &peers,
+                values.len(),
+            );
+            frame.values_mut().copy_from_slice(&values);
+            self.send(node, frame);
+        }
+        self.load.views.insert(me, (now, view));
+        self.detect_stragglers(now, watch);
+    }
+
+    /// A member's report: `peers[i]`'s mean response time and answers are
+    /// `values[2i]`, `values[2i + 1]`.
+    pub(crate) fn handle_load_report(&mut self, from: NodeId, peers: &[u64], values: &[f32]) {
+        if self.load.watch.is_none() {
+            return;
+        }
+        let bad = |what| Warning::LoadReport { from, what };
+        if values.len() != 2 * peers.len() {
+            return self.warn(bad("values do not come in pairs, one per peer"));
+        }
+        let mut view = View::new();
+        for (&peer, pair) in peers.iter().zip(values.chunks_exact(2)) {
+            let (ns, answers) = (f64::from(pair[0]), f64::from(pair[1]));
+            let Ok(id) = u32::try_from(peer) else {
+                return self.warn(bad("names a node id beyond 32 bits"));
+            };
+            let node = NodeId(id);
+            if !self.dir.is_member(node) {
+                return self.warn(bad("names a node that is no member"));
+            }
+            if !(ns.is_finite() && ns >= 0.0 && answers.is_finite() && answers >= 1.0) {
+                return self.warn(bad("a response time or answer count is not a finite count"));
+            }
+            if view.insert(node, (ns, answers as u64)).is_some() {
+                return self.warn(bad("names a node twice"));
+            }
+        }
+        let now = self.clock;
+        self.load.views.insert(from, (now, view));
+    }
+
+    /// One detection round over the latest views.
+    fn detect_stragglers(&mut self, now: Time, watch: LoadWatch) {
+        let fresh_after = now.0.saturating_sub(2 * watch.report_every);
+        let live = |n: &NodeId| self.dir.is_member(*n) && !self.lost.contains(n);
+        // Each node's score: the smallest mean any other live observer saw, with evidence.
+        let mut scores: BTreeMap<NodeId, (f64, u32)> = BTreeMap::new();
+        for (observer, (at, view)) in &self.load.views {
+            if at.0 < fresh_after || !live(observer) {
+                continue;
+            }
+            for (node, &(ns, answers)) in view {
+                if node == observer || !live(node) || answers < u64::from(watch.min_answers) {
+                    continue;
+                }
+                let entry = scores.entry(*node).or_insert((f64::INFINITY, 0));
+                entry.0 = entry.0.min(ns);
+                entry.1 += 1;
+            }
+        }
+        // One observer cannot tell its own slowness from the peer's: a score needs two.
+        scores.retain(|_, &mut (_, observers)| observers >= MIN_OBSERVERS);
+        if scores.len() < 3 {
+            return;
+        }
+        for (&node, &(score, observers)) in &scores {
+            let mut others: Vec<f64> = scores
+                .iter()
+                .filter(|(n, _)| **n != node)
+                .map(|(_, s)| s.0)
+                .collect();
+            others.sort_by(f64::total_cmp);
+            let median = median(&others);
+            let excess = score - median > watch.min_excess_ns as f64;
+            let slow = excess && score > watch.slow_factor * median;
+            let fine = !excess || score < watch.recover_factor * median;
+            let streak = self.load.streaks.entry(node).or_default();
+            streak.slow_in_a_row = if slow { streak.slow_in_a_row + 1 } else { 0 };
+            streak.fine_in_a_row = if fine { streak.fine_in_a_row + 1 } else { 0 };
+            let flip = if streak.straggler {
+                streak.fine_in_a_row >= watch.sustain
+            } else {
+                streak.slow_in_a_row >= watch.sustain
+            };
+            if flip {
+                streak.straggler = !streak.straggler;
+                streak.slow_in_a_row = 0;
+                streak.fine_in_a_row = 0;
+                self.load.events.push(StragglerEvent {
+                    at: now,
+                    node,
+                    slow: streak.straggler,
+                    score_ns: score,
+                    others_ns: median,
+                    observers,
+                });
+            }
+        }
+    }
+}
+
+/// The median of sorted, non-empty `values` (the mean of the middle two for an even count).
+fn median(values: &[f64]) -> f64 {
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directory::Partitioning;
+    use crate::keyspace::KeySpace;
+    use crate::node::NodeConfig;
+
+    const PERIOD: u64 = 1_000_000;
+
+    fn watch() -> LoadWatch {
+        LoadWatch {
+            report_every: PERIOD,
+            slow_factor: 2.0,
+            min_excess_ns: 100_000,
+            recover_factor: 1.5,
+            sustain: 3,
+            min_answers: 4,
+        }
+    }
+
+    /// Node 0 of `n`, watching loads.
+    fn node(n: u32) -> Node {
+        let mut cfg = NodeConfig::new(
+            NodeId(0),
+            n,
+            1,
+            KeySpace::uniform(64, 1).unwrap(),
+            Partitioning::Range,
+        );
+        cfg.load = Some(watch());
+        Node::new(cfg)
+    }
+
+    /// `observer`'s report that peers answer in `ns` each (10 answers each).
+    fn report(node: &mut Node, observer: u32, peers: &[(u32, f32)]) {
+        let ids: Vec<u64> = peers.iter().map(|&(p, _)| u64::from(p)).collect();
+        let values: Vec<f32> = peers.iter().flat_map(|&(_, ns)| [ns, 10.0]).collect();
+        node.handle_load_report(NodeId(observer), &ids, &values);
+    }
+
+    /// One period: every observer of 4 nodes reports node 2 at `slow_ns` and the others at
+    /// `fast` ns (observer 2 sees everyone late as well), then node 0 evaluates.
+    fn period_at(node: &mut Node, i: u64, slow_ns: f32, fast: f32) {
+        let now = Time(i * PERIOD);
+        node.tick(now);
+        report(node, 1, &[(0, fast), (2, slow_ns), (3, fast)]);
+        report(node, 2, &[(0, slow_ns), (1, slow_ns), (3, slow_ns)]);
+        report(node, 3, &[(0, fast), (1, fast), (2, slow_ns)]);
+        // Node 0's own view of its peers.
+        for (peer, ns) in [(1, fast), (2, slow_ns), (3, fast)] {
+            for _ in 0..10 {
+                node.observe_answer(NodeId(peer), Time(now.0 - ns as u64), true);
+            }
+        }
+        node.load_handle_timeout(now);
+    }
+
+    /// [`period_at`] with the others at 100 µs.
+    fn period(node: &mut Node, i: u64, slow_ns: f32) {
+        period_at(node, i, slow_ns, 100_000.0);
+    }
+
+    #[test]
+    fn a_node_slow_for_everyone_is_found_after_the_sustain_and_recovers_with_hysteresis() {
+        let mut n = node(4);
+        // Slow twice: not yet (sustain 3).
+        for i in 1..=2 {
+            period(&mut n, i, 900_000.0);
+        }
+        assert!(n.stragglers().is_empty());
+        period(&mut n, 3, 900_000.0);
+        assert_eq!(n.stragglers(), vec![NodeId(2)]);
+        let found = &n.straggler_events()[0];
+        assert!(found.slow && found.node == NodeId(2));
+        assert_eq!((found.score_ns, found.others_ns), (900_000.0, 100_000.0));
+        assert_eq!(found.observers, 3, "nodes 0, 1 and 3 observed it");
+        // Between the factors (1.7× the others' 1 ms): neither slow nor recovered, for long.
+        for i in 4..=10 {
+            period_at(&mut n, i, 1_700_000.0, 1_000_000.0);
+        }
+        assert_eq!(
+            n.stragglers(),
+            vec![NodeId(2)],
+            "hysteresis holds the straggler"
+        );
+        // Fast again: recovered after three periods.
+        for i in 11..=12 {
+            period(&mut n, i, 110_000.0);
+        }
+        assert_eq!(n.stragglers(), vec![NodeId(2)]);
+        period(&mut n, 13, 110_000.0);
+        assert!(n.stragglers().is_empty());
+        let events: Vec<(NodeId, bool)> = n
+            .straggler_events()
+            .iter()
+            .map(|e| (e.node, e.slow))
+            .collect();
+        assert_eq!(events, [(NodeId(2), true), (NodeId(2), false)]);
+        // Every report went to every other member.
+        let mut to = Vec::new();
+        while let Some((dest, frame)) = n.poll_transmit() {
+            assert_eq!(frame.header.kind, Kind::LoadReport);
+            to.push(dest.0);
+        }
+        assert_eq!(to.len(), 13 * 3);
+    }
+
+    #[test]
+    fn slow_observers_small_differences_and_two_nodes_flag_nobody() {
+        // A ratio of 3 but only 50 µs above the median: below the excess.
+        let mut n = node(4);
+        for i in 1..=6 {
+            period(&mut n, i, 150_000.0);
+        }
+        assert!(n.stragglers().is_empty());
+        // Two nodes: a slow peer and a slow observer look alike, so nothing is decided.
+        let mut n = node(2);
+        for i in 1..=6 {
+            let now = Time(i * PERIOD);
+            n.tick(now);
+            report(&mut n, 1, &[(0, 100_000.0)]);
+            for _ in 0..10 {
+                n.observe_answer(NodeId(1), Time(now.0 - 5_000_000), true);
+            }
+            n.load_handle_timeout(now);
+        }
+        assert!(n.stragglers().is_empty());
+        assert!(n.straggler_events().is_empty());
+    }
+
+    #[test]
+    fn bad_reports_are_dropped_with_a_warning() {
+        let mut n = node(3);
+        let cases: [(&[u64], &[f32], &str); 5] = [
+            (&[1], &[5.0], "pairs"),
+            (&[7], &[5.0, 10.0], "no member"),
+            (&[1 << 40], &[5.0, 10.0], "32 bits"),
+            (&[1], &[f32::NAN, 10.0], "finite"),
+            (&[1, 1], &[5.0, 10.0, 5.0, 10.0], "twice"),
+        ];
+        for (peers, values, what) in cases {
+            n.handle_load_report(NodeId(2), peers, values);
+            let warning = n.poll_warning().expect(what).to_string();
+            assert!(warning.contains("load report from"), "{what}: {warning}");
+        }
+        assert!(n.load.views.is_empty(), "no bad report was kept");
+    }
+
+    #[test]
+    fn the_median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0]), 3.0);
+        assert_eq!(median(&[1.0, 2.0, 9.0]), 2.0);
+        assert_eq!(median(&[1.0, 2.0, 4.0, 9.0]), 3.0);
+    }
+}

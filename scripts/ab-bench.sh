@@ -9,11 +9,7 @@
 # The old build lives in its own target directory (.ab-target/, reused across runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ $# -lt 1 ]; then
-    echo "usage: scripts/ab-bench.sh OLD_REV [--reps N] [--seconds S] [--out FILE.json]" >&2
-    exit 2
-fi
 . scripts/ab-build.sh
-ab_build "$1"
+ab_build "scripts/ab-bench.sh OLD_REV [--reps N] [--seconds S] [--out FILE.json]" "$@"
 shift
 python3 scripts/bench-ops.py --ab "$roam_old" "$roam_new" "$@"

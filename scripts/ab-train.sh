@@ -7,11 +7,7 @@
 # Usage: scripts/ab-train.sh OLD_REV [--reps N] [--nodes N] [--profile P] -- APP TRAIN_ARGS...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ $# -lt 1 ]; then
-    echo "usage: scripts/ab-train.sh OLD_REV [options] -- APP TRAIN_ARGS..." >&2
-    exit 2
-fi
 . scripts/ab-build.sh
-ab_build "$1"
+ab_build "scripts/ab-train.sh OLD_REV [options] -- APP TRAIN_ARGS..." "$@"
 shift
 python3 scripts/ab-train.py "$roam_old" "$roam_new" "$@"

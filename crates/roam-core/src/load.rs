@@ -185,14 +185,7 @@ impl Node {
             .flat_map(|&(ns, answers)| [ns as f32, answers as f32])
             .collect();
         let me = self.cfg.id;
-        let others: Vec<NodeId> = self
-            .dir
-            .members()
-            .iter()
-            .copied()
-            .filter(|&n| n != me && !self.lost.contains(&n))
-            .collect();
-        for node in others {
+        for node in self.live_peers() {
             let mut frame = Frame::new(
                 Kind::LoadReport,
                 me,

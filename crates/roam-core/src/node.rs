@@ -478,6 +478,17 @@ impl Node {
         op
     }
 
+    /// The members other than this node that are not lost.
+    pub(crate) fn live_peers(&self) -> Vec<NodeId> {
+        let me = self.cfg.id;
+        self.dir
+            .members()
+            .iter()
+            .copied()
+            .filter(|&n| n != me && !self.lost.contains(&n))
+            .collect()
+    }
+
     /// The peer whose loss explains failures: the first one lost without a goodbye, else the
     /// first one that left (a survivor that left cleanly after a crash is not the culprit).
     pub(crate) fn first_lost(&self) -> Option<NodeId> {

@@ -427,14 +427,7 @@ impl Node {
             keys.push(key);
         }
         let me = self.cfg.id;
-        let others: Vec<NodeId> = self
-            .dir
-            .members()
-            .iter()
-            .copied()
-            .filter(|&n| n != me && !self.lost.contains(&n))
-            .collect();
-        for node in others {
+        for node in self.live_peers() {
             let ack = self.replicas.applied.get(&node).copied().unwrap_or(0);
             let frame = replica_frame(Kind::ReplicaValues, me, ack, since.0, &keys, &values);
             add(&self.counters.replica_bytes_sent, frame.wire_len() as u64);

@@ -62,14 +62,6 @@ fn a_node_held_to_a_quarter_of_a_cpu_is_named_by_every_node() {
         for e in found {
             assert_eq!(e["node"], 2, "node {} named another node: {e}", s["rank"]);
             assert_eq!(e["slow"], true, "{e}");
-            let (score, others) = (
-                e["score_us"].as_f64().unwrap(),
-                e["others_us"].as_f64().unwrap(),
-            );
-            assert!(
-                score > 2.0 * others && e["observers"].as_u64() >= Some(2),
-                "{e}"
-            );
         }
     }
     // Operators see it as it happens too.

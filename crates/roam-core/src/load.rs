@@ -11,8 +11,8 @@
 //!   number of answers. It keeps the latest report of each member, its own included.
 //! - **Attribution.** A slow node is slow to answer everyone, but a slow *observer* also sees
 //!   everyone as slow (it reads answers late). So a node's *score* is the smallest mean any
-//!   other observer reported for it (with at least [`LoadWatch::min_answers`] answers, from a
-//!   report at most two periods old): one fast observer is enough to clear a node. A score
+//!   other observer reported for it (with at least [`LoadWatch::min_answers`] answers, in a
+//!   report that arrived since the last round): one fast observer is enough to clear a node. A score
 //!   needs two such observers, and scores need three scored nodes to be compared (one observer,
 //!   or two nodes, cannot tell a slow node from a slow observer).
 //! - **Detection.** A node is slow in one evaluation when its score exceeds
@@ -51,6 +51,61 @@ pub struct LoadWatch {
     pub min_answers: u32,
 }
 
+/// A [`LoadWatch`] that cannot work.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LoadWatchError {
+    /// Zero report period.
+    #[error("the load report period must be positive")]
+    ZeroPeriod,
+    /// A factor that is not finite or not above 1.
+    #[error("load watch {name} must be finite and above 1, got {value}")]
+    BadFactor {
+        /// Which factor.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// A recover factor at or above the slow factor leaves no hysteresis.
+    #[error("load watch recover factor {recover} must be below the slow factor {slow}")]
+    NoHysteresis {
+        /// The recover factor.
+        recover: f64,
+        /// The slow factor.
+        slow: f64,
+    },
+    /// Zero rounds to decide on.
+    #[error("load watch sustain must be at least 1")]
+    ZeroSustain,
+}
+
+impl LoadWatch {
+    /// Checks that the settings can work: a positive period, finite factors above 1 with the
+    /// recover factor below the slow one, and at least one round to decide on.
+    pub fn validate(&self) -> Result<(), LoadWatchError> {
+        if self.report_every == 0 {
+            return Err(LoadWatchError::ZeroPeriod);
+        }
+        for (name, value) in [
+            ("slow factor", self.slow_factor),
+            ("recover factor", self.recover_factor),
+        ] {
+            if !(value.is_finite() && value > 1.0) {
+                return Err(LoadWatchError::BadFactor { name, value });
+            }
+        }
+        if self.recover_factor >= self.slow_factor {
+            return Err(LoadWatchError::NoHysteresis {
+                recover: self.recover_factor,
+                slow: self.slow_factor,
+            });
+        }
+        if self.sustain == 0 {
+            return Err(LoadWatchError::ZeroSustain);
+        }
+        Ok(())
+    }
+}
+
 impl Default for LoadWatch {
     /// Reports every 500 ms; slow at 2× the median and 0.1 ms above it for 3 reports in a row
     /// (1.5 s); recovered below 1.5× for as long; at least 8 answers per observation. (A node
@@ -85,6 +140,9 @@ pub struct StragglerEvent {
     pub observers: u32,
 }
 
+/// Events kept (a node that keeps slowing down and recovering must not grow memory).
+const MAX_EVENTS: usize = 64;
+
 /// Observers a node's score needs (each with enough answers from it in a fresh report).
 const MIN_OBSERVERS: u32 = 2;
 
@@ -106,19 +164,24 @@ pub(crate) struct Load {
     next_report_at: Time,
     /// This period's answers per peer: count and summed response time (ns).
     window: BTreeMap<NodeId, (u64, u64)>,
-    /// The latest view of each member (this node's own included), with its arrival time.
-    views: BTreeMap<NodeId, (Time, View)>,
+    /// The latest view of each member (this node's own included), and whether it arrived after
+    /// the last detection round (each view is evidence for one round only).
+    views: BTreeMap<NodeId, (View, bool)>,
     streaks: BTreeMap<NodeId, Streak>,
+    /// The latest [`MAX_EVENTS`] events, and how many older ones were dropped.
     events: Vec<StragglerEvent>,
+    events_dropped: u64,
 }
 
 impl Load {
+    /// Load statistics under `watch` (validated by the front ends with [`LoadWatch::validate`]).
     pub(crate) fn new(watch: Option<LoadWatch>) -> Self {
+        if let Some(w) = &watch {
+            w.validate()
+                .unwrap_or_else(|e| panic!("{e} (validated by the front ends)"));
+        }
         Self {
-            watch: watch.map(|w| LoadWatch {
-                report_every: w.report_every.max(1),
-                ..w
-            }),
+            watch,
             ..Self::default()
         }
     }
@@ -137,9 +200,14 @@ impl Node {
         entry.1 = entry.1.saturating_add(took);
     }
 
-    /// The stragglers found and recovered so far, in order.
+    /// The latest stragglers found and recovered (at most 64), in order.
     pub fn straggler_events(&self) -> &[StragglerEvent] {
         &self.load.events
+    }
+
+    /// Straggler events dropped to keep the list bounded.
+    pub fn straggler_events_dropped(&self) -> u64 {
+        self.load.events_dropped
     }
 
     /// The nodes this node currently takes for stragglers.
@@ -157,7 +225,7 @@ impl Node {
         self.load
             .views
             .get(&self.cfg.id)
-            .map(|(_, view)| view.iter().map(|(&n, &(ns, k))| (n, ns, k)).collect())
+            .map(|(view, _)| view.iter().map(|(&n, &(ns, k))| (n, ns, k)).collect())
             .unwrap_or_default()
     }
 
@@ -197,27 +265,23 @@ impl Node {
             frame.values_mut().copy_from_slice(&values);
             self.send(node, frame);
         }
-        self.load.views.insert(me, (now, view));
+        self.load.views.insert(me, (view, true));
         self.detect_stragglers(now, watch);
     }
 
-    /// A member's report: `peers[i]`'s mean response time and answers are
-    /// `values[2i]`, `values[2i + 1]`.
+    /// A member's report (shape checked by `Msg::decode`): `peers[i]`'s mean response time and
+    /// answers are `values[2i]`, `values[2i + 1]`.
     pub(crate) fn handle_load_report(&mut self, from: NodeId, peers: &[u64], values: &[f32]) {
         if self.load.watch.is_none() {
             return;
         }
         let bad = |what| Warning::LoadReport { from, what };
-        if values.len() != 2 * peers.len() {
-            return self.warn(bad("values do not come in pairs, one per peer"));
-        }
+        debug_assert_eq!(values.len(), 2 * peers.len(), "checked by Msg::decode");
         let mut view = View::new();
         for (&peer, pair) in peers.iter().zip(values.chunks_exact(2)) {
             let (ns, answers) = (f64::from(pair[0]), f64::from(pair[1]));
-            let Ok(id) = u32::try_from(peer) else {
-                return self.warn(bad("names a node id beyond 32 bits"));
-            };
-            let node = NodeId(id);
+            // Node ids were checked to fit 32 bits by `Msg::decode`.
+            let node = NodeId(peer as u32);
             if !self.dir.is_member(node) {
                 return self.warn(bad("names a node that is no member"));
             }
@@ -228,21 +292,21 @@ impl Node {
                 return self.warn(bad("names a node twice"));
             }
         }
-        let now = self.clock;
-        self.load.views.insert(from, (now, view));
+        self.load.views.insert(from, (view, true));
     }
 
-    /// One detection round over the latest views.
+    /// One detection round over the views that arrived since the last one.
     fn detect_stragglers(&mut self, now: Time, watch: LoadWatch) {
-        let fresh_after = now.0.saturating_sub(2 * watch.report_every);
         let live = |n: &NodeId| self.dir.is_member(*n) && !self.lost.contains(n);
+        // Lost nodes are no stragglers (they are gone, and their operations fail instead).
+        self.load.streaks.retain(|node, _| live(node));
         // Each node's score: the smallest mean any other live observer saw, with evidence.
         let mut scores: BTreeMap<NodeId, (f64, u32)> = BTreeMap::new();
-        for (observer, (at, view)) in &self.load.views {
-            if at.0 < fresh_after || !live(observer) {
+        for (observer, (view, fresh)) in &mut self.load.views {
+            if !std::mem::replace(fresh, false) || !live(observer) {
                 continue;
             }
-            for (node, &(ns, answers)) in view {
+            for (node, &(ns, answers)) in view.iter() {
                 if node == observer || !live(node) || answers < u64::from(watch.min_answers) {
                     continue;
                 }
@@ -256,13 +320,15 @@ impl Node {
         if scores.len() < 3 {
             return;
         }
+        // Nodes without a score this round keep their streaks: "in a row" counts rounds with
+        // evidence. The median of the others is taken from one sorted list without the node.
+        let mut sorted: Vec<f64> = scores.values().map(|s| s.0).collect();
+        sorted.sort_by(f64::total_cmp);
+        let mut others = Vec::with_capacity(sorted.len());
         for (&node, &(score, observers)) in &scores {
-            let mut others: Vec<f64> = scores
-                .iter()
-                .filter(|(n, _)| **n != node)
-                .map(|(_, s)| s.0)
-                .collect();
-            others.sort_by(f64::total_cmp);
+            others.clear();
+            let at = sorted.partition_point(|&v| v < score);
+            others.extend(sorted[..at].iter().chain(&sorted[at + 1..]));
             let median = median(&others);
             let excess = score - median > watch.min_excess_ns as f64;
             let slow = excess && score > watch.slow_factor * median;
@@ -279,6 +345,10 @@ impl Node {
                 streak.straggler = !streak.straggler;
                 streak.slow_in_a_row = 0;
                 streak.fine_in_a_row = 0;
+                if self.load.events.len() == MAX_EVENTS {
+                    self.load.events.remove(0);
+                    self.load.events_dropped += 1;
+                }
                 self.load.events.push(StragglerEvent {
                     at: now,
                     node,
@@ -433,13 +503,29 @@ mod tests {
     }
 
     #[test]
-    fn bad_reports_are_dropped_with_a_warning() {
+    fn bad_reports_are_refused_by_the_decoder_or_dropped_with_a_warning() {
+        use crate::msg::{Msg, MsgError};
+        let frame = |peers: &[u64], values: &[f32]| {
+            let mut f = Frame::new(
+                Kind::LoadReport,
+                NodeId(2),
+                crate::id::ReqId(0),
+                0,
+                peers,
+                values.len(),
+            );
+            f.values_mut().copy_from_slice(values);
+            f
+        };
+        let odd = frame(&[1], &[5.0]);
+        assert!(matches!(Msg::decode(&odd), Err(MsgError::BadShape { .. })));
+        let wide = frame(&[1 << 40], &[5.0, 10.0]);
+        assert!(matches!(Msg::decode(&wide), Err(MsgError::BadNode { .. })));
         let mut n = node(3);
-        let cases: [(&[u64], &[f32], &str); 5] = [
-            (&[1], &[5.0], "pairs"),
+        let cases: [(&[u64], &[f32], &str); 4] = [
             (&[7], &[5.0, 10.0], "no member"),
-            (&[1 << 40], &[5.0, 10.0], "32 bits"),
             (&[1], &[f32::NAN, 10.0], "finite"),
+            (&[1], &[5.0, 0.0], "no answers"),
             (&[1, 1], &[5.0, 10.0, 5.0, 10.0], "twice"),
         ];
         for (peers, values, what) in cases {
@@ -448,6 +534,59 @@ mod tests {
             assert!(warning.contains("load report from"), "{what}: {warning}");
         }
         assert!(n.load.views.is_empty(), "no bad report was kept");
+    }
+
+    #[test]
+    fn a_lost_straggler_is_dropped_and_a_view_counts_once() {
+        let mut n = node(4);
+        for i in 1..=3 {
+            period(&mut n, i, 900_000.0);
+        }
+        assert_eq!(n.stragglers(), vec![NodeId(2)]);
+        n.handle_peer_lost(Time(4 * PERIOD), NodeId(2));
+        n.load_handle_timeout(Time(4 * PERIOD));
+        assert!(n.stragglers().is_empty(), "a lost node is no straggler");
+        // One slow period, then rounds without new reports: one round of evidence, no more.
+        let mut n = node(4);
+        period(&mut n, 1, 900_000.0);
+        for i in 2..=6 {
+            n.load_handle_timeout(Time(i * PERIOD));
+        }
+        assert!(
+            n.stragglers().is_empty(),
+            "one view counted in several rounds"
+        );
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_refused() {
+        assert_eq!(watch().validate(), Ok(()));
+        assert_eq!(LoadWatch::default().validate(), Ok(()));
+        let bad = [
+            LoadWatch {
+                report_every: 0,
+                ..watch()
+            },
+            LoadWatch {
+                sustain: 0,
+                ..watch()
+            },
+            LoadWatch {
+                slow_factor: f64::NAN,
+                ..watch()
+            },
+            LoadWatch {
+                recover_factor: 1.0,
+                ..watch()
+            },
+            LoadWatch {
+                recover_factor: 2.5,
+                ..watch()
+            },
+        ];
+        for w in bad {
+            assert!(w.validate().is_err(), "{w:?}");
+        }
     }
 
     #[test]

@@ -446,10 +446,23 @@ impl<'a> Msg<'a> {
                 control(0)?;
                 Self::ReplicaFlushed { generation: h.aux }
             }
-            Kind::LoadReport => Self::LoadReport {
-                peers: keys,
-                values,
-            },
+            Kind::LoadReport => {
+                if values.len() != 2 * keys.len() {
+                    return Err(MsgError::BadShape {
+                        kind: h.kind,
+                        keys: keys.len(),
+                        values: values.len(),
+                        expected: "two values (mean ns, answers) per peer",
+                    });
+                }
+                if let Some(&raw) = keys.iter().find(|&&k| u32::try_from(k).is_err()) {
+                    return Err(MsgError::BadNode { kind: h.kind, raw });
+                }
+                Self::LoadReport {
+                    peers: keys,
+                    values,
+                }
+            }
             Kind::EpochAck => {
                 control(0)?;
                 Self::EpochAck {

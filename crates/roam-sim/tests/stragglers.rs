@@ -24,12 +24,13 @@ fn watch() -> LoadWatch {
     }
 }
 
-/// 4 nodes × 1 worker, 32 keys spread by hash, 10–50 µs links, and `slow` as stragglers.
-fn config(seed: u64, slow: &[(u32, u64)]) -> SimConfig {
+/// 4 nodes × 1 worker, 32 keys spread by hash, links of `delays` ns, and `slow` as
+/// stragglers.
+fn config(seed: u64, slow: &[(u32, u64)], delays: (u64, u64)) -> SimConfig {
     let mut cfg = SimConfig::new(4, 1, KeySpace::uniform(32, 2).unwrap())
         .with_seed(seed)
         .with_partitioning(Partitioning::Hash)
-        .with_delay(10_000, 50_000)
+        .with_delay(delays.0, delays.1)
         .with_think(0, 2_000)
         .with_load_watch(watch());
     for &(node, extra) in slow {
@@ -40,8 +41,8 @@ fn config(seed: u64, slow: &[(u32, u64)]) -> SimConfig {
 
 /// Random pushes from every worker, then (after all of them are applied) every worker reads
 /// every key and gets the exact sums.
-fn run(seed: u64, slow: &[(u32, u64)], ops: usize) -> roam_sim::Sim {
-    let cfg = config(seed, slow);
+fn run(seed: u64, slow: &[(u32, u64)], delays: (u64, u64), ops: usize) -> roam_sim::Sim {
+    let cfg = config(seed, slow, delays);
     let mut rng = test_rng(seed);
     let workers = workers_of(&cfg);
     let inc = random_increments(&mut rng, &cfg.space, &workers, ops, 8);
@@ -77,7 +78,7 @@ fn run(seed: u64, slow: &[(u32, u64)], ops: usize) -> roam_sim::Sim {
 #[test]
 fn a_slow_node_is_named_by_every_node_and_nobody_else_is() {
     for_each_seed(60, |seed| {
-        let sim = run(seed, &[(2, 300_000)], 400);
+        let sim = run(seed, &[(2, 300_000)], (10_000, 50_000), 400);
         for n in 0..4 {
             let node = sim.node(NodeId(n));
             assert_eq!(node.stragglers(), vec![NodeId(2)], "seed {seed}: node {n}");
@@ -96,10 +97,15 @@ fn a_slow_node_is_named_by_every_node_and_nobody_else_is() {
     });
 }
 
+/// Link delays spread from 1 to 150 µs, so single answers vary tenfold: no node is named.
+/// (Taking each node's smallest mean over two observers already keeps such noise far below
+/// 2×: this run still passed with the excess at 0 or a streak of 1, so it guards against
+/// false alarms of the whole detector, not of those two settings; the unit tests in
+/// `load.rs` cover them.)
 #[test]
 fn random_delays_alone_make_no_straggler() {
     for_each_seed(60, |seed| {
-        let sim = run(seed, &[], 700);
+        let sim = run(seed, &[], (1_000, 150_000), 700);
         for n in 0..4 {
             let node = sim.node(NodeId(n));
             assert!(

@@ -35,6 +35,9 @@ pub enum StartError {
         /// Why.
         reason: SamplerSetupError,
     },
+    /// `load_watch` settings that cannot work.
+    #[error("load_watch: {0}")]
+    LoadWatch(#[from] roam_core::load::LoadWatchError),
     /// Rank, size, coordinator or another environment setting is missing or malformed.
     #[error("cluster configuration: {0}")]
     ClusterEnv(#[from] ClusterEnvError),

@@ -118,6 +118,10 @@ pub enum Choice {
     Timer(NodeId),
 }
 
+/// The largest extra delay of a simulated straggler's frames (an hour of virtual time keeps
+/// every `now + delay` far from overflowing).
+const MAX_SLOW_NS: u64 = 3_600_000_000_000;
+
 const TAG_FRAME: u8 = 1;
 const TAG_CLOSE: u8 = 2;
 const TAG_INVOKE: u8 = 3;
@@ -164,6 +168,19 @@ impl Sim {
             cfg.nodes > 0 && cfg.workers_per_node > 0,
             "a cluster needs nodes and workers"
         );
+        if let Some(watch) = &cfg.load {
+            watch
+                .validate()
+                .unwrap_or_else(|e| panic!("SimConfig::load: {e}"));
+        }
+        for &(node, extra) in &cfg.slow_nodes {
+            assert!(
+                node.0 < cfg.nodes && extra <= MAX_SLOW_NS,
+                "SimConfig::slow_nodes: {node} needs to be one of the {} nodes and its extra \
+                 delay {extra} ns at most {MAX_SLOW_NS} ns",
+                cfg.nodes
+            );
+        }
         let nodes = (0..cfg.nodes)
             .map(|id| {
                 let node = Node::new(NodeConfig {

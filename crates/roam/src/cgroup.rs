@@ -377,7 +377,7 @@ fn remove_stale(parent: &Path) -> Vec<String> {
     let mut removed: Vec<String> = entries
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|name| launcher_pid(name).is_some_and(|pid| !alive(pid)))
+        .filter(|name| launcher_pid(name).is_some_and(|pid| !crate::netns::alive(pid)))
         .filter(|name| remove_group(parent, &parent.join(name)).is_ok())
         .collect();
     removed.sort();
@@ -385,24 +385,12 @@ fn remove_stale(parent: &Path) -> Vec<String> {
 }
 
 /// The launcher pid in a group name of this module (`roam-<pid>-<seq>-n<rank>`).
+/// The launcher pid in a group name of this scheme (`roam-<pid>-<seq>-n<rank>`): the netns
+/// scheme's parse, with the rank part checked too.
 fn launcher_pid(name: &str) -> Option<libc::pid_t> {
-    let mut parts = name.strip_prefix(NAME_PREFIX)?.splitn(3, '-');
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let (pid, seq, rank) = (
-        parts.next()?,
-        parts.next()?,
-        parts.next()?.strip_prefix('n')?,
-    );
-    (digits(pid) && digits(seq) && digits(rank))
-        .then(|| pid.parse().ok())
-        .flatten()
-        .filter(|&p| p > 0)
-}
-
-fn alive(pid: libc::pid_t) -> bool {
-    // SAFETY: signal 0 only checks whether the process exists.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let rank = name.rsplit('-').next()?.strip_prefix('n')?;
+    let digits = !rank.is_empty() && rank.bytes().all(|b| b.is_ascii_digit());
+    crate::netns::launcher_pid(name).filter(|&pid| digits && pid > 0)
 }
 
 #[cfg(test)]
@@ -496,6 +484,6 @@ mod tests {
         ] {
             assert_eq!(launcher_pid(other), None, "{other}");
         }
-        assert!(alive(std::process::id() as libc::pid_t));
+        assert!(crate::netns::alive(std::process::id() as libc::pid_t));
     }
 }

@@ -728,7 +728,9 @@ fn kill_processes_in(namespaces: &[PathBuf]) -> usize {
 }
 
 /// The launcher pid in a namespace name of this module (`roam-<pid>-<seq>-<role>`).
-fn launcher_pid(name: &str) -> Option<libc::pid_t> {
+/// The launcher pid in a name of this scheme (`roam-<pid>-<seq>-<role>`); the cgroups of
+/// `--slow-node` share the scheme.
+pub(crate) fn launcher_pid(name: &str) -> Option<libc::pid_t> {
     let rest = name.strip_prefix(NAME_PREFIX)?;
     let mut parts = rest.splitn(3, '-');
     let pid = parts.next()?;
@@ -740,7 +742,8 @@ fn launcher_pid(name: &str) -> Option<libc::pid_t> {
         .flatten()
 }
 
-fn alive(pid: libc::pid_t) -> bool {
+/// Whether process `pid` exists (owned by anyone).
+pub(crate) fn alive(pid: libc::pid_t) -> bool {
     // SAFETY: signal 0 only checks whether the process exists.
     let rc = unsafe { libc::kill(pid, 0) };
     rc == 0 || io_errno() == libc::EPERM

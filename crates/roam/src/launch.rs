@@ -54,7 +54,8 @@ use crate::cluster_env::{
     ROAM_WORKERS_PER_NODE,
 };
 use crate::netns::{
-    self, Cluster, Network, Profile, ROAM_NETNS, ROAM_NETWORK_BANDWIDTH, ROAM_NETWORK_PROFILE, Rate,
+    self, Cluster, Network, NodeRate, Profile, ROAM_NETNS, ROAM_NETWORK_BANDWIDTH,
+    ROAM_NETWORK_PROFILE, Rate,
 };
 use crate::rendezvous::MAX_NODES;
 use crate::slow_node::{Schedule, SlowNode, Tracker};
@@ -114,6 +115,11 @@ pub struct NetworkArgs {
     /// --netns and --profile custom; shaped with tc tbf.
     #[arg(long, value_name = "RATE")]
     pub bandwidth: Option<Rate>,
+    /// Link bandwidth of node RANK in each direction, tc syntax, overriding --bandwidth (or the
+    /// profile's rate) for that node: `--node-bandwidth 1:250mbit`. Repeatable, once per rank;
+    /// implies --netns. Without --bandwidth or a shaping profile the other nodes stay unshaped.
+    #[arg(long, value_name = "RANK:RATE")]
+    pub node_bandwidth: Vec<NodeRate>,
 }
 
 /// Runs the cluster with the children's output relayed to this process's stdout and stderr;
@@ -153,8 +159,10 @@ where
         network.netns,
         network.profile,
         network.bandwidth,
+        &network.node_bandwidth,
         args.latency_us,
     )?;
+    netns::check_node_rates(&net.node_bandwidth, args.nodes)?;
     if net.netns {
         ensure!(
             args.nodes <= netns::MAX_NODES,
@@ -212,7 +220,7 @@ where
                 program.to_string_lossy()
             );
         }
-        let tools = netns::preflight(net.bandwidth.is_some())?;
+        let tools = netns::preflight(net.bandwidth.is_some() || !net.node_bandwidth.is_empty())?;
         let (removed, problems) = netns::remove_stale(&tools);
         if !removed.is_empty() {
             notice(
@@ -226,7 +234,8 @@ where
         for p in problems {
             notice(&err, &format!("removing a stale network namespace: {p}"));
         }
-        let cluster = Cluster::create(tools, args.nodes, net.bandwidth)?;
+        let cluster =
+            Cluster::create_shaped(tools, args.nodes, net.bandwidth, &net.node_bandwidth)?;
         notice(&err, &format!("{}; {}", net.describe(), cluster.describe()));
         Some(cluster)
     } else {
@@ -286,7 +295,7 @@ where
         if let Some(l) = net.latency_us {
             cmd.env(ROAM_EMULATE_LATENCY_US, l.to_string());
         }
-        if let Some(b) = net.bandwidth {
+        if let Some(b) = net.rate(rank) {
             cmd.env(ROAM_NETWORK_BANDWIDTH, b.to_string());
         }
         let group = groups.as_ref().and_then(|g| g.dir(rank));
@@ -784,7 +793,8 @@ mod tests {
             NetworkArgs {
                 netns: false,
                 profile: Some(Profile::OneGbe),
-                bandwidth: None
+                bandwidth: None,
+                node_bandwidth: Vec::new(),
             }
         );
         let n = Cli::try_parse_from([
@@ -825,6 +835,7 @@ mod tests {
             netns: true,
             profile: Some(Profile::Loopback),
             bandwidth: None,
+            node_bandwidth: Vec::new(),
         };
         let e = run_with_network(&args, &loopback_netns, io::sink(), io::sink()).unwrap_err();
         assert!(
@@ -839,6 +850,69 @@ mod tests {
             ..NetworkArgs::default()
         };
         let e = run_with_network(&missing, &netns, io::sink(), io::sink()).unwrap_err();
+        assert!(e.to_string().contains("program not found"), "{e}");
+    }
+
+    #[test]
+    fn node_bandwidth_is_parsed_and_checked_before_anything_starts() {
+        let n = Cli::try_parse_from([
+            "roam",
+            "--nodes",
+            "4",
+            "--node-bandwidth",
+            "3:250mbit",
+            "--bandwidth",
+            "1gbit",
+            "--node-bandwidth",
+            "1:100mbit",
+            "--",
+            "prog",
+            "--node-bandwidth",
+        ])
+        .unwrap()
+        .launch
+        .network;
+        let specs: Vec<NodeRate> = ["3:250mbit", "1:100mbit"]
+            .map(|s| s.parse().unwrap())
+            .into();
+        assert_eq!(n.node_bandwidth, specs);
+        assert_eq!(n.bandwidth, Some("1gbit".parse().unwrap()));
+        for bad in ["1", "x:1gbit", "1:fast", "-1:1gbit", "1:1gb"] {
+            let e = Cli::try_parse_from(["roam", "--nodes", "2", "--node-bandwidth", bad, "p"])
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} parsed"));
+            assert!(e.to_string().contains("--node-bandwidth"), "{e}");
+        }
+
+        // Refused before a namespace or a child exists (the program would fail differently).
+        let args = LaunchArgs {
+            nodes: 2,
+            workers_per_node: None,
+            latency_us: None,
+            slow_node: Vec::new(),
+            network: NetworkArgs::default(),
+            program: vec!["/nonexistent/roam-test-program".into()],
+        };
+        let with = |specs: &[&str], profile: Option<Profile>| NetworkArgs {
+            profile,
+            node_bandwidth: specs.iter().map(|s| s.parse().unwrap()).collect(),
+            ..NetworkArgs::default()
+        };
+        let e =
+            run_with_network(&args, &with(&["2:1gbit"], None), io::sink(), io::sink()).unwrap_err();
+        assert!(e.to_string().contains("rank 2 is out of range"), "{e}");
+        let twice = with(&["1:1gbit", "0:5mbit", "1:2gbit"], None);
+        let e = run_with_network(&args, &twice, io::sink(), io::sink()).unwrap_err();
+        assert!(e.to_string().contains("names rank 1 twice"), "{e}");
+        let loopback = with(&["1:1gbit"], Some(Profile::Loopback));
+        let e = run_with_network(&args, &loopback, io::sink(), io::sink()).unwrap_err();
+        assert!(
+            e.to_string().contains("--node-bandwidth needs network"),
+            "{e}"
+        );
+        // A valid spec gets as far as the program check.
+        let e =
+            run_with_network(&args, &with(&["1:1gbit"], None), io::sink(), io::sink()).unwrap_err();
         assert!(e.to_string().contains("program not found"), "{e}");
     }
 

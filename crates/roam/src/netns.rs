@@ -11,7 +11,8 @@
 //!
 //! With a bandwidth, both directions of every node link are shaped by a token bucket (`tc tbf`):
 //! the node's end shapes what it sends, the switch's end what it receives, like a full-duplex
-//! NIC on a switch port. Latency is not added here: kernels without netem cannot delay packets,
+//! NIC on a switch port. A per-rank rate (`--node-bandwidth`) replaces the common one on that
+//! node's link; without a common rate only the links given one are shaped. Latency is not added here: kernels without netem cannot delay packets,
 //! so the launcher sets the transport's user-space emulation (`ROAM_EMULATE_LATENCY_US`).
 //!
 //! Invariants:
@@ -46,8 +47,8 @@ use anyhow::{Context, anyhow, bail, ensure};
 /// The network profile the launcher chose (`loopback`, `10gbe`, `1gbe`, `custom`), exported to
 /// every node so that it can report what network it ran on.
 pub const ROAM_NETWORK_PROFILE: &str = "ROAM_NETWORK_PROFILE";
-/// The per-direction bandwidth of each node link in `tc` syntax (e.g. `1gbit`); set only when
-/// links are shaped.
+/// The per-direction bandwidth of the node's own link in `tc` syntax (e.g. `1gbit`; its
+/// `--node-bandwidth` rate if it has one); set only when that link is shaped.
 pub const ROAM_NETWORK_BANDWIDTH: &str = "ROAM_NETWORK_BANDWIDTH";
 /// The node's network namespace; set only under `--netns`.
 pub const ROAM_NETNS: &str = "ROAM_NETNS";
@@ -241,8 +242,62 @@ impl FromStr for Rate {
     }
 }
 
-/// The network a launch runs on, resolved from `--netns`, `--profile`, `--bandwidth` and
-/// `--latency-us`.
+/// One node's own link rate (`--node-bandwidth RANK:RATE`), overriding `--bandwidth` (or the
+/// profile's rate) for that rank's link, both directions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NodeRate {
+    /// The node whose link is shaped.
+    pub rank: u32,
+    /// Its per-direction rate.
+    pub rate: Rate,
+}
+
+impl fmt::Display for NodeRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.rank, self.rate)
+    }
+}
+
+impl FromStr for NodeRate {
+    type Err = anyhow::Error;
+
+    /// `RANK:RATE`, the rate in `tc` syntax as for [`Rate`]: `1:250mbit`.
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let (rank, rate) = s.split_once(':').ok_or_else(|| {
+            anyhow!("bad node bandwidth {s:?}: expected RANK:RATE, e.g. 1:250mbit")
+        })?;
+        let rank = rank.trim().parse().map_err(|_| {
+            anyhow!("bad node bandwidth {s:?}: RANK must be a node number, e.g. 1:250mbit")
+        })?;
+        let rate = rate
+            .parse()
+            .with_context(|| format!("bad node bandwidth {s:?}"))?;
+        Ok(Self { rank, rate })
+    }
+}
+
+/// Checks `--node-bandwidth` against the run: every rank below `nodes`, none given twice.
+pub fn check_node_rates(specs: &[NodeRate], nodes: u32) -> anyhow::Result<()> {
+    let mut seen = HashSet::new();
+    for spec in specs {
+        ensure!(
+            spec.rank < nodes,
+            "--node-bandwidth {spec}: rank {} is out of range for --nodes {nodes} (ranks are \
+             0..={})",
+            spec.rank,
+            nodes.saturating_sub(1)
+        );
+        ensure!(
+            seen.insert(spec.rank),
+            "--node-bandwidth names rank {} twice; give one rate per rank",
+            spec.rank
+        );
+    }
+    Ok(())
+}
+
+/// The network a launch runs on, resolved from `--netns`, `--profile`, `--bandwidth`,
+/// `--node-bandwidth` and `--latency-us`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Network {
     /// The profile, as recorded in [`ROAM_NETWORK_PROFILE`].
@@ -251,6 +306,8 @@ pub struct Network {
     pub netns: bool,
     /// Per-direction bandwidth of each node link (only with namespaces).
     pub bandwidth: Option<Rate>,
+    /// Per-rank overrides of `bandwidth` (only with namespaces), sorted by rank.
+    pub node_bandwidth: Vec<NodeRate>,
     /// One-way latency the transport emulates, in µs (exported as `ROAM_EMULATE_LATENCY_US`).
     pub latency_us: Option<u64>,
 }
@@ -261,24 +318,33 @@ impl Network {
         profile: Profile::Loopback,
         netns: false,
         bandwidth: None,
+        node_bandwidth: Vec::new(),
         latency_us: None,
     };
 
     /// Resolves the launcher's options.
     ///
-    /// - No `--profile`: `custom` if `--netns` or `--bandwidth` is given, else `loopback`.
-    /// - `loopback` cannot be combined with `--netns` or `--bandwidth`.
+    /// - No `--profile`: `custom` if `--netns`, `--bandwidth` or `--node-bandwidth` is given,
+    ///   else `loopback`.
+    /// - `loopback` cannot be combined with `--netns`, `--bandwidth` or `--node-bandwidth`.
     /// - `10gbe` and `1gbe` imply namespaces (their bandwidth needs them) and fix the bandwidth;
-    ///   `--latency-us` overrides their latency.
-    /// - `custom` uses namespaces with `--netns` or `--bandwidth` (shaping needs them), and the
-    ///   latency given (none by default).
+    ///   `--latency-us` overrides their latency, `--node-bandwidth` the rate of single links.
+    /// - `custom` uses namespaces with `--netns`, `--bandwidth` or `--node-bandwidth` (shaping
+    ///   needs them), and the latency given (none by default). Links that neither
+    ///   `--bandwidth` nor `--node-bandwidth` covers stay unshaped.
+    ///
+    /// The ranks of `node_bandwidth` are checked against the run by [`check_node_rates`].
     pub fn resolve(
         netns: bool,
         profile: Option<Profile>,
         bandwidth: Option<Rate>,
+        node_bandwidth: &[NodeRate],
         latency_us: Option<u64>,
     ) -> anyhow::Result<Self> {
-        let profile = profile.unwrap_or(if netns || bandwidth.is_some() {
+        let mut node_bandwidth = node_bandwidth.to_vec();
+        node_bandwidth.sort_by_key(|n| n.rank);
+        let shaped = bandwidth.is_some() || !node_bandwidth.is_empty();
+        let profile = profile.unwrap_or(if netns || shaped {
             Profile::Custom
         } else {
             Profile::Loopback
@@ -295,6 +361,11 @@ impl Network {
                     bandwidth.is_none(),
                     "--bandwidth needs network namespaces: use --profile custom --bandwidth RATE \
                      (or --profile 10gbe / 1gbe)"
+                );
+                ensure!(
+                    node_bandwidth.is_empty(),
+                    "--node-bandwidth needs network namespaces: use --profile custom (or 10gbe \
+                     / 1gbe) with --node-bandwidth RANK:RATE"
                 );
                 Ok(Self {
                     latency_us,
@@ -315,13 +386,15 @@ impl Network {
                     profile,
                     netns: true,
                     bandwidth: profile.bandwidth(),
+                    node_bandwidth,
                     latency_us: latency_us.or(profile.latency_us()),
                 })
             }
             Profile::Custom => Ok(Self {
                 profile,
-                netns: netns || bandwidth.is_some(),
+                netns: netns || shaped,
                 bandwidth,
+                node_bandwidth,
                 latency_us,
             }),
         }
@@ -329,17 +402,37 @@ impl Network {
 
     /// One line for the launcher's notice, e.g. `profile 1gbe: 1gbit per link and direction,
     /// 100 µs one-way latency (emulated by the transport)`.
+    ///
+    /// Per-rank overrides follow the rate, e.g. `1gbit per link and direction, node 1 at
+    /// 250mbit`, or `unshaped links except node 1 at 100mbit per direction`.
     pub fn describe(&self) -> String {
-        let bandwidth = match (self.netns, self.bandwidth) {
-            (false, _) => "loopback".to_owned(),
-            (true, None) => "unshaped links".to_owned(),
-            (true, Some(r)) => format!("{r} per link and direction"),
+        let overrides = self
+            .node_bandwidth
+            .iter()
+            .map(|n| format!("node {} at {}", n.rank, n.rate))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let bandwidth = match (self.netns, self.bandwidth, overrides.is_empty()) {
+            (false, _, _) => "loopback".to_owned(),
+            (true, None, true) => "unshaped links".to_owned(),
+            (true, None, false) => format!("unshaped links except {overrides} per direction"),
+            (true, Some(r), true) => format!("{r} per link and direction"),
+            (true, Some(r), false) => format!("{r} per link and direction, {overrides}"),
         };
         let latency = match self.latency_us {
             None | Some(0) => "no added latency".to_owned(),
             Some(l) => format!("{l} µs one-way latency (emulated by the transport)"),
         };
         format!("profile {}: {bandwidth}, {latency}", self.profile)
+    }
+
+    /// The per-direction rate of node `rank`'s link: its override, else the common rate.
+    pub fn rate(&self, rank: u32) -> Option<Rate> {
+        self.node_bandwidth
+            .iter()
+            .find(|n| n.rank == rank)
+            .map(|n| n.rate)
+            .or(self.bandwidth)
     }
 }
 
@@ -464,6 +557,8 @@ pub struct Cluster {
     prefix: String,
     nodes: u32,
     bandwidth: Option<Rate>,
+    /// Per-rank overrides of `bandwidth`, sorted by rank.
+    node_bandwidth: Vec<NodeRate>,
     /// Namespaces that exist now, in creation order (the switch first).
     created: Vec<String>,
 }
@@ -472,19 +567,34 @@ impl Cluster {
     /// Creates the switch and one namespace per node, links and addresses them, and shapes the
     /// links. On failure everything created so far is deleted again.
     pub fn create(tools: Tools, nodes: u32, bandwidth: Option<Rate>) -> anyhow::Result<Self> {
+        Self::create_shaped(tools, nodes, bandwidth, &[])
+    }
+
+    /// [`Cluster::create`] with per-rank rates overriding `bandwidth` for those nodes' links
+    /// (both directions); without `bandwidth` the other links stay unshaped.
+    pub fn create_shaped(
+        tools: Tools,
+        nodes: u32,
+        bandwidth: Option<Rate>,
+        node_bandwidth: &[NodeRate],
+    ) -> anyhow::Result<Self> {
         ensure!(
             (1..=MAX_NODES).contains(&nodes),
             "--netns supports 1..={MAX_NODES} nodes, got {nodes}"
         );
+        check_node_rates(node_bandwidth, nodes)?;
         ensure!(
-            bandwidth.is_none() || tools.tc.is_some(),
+            (bandwidth.is_none() && node_bandwidth.is_empty()) || tools.tc.is_some(),
             "bandwidth shaping needs `tc`; the tools were checked without it"
         );
+        let mut node_bandwidth = node_bandwidth.to_vec();
+        node_bandwidth.sort_by_key(|n| n.rank);
         let mut cluster = Self {
             tools,
             prefix: run_prefix(),
             nodes,
             bandwidth,
+            node_bandwidth,
             created: Vec::with_capacity(nodes as usize + 1),
         };
         // On error `cluster` drops here, deleting what was created.
@@ -524,7 +634,7 @@ impl Cluster {
             self.ip(&["-n", &ns, "addr", "add", &addr, "dev", NODE_INTERFACE])?;
             self.ip(&["-n", &ns, "link", "set", NODE_INTERFACE, "up"])?;
             self.ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-            if let Some(rate) = self.bandwidth {
+            if let Some(rate) = self.rate(rank) {
                 self.shape(&ns, NODE_INTERFACE, rate)?;
                 self.shape(&sw, &port, rate)?;
             }
@@ -573,6 +683,15 @@ impl Cluster {
         self.bandwidth
     }
 
+    /// The rate node `rank`'s link is shaped to: its override, else [`Cluster::bandwidth`].
+    pub fn rate(&self, rank: u32) -> Option<Rate> {
+        self.node_bandwidth
+            .iter()
+            .find(|n| n.rank == rank)
+            .map(|n| n.rate)
+            .or(self.bandwidth)
+    }
+
     /// `roam-<pid>-<seq>`: every namespace of this run starts with it.
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -614,9 +733,22 @@ impl Cluster {
                 format!("{}..{}", node_ip(0), node_ip(last)),
             )
         };
-        let shaping = self
-            .bandwidth
-            .map_or_else(String::new, |r| format!(", tbf {r} each way on every link"));
+        let overrides = |f: fn(&NodeRate) -> String| {
+            let v: Vec<String> = self.node_bandwidth.iter().map(f).collect();
+            v.join(", ")
+        };
+        let shaping = match (self.bandwidth, self.node_bandwidth.is_empty()) {
+            (None, true) => String::new(),
+            (Some(r), true) => format!(", tbf {r} each way on every link"),
+            (Some(r), false) => format!(
+                ", tbf {r} each way on every link but {}",
+                overrides(|n| format!("{} on n{}", n.rate, n.rank))
+            ),
+            (None, false) => format!(
+                ", tbf each way only on the links of {}",
+                overrides(|n| format!("n{} ({})", n.rank, n.rate))
+            ),
+        };
         format!(
             "network namespaces {nodes} ({addrs}/{}) on a bridge in {}{shaping}",
             SUBNET.1,
@@ -841,7 +973,9 @@ mod tests {
     #[test]
     fn options_resolve_to_a_network() {
         let gbit = |g: u64| Some(Rate::from_bits_per_second(g * 1_000_000_000));
-        let r = Network::resolve;
+        let r = |netns, profile, bandwidth, latency_us| {
+            Network::resolve(netns, profile, bandwidth, &[], latency_us)
+        };
         assert_eq!(r(false, None, None, None).unwrap(), Network::LOOPBACK);
         assert_eq!(
             r(false, None, None, Some(40)).unwrap(),
@@ -856,6 +990,7 @@ mod tests {
                 profile: Profile::OneGbe,
                 netns: true,
                 bandwidth: gbit(1),
+                node_bandwidth: Vec::new(),
                 latency_us: Some(100)
             }
         );
@@ -873,6 +1008,7 @@ mod tests {
                 profile: Profile::Custom,
                 netns: true,
                 bandwidth: gbit(5),
+                node_bandwidth: Vec::new(),
                 latency_us: Some(30)
             }
         );
@@ -886,6 +1022,69 @@ mod tests {
         // Loopback refuses what it cannot do.
         assert!(r(true, Some(Profile::Loopback), None, None).is_err());
         assert!(r(false, Some(Profile::Loopback), gbit(1), None).is_err());
+    }
+
+    #[test]
+    fn node_rates_parse_resolve_and_are_checked_against_the_run() {
+        let spec = |s: &str| s.parse::<NodeRate>().unwrap();
+        assert_eq!(
+            spec("1:250mbit"),
+            NodeRate {
+                rank: 1,
+                rate: Rate::from_bits_per_second(250_000_000)
+            }
+        );
+        assert_eq!(spec(" 3 : 1Gbit ").to_string(), "3:1gbit");
+        for bad in [
+            "", "1", "1:", ":1gbit", "x:1gbit", "-1:1gbit", "1:fast", "1:2tbit",
+        ] {
+            let e = bad.parse::<NodeRate>().unwrap_err();
+            assert!(
+                format!("{e:#}").contains("bad node bandwidth"),
+                "{bad:?}: {e:#}"
+            );
+        }
+
+        let specs = [spec("2:100mbit"), spec("0:1gbit")];
+        assert!(check_node_rates(&specs, 3).is_ok());
+        assert!(check_node_rates(&[], 1).is_ok());
+        let e = check_node_rates(&specs, 2).unwrap_err().to_string();
+        assert!(e.contains("rank 2 is out of range for --nodes 2"), "{e}");
+        let e = check_node_rates(&[spec("1:1gbit"), spec("1:2gbit")], 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("names rank 1 twice"), "{e}");
+
+        // Alone: namespaces, custom, only the named links shaped; sorted by rank.
+        let net = Network::resolve(false, None, None, &specs, None).unwrap();
+        assert_eq!(
+            (net.profile, net.netns, net.bandwidth),
+            (Profile::Custom, true, None)
+        );
+        assert_eq!(net.node_bandwidth, [specs[1], specs[0]]);
+        assert_eq!(
+            (net.rate(0), net.rate(1), net.rate(2)),
+            (Some(specs[1].rate), None, Some(specs[0].rate))
+        );
+        assert_eq!(
+            net.describe(),
+            "profile custom: unshaped links except node 0 at 1gbit, node 2 at 100mbit per \
+             direction, no added latency"
+        );
+        // Over a profile's rate.
+        let one = [spec("1:250mbit")];
+        let net = Network::resolve(false, Some(Profile::OneGbe), None, &one, None).unwrap();
+        assert_eq!(
+            (net.rate(0), net.rate(1)),
+            (Profile::OneGbe.bandwidth(), Some(one[0].rate))
+        );
+        assert!(
+            net.describe()
+                .starts_with("profile 1gbe: 1gbit per link and direction, node 1 at 250mbit, "),
+            "{}",
+            net.describe()
+        );
+        assert!(Network::resolve(false, Some(Profile::Loopback), None, &one, None).is_err());
     }
 
     #[test]

@@ -54,6 +54,7 @@ fn on(netns: bool, profile: Option<Profile>) -> NetworkArgs {
         netns,
         profile,
         bandwidth: None,
+        node_bandwidth: Vec::new(),
     }
 }
 
@@ -259,6 +260,84 @@ fn profile_1gbe_shapes_both_ends_of_every_link() {
     assert!(values(&out, "node")[0].contains("_rate_250Mbit_"), "{out}");
     assert_eq!(values(&out, "lat"), ["7"]);
     assert_eq!(values(&out, "profile"), ["custom"]);
+    assert_gone(&run_namespaces(&values(&out, "ns")));
+}
+
+#[test]
+fn node_bandwidth_shapes_only_that_nodes_link() {
+    let Some(_serial) = setup("node_bandwidth_shapes_only_that_nodes_link") else {
+        return;
+    };
+    let script = r#"
+        sw=${ROAM_NETNS%-n*}-sw
+        node=$(tc qdisc show dev roam0 | tr ' ' '_')
+        port=$(tc -n "$sw" qdisc show dev "n$ROAM_RANK" | tr ' ' '_')
+        echo "node=$node port=$port bw=${ROAM_NETWORK_BANDWIDTH:-none} ns=$ROAM_NETNS"
+    "#;
+    // The value of `key` that node `rank` printed.
+    let of = |out: &str, rank: u32, key: &str| -> String {
+        let v: Vec<String> = fields(out)
+            .into_iter()
+            .filter(|(r, k, _)| *r == rank && k == key)
+            .map(|(_, _, v)| v)
+            .collect();
+        assert_eq!(v.len(), 1, "{key} of node {rank} in {out}");
+        v[0].clone()
+    };
+
+    // Alone: only node 1's link is shaped, both ends; node 0's has no token bucket.
+    let network = NetworkArgs {
+        node_bandwidth: vec!["1:100mbit".parse().unwrap()],
+        ..on(false, None)
+    };
+    let (code, out, err) = launch(&sh(2, script), &network);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.contains("[launch] profile custom: unshaped links except node 1 at 100mbit"),
+        "{err}"
+    );
+    assert!(
+        err.contains("tbf each way only on the links of n1 (100mbit)"),
+        "{err}"
+    );
+    for key in ["node", "port"] {
+        let shaped = of(&out, 1, key);
+        assert!(shaped.starts_with("qdisc_tbf_"), "{key}: {shaped}");
+        assert!(shaped.contains("_rate_100Mbit_"), "{key}: {shaped}");
+        let plain = of(&out, 0, key);
+        assert!(!plain.contains("tbf"), "{key}: {plain}");
+    }
+    assert_eq!(
+        (of(&out, 0, "bw"), of(&out, 1, "bw")),
+        ("none".into(), "100mbit".into())
+    );
+    assert_gone(&run_namespaces(&values(&out, "ns")));
+
+    // Over a common rate: node 0's link gets its own.
+    let network = NetworkArgs {
+        bandwidth: Some("1gbit".parse().unwrap()),
+        node_bandwidth: vec!["0:250mbit".parse().unwrap()],
+        ..on(false, None)
+    };
+    let (code, out, err) = launch(&sh(2, script), &network);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.contains("1gbit per link and direction, node 0 at 250mbit"),
+        "{err}"
+    );
+    for (rank, rate) in [(0, "_rate_250Mbit_"), (1, "_rate_1Gbit_")] {
+        for key in ["node", "port"] {
+            let q = of(&out, rank, key);
+            assert!(
+                q.starts_with("qdisc_tbf_") && q.contains(rate),
+                "{key}: {q}"
+            );
+        }
+    }
+    assert_eq!(
+        (of(&out, 0, "bw"), of(&out, 1, "bw")),
+        ("250mbit".into(), "1gbit".into())
+    );
     assert_gone(&run_namespaces(&values(&out, "ns")));
 }
 

@@ -428,12 +428,17 @@ impl Network {
 
     /// The per-direction rate of node `rank`'s link: its override, else the common rate.
     pub fn rate(&self, rank: u32) -> Option<Rate> {
-        self.node_bandwidth
-            .iter()
-            .find(|n| n.rank == rank)
-            .map(|n| n.rate)
-            .or(self.bandwidth)
+        rate_of(&self.node_bandwidth, self.bandwidth, rank)
     }
+}
+
+/// Node `rank`'s link rate: its entry in `overrides`, else `common`.
+fn rate_of(overrides: &[NodeRate], common: Option<Rate>, rank: u32) -> Option<Rate> {
+    overrides
+        .iter()
+        .find(|n| n.rank == rank)
+        .map(|n| n.rate)
+        .or(common)
 }
 
 /// The address node `rank` has inside its namespace.
@@ -685,11 +690,7 @@ impl Cluster {
 
     /// The rate node `rank`'s link is shaped to: its override, else [`Cluster::bandwidth`].
     pub fn rate(&self, rank: u32) -> Option<Rate> {
-        self.node_bandwidth
-            .iter()
-            .find(|n| n.rank == rank)
-            .map(|n| n.rate)
-            .or(self.bandwidth)
+        rate_of(&self.node_bandwidth, self.bandwidth, rank)
     }
 
     /// `roam-<pid>-<seq>`: every namespace of this run starts with it.

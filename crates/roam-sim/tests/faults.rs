@@ -121,11 +121,7 @@ fn check_loss_propagation(sim: &Sim, seed: u64) {
 /// some nodes. `peers_lost_by(node)` lists the peers each node may have been told about.
 fn check_failures_name_the_lost_peer(sim: &Sim, seed: u64) {
     let history = sim.history();
-    for op in history
-        .ops()
-        .iter()
-        .filter(|op| !sim.is_crashed(op.worker.node))
-    {
+    for op in common::surviving_ops(sim) {
         let node = op.worker.node;
         assert!(op.ret.is_some(), "seed {seed}: op never completed: {op}");
         let lost_before = |peer: NodeId| {

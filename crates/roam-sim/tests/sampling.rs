@@ -501,11 +501,7 @@ fn random_sampling_runs_under_faults_lose_only_failed_pushes() {
         }
         run_to_end(seed, &mut sim);
         let history = sim.history();
-        for op in history
-            .ops()
-            .iter()
-            .filter(|op| !sim.is_crashed(op.worker.node))
-        {
+        for op in common::surviving_ops(&sim) {
             assert!(op.ret.is_some(), "seed {seed}: never returned: {op}");
             if let Some(err) = op.error() {
                 failed += 1;

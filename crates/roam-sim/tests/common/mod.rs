@@ -262,6 +262,15 @@ pub(crate) fn consistency(cfg: &SimConfig, home_moves: bool) -> Consistency {
     }
 }
 
+/// The operations of the workers on nodes that did not crash (those of crashed nodes may never
+/// return), in history order.
+pub(crate) fn surviving_ops(sim: &Sim) -> impl Iterator<Item = &roam_sim::OpRecord> {
+    sim.history()
+        .ops()
+        .iter()
+        .filter(move |op| !sim.is_crashed(op.worker.node))
+}
+
 /// Every key's value as held by the live nodes at the end of a run.
 pub(crate) fn finals(sim: &Sim) -> Vec<Option<Vec<f32>>> {
     (0..sim.history().key_bound())

@@ -12,12 +12,12 @@
 //! barriers and serialises home moves), so that neither is a hard-wired rank.
 //!
 //! Invariants: the bucket function never changes during a run, so every node agrees on each
-//! key's bucket; a bucket entry only moves forward in epoch.
-
-use std::ops::Range;
-use std::sync::Arc;
+//! key's bucket; a bucket entry only moves forward in epoch. A bucket's *creator* starts as
+//! its first home and changes with it when a move carries the bucket's keys along (under
+//! static allocation every move does, so there creator and home are always the same node).
 
 use crate::id::{Key, NodeId};
+use std::ops::Range;
 
 /// How keys are assigned to home nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,8 +50,8 @@ pub struct Directory {
     num_keys: u64,
     bucketing: Bucketing,
     homes: Box<[NodeId]>,
-    /// Each bucket's first home, which creates its keys (see [`Directory::creator`]).
-    creators: Arc<[NodeId]>,
+    /// Each bucket's creator (see [`Directory::creator`]).
+    creators: Box<[NodeId]>,
     bucket_epochs: Box<[u32]>,
     members: Vec<NodeId>,
     coordinator: NodeId,
@@ -142,11 +142,19 @@ impl Directory {
         self.homes[bucket as usize]
     }
 
-    /// The node that creates the keys of `bucket`: its home at epoch 0. It holds every key of
-    /// the bucket that never moved (it is the bucket's default owner, whichever node is home);
-    /// in a sparse key space it creates a key on first use.
+    /// The node that creates the keys of `bucket`: its home at epoch 0, or the home a move
+    /// carried the bucket's keys to (static allocation). It holds every key of the bucket that never moved (it is the
+    /// bucket's default owner); in a sparse key space it creates a key on first use.
     pub fn creator(&self, bucket: u32) -> NodeId {
         self.creators[bucket as usize]
+    }
+
+    /// Records that this node's `node` creates (and by default holds) `bucket`'s keys from now
+    /// on: at the new home of a move that carried them, once they landed.
+    pub(crate) fn set_creator(&mut self, bucket: u32, node: NodeId) {
+        if let Some(creator) = self.creators.get_mut(bucket as usize) {
+            *creator = node;
+        }
     }
 
     /// The epoch of `bucket`'s last change.
@@ -187,9 +195,10 @@ impl Directory {
         }
     }
 
-    /// Records that `bucket`'s home is `home` from `epoch` on. Returns false, changing nothing,
-    /// if the table already knows this change or a later one of the bucket.
-    pub fn apply(&mut self, bucket: u32, home: NodeId, epoch: u32) -> bool {
+    /// Records that `bucket`'s home is `home` from `epoch` on, and with `carries_keys` that the
+    /// move took the bucket's keys along (the new home creates and holds them). Returns false,
+    /// changing nothing, if the table already knows this change or a later one of the bucket.
+    pub fn apply(&mut self, bucket: u32, home: NodeId, epoch: u32, carries_keys: bool) -> bool {
         let Some(current) = self.bucket_epochs.get_mut(bucket as usize) else {
             return false;
         };
@@ -198,6 +207,9 @@ impl Directory {
         }
         *current = epoch;
         self.homes[bucket as usize] = home;
+        if carries_keys {
+            self.creators[bucket as usize] = home;
+        }
         self.epoch = self.epoch.max(epoch);
         true
     }
@@ -266,14 +278,18 @@ mod tests {
     fn changes_apply_once_and_never_go_back() {
         let mut table = Directory::new(100, 2, Partitioning::Range);
         let b = table.bucket(3);
-        assert!(table.apply(b, NodeId(1), 2));
+        assert!(table.apply(b, NodeId(1), 2, false));
         assert_eq!(table.home(3), NodeId(1));
         assert_eq!(table.epoch(), 2);
         // An older change learnt late is ignored.
-        assert!(!table.apply(b, NodeId(0), 1));
+        assert!(!table.apply(b, NodeId(0), 1, false));
         assert_eq!(table.home(3), NodeId(1));
-        assert!(!table.apply(b, NodeId(1), 2));
-        assert!(table.apply(b, NodeId(0), 3));
+        assert!(!table.apply(b, NodeId(1), 2, false));
+        assert!(table.apply(b, NodeId(0), 3, false));
         assert_eq!(table.home(3), NodeId(0));
+        assert_eq!(table.creator(b), NodeId(0));
+        // A move that carries the keys makes the new home their creator.
+        assert!(table.apply(b, NodeId(1), 4, true));
+        assert_eq!(table.creator(b), NodeId(1));
     }
 }

@@ -22,6 +22,12 @@
 //! routes it by its own table, and a table only moves forward, so a frame routed by an older
 //! epoch reaches H and goes on to N; held frames are served exactly once, when released.
 //!
+//! Under static allocation a key lives at its home, so a move carries the bucket's keys along:
+//! in step 2, H also removes every key of the bucket it holds from its store and sends them to
+//! N (`BucketKeys`, right after `HomeTransfer`), and every node's table makes N the bucket's
+//! creator. N installs them before it serves anything of the bucket: its release waits for its
+//! own ack, which H passes on after `BucketKeys` on the same FIFO link.
+//!
 //! A lost member counts as confirmed; a lost old home releases the held frames at once (what it
 //! held is lost with it); a move whose old or new home is lost fails.
 
@@ -33,6 +39,7 @@ use crate::msg::encode;
 use crate::node::{Node, OpKind, Time};
 use crate::placement::{BucketRecords, BucketState, KeyRecord, Placement};
 use crate::stats::add;
+use crate::store::{Holding, Residency};
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind, RejectCode};
 
@@ -43,6 +50,8 @@ enum Requester {
     Local(u64),
     /// An operation of another node.
     Remote(NodeId, ReqId),
+    /// The load balancer (`balance.rs`), at the coordinator.
+    Balancer,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -105,6 +114,16 @@ impl Node {
             );
         }
         ReqId(op)
+    }
+
+    /// At the coordinator: queues a move the load balancer decided.
+    pub(crate) fn queue_balancer_move(&mut self, now: Time, bucket: u32, to: NodeId) {
+        self.moves.queue.push_back(MoveRequest {
+            requester: Requester::Balancer,
+            bucket,
+            to,
+        });
+        self.start_next_move(now);
     }
 
     pub(crate) fn handle_move_home(
@@ -200,6 +219,9 @@ impl Node {
                 let frame = encode::reject(self.cfg.id, req, code, u64::from(bucket), &[], &[]);
                 self.send(origin, frame);
             }
+            (Requester::Balancer, _) => {
+                self.balance.in_flight = self.balance.in_flight.saturating_sub(1);
+            }
         }
     }
 
@@ -214,6 +236,9 @@ impl Node {
             // The requester learns of the loss itself (every loss is broadcast) and fails its
             // operation then; a reply could not say more.
             Requester::Remote(..) => {}
+            Requester::Balancer => {
+                self.balance.in_flight = self.balance.in_flight.saturating_sub(1);
+            }
         }
     }
 
@@ -233,14 +258,22 @@ impl Node {
                 what: "hand-off not from the coordinator, or to no other member",
             });
         }
-        let Some(records) = self.records.remove(&bucket) else {
+        let Some(mut records) = self.records.remove(&bucket) else {
             return self.warn(Warning::HomeMove {
                 from,
                 bucket,
                 what: "hand-off at a node that is not the bucket's home",
             });
         };
-        self.dir.apply(bucket, to, epoch);
+        let me = self.cfg.id;
+        // Static allocation keeps every key at its home, so the bucket's keys go along (and
+        // only this node holds them: moves under it always carry).
+        let carry = !self.policy.keys_move();
+        debug_assert!(!carry || records.default_owner == me);
+        self.dir.apply(bucket, to, epoch, carry);
+        if carry {
+            records.default_owner = to;
+        }
         let mut moved: Vec<(Key, NodeId)> = records
             .owners
             .iter()
@@ -250,9 +283,14 @@ impl Node {
         moved.sort_unstable();
         let keys: Vec<Key> = moved.iter().map(|&(key, _)| key).collect();
         let owners: Vec<u32> = moved.iter().map(|&(_, owner)| owner.0).collect();
-        let me = self.cfg.id;
         let frame = encode::home_transfer(me, bucket, epoch, records.default_owner, &keys, &owners);
         self.send(to, frame);
+        if carry {
+            let (keys, values) = self.take_bucket_keys(bucket);
+            add(&self.counters.relocations_out, keys.len() as u64);
+            add(&self.counters.relocation_bytes, (values.len() * 4) as u64);
+            self.send(to, encode::bucket_keys(me, bucket, epoch, &keys, &values));
+        }
         let others: Vec<NodeId> = self
             .dir
             .members()
@@ -289,7 +327,9 @@ impl Node {
                 what: "records of no bucket, naming no member, or of a bucket already here",
             });
         }
-        self.dir.apply(bucket, self.cfg.id, epoch);
+        // Not yet the creator, if the keys come along: that waits for them (`BucketKeys`), so
+        // that no key of the bucket is created here before the old home's copy lands.
+        self.dir.apply(bucket, self.cfg.id, epoch, false);
         let mut records = BucketRecords::new(default_owner);
         for (&key, &owner) in keys.iter().zip(owners) {
             records.owners.insert(
@@ -329,9 +369,96 @@ impl Node {
                 what: "epoch change naming no bucket or no member",
             });
         }
-        self.dir.apply(bucket, home, epoch);
+        self.dir
+            .apply(bucket, home, epoch, !self.policy.keys_move());
         let me = self.cfg.id;
         self.send(from, encode::epoch_ack(me, bucket, epoch));
+    }
+
+    /// At the old home of a move that carries keys: removes the keys of `bucket` held here
+    /// (not replicas) from the store, in increasing key order, with their records.
+    fn take_bucket_keys(&mut self, bucket: u32) -> (Vec<Key>, Vec<f32>) {
+        let range = self.dir.bucket_range(bucket);
+        let mut candidates: Vec<Key> = match range.filter(|_| !self.cfg.space.is_sparse()) {
+            Some(range) => range.collect(),
+            None => {
+                // Hashed buckets are no range, and a sparse one holds few of its keys: walk
+                // the store's index (in bounded steps).
+                let mut found = Vec::new();
+                let mut cursor = Some(0);
+                while let Some(at) = cursor {
+                    cursor = self.store.scan(at, 4096, |key, holding, _| {
+                        if holding == Holding::Owned && self.dir.bucket(key) == bucket {
+                            found.push(key);
+                        }
+                    });
+                }
+                found.sort_unstable();
+                found
+            }
+        };
+        let mut values = Vec::new();
+        candidates.retain(|&key| {
+            self.store.residency(key) == Residency::Local && self.store.remove(key, &mut values)
+        });
+        (candidates, values)
+    }
+
+    /// At the new home of a move that carries keys: the old home's keys of the bucket. The
+    /// bucket is still moving in (nothing of it is served yet), so they are installed as they
+    /// are, and this node creates the bucket's keys from now on.
+    pub(crate) fn handle_bucket_keys(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        bucket: u32,
+        epoch: u32,
+        keys: &[Key],
+        values: &[f32],
+    ) {
+        let moving_in = matches!(
+            self.records.get(&bucket).map(|r| &r.state),
+            Some(BucketState::MovingIn { old_home, epoch: e, .. }) if *old_home == from && *e == epoch
+        );
+        if !moving_in {
+            return self.warn(Warning::HomeMove {
+                from,
+                bucket,
+                what: "keys of a bucket that is not moving in from the sender",
+            });
+        }
+        let space = &self.cfg.space;
+        let fits = keys
+            .iter()
+            .all(|&k| space.contains(k) && self.dir.bucket(k) == bucket);
+        let lengths: usize = if fits {
+            keys.iter().map(|&k| space.record_len(k)).sum()
+        } else {
+            0
+        };
+        if !fits || lengths != values.len() {
+            return self.warn(Warning::HomeMove {
+                from,
+                bucket,
+                what: "bucket keys out of range, of another bucket, or with wrong lengths",
+            });
+        }
+        let mut offset = 0;
+        let mut doubled = false;
+        for &key in keys {
+            let len = space.record_len(key);
+            doubled |= !self.store.insert(key, &values[offset..offset + len]);
+            offset += len;
+        }
+        if doubled {
+            self.warn(Warning::HomeMove {
+                from,
+                bucket,
+                what: "a carried key is already held here (kept the copy held here)",
+            });
+        }
+        add(&self.counters.relocations_in, keys.len() as u64);
+        self.dir.set_creator(bucket, self.cfg.id);
     }
 
     /// At the old home, an ack to pass on; at the new home, a confirmation.

@@ -32,6 +32,7 @@
 //! shell holds only for the duration of one input and the draining of its outputs.
 
 pub mod access;
+pub mod balance;
 mod barrier;
 pub mod directory;
 pub mod error;
@@ -54,6 +55,7 @@ pub mod warning;
 pub mod wire;
 
 pub use access::{Front, Handoff};
+pub use balance::{BalanceDecision, Balancer, DecisionKind};
 pub use directory::{Directory, Partitioning};
 pub use error::{AccessError, OpError};
 pub use id::{Key, NodeId, ReqId, WorkerId};

@@ -164,6 +164,10 @@ pub(crate) struct Load {
     next_report_at: Time,
     /// This period's answers per peer: count and summed response time (ns).
     window: BTreeMap<NodeId, (u64, u64)>,
+    /// This period's operations of local workers completed through the protocol.
+    window_ops: u64,
+    /// Operations reported by each member (this node included) since the last round.
+    ops_since_round: BTreeMap<NodeId, u64>,
     /// The latest view of each member (this node's own included), and whether it arrived after
     /// the last detection round (each view is evidence for one round only).
     views: BTreeMap<NodeId, (View, bool)>,
@@ -187,7 +191,23 @@ impl Load {
     }
 }
 
+/// What one detection round saw, for the load balancer (`balance.rs`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct LoadRound {
+    /// Each scored node's score (ns): the smallest mean response time an observer reported.
+    pub(crate) scores: BTreeMap<NodeId, f64>,
+    /// Operations completed cluster-wide since the last round (the job's throughput).
+    pub(crate) ops: u64,
+}
+
 impl Node {
+    /// Notes that an operation of a local worker completed through the protocol.
+    pub(crate) fn note_completed_op(&mut self) {
+        if self.load.watch.is_some() {
+            self.load.window_ops += 1;
+        }
+    }
+
     /// Notes an answer from `from` to operation `op`, issued at `issued`, as a sample of `from`'s
     /// response time if the operation's request went to `from` first.
     pub(crate) fn observe_answer(&mut self, from: NodeId, issued: Time, asked_first: bool) {
@@ -229,6 +249,21 @@ impl Node {
             .unwrap_or_default()
     }
 
+    /// The load watch's minimum excess (ns; 0 without load watching).
+    pub(crate) fn load_min_excess_ns(&self) -> u64 {
+        self.load.watch.map_or(0, |w| w.min_excess_ns)
+    }
+
+    /// The load watch's sustain rounds (1 without load watching).
+    pub(crate) fn load_sustain(&self) -> u32 {
+        self.load.watch.map_or(1, |w| w.sustain)
+    }
+
+    /// The load report period (ns; 0 without load watching).
+    pub(crate) fn load_period_ns(&self) -> u64 {
+        self.load.watch.map_or(0, |w| w.report_every)
+    }
+
     /// The next report, if load watching is on.
     pub(crate) fn load_timeout(&self) -> Option<Time> {
         self.load.watch.map(|_| self.load.next_report_at)
@@ -253,12 +288,14 @@ impl Node {
             .flat_map(|&(ns, answers)| [ns as f32, answers as f32])
             .collect();
         let me = self.cfg.id;
+        let ops = std::mem::take(&mut self.load.window_ops);
+        *self.load.ops_since_round.entry(me).or_default() += ops;
         for node in self.live_peers() {
             let mut frame = Frame::new(
                 Kind::LoadReport,
                 me,
                 crate::id::ReqId(0),
-                0,
+                ops,
                 &peers,
                 values.len(),
             );
@@ -266,12 +303,20 @@ impl Node {
             self.send(node, frame);
         }
         self.load.views.insert(me, (view, true));
-        self.detect_stragglers(now, watch);
+        let round = self.detect_stragglers(now, watch);
+        self.balance_round(now, round);
     }
 
-    /// A member's report (shape checked by `Msg::decode`): `peers[i]`'s mean response time and
-    /// answers are `values[2i]`, `values[2i + 1]`.
-    pub(crate) fn handle_load_report(&mut self, from: NodeId, peers: &[u64], values: &[f32]) {
+    /// A member's report (shape checked by `Msg::decode`): `ops` of its workers completed in
+    /// the period; `peers[i]`'s mean response time and answers are `values[2i]`,
+    /// `values[2i + 1]`.
+    pub(crate) fn handle_load_report(
+        &mut self,
+        from: NodeId,
+        ops: u64,
+        peers: &[u64],
+        values: &[f32],
+    ) {
         if self.load.watch.is_none() {
             return;
         }
@@ -293,13 +338,19 @@ impl Node {
             }
         }
         self.load.views.insert(from, (view, true));
+        let sum = self.load.ops_since_round.entry(from).or_default();
+        *sum = sum.saturating_add(ops);
     }
 
     /// One detection round over the views that arrived since the last one.
-    fn detect_stragglers(&mut self, now: Time, watch: LoadWatch) {
+    fn detect_stragglers(&mut self, now: Time, watch: LoadWatch) -> LoadRound {
         let live = |n: &NodeId| self.dir.is_member(*n) && !self.lost.contains(n);
         // Lost nodes are no stragglers (they are gone, and their operations fail instead).
         self.load.streaks.retain(|node, _| live(node));
+        let ops = std::mem::take(&mut self.load.ops_since_round)
+            .into_iter()
+            .filter(|(node, _)| live(node))
+            .fold(0u64, |sum, (_, ops)| sum.saturating_add(ops));
         // Each node's score: the smallest mean any other live observer saw, with evidence.
         let mut scores: BTreeMap<NodeId, (f64, u32)> = BTreeMap::new();
         for (observer, (view, fresh)) in &mut self.load.views {
@@ -317,8 +368,12 @@ impl Node {
         }
         // One observer cannot tell its own slowness from the peer's: a score needs two.
         scores.retain(|_, &mut (_, observers)| observers >= MIN_OBSERVERS);
+        let round = LoadRound {
+            scores: scores.iter().map(|(&n, &(score, _))| (n, score)).collect(),
+            ops,
+        };
         if scores.len() < 3 {
-            return;
+            return round;
         }
         // Nodes without a score this round keep their streaks: "in a row" counts rounds with
         // evidence. The median of the others is taken from one sorted list without the node.
@@ -359,6 +414,7 @@ impl Node {
                 });
             }
         }
+        round
     }
 }
 
@@ -409,7 +465,7 @@ mod tests {
     fn report(node: &mut Node, observer: u32, peers: &[(u32, f32)]) {
         let ids: Vec<u64> = peers.iter().map(|&(p, _)| u64::from(p)).collect();
         let values: Vec<f32> = peers.iter().flat_map(|&(_, ns)| [ns, 10.0]).collect();
-        node.handle_load_report(NodeId(observer), &ids, &values);
+        node.handle_load_report(NodeId(observer), 0, &ids, &values);
     }
 
     /// One period: every observer of 4 nodes reports node 2 at `slow_ns` and the others at
@@ -529,7 +585,7 @@ mod tests {
             (&[1, 1], &[5.0, 10.0, 5.0, 10.0], "twice"),
         ];
         for (peers, values, what) in cases {
-            n.handle_load_report(NodeId(2), peers, values);
+            n.handle_load_report(NodeId(2), 0, peers, values);
             let warning = n.poll_warning().expect(what).to_string();
             assert!(warning.contains("load report from"), "{what}: {warning}");
         }

@@ -153,6 +153,18 @@ pub enum Msg<'a> {
         /// The move's epoch.
         epoch: u32,
     },
+    /// At a bucket's new home, right after [`Msg::HomeTransfer`]: the keys the old home held
+    /// (a move under static allocation carries them along).
+    BucketKeys {
+        /// The bucket.
+        bucket: u32,
+        /// The move's epoch.
+        epoch: u32,
+        /// The keys.
+        keys: &'a [Key],
+        /// Their records, concatenated.
+        values: &'a [f32],
+    },
     /// At a replicated key's hub: a node's pending deltas of its sync round `round`.
     ReplicaDeltas {
         /// The sender's round.
@@ -187,6 +199,9 @@ pub enum Msg<'a> {
     },
     /// A member's view of its peers' response times (see `load.rs`).
     LoadReport {
+        /// Operations of the sender's workers that completed through the protocol in the
+        /// period (its share of the job's throughput).
+        ops: u64,
         /// The peers' ids.
         peers: &'a [Key],
         /// Mean response time (ns) and answers, per peer.
@@ -446,6 +461,12 @@ impl<'a> Msg<'a> {
                 control(0)?;
                 Self::ReplicaFlushed { generation: h.aux }
             }
+            Kind::BucketKeys => Self::BucketKeys {
+                bucket: bucket(h.aux)?,
+                epoch: h.epoch,
+                keys,
+                values,
+            },
             Kind::LoadReport => {
                 if values.len() != 2 * keys.len() {
                     return Err(MsgError::BadShape {
@@ -459,6 +480,7 @@ impl<'a> Msg<'a> {
                     return Err(MsgError::BadNode { kind: h.kind, raw });
                 }
                 Self::LoadReport {
+                    ops: h.aux,
                     peers: keys,
                     values,
                 }
@@ -545,6 +567,27 @@ pub mod encode {
     pub fn transfer(from: NodeId, keys: &[Key], values: &[f32]) -> Frame {
         let mut frame = Frame::new(Kind::Transfer, from, ReqId(0), 0, keys, values.len());
         frame.values_mut().copy_from_slice(values);
+        frame
+    }
+
+    /// Old home → new home: the keys of `bucket` it held, and their records (concatenated).
+    pub fn bucket_keys(
+        from: NodeId,
+        bucket: u32,
+        epoch: u32,
+        keys: &[Key],
+        values: &[f32],
+    ) -> Frame {
+        let mut frame = Frame::new(
+            Kind::BucketKeys,
+            from,
+            ReqId(0),
+            u64::from(bucket),
+            keys,
+            values.len(),
+        );
+        frame.values_mut().copy_from_slice(values);
+        frame.header.epoch = epoch;
         frame
     }
 
@@ -679,6 +722,21 @@ mod tests {
                 default_owner: NodeId(0),
                 keys: &[10, 11],
                 owners: &[2, 3],
+            }
+        );
+    }
+
+    #[test]
+    fn bucket_keys_roundtrip() {
+        let frame = encode::bucket_keys(NodeId(2), 9, 4, &[3, 5], &[1.0, 2.0, 3.0]);
+        let (back, _) = crate::wire::decode(&frame.to_bytes(), &Default::default()).unwrap();
+        assert_eq!(
+            Msg::decode(&back).unwrap(),
+            Msg::BucketKeys {
+                bucket: 9,
+                epoch: 4,
+                keys: &[3, 5],
+                values: &[1.0, 2.0, 3.0],
             }
         );
     }

@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
+use crate::balance::{Balance, Balancer};
 use crate::directory::{Directory, Partitioning};
 use crate::error::OpError;
 use crate::home_move::HomeMoves;
@@ -88,6 +89,8 @@ pub struct NodeConfig {
     pub samplers: Vec<SamplerSpec>,
     /// Response-time reports and straggler detection (see `load.rs`); `None`: off.
     pub load: Option<LoadWatch>,
+    /// The load balancer (acts at the coordinator; needs `load`), or `None` for none.
+    pub balancer: Option<Balancer>,
 }
 
 impl NodeConfig {
@@ -112,6 +115,7 @@ impl NodeConfig {
             replication: None,
             samplers: Vec::new(),
             load: None,
+            balancer: None,
         }
     }
 }
@@ -293,6 +297,8 @@ pub struct Node {
     pub(crate) replicas: Replicas,
     /// Peers' response times and stragglers.
     pub(crate) load: Load,
+    /// The load balancer's state.
+    pub(crate) balance: Balance,
 }
 
 impl Node {
@@ -346,6 +352,7 @@ impl Node {
             cache: HashMap::default(),
             replicas,
             load: Load::new(cfg.load),
+            balance: Balance::new(cfg.balancer.filter(|_| cfg.load.is_some())),
             samplers: Arc::new(samplers),
             cfg,
         }
@@ -413,17 +420,17 @@ impl Node {
             // Read and added to in this node's replica (a `set` goes to the hub instead).
             return Route::Local;
         }
-        let residency = self.residency(key);
-        if residency != Residency::Local && self.moving_in > 0 {
+        if self.moving_in > 0 && self.store.residency(key) != Residency::Local {
             // This node's own accesses wait behind the frames it sent by the old table, which
             // come back through the old home (see `home_move.rs`); keys in transit here too,
-            // since their landing waits as well.
+            // since their landing waits as well. (Checked before a sparse key is created: a
+            // bucket whose keys are still coming must not get a fresh one here.)
             let bucket = self.dir.bucket(key);
             if self.records.get(&bucket).is_some_and(|r| !r.is_live()) {
                 return Route::Held(bucket);
             }
         }
-        match residency {
+        match self.residency(key) {
             Residency::Local => Route::Local,
             Residency::InTransit => Route::Transit,
             Residency::Remote => {
@@ -505,11 +512,18 @@ impl Node {
         if self.lost.contains(&dest) {
             return Some(dest);
         }
-        if self.policy.keys_move() {
+        if self.keys_may_be_anywhere() {
             self.first_lost()
         } else {
             None
         }
+    }
+
+    /// Whether a key may be held, or a request forwarded, elsewhere than its first home: keys
+    /// move under the policy, or a bucket's home moved. After a peer is lost, any remote access
+    /// may then depend on it.
+    pub(crate) fn keys_may_be_anywhere(&self) -> bool {
+        self.policy.keys_move() || self.dir.epoch() > 0
     }
 
     /// Queues `frame` for `dest`, stamped with this node's epoch unless it names its own.
@@ -750,6 +764,9 @@ impl Node {
     pub(crate) fn settle(&mut self, op: u64) {
         if self.pending.get(&op).is_some_and(|p| p.remaining == 0) {
             let p = self.pending.remove(&op).expect("checked");
+            if matches!(p.kind, OpKind::Pull | OpKind::Push) {
+                self.note_completed_op();
+            }
             let result = match (p.error, p.kind) {
                 (Some(err), _) => Err(err),
                 (None, OpKind::Pull) => Ok(Output::Pulled(p.parts)),
@@ -841,7 +858,15 @@ impl Node {
             } => self.handle_replica_values(now, from, ack, Time(since_ns), keys, values),
             Msg::ReplicaFlush { generation } => self.handle_replica_flush(from, generation),
             Msg::ReplicaFlushed { generation } => self.handle_replica_flushed(from, generation),
-            Msg::LoadReport { peers, values } => self.handle_load_report(from, peers, values),
+            Msg::LoadReport { ops, peers, values } => {
+                self.handle_load_report(from, ops, peers, values)
+            }
+            Msg::BucketKeys {
+                bucket,
+                epoch,
+                keys,
+                values,
+            } => self.handle_bucket_keys(now, from, bucket, epoch, keys, values),
             Msg::Heartbeat | Msg::Goodbye => {}
         }
     }
@@ -895,7 +920,7 @@ impl Node {
         self.lost.insert(peer);
         self.lost_order.push((peer, departed));
         self.timers.forget(peer);
-        let dynamic = self.policy.keys_move();
+        let dynamic = self.keys_may_be_anywhere();
         let mut doomed: Vec<u64> = self
             .pending
             .iter()

@@ -76,6 +76,10 @@ counters! {
         replica_keys_received,
         /// Bytes of replica-sync frames sent (deltas and, at hubs, primaries).
         replica_bytes_sent,
+        /// Home moves the load balancer issued (at the coordinator).
+        balancer_moves,
+        /// Estimated bytes of those moves.
+        balancer_bytes,
     }
 }
 

@@ -84,6 +84,9 @@ pub enum Kind {
     /// A node's view of its peers' response times (keys: peer ids; values: mean ns and answer
     /// count per peer), every load-report period.
     LoadReport = 25,
+    /// A bucket's keys and their records, from its old home to its new one, when the move
+    /// carries them (static allocation); `aux`: the bucket.
+    BucketKeys = 26,
 }
 
 impl Kind {
@@ -114,6 +117,7 @@ impl Kind {
             23 => Self::ReplicaFlush,
             24 => Self::ReplicaFlushed,
             25 => Self::LoadReport,
+            26 => Self::BucketKeys,
             _ => return None,
         })
     }

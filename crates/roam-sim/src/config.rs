@@ -52,6 +52,10 @@ pub struct SimConfig {
     /// Stragglers: every frame a listed node sends takes this many ns longer than its drawn
     /// delay (its answers come late, and so do its own requests, as from a slow machine).
     pub slow_nodes: Vec<(roam_core::NodeId, u64)>,
+    /// The virtual time (ns) at which every slow node recovers (`u64::MAX`: never).
+    pub slow_until: u64,
+    /// The core's load balancer (acts with `load`), or `None`.
+    pub balancer: Option<roam_core::Balancer>,
     /// Seed of the single random number generator of the run.
     pub seed: u64,
     /// Smallest one-way delay of a frame, in ns.
@@ -93,6 +97,8 @@ impl SimConfig {
             samplers: Vec::new(),
             load: None,
             slow_nodes: Vec::new(),
+            slow_until: u64::MAX,
+            balancer: None,
             seed: 0,
             min_delay: 1_000,
             max_delay: 50_000,
@@ -139,6 +145,20 @@ impl SimConfig {
     /// [`SimConfig::slow_nodes`]).
     pub fn with_slow_node(mut self, node: roam_core::NodeId, extra_ns: u64) -> Self {
         self.slow_nodes.push((node, extra_ns));
+        self
+    }
+
+    /// Makes every slow node recover at virtual time `ns` (its frames take their drawn delay
+    /// from then on).
+    pub fn with_slow_until(mut self, ns: u64) -> Self {
+        self.slow_until = ns;
+        self
+    }
+
+    /// Turns on the core's load balancer (it acts on load rounds: needs
+    /// [`SimConfig::with_load_watch`]).
+    pub fn with_balancer(mut self, balancer: roam_core::Balancer) -> Self {
+        self.balancer = Some(balancer);
         self
     }
 

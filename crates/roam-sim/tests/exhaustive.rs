@@ -30,6 +30,8 @@ struct Scenario {
     fast: bool,
     /// A sparse key space (hash homes; keys created on first use).
     sparse: bool,
+    /// Static allocation: keys stay at their home, and a home move carries them.
+    static_alloc: bool,
     /// Replicated keys (synchronised by one background round at time 0, racing with
     /// everything else, and by `SyncReplicas`; no later round, so executions are finite).
     replicated: Vec<Key>,
@@ -47,6 +49,7 @@ impl Default for Scenario {
             caches: false,
             fast: true,
             sparse: false,
+            static_alloc: false,
             replicated: Vec::new(),
             scripts: Vec::new(),
         }
@@ -65,7 +68,7 @@ impl Scenario {
         };
         let cfg = SimConfig::new(self.nodes, self.workers, space)
             .with_partitioning(partitioning)
-            .with_dynamic(true)
+            .with_dynamic(!self.static_alloc)
             .with_location_caches(self.caches)
             .with_fast_local_access(self.fast)
             .with_delay(0, 0)
@@ -184,6 +187,15 @@ impl Scenario {
     }
 }
 
+/// An asynchronous move of `key`'s bucket to node `to`.
+fn move_async(key: Key, to: u32) -> Op {
+    Op::MoveHome {
+        key,
+        to,
+        wait: false,
+    }
+}
+
 fn w(node: u32, worker: u32) -> WorkerRef {
     WorkerRef::new(node, worker)
 }
@@ -285,11 +297,6 @@ fn ci_scenarios() -> Vec<Scenario> {
 
 /// Home moves racing with accesses and relocations.
 fn home_move_scenarios() -> Vec<Scenario> {
-    let move_async = |key, to| Op::MoveHome {
-        key,
-        to,
-        wait: false,
-    };
     vec![
         // Key 0's home moves from node 0 to node 1 while both push to it and read it.
         Scenario {
@@ -338,6 +345,60 @@ fn home_move_scenarios() -> Vec<Scenario> {
             ..Scenario::default()
         },
     ]
+}
+
+/// Home moves under static allocation, which carry the bucket's keys to the new home, racing
+/// with accesses from every node (dense and sparse keys).
+fn static_home_move_scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "static: a key carried to a new home while both nodes push and read (2 nodes)",
+            nodes: 2,
+            workers: 1,
+            keys: 1,
+            static_alloc: true,
+            scripts: vec![
+                (
+                    w(1, 0),
+                    vec![move_async(0, 1), push([0], 1.0), Op::pull(vec![0])],
+                ),
+                (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
+            ],
+            ..Scenario::default()
+        },
+        Scenario {
+            name: "static: a key carried to a third node while the others push and read (3 nodes)",
+            nodes: 3,
+            workers: 1,
+            keys: 1,
+            static_alloc: true,
+            scripts: vec![
+                (w(2, 0), vec![move_async(0, 2), push([0], 2.0)]),
+                (w(1, 0), vec![push([0], 1.0)]),
+                (w(0, 0), vec![Op::pull(vec![0])]),
+            ],
+            ..Scenario::default()
+        },
+        Scenario {
+            name: "static: a sparse key created while its bucket is carried (2 nodes)",
+            nodes: 2,
+            workers: 1,
+            keys: 1,
+            sparse: true,
+            static_alloc: true,
+            scripts: vec![
+                (w(1, 0), vec![move_async(0, 1), push([0], 1.0)]),
+                (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
+            ],
+            ..Scenario::default()
+        },
+    ]
+}
+
+/// CI: every interleaving of the static home-move scenarios, none cut.
+#[test]
+fn every_interleaving_of_small_static_home_move_scenarios_is_correct() {
+    explore_completely(static_home_move_scenarios());
 }
 
 /// Larger scenarios for the long mode: each one op or one worker more than a CI scenario

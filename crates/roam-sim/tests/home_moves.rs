@@ -73,6 +73,40 @@ fn random_runs_with_home_moves_under_each_partitioning() {
     }
 }
 
+#[test]
+fn static_allocation_moves_carry_the_keys_and_keep_exact_sums() {
+    // Under static allocation a move takes the bucket's keys to the new home: every key must
+    // end at its home (checked by `run_case`), once, with its exact sum, dense or sparse,
+    // under either partitioning.
+    let (mut carried, mut moved) = (0, 0);
+    for sparse in [false, true] {
+        let shape = DynShape {
+            ops_per_phase: 12,
+            home_moves: true,
+            static_alloc: true,
+            sparse,
+            ..DynShape::default()
+        };
+        for_each_seed(default_seeds() / 2, |seed| {
+            let (sim, _, _) = run_case(seed, shape);
+            carried += total(&sim, |c| &c.relocations_in);
+            moved += total(&sim, |c| &c.homes_moved_in);
+            for key in 0..sim.history().key_bound() {
+                let holders = sim.holders(key);
+                let home = sim.node(NodeId(0)).directory().home(key);
+                assert!(
+                    holders.is_empty() || holders == [home],
+                    "seed {seed}: key {key} held by {holders:?}, its home is {home}"
+                );
+            }
+        });
+    }
+    eprintln!("static: {moved} homes moved, {carried} keys carried");
+    if seeds(default_seeds()).len() >= 100 {
+        assert!(moved > 0 && carried > 0, "moved {moved}, carried {carried}");
+    }
+}
+
 /// A dynamic cluster with fixed 10 µs delays, no pauses, one value per key, one key per bucket.
 fn scripted(nodes: u32, keys: u64) -> Sim {
     let cfg = SimConfig::new(nodes, 1, KeySpace::uniform(keys, 1).unwrap())

@@ -5,23 +5,12 @@
 
 mod common;
 
-use common::{
-    all_keys, concat, consistency, finals, random_increments, run_fault_free, test_rng, workers_of,
-};
+use common::run_increments;
 use roam_core::{KeySpace, LoadWatch, NodeId, Partitioning};
-use roam_sim::{Op, Outcome, SimConfig, check_linearizable, for_each_seed};
+use roam_sim::{SimConfig, for_each_seed};
 
-/// Reports every 2 ms of virtual time (a worker gets a few answers from each peer in one);
-/// slow at 2× the others' median and 100 µs above it for 3 reports in a row.
 fn watch() -> LoadWatch {
-    LoadWatch {
-        report_every: 2_000_000,
-        slow_factor: 2.0,
-        min_excess_ns: 100_000,
-        recover_factor: 1.5,
-        sustain: 3,
-        min_answers: 3,
-    }
+    common::load_watch()
 }
 
 /// 4 nodes × 1 worker, 32 keys spread by hash, links of `delays` ns, and `slow` as
@@ -39,40 +28,9 @@ fn config(seed: u64, slow: &[(u32, u64)], delays: (u64, u64)) -> SimConfig {
     cfg
 }
 
-/// Random pushes from every worker, then (after all of them are applied) every worker reads
-/// every key and gets the exact sums.
+/// [`common::run_increments`] on [`config`].
 fn run(seed: u64, slow: &[(u32, u64)], delays: (u64, u64), ops: usize) -> roam_sim::Sim {
-    let cfg = config(seed, slow, delays);
-    let mut rng = test_rng(seed);
-    let workers = workers_of(&cfg);
-    let inc = random_increments(&mut rng, &cfg.space, &workers, ops, 8);
-    let keys = all_keys(&cfg.space);
-    let scripts = inc
-        .scripts
-        .iter()
-        .map(|(w, script)| {
-            let mut script = script.clone();
-            // The barrier does not wait for a worker's asynchronous pushes: wait for them first.
-            script.push(Op::WaitAll);
-            script.push(Op::Barrier);
-            script.push(Op::pull(keys.clone()));
-            (*w, script)
-        })
-        .collect();
-    let sim = run_fault_free(seed, cfg.clone(), scripts);
-    let want = concat(&inc.expected, &keys);
-    for &w in &workers {
-        let last = sim.history().of_worker(w).last().unwrap();
-        assert_eq!(
-            last.outcome,
-            Outcome::Pulled(want.clone()),
-            "seed {seed}: {w:?}"
-        );
-    }
-    let finals = finals(&sim);
-    check_linearizable(sim.history(), consistency(&cfg, false), Some(&finals))
-        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    sim
+    run_increments(seed, config(seed, slow, delays), ops, 8, false)
 }
 
 #[test]

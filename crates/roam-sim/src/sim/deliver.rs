@@ -122,7 +122,7 @@ impl Sim {
             .cfg
             .slow_nodes
             .iter()
-            .filter(|(node, _)| *node == from)
+            .filter(|(node, _)| *node == from && self.now.0 < self.cfg.slow_until)
             .map(|&(_, extra)| extra)
             .sum();
         let delay = self.delay().saturating_add(slow);

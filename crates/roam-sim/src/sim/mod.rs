@@ -202,6 +202,7 @@ impl Sim {
                     replication: cfg.replication.clone(),
                     samplers: cfg.samplers.clone(),
                     load: cfg.load,
+                    balancer: cfg.balancer,
                 });
                 let workers = (0..cfg.workers_per_node)
                     .map(|w| {

@@ -102,7 +102,8 @@ pub(crate) fn concat(expected: &[Vec<f32>], keys: &[Key]) -> Vec<f32> {
         .collect()
 }
 
-/// Shape of a random dynamic-allocation case; `None` fields are drawn at random.
+/// Shape of a random case (dynamic allocation unless `static_alloc`); `None` fields are drawn
+/// at random.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct DynShape {
     pub(crate) caches: Option<bool>,
@@ -115,6 +116,9 @@ pub(crate) struct DynShape {
     /// A sparse key space (keys created on first use by their bucket's creator); the workload
     /// still names keys `0..num_keys`.
     pub(crate) sparse: bool,
+    /// Static allocation instead of dynamic: localizes are no-ops and a home move carries the
+    /// bucket's keys along.
+    pub(crate) static_alloc: bool,
 }
 
 /// A random dynamic-allocation run: the configuration, every worker's script and the value
@@ -157,7 +161,7 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
         .with_seed(seed)
         .with_partitioning(partitioning)
         .with_fast_local_access(shape.fast.unwrap_or_else(|| rng.random_bool(0.5)))
-        .with_dynamic(true)
+        .with_dynamic(!shape.static_alloc)
         .with_location_caches(shape.caches.unwrap_or_else(|| rng.random_bool(0.5)))
         .with_delay(min_delay, max_delay)
         .with_think(0, max_think);
@@ -359,4 +363,62 @@ pub(crate) fn run_case(seed: u64, shape: DynShape) -> (Sim, bool, bool) {
     let opts = consistency(sim.config(), shape.home_moves);
     check_linearizable(history, opts, Some(&finals)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
     (sim, caches, fast)
+}
+
+/// Random pushes from every worker of `cfg` (`ops` each, batches of up to `max_batch` keys),
+/// then, after all of them are applied, every worker reads every key: run fault-free, and
+/// checked for the exact sums in every worker's last pull and for linearizability (with home
+/// moves allowed, if `home_moves`).
+#[allow(dead_code)]
+pub(crate) fn run_increments(
+    seed: u64,
+    cfg: SimConfig,
+    ops: usize,
+    max_batch: usize,
+    home_moves: bool,
+) -> Sim {
+    let mut rng = test_rng(seed);
+    let workers = workers_of(&cfg);
+    let inc = random_increments(&mut rng, &cfg.space, &workers, ops, max_batch);
+    let keys = all_keys(&cfg.space);
+    let scripts = inc
+        .scripts
+        .iter()
+        .map(|(w, script)| {
+            let mut script = script.clone();
+            // The barrier does not wait for a worker's asynchronous pushes: wait for them first.
+            script.push(Op::WaitAll);
+            script.push(Op::Barrier);
+            script.push(Op::pull(keys.clone()));
+            (*w, script)
+        })
+        .collect();
+    let sim = run_fault_free(seed, cfg.clone(), scripts);
+    let want = concat(&inc.expected, &keys);
+    for &w in &workers {
+        let last = sim.history().of_worker(w).last().unwrap();
+        assert_eq!(
+            last.outcome,
+            Outcome::Pulled(want.clone()),
+            "seed {seed}: {w:?}"
+        );
+    }
+    let finals = finals(&sim);
+    check_linearizable(sim.history(), consistency(&cfg, home_moves), Some(&finals))
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    sim
+}
+
+/// Load reports every 2 ms of virtual time (a worker gets a few answers from each peer in
+/// one); slow at 2× the others' median and 100 µs above it for 3 reports in a row.
+#[allow(dead_code)]
+pub(crate) fn load_watch() -> roam_core::LoadWatch {
+    roam_core::LoadWatch {
+        report_every: 2_000_000,
+        slow_factor: 2.0,
+        min_excess_ns: 100_000,
+        recover_factor: 1.5,
+        sustain: 3,
+        min_answers: 3,
+    }
 }

@@ -92,6 +92,9 @@ class Node:
             id is its index in this list. Every node must register the same ones.
         sampling_seed: the seed of the samplers' random numbers (each node and worker
             derives its own stream).
+        balancer: run the load balancer, which moves home buckets (and, under static
+            allocation, their keys) away from nodes that answer slowly; ``ROAM_BALANCER``
+            (``on``/``off``, set by ``roam launch --balancer``) overrides it.
 
     Raises:
         StartError: invalid key space, cluster configuration, missing token, rendezvous or
@@ -126,6 +129,7 @@ class Node:
         replica_min_delta_norm: float = 0.0,
         samplers: Sequence[Sampler] | None = None,
         sampling_seed: int = 0,
+        balancer: bool = True,
     ) -> None: ...
     @property
     def rank(self) -> int:

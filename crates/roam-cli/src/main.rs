@@ -124,6 +124,8 @@ fn demo(args: &DemoArgs) -> anyhow::Result<i32> {
         workers_per_node: Some(args.workers_per_node),
         latency_us: None,
         slow_node: Vec::new(),
+        slow_scope: Default::default(),
+        balancer: None,
         network: Default::default(),
         program,
     })

@@ -262,6 +262,7 @@ impl PyNode {
         replica_min_delta_norm = 0.0,
         samplers = None,
         sampling_seed = 0,
+        balancer = true,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -286,6 +287,7 @@ impl PyNode {
         replica_min_delta_norm: f32,
         samplers: Option<&Bound<'_, PyAny>>,
         sampling_seed: u64,
+        balancer: bool,
     ) -> PyResult<Self> {
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
@@ -331,6 +333,9 @@ impl PyNode {
             cfg.add_sampler(spec);
         }
         cfg.sampling_seed = sampling_seed;
+        if !balancer {
+            cfg.balancer = None;
+        }
         let samplers = cfg.samplers.clone();
         let allocation = cfg.allocation.name();
         let handle = py

@@ -9,9 +9,14 @@
 //!
 //! Invariants:
 //! - A factor F sets a quota of `PERIOD_US / F` per period of [`PERIOD_US`]: 1/F of one CPU for
-//!   the node's process, its threads and its children together; no factor, no quota.
-//! - A node joins its group in the child between fork and exec, so every thread and process it
-//!   ever creates is inside: nothing escapes the quota through a race with the spawn.
+//!   everything in the group together; no factor, no quota.
+//! - What a group holds is the run's [`Scope`]. [`Scope::Process`]: a node joins its group in
+//!   the child between fork and exec, so every thread and process it ever creates is inside:
+//!   nothing escapes the quota through a race with the spawn. [`Scope::Protocol`]: the process
+//!   stays out; the node inherits the group's v1 `tasks` file, open as [`TASKS_FD`] (named by
+//!   [`ROAM_SLOW_TASKS`]), and each of its protocol threads writes its own thread id there (`crate::runtime`), so only those threads
+//!   (and threads they create) are inside. Only v1 can split one process's threads between
+//!   groups: in cgroup v2 [`Groups::create`] refuses that scope before creating anything.
 //! - [`Groups`] removes every directory it created when destroyed and when dropped (an error
 //!   path, a panic). Processes still inside (leftovers a node forked) are first moved to the
 //!   parent group, unthrottled, never killed. Groups of a launcher that was SIGKILLed (its pid
@@ -32,6 +37,15 @@ use std::time::Duration;
 
 /// The node's cpu cgroup directory; set only for ranks named by `--slow-node`.
 pub const ROAM_CGROUP: &str = "ROAM_CGROUP";
+/// With `--slow-scope protocol`, the path of the group's `tasks` file (cgroup v1; as the
+/// inherited descriptor [`TASKS_FD`]), to which each of the node's protocol threads writes its
+/// own thread id to join the group by itself; set only for ranks named by `--slow-node`, and
+/// read once when the node starts.
+pub const ROAM_SLOW_TASKS: &str = "ROAM_SLOW_TASKS";
+
+/// The descriptor under which a node with [`Scope::Protocol`] inherits its group's `tasks` file
+/// (high, so that it collides with nothing the node opens before its threads start).
+pub const TASKS_FD: libc::c_int = 213;
 /// The CFS bandwidth period of every group, in microseconds (100 ms).
 pub const PERIOD_US: u64 = 100_000;
 const NAME_PREFIX: &str = "roam-";
@@ -50,6 +64,18 @@ pub enum CgroupError {
     NoCgroup {
         /// Each directory tried, with why it failed.
         tried: Vec<String>,
+    },
+    /// `--slow-scope protocol` where the cpu cgroups are cgroup v2's.
+    #[error(
+        "--slow-scope protocol needs cgroup v1's cpu controller, which is not mounted here; \
+         the cpu cgroups here are cgroup v2's ({}), and a v2 domain cgroup holds whole \
+         processes, so one process's threads cannot be in different groups (threaded cgroups \
+         are not implemented). Use --slow-scope process",
+        parent.display()
+    )]
+    ThreadsNeedV1 {
+        /// The v2 directory the groups would have gone under.
+        parent: PathBuf,
     },
     /// A cgroup file could not be written.
     #[error("writing {value:?} to {}: {source}", path.display())]
@@ -90,6 +116,42 @@ impl Version {
             (Self::V1, None) => ("cpu.cfs_quota_us", "-1".into()),
             (Self::V2, Some(q)) => ("cpu.max", format!("{q} {PERIOD_US}")),
             (Self::V2, None) => ("cpu.max", format!("max {PERIOD_US}")),
+        }
+    }
+}
+
+/// Which threads of a slowed node its group holds (`roam launch --slow-scope`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Scope {
+    /// Every thread of the node and every process it starts.
+    #[default]
+    Process,
+    /// The readers, senders, acceptor, loopback server and timers; not the worker threads.
+    /// Needs cgroup v1.
+    Protocol,
+    /// No cgroup: serving peers' pulls and pushes takes FACTOR times as long, by a calibrated
+    /// delay in the transport (`crate::slowing`); needs no root.
+    Service,
+}
+
+impl Scope {
+    /// The scope's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Process => "process",
+            Self::Protocol => "protocol",
+            Self::Service => "service",
+        }
+    }
+
+    /// Refuses a scope the groups that would be created under `places` (in order, as
+    /// [`candidates`] gives them; all of one version) cannot hold.
+    fn check(self, places: &[(Version, PathBuf)]) -> Result<(), CgroupError> {
+        match (self, places.first()) {
+            (Self::Protocol, Some((Version::V2, parent))) => Err(CgroupError::ThreadsNeedV1 {
+                parent: parent.clone(),
+            }),
+            _ => Ok(()),
         }
     }
 }
@@ -136,14 +198,16 @@ pub struct Groups {
 impl Groups {
     /// Creates a group per rank, without a quota, in the first place that works: v1's cpu
     /// hierarchy if it is mounted, else cgroup v2; under the launcher's own group, else at the
-    /// root. Also returns the groups of dead launchers it removed there.
-    pub fn create(ranks: &[u32]) -> Result<(Self, Vec<String>), CgroupError> {
+    /// root. Also returns the groups of dead launchers it removed there. Refuses, before
+    /// creating anything, a `scope` the groups cannot hold ([`CgroupError::ThreadsNeedV1`]).
+    pub fn create(ranks: &[u32], scope: Scope) -> Result<(Self, Vec<String>), CgroupError> {
         let prefix = format!(
             "{NAME_PREFIX}{}-{}",
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
         let places = candidates(&read("/proc/self/mountinfo"), &read("/proc/self/cgroup"));
+        scope.check(&places)?;
         let mut tried = Vec::new();
         for (version, parent) in places {
             let mut groups = Self {
@@ -222,6 +286,53 @@ impl Groups {
         let (file, value) = self.version.quota(factor);
         write(&dir.join(file), &value)?;
         Ok(format!("{file} {value:?}"))
+    }
+
+    /// Prepares node `rank`'s command for its group, if it has one, as `scope` says; returns
+    /// the group's directory. The node gets [`ROAM_CGROUP`], and with [`Scope::Process`] its
+    /// process joins the group between fork and exec ([`Groups::join_before_exec`]); with
+    /// [`Scope::Protocol`] it stays out and gets [`ROAM_SLOW_TASKS`], the group's `tasks`
+    /// file, for its protocol threads to join by themselves.
+    pub fn enrol(&self, rank: u32, scope: Scope, cmd: &mut Command) -> Option<&Path> {
+        let dir = self.dir(rank)?;
+        cmd.env(ROAM_CGROUP, dir);
+        match scope {
+            Scope::Process => self.join_before_exec(rank, cmd),
+            // v1 only (`Scope::check`): v1's `tasks` takes thread ids, each moving one thread.
+            Scope::Protocol => self.pass_tasks_before_exec(dir, cmd),
+            // No groups are created for it (`launch.rs`).
+            Scope::Service => {}
+        }
+        Some(dir)
+    }
+
+    /// Opens the group's `tasks` file between fork and exec as descriptor [`TASKS_FD`] of the
+    /// node, which reaches it through [`ROAM_SLOW_TASKS`] = `/proc/self/fd/`[`TASKS_FD`]: a
+    /// node in a network namespace (`ip netns exec` mounts a sysfs of its own, without the
+    /// cgroup hierarchy) could not open the group's path itself.
+    fn pass_tasks_before_exec(&self, dir: &Path, cmd: &mut Command) {
+        cmd.env(ROAM_SLOW_TASKS, format!("/proc/self/fd/{TASKS_FD}"));
+        let path = CString::new(dir.join("tasks").as_os_str().as_bytes())
+            .expect("cgroup paths from mountinfo have no NUL");
+        let open = move || {
+            // Only async-signal-safe calls: this runs in the forked child.
+            // SAFETY: `path` is a valid C string; the first descriptor is closed exactly once
+            // and the duplicate (without close-on-exec) is meant to outlive the exec.
+            unsafe {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let dup = libc::dup2(fd, TASKS_FD);
+                let e = io::Error::last_os_error();
+                libc::close(fd);
+                if dup == TASKS_FD { Ok(()) } else { Err(e) }
+            }
+        };
+        // SAFETY: the closure makes only async-signal-safe calls and allocates nothing.
+        unsafe {
+            cmd.pre_exec(open);
+        }
     }
 
     /// Makes `cmd`'s process join node `rank`'s group between fork and exec (if it has one).
@@ -469,6 +580,45 @@ mod tests {
             [(Version::V2, "/mnt/cg 2".into())]
         );
         assert_eq!(candidates("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n", ""), []);
+    }
+
+    #[test]
+    fn the_protocol_scope_is_refused_in_cgroup_v2_before_anything_exists() {
+        let hybrid = "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+                      41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
+        let v1 = candidates(hybrid, "2:cpu:/\n");
+        let v2 = candidates(
+            "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+            "0::/a\n",
+        );
+        assert_eq!(v1[0].0, Version::V1);
+        assert_eq!(v2[0].0, Version::V2);
+        for places in [&v1, &v2] {
+            assert!(Scope::Process.check(places).is_ok());
+        }
+        assert!(Scope::Protocol.check(&v1).is_ok());
+        let e = Scope::Protocol.check(&v2).unwrap_err();
+        assert!(
+            matches!(&e, CgroupError::ThreadsNeedV1 { parent } if parent == Path::new("/sys/fs/cgroup/a")),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("--slow-scope protocol needs cgroup v1")
+                && text.contains("/sys/fs/cgroup/a"),
+            "{text}"
+        );
+        // Nowhere to go is the creation's error to report (every place tried), not the scope's.
+        assert!(Scope::Protocol.check(&[]).is_ok());
+    }
+
+    #[test]
+    fn clap_names_match_the_scope_names() {
+        use clap::ValueEnum;
+        for s in Scope::value_variants() {
+            assert_eq!(s.to_possible_value().unwrap().get_name(), s.name());
+        }
+        assert_eq!(Scope::default(), Scope::Process);
     }
 
     #[test]

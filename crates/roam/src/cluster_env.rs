@@ -29,6 +29,8 @@ pub const ROAM_CLUSTER_TOKEN: &str = "ROAM_CLUSTER_TOKEN";
 pub const ROAM_WORKERS_PER_NODE: &str = "ROAM_WORKERS_PER_NODE";
 /// Emulated one-way network latency in microseconds (optional).
 pub const ROAM_EMULATE_LATENCY_US: &str = "ROAM_EMULATE_LATENCY_US";
+/// `on` or `off`: overrides whether the node runs the load balancer (`roam launch --balancer`).
+pub const ROAM_BALANCER: &str = "ROAM_BALANCER";
 
 /// Coordinator value of a single-node run: port 0 means no socket is ever opened to it.
 pub const SINGLE_NODE_COORDINATOR: &str = "127.0.0.1:0";
@@ -411,7 +413,7 @@ pub fn cluster_token_from_process_env(num_nodes: u32) -> Result<Option<Vec<u8>>,
 /// Why an optional numeric setting could not be read.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SettingError {
-    /// The value is not a number of the expected type.
+    /// The value is not a number (or switch) of the expected type.
     #[error("{var}={value:?} is not a valid {expected}")]
     InvalidNumber {
         /// The variable.
@@ -471,6 +473,23 @@ pub fn emulate_latency_us(
             value,
             expected: "unsigned 64-bit integer (microseconds)",
         })
+}
+
+/// Whether the load balancer runs, from `ROAM_BALANCER` (`on` or `off`); `None` if unset or
+/// blank.
+pub fn balancer(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<bool>, SettingError> {
+    let Some(value) = lookup(ROAM_BALANCER).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match value.trim() {
+        "on" => Ok(Some(true)),
+        "off" => Ok(Some(false)),
+        _ => Err(SettingError::InvalidNumber {
+            var: ROAM_BALANCER,
+            value,
+            expected: "switch (on or off)",
+        }),
+    }
 }
 
 /// [`emulate_latency_us`] against the process environment.
@@ -802,6 +821,11 @@ mod tests {
             "{err}"
         );
 
+        assert_eq!(balancer(env(&[])), Ok(None));
+        assert_eq!(balancer(env(&[("ROAM_BALANCER", "off")])), Ok(Some(false)));
+        assert_eq!(balancer(env(&[("ROAM_BALANCER", " on ")])), Ok(Some(true)));
+        let err = balancer(env(&[("ROAM_BALANCER", "no")])).unwrap_err();
+        assert!(err.to_string().contains("ROAM_BALANCER=\"no\""), "{err}");
         assert_eq!(emulate_latency_us(env(&[])), Ok(None));
         assert_eq!(
             emulate_latency_us(env(&[("ROAM_EMULATE_LATENCY_US", "0")])),

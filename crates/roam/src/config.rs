@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use roam_core::wire::Limits;
 use roam_core::{
-    Key, KeySpace, KeySpaceError, LoadWatch, Partitioning, RecordLayout, SamplerId, SamplerSpec,
-    ValueLengths,
+    Balancer, Key, KeySpace, KeySpaceError, LoadWatch, Partitioning, RecordLayout, SamplerId,
+    SamplerSpec, ValueLengths,
 };
 
 use crate::cluster_env::{self, ClusterOverrides};
@@ -94,6 +94,10 @@ pub struct Config {
     /// `roam_core::load`): on by default (one small frame per peer every 500 ms); `None`
     /// turns it off.
     pub load_watch: Option<LoadWatch>,
+    /// The load balancer (PSLD; see `roam_core::balance`): moves home buckets (and, under
+    /// static allocation, their keys) away from stragglers. On by default; needs
+    /// `load_watch`; `None` turns it off.
+    pub balancer: Option<Balancer>,
     /// How long start-up may take to find and connect all peers.
     pub rendezvous_timeout: Duration,
     /// Bounds on received frames.
@@ -230,6 +234,7 @@ impl Config {
             replica_sync_every: DEFAULT_REPLICA_SYNC_EVERY,
             replica_min_delta_norm: 0.0,
             load_watch: Some(LoadWatch::default()),
+            balancer: Some(Balancer::default()),
             samplers: Vec::new(),
             sampling_seed: 0,
         }

@@ -38,6 +38,9 @@ pub enum StartError {
     /// `load_watch` settings that cannot work.
     #[error("load_watch: {0}")]
     LoadWatch(#[from] roam_core::load::LoadWatchError),
+    /// `balancer` settings that cannot work (or a balancer without load watching).
+    #[error("balancer: {0}")]
+    Balancer(#[from] roam_core::balance::BalancerError),
     /// Rank, size, coordinator or another environment setting is missing or malformed.
     #[error("cluster configuration: {0}")]
     ClusterEnv(#[from] ClusterEnvError),
@@ -47,6 +50,9 @@ pub enum StartError {
     /// A numeric setting from the environment is malformed.
     #[error("{0}")]
     Setting(#[from] SettingError),
+    /// `ROAM_SLOW_SERVICE` (`roam launch --slow-scope service`) is malformed.
+    #[error("{0}")]
+    SlowService(String),
     /// The nodes could not find each other.
     #[error("rendezvous failed: {0}")]
     Rendezvous(#[from] RendezvousError),

@@ -28,8 +28,11 @@
 //!   panic in the launcher. Namespaces left by a launcher that was SIGKILLed are removed by the
 //!   next `--netns` run. Every node gets `ROAM_NETWORK_PROFILE`.
 //! - Stragglers: with `--slow-node`, the specs are validated ([`crate::slow_node`]) before
-//!   anything is created, and each slowed rank gets a cpu cgroup ([`crate::cgroup`]) that its
-//!   process joins between fork and exec, with the quota due at time 0 already set. The
+//!   anything is created, and each slowed rank gets a cpu cgroup ([`crate::cgroup`]) with the
+//!   quota due at time 0 already set. With `--slow-scope process` (the default) the node's
+//!   process joins it between fork and exec; with `--slow-scope protocol` only the node's
+//!   protocol threads join it, by themselves (`ROAM_SLOW_TASKS`), and where that cannot work
+//!   (cgroup v2) the launcher refuses before creating anything. The
 //!   supervision loop applies the schedule's later changes (times count from just before the
 //!   first node is spawned) and prints a `[launch]` line for each. When every child has been
 //!   reaped the launcher prints each group's throttling counters and removes the groups, on
@@ -48,7 +51,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use parking_lot::Mutex;
 
-use crate::cgroup::{Groups, ROAM_CGROUP};
+use crate::cgroup::{Groups, ROAM_SLOW_TASKS, Scope};
 use crate::cluster_env::{
     ROAM_CLUSTER_TOKEN, ROAM_COORDINATOR, ROAM_EMULATE_LATENCY_US, ROAM_NUM_NODES, ROAM_RANK,
     ROAM_WORKERS_PER_NODE,
@@ -59,6 +62,7 @@ use crate::netns::{
 };
 use crate::rendezvous::MAX_NODES;
 use crate::slow_node::{Schedule, SlowNode, Tracker};
+use crate::slowing::{ROAM_SLOW_SERVICE, ServiceSlowdown};
 
 /// How long children get between SIGTERM and SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(3);
@@ -87,6 +91,17 @@ pub struct LaunchArgs {
     /// for one rank with disjoint windows: `--slow-node 1:4`, `--slow-node 2:2.5@10-30`.
     #[arg(long, value_name = "RANK:FACTOR[@START[-END]]")]
     pub slow_node: Vec<SlowNode>,
+    /// What every --slow-node slows: `process`, the node's whole process, as if its machine
+    /// were slow; `protocol`, only its protocol threads (which serve its peers and read the
+    /// replies to its own requests), its worker threads at full speed (needs cgroup v1); or
+    /// `service`, only its serving of peers' pulls and pushes, FACTOR times slower by a delay
+    /// in its transport (no cgroup, no root).
+    #[arg(long, value_enum, value_name = "SCOPE", default_value_t = Scope::Process)]
+    pub slow_scope: Scope,
+    /// The load balancer on every node (exported as ROAM_BALANCER): `on` or `off`; unset, the
+    /// program's own configuration decides (on by default).
+    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+    pub balancer: Option<String>,
     /// Network namespaces, bandwidth shaping and profiles (default: plain loopback).
     #[command(flatten)]
     pub network: NetworkArgs,
@@ -189,8 +204,15 @@ where
 
     let mut groups = if schedule.is_empty() {
         None
+    } else if args.slow_scope == Scope::Service {
+        notice(
+            &err,
+            "--slow-scope service: the slowed nodes serve their peers' pulls and pushes FACTOR \
+             times slower (a delay in their transport, ROAM_SLOW_SERVICE); no cpu cgroup",
+        );
+        None
     } else {
-        let (groups, stale) = Groups::create(&schedule.ranks())?;
+        let (groups, stale) = Groups::create(&schedule.ranks(), args.slow_scope)?;
         if !stale.is_empty() {
             notice(
                 &err,
@@ -198,6 +220,14 @@ where
                     "removed cpu cgroups left by launchers that no longer run: {}",
                     stale.join(" ")
                 ),
+            );
+        }
+        if args.slow_scope == Scope::Protocol {
+            notice(
+                &err,
+                "--slow-scope protocol: only the protocol threads of the slowed nodes join \
+                 their cpu cgroups (through ROAM_SLOW_TASKS); their processes and worker \
+                 threads run at full speed",
             );
         }
         Some(groups)
@@ -295,14 +325,24 @@ where
         if let Some(l) = net.latency_us {
             cmd.env(ROAM_EMULATE_LATENCY_US, l.to_string());
         }
+        if let Some(b) = &args.balancer {
+            cmd.env(crate::cluster_env::ROAM_BALANCER, b);
+        }
         if let Some(b) = net.rate(rank) {
             cmd.env(ROAM_NETWORK_BANDWIDTH, b.to_string());
         }
-        let group = groups.as_ref().and_then(|g| g.dir(rank));
-        if let (Some(g), Some(dir)) = (&groups, group) {
-            cmd.env(ROAM_CGROUP, dir);
-            g.join_before_exec(rank, &mut cmd);
+        // Only this run's protocol scope puts threads in a group: never one inherited.
+        cmd.env_remove(ROAM_SLOW_TASKS);
+        cmd.env_remove(ROAM_SLOW_SERVICE);
+        if args.slow_scope == Scope::Service {
+            let windows = ServiceSlowdown::windows_of(&args.slow_node, rank);
+            if !windows.is_empty() {
+                cmd.env(ROAM_SLOW_SERVICE, windows);
+            }
         }
+        let group = groups
+            .as_ref()
+            .and_then(|g| g.enrol(rank, args.slow_scope, &mut cmd));
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -312,9 +352,11 @@ where
                 }
                 wait_for_output(&done_rx, pumps, &err);
                 finish_network(cluster.as_mut(), &err);
-                let joining = group.map_or_else(String::new, |d| {
-                    format!(" (after joining cpu cgroup {})", d.display())
-                });
+                let joining = group
+                    .filter(|_| args.slow_scope == Scope::Process)
+                    .map_or_else(String::new, |d| {
+                        format!(" (after joining cpu cgroup {})", d.display())
+                    });
                 finish_cgroups(groups.as_mut(), &err, false);
                 return Err(e).with_context(|| {
                     format!(
@@ -828,6 +870,8 @@ mod tests {
             workers_per_node: None,
             latency_us: None,
             slow_node: Vec::new(),
+            slow_scope: Scope::Process,
+            balancer: None,
             network: NetworkArgs::default(),
             program: vec!["true".into()],
         };
@@ -890,6 +934,8 @@ mod tests {
             workers_per_node: None,
             latency_us: None,
             slow_node: Vec::new(),
+            slow_scope: Scope::Process,
+            balancer: None,
             network: NetworkArgs::default(),
             program: vec!["/nonexistent/roam-test-program".into()],
         };
@@ -946,6 +992,8 @@ mod tests {
             workers_per_node: None,
             latency_us: None,
             slow_node: vec!["2:4".parse().unwrap()],
+            slow_scope: Scope::Process,
+            balancer: None,
             network: NetworkArgs::default(),
             program: vec!["/nonexistent/roam-test-program".into()],
         };
@@ -954,6 +1002,80 @@ mod tests {
         args.slow_node = ["1:4@0-10", "1:2@5"].map(|s| s.parse().unwrap()).into();
         let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
         assert!(e.to_string().contains("overlap"), "{e}");
+    }
+
+    #[test]
+    fn slow_scope_is_parsed_and_checked_before_anything_starts() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["roam", "--nodes", "3", "--slow-node", "1:4"];
+            argv.extend_from_slice(extra);
+            argv.extend(["--", "prog", "--slow-scope", "process"]);
+            Cli::try_parse_from(argv).map(|c| c.launch)
+        };
+        // Default: the whole process, today's behaviour.
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.slow_scope, Scope::Process);
+        assert_eq!(a.program, ["prog", "--slow-scope", "process"]);
+        // One scope for every spec, wherever the option stands.
+        let a = parse(&["--slow-scope", "protocol", "--slow-node", "2:2@1-3"]).unwrap();
+        assert_eq!(a.slow_scope, Scope::Protocol);
+        assert_eq!(a.slow_node.len(), 2);
+        assert_eq!(
+            parse(&["--slow-scope=process"]).unwrap().slow_scope,
+            Scope::Process
+        );
+        assert_eq!(
+            parse(&["--slow-scope", "service"]).unwrap().slow_scope,
+            Scope::Service
+        );
+        // The balancer switch takes on or off only.
+        assert_eq!(
+            parse(&["--balancer", "off"]).unwrap().balancer.as_deref(),
+            Some("off")
+        );
+        assert!(parse(&["--balancer", "no"]).is_err());
+        for bad in ["thread", "workers", ""] {
+            let e = parse(&["--slow-scope", bad])
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} parsed"));
+            let text = e.to_string();
+            assert!(
+                text.contains("--slow-scope") && text.contains("process, protocol"),
+                "{text}"
+            );
+        }
+        // The help names both scopes and says what each models.
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        for words in [
+            "--slow-scope <SCOPE>",
+            "as if its machine were slow",
+            "co-located work",
+        ] {
+            assert!(help.contains(words), "{words:?} missing from:\n{help}");
+        }
+
+        // Bad specs are refused before a cgroup or a child exists, whatever the scope.
+        let mut args = LaunchArgs {
+            nodes: 2,
+            workers_per_node: None,
+            latency_us: None,
+            slow_node: vec!["2:4".parse().unwrap()],
+            slow_scope: Scope::Protocol,
+            balancer: None,
+            network: NetworkArgs::default(),
+            program: vec!["/nonexistent/roam-test-program".into()],
+        };
+        let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
+        assert!(e.to_string().contains("rank 2 is out of range"), "{e}");
+        args.slow_node = ["1:4@0-10", "1:2@5"].map(|s| s.parse().unwrap()).into();
+        let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
+        assert!(e.to_string().contains("overlap"), "{e}");
+        // Without --slow-node the scope has nothing to apply to: no cgroup, no refusal.
+        args.slow_node.clear();
+        args.program = vec!["true".into()];
+        assert_eq!(run_with_output(&args, io::sink(), io::sink()).unwrap(), 0);
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub mod rendezvous;
 mod runtime;
 mod slot;
 pub mod slow_node;
+pub mod slowing;
 pub mod stats;
 mod transport;
 mod worker;

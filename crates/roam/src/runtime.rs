@@ -8,7 +8,13 @@
 //! - one timer thread, which runs the core's timers (`poll_timeout`/`handle_timeout`): the core
 //!   sends heartbeats on idle links and declares silent peers lost;
 //! - with latency emulation, one sender per link that holds frames until they are due;
-//! - an acceptor that authenticates incoming connections.
+//! - an acceptor that authenticates incoming connections (each handshake on a short-lived
+//!   thread of its own, which the acceptor starts).
+//!
+//! All but the worker threads are the node's protocol threads, every one started through
+//! `slowing::spawn_named`, which with `roam launch --slow-scope protocol` puts them (and not
+//! the workers) under the slowed node's CPU quota; with `--slow-scope service` the readers
+//! sleep off a service delay after peers' pulls and pushes (`slowing.rs`).
 //!
 //! Invariants:
 //! - The node lock is held only for one core input plus the draining of its outputs, never
@@ -39,6 +45,7 @@ use crate::config::Config;
 use crate::error::{StartError, WorkerError};
 use crate::rendezvous;
 use crate::slot::WorkerSlot;
+use crate::slowing::{ServiceSlowdown, SlowTasks, spawn_named};
 use crate::stats::NodeStats;
 use crate::transport::{Link, Sink, read_frame};
 use crate::worker::Worker;
@@ -66,6 +73,10 @@ pub(crate) struct Shared {
     pub(crate) limits: Limits,
     pub(crate) allocation: &'static str,
     pub(crate) latency_us: u64,
+    /// Where protocol threads join the slowed node's cpu cgroup (`ROAM_SLOW_TASKS`), if set.
+    slow_tasks: Option<Arc<SlowTasks>>,
+    /// The service delay of `roam launch --slow-scope service` (`ROAM_SLOW_SERVICE`), if set.
+    service: Option<Arc<ServiceSlowdown>>,
 }
 
 /// The shell's state for one member: its link, and whether it left or was lost.
@@ -231,6 +242,20 @@ impl NodeHandle {
         if let Some(watch) = &cfg.load_watch {
             watch.validate()?;
         }
+        let mut cfg = cfg;
+        match cluster_env::balancer(cluster_env::process_lookup)? {
+            Some(false) => cfg.balancer = None,
+            Some(true) if cfg.balancer.is_none() => {
+                cfg.balancer = Some(roam_core::Balancer::default());
+            }
+            _ => {}
+        }
+        if let Some(balancer) = &cfg.balancer {
+            balancer.validate()?;
+            if cfg.load_watch.is_none() {
+                return Err(roam_core::balance::BalancerError::NoLoadWatch.into());
+            }
+        }
         for (i, spec) in cfg.samplers.iter().enumerate() {
             spec.value_len(&space)
                 .map_err(|reason| StartError::Sampler {
@@ -265,12 +290,16 @@ impl NodeHandle {
             replication,
             samplers: cfg.samplers.clone(),
             load: cfg.load_watch,
+            balancer: cfg.balancer,
         });
         let store = node.store().clone();
         let counters = node.counters().clone();
         let latency = Duration::from_micros(latency_us);
         let deadline = Instant::now() + cfg.rendezvous_timeout;
         let stopping = Arc::new(AtomicBool::new(false));
+        // Read once: every protocol thread of this node joins the same file, or none does.
+        let slow_tasks = SlowTasks::from_env(rank);
+        let service = ServiceSlowdown::from_env(rank).map_err(StartError::SlowService)?;
 
         // Network: rendezvous, then accept from and connect to every peer.
         let mut outgoing: Vec<Option<TcpStream>> = (0..num_nodes).map(|_| None).collect();
@@ -292,6 +321,7 @@ impl NodeHandle {
                 token.clone(),
                 tx,
                 stopping.clone(),
+                slow_tasks.as_ref(),
             )?);
             for (peer, &addr) in rv.peers.iter().enumerate() {
                 if peer as u32 != rank.0 {
@@ -345,6 +375,8 @@ impl NodeHandle {
             limits: cfg.limits,
             allocation: cfg.allocation.name(),
             latency_us,
+            slow_tasks,
+            service,
         });
 
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -357,6 +389,7 @@ impl NodeHandle {
             let sh = shared.clone();
             senders.push(spawn_named(
                 format!("roam-send-{}", link.peer.0),
+                shared.slow_tasks.as_ref(),
                 move || {
                     if let Err(err) = link.run_sender() {
                         sh.peer_lost(link.peer, &format!("write failed: {err}"));
@@ -533,13 +566,6 @@ impl Drop for NodeHandle {
     }
 }
 
-fn spawn_named(
-    name: String,
-    body: impl FnOnce() + Send + 'static,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name(name).spawn(body)
-}
-
 fn connect_peer(
     rank: NodeId,
     peer: u32,
@@ -578,9 +604,11 @@ fn spawn_acceptor(
     token: Vec<u8>,
     tx: mpsc::Sender<(u32, TcpStream)>,
     stopping: Arc<AtomicBool>,
+    slow: Option<&Arc<SlowTasks>>,
 ) -> std::io::Result<JoinHandle<()>> {
     let token: Arc<[u8]> = token.into();
-    spawn_named(format!("roam-accept-{}", rank.0), move || {
+    // Handshake threads start from this one, so they share its cgroup: no join of their own.
+    spawn_named(format!("roam-accept-{}", rank.0), slow, move || {
         let tx = Arc::new(Mutex::new(tx));
         for conn in listener.incoming() {
             if stopping.load(Ordering::Acquire) {
@@ -635,8 +663,10 @@ fn spawn_reader(
 ) -> std::io::Result<JoinHandle<()>> {
     shared.incoming.lock().insert(peer, stream.try_clone()?);
     let shared = shared.clone();
-    spawn_named(format!("roam-read-{}", peer.0), move || {
+    let slow = shared.slow_tasks.clone();
+    spawn_named(format!("roam-read-{}", peer.0), slow.as_ref(), move || {
         let mut reader = BufReader::with_capacity(1 << 16, stream);
+        let mut debt = Duration::ZERO;
         loop {
             match read_frame(&mut reader, &shared.limits) {
                 Ok(frame) => {
@@ -650,7 +680,23 @@ fn spawn_reader(
                         shared.with_node(|node, now| node.handle_peer_departed(now, peer));
                         return;
                     }
-                    shared.with_node(|node, now| node.handle_frame(now, peer, frame));
+                    let slowed = shared
+                        .service
+                        .as_ref()
+                        .filter(|_| ServiceSlowdown::slows(frame.header.kind));
+                    let Some(service) = slowed else {
+                        shared.with_node(|node, now| node.handle_frame(now, peer, frame));
+                        continue;
+                    };
+                    let took = shared.with_node(|node, now| {
+                        let start = Instant::now();
+                        node.handle_frame(now, peer, frame);
+                        start.elapsed()
+                    });
+                    let sleep = service.owe(&mut debt, took);
+                    if !sleep.is_zero() {
+                        std::thread::sleep(sleep);
+                    }
                 }
                 Err(err) => {
                     shared.peer_lost(peer, &err.to_string());
@@ -667,7 +713,9 @@ fn spawn_loopback(
     stop: Arc<(Mutex<bool>, Condvar)>,
 ) -> std::io::Result<JoinHandle<()>> {
     let shared = shared.clone();
-    spawn_named(format!("roam-server-{}", shared.rank.0), move || {
+    let name = format!("roam-server-{}", shared.rank.0);
+    let slow = shared.slow_tasks.clone();
+    spawn_named(name, slow.as_ref(), move || {
         loop {
             match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(frame) => {
@@ -691,7 +739,9 @@ fn spawn_timers(
     stop: Arc<(Mutex<bool>, Condvar)>,
 ) -> std::io::Result<JoinHandle<()>> {
     let shared = shared.clone();
-    spawn_named(format!("roam-timers-{}", shared.rank.0), move || {
+    let name = format!("roam-timers-{}", shared.rank.0);
+    let slow = shared.slow_tasks.clone();
+    spawn_named(name, slow.as_ref(), move || {
         loop {
             let deadline = shared.with_node(|node, _| node.poll_timeout());
             let wait = match deadline {
@@ -706,11 +756,39 @@ fn spawn_timers(
                 return;
             }
             drop(stopped);
-            let found = shared.with_node(|node, now| {
+            let (found, decided) = shared.with_node(|node, now| {
                 let before = node.straggler_events().len();
+                let decided_before =
+                    node.balance_decisions().len() as u64 + node.balance_decisions_dropped();
                 node.handle_timeout(now);
-                node.straggler_events()[before..].to_vec()
+                let decided_now =
+                    node.balance_decisions().len() as u64 + node.balance_decisions_dropped();
+                let new = (decided_now - decided_before) as usize;
+                let decisions = node.balance_decisions();
+                (
+                    node.straggler_events()[before..].to_vec(),
+                    decisions[decisions.len().saturating_sub(new)..].to_vec(),
+                )
             });
+            for d in decided {
+                // Every balancer decision is logged with its evidence (also in the stats).
+                let (before, after) = d.weight;
+                let (buckets, bytes) = d.moves;
+                let (ops_before, ops_after) = d.ops_per_round;
+                tracing::info!(
+                    node = shared.rank.0,
+                    "balancer: {:?} {}: weight {before:.3} -> {after:.3}, {buckets} buckets \
+                     ({bytes} bytes) to move; ops per round {ops_before:.0} before, \
+                     {ops_after:.0} after; score {}",
+                    d.kind,
+                    d.node,
+                    d.score_ns.map_or("none".into(), |(s, o)| format!(
+                        "{:.2} ms against {:.2} ms",
+                        s / 1e6,
+                        o / 1e6
+                    )),
+                );
+            }
             for e in found {
                 // Operators see stragglers come and go as they are decided (also in the stats).
                 let (what, ms, others) = (e.node, e.score_ns / 1e6, e.others_ns / 1e6);

@@ -92,6 +92,39 @@ pub struct NodeStats {
     pub peer_response_us: Vec<PeerResponse>,
     /// Stragglers this node found (and their recoveries), with the evidence.
     pub stragglers: Vec<Straggler>,
+    /// Home moves the load balancer issued (at the coordinator; 0 elsewhere).
+    pub balancer_moves: u64,
+    /// Their estimated bytes.
+    pub balancer_bytes: u64,
+    /// The balancer's decisions with their evidence (at the coordinator).
+    pub balance_decisions: Vec<BalanceDecisionStat>,
+}
+
+/// One load-balancer decision (see `roam_core::balance`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct BalanceDecisionStat {
+    /// Seconds since the node started.
+    pub at_s: f64,
+    /// `Shrink`, `Probe`, `Keep` or `Undo`.
+    pub kind: String,
+    /// The node whose share changed or was judged.
+    pub node: u32,
+    /// Its weight before and after.
+    pub weight_before: f64,
+    /// Its weight after.
+    pub weight_after: f64,
+    /// Its score (µs), if scored in the round.
+    pub score_us: Option<f64>,
+    /// The other nodes' median score (µs).
+    pub others_us: Option<f64>,
+    /// Operations per load round before the change.
+    pub ops_before: f64,
+    /// Operations per load round after it (when judged).
+    pub ops_after: f64,
+    /// Buckets to move.
+    pub buckets: u32,
+    /// Their estimated bytes.
+    pub bytes: u64,
 }
 
 /// One peer's mean response time to this node's requests.
@@ -162,15 +195,34 @@ impl NodeStats {
             replica_bytes_sent: get(&node.replica_bytes_sent),
             ..Self::default()
         };
-        let (replicated, p50, p99, peers, stragglers) = shared.with_node(|node, _| {
+        let (replicated, p50, p99, peers, stragglers, decisions) = shared.with_node(|node, _| {
             (
                 node.replicated_keys().len() as u64,
                 node.replica_staleness_ns(50.0),
                 node.replica_staleness_ns(99.0),
                 node.peer_response_times(),
                 node.straggler_events().to_vec(),
+                node.balance_decisions().to_vec(),
             )
         });
+        stats.balancer_moves = get(&node.balancer_moves);
+        stats.balancer_bytes = get(&node.balancer_bytes);
+        stats.balance_decisions = decisions
+            .into_iter()
+            .map(|d| BalanceDecisionStat {
+                at_s: shared.seconds_since_start(d.at),
+                kind: format!("{:?}", d.kind),
+                node: d.node.0,
+                weight_before: d.weight.0,
+                weight_after: d.weight.1,
+                score_us: d.score_ns.map(|(s, _)| s / 1e3),
+                others_us: d.score_ns.map(|(_, o)| o / 1e3),
+                ops_before: d.ops_per_round.0,
+                ops_after: d.ops_per_round.1,
+                buckets: d.moves.0,
+                bytes: d.moves.1,
+            })
+            .collect();
         stats.peer_response_us = peers
             .into_iter()
             .map(|(peer, ns, answers)| PeerResponse {

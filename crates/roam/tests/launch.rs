@@ -21,6 +21,8 @@ fn sh(nodes: u32, script: &str) -> LaunchArgs {
         workers_per_node: None,
         latency_us: None,
         slow_node: Vec::new(),
+        slow_scope: Default::default(),
+        balancer: None,
         network: Default::default(),
         program: vec!["sh".into(), "-c".into(), script.into()],
     }
@@ -162,6 +164,8 @@ fn a_missing_program_is_an_error_not_a_hang() {
         workers_per_node: None,
         latency_us: None,
         slow_node: Vec::new(),
+        slow_scope: Default::default(),
+        balancer: None,
         network: Default::default(),
         program: vec!["/nonexistent/roam-test-program".into()],
     };

@@ -44,6 +44,8 @@ fn sh(nodes: u32, script: &str) -> LaunchArgs {
         workers_per_node: None,
         latency_us: None,
         slow_node: Vec::new(),
+        slow_scope: Default::default(),
+        balancer: None,
         network: NetworkArgs::default(),
         program: vec!["sh".into(), "-c".into(), script.into()],
     }

@@ -1044,14 +1044,16 @@ mod tests {
                 "{text}"
             );
         }
-        // The help names both scopes and says what each models.
+        // The help names the scopes and says what each slows.
         let help = <Cli as clap::CommandFactory>::command()
             .render_long_help()
             .to_string();
         for words in [
             "--slow-scope <SCOPE>",
             "as if its machine were slow",
-            "co-located work",
+            "its worker threads at full speed",
+            "no cgroup, no root",
+            "--balancer <on|off>",
         ] {
             assert!(help.contains(words), "{words:?} missing from:\n{help}");
         }

@@ -123,7 +123,8 @@ def main():
           f"on/none = {med['on'] / med['none']:.2f} (straggler's cost left)")
     if args.timeline:
         with open(args.timeline, "w") as f:
-            json.dump({"job": train_args, "slow": args.slow, "scope": args.scope,
+            json.dump({"job": train_args, "slow": None if args.slow_bandwidth else args.slow,
+                       "slow_bandwidth": args.slow_bandwidth, "scope": args.scope,
                        "nodes": args.nodes, "profile": args.profile, "runs": results}, f,
                       indent=1)
 

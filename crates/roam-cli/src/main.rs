@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use roam::{bench, check, launch};
 
 mod suite;
+mod timeline;
 
 #[derive(Parser)]
 #[command(
@@ -72,6 +73,9 @@ enum BenchCommand {
     /// The training workloads in every mode, node count and network profile, repeated:
     /// results.json, summary tables and PNG figures under bench-results/.
     Suite(suite::SuiteArgs),
+    /// The load balancer's timeline figure (PNG): seconds per epoch over the training, per
+    /// configuration, from the JSON of `scripts/balancer-bench.py --timeline`.
+    Timeline(timeline::TimelineArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -101,6 +105,7 @@ fn run(command: Command) -> anyhow::Result<i32> {
             0
         }
         Command::Bench(BenchCommand::Suite(args)) => suite::run(&args)?,
+        Command::Bench(BenchCommand::Timeline(args)) => timeline::run(&args)?,
         Command::Demo(args) => demo(&args)?,
         Command::Train(TrainCommand::Mf(args)) => roam_apps::mf::run(&args).map(|()| 0)?,
         Command::Train(TrainCommand::Kge(args)) => roam_apps::kge::run(&args).map(|()| 0)?,

@@ -18,9 +18,9 @@ use super::plan::{App, Mode, Profile};
 use super::summary::{CPU_OVERHEAD_AIM, Cell, CellKey, SchemeName, Stat, Summary, metric_label};
 
 /// The bundled font (DejaVu Sans Mono; Bitstream Vera licence, see `assets/`).
-const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
+pub(crate) const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
 /// The family name the font is registered under.
-const FAMILY: &str = "roam-sans";
+pub(crate) const FAMILY: &str = "roam-sans";
 
 /// One line of a panel: (nodes, median, min, max) points.
 struct Series {
@@ -554,10 +554,10 @@ fn fit(values: &[f64], min_pad: f64) -> (f64, f64) {
 }
 
 /// A drawing area of a PNG file.
-type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+pub(crate) type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 
 /// A plotters error as an [`anyhow::Error`].
-fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
+pub(crate) fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("{e}")
 }
 
@@ -565,7 +565,7 @@ fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
 /// whole (to present when drawn) and the panels below the title, `rows` × `columns`. The title
 /// is 20 px, smaller if it would not fit the width (a monospace glyph is about 0.6 of the font
 /// size wide).
-fn canvas<'a>(
+pub(crate) fn canvas<'a>(
     path: &'a Path,
     (width, height): (u32, u32),
     title: &str,

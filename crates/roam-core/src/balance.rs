@@ -254,6 +254,12 @@ impl Node {
         if self.dir.coordinator() != self.cfg.id {
             return;
         }
+        if !self.lost.is_empty() {
+            // After a loss, a first home move would make every remote access fail
+            // (`Node::keys_may_be_anywhere`): a cluster that lost a node is left as it is.
+            self.balance.plan.clear();
+            return;
+        }
         self.note_overloads(cfg, &round);
         let b = &mut self.balance;
         b.round += 1;
@@ -278,6 +284,11 @@ impl Node {
 
     /// Updates each scored node's run of overloaded rounds (unscored nodes keep theirs).
     fn note_overloads(&mut self, cfg: Balancer, round: &LoadRound) {
+        // As in detection, fewer than three scored nodes cannot tell a slow node from a slow
+        // observer: such a round is no evidence either way.
+        if round.scores.len() < 3 {
+            return;
+        }
         let min_excess = self.load_min_excess_ns() as f64;
         let judged: Vec<(NodeId, bool)> = round
             .scores
@@ -351,9 +362,11 @@ impl Node {
         let wait = u64::from(cfg.probe_after_rounds);
         let moves = if keep {
             if change.kind == ChangeKind::Shrink {
-                self.balance
-                    .probes
-                    .insert(change.node, (round_now + wait, wait));
+                // The wait a failed probe doubled stays: a node that keeps turning overloaded
+                // after probes is probed ever more rarely.
+                let probe = self.balance.probes.entry(change.node).or_insert((0, wait));
+                probe.1 = probe.1.max(wait);
+                probe.0 = round_now.saturating_add(probe.1);
             }
             (0, 0)
         } else {
@@ -365,7 +378,7 @@ impl Node {
             };
             let entry = holds.entry(change.node).or_insert((0, wait / 2));
             entry.1 = entry.1.saturating_mul(2).max(1);
-            *entry = (round_now + entry.1, entry.1);
+            *entry = (round_now.saturating_add(entry.1), entry.1);
             self.plan_moves()
         };
         self.record(BalanceDecision {
@@ -407,7 +420,9 @@ impl Node {
             .map(|n| {
                 let ratio = self
                     .score_of(n, round)
-                    .map_or(0.5, |(score, others)| others / score);
+                    .map(|(score, others)| others / score)
+                    .filter(|r| r.is_finite())
+                    .unwrap_or(0.5);
                 (n, ratio)
             })
             .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
@@ -448,8 +463,12 @@ impl Node {
         self.set_weight(node, target);
         let moves = self.plan_moves();
         if moves.0 == 0 {
-            // Too few buckets for the step to change anything: the weight stands, with
-            // nothing to judge.
+            // Too few buckets for the step to change anything: nothing to judge. A probe's
+            // weight stands (it only gives back); a shrink's does not, so that unjudged steps
+            // cannot walk a weight down.
+            if kind == ChangeKind::Shrink {
+                self.set_weight(node, before);
+            }
             return;
         }
         self.balance.change = Some(Change {

@@ -14,7 +14,8 @@
 //! Invariants: the bucket function never changes during a run, so every node agrees on each
 //! key's bucket; a bucket entry only moves forward in epoch. A bucket's *creator* starts as
 //! its first home and changes with it when a move carries the bucket's keys along (under
-//! static allocation every move does, so there creator and home are always the same node).
+//! static allocation every move does, so there creator and home are the same node, except at
+//! the new home between the records' and the keys' arrival).
 
 use crate::id::{Key, NodeId};
 use std::ops::Range;

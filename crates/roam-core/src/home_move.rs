@@ -270,7 +270,9 @@ impl Node {
         // only this node holds them: moves under it always carry).
         let carry = !self.policy.keys_move();
         debug_assert!(!carry || records.default_owner == me);
+        let before = self.dir.epoch();
         self.dir.apply(bucket, to, epoch, carry);
+        self.note_first_move(before);
         if carry {
             records.default_owner = to;
         }
@@ -329,7 +331,9 @@ impl Node {
         }
         // Not yet the creator, if the keys come along: that waits for them (`BucketKeys`), so
         // that no key of the bucket is created here before the old home's copy lands.
+        let before = self.dir.epoch();
         self.dir.apply(bucket, self.cfg.id, epoch, false);
+        self.note_first_move(before);
         let mut records = BucketRecords::new(default_owner);
         for (&key, &owner) in keys.iter().zip(owners) {
             records.owners.insert(
@@ -369,8 +373,10 @@ impl Node {
                 what: "epoch change naming no bucket or no member",
             });
         }
+        let before = self.dir.epoch();
         self.dir
             .apply(bucket, home, epoch, !self.policy.keys_move());
+        self.note_first_move(before);
         let me = self.cfg.id;
         self.send(from, encode::epoch_ack(me, bucket, epoch));
     }
@@ -378,12 +384,18 @@ impl Node {
     /// At the old home of a move that carries keys: removes the keys of `bucket` held here
     /// (not replicas) from the store, in increasing key order, with their records.
     fn take_bucket_keys(&mut self, bucket: u32) -> (Vec<Key>, Vec<f32>) {
-        let range = self.dir.bucket_range(bucket);
-        let mut candidates: Vec<Key> = match range.filter(|_| !self.cfg.space.is_sparse()) {
-            Some(range) => range.collect(),
-            None => {
-                // Hashed buckets are no range, and a sparse one holds few of its keys: walk
-                // the store's index (in bounded steps).
+        let space = &self.cfg.space;
+        let mut candidates: Vec<Key> = match self.dir.bucket_range(bucket) {
+            Some(range) if !space.is_sparse() => range.collect(),
+            // Hashed buckets are no range: their keys are found by the bucket function, over
+            // the key space (dense: one hash per key, no record read) or over the keys this
+            // node holds (sparse). Either is a walk of the whole space per move, under the
+            // node lock: cheap for the key counts measured (tens of thousands), not for
+            // millions (a per-bucket key list would be; see docs/elasticity.md).
+            _ if !space.is_sparse() => (0..space.num_keys())
+                .filter(|&k| self.dir.bucket(k) == bucket)
+                .collect(),
+            _ => {
                 let mut found = Vec::new();
                 let mut cursor = Some(0);
                 while let Some(at) = cursor {

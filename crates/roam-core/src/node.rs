@@ -507,7 +507,8 @@ impl Node {
     }
 
     /// Whether accesses that need another node must fail at once: a peer is lost and keys may
-    /// have been on it (dynamic allocation), or the destination itself is lost.
+    /// have been on it or a request forwarded through it (dynamic allocation, or any home
+    /// moved), or the destination itself is lost.
     pub(crate) fn unreachable(&self, dest: NodeId) -> Option<NodeId> {
         if self.lost.contains(&dest) {
             return Some(dest);
@@ -920,24 +921,7 @@ impl Node {
         self.lost.insert(peer);
         self.lost_order.push((peer, departed));
         self.timers.forget(peer);
-        let dynamic = self.keys_may_be_anywhere();
-        let mut doomed: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| {
-                p.kind == OpKind::SyncReplicas
-                    || (p.kind != OpKind::Barrier && (dynamic || p.first_hops.contains(&peer)))
-            })
-            .map(|(&op, _)| op)
-            .collect();
-        // Completions must come out in an order that depends only on the inputs.
-        doomed.sort_unstable();
-        for op in doomed {
-            let p = self.pending.get_mut(&op).expect("collected above");
-            p.remaining = 0;
-            p.error.get_or_insert(OpError::PeerGone { peer });
-            self.settle(op);
-        }
+        self.fail_pending_after_loss(peer, self.keys_may_be_anywhere());
         self.home_moves_lose_peer(now, peer);
         if departed {
             return;
@@ -955,6 +939,41 @@ impl Node {
         for other in others {
             let notice = encode::control(Kind::PeerLost, self.cfg.id, u64::from(peer.0));
             self.send(other, notice);
+        }
+    }
+
+    /// Fails the pending operations that depend on lost `peer`: those whose frames went to it
+    /// first, or with `anywhere` (keys may be anywhere) every remote one.
+    fn fail_pending_after_loss(&mut self, peer: NodeId, anywhere: bool) {
+        let mut doomed: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| {
+                p.kind == OpKind::SyncReplicas
+                    || (p.kind != OpKind::Barrier && (anywhere || p.first_hops.contains(&peer)))
+            })
+            .map(|(&op, _)| op)
+            .collect();
+        // Completions must come out in an order that depends only on the inputs.
+        doomed.sort_unstable();
+        for op in doomed {
+            let p = self.pending.get_mut(&op).expect("collected above");
+            p.remaining = 0;
+            p.error.get_or_insert(OpError::PeerGone { peer });
+            self.settle(op);
+        }
+    }
+
+    /// This node learnt of its first home move (its table's epoch left 0) after a peer was
+    /// lost: operations issued when no request was ever forwarded may now be on their way
+    /// through the lost peer, so they fail as they would have, had the move been known then.
+    pub(crate) fn note_first_move(&mut self, epoch_before: u32) {
+        if epoch_before == 0
+            && self.dir.epoch() > 0
+            && !self.policy.keys_move()
+            && let Some(peer) = self.first_lost()
+        {
+            self.fail_pending_after_loss(peer, true);
         }
     }
 

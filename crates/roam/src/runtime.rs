@@ -243,7 +243,8 @@ impl NodeHandle {
             watch.validate()?;
         }
         let mut cfg = cfg;
-        match cluster_env::balancer(cluster_env::process_lookup)? {
+        let asked = cluster_env::balancer(cluster_env::process_lookup)?;
+        match asked {
             Some(false) => cfg.balancer = None,
             Some(true) if cfg.balancer.is_none() => {
                 cfg.balancer = Some(roam_core::Balancer::default());
@@ -253,7 +254,13 @@ impl NodeHandle {
         if let Some(balancer) = &cfg.balancer {
             balancer.validate()?;
             if cfg.load_watch.is_none() {
-                return Err(roam_core::balance::BalancerError::NoLoadWatch.into());
+                // Asked for explicitly, a balancer without its inputs is an error; on by
+                // default, it gives way to a program that turned load watching off.
+                if asked == Some(true) {
+                    return Err(roam_core::balance::BalancerError::NoLoadWatch.into());
+                }
+                tracing::info!("load watching is off, so is the load balancer");
+                cfg.balancer = None;
             }
         }
         for (i, spec) in cfg.samplers.iter().enumerate() {

@@ -9,7 +9,8 @@
 //!   times the time the handling took, and sleeps the debt off once it reaches
 //!   [`MIN_SLEEP`] (sleeps shorter than that are not precise). The sleep is outside the node
 //!   lock, on the reader of the link the request came on, so it delays that peer's later frames
-//!   — a slow server — while this node's own workers and its other links run at full speed. No
+//!   — a slow server (replies to this node's own requests on that link wait too; they add no
+//!   debt) — while its workers and its other links run at full speed. No
 //!   cgroup and no root needed; the factors follow the same `@START-END` windows, counted from
 //!   the node's start.
 //!

@@ -516,13 +516,7 @@ impl Node {
             return None;
         }
         others.sort_by(f64::total_cmp);
-        let n = others.len();
-        let median = if n % 2 == 1 {
-            others[n / 2]
-        } else {
-            (others[n / 2 - 1] + others[n / 2]) / 2.0
-        };
-        Some((score, median))
+        Some((score, crate::load::median(&others)))
     }
 
     fn record(&mut self, decision: BalanceDecision) {
@@ -571,20 +565,20 @@ impl Node {
             let mut order: Vec<u32> = buckets
                 .iter()
                 .copied()
-                .filter(|&b| deficit.contains_key(&self.first_home(b)))
+                .filter(|&b| deficit.contains_key(&self.dir.first_home(b)))
                 .collect();
             order.extend(
                 buckets
                     .iter()
                     .rev()
                     .copied()
-                    .filter(|&b| !deficit.contains_key(&self.first_home(b))),
+                    .filter(|&b| !deficit.contains_key(&self.dir.first_home(b))),
             );
             for bucket in order {
                 if count == 0 {
                     break;
                 }
-                let first = self.first_home(bucket);
+                let first = self.dir.first_home(bucket);
                 let to = if deficit.get(&first).is_some_and(|&d| d > 0) {
                     first
                 } else {
@@ -607,18 +601,6 @@ impl Node {
         let moves = plan.len() as u32;
         self.balance.plan = plan;
         (moves, bytes)
-    }
-
-    /// The bucket's home before any move.
-    fn first_home(&self, bucket: u32) -> NodeId {
-        // Both partitionings spread buckets over the nodes by this formula (directory.rs).
-        let n = u64::from(self.cfg.num_nodes);
-        let buckets = u64::from(self.dir.num_buckets());
-        let b = u64::from(bucket);
-        match self.cfg.partitioning {
-            crate::Partitioning::Range => NodeId((b * n / buckets) as u32),
-            crate::Partitioning::Hash => NodeId((b % n) as u32),
-        }
     }
 
     /// Estimated bytes a move of `bucket` sends: its keys' records under static allocation.

@@ -56,6 +56,8 @@ pub struct Directory {
     bucket_epochs: Box<[u32]>,
     members: Vec<NodeId>,
     coordinator: NodeId,
+    /// The node count the initial homes were spread over.
+    num_nodes: u64,
 }
 
 impl Directory {
@@ -72,13 +74,14 @@ impl Directory {
                 }
                 let buckets = num_keys.div_ceil(1 << shift).max(1);
                 let homes = (0..buckets)
-                    .map(|b| NodeId((b * n / buckets) as u32))
+                    .map(|b| initial_home(partitioning, b, buckets, n))
                     .collect();
                 (Bucketing::Range { shift }, homes)
             }
             Partitioning::Hash => {
-                let homes = (0..u64::from(HASH_BUCKETS))
-                    .map(|b| NodeId((b % n) as u32))
+                let buckets = u64::from(HASH_BUCKETS);
+                let homes = (0..buckets)
+                    .map(|b| initial_home(partitioning, b, buckets, n))
                     .collect();
                 (Bucketing::Hash, homes)
             }
@@ -92,6 +95,7 @@ impl Directory {
             homes: homes.into(),
             members: (0..num_nodes).map(NodeId).collect(),
             coordinator: NodeId(0),
+            num_nodes: n,
         }
     }
 
@@ -136,6 +140,16 @@ impl Directory {
     #[inline]
     pub fn home(&self, key: Key) -> NodeId {
         self.homes[self.bucket(key) as usize]
+    }
+
+    /// `bucket`'s home at epoch 0, before any move.
+    pub fn first_home(&self, bucket: u32) -> NodeId {
+        let partitioning = match self.bucketing {
+            Bucketing::Range { .. } => Partitioning::Range,
+            Bucketing::Hash => Partitioning::Hash,
+        };
+        let buckets = self.homes.len() as u64;
+        initial_home(partitioning, u64::from(bucket), buckets, self.num_nodes)
     }
 
     /// The home node of `bucket`.
@@ -216,6 +230,15 @@ impl Directory {
     }
 }
 
+/// The epoch-0 home of bucket `b` of `buckets` over `nodes` nodes: contiguous runs of buckets
+/// under range partitioning, round robin under hashing.
+fn initial_home(partitioning: Partitioning, b: u64, buckets: u64, nodes: u64) -> NodeId {
+    match partitioning {
+        Partitioning::Range => NodeId((b * nodes / buckets) as u32),
+        Partitioning::Hash => NodeId((b % nodes) as u32),
+    }
+}
+
 /// SplitMix64's finaliser: a fixed bijective mix, so hash placement is the same on every node.
 #[inline]
 pub fn mix64(mut x: u64) -> u64 {
@@ -292,5 +315,6 @@ mod tests {
         // A move that carries the keys makes the new home their creator.
         assert!(table.apply(b, NodeId(1), 4, true));
         assert_eq!(table.creator(b), NodeId(1));
+        assert_eq!(table.first_home(b), NodeId(0), "first homes never move");
     }
 }

@@ -419,7 +419,7 @@ impl Node {
 }
 
 /// The median of sorted, non-empty `values` (the mean of the middle two for an even count).
-fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     let n = values.len();
     if n % 2 == 1 {
         values[n / 2]

@@ -7,12 +7,8 @@
 mod common;
 
 use common::{all_keys, run_increments, total};
-use roam_core::{Balancer, DecisionKind, KeySpace, LoadWatch, NodeId, Partitioning};
+use roam_core::{Balancer, DecisionKind, KeySpace, NodeId, Partitioning};
 use roam_sim::{Sim, SimConfig, for_each_seed};
-
-fn watch() -> LoadWatch {
-    common::load_watch()
-}
 
 /// Judged after 3 quiet rounds, probed after 5; a loose tolerance, since a 2 ms round holds
 /// only some 40 operations of the whole cluster.
@@ -46,7 +42,7 @@ fn run(seed: u64, shape: Shape) -> Sim {
         .with_dynamic(shape.dynamic)
         .with_delay(shape.delays.0, shape.delays.1)
         .with_think(0, 2_000)
-        .with_load_watch(watch())
+        .with_load_watch(common::load_watch())
         .with_balancer(balancer());
     if let Some((extra, until)) = shape.slow {
         cfg = cfg.with_slow_node(NodeId(2), extra).with_slow_until(until);
@@ -187,6 +183,9 @@ fn random_delays_alone_move_nothing() {
             "seed {seed}: {:?}",
             sim.node(NodeId(0)).balance_decisions()
         );
-        assert!(sim.now().0 > 20 * watch().report_every, "seed {seed}");
+        assert!(
+            sim.now().0 > 20 * common::load_watch().report_every,
+            "seed {seed}"
+        );
     });
 }

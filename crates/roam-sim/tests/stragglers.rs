@@ -6,12 +6,8 @@
 mod common;
 
 use common::run_increments;
-use roam_core::{KeySpace, LoadWatch, NodeId, Partitioning};
+use roam_core::{KeySpace, NodeId, Partitioning};
 use roam_sim::{SimConfig, for_each_seed};
-
-fn watch() -> LoadWatch {
-    common::load_watch()
-}
 
 /// 4 nodes × 1 worker, 32 keys spread by hash, links of `delays` ns, and `slow` as
 /// stragglers.
@@ -21,7 +17,7 @@ fn config(seed: u64, slow: &[(u32, u64)], delays: (u64, u64)) -> SimConfig {
         .with_partitioning(Partitioning::Hash)
         .with_delay(delays.0, delays.1)
         .with_think(0, 2_000)
-        .with_load_watch(watch());
+        .with_load_watch(common::load_watch());
     for &(node, extra) in slow {
         cfg = cfg.with_slow_node(NodeId(node), extra);
     }
@@ -74,7 +70,7 @@ fn random_delays_alone_make_no_straggler() {
         }
         // Long enough for detection to have had its chance many times over.
         assert!(
-            sim.now().0 > 10 * watch().report_every,
+            sim.now().0 > 10 * common::load_watch().report_every,
             "seed {seed}: {:?}",
             sim.now()
         );

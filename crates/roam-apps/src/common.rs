@@ -99,8 +99,36 @@ impl Mode {
                 launched.unwrap_or(1)
             );
         }
+        ensure!(
+            self != Self::Single || !roam::cluster_env::join(roam::cluster_env::process_lookup)?,
+            "mode single cannot join a running job (ROAM_JOIN is set)"
+        );
         self.configure(&mut cfg);
-        Ok(NodeHandle::start(cfg)?)
+        let node = NodeHandle::start(cfg)?;
+        if node.is_joined() {
+            serve_until_done(node);
+        }
+        Ok(node)
+    }
+}
+
+/// A node that joined a running job (`ROAM_JOIN=1`, `roam join`) hosts no workers: it serves
+/// its share of the keys until it is drained or the job finishes, then this process exits
+/// (status 0, or 1 if the cluster failed) without running the job's own code.
+fn serve_until_done(node: NodeHandle) -> ! {
+    let rank = node.rank();
+    eprintln!(
+        "roam: joined the running job as rank {rank} (a server); serving until drained or the job ends"
+    );
+    match node.shutdown() {
+        Ok(_) => {
+            eprintln!("roam: rank {rank} is done");
+            std::process::exit(0)
+        }
+        Err(err) => {
+            eprintln!("Error: rank {rank}: {err}");
+            std::process::exit(1)
+        }
     }
 }
 

@@ -36,6 +36,74 @@ enum Command {
     /// End-to-end self-checks with exact expected results (run under `roam launch`).
     #[command(subcommand)]
     Check(check::CheckCommand),
+    /// Add a server-only node to a running job (elastic membership).
+    ///
+    /// Runs the job's own command (e.g. `train mf --mode classic
+    /// ...`, with the same arguments as its nodes) as a node that joins through the
+    /// coordinator, hosts no workers, takes its share of the keys and serves until it is
+    /// drained or the job ends. Same as running that command with ROAM_JOIN=1.
+    #[command(
+        after_help = "Example: roam join --coordinator 10.0.0.1:29500 -- train mf --mode classic\n\
+        The token comes from --token or ROAM_CLUSTER_TOKEN, as for the job's nodes."
+    )]
+    Join(JoinArgs),
+    /// Drain a node out of a running job: its keys move away, then it exits cleanly.
+    ///
+    /// Asks the coordinator (rank 0), which cannot itself be drained; a node with
+    /// workers can be drained once they finished. Sending SIGUSR1 to a node process of
+    /// `roam train`/`roam join` has it ask to drain itself.
+    Drain(DrainArgs),
+}
+
+/// Where the coordinator's service is, and the cluster token.
+#[derive(Args)]
+struct ServiceArgs {
+    /// The coordinator's address (`host:port`, rank 0's rendezvous address); default
+    /// ROAM_COORDINATOR (or MASTER_ADDR/MASTER_PORT).
+    #[arg(long)]
+    coordinator: Option<String>,
+    /// The cluster token; default ROAM_CLUSTER_TOKEN.
+    #[arg(long)]
+    token: Option<String>,
+}
+
+impl ServiceArgs {
+    fn resolve(&self) -> anyhow::Result<(String, String)> {
+        let overrides = roam::cluster_env::ClusterOverrides {
+            coordinator: self.coordinator.clone(),
+            ..Default::default()
+        };
+        let coordinator =
+            roam::cluster_env::join_coordinator(&overrides, roam::cluster_env::process_lookup)?;
+        let token = match &self.token {
+            Some(t) => t.clone(),
+            None => std::env::var(roam::cluster_env::ROAM_CLUSTER_TOKEN)
+                .ok()
+                .filter(|t| !t.trim().is_empty())
+                .context("no cluster token: pass --token or set ROAM_CLUSTER_TOKEN")?,
+        };
+        Ok((coordinator, token))
+    }
+}
+
+#[derive(Args)]
+struct JoinArgs {
+    #[command(flatten)]
+    service: ServiceArgs,
+    /// The job's command and arguments (after `--`), e.g. `train mf --mode classic`.
+    #[arg(last = true, required = true, num_args = 1..)]
+    job: Vec<OsString>,
+}
+
+#[derive(Args)]
+struct DrainArgs {
+    /// The rank of the node to drain.
+    rank: u32,
+    #[command(flatten)]
+    service: ServiceArgs,
+    /// Seconds to wait for the drain to finish.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
 }
 
 #[derive(Args)]
@@ -86,7 +154,12 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let code = run(Cli::parse().command)?;
+    let command = Cli::parse().command;
+    if matches!(command, Command::Train(_) | Command::Join(_)) {
+        // SIGUSR1 asks the coordinator to drain this node (elastic membership).
+        roam::elastic::drain_on_sigusr1().context("installing the SIGUSR1 handler")?;
+    }
+    let code = run(command)?;
     std::process::exit(code);
 }
 
@@ -111,7 +184,36 @@ fn run(command: Command) -> anyhow::Result<i32> {
         Command::Train(TrainCommand::Kge(args)) => roam_apps::kge::run(&args).map(|()| 0)?,
         Command::Train(TrainCommand::W2v(args)) => roam_apps::w2v::run(&args).map(|()| 0)?,
         Command::Check(command) => check::run(&command).map(|()| 0)?,
+        Command::Join(args) => join(args)?,
+        Command::Drain(args) => drain(&args)?,
     })
+}
+
+/// `roam join`: runs the job's command here as a joining node.
+fn join(args: JoinArgs) -> anyhow::Result<i32> {
+    let (coordinator, token) = args.service.resolve()?;
+    let job = Cli::try_parse_from(std::iter::once(OsString::from("roam")).chain(args.job))?;
+    anyhow::ensure!(
+        matches!(job.command, Command::Train(_)),
+        "roam join runs a training job (`train mf|kge|w2v ...`)"
+    );
+    // SAFETY: no other thread runs yet (the node starts in `run`), and nothing else reads or
+    // writes the environment concurrently.
+    unsafe {
+        std::env::set_var(roam::cluster_env::ROAM_JOIN, "1");
+        std::env::set_var(roam::cluster_env::ROAM_COORDINATOR, coordinator);
+        std::env::set_var(roam::cluster_env::ROAM_CLUSTER_TOKEN, token);
+    }
+    run(job.command)
+}
+
+/// `roam drain RANK`: asks the coordinator's service to drain a node and prints the outcome.
+fn drain(args: &DrainArgs) -> anyhow::Result<i32> {
+    let (coordinator, token) = args.service.resolve()?;
+    let timeout = std::time::Duration::from_secs(args.timeout);
+    let message = roam::elastic::request_drain(&coordinator, token.as_bytes(), args.rank, timeout)?;
+    println!("{message}");
+    Ok(0)
 }
 
 /// Runs [`DEMO_JOB`] here if this process is a node of a cluster, else launches it.

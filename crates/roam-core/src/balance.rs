@@ -404,7 +404,7 @@ impl Node {
             .members()
             .iter()
             .copied()
-            .filter(|n| !self.lost.contains(n))
+            .filter(|&n| !self.lost.contains(&n) && !self.membership.is_draining(n))
             .collect();
         let worst = live
             .iter()
@@ -536,7 +536,7 @@ impl Node {
             .members()
             .iter()
             .copied()
-            .filter(|n| !self.lost.contains(n))
+            .filter(|&n| !self.lost.contains(&n) && !self.membership.is_draining(n))
             .collect();
         let mut held: BTreeMap<NodeId, Vec<u32>> = live.iter().map(|&n| (n, Vec::new())).collect();
         for bucket in 0..self.dir.num_buckets() {

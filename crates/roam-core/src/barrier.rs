@@ -1,7 +1,8 @@
 //! Barriers across all worker threads of all nodes.
 //!
 //! Each node counts its workers' arrivals; when all have arrived it tells the coordinator (the
-//! node the directory names), which releases every member once every member has arrived. Generations number the
+//! node the directory names), which releases every member once every member that hosts workers
+//! has arrived (servers that joined later host none). Generations number the
 //! barriers so that a late or duplicated message is recognised instead of miscounted.
 //!
 //! A worker whose handle is gone (its thread finished or failed) is *retired*: it counts as
@@ -134,19 +135,24 @@ impl Node {
                 what: "second arrival of the same node",
             });
         }
-        let members = self.dir.members();
-        if members
-            .iter()
-            .all(|m| self.barriers.nodes_arrived.contains(m))
-        {
-            self.barriers.nodes_arrived.clear();
-            let me = self.cfg.id;
-            let others: Vec<NodeId> = members.iter().copied().filter(|&m| m != me).collect();
-            for peer in others {
-                self.send(peer, encode::control(Kind::BarrierRelease, me, generation));
-            }
-            self.release_barrier(me, generation);
+        self.recheck_barrier();
+    }
+
+    /// At the coordinator: releases the barrier once every member that hosts workers has
+    /// arrived (also after a member left, which may have been the last one missing).
+    pub(crate) fn recheck_barrier(&mut self) {
+        let arrived = &self.barriers.nodes_arrived;
+        if arrived.is_empty() || !self.dir.worker_members().all(|m| arrived.contains(&m)) {
+            return;
         }
+        self.barriers.nodes_arrived.clear();
+        let me = self.cfg.id;
+        let generation = self.barriers.generation;
+        let others: Vec<NodeId> = self.dir.worker_members().filter(|&m| m != me).collect();
+        for peer in others {
+            self.send(peer, encode::control(Kind::BarrierRelease, me, generation));
+        }
+        self.release_barrier(me, generation);
     }
 
     pub(crate) fn handle_barrier_release(&mut self, from: NodeId, generation: u64) {

@@ -9,7 +9,9 @@
 //! once and never undone.
 //!
 //! The directory also names the cluster's members and its coordinator (the node that runs
-//! barriers and serialises home moves), so that neither is a hard-wired rank.
+//! barriers and serialises home moves), so that neither is a hard-wired rank. Members join and
+//! leave at run time (`membership.rs`); a member that joined is a *server*: it hosts no
+//! workers, so barriers do not wait for it. A member change has an epoch like a home move.
 //!
 //! Invariants: the bucket function never changes during a run, so every node agrees on each
 //! key's bucket; a bucket entry only moves forward in epoch. A bucket's *creator* starts as
@@ -29,6 +31,9 @@ pub enum Partitioning {
     /// Keys are spread pseudo-randomly (by a fixed mixing hash of the key).
     Hash,
 }
+
+/// Marks a member that hosts no workers in [`Directory::to_words`].
+const SERVER_FLAG: u64 = 1 << 32;
 
 /// Buckets of a hashed key space (a fixed count, so any `u64` key has a bucket).
 pub const HASH_BUCKETS: u32 = 4096;
@@ -55,6 +60,8 @@ pub struct Directory {
     creators: Box<[NodeId]>,
     bucket_epochs: Box<[u32]>,
     members: Vec<NodeId>,
+    /// Members that host no workers (joined servers), in increasing order.
+    servers: Vec<NodeId>,
     coordinator: NodeId,
     /// The node count the initial homes were spread over.
     num_nodes: u64,
@@ -94,6 +101,7 @@ impl Directory {
             creators: homes.clone().into(),
             homes: homes.into(),
             members: (0..num_nodes).map(NodeId).collect(),
+            servers: Vec::new(),
             coordinator: NodeId(0),
             num_nodes: n,
         }
@@ -117,6 +125,121 @@ impl Directory {
     /// The node that runs barriers and serialises home moves.
     pub fn coordinator(&self) -> NodeId {
         self.coordinator
+    }
+
+    /// Whether member `node` hosts no workers (it joined as a server).
+    pub fn is_server_only(&self, node: NodeId) -> bool {
+        self.servers.binary_search(&node).is_ok()
+    }
+
+    /// The members that host workers: the ones barriers wait for.
+    pub fn worker_members(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.members
+            .iter()
+            .copied()
+            .filter(|&m| !self.is_server_only(m))
+    }
+
+    /// The node count the epoch-0 homes were spread over (the cluster's size at start).
+    pub fn initial_nodes(&self) -> u32 {
+        self.num_nodes as u32
+    }
+
+    /// Records that `node` joined as a server at `epoch`. Returns false if it already is a
+    /// member.
+    pub(crate) fn add_server(&mut self, node: NodeId, epoch: u32) -> bool {
+        let Err(at) = self.members.binary_search(&node) else {
+            return false;
+        };
+        self.members.insert(at, node);
+        if let Err(at) = self.servers.binary_search(&node) {
+            self.servers.insert(at, node);
+        }
+        self.epoch = self.epoch.max(epoch);
+        true
+    }
+
+    /// Records that `node` left at `epoch` (it is home of no bucket any more). Returns false if
+    /// it was no member.
+    pub(crate) fn remove_member(&mut self, node: NodeId, epoch: u32) -> bool {
+        let Ok(at) = self.members.binary_search(&node) else {
+            return false;
+        };
+        self.members.remove(at);
+        if let Ok(at) = self.servers.binary_search(&node) {
+            self.servers.remove(at);
+        }
+        self.epoch = self.epoch.max(epoch);
+        true
+    }
+
+    /// The table as words, for a joining node: the member count, each member (with
+    /// [`SERVER_FLAG`] if it hosts no workers), then per bucket `home | creator << 32` and the
+    /// bucket's epoch.
+    pub(crate) fn to_words(&self) -> Vec<u64> {
+        let mut words = Vec::with_capacity(1 + self.members.len() + 2 * self.homes.len());
+        words.push(self.members.len() as u64);
+        for &m in &self.members {
+            let flag = if self.is_server_only(m) {
+                SERVER_FLAG
+            } else {
+                0
+            };
+            words.push(u64::from(m.0) | flag);
+        }
+        for b in 0..self.homes.len() {
+            words.push(u64::from(self.homes[b].0) | u64::from(self.creators[b].0) << 32);
+            words.push(u64::from(self.bucket_epochs[b]));
+        }
+        words
+    }
+
+    /// Replaces members, homes, creators and bucket epochs by those of `words` (see
+    /// [`Directory::to_words`]) at `epoch`, after checking all of it: the bucket count must be
+    /// this table's, members increasing, and every home and creator a member. On error nothing
+    /// changes.
+    pub(crate) fn restore_words(&mut self, epoch: u32, words: &[u64]) -> Result<(), &'static str> {
+        let (&count, rest) = words.split_first().ok_or("no member count")?;
+        let count = usize::try_from(count).map_err(|_| "member count too large")?;
+        if count == 0 || count > rest.len() {
+            return Err("member count does not fit the table");
+        }
+        let (raw_members, buckets) = rest.split_at(count);
+        if buckets.len() != 2 * self.homes.len() {
+            return Err("bucket count differs from this node's key space");
+        }
+        let mut members = Vec::with_capacity(count);
+        let mut servers = Vec::new();
+        for &word in raw_members {
+            let id = u32::try_from(word & !SERVER_FLAG).map_err(|_| "member is no node id")?;
+            if members.last().is_some_and(|&last: &NodeId| last.0 >= id) {
+                return Err("members not in increasing order");
+            }
+            members.push(NodeId(id));
+            if word & SERVER_FLAG != 0 {
+                servers.push(NodeId(id));
+            }
+        }
+        let mut homes = Vec::with_capacity(self.homes.len());
+        let mut creators = Vec::with_capacity(self.homes.len());
+        let mut epochs = Vec::with_capacity(self.homes.len());
+        for pair in buckets.chunks_exact(2) {
+            let home = NodeId(pair[0] as u32);
+            let creator = NodeId((pair[0] >> 32) as u32);
+            if members.binary_search(&home).is_err() {
+                return Err("a bucket's home is no member");
+            }
+            homes.push(home);
+            creators.push(creator);
+            epochs.push(u32::try_from(pair[1]).map_err(|_| "bucket epoch too large")?);
+        }
+        self.members = members;
+        self.servers = servers;
+        self.homes = homes.into();
+        self.creators = creators.into();
+        self.bucket_epochs = epochs.into();
+        self.epoch = self.epoch.max(epoch);
+        Ok(())
     }
 
     /// Number of buckets.
@@ -296,6 +419,33 @@ mod tests {
         }
         // Any u64 key has a bucket.
         assert!(table.bucket(u64::MAX) < HASH_BUCKETS);
+    }
+
+    #[test]
+    fn a_joiner_restores_the_table_exactly_and_bad_tables_change_nothing() {
+        let mut table = Directory::new(100, 3, Partitioning::Hash);
+        assert!(table.add_server(NodeId(3), 1));
+        assert!(table.apply(5, NodeId(3), 2, true));
+        let words = table.to_words();
+        let mut joiner = Directory::new(100, 3, Partitioning::Hash);
+        joiner.restore_words(2, &words).unwrap();
+        assert_eq!(joiner, table);
+        assert!(joiner.is_server_only(NodeId(3)));
+        assert_eq!(
+            joiner.worker_members().collect::<Vec<_>>(),
+            [0, 1, 2].map(NodeId)
+        );
+        let before = joiner.clone();
+        let mut short = words.clone();
+        short.pop();
+        assert!(joiner.restore_words(3, &short).is_err());
+        let mut stranger = words.clone();
+        stranger[5 + 2 * 7] = 9; // bucket 7's home: no member
+        assert!(joiner.restore_words(3, &stranger).is_err());
+        assert_eq!(joiner, before);
+        assert!(table.remove_member(NodeId(1), 3));
+        assert!(!table.is_member(NodeId(1)));
+        assert!(!table.remove_member(NodeId(1), 4));
     }
 
     #[test]

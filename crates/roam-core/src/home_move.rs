@@ -52,6 +52,8 @@ enum Requester {
     Remote(NodeId, ReqId),
     /// The load balancer (`balance.rs`), at the coordinator.
     Balancer,
+    /// A join or a drain (`membership.rs`), at the coordinator.
+    Membership,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -75,6 +77,16 @@ pub(crate) struct HomeMoves {
     current: Option<InFlight>,
     /// The epoch the next move gets (above every epoch this coordinator handed out).
     next_epoch: u32,
+}
+
+impl HomeMoves {
+    /// The epoch of the next change (a move or a member change), above every epoch handed out
+    /// and above `current`, the coordinator's table's.
+    pub(crate) fn take_epoch(&mut self, current: u32) -> u32 {
+        let epoch = self.next_epoch.max(current + 1);
+        self.next_epoch = epoch + 1;
+        epoch
+    }
 }
 
 impl Node {
@@ -116,6 +128,21 @@ impl Node {
         ReqId(op)
     }
 
+    /// At the coordinator: queues a move of a join or a drain.
+    pub(crate) fn queue_membership_move(&mut self, bucket: u32, to: NodeId) {
+        self.membership.moves_left += 1;
+        self.moves.queue.push_back(MoveRequest {
+            requester: Requester::Membership,
+            bucket,
+            to,
+        });
+    }
+
+    /// At the coordinator: whether a move is in flight.
+    pub(crate) fn moves_in_flight(&self) -> bool {
+        self.moves.current.is_some()
+    }
+
     /// At the coordinator: queues a move the load balancer decided.
     pub(crate) fn queue_balancer_move(&mut self, now: Time, bucket: u32, to: NodeId) {
         self.moves.queue.push_back(MoveRequest {
@@ -149,15 +176,19 @@ impl Node {
         self.start_next_move(now);
     }
 
-    /// At the coordinator: starts the next queued move if none is in flight.
-    fn start_next_move(&mut self, now: Time) {
-        while self.moves.current.is_none() {
+    /// At the coordinator: starts the next queued move if none is in flight and no member
+    /// change is due (member changes go between moves; see `membership.rs`).
+    pub(crate) fn start_next_move(&mut self, now: Time) {
+        // A move that finishes without running may be a join's or a drain's last: the member
+        // change it enables gets its turn before the next move.
+        while !self.membership_turn(now) && self.moves.current.is_none() {
             let Some(request) = self.moves.queue.pop_front() else {
                 return;
             };
             let valid = request.bucket < self.dir.num_buckets()
                 && self.dir.is_member(request.to)
-                && !self.lost.contains(&request.to);
+                && !self.lost.contains(&request.to)
+                && !self.membership.is_draining(request.to);
             if !valid {
                 self.finish_move(
                     request.requester,
@@ -175,8 +206,7 @@ impl Node {
                 self.fail_move(request.requester, peer);
                 continue;
             }
-            let epoch = self.moves.next_epoch.max(self.dir.epoch() + 1);
-            self.moves.next_epoch = epoch + 1;
+            let epoch = self.moves.take_epoch(self.dir.epoch());
             self.moves.current = Some(InFlight {
                 request,
                 from,
@@ -222,6 +252,9 @@ impl Node {
             (Requester::Balancer, _) => {
                 self.balance.in_flight = self.balance.in_flight.saturating_sub(1);
             }
+            (Requester::Membership, _) => {
+                self.membership.moves_left = self.membership.moves_left.saturating_sub(1);
+            }
         }
     }
 
@@ -238,6 +271,9 @@ impl Node {
             Requester::Remote(..) => {}
             Requester::Balancer => {
                 self.balance.in_flight = self.balance.in_flight.saturating_sub(1);
+            }
+            Requester::Membership => {
+                self.membership.moves_left = self.membership.moves_left.saturating_sub(1);
             }
         }
     }
@@ -598,7 +634,7 @@ impl Node {
     /// At a requester: its move completed.
     pub(crate) fn handle_op_done(&mut self, from: NodeId, req: ReqId) {
         match self.pending.get(&req.0) {
-            Some(p) if p.kind == OpKind::MoveHome => {
+            Some(p) if matches!(p.kind, OpKind::MoveHome | OpKind::Drain) => {
                 self.answer(req.0, 0);
                 self.settle(req.0);
             }

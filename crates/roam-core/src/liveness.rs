@@ -46,6 +46,8 @@ pub(crate) struct Timers {
     heard: BTreeMap<NodeId, Time>,
     /// When something was last sent to each peer.
     sent: BTreeMap<NodeId, Time>,
+    /// Detection started ([`Node::start_liveness`]).
+    started: bool,
 }
 
 impl Timers {
@@ -75,11 +77,23 @@ impl Node {
             return;
         }
         self.clock = self.clock.max(now);
+        self.timers.started = true;
+        self.watch_members(now);
+    }
+
+    /// Times every member not timed yet (after the start, and when members join), once
+    /// detection has started.
+    pub(crate) fn watch_members(&mut self, now: Time) {
+        // A joining node times nobody before its welcome: it is no member of theirs yet, and
+        // its heartbeats would be frames from a stranger.
+        if self.cfg.liveness.is_none() || !self.timers.started || !self.is_member() {
+            return;
+        }
         let me = self.cfg.id;
         for &peer in self.dir.members() {
             if peer != me && !self.lost.contains(&peer) {
-                self.timers.heard.insert(peer, now);
-                self.timers.sent.insert(peer, now);
+                self.timers.heard.entry(peer).or_insert(now);
+                self.timers.sent.entry(peer).or_insert(now);
             }
         }
     }

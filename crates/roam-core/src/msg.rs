@@ -221,6 +221,8 @@ pub enum Msg<'a> {
         /// The operation.
         req: ReqId,
     },
+    /// A membership change (see [`Member`]).
+    Member(Member<'a>),
     /// `node` routes `bucket` by the table of `epoch` (it sent everything it routed by the old
     /// one before this). Sent to the old home, which passes it on to the new one.
     EpochAck {
@@ -230,6 +232,59 @@ pub enum Msg<'a> {
         bucket: u32,
         /// The epoch it switched to.
         epoch: u32,
+    },
+}
+
+/// Messages of membership changes (see `membership.rs`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Member<'a> {
+    /// From a node that is not yet a member: admit me as a server.
+    Join {
+        /// The fingerprint of the joiner's configuration (must equal the coordinator's).
+        fingerprint: u64,
+    },
+    /// The directory to join with (`Directory::to_words`), or `None` and a refusal code.
+    Welcome {
+        /// The table, if admitted.
+        table: Option<&'a [u64]>,
+        /// Why not, if refused.
+        refusal: u64,
+        /// The epoch of the join.
+        epoch: u32,
+    },
+    /// `node` joined (as a server) or left, at `epoch`.
+    Change {
+        /// The node.
+        node: NodeId,
+        /// Joined, or left.
+        joined: bool,
+        /// The epoch of the change.
+        epoch: u32,
+    },
+    /// The sender applied the change of `node` at `epoch`.
+    Ack {
+        /// The node that joined or left.
+        node: NodeId,
+        /// The epoch of the change.
+        epoch: u32,
+    },
+    /// At the coordinator: drain `node`; answer `req` of `origin`.
+    Drain {
+        /// The requester.
+        origin: NodeId,
+        /// Its operation.
+        req: ReqId,
+        /// The node to drain.
+        node: NodeId,
+    },
+    /// Hand every key held here to its home.
+    Evacuate,
+    /// The sender holds no key any more.
+    Evacuated,
+    /// At a key's home: take these keys.
+    Reclaim {
+        /// The keys.
+        keys: &'a [Key],
     },
 }
 
@@ -493,6 +548,57 @@ impl<'a> Msg<'a> {
                     epoch: h.epoch,
                 }
             }
+            Kind::Join => {
+                control(0)?;
+                Self::Member(Member::Join { fingerprint: h.aux })
+            }
+            Kind::Welcome => {
+                if !values.is_empty() {
+                    return Err(shape("no values"));
+                }
+                Self::Member(Member::Welcome {
+                    table: (!keys.is_empty()).then_some(keys),
+                    refusal: h.aux,
+                    epoch: h.epoch,
+                })
+            }
+            Kind::MemberChange => {
+                control(2)?;
+                Self::Member(Member::Change {
+                    node: node(keys[0])?,
+                    joined: keys[1] != 0,
+                    epoch: h.epoch,
+                })
+            }
+            Kind::MemberAck => {
+                control(0)?;
+                Self::Member(Member::Ack {
+                    node: node(h.aux)?,
+                    epoch: h.epoch,
+                })
+            }
+            Kind::Drain => {
+                control(0)?;
+                Self::Member(Member::Drain {
+                    origin: h.origin,
+                    req: h.req,
+                    node: node(h.aux)?,
+                })
+            }
+            Kind::Evacuate => {
+                control(0)?;
+                Self::Member(Member::Evacuate)
+            }
+            Kind::Evacuated => {
+                control(0)?;
+                Self::Member(Member::Evacuated)
+            }
+            Kind::Reclaim => {
+                if !values.is_empty() {
+                    return Err(shape("no values"));
+                }
+                Self::Member(Member::Reclaim { keys })
+            }
         })
     }
 }
@@ -670,6 +776,28 @@ pub mod encode {
     /// The receiver's control operation `req` completed.
     pub fn op_done(from: NodeId, req: ReqId) -> Frame {
         Frame::control(Kind::OpDone, from, req, 0)
+    }
+
+    /// Coordinator → joining node: the table to join with at `epoch`.
+    pub fn welcome(from: NodeId, epoch: u32, table: &[u64]) -> Frame {
+        let mut frame = Frame::new(Kind::Welcome, from, ReqId(0), 0, table, 0);
+        frame.header.epoch = epoch;
+        frame
+    }
+
+    /// Coordinator → members: `node` joined or left at `epoch`.
+    pub fn member_change(from: NodeId, node: NodeId, joined: bool, epoch: u32) -> Frame {
+        let words = [u64::from(node.0), u64::from(joined)];
+        let mut frame = Frame::new(Kind::MemberChange, from, ReqId(0), 0, &words, 0);
+        frame.header.epoch = epoch;
+        frame
+    }
+
+    /// `from` applied the change of `node` at `epoch`.
+    pub fn member_ack(from: NodeId, node: NodeId, epoch: u32) -> Frame {
+        let mut frame = Frame::control(Kind::MemberAck, from, ReqId(0), u64::from(node.0));
+        frame.header.epoch = epoch;
+        frame
     }
 }
 

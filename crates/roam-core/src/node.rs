@@ -42,6 +42,7 @@ use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::keyspace::KeySpace;
 use crate::liveness::{Liveness, Timers};
 use crate::load::{Load, LoadWatch};
+use crate::membership::Membership;
 use crate::msg::{Msg, MsgError, Request, encode};
 use crate::placement::BucketRecords;
 use crate::policy::{Policy, PolicyKind};
@@ -181,6 +182,7 @@ pub(crate) enum OpKind {
     Barrier,
     MoveHome,
     SyncReplicas,
+    Drain,
 }
 
 /// An operation of a local worker waiting for answers.
@@ -299,16 +301,24 @@ pub struct Node {
     pub(crate) load: Load,
     /// The load balancer's state.
     pub(crate) balance: Balance,
+    /// Joins and leaves (see `membership.rs`).
+    pub(crate) membership: Membership,
 }
 
 impl Node {
     /// A node with its home keys in its store, zero-initialised (in a sparse key space, keys
     /// are created on first use instead; see [`Node::residency`]).
     pub fn new(cfg: NodeConfig) -> Self {
+        Self::build(cfg, true)
+    }
+
+    /// A node of the initial cluster (`member`: with its home keys and records) or one that
+    /// joins later (empty, see [`Node::joining`]).
+    pub(crate) fn build(cfg: NodeConfig, member: bool) -> Self {
         let dir = Directory::new(cfg.space.num_keys(), cfg.num_nodes, cfg.partitioning);
         let store = Arc::new(Store::new(cfg.space.clone()));
         let replicas = Replicas::new(cfg.replication.as_ref(), cfg.id, &dir, &cfg.space);
-        if !cfg.space.is_sparse() {
+        if member && !cfg.space.is_sparse() {
             let mut zeros = Vec::new();
             for key in dir.keys_of(cfg.id) {
                 if !replicas.contains(key) {
@@ -328,6 +338,7 @@ impl Node {
             .unwrap_or_else(|err| panic!("{err} (validated by the front ends)"));
         let records = dir
             .buckets_of(cfg.id)
+            .filter(|_| member)
             .map(|b| (b, BucketRecords::new(cfg.id)))
             .collect();
         Self {
@@ -353,6 +364,7 @@ impl Node {
             replicas,
             load: Load::new(cfg.load),
             balance: Balance::new(cfg.balancer.filter(|_| cfg.load.is_some())),
+            membership: Membership::default(),
             samplers: Arc::new(samplers),
             cfg,
         }
@@ -783,7 +795,10 @@ impl Node {
 
     /// A frame arrived from `from` (possibly this node itself, without fast local access).
     pub fn handle_frame(&mut self, now: Time, from: NodeId, frame: Frame) {
-        if !self.dir.is_member(from) {
+        let Some(frame) = self.intercept_membership(now, from, frame) else {
+            return;
+        };
+        if !self.accepts_from(from) {
             return self.warn(Warning::UnknownSender { from });
         }
         self.tick(now);
@@ -808,7 +823,10 @@ impl Node {
             Msg::Barrier { generation } => self.handle_barrier_arrival(from, generation),
             Msg::BarrierRelease { generation } => self.handle_barrier_release(from, generation),
             Msg::Localize { new_owner, keys } => self.handle_localize(now, from, new_owner, keys),
-            Msg::HandOver { new_owner, keys } => self.handle_hand_over(now, from, new_owner, keys),
+            Msg::HandOver { new_owner, keys } => {
+                self.handle_hand_over(now, from, new_owner, keys);
+                self.check_evacuated();
+            }
             Msg::Transfer { keys, values } => self.handle_transfer(now, from, keys, values),
             Msg::PeerLost { peer } => {
                 if self.dir.is_member(peer) {
@@ -868,6 +886,7 @@ impl Node {
                 keys,
                 values,
             } => self.handle_bucket_keys(now, from, bucket, epoch, keys, values),
+            Msg::Member(msg) => self.handle_member_msg(now, from, msg),
             Msg::Heartbeat | Msg::Goodbye => {}
         }
     }
@@ -923,6 +942,7 @@ impl Node {
         self.timers.forget(peer);
         self.fail_pending_after_loss(peer, self.keys_may_be_anywhere());
         self.home_moves_lose_peer(now, peer);
+        self.membership_lose_peer(now, peer);
         if departed {
             return;
         }

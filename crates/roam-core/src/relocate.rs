@@ -90,32 +90,47 @@ impl Node {
         self.tick(now);
         let op = self.new_op(worker, OpKind::Localize, keys.len(), Vec::new());
         add(&self.counters.localize_keys, keys.len() as u64);
+        self.localize_keys(now, Some(op), keys);
+        self.settle(op);
+        ReqId(op)
+    }
+
+    /// Starts moving `keys` here: for a worker's localize `op`, or with `None` for the node
+    /// itself (a home taking back the keys of a leaving node; no policy is asked then).
+    pub(crate) fn localize_keys(&mut self, now: Time, op: Option<u64>, keys: &[Key]) {
         let me = self.cfg.id;
+        let answer = |node: &mut Self, pos: u32| {
+            if let Some(op) = op {
+                node.answer(op, pos);
+            }
+        };
         let mut to_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         let mut hand_over: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         let mut held: BTreeMap<u32, Vec<Key>> = BTreeMap::new();
         for (pos, &key) in keys.iter().enumerate() {
             let pos = pos as u32;
             // Replicated keys are local everywhere already.
-            if self.replicas.contains(key) || !self.policy.relocate_on_localize(key, me) {
-                self.answer(op, pos);
+            let asked = op.is_none() || self.policy.relocate_on_localize(key, me);
+            if self.replicas.contains(key) || !asked {
+                answer(self, pos);
                 continue;
             }
             match self.residency(key) {
-                Residency::Local => {
-                    self.answer(op, pos);
-                }
+                Residency::Local => answer(self, pos),
                 // Once a peer is lost the key may never land (it may have been on that peer or in
                 // a transfer cut with it): fail rather than wait, like queued pulls and pushes.
                 Residency::InTransit if !self.lost.is_empty() => {
                     let peer = self.first_lost().expect("checked");
-                    self.answer(op, pos);
-                    self.fail(op, crate::OpError::PeerGone { peer });
+                    answer(self, pos);
+                    if let Some(op) = op {
+                        self.fail(op, crate::OpError::PeerGone { peer });
+                    }
                 }
-                Residency::InTransit => match self.transit.get_mut(&key) {
-                    Some(t) => t.queue.push(Queued::Localize { op, pos }),
-                    None => {
-                        self.answer(op, pos);
+                Residency::InTransit => match (self.transit.get_mut(&key), op) {
+                    (Some(t), Some(op)) => t.queue.push(Queued::Localize { op, pos }),
+                    (Some(_), None) => {}
+                    (None, _) => {
+                        answer(self, pos);
                         self.warn(Warning::Relocation {
                             from: None,
                             key,
@@ -125,15 +140,19 @@ impl Node {
                 },
                 Residency::Remote => {
                     if let Some(peer) = self.first_lost() {
-                        self.answer(op, pos);
-                        self.fail(op, crate::OpError::PeerGone { peer });
+                        answer(self, pos);
+                        if let Some(op) = op {
+                            self.fail(op, crate::OpError::PeerGone { peer });
+                        }
                         continue;
                     }
                     self.store.set_in_transit(key, true);
                     self.transit.insert(
                         key,
                         Transit {
-                            queue: vec![Queued::Localize { op, pos }],
+                            queue: op
+                                .map(|op| vec![Queued::Localize { op, pos }])
+                                .unwrap_or_default(),
                             then_to: None,
                             since: now,
                         },
@@ -172,8 +191,6 @@ impl Node {
         for (bucket, keys) in held {
             self.hold(now, bucket, me, encode::keys(Kind::Localize, me, &keys));
         }
-        self.settle(op);
-        ReqId(op)
     }
 
     /// At the key's home (or a node that was): `new_owner` wants the keys.

@@ -332,6 +332,7 @@ impl Node {
             RejectCode::InvalidMove => {
                 format!("bucket {culprit} cannot move there (no such bucket or member)")
             }
+            RejectCode::CannotDrain => crate::membership::DrainRefusal::describe(culprit),
         };
         if positions.is_empty() {
             // A request refused as a whole: nothing of it will be answered.

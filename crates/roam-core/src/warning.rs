@@ -53,6 +53,15 @@ pub enum Warning {
         /// Why.
         code: RejectCode,
     },
+    /// A membership message (join, leave, drain) that contradicts this node's state.
+    Membership {
+        /// The sender.
+        from: NodeId,
+        /// The node that joins or leaves.
+        node: NodeId,
+        /// What is wrong.
+        what: &'static str,
+    },
     /// A relocation message that contradicts this node's state.
     Relocation {
         /// The sender (`None`: this node's own request).
@@ -126,6 +135,9 @@ impl fmt::Display for Warning {
                     f,
                     "cannot route key {key} of a request from {origin} ({code:?})"
                 )
+            }
+            Self::Membership { from, node, what } => {
+                write!(f, "membership message about {node} from {from}: {what}")
             }
             Self::Relocation { from, key, what } => match from {
                 Some(from) => write!(f, "relocation of key {key} (from {from}): {what}"),

@@ -87,6 +87,26 @@ pub enum Kind {
     /// A bucket's keys and their records, from its old home to its new one, when the move
     /// carries them (static allocation); `aux`: the bucket.
     BucketKeys = 26,
+    /// From a node that is not yet a member, to the coordinator: admit me as a server
+    /// (`aux`: the fingerprint of my configuration).
+    Join = 27,
+    /// Coordinator → joining node: the directory it joins with (keys: see
+    /// `Directory::to_words`), or with no keys a refusal (`aux`: why).
+    Welcome = 28,
+    /// Coordinator → members: keys `[node, joined]`, at the frame's epoch.
+    MemberChange = 29,
+    /// A member applied the member change of the frame's epoch (`aux`: the node that changed);
+    /// to the coordinator, and to a leaving node.
+    MemberAck = 30,
+    /// To the coordinator: drain node `aux` (move its buckets and keys away, then remove it);
+    /// answered by `OpDone` or `Reject`.
+    Drain = 31,
+    /// Coordinator → a draining node (dynamic allocation): hand every key you hold to its home.
+    Evacuate = 32,
+    /// A draining node → the coordinator: it holds no key any more.
+    Evacuated = 33,
+    /// A leaving node → a key's home: take these keys (the home relocates them to itself).
+    Reclaim = 34,
 }
 
 impl Kind {
@@ -118,6 +138,14 @@ impl Kind {
             24 => Self::ReplicaFlushed,
             25 => Self::LoadReport,
             26 => Self::BucketKeys,
+            27 => Self::Join,
+            28 => Self::Welcome,
+            29 => Self::MemberChange,
+            30 => Self::MemberAck,
+            31 => Self::Drain,
+            32 => Self::Evacuate,
+            33 => Self::Evacuated,
+            34 => Self::Reclaim,
             _ => return None,
         })
     }
@@ -145,6 +173,9 @@ pub enum RejectCode {
     RoutingLoop = 5,
     /// A home move named no bucket or no member (the culprit is the bucket).
     InvalidMove = 6,
+    /// A drain was refused (the culprit: the node in its low 32 bits, the
+    /// `membership::DrainRefusal` code above them).
+    CannotDrain = 7,
 }
 
 impl RejectCode {
@@ -157,6 +188,7 @@ impl RejectCode {
             4 => Self::Malformed,
             5 => Self::RoutingLoop,
             6 => Self::InvalidMove,
+            7 => Self::CannotDrain,
             _ => return None,
         })
     }

@@ -56,6 +56,9 @@ pub struct SimConfig {
     pub slow_until: u64,
     /// The core's load balancer (acts with `load`), or `None`.
     pub balancer: Option<roam_core::Balancer>,
+    /// How many of the nodes (the highest ids) start outside the cluster, as servers without
+    /// workers that join with [`crate::Sim::start_join`].
+    pub joiners: u32,
     /// Seed of the single random number generator of the run.
     pub seed: u64,
     /// Smallest one-way delay of a frame, in ns.
@@ -99,6 +102,7 @@ impl SimConfig {
             slow_nodes: Vec::new(),
             slow_until: u64::MAX,
             balancer: None,
+            joiners: 0,
             seed: 0,
             min_delay: 1_000,
             max_delay: 50_000,
@@ -145,6 +149,13 @@ impl SimConfig {
     /// [`SimConfig::slow_nodes`]).
     pub fn with_slow_node(mut self, node: roam_core::NodeId, extra_ns: u64) -> Self {
         self.slow_nodes.push((node, extra_ns));
+        self
+    }
+
+    /// Makes the last `joiners` nodes start outside the cluster, as servers without workers
+    /// that join when [`crate::Sim::start_join`] says (see [`SimConfig::joiners`]).
+    pub fn with_joiners(mut self, joiners: u32) -> Self {
+        self.joiners = joiners;
         self
     }
 

@@ -50,6 +50,8 @@ pub enum OpKind {
     MoveHome,
     /// A `sync_replicas` collective (reads and writes nothing).
     SyncReplicas,
+    /// A drain of a node (reads and writes nothing).
+    Drain,
 }
 
 /// How an operation ended.
@@ -115,7 +117,8 @@ impl OpRecord {
             | OpKind::Barrier
             | OpKind::Localize
             | OpKind::MoveHome
-            | OpKind::SyncReplicas => &[],
+            | OpKind::SyncReplicas
+            | OpKind::Drain => &[],
         };
         split_per_key(&self.keys, input, space)
     }

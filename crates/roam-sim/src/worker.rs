@@ -94,6 +94,14 @@ pub enum Op {
         /// Block until the new home serves the bucket, or only issue.
         wait: bool,
     },
+    /// Drain node `node` (`Node::issue_drain`; the coordinator runs it): its buckets and keys
+    /// move to the other members, then it leaves and its node exits. Reads and writes nothing.
+    Drain {
+        /// The node to drain.
+        node: u32,
+        /// Block until it left, or only issue.
+        wait: bool,
+    },
     /// Wait for every worker of every node. Always blocking; it does not wait for this worker's
     /// asynchronous ops (put a [`Op::WaitAll`] before it for that).
     Barrier,
@@ -194,6 +202,11 @@ impl Op {
             to,
             wait: true,
         }
+    }
+
+    /// A synchronous drain of node `node`.
+    pub fn drain(node: u32) -> Self {
+        Self::Drain { node, wait: true }
     }
 
     /// An asynchronous localize.

@@ -47,6 +47,13 @@ pub enum Purpose {
     Rendezvous = 1,
     /// Protocol frames between nodes.
     Data = 2,
+    /// A new node asking the coordinator's join service for a rank (elastic membership).
+    Join = 3,
+    /// A request to the coordinator's service to drain a node (`roam drain`).
+    Drain = 4,
+    /// Protocol frames from a node that joined at run time: its data address follows the
+    /// handshake, and the acceptor dials back to it.
+    JoinData = 5,
 }
 
 impl Purpose {
@@ -60,6 +67,9 @@ impl Purpose {
         match byte {
             1 => Some(Self::Rendezvous),
             2 => Some(Self::Data),
+            3 => Some(Self::Join),
+            4 => Some(Self::Drain),
+            5 => Some(Self::JoinData),
             _ => None,
         }
     }
@@ -659,10 +669,16 @@ mod tests {
 
     #[test]
     fn purpose_bytes_round_trip() {
-        for p in [Purpose::Rendezvous, Purpose::Data] {
+        for p in [
+            Purpose::Rendezvous,
+            Purpose::Data,
+            Purpose::Join,
+            Purpose::Drain,
+            Purpose::JoinData,
+        ] {
             assert_eq!(Purpose::from_byte(p.as_byte()), Some(p));
         }
         assert_eq!(Purpose::from_byte(0), None);
-        assert_eq!(Purpose::from_byte(3), None);
+        assert_eq!(Purpose::from_byte(6), None);
     }
 }

@@ -32,6 +32,11 @@ pub const ROAM_EMULATE_LATENCY_US: &str = "ROAM_EMULATE_LATENCY_US";
 /// `on` or `off`: overrides whether the node runs the load balancer (`roam launch --balancer`).
 pub const ROAM_BALANCER: &str = "ROAM_BALANCER";
 
+/// `1` (or `on`, `true`): this process joins a running cluster as a server-only node instead of
+/// taking part in the start-up rendezvous (elastic membership; see `elastic`). It needs only the
+/// coordinator address and the cluster token: the coordinator assigns its rank.
+pub const ROAM_JOIN: &str = "ROAM_JOIN";
+
 /// Coordinator value of a single-node run: port 0 means no socket is ever opened to it.
 pub const SINGLE_NODE_COORDINATOR: &str = "127.0.0.1:0";
 
@@ -172,6 +177,12 @@ pub enum ClusterEnvError {
         /// Where it came from.
         size_source: Origin,
     },
+    /// A joining node (`ROAM_JOIN=1`) was given no coordinator address.
+    #[error(
+        "this node joins a running cluster but no coordinator is set: set ROAM_COORDINATOR=host:port \
+         (or MASTER_ADDR and MASTER_PORT) to the address rank 0 listens on"
+    )]
+    JoinWithoutCoordinator,
     /// One half of `MASTER_ADDR`/`MASTER_PORT` is set without the other.
     #[error("{present} is set but {missing} is not; torchrun-style coordinates need both")]
     IncompleteMaster {
@@ -266,6 +277,49 @@ pub fn resolve(
         num_nodes,
         coordinator,
     })
+}
+
+/// The coordinator address of a joining node: from `overrides`, then `ROAM_COORDINATOR`, then
+/// `MASTER_ADDR`/`MASTER_PORT`; it must name a non-zero port. Rank and node count are ignored
+/// (the coordinator assigns them).
+pub fn join_coordinator(
+    overrides: &ClusterOverrides,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, ClusterEnvError> {
+    let get = |var: &str| lookup(var).filter(|v| !v.trim().is_empty());
+    let Some((value, origin)) = coordinator_from(overrides, &get)? else {
+        return Err(ClusterEnvError::JoinWithoutCoordinator);
+    };
+    let port = parse_host_port(&value).map_err(|reason| ClusterEnvError::InvalidCoordinator {
+        value: value.clone(),
+        origin: origin.clone(),
+        reason,
+    })?;
+    if port == 0 {
+        return Err(ClusterEnvError::InvalidCoordinator {
+            value,
+            origin,
+            reason: "a joining node must connect to a fixed port",
+        });
+    }
+    Ok(value)
+}
+
+/// Whether `ROAM_JOIN` asks this process to join a running cluster (`1`, `on`, `true`; `0`,
+/// `off`, `false` or unset: no).
+pub fn join(lookup: impl Fn(&str) -> Option<String>) -> Result<bool, SettingError> {
+    let Some(value) = lookup(ROAM_JOIN).filter(|v| !v.trim().is_empty()) else {
+        return Ok(false);
+    };
+    match value.trim() {
+        "1" | "on" | "true" => Ok(true),
+        "0" | "off" | "false" => Ok(false),
+        _ => Err(SettingError::InvalidNumber {
+            var: ROAM_JOIN,
+            value,
+            expected: "switch (1 or 0)",
+        }),
+    }
 }
 
 /// [`resolve`] against the process environment.

@@ -84,6 +84,11 @@ pub struct Config {
     pub fast_local_access: bool,
     /// Rank, node count and coordinator; unset fields come from the environment.
     pub cluster: ClusterOverrides,
+    /// Join a running cluster as a server-only node (no workers) instead of taking part in the
+    /// start-up rendezvous: the coordinator (from [`Config::cluster`] or the environment)
+    /// assigns the rank; rank and node count settings are ignored. `ROAM_JOIN=1` sets it too.
+    /// Every other setting must equal the members' (key space, allocation, partitioning).
+    pub join: bool,
     /// Cluster secret; `None` reads `ROAM_CLUSTER_TOKEN` (required for more than one node).
     pub token: Option<String>,
     /// Emulated one-way link latency in µs; `None` reads `ROAM_EMULATE_LATENCY_US`, else 0.
@@ -225,6 +230,7 @@ impl Config {
             location_caches: false,
             fast_local_access: true,
             cluster: ClusterOverrides::default(),
+            join: false,
             token: None,
             emulate_latency_us: None,
             peer_timeout: Duration::from_secs(5),

@@ -77,6 +77,30 @@ pub enum StartError {
     /// `workers_per_node` was zero.
     #[error("workers_per_node must be at least 1")]
     NoWorkers,
+    /// The coordinator's join service could not be used (elastic membership).
+    #[error("joining through the coordinator {coordinator} failed: {reason}")]
+    JoinService {
+        /// The coordinator address.
+        coordinator: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The coordinator refused this joining node.
+    #[error("the coordinator refused this node (rank {rank}) because {reason}")]
+    JoinRefused {
+        /// The rank it was given.
+        rank: u32,
+        /// The coordinator's reason.
+        reason: roam_core::JoinRefusal,
+    },
+    /// The joining node was neither admitted nor refused in time.
+    #[error("this node (rank {rank}) was not admitted within {secs} s")]
+    NotAdmitted {
+        /// The rank it was given.
+        rank: u32,
+        /// The timeout.
+        secs: u64,
+    },
     /// An OS resource (thread, socket) could not be created.
     #[error("I/O error during start: {0}")]
     Io(#[from] std::io::Error),

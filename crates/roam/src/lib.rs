@@ -11,7 +11,10 @@
 //! - `launch`: `roam launch`, a local multi-process launcher; `netns` its emulated network,
 //!   `slow_node` and `cgroup` its straggler injection (a CPU quota per node on a schedule).
 //! - `config`: the node's configuration; `error`: start-up errors.
-//! - `runtime`: the running node — core, links, threads; `NodeHandle` is its API.
+//! - `runtime`: the running node — core, links, threads; `NodeHandle` is its API; `peers` its
+//!   connections (dialling, accepting, reading, adding a peer at run time).
+//! - `elastic`: elastic membership — the coordinator's join/drain service, joining a running
+//!   cluster as a server-only node, draining (`roam drain`, SIGUSR1).
 //! - `transport`: framed TCP links, vectored writes, bounded reads, latency emulation.
 //! - `worker`: the per-thread API (pull, push, set, wait, barrier) on the core's access front
 //!   end (`roam_core::access`); tickets, and owned pending pulls.
@@ -39,9 +42,11 @@ pub mod check;
 pub mod choose;
 pub mod cluster_env;
 pub mod config;
+pub mod elastic;
 pub mod error;
 pub mod launch;
 pub mod netns;
+mod peers;
 pub mod rendezvous;
 mod runtime;
 mod slot;

@@ -5,7 +5,8 @@
 //! same table of data addresses, indexed by rank". Rank 0 is the coordinator: it listens on the
 //! coordinator address, accepts authenticated ([`Purpose::Rendezvous`]) registrations from ranks
 //! `1..N`, each carrying that node's data address, then sends the full table to every node and
-//! closes. Other ranks connect (retrying, since rank 0 may start later), bind their data listener
+//! hands its coordinator listener back (`Rendezvous::coordinator`), on which the join service
+//! (`elastic`) keeps accepting nodes that join, and drain requests, while the cluster runs. Other ranks connect (retrying, since rank 0 may start later), bind their data listener
 //! on the local IP they use to reach the coordinator (the interface that routes to the cluster),
 //! register and wait for the table. A single node opens no socket but its own loopback listener.
 //!
@@ -34,7 +35,7 @@ use crate::cluster_env::ClusterEnv;
 /// Largest cluster this rendezvous accepts, which bounds the table the coordinator may send.
 pub const MAX_NODES: u32 = 1 << 16;
 
-const ENTRY_LEN: usize = 19;
+pub(crate) const ENTRY_LEN: usize = 19;
 const FAMILY_V4: u8 = 4;
 const FAMILY_V6: u8 = 6;
 /// Registrations being authenticated at once; more wait in the kernel's accept backlog.
@@ -53,6 +54,9 @@ pub struct Rendezvous {
     pub listener: TcpListener,
     /// Data address of every rank; index = rank, and `peers[rank]` is `listener`'s address.
     pub peers: Vec<SocketAddr>,
+    /// Rank 0 of a multi-node cluster: the coordinator listener, still bound (non-blocking),
+    /// for the join service (`elastic`) to keep accepting on after start-up.
+    pub coordinator: Option<TcpListener>,
 }
 
 /// Ranks printed compactly, e.g. `1-3, 7`.
@@ -241,6 +245,7 @@ pub fn rendezvous(
         return Ok(Rendezvous {
             listener,
             peers: vec![addr],
+            coordinator: None,
         });
     }
     if token.is_empty() {
@@ -256,7 +261,7 @@ pub fn rendezvous(
     }
 }
 
-fn bind_data(ip: IpAddr) -> Result<TcpListener, RendezvousError> {
+pub(crate) fn bind_data(ip: IpAddr) -> Result<TcpListener, RendezvousError> {
     TcpListener::bind((ip, 0)).map_err(|error| RendezvousError::BindData { ip, error })
 }
 
@@ -396,7 +401,11 @@ fn coordinate(
             })?;
         }
     }
-    Ok(Rendezvous { listener, peers })
+    Ok(Rendezvous {
+        listener,
+        peers,
+        coordinator: Some(rendezvous_listener),
+    })
 }
 
 type RegistrationResult = (SocketAddr, Result<Registration, RegistrationError>);
@@ -536,7 +545,7 @@ fn join(
     deadline: Instant,
 ) -> Result<Rendezvous, RendezvousError> {
     let coordinator = env.coordinator.as_str();
-    let mut stream = connect_coordinator(env, token, timeout, deadline)?;
+    let mut stream = connect_coordinator(env, token, Purpose::Rendezvous, timeout, deadline)?;
     let local_ip = stream
         .local_addr()
         .map_err(|error| RendezvousError::Io {
@@ -593,13 +602,18 @@ fn join(
             peers[env.rank as usize], env.rank
         )));
     }
-    Ok(Rendezvous { listener, peers })
+    Ok(Rendezvous {
+        listener,
+        peers,
+        coordinator: None,
+    })
 }
 
 /// Connects and authenticates to the coordinator, retrying with backoff until `deadline`.
-fn connect_coordinator(
+pub(crate) fn connect_coordinator(
     env: &ClusterEnv,
     token: &[u8],
+    purpose: Purpose,
     timeout: Duration,
     deadline: Instant,
 ) -> Result<TcpStream, RendezvousError> {
@@ -640,7 +654,7 @@ fn connect_coordinator(
                         &mut stream,
                         token,
                         env.rank,
-                        Purpose::Rendezvous,
+                        purpose,
                         left.min(HANDSHAKE_TIMEOUT),
                     ) {
                         Ok(()) => return Ok(stream),
@@ -673,7 +687,7 @@ fn connect_coordinator(
     }
 }
 
-fn encode_entry(addr: SocketAddr) -> [u8; ENTRY_LEN] {
+pub(crate) fn encode_entry(addr: SocketAddr) -> [u8; ENTRY_LEN] {
     let mut entry = [0u8; ENTRY_LEN];
     match addr.ip() {
         IpAddr::V4(ip) => {
@@ -689,7 +703,7 @@ fn encode_entry(addr: SocketAddr) -> [u8; ENTRY_LEN] {
     entry
 }
 
-fn decode_entry(entry: &[u8]) -> Result<SocketAddr, String> {
+pub(crate) fn decode_entry(entry: &[u8]) -> Result<SocketAddr, String> {
     let entry: &[u8; ENTRY_LEN] = entry
         .try_into()
         .map_err(|_| format!("entry is {} bytes, expected {ENTRY_LEN}", entry.len()))?;

@@ -9,7 +9,8 @@
 //!   sends heartbeats on idle links and declares silent peers lost;
 //! - with latency emulation, one sender per link that holds frames until they are due;
 //! - an acceptor that authenticates incoming connections (each handshake on a short-lived
-//!   thread of its own, which the acceptor starts).
+//!   thread of its own, which the acceptor starts), and after start-up a membership thread that
+//!   links nodes joining at run time (`elastic`); on rank 0, the join service (`elastic`).
 //!
 //! All but the worker threads are the node's protocol threads, every one started through
 //! `slowing::spawn_named`, which with `roam launch --slow-scope protocol` puts them (and not
@@ -21,17 +22,19 @@
 //!   across I/O: frames are queued under it (fixing their per-link order) and written after.
 //! - Every completion the core produces reaches its worker's slot, so a waiting worker always
 //!   wakes: either with a result or with the error of a lost peer.
+//! - The peer table only grows (`peers::add_peer`), under the node lock and then its write
+//!   lock (the order every reader takes them in). A frame for a node with no link yet is parked
+//!   under the node lock and handed to its link, in order, when the link is added.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::BufReader;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use roam_core::stats::{NodeCounters, WorkerCounters};
 use roam_core::wire::{Frame, Kind, Limits};
 use roam_core::{
@@ -39,16 +42,20 @@ use roam_core::{
     PolicyKind, PullPart, Replication, ReqId, Store, Time, WorkerId,
 };
 
-use crate::auth::{self, Purpose};
 use crate::cluster_env;
 use crate::config::Config;
+use crate::elastic::{self, Elastic, Network};
 use crate::error::{StartError, WorkerError};
+use crate::peers::{Incoming, connect_peer, spawn_acceptor, spawn_loopback, spawn_reader};
 use crate::rendezvous;
 use crate::slot::WorkerSlot;
 use crate::slowing::{ServiceSlowdown, SlowTasks, spawn_named};
 use crate::stats::NodeStats;
-use crate::transport::{Link, Sink, read_frame};
+use crate::transport::{Link, Sink};
 use crate::worker::Worker;
+
+/// Most frames parked for one node that has no link yet; later ones are dropped (logged).
+const MAX_PARKED: usize = 1 << 16;
 
 /// State shared by the node's threads and its worker handles.
 pub(crate) struct Shared {
@@ -62,39 +69,68 @@ pub(crate) struct Shared {
     pub(crate) worker_counters: Vec<Arc<WorkerCounters>>,
     /// One per worker, plus one for the node itself (shutdown barrier).
     pub(crate) slots: Vec<WorkerSlot>,
-    node: Mutex<Node>,
-    /// Per member, keyed by node id (this node's own entry is the loopback link).
-    peers: BTreeMap<NodeId, Peer>,
+    pub(crate) node: Mutex<Node>,
+    /// Per linked node, keyed by node id (this node's own entry is the loopback link). Grows
+    /// when nodes join; see the module invariants.
+    pub(crate) peers: RwLock<BTreeMap<NodeId, Arc<Peer>>>,
+    /// Frames for nodes with no link yet, in order; touched only under the node lock.
+    pub(crate) parked: Mutex<BTreeMap<NodeId, Vec<Frame>>>,
+    /// Elastic membership: join outcome, drained flag, links added at run time.
+    pub(crate) elastic: Elastic,
     epoch: Instant,
     pub(crate) shutting_down: Arc<AtomicBool>,
     taken: Mutex<Vec<bool>>,
     /// A handle on each peer's incoming connection, to end its reader when the peer is lost.
-    incoming: Mutex<HashMap<NodeId, TcpStream>>,
+    pub(crate) incoming: Mutex<HashMap<NodeId, TcpStream>>,
     pub(crate) limits: Limits,
     pub(crate) allocation: &'static str,
     pub(crate) latency_us: u64,
     /// Where protocol threads join the slowed node's cpu cgroup (`ROAM_SLOW_TASKS`), if set.
-    slow_tasks: Option<Arc<SlowTasks>>,
+    pub(crate) slow_tasks: Option<Arc<SlowTasks>>,
     /// The service delay of `roam launch --slow-scope service` (`ROAM_SLOW_SERVICE`), if set.
-    service: Option<Arc<ServiceSlowdown>>,
+    pub(crate) service: Option<Arc<ServiceSlowdown>>,
 }
 
-/// The shell's state for one member: its link, and whether it left or was lost.
-struct Peer {
-    link: Arc<Link>,
-    departed: AtomicBool,
-    lost: AtomicBool,
+/// The shell's state for one linked node: its link, and whether it left or was lost.
+pub(crate) struct Peer {
+    pub(crate) link: Arc<Link>,
+    pub(crate) departed: AtomicBool,
+    pub(crate) lost: AtomicBool,
+}
+
+impl Peer {
+    pub(crate) fn new(link: Arc<Link>) -> Self {
+        Self {
+            link,
+            departed: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Shared {
-    /// The state of member `id`, if it is one.
-    fn peer(&self, id: NodeId) -> Option<&Peer> {
-        self.peers.get(&id)
+    /// The state of linked node `id`, if it has a link.
+    pub(crate) fn peer(&self, id: NodeId) -> Option<Arc<Peer>> {
+        self.peers.read().get(&id).cloned()
     }
 
-    /// Every link, this node's loopback included.
-    fn links(&self) -> impl Iterator<Item = &Arc<Link>> {
-        self.peers.values().map(|p| &p.link)
+    /// Every link, this node's loopback included (a snapshot).
+    pub(crate) fn links(&self) -> Vec<Arc<Link>> {
+        self.peers.read().values().map(|p| p.link.clone()).collect()
+    }
+
+    /// Parks a frame for `dest`, which has no link yet (call with the node lock held).
+    fn park(&self, dest: NodeId, frame: Frame) {
+        let mut parked = self.parked.lock();
+        let queue = parked.entry(dest).or_default();
+        if queue.len() < MAX_PARKED {
+            queue.push(frame);
+        } else {
+            tracing::warn!(
+                node = self.rank.0,
+                "frame for {dest}, which has no link: dropped"
+            );
+        }
     }
 
     pub(crate) fn now(&self) -> Time {
@@ -109,39 +145,45 @@ impl Shared {
     /// Runs one input on the core and carries out what it asks: frames are queued under the
     /// node lock, written and delivered after it is released.
     pub(crate) fn with_node<R>(&self, input: impl FnOnce(&mut Node, Time) -> R) -> R {
-        let mut touched: Vec<NodeId> = Vec::new();
+        let mut touched: Vec<Arc<Link>> = Vec::new();
         let mut completions: Vec<Completion> = Vec::new();
+        let mut events = Vec::new();
         let result;
         {
             let mut node = self.node.lock();
             result = input(&mut node, self.now());
+            let peers = self.peers.read();
             while let Some((dest, frame)) = node.poll_transmit() {
-                let Some(peer) = self.peer(dest) else {
-                    tracing::warn!(
-                        node = self.rank.0,
-                        "frame for {dest}, not a member: dropped"
-                    );
+                let Some(peer) = peers.get(&dest) else {
+                    // A node that joins: its link is being set up (see `peers::add_peer`).
+                    self.park(dest, frame);
                     continue;
                 };
                 peer.link.enqueue(frame);
-                if !touched.contains(&dest) {
-                    touched.push(dest);
+                if !touched.iter().any(|l| l.peer == dest) {
+                    touched.push(peer.link.clone());
                 }
             }
+            drop(peers);
             while let Some(done) = node.poll_completion() {
                 completions.push(done);
+            }
+            while let Some(event) = node.poll_membership() {
+                events.push(event);
             }
             while let Some(warning) = node.poll_warning() {
                 tracing::warn!(node = self.rank.0, "{warning}");
             }
         }
-        for dest in touched {
-            let link = &self.peers[&dest].link;
+        for link in touched {
             if let Err(err) = link.flush() {
                 self.peer_lost(link.peer, &format!("write failed: {err}"));
             }
         }
         self.deliver(completions);
+        if !events.is_empty() {
+            self.on_membership(events);
+        }
         result
     }
 
@@ -149,45 +191,6 @@ impl Shared {
         for done in completions {
             let result = done.result.map(Output::into_parts);
             self.slots[done.worker.index()].deliver(done.req, result);
-        }
-    }
-
-    /// Declares `peer` gone: every operation waiting on it fails.
-    pub(crate) fn peer_lost(&self, peer: NodeId, reason: &str) {
-        let Some(state) = self.peer(peer).filter(|_| peer != self.rank) else {
-            return;
-        };
-        if state.lost.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        if !state.departed.load(Ordering::Acquire) {
-            tracing::warn!(node = self.rank.0, "{peer} lost: {reason}");
-        }
-        self.end_reader(peer);
-        self.with_node(|node, now| node.handle_peer_lost(now, peer));
-    }
-
-    /// Ends the connections of peers the core declared lost on its own (silence, or another
-    /// node's notice), so that their readers stop.
-    fn close_links_lost_by_core(&self) {
-        let lost: Vec<NodeId> = self.with_node(|node, _| {
-            self.links()
-                .map(|l| l.peer)
-                .filter(|&p| p != self.rank && node.is_lost(p))
-                .collect()
-        });
-        for peer in lost {
-            if !self.peers[&peer].lost.swap(true, Ordering::AcqRel) {
-                tracing::warn!(node = self.rank.0, "{peer} lost: silent or reported lost");
-            }
-            self.end_reader(peer);
-        }
-    }
-
-    /// Ends `peer`'s reader, which may be blocked on a connection that is still open.
-    fn end_reader(&self, peer: NodeId) {
-        if let Some(stream) = self.incoming.lock().remove(&peer) {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
         }
     }
 
@@ -217,16 +220,27 @@ pub struct NodeHandle {
 impl NodeHandle {
     /// Joins the cluster described by `cfg` and the environment, and starts the node.
     pub fn start(cfg: Config) -> Result<Self, StartError> {
-        let cluster = cfg.resolve_cluster()?;
-        let env = cluster_env::ClusterEnv {
-            rank: cluster.rank,
-            num_nodes: cluster.num_nodes,
-            coordinator: cluster.coordinator.clone(),
+        let joining = cfg.join || cluster_env::join(cluster_env::process_lookup)?;
+        let cluster = if joining {
+            // The coordinator assigns rank and node count; a joined node hosts no workers.
+            let coordinator =
+                cluster_env::join_coordinator(&cfg.cluster, cluster_env::process_lookup)?;
+            let emulate_latency_us = match cfg.emulate_latency_us {
+                Some(l) => l,
+                None => cluster_env::emulate_latency_us_from_process_env()?.unwrap_or(0),
+            };
+            crate::ClusterInfo {
+                rank: 0,
+                num_nodes: 0,
+                workers_per_node: 0,
+                coordinator,
+                emulate_latency_us,
+            }
+        } else {
+            cfg.resolve_cluster()?
         };
         let (workers_per_node, latency_us) = (cluster.workers_per_node, cluster.emulate_latency_us);
         let space = cfg.key_space()?;
-        let rank = NodeId(env.rank);
-        let num_nodes = env.num_nodes;
         if let Some(&key) = cfg.replicated_keys.iter().find(|&&k| !space.contains(k)) {
             return Err(StartError::ReplicatedKeyOutOfRange {
                 key,
@@ -275,7 +289,75 @@ impl NodeHandle {
             sync_every_ns: cfg.replica_sync_every.as_nanos().min(u128::from(u64::MAX)) as u64,
             min_delta_norm: cfg.replica_min_delta_norm,
         });
-        let node = Node::new(NodeConfig {
+        let latency = Duration::from_micros(latency_us);
+        let deadline = Instant::now() + cfg.rendezvous_timeout;
+        let stopping = Arc::new(AtomicBool::new(false));
+
+        // Network: rendezvous (or the join service), then connect to every peer; accepting
+        // from them follows once the node's threads run.
+        let multi = joining || cluster.num_nodes > 1;
+        let token: Vec<u8> = match &cfg.token {
+            Some(t) => t.clone().into_bytes(),
+            None if multi => cluster_env::cluster_token_from_process_env(cluster.num_nodes.max(2))?
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let mut net = if joining {
+            elastic::join_network(&cluster.coordinator, &token, cfg.rendezvous_timeout)?
+        } else {
+            Network::single(cluster.rank, cluster.num_nodes)
+        };
+        let (rank, num_nodes) = (NodeId(net.rank), net.num_nodes);
+        // Read once: every protocol thread of this node joins the same file, or none does.
+        let slow_tasks = SlowTasks::from_env(rank);
+        let service = ServiceSlowdown::from_env(rank).map_err(StartError::SlowService)?;
+        let mut incoming_rx = None;
+        let mut acceptor = None;
+        let mut acceptor_addr = None;
+        let mut coordinator_listener = None;
+        if multi {
+            let listener = if joining {
+                net.listener
+                    .take()
+                    .expect("a joining node has a data listener")
+            } else {
+                let env = cluster_env::ClusterEnv {
+                    rank: cluster.rank,
+                    num_nodes: cluster.num_nodes,
+                    coordinator: cluster.coordinator.clone(),
+                };
+                let rv = rendezvous::rendezvous(&env, &token, cfg.rendezvous_timeout)?;
+                coordinator_listener = rv.coordinator;
+                net.addrs = (0..)
+                    .zip(rv.peers.iter())
+                    .map(|(r, &a)| (NodeId(r), a))
+                    .collect();
+                net.expected = (0..num_nodes).filter(|&p| p != rank.0).collect();
+                rv.listener
+            };
+            acceptor_addr = Some(listener.local_addr()?);
+            let (tx, rx) = mpsc::channel();
+            incoming_rx = Some(rx);
+            acceptor = Some(spawn_acceptor(
+                rank,
+                listener,
+                token.clone(),
+                tx,
+                stopping.clone(),
+                slow_tasks.as_ref(),
+            )?);
+            for &peer in &net.expected {
+                let addr = net.addrs[&NodeId(peer)];
+                let stream = if joining {
+                    elastic::connect_as_joiner(rank, peer, addr, &token, acceptor_addr, deadline)?
+                } else {
+                    connect_peer(rank, peer, addr, &token, deadline)?
+                };
+                net.outgoing.insert(peer, stream);
+            }
+        }
+
+        let node_cfg = NodeConfig {
             id: rank,
             num_nodes,
             workers_per_node,
@@ -298,68 +380,27 @@ impl NodeHandle {
             samplers: cfg.samplers.clone(),
             load: cfg.load_watch,
             balancer: cfg.balancer,
-        });
+        };
+        let node = if joining {
+            Node::joining(node_cfg)
+        } else {
+            Node::new(node_cfg)
+        };
         let store = node.store().clone();
         let counters = node.counters().clone();
-        let latency = Duration::from_micros(latency_us);
-        let deadline = Instant::now() + cfg.rendezvous_timeout;
-        let stopping = Arc::new(AtomicBool::new(false));
-        // Read once: every protocol thread of this node joins the same file, or none does.
-        let slow_tasks = SlowTasks::from_env(rank);
-        let service = ServiceSlowdown::from_env(rank).map_err(StartError::SlowService)?;
-
-        // Network: rendezvous, then accept from and connect to every peer.
-        let mut outgoing: Vec<Option<TcpStream>> = (0..num_nodes).map(|_| None).collect();
-        let mut incoming_rx = None;
-        let mut acceptor = None;
-        let mut acceptor_addr = None;
-        if num_nodes > 1 {
-            let token: Vec<u8> = match &cfg.token {
-                Some(t) => t.clone().into_bytes(),
-                None => cluster_env::cluster_token_from_process_env(num_nodes)?.unwrap_or_default(),
-            };
-            let rv = rendezvous::rendezvous(&env, &token, cfg.rendezvous_timeout)?;
-            acceptor_addr = Some(rv.listener.local_addr()?);
-            let (tx, rx) = mpsc::channel();
-            incoming_rx = Some(rx);
-            acceptor = Some(spawn_acceptor(
-                rank,
-                rv.listener,
-                token.clone(),
-                tx,
-                stopping.clone(),
-                slow_tasks.as_ref(),
-            )?);
-            for (peer, &addr) in rv.peers.iter().enumerate() {
-                if peer as u32 != rank.0 {
-                    outgoing[peer] = Some(connect_peer(rank, peer as u32, addr, &token, deadline)?);
-                }
-            }
-        }
 
         let (loop_tx, loop_rx) = mpsc::channel::<Frame>();
-        let links = (0..num_nodes)
-            .map(|peer| {
-                // Frames a node sends itself cross no network: no emulated latency.
-                let (sink, latency) = match outgoing[peer as usize].take() {
-                    Some(stream) => (Sink::Tcp(stream), latency),
-                    None => (Sink::Loopback(loop_tx.clone()), Duration::ZERO),
-                };
-                Link::new(NodeId(peer), sink, latency, counters.clone()).map(Arc::new)
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
+        let mut peers = BTreeMap::new();
+        for peer in net.expected.iter().copied().chain([rank.0]) {
+            // Frames a node sends itself cross no network: no emulated latency.
+            let (sink, latency) = match net.outgoing.remove(&peer) {
+                Some(stream) => (Sink::Tcp(stream), latency),
+                None => (Sink::Loopback(loop_tx.clone()), Duration::ZERO),
+            };
+            let link = Link::new(NodeId(peer), sink, latency, counters.clone())?;
+            peers.insert(NodeId(peer), Arc::new(Peer::new(Arc::new(link))));
+        }
         drop(loop_tx);
-        let peers = links
-            .into_iter()
-            .map(|link| {
-                let peer = Peer {
-                    link,
-                    departed: AtomicBool::new(false),
-                    lost: AtomicBool::new(false),
-                };
-                (peer.link.peer, peer)
-            })
-            .collect();
 
         let shared = Arc::new(Shared {
             rank,
@@ -374,7 +415,9 @@ impl NodeHandle {
                 .map(|_| WorkerSlot::default())
                 .collect(),
             node: Mutex::new(node),
-            peers,
+            peers: RwLock::new(peers),
+            parked: Mutex::new(BTreeMap::new()),
+            elastic: Elastic::new(joining, token, net.addrs, cfg.rendezvous_timeout),
             epoch: Instant::now(),
             shutting_down: stopping,
             taken: Mutex::new(vec![false; workers_per_node as usize]),
@@ -391,8 +434,7 @@ impl NodeHandle {
         threads.extend(acceptor);
         threads.push(spawn_loopback(&shared, loop_rx, stop.clone())?);
         let mut senders = Vec::new();
-        for link in shared.links().filter(|l| l.peer != rank) {
-            let link = link.clone();
+        for link in shared.links().into_iter().filter(|l| l.peer != rank) {
             let sh = shared.clone();
             senders.push(spawn_named(
                 format!("roam-send-{}", link.peer.0),
@@ -415,39 +457,57 @@ impl NodeHandle {
             finished: false,
         };
         if let Some(rx) = incoming_rx {
-            handle.accept_peers(&rx, deadline, cfg.rendezvous_timeout)?;
+            let early =
+                handle.accept_peers(&rx, &net.expected, deadline, cfg.rendezvous_timeout)?;
+            let members =
+                elastic::spawn_membership_thread(&handle.shared, rx, early, &handle.stop)?;
+            handle.threads.push(members);
+            if let Some(listener) = coordinator_listener {
+                let service = elastic::spawn_join_service(&handle.shared, listener)?;
+                handle.threads.push(service);
+            }
+        }
+        if let Some(stream) = net.join_stream.take() {
+            elastic::await_admission(&handle.shared, stream, deadline, cfg.rendezvous_timeout)?;
         }
         Ok(handle)
     }
 
-    /// Waits until every peer has connected to this node, then starts failure detection.
+    /// Waits until every expected peer has connected to this node, then starts failure
+    /// detection. Returns the connections of nodes joining meanwhile, for the membership thread.
     fn accept_peers(
         &mut self,
-        rx: &mpsc::Receiver<(u32, TcpStream)>,
+        rx: &mpsc::Receiver<Incoming>,
+        expected: &BTreeSet<u32>,
         deadline: Instant,
         rendezvous_timeout: Duration,
-    ) -> Result<(), StartError> {
-        let (rank, num_nodes) = (self.shared.rank, self.shared.num_nodes);
-        let mut connected = vec![false; num_nodes as usize];
-        connected[rank.index()] = true;
-        while connected.iter().any(|c| !c) {
+    ) -> Result<Vec<Incoming>, StartError> {
+        let rank = self.shared.rank;
+        let mut missing = expected.clone();
+        let mut early = Vec::new();
+        while !missing.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
-                Ok((peer, stream)) if peer < num_nodes && !connected[peer as usize] => {
-                    connected[peer as usize] = true;
+                Ok(
+                    conn @ Incoming {
+                        joiner: Some(_), ..
+                    },
+                ) => early.push(conn),
+                Ok(Incoming {
+                    rank: peer, stream, ..
+                }) if missing.remove(&peer) => {
                     let reader = spawn_reader(&self.shared, NodeId(peer), stream)?;
                     self.readers.push(reader);
                 }
-                Ok((peer, _)) => {
+                Ok(Incoming { rank: peer, .. }) => {
                     tracing::warn!(
                         node = rank.0,
                         "duplicate or unknown data connection from node {peer} closed"
                     );
                 }
                 Err(_) => {
-                    let missing = (0..num_nodes).filter(|&p| !connected[p as usize]).collect();
                     return Err(StartError::PeersMissing {
-                        missing,
+                        missing: missing.into_iter().collect(),
                         secs: rendezvous_timeout.as_secs(),
                     });
                 }
@@ -456,7 +516,7 @@ impl NodeHandle {
         self.shared.with_node(|node, now| node.start_liveness(now));
         let timers = spawn_timers(&self.shared, self.stop.clone())?;
         self.threads.push(timers);
-        Ok(())
+        Ok(early)
     }
 
     /// This node's rank.
@@ -516,15 +576,52 @@ impl NodeHandle {
         NodeStats::collect(&self.shared)
     }
 
+    /// Asks the coordinator to drain node `rank` (this one or another): its buckets and keys
+    /// move to the other members, then it leaves. Returns once it has left, or with the
+    /// coordinator's reason (`OpError::Rejected`: the coordinator, a non-member, the last
+    /// member...) or `PeerGone`. The drained node's [`NodeHandle::wait_until_done`] returns,
+    /// and its [`NodeHandle::shutdown`] skips the final barrier.
+    pub fn drain(&self, rank: u32) -> Result<(), OpError> {
+        self.shared.drain(NodeId(rank))
+    }
+
+    /// Whether this node joined a running cluster (`Config::join`): a server with no workers.
+    pub fn is_joined(&self) -> bool {
+        self.shared.elastic.joined
+    }
+
+    /// Whether this node is (still) a member: false once it was drained.
+    pub fn is_member(&self) -> bool {
+        self.shared.is_member()
+    }
+
+    /// Blocks until this node was drained or every other member has departed cleanly (the
+    /// cluster finished); meant for server-only (joined) nodes and for nodes whose workers are
+    /// done and that wait to be drained. Fails with `PeerGone` if a member was lost instead.
+    /// A node whose workers still run must not call it (the others' final barrier waits for
+    /// them).
+    pub fn wait_until_done(&self) -> Result<(), OpError> {
+        self.shared.wait_until_done()
+    }
+
     /// Leaves the cluster cleanly: waits until every node has called `shutdown` (so no peer
     /// still needs this node's keys), says goodbye, closes links and joins the node's threads.
+    /// A node that was drained skips that barrier (it is no member any more); a server-only
+    /// (joined) node first waits until it is drained or the cluster finished
+    /// ([`NodeHandle::wait_until_done`]), and passes no barrier either.
     /// Prints the node's counters as one JSON line on stdout and returns them.
     pub fn shutdown(mut self) -> Result<NodeStats, OpError> {
-        let control = WorkerId(self.shared.workers_per_node);
-        let req = self
-            .shared
-            .with_node(|node, now| node.issue_node_barrier(now, control));
-        let barrier = self.shared.wait_result(control, req).map(drop);
+        let barrier = if self.shared.elastic.joined {
+            self.shared.wait_until_done()
+        } else if self.shared.elastic.is_drained() {
+            Ok(())
+        } else {
+            let control = WorkerId(self.shared.workers_per_node);
+            let req = self
+                .shared
+                .with_node(|node, now| node.issue_node_barrier(now, control));
+            self.shared.wait_result(control, req).map(drop)
+        };
         let stats = NodeStats::collect(&self.shared);
         println!("{}", stats.to_json_line());
         self.close();
@@ -537,24 +634,37 @@ impl NodeHandle {
         }
         self.finished = true;
         let shared = &self.shared;
+        // Set before the links are listed: `peers::add_peer` adds none after it.
         shared.shutting_down.store(true, Ordering::Release);
-        for link in shared.links().filter(|l| l.peer != shared.rank) {
+        let links = shared.links();
+        for link in links.iter().filter(|l| l.peer != shared.rank) {
             link.enqueue(Frame::control(Kind::Goodbye, shared.rank, ReqId(0), 0));
             let _ = link.flush();
             link.close();
         }
-        shared.peers[&shared.rank].link.close();
+        for link in links.iter().filter(|l| l.peer == shared.rank) {
+            link.close();
+        }
         // Our goodbyes are out once the senders end; readers end on the peers' goodbyes (or
         // their loss, which the still running timers detect within the peer timeout).
-        for sender in self.senders.drain(..) {
+        let (extra_senders, extra_readers) = shared.elastic.take_threads();
+        for sender in self.senders.drain(..).chain(extra_senders) {
             let _ = sender.join();
         }
-        for reader in self.readers.drain(..) {
+        if shared.elastic.is_drained() || (shared.elastic.joined && !shared.is_member()) {
+            // A drained (or never admitted) node is no member: the others say goodbye only
+            // when they finish, so it ends its readers itself (once drained, every member's
+            // last frame to it has arrived).
+            for link in &links {
+                shared.end_reader(link.peer);
+            }
+        }
+        for reader in self.readers.drain(..).chain(extra_readers) {
             let _ = reader.join();
         }
         *self.stop.0.lock() = true;
         self.stop.1.notify_all();
-        for link in shared.links() {
+        for link in &links {
             link.shutdown_socket();
         }
         if let Some(addr) = self.acceptor_addr {
@@ -571,171 +681,6 @@ impl Drop for NodeHandle {
     fn drop(&mut self) {
         self.close();
     }
-}
-
-fn connect_peer(
-    rank: NodeId,
-    peer: u32,
-    addr: SocketAddr,
-    token: &[u8],
-    deadline: Instant,
-) -> Result<TcpStream, StartError> {
-    let mut delay = Duration::from_millis(5);
-    loop {
-        let attempt = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-            .map_err(|e| e.to_string())
-            .and_then(|mut s| {
-                s.set_nodelay(true).map_err(|e| e.to_string())?;
-                auth::connect_handshake(&mut s, token, rank.0, Purpose::Data)
-                    .map_err(|e| e.to_string())?;
-                Ok(s)
-            });
-        match attempt {
-            Ok(stream) => return Ok(stream),
-            Err(reason) if Instant::now() + delay >= deadline => {
-                return Err(StartError::Connect { peer, addr, reason });
-            }
-            Err(_) => {
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_millis(200));
-            }
-        }
-    }
-}
-
-/// Accepts data connections for the node's whole life: authenticated ones are handed to the
-/// node, anything else is closed and logged while the node keeps running.
-fn spawn_acceptor(
-    rank: NodeId,
-    listener: TcpListener,
-    token: Vec<u8>,
-    tx: mpsc::Sender<(u32, TcpStream)>,
-    stopping: Arc<AtomicBool>,
-    slow: Option<&Arc<SlowTasks>>,
-) -> std::io::Result<JoinHandle<()>> {
-    let token: Arc<[u8]> = token.into();
-    // Handshake threads start from this one, so they share its cgroup: no join of their own.
-    spawn_named(format!("roam-accept-{}", rank.0), slow, move || {
-        let tx = Arc::new(Mutex::new(tx));
-        for conn in listener.incoming() {
-            if stopping.load(Ordering::Acquire) {
-                return;
-            }
-            let Ok(mut stream) = conn else { continue };
-            let (token, tx) = (token.clone(), tx.clone());
-            // Handshakes run on their own short-lived thread so a silent client cannot stall
-            // the acceptor; the handshake itself is bounded by a read timeout.
-            let handshake = std::thread::Builder::new()
-                .name("roam-handshake".into())
-                .spawn(move || {
-                    let peer_addr = stream.peer_addr().ok();
-                    match auth::accept_handshake(&mut stream, &token) {
-                        Ok(hello) if hello.purpose == Purpose::Data => {
-                            let _ = stream.set_nodelay(true);
-                            if tx.lock().send((hello.rank, stream)).is_err() {
-                                tracing::warn!(
-                                    node = rank.0,
-                                    "late data connection from node {} closed",
-                                    hello.rank
-                                );
-                            }
-                        }
-                        Ok(hello) => tracing::warn!(
-                            node = rank.0,
-                            "connection from {peer_addr:?} with purpose {:?} closed",
-                            hello.purpose
-                        ),
-                        Err(err) => tracing::warn!(
-                            node = rank.0,
-                            "rejected connection from {peer_addr:?}: {err}"
-                        ),
-                    }
-                });
-            if handshake.is_err() {
-                tracing::warn!(
-                    node = rank.0,
-                    "could not spawn a handshake thread; connection dropped"
-                );
-            }
-        }
-    })
-}
-
-/// Reads `peer`'s frames into the core until the connection ends. A silent peer is the core's
-/// to detect (its timers), so reads block without a timeout.
-fn spawn_reader(
-    shared: &Arc<Shared>,
-    peer: NodeId,
-    stream: TcpStream,
-) -> std::io::Result<JoinHandle<()>> {
-    shared.incoming.lock().insert(peer, stream.try_clone()?);
-    let shared = shared.clone();
-    let slow = shared.slow_tasks.clone();
-    spawn_named(format!("roam-read-{}", peer.0), slow.as_ref(), move || {
-        let mut reader = BufReader::with_capacity(1 << 16, stream);
-        let mut debt = Duration::ZERO;
-        loop {
-            match read_frame(&mut reader, &shared.limits) {
-                Ok(frame) => {
-                    roam_core::stats::add(&shared.counters.messages_received, 1);
-                    roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
-                    if frame.header.kind == Kind::Goodbye {
-                        if let Some(state) = shared.peer(peer) {
-                            state.departed.store(true, Ordering::Release);
-                            state.lost.store(true, Ordering::Release);
-                        }
-                        shared.with_node(|node, now| node.handle_peer_departed(now, peer));
-                        return;
-                    }
-                    let slowed = shared
-                        .service
-                        .as_ref()
-                        .filter(|_| ServiceSlowdown::slows(frame.header.kind));
-                    let Some(service) = slowed else {
-                        shared.with_node(|node, now| node.handle_frame(now, peer, frame));
-                        continue;
-                    };
-                    let took = shared.with_node(|node, now| {
-                        let start = Instant::now();
-                        node.handle_frame(now, peer, frame);
-                        start.elapsed()
-                    });
-                    let sleep = service.owe(&mut debt, took);
-                    if !sleep.is_zero() {
-                        std::thread::sleep(sleep);
-                    }
-                }
-                Err(err) => {
-                    shared.peer_lost(peer, &err.to_string());
-                    return;
-                }
-            }
-        }
-    })
-}
-
-fn spawn_loopback(
-    shared: &Arc<Shared>,
-    rx: mpsc::Receiver<Frame>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
-) -> std::io::Result<JoinHandle<()>> {
-    let shared = shared.clone();
-    let name = format!("roam-server-{}", shared.rank.0);
-    let slow = shared.slow_tasks.clone();
-    spawn_named(name, slow.as_ref(), move || {
-        loop {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(frame) => {
-                    roam_core::stats::add(&shared.counters.messages_received, 1);
-                    roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
-                    let rank = shared.rank;
-                    shared.with_node(|node, now| node.handle_frame(now, rank, frame));
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) if !*stop.0.lock() => {}
-                Err(_) => return,
-            }
-        }
-    })
 }
 
 /// Runs the core's timers: sleeps until the deadline the core names (or until stopped), then

@@ -202,6 +202,8 @@ fn protocol_threads(rank: u32) -> BTreeSet<String> {
     let peer = 1 - rank;
     [
         format!("roam-accept-{rank}"),
+        // Links nodes that join at run time (elastic membership).
+        format!("roam-members-{rank}"),
         format!("roam-read-{peer}"),
         format!("roam-send-{peer}"),
         format!("roam-server-{rank}"),

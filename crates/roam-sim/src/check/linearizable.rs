@@ -153,7 +153,11 @@ pub fn check_linearizable(
                     });
                 }
             }
-            OpKind::Barrier | OpKind::Localize | OpKind::MoveHome | OpKind::SyncReplicas => {}
+            OpKind::Barrier
+            | OpKind::Localize
+            | OpKind::MoveHome
+            | OpKind::SyncReplicas
+            | OpKind::Drain => {}
         }
     }
     if let Some(finals) = finals {

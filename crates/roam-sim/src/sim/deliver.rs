@@ -247,5 +247,13 @@ impl Sim {
                 core: Some(warning),
             });
         }
+        let mut drained = false;
+        while let Some(event) = self.nodes[id.index()].node.poll_membership() {
+            drained |= event == roam_core::MembershipEvent::Drained;
+            self.membership.push((self.now, id, event));
+        }
+        if drained {
+            self.exit(id);
+        }
     }
 }

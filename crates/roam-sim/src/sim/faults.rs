@@ -118,4 +118,51 @@ impl Sim {
             self.links[inbound].purge();
         }
     }
+
+    /// Node `id` (one of [`SimConfig::joiners`](crate::SimConfig)) asks the coordinator to
+    /// admit it.
+    pub fn start_join(&mut self, id: NodeId) {
+        if self.nodes[id.index()].crashed {
+            return;
+        }
+        let input = &mut self.inputs[id.index()];
+        input.bytes(&[TAG_JOIN]);
+        self.trace
+            .event(self.now.0, TAG_JOIN, &[u64::from(id.0)], &[]);
+        self.nodes[id.index()].node.start_join(self.now);
+        self.drain(id);
+    }
+
+    /// A drained node exits, as its shell would: what it sent is still delivered, then its
+    /// connections end (no fault: it left the cluster). Every member acknowledged its leave,
+    /// so nothing is on its way to it any more.
+    pub(super) fn exit(&mut self, id: NodeId) {
+        self.nodes[id.index()].crashed = true;
+        self.nodes[id.index()].exited = true;
+        for m in 0..self.cfg.nodes {
+            let inbound = self.link_index(NodeId(m), id);
+            if self.links[inbound].len() > 0 && m != id.0 {
+                let message = format!("transport: frames still on their way to {id}, which exited");
+                self.warnings.push(Warning {
+                    at: self.now,
+                    node: NodeId(m),
+                    message,
+                    core: None,
+                });
+            }
+            self.links[inbound].purge();
+            self.links[inbound].open = false;
+            if m == id.0 {
+                continue;
+            }
+            let outbound = self.link_index(id, NodeId(m));
+            if self.links[outbound].open {
+                self.links[outbound].open = false;
+                if !self.nodes[m as usize].crashed {
+                    let delay = self.delay();
+                    self.links[outbound].push(self.now, delay, Payload::Close);
+                }
+            }
+        }
+    }
 }

@@ -108,6 +108,7 @@ impl Sim {
             Op::MoveHome { key, to, wait } => {
                 self.issue_move_home(n, w, key, NodeId(to), Pace { wait, think })
             }
+            Op::Drain { node, wait } => self.issue_drain(n, w, NodeId(node), Pace { wait, think }),
             Op::Sample {
                 sampler,
                 n: k,
@@ -336,6 +337,14 @@ impl Sim {
         let req = self.nodes[n]
             .node
             .issue_move_home(self.now, wid, bucket, to);
+        self.hand_off(n, w, req, record, Vec::new(), pace);
+    }
+
+    /// Drains node `node`; the coordinator validates it.
+    pub(super) fn issue_drain(&mut self, n: usize, w: usize, node: NodeId, pace: Pace) {
+        let record = self.invoke(n, w, OpKind::Drain, Vec::new(), Vec::new(), pace.wait);
+        let wid = self.nodes[n].workers[w].id.worker;
+        let req = self.nodes[n].node.issue_drain(self.now, wid, node);
         self.hand_off(n, w, req, record, Vec::new(), pace);
     }
 }

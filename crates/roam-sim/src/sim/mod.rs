@@ -81,6 +81,8 @@ type Tamper = Box<dyn FnMut(NodeId, NodeId, &mut Vec<u8>)>;
 struct SimNode {
     node: Node,
     crashed: bool,
+    /// It was drained and exited (it also counts as `crashed`: it runs nothing more).
+    exited: bool,
     workers: Vec<Worker>,
 }
 
@@ -128,6 +130,7 @@ const TAG_INVOKE: u8 = 3;
 const TAG_RETURN: u8 = 4;
 const TAG_FAULT: u8 = 5;
 const TAG_TIMER: u8 = 6;
+const TAG_JOIN: u8 = 7;
 
 /// A simulated cluster. See the module docs.
 pub struct Sim {
@@ -141,6 +144,8 @@ pub struct Sim {
     links: Vec<Link>,
     history: History,
     warnings: Vec<Warning>,
+    /// Membership events of every node, in order.
+    membership: Vec<(Time, NodeId, roam_core::MembershipEvent)>,
     trace: Trace,
     /// Per node, a hash of every input it received, in order (a node is a deterministic
     /// function of its inputs, so equal hashes mean equal node states).
@@ -165,9 +170,10 @@ impl Sim {
     /// A cluster at time zero with every node's home keys zero-initialised and no scripts.
     pub fn new(cfg: SimConfig) -> Self {
         assert!(
-            cfg.nodes > 0 && cfg.workers_per_node > 0,
-            "a cluster needs nodes and workers"
+            cfg.nodes > cfg.joiners && cfg.workers_per_node > 0,
+            "a cluster needs nodes (more than the joiners) and workers"
         );
+        let members = cfg.nodes - cfg.joiners;
         if let Some(watch) = &cfg.load {
             watch
                 .validate()
@@ -183,10 +189,12 @@ impl Sim {
         }
         let nodes = (0..cfg.nodes)
             .map(|id| {
-                let node = Node::new(NodeConfig {
+                let joiner = id >= members;
+                let workers_per_node = if joiner { 0 } else { cfg.workers_per_node };
+                let node_cfg = NodeConfig {
                     id: NodeId(id),
-                    num_nodes: cfg.nodes,
-                    workers_per_node: cfg.workers_per_node,
+                    num_nodes: members,
+                    workers_per_node,
                     space: cfg.space.clone(),
                     partitioning: cfg.partitioning,
                     fast_local_access: cfg.fast_local_access,
@@ -203,8 +211,13 @@ impl Sim {
                     samplers: cfg.samplers.clone(),
                     load: cfg.load,
                     balancer: cfg.balancer,
-                });
-                let workers = (0..cfg.workers_per_node)
+                };
+                let node = if joiner {
+                    Node::joining(node_cfg)
+                } else {
+                    Node::new(node_cfg)
+                };
+                let workers = (0..workers_per_node)
                     .map(|w| {
                         Worker::new(
                             WorkerRef::new(id, w),
@@ -215,6 +228,7 @@ impl Sim {
                 SimNode {
                     node,
                     crashed: false,
+                    exited: false,
                     workers,
                 }
             })
@@ -235,6 +249,7 @@ impl Sim {
             history: History::new(cfg.space.clone())
                 .with_replicated(cfg.replication.iter().flat_map(|r| r.keys.iter().copied())),
             warnings: Vec::new(),
+            membership: Vec::new(),
             trace: Trace::default(),
             inputs: vec![Fnv128::default(); n],
             history_order: Fnv128::default(),
@@ -272,7 +287,17 @@ impl Sim {
 
     /// Whether node `id` was crashed.
     pub fn is_crashed(&self, id: NodeId) -> bool {
-        self.nodes[id.index()].crashed
+        self.nodes[id.index()].crashed && !self.nodes[id.index()].exited
+    }
+
+    /// Whether node `id` was drained and exited.
+    pub fn has_exited(&self, id: NodeId) -> bool {
+        self.nodes[id.index()].exited
+    }
+
+    /// Every node's membership events so far, in order.
+    pub fn membership_events(&self) -> &[(Time, NodeId, roam_core::MembershipEvent)] {
+        &self.membership
     }
 
     /// Every worker of the cluster, node by node.

@@ -1,0 +1,278 @@
+//! Members joining and leaving while workers pull, push and localize (`membership.rs` of the
+//! core): a server joins and takes its share of buckets, a node whose workers finished drains
+//! and exits, and every key ends where its home records it, once, with its exact sum.
+
+mod common;
+
+use common::*;
+use rand::Rng;
+use rand::seq::SliceRandom;
+use roam_core::{MembershipEvent, NodeId, Partitioning};
+use roam_sim::{
+    Consistency, Op, Outcome, Sim, SimConfig, WorkerRef, check_final_sums_exact,
+    check_linearizable, for_each_seed,
+};
+
+/// Seeds per test (a third each of a debug or release CI budget); `ROAM_SIM_SEEDS` for more.
+fn default_seeds() -> u64 {
+    if cfg!(debug_assertions) { 150 } else { 1_500 }
+}
+
+/// Which nodes a case drains (node 3 is the joiner).
+#[derive(Clone, Copy, Debug)]
+enum Drained {
+    /// Node 3 joins; node 1 (of the initial cluster) drains once its workers finished.
+    Original,
+    /// Node 3 joins, takes buckets, then drains again.
+    Joiner,
+    /// Node 3 joins; then node 1 drains, then node 3.
+    Both,
+}
+
+struct Case {
+    sim: Sim,
+    expected: Vec<Vec<f32>>,
+    drained: Vec<NodeId>,
+}
+
+/// Three nodes of two workers and a joiner; random increments (and localizes, when keys move)
+/// with node 1's workers and worker (0, 1) finishing early.
+fn run_case(seed: u64, plan: Drained) -> Case {
+    let mut rng = test_rng(seed);
+    let space = random_space(&mut rng, 24);
+    let dynamic = rng.random_bool(0.5);
+    let partitioning = if rng.random_bool(0.5) {
+        Partitioning::Range
+    } else {
+        Partitioning::Hash
+    };
+    let cfg = SimConfig::new(4, 2, space.clone())
+        .with_seed(seed)
+        .with_joiners(1)
+        .with_dynamic(dynamic)
+        .with_location_caches(dynamic && rng.random_bool(0.5))
+        .with_partitioning(partitioning);
+    let workers: Vec<WorkerRef> = (0..3)
+        .flat_map(|n| (0..2).map(move |w| WorkerRef::new(n, w)))
+        .collect();
+    let mut inc = random_increments(&mut rng, &space, &workers, 30, 3);
+    let keys = all_keys(&space);
+    for (w, script) in &mut inc.scripts {
+        if w.node == NodeId(1) || *w == WorkerRef::new(0, 1) {
+            script.truncate(8);
+        }
+        if dynamic {
+            for _ in 0..4 {
+                let at = rng.random_range(0..=script.len());
+                let mut some = keys.clone();
+                some.shuffle(&mut rng);
+                some.truncate(3);
+                script.insert(at, Op::localize_async(some));
+            }
+        }
+        script.push(Op::WaitAll);
+    }
+    // Recompute the expectation from the truncated scripts.
+    let mut expected: Vec<Vec<f32>> = keys.iter().map(|&k| vec![0.0; space.len(k)]).collect();
+    for (_, script) in &inc.scripts {
+        for op in script {
+            if let Op::Push { keys, vals, .. } = op {
+                let mut at = 0;
+                for &k in keys {
+                    for v in &mut expected[k as usize] {
+                        *v += vals[at];
+                        at += 1;
+                    }
+                }
+            }
+        }
+    }
+    let mut sim = Sim::new(cfg);
+    for (w, script) in inc.scripts {
+        sim.add_script(w, script);
+    }
+    let join_at = rng.random_range(0..400);
+    let drained = match plan {
+        Drained::Original => vec![NodeId(1)],
+        Drained::Joiner => vec![NodeId(3)],
+        Drained::Both => vec![NodeId(1), NodeId(3)],
+    };
+    let mut step = 0u64;
+    let mut joined = false;
+    let mut next_drain = 0;
+    loop {
+        let mut acted = false;
+        if !joined && step >= join_at {
+            sim.start_join(NodeId(3));
+            joined = true;
+            acted = true;
+        }
+        let admitted = sim
+            .membership_events()
+            .iter()
+            .any(|&(_, n, e)| n == NodeId(3) && e == MembershipEvent::Admitted);
+        let node1_done = !sim
+            .unfinished_workers()
+            .iter()
+            .any(|w| w.node == NodeId(1) || *w == WorkerRef::new(0, 1));
+        let previous_left = next_drain == 0 || sim.has_exited(drained[next_drain - 1]);
+        if next_drain < drained.len() && admitted && node1_done && previous_left {
+            sim.add_script(
+                WorkerRef::new(0, 1),
+                [Op::drain(drained[next_drain].0), Op::WaitAll],
+            );
+            next_drain += 1;
+            acted = true;
+        }
+        if sim.step() {
+            step += 1;
+            if step > 1_000_000 {
+                break;
+            }
+        } else if !joined {
+            step = join_at;
+        } else if !acted {
+            // Idle, and nothing more to ask for: the checks say what is missing.
+            break;
+        }
+    }
+    run_to_end(seed, &mut sim);
+    // The survivors read everything after a barrier of the nodes that host workers.
+    let survivors: Vec<WorkerRef> = workers
+        .iter()
+        .copied()
+        .filter(|w| !drained.contains(&w.node))
+        .collect();
+    for &w in &survivors {
+        sim.add_script(w, [Op::Barrier, Op::pull(keys.clone())]);
+    }
+    run_to_end(seed, &mut sim);
+    Case {
+        sim,
+        expected,
+        drained,
+    }
+}
+
+fn check(seed: u64, case: &Case) {
+    let sim = &case.sim;
+    for op in sim.history().ops() {
+        assert!(op.succeeded(), "seed {seed}: op failed: {op}");
+    }
+    assert!(
+        sim.warnings().is_empty(),
+        "seed {seed}: warnings: {:?}",
+        sim.warnings()
+    );
+    assert_eq!(total(sim, |c| &c.anomalies), 0, "seed {seed}");
+    for &node in &case.drained {
+        assert!(sim.has_exited(node), "seed {seed}: {node} did not exit");
+        assert!(
+            sim.membership_events()
+                .iter()
+                .any(|&(_, n, e)| n == node && e == MembershipEvent::Drained),
+            "seed {seed}: {node} was not drained"
+        );
+    }
+    let coordinator = sim.node(NodeId(0)).directory();
+    for &node in &case.drained {
+        assert!(
+            !coordinator.is_member(node),
+            "seed {seed}: {node} still a member"
+        );
+    }
+    if !case.drained.contains(&NodeId(3)) {
+        assert!(
+            coordinator.buckets_of(NodeId(3)).count() > 0,
+            "seed {seed}: the joiner got no bucket"
+        );
+    }
+    sim.check_quiescent_placement()
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    assert_eq!(
+        total(sim, |c| &c.relocations_in),
+        total(sim, |c| &c.relocations_out),
+        "seed {seed}: every key that left a node arrived somewhere"
+    );
+    let finals = finals(sim);
+    for (key, want) in case.expected.iter().enumerate() {
+        assert_eq!(finals[key].as_ref(), Some(want), "seed {seed}: key {key}");
+    }
+    check_final_sums_exact(sim.history(), &finals).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let want = concat(&case.expected, &all_keys(&sim.config().space));
+    for w in sim.workers() {
+        if case.drained.contains(&w.node) {
+            continue;
+        }
+        let last = sim.history().of_worker(w).last().unwrap();
+        assert_eq!(
+            last.outcome,
+            Outcome::Pulled(want.clone()),
+            "seed {seed}: {w}"
+        );
+    }
+    check_linearizable(sim.history(), Consistency::linearizable(), Some(&finals))
+        .unwrap_or_else(|v| panic!("seed {seed}: {v}"));
+}
+
+#[test]
+fn a_joining_server_and_a_draining_node_keep_every_update() {
+    for_each_seed(default_seeds() / 3, |seed| {
+        let case = run_case(seed, Drained::Original);
+        check(seed, &case);
+    });
+}
+
+#[test]
+fn a_joined_server_drains_again_and_the_keys_it_took_come_back() {
+    for_each_seed(default_seeds() / 3, |seed| {
+        let case = run_case(seed, Drained::Joiner);
+        check(seed, &case);
+    });
+}
+
+#[test]
+fn two_drains_in_a_row_leave_two_nodes_that_hold_everything() {
+    for_each_seed(default_seeds() / 3, |seed| {
+        let case = run_case(seed, Drained::Both);
+        check(seed, &case);
+        let sim = &case.sim;
+        let held: u64 = [0, 2]
+            .iter()
+            .map(|&n| sim.node(NodeId(n)).store().count_local())
+            .sum();
+        assert_eq!(held, sim.config().space.num_keys(), "seed {seed}");
+    });
+}
+
+#[test]
+fn the_coordinator_and_non_members_cannot_be_drained() {
+    let cfg = SimConfig::new(3, 1, roam_core::KeySpace::uniform(8, 1).unwrap()).with_seed(1);
+    let mut sim = Sim::new(cfg);
+    sim.add_script(
+        WorkerRef::new(1, 0),
+        [Op::drain(0), Op::drain(7), Op::drain(2)],
+    );
+    run_to_end(1, &mut sim);
+    let ops: Vec<_> = sim.history().of_worker(WorkerRef::new(1, 0)).collect();
+    let reason = |i: usize| match &ops[i].outcome {
+        Outcome::Failed(e) => e.to_string(),
+        other => panic!("drain {i} did not fail: {other:?}"),
+    };
+    assert!(
+        reason(0).contains("node 0 cannot be drained: it is the coordinator"),
+        "{}",
+        reason(0)
+    );
+    assert!(
+        reason(1).contains("node 7 cannot be drained: it is no member"),
+        "{}",
+        reason(1)
+    );
+    assert!(ops[2].succeeded(), "{}", ops[2]);
+    assert!(sim.has_exited(NodeId(2)));
+    // Node 2's keys went to nodes 0 and 1.
+    for key in 0..8 {
+        assert_eq!(sim.holders(key).len(), 1, "key {key}");
+    }
+}

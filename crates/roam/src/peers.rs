@@ -1,0 +1,352 @@
+//! The node's connections to other nodes: dialing and authenticating (`connect_peer`),
+//! accepting (`spawn_acceptor`), reading frames into the core (`spawn_reader`, and
+//! `spawn_loopback` for the frames a node sends itself), declaring peers lost, and adding a
+//! peer while the node runs (`add_peer`, for nodes that join; see `elastic`).
+//!
+//! Invariants:
+//! - Every connection is authenticated with the cluster token before a frame crosses it; a
+//!   node joining at run time sends its data address right after its handshake
+//!   ([`Purpose::JoinData`]), a fixed-size entry read with a deadline, so the acceptor can dial
+//!   back; nothing read from a peer sizes an allocation unchecked.
+//! - A peer is added under the node lock, then the peer table's write lock (the order
+//!   `Shared::with_node` takes them in), and never once the node is shutting down, so every
+//!   link is closed (and its sender thread ends) at shutdown. Frames the core addressed to the
+//!   peer before its link existed were parked under the node lock; they go first, in order.
+
+use std::io::BufReader;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use roam_core::NodeId;
+use roam_core::wire::{Frame, Kind};
+
+use crate::auth::{self, HANDSHAKE_TIMEOUT, Purpose};
+use crate::error::StartError;
+use crate::rendezvous::{ENTRY_LEN, decode_entry};
+use crate::runtime::{Peer, Shared};
+use crate::slowing::{ServiceSlowdown, SlowTasks, spawn_named};
+use crate::transport::{Link, Sink, read_frame};
+
+impl Shared {
+    /// Declares `peer` gone: every operation waiting on it fails.
+    pub(crate) fn peer_lost(&self, peer: NodeId, reason: &str) {
+        let Some(state) = self.peer(peer).filter(|_| peer != self.rank) else {
+            return;
+        };
+        if state.lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if !state.departed.load(Ordering::Acquire) && !self.elastic.is_drained() {
+            tracing::warn!(node = self.rank.0, "{peer} lost: {reason}");
+        }
+        self.end_reader(peer);
+        self.with_node(|node, now| node.handle_peer_lost(now, peer));
+        self.elastic.notify();
+    }
+
+    /// Ends the connections of peers the core declared lost on its own (silence, or another
+    /// node's notice), so that their readers stop.
+    pub(crate) fn close_links_lost_by_core(&self) {
+        let lost: Vec<NodeId> = self.with_node(|node, _| {
+            self.links()
+                .iter()
+                .map(|l| l.peer)
+                .filter(|&p| p != self.rank && node.is_lost(p))
+                .collect()
+        });
+        for peer in lost {
+            let Some(state) = self.peer(peer) else {
+                continue;
+            };
+            if !state.lost.swap(true, Ordering::AcqRel) {
+                tracing::warn!(node = self.rank.0, "{peer} lost: silent or reported lost");
+            }
+            self.end_reader(peer);
+            self.elastic.notify();
+        }
+    }
+
+    /// Ends `peer`'s reader, which may be blocked on a connection that is still open.
+    pub(crate) fn end_reader(&self, peer: NodeId) {
+        if let Some(stream) = self.incoming.lock().remove(&peer) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// An authenticated incoming data connection.
+pub(crate) struct Incoming {
+    /// The rank the connector proved.
+    pub(crate) rank: u32,
+    pub(crate) stream: TcpStream,
+    /// For a node joining at run time, the data address to dial back to.
+    pub(crate) joiner: Option<SocketAddr>,
+}
+
+/// Dials `peer` at `addr` and authenticates as `rank` for `purpose`, retrying until
+/// `deadline`.
+pub(crate) fn connect_peer_for(
+    rank: NodeId,
+    peer: u32,
+    addr: SocketAddr,
+    token: &[u8],
+    purpose: Purpose,
+    deadline: Instant,
+) -> Result<TcpStream, StartError> {
+    let mut delay = Duration::from_millis(5);
+    loop {
+        let attempt = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .map_err(|e| e.to_string())
+            .and_then(|mut s| {
+                s.set_nodelay(true).map_err(|e| e.to_string())?;
+                auth::connect_handshake(&mut s, token, rank.0, purpose)
+                    .map_err(|e| e.to_string())?;
+                Ok(s)
+            });
+        match attempt {
+            Ok(stream) => return Ok(stream),
+            Err(reason) if Instant::now() + delay >= deadline => {
+                return Err(StartError::Connect { peer, addr, reason });
+            }
+            Err(_) => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// [`connect_peer_for`] a data connection.
+pub(crate) fn connect_peer(
+    rank: NodeId,
+    peer: u32,
+    addr: SocketAddr,
+    token: &[u8],
+    deadline: Instant,
+) -> Result<TcpStream, StartError> {
+    connect_peer_for(rank, peer, addr, token, Purpose::Data, deadline)
+}
+
+/// Accepts data connections for the node's whole life: authenticated ones are handed to the
+/// node, anything else is closed and logged while the node keeps running.
+pub(crate) fn spawn_acceptor(
+    rank: NodeId,
+    listener: TcpListener,
+    token: Vec<u8>,
+    tx: mpsc::Sender<Incoming>,
+    stopping: Arc<AtomicBool>,
+    slow: Option<&Arc<SlowTasks>>,
+) -> std::io::Result<JoinHandle<()>> {
+    let token: Arc<[u8]> = token.into();
+    // Handshake threads start from this one, so they share its cgroup: no join of their own.
+    spawn_named(format!("roam-accept-{}", rank.0), slow, move || {
+        let tx = Arc::new(Mutex::new(tx));
+        for conn in listener.incoming() {
+            if stopping.load(Ordering::Acquire) {
+                return;
+            }
+            let Ok(mut stream) = conn else { continue };
+            let (token, tx) = (token.clone(), tx.clone());
+            // Handshakes run on their own short-lived thread so a silent client cannot stall
+            // the acceptor; the handshake itself is bounded by a read timeout.
+            let handshake = std::thread::Builder::new()
+                .name("roam-handshake".into())
+                .spawn(move || {
+                    let peer_addr = stream.peer_addr().ok();
+                    let hello = match auth::accept_handshake(&mut stream, &token) {
+                        Ok(hello) => hello,
+                        Err(err) => {
+                            tracing::warn!(
+                                node = rank.0,
+                                "rejected connection from {peer_addr:?}: {err}"
+                            );
+                            return;
+                        }
+                    };
+                    let joiner = match hello.purpose {
+                        Purpose::Data => None,
+                        Purpose::JoinData => match read_joiner_addr(&mut stream) {
+                            Ok(addr) => Some(addr),
+                            Err(reason) => {
+                                tracing::warn!(
+                                    node = rank.0,
+                                    "joining node {} at {peer_addr:?}: {reason}; closed",
+                                    hello.rank
+                                );
+                                return;
+                            }
+                        },
+                        other => {
+                            tracing::warn!(
+                                node = rank.0,
+                                "connection from {peer_addr:?} with purpose {other:?} closed"
+                            );
+                            return;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let conn = Incoming {
+                        rank: hello.rank,
+                        stream,
+                        joiner,
+                    };
+                    if tx.lock().send(conn).is_err() {
+                        tracing::warn!(
+                            node = rank.0,
+                            "late data connection from node {} closed",
+                            hello.rank
+                        );
+                    }
+                });
+            if handshake.is_err() {
+                tracing::warn!(
+                    node = rank.0,
+                    "could not spawn a handshake thread; connection dropped"
+                );
+            }
+        }
+    })
+}
+
+/// The data address a joining node sends after its handshake (one fixed-size entry).
+fn read_joiner_addr(stream: &mut TcpStream) -> Result<SocketAddr, String> {
+    let mut entry = [0u8; ENTRY_LEN];
+    auth::read_exact_until(stream, &mut entry, Instant::now() + HANDSHAKE_TIMEOUT)
+        .map_err(|e| format!("no data address: {e}"))?;
+    let addr = decode_entry(&entry).map_err(|e| format!("bad data address: {e}"))?;
+    if addr.port() == 0 || addr.ip().is_unspecified() {
+        return Err(format!("data address {addr} cannot be connected to"));
+    }
+    Ok(addr)
+}
+
+/// Reads `peer`'s frames into the core until the connection ends. A silent peer is the core's
+/// to detect (its timers), so reads block without a timeout.
+pub(crate) fn spawn_reader(
+    shared: &Arc<Shared>,
+    peer: NodeId,
+    stream: TcpStream,
+) -> std::io::Result<JoinHandle<()>> {
+    shared.incoming.lock().insert(peer, stream.try_clone()?);
+    let shared = shared.clone();
+    let slow = shared.slow_tasks.clone();
+    spawn_named(format!("roam-read-{}", peer.0), slow.as_ref(), move || {
+        let mut reader = BufReader::with_capacity(1 << 16, stream);
+        let mut debt = Duration::ZERO;
+        loop {
+            match read_frame(&mut reader, &shared.limits) {
+                Ok(frame) => {
+                    roam_core::stats::add(&shared.counters.messages_received, 1);
+                    roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
+                    if frame.header.kind == Kind::Goodbye {
+                        if let Some(state) = shared.peer(peer) {
+                            state.departed.store(true, Ordering::Release);
+                            state.lost.store(true, Ordering::Release);
+                        }
+                        shared.with_node(|node, now| node.handle_peer_departed(now, peer));
+                        shared.elastic.notify();
+                        return;
+                    }
+                    let slowed = shared
+                        .service
+                        .as_ref()
+                        .filter(|_| ServiceSlowdown::slows(frame.header.kind));
+                    let Some(service) = slowed else {
+                        shared.with_node(|node, now| node.handle_frame(now, peer, frame));
+                        continue;
+                    };
+                    let took = shared.with_node(|node, now| {
+                        let start = Instant::now();
+                        node.handle_frame(now, peer, frame);
+                        start.elapsed()
+                    });
+                    let sleep = service.owe(&mut debt, took);
+                    if !sleep.is_zero() {
+                        std::thread::sleep(sleep);
+                    }
+                }
+                Err(err) => {
+                    shared.peer_lost(peer, &err.to_string());
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// Adds node `peer` while this node runs: a link on `outgoing` (with its sender thread), then
+/// a reader on `incoming`. Fails if it already has a link or the node is shutting down.
+pub(crate) fn add_peer(
+    shared: &Arc<Shared>,
+    peer: NodeId,
+    outgoing: TcpStream,
+    incoming: TcpStream,
+) -> Result<(), String> {
+    let latency = Duration::from_micros(shared.latency_us);
+    let link = Link::new(peer, Sink::Tcp(outgoing), latency, shared.counters.clone())
+        .map(Arc::new)
+        .map_err(|e| format!("link setup: {e}"))?;
+    {
+        let _node = shared.node.lock();
+        let mut peers = shared.peers.write();
+        if shared.shutting_down.load(Ordering::Acquire) {
+            return Err("this node is shutting down".into());
+        }
+        if peers.contains_key(&peer) {
+            return Err("it already has a link".into());
+        }
+        peers.insert(peer, Arc::new(Peer::new(link.clone())));
+        let parked = shared.parked.lock().remove(&peer).unwrap_or_default();
+        for frame in parked {
+            link.enqueue(frame);
+        }
+    }
+    if let Err(err) = link.flush() {
+        shared.peer_lost(peer, &format!("write failed: {err}"));
+    }
+    let sh = shared.clone();
+    let sending = link.clone();
+    let sender = spawn_named(
+        format!("roam-send-{}", peer.0),
+        shared.slow_tasks.as_ref(),
+        move || {
+            if let Err(err) = sending.run_sender() {
+                sh.peer_lost(sending.peer, &format!("write failed: {err}"));
+            }
+        },
+    )
+    .map_err(|e| format!("sender thread: {e}"))?;
+    shared.elastic.push_sender(sender);
+    let reader = spawn_reader(shared, peer, incoming).map_err(|e| format!("reader: {e}"))?;
+    shared.elastic.push_reader(reader);
+    Ok(())
+}
+
+pub(crate) fn spawn_loopback(
+    shared: &Arc<Shared>,
+    rx: mpsc::Receiver<Frame>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+) -> std::io::Result<JoinHandle<()>> {
+    let shared = shared.clone();
+    let name = format!("roam-server-{}", shared.rank.0);
+    let slow = shared.slow_tasks.clone();
+    spawn_named(name, slow.as_ref(), move || {
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(frame) => {
+                    roam_core::stats::add(&shared.counters.messages_received, 1);
+                    roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
+                    let rank = shared.rank;
+                    shared.with_node(|node, now| node.handle_frame(now, rank, frame));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if !*stop.0.lock() => {}
+                Err(_) => return,
+            }
+        }
+    })
+}

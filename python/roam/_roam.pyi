@@ -159,6 +159,17 @@ class Node:
     def sampling_seed(self) -> int:
         """The seed of the samplers' random numbers."""
     @property
+    def is_member(self) -> bool:
+        """Whether this node is a member of the cluster (false once drained or shut down)."""
+    def drain(self, rank: int) -> None:
+        """Drains node ``rank``: its buckets and keys move to the other members, then it leaves
+        (GIL released until it left). Raises :class:`OpError` with the reason if it cannot be
+        drained (the coordinator, not a member, ...). The drained node's workers must have
+        finished; it calls :meth:`wait_until_done` and then :meth:`shutdown`."""
+    def wait_until_done(self) -> None:
+        """Blocks (GIL released) until this node was drained or every other member left
+        cleanly. Raises :class:`PeerGoneError` if a member was lost instead."""
+    @property
     def closed(self) -> bool:
         """Whether the node was shut down or closed."""
     @property

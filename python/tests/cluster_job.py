@@ -311,6 +311,39 @@ def peer_gone() -> None:
     node.close()
 
 
+def drain(allocation: str) -> None:
+    """Both nodes push; node 0 then drains node 1, which waits for it and leaves; node 0 reads
+    the exact sums, every key now its own."""
+    node = roam.Node(num_keys=NUM_KEYS, value_lengths=1, workers=1, allocation=allocation)
+    w = node.worker(0)
+    keys = np.arange(NUM_KEYS, dtype=np.uint64)
+    for step in range(20):
+        if allocation == "dynamic" and step % 5 == node.rank:
+            w.localize(keys[node.rank :: 2])
+        w.push(keys, np.full(NUM_KEYS, node.rank + 1, np.float32))
+    w.barrier()
+    if node.rank == 1:
+        node.wait_until_done()
+        assert not node.is_member
+        node.shutdown()
+        print("OK drain rank 1", flush=True)
+        return
+    try:
+        node.drain(0)
+    except roam.OpError as e:
+        assert "it is the coordinator" in str(e), e
+    else:
+        raise AssertionError("draining the coordinator succeeded")
+    node.drain(1)
+    out = w.pull(keys).wait()
+    assert np.all(out == 20 * (1 + 2)), out.ravel()[:5]
+    buf = np.zeros(1, np.float32)
+    assert all(w.pull_if_local(int(k), buf) for k in keys), "every key is on node 0 now"
+    assert node.is_member
+    node.shutdown()
+    print("OK drain rank 0", flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode.startswith("basic-"):
@@ -323,5 +356,7 @@ if __name__ == "__main__":
         latency()
     elif mode == "peer-gone":
         peer_gone()
+    elif mode.startswith("drain-"):
+        drain(mode.removeprefix("drain-"))
     else:
         raise SystemExit(f"unknown mode {mode}")

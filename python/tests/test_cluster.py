@@ -50,3 +50,11 @@ def test_peer_loss_raises_peer_gone_error(roam_bin):
     out = launch(roam_bin, "peer-gone")
     assert "[node 0] OK peer-gone rank 0: PeerGoneError" in out, out
     assert "panicked" not in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("allocation", ["static-range", "static-hash", "dynamic"])
+def test_a_drained_node_hands_over_its_keys_and_leaves(roam_bin, allocation):
+    out = launch(roam_bin, f"drain-{allocation}")
+    for rank in (0, 1):
+        assert f"[node {rank}] OK drain rank {rank}" in out, out
+    assert "panicked" not in out and "Traceback" not in out, out

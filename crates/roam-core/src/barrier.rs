@@ -84,6 +84,15 @@ impl Node {
         self.flush_replicas_if_all_arrived();
     }
 
+    /// Whether `worker` was retired.
+    pub(crate) fn is_retired(&self, worker: WorkerId) -> bool {
+        self.barriers
+            .retired
+            .get(worker.index())
+            .copied()
+            .unwrap_or(false)
+    }
+
     /// Workers retired so far.
     pub(crate) fn retired_count(&self) -> u32 {
         self.barriers.retired.iter().filter(|&&r| r).count() as u32

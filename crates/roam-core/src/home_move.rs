@@ -143,6 +143,21 @@ impl Node {
         self.moves.current.is_some()
     }
 
+    /// At the coordinator: every bucket's home once the move in flight and the queued ones
+    /// are done (what joins and drains plan against).
+    pub(crate) fn projected_homes(&self) -> Vec<NodeId> {
+        let mut homes: Vec<NodeId> = (0..self.dir.num_buckets())
+            .map(|b| self.dir.bucket_home(b))
+            .collect();
+        let current = self.moves.current.map(|c| c.request);
+        for request in current.iter().chain(&self.moves.queue) {
+            if let Some(home) = homes.get_mut(request.bucket as usize) {
+                *home = request.to;
+            }
+        }
+        homes
+    }
+
     /// At the coordinator: queues a move the load balancer decided.
     pub(crate) fn queue_balancer_move(&mut self, now: Time, bucket: u32, to: NodeId) {
         self.moves.queue.push_back(MoveRequest {

@@ -328,6 +328,10 @@ impl Node {
             // Node ids were checked to fit 32 bits by `Msg::decode`.
             let node = NodeId(peer as u32);
             if !self.dir.is_member(node) {
+                // A member that left (drained) may still be in a view taken before its leave.
+                if self.membership.has_left(node) {
+                    continue;
+                }
                 return self.warn(bad("names a node that is no member"));
             }
             if !(ns.is_finite() && ns >= 0.0 && answers.is_finite() && answers >= 1.0) {

@@ -137,10 +137,13 @@ pub enum DrainRefusal {
     /// A member was lost.
     #[error("the cluster lost a member")]
     AfterLoss,
+    /// Its own workers still run (a node asked to drain itself).
+    #[error("its workers are still running (they must finish first)")]
+    WorkersRunning,
 }
 
 impl DrainRefusal {
-    const ALL: [Self; 7] = [
+    const ALL: [Self; 8] = [
         Self::NotMember,
         Self::Coordinator,
         Self::AlreadyDraining,
@@ -148,6 +151,7 @@ impl DrainRefusal {
         Self::Replication,
         Self::CreatesKeys,
         Self::AfterLoss,
+        Self::WorkersRunning,
     ];
 
     fn culprit(self, node: NodeId) -> u64 {
@@ -182,6 +186,8 @@ struct ChangeInFlight {
 enum DrainRequester {
     Local(u64),
     Remote(NodeId, ReqId),
+    /// Answered already (a node that asked for its own drain, before its leave's notice).
+    Answered,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -292,7 +298,21 @@ impl Node {
         self.tick(now);
         let op = self.new_op(worker, OpKind::Drain, 1, Vec::new());
         let coordinator = self.dir.coordinator();
-        if let Some(peer) = self.unreachable(coordinator) {
+        // Only a node itself knows whether its workers still run (they might relocate keys to
+        // it after it handed its keys back): it refuses its own drain then, unless the asker
+        // is the last one running (its later localizes fail, see `is_leaving`). Another
+        // node's request is trusted (see the module docs).
+        let asker_runs = worker.0 < self.cfg.workers_per_node && !self.is_retired(worker);
+        let running = self
+            .cfg
+            .workers_per_node
+            .saturating_sub(self.retired_count());
+        if node == self.cfg.id && running > u32::from(asker_runs) {
+            self.answer_drain(
+                DrainRequester::Local(op),
+                Err((DrainRefusal::WorkersRunning, node)),
+            );
+        } else if let Some(peer) = self.unreachable(coordinator) {
             self.answer(op, 0);
             self.fail(op, OpError::PeerGone { peer });
             self.settle(op);
@@ -308,9 +328,31 @@ impl Node {
         ReqId(op)
     }
 
-    /// Whether `from` may send frames here: a member, or a node that left (its last frames).
-    pub(crate) fn accepts_from(&self, from: NodeId) -> bool {
-        self.dir.is_member(from) || self.membership.has_left(from)
+    /// Whether `from` may send a frame of `kind` here: a member anything; a node that left only
+    /// what can still be in flight from it (answers, forwarded requests and relocations, its
+    /// leave's last messages), never a request of its own.
+    pub(crate) fn accepts_from(&self, from: NodeId, kind: Kind) -> bool {
+        if self.dir.is_member(from) {
+            return true;
+        }
+        self.membership.has_left(from)
+            && matches!(
+                kind,
+                Kind::Pull
+                    | Kind::Push
+                    | Kind::PullReply
+                    | Kind::PushReply
+                    | Kind::Reject
+                    | Kind::Localize
+                    | Kind::HandOver
+                    | Kind::Transfer
+                    | Kind::Reclaim
+                    | Kind::Evacuated
+                    | Kind::EpochAck
+                    | Kind::MemberAck
+                    | Kind::Heartbeat
+                    | Kind::Goodbye
+            )
     }
 
     /// Frames a joining node cannot handle yet, and joins at the coordinator (whose senders are
@@ -481,6 +523,16 @@ impl Node {
         } else {
             self.dir.remove_member(node, epoch);
             self.forget_member(node);
+            // A node that asked for its own drain learns it succeeded before the notice of its
+            // leave (same link): after that notice it may exit at any time.
+            if let Some(job) = self.membership.drains.front_mut()
+                && job.node == node
+                && let DrainRequester::Remote(origin, req) = job.requester
+                && origin == node
+            {
+                job.requester = DrainRequester::Answered;
+                self.send(node, encode::op_done(me, req));
+            }
         }
         let recipients: Vec<NodeId> = self
             .live_peers()
@@ -567,7 +619,8 @@ impl Node {
         self.start_next_move(now);
     }
 
-    /// Buckets per live member that is not draining, in increasing order.
+    /// Buckets per live member that is not draining, in increasing order, as they will be once
+    /// the queued moves are done.
     fn buckets_held(&self) -> BTreeMap<NodeId, Vec<u32>> {
         let mut held: BTreeMap<NodeId, Vec<u32>> = self
             .dir
@@ -577,9 +630,9 @@ impl Node {
             .filter(|&n| !self.lost.contains(&n) && !self.membership.is_draining(n))
             .map(|n| (n, Vec::new()))
             .collect();
-        for bucket in 0..self.dir.num_buckets() {
-            if let Some(list) = held.get_mut(&self.dir.bucket_home(bucket)) {
-                list.push(bucket);
+        for (bucket, home) in self.projected_homes().into_iter().enumerate() {
+            if let Some(list) = held.get_mut(&home) {
+                list.push(bucket as u32);
             }
         }
         held
@@ -632,7 +685,13 @@ impl Node {
     /// Queues moves of every bucket of `node` to the other members, each to the one holding
     /// the fewest (ties: the lowest id).
     fn plan_drain_moves(&mut self, node: NodeId) {
-        let mine: Vec<u32> = self.dir.buckets_of(node).collect();
+        let mine: Vec<u32> = self
+            .projected_homes()
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, home)| home == node)
+            .map(|(bucket, _)| bucket as u32)
+            .collect();
         let mut held: BTreeMap<NodeId, usize> = self
             .buckets_held()
             .into_iter()
@@ -711,6 +770,7 @@ impl Node {
                 let frame = encode::reject(me, req, RejectCode::CannotDrain, culprit, &[], &[]);
                 self.send(origin, frame);
             }
+            (DrainRequester::Answered, _) => {}
         }
     }
 
@@ -739,6 +799,32 @@ impl Node {
             for chunk in keys.chunks(RECLAIM_CHUNK) {
                 self.send(home, encode::keys(Kind::Reclaim, me, chunk));
             }
+        }
+        self.check_evacuated();
+    }
+
+    /// Whether this node hands its keys back or left: keys must not move here any more.
+    pub(crate) fn is_leaving(&self) -> bool {
+        self.membership.evacuating
+            || self.membership.leaving.is_some()
+            || (self.membership.early.is_none() && !self.dir.is_member(self.cfg.id))
+    }
+
+    /// At a draining node: keys that landed here after the evacuation started (relocations
+    /// asked for before it) go on to their homes too.
+    pub(crate) fn reclaim_landed(&mut self, keys: &[Key]) {
+        if !self.membership.evacuating {
+            return;
+        }
+        let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        for &key in keys {
+            if self.store.residency(key) == crate::store::Residency::Local {
+                by_home.entry(self.dir.home(key)).or_default().push(key);
+            }
+        }
+        let me = self.cfg.id;
+        for (home, keys) in by_home {
+            self.send(home, encode::keys(Kind::Reclaim, me, &keys));
         }
         self.check_evacuated();
     }
@@ -824,6 +910,11 @@ impl Node {
                 .events
                 .push_back(MembershipEvent::Joined(node));
         } else if node == me {
+            // It times nobody any more (they stopped timing it): a late acknowledgement is
+            // no silence to act on.
+            for peer in self.dir.members().to_vec() {
+                self.timers.forget(peer);
+            }
             self.dir.remove_member(me, epoch);
             let early = std::mem::take(&mut self.membership.early_acks);
             let awaiting: BTreeSet<NodeId> = self
@@ -906,6 +997,17 @@ impl Node {
     /// drain fails (keys may be gone with it).
     pub(crate) fn membership_lose_peer(&mut self, now: Time, peer: NodeId) {
         self.drained_if_acked();
+        let me = self.cfg.id;
+        for change in std::mem::take(&mut self.membership.changes) {
+            match change {
+                Change::Admit(node) => {
+                    let mut frame = encode::welcome(me, 0, &[]);
+                    frame.header.aux = JoinRefusal::AfterLoss.code();
+                    self.send(node, frame);
+                }
+                Change::Remove(_) => self.membership.changes.push_back(change),
+            }
+        }
         for job in std::mem::take(&mut self.membership.drains) {
             self.membership
                 .changes
@@ -917,7 +1019,7 @@ impl Node {
                     self.settle(op);
                 }
                 // The requester learns of the loss itself and fails its operation then.
-                DrainRequester::Remote(..) => {}
+                DrainRequester::Remote(..) | DrainRequester::Answered => {}
             }
         }
         self.complete_change_if_acked(now);

@@ -449,8 +449,11 @@ impl Node {
                 // At the key's home the owner record is exact; the cache helps elsewhere only.
                 if self.policy.location_caches() && self.dir.home(key) != self.cfg.id {
                     if let Some(&owner) = self.cache.get(&key) {
-                        add(&self.counters.cache_hits, 1);
-                        return Route::Remote(owner);
+                        if self.dir.is_member(owner) {
+                            add(&self.counters.cache_hits, 1);
+                            return Route::Remote(owner);
+                        }
+                        self.cache.remove(&key);
                     }
                     add(&self.counters.cache_misses, 1);
                 }
@@ -798,8 +801,13 @@ impl Node {
         let Some(frame) = self.intercept_membership(now, from, frame) else {
             return;
         };
-        if !self.accepts_from(from) {
-            return self.warn(Warning::UnknownSender { from });
+        if !self.accepts_from(from, frame.header.kind) {
+            // A joiner times the members from its welcome on, so its first heartbeats may
+            // arrive before the member change that admits it: no warning for those.
+            if frame.header.kind != Kind::Heartbeat {
+                self.warn(Warning::UnknownSender { from });
+            }
+            return;
         }
         self.tick(now);
         self.timers.heard(from, now);
@@ -828,6 +836,8 @@ impl Node {
                 self.check_evacuated();
             }
             Msg::Transfer { keys, values } => self.handle_transfer(now, from, keys, values),
+            // A node that left has no say about the members' liveness.
+            Msg::PeerLost { .. } if !self.dir.is_member(from) => {}
             Msg::PeerLost { peer } => {
                 if self.dir.is_member(peer) {
                     self.handle_peer_lost(now, peer);
@@ -943,7 +953,8 @@ impl Node {
         self.fail_pending_after_loss(peer, self.keys_may_be_anywhere());
         self.home_moves_lose_peer(now, peer);
         self.membership_lose_peer(now, peer);
-        if departed {
+        if departed || !self.is_member() {
+            // A node that left (or is not admitted yet) tells nobody: it is no member of theirs.
             return;
         }
         self.fail_barriers(peer);

@@ -89,6 +89,22 @@ impl Node {
     pub fn issue_localize(&mut self, now: Time, worker: WorkerId, keys: &[Key]) -> ReqId {
         self.tick(now);
         let op = self.new_op(worker, OpKind::Localize, keys.len(), Vec::new());
+        if self.is_leaving() {
+            // Its keys are going back to their homes: none may come here any more.
+            if let Some(p) = self.pending.get_mut(&op) {
+                p.remaining = 0;
+            }
+            let reason = "this node is being drained: its workers must have finished".into();
+            self.fail(
+                op,
+                crate::OpError::Rejected {
+                    peer: self.cfg.id,
+                    reason,
+                },
+            );
+            self.settle(op);
+            return ReqId(op);
+        }
         add(&self.counters.localize_keys, keys.len() as u64);
         self.localize_keys(now, Some(op), keys);
         self.settle(op);
@@ -464,6 +480,7 @@ impl Node {
         for op in touched_ops {
             self.settle(op);
         }
+        self.reclaim_landed(keys);
     }
 }
 

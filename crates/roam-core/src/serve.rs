@@ -254,7 +254,9 @@ impl Node {
 
     /// Remembers where answered keys live (location caches only).
     fn learn_locations(&mut self, from: NodeId, keys: &[Key]) {
-        if self.policy.location_caches() && from != self.cfg.id {
+        // A node that left answers what reached it before it left: never cache it as a
+        // location (it exits once every member confirmed its leave).
+        if self.policy.location_caches() && from != self.cfg.id && self.dir.is_member(from) {
             for &key in keys {
                 self.cache.insert(key, from);
             }

@@ -419,6 +419,49 @@ impl PyNode {
         self.shared.sampling_seed
     }
 
+    /// Whether this node is a member of the cluster: false once it was drained (or shut down).
+    #[getter]
+    fn is_member(&self) -> bool {
+        self.shared
+            .handle
+            .lock()
+            .as_ref()
+            .is_some_and(NodeHandle::is_member)
+    }
+
+    /// Drains node `rank`: its buckets and keys move to the other members, then it leaves the
+    /// cluster. Blocks (GIL released) until it left; raises `OpError` with the coordinator's
+    /// reason if it cannot be drained (the coordinator, not a member, ...). The drained node's
+    /// workers must have finished; it calls `wait_until_done()` and then `shutdown()`.
+    fn drain(&self, py: Python<'_>, rank: u32) -> PyResult<()> {
+        let shared = &self.shared;
+        let result = py.detach(|| shared.handle.lock().as_ref().map(|h| h.drain(rank)));
+        match result {
+            None => Err(errors::op_error_msg("the node is shut down".to_string())),
+            Some(Ok(())) => Ok(()),
+            Some(Err(err)) => Err(errors::op_error(&err, false)),
+        }
+    }
+
+    /// Blocks (GIL released) until this node was drained or every other member left cleanly;
+    /// for a node whose workers are done and that waits to be drained. Raises
+    /// `PeerGoneError` if a member was lost instead.
+    fn wait_until_done(&self, py: Python<'_>) -> PyResult<()> {
+        let shared = &self.shared;
+        let result = py.detach(|| {
+            shared
+                .handle
+                .lock()
+                .as_ref()
+                .map(NodeHandle::wait_until_done)
+        });
+        match result {
+            None => Err(errors::op_error_msg("the node is shut down".to_string())),
+            Some(Ok(())) => Ok(()),
+            Some(Err(err)) => Err(errors::op_error(&err, false)),
+        }
+    }
+
     /// Whether the node was shut down or closed.
     #[getter]
     fn closed(&self) -> bool {

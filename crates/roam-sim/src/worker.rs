@@ -94,6 +94,10 @@ pub enum Op {
         /// Block until the new home serves the bucket, or only issue.
         wait: bool,
     },
+    /// The worker is done for good (`Node::retire_worker`, as when a real worker's handle is
+    /// dropped): it counts as arrived at its node's later barriers, and its node may ask for
+    /// its own drain. Must be the script's last op.
+    Retire,
     /// Drain node `node` (`Node::issue_drain`; the coordinator runs it): its buckets and keys
     /// move to the other members, then it leaves and its node exits. Reads and writes nothing.
     Drain {

@@ -1,15 +1,15 @@
-//! Bounded model checking of the relocation and home-move protocols: every interleaving of small scenarios
-//! (2–3 nodes, 1–2 keys, a few ops) is explored with `roam_sim::explore`, branching at each
-//! step over every deliverable link head and every worker that can issue its next op. At the
-//! end of every execution the same properties as the random tests are checked: per-key
-//! linearizability (plus per-worker program order where it is guaranteed: no location caches,
-//! fast local access, no home move), exact final sums, every op completed, a single copy of every key
-//! recorded by its home, no warning or anomaly. After every step the simulator checks that no
-//! key is held twice.
+//! Bounded model checking of the relocation, home-move and membership protocols: every
+//! interleaving of small scenarios (2–3 nodes, 1–3 keys, a few ops) is explored with
+//! `roam_sim::explore`, branching at each step over every deliverable link head and every
+//! worker that can issue its next op. At the end of every execution the same properties as the
+//! random tests are checked: per-key linearizability (plus per-worker program order where it is
+//! guaranteed: no location caches, fast local access, no home move, join or drain), exact final
+//! sums, every op completed, a single copy of every key recorded by its home, no warning or
+//! anomaly. After every step the simulator checks that no key is held twice.
 //!
-//! CI explores the scenarios below within a few seconds; `ROAM_SIM_EXHAUSTIVE_DEPTH=<n>` (long
-//! mode) adds larger scenarios and cuts executions at `n` events (the prefixes of cut ones are
-//! checked for safety only).
+//! CI explores the scenarios below within a minute or two; `ROAM_SIM_EXHAUSTIVE_DEPTH=<n>`
+//! (long mode) adds larger scenarios and cuts executions at `n` events (the prefixes of cut
+//! ones are checked for safety only).
 
 mod common;
 
@@ -35,6 +35,9 @@ struct Scenario {
     /// Replicated keys (synchronised by one background round at time 0, racing with
     /// everything else, and by `SyncReplicas`; no later round, so executions are finite).
     replicated: Vec<Key>,
+    /// The last node is a server that asks to join at time 0 (its `Join` races with
+    /// everything else).
+    joiner: bool,
     scripts: Vec<(WorkerRef, Vec<Op>)>,
 }
 
@@ -51,6 +54,7 @@ impl Default for Scenario {
             sparse: false,
             static_alloc: false,
             replicated: Vec::new(),
+            joiner: false,
             scripts: Vec::new(),
         }
     }
@@ -72,7 +76,8 @@ impl Scenario {
             .with_location_caches(self.caches)
             .with_fast_local_access(self.fast)
             .with_delay(0, 0)
-            .with_think(0, 0);
+            .with_think(0, 0)
+            .with_joiners(u32::from(self.joiner));
         let cfg = if self.replicated.is_empty() {
             cfg
         } else {
@@ -81,6 +86,9 @@ impl Scenario {
         let mut sim = Sim::new(cfg);
         for (w, script) in &self.scripts {
             sim.add_script(*w, script.clone());
+        }
+        if self.joiner {
+            sim.start_join(NodeId(self.nodes - 1));
         }
         sim
     }
@@ -105,10 +113,13 @@ impl Scenario {
 
     fn explore(&self, depth: usize) -> ExploreStats {
         let expected = self.expected();
-        let moves_homes = self
-            .scripts
-            .iter()
-            .any(|(_, script)| script.iter().any(|op| matches!(op, Op::MoveHome { .. })));
+        // Joins and drains move homes too.
+        let moves_homes = self.joiner
+            || self.scripts.iter().any(|(_, script)| {
+                script
+                    .iter()
+                    .any(|op| matches!(op, Op::MoveHome { .. } | Op::Drain { .. }))
+            });
         let name = self.name;
         let mut check = |sim: &Sim, complete: bool| {
             let history = sim.history();
@@ -393,6 +404,63 @@ fn static_home_move_scenarios() -> Vec<Scenario> {
             ..Scenario::default()
         },
     ]
+}
+
+/// A server joining and a node draining (`membership.rs`), racing with accesses from the
+/// other nodes, under both allocations.
+fn membership_scenarios() -> Vec<Scenario> {
+    let mut scenarios = Vec::new();
+    for static_alloc in [true, false] {
+        scenarios.push(Scenario {
+            name: if static_alloc {
+                "static: a server joins and takes a bucket while both nodes push and read"
+            } else {
+                "dynamic: a server joins and takes a bucket while both nodes push and read"
+            },
+            // Range homes of keys 0..3 over 2 nodes: 0, 0, 1; the joiner takes bucket 1.
+            nodes: 3,
+            workers: 1,
+            keys: 3,
+            static_alloc,
+            joiner: true,
+            scripts: vec![
+                (w(0, 0), vec![push([1], 1.0), Op::pull(vec![1])]),
+                (w(1, 0), vec![push([1], 2.0)]),
+            ],
+            ..Scenario::default()
+        });
+        scenarios.push(Scenario {
+            name: if static_alloc {
+                "static: node 2 drains while node 1 pushes to and reads its key"
+            } else {
+                "dynamic: node 2 drains while node 1 localizes, pushes and reads its key"
+            },
+            // One key per node; node 2's key goes to node 0 (the fewest buckets, lowest id).
+            nodes: 3,
+            workers: 1,
+            keys: 3,
+            static_alloc,
+            scripts: vec![
+                (w(0, 0), vec![Op::drain(2)]),
+                (
+                    w(1, 0),
+                    if static_alloc {
+                        vec![push([2], 1.0), Op::pull(vec![2])]
+                    } else {
+                        vec![Op::localize_async(vec![2]), push([2], 1.0)]
+                    },
+                ),
+            ],
+            ..Scenario::default()
+        });
+    }
+    scenarios
+}
+
+/// CI: every interleaving of the join and drain scenarios, none cut.
+#[test]
+fn every_interleaving_of_small_join_and_drain_scenarios_is_correct() {
+    explore_completely(membership_scenarios());
 }
 
 /// CI: every interleaving of the static home-move scenarios, none cut.

@@ -19,7 +19,7 @@ fn default_seeds() -> u64 {
 }
 
 /// Which nodes a case drains (node 3 is the joiner).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Drained {
     /// Node 3 joins; node 1 (of the initial cluster) drains once its workers finished.
     Original,
@@ -27,6 +27,8 @@ enum Drained {
     Joiner,
     /// Node 3 joins; then node 1 drains, then node 3.
     Both,
+    /// Node 3 joins; node 1's last running worker asks for its own node's drain.
+    Itself,
 }
 
 struct Case {
@@ -61,6 +63,14 @@ fn run_case(seed: u64, plan: Drained) -> Case {
         if w.node == NodeId(1) || *w == WorkerRef::new(0, 1) {
             script.truncate(8);
         }
+        for _ in 0..4 {
+            // Reads while homes and keys move (with location caches, they teach locations).
+            let at = rng.random_range(0..=script.len());
+            let mut some = keys.clone();
+            some.shuffle(&mut rng);
+            some.truncate(3);
+            script.insert(at, Op::pull_async(some));
+        }
         if dynamic {
             for _ in 0..4 {
                 let at = rng.random_range(0..=script.len());
@@ -71,6 +81,9 @@ fn run_case(seed: u64, plan: Drained) -> Case {
             }
         }
         script.push(Op::WaitAll);
+        if plan == Drained::Itself && *w == WorkerRef::new(1, 0) {
+            script.push(Op::Retire);
+        }
     }
     // Recompute the expectation from the truncated scripts.
     let mut expected: Vec<Vec<f32>> = keys.iter().map(|&k| vec![0.0; space.len(k)]).collect();
@@ -96,6 +109,12 @@ fn run_case(seed: u64, plan: Drained) -> Case {
         Drained::Original => vec![NodeId(1)],
         Drained::Joiner => vec![NodeId(3)],
         Drained::Both => vec![NodeId(1), NodeId(3)],
+        Drained::Itself => vec![NodeId(1)],
+    };
+    let asker = if plan == Drained::Itself {
+        WorkerRef::new(1, 1)
+    } else {
+        WorkerRef::new(0, 1)
     };
     let mut step = 0u64;
     let mut joined = false;
@@ -117,10 +136,7 @@ fn run_case(seed: u64, plan: Drained) -> Case {
             .any(|w| w.node == NodeId(1) || *w == WorkerRef::new(0, 1));
         let previous_left = next_drain == 0 || sim.has_exited(drained[next_drain - 1]);
         if next_drain < drained.len() && admitted && node1_done && previous_left {
-            sim.add_script(
-                WorkerRef::new(0, 1),
-                [Op::drain(drained[next_drain].0), Op::WaitAll],
-            );
+            sim.add_script(asker, [Op::drain(drained[next_drain].0), Op::WaitAll]);
             next_drain += 1;
             acted = true;
         }
@@ -181,10 +197,16 @@ fn check(seed: u64, case: &Case) {
             "seed {seed}: {node} still a member"
         );
     }
-    if !case.drained.contains(&NodeId(3)) {
+    // Joins and drains spread the buckets evenly: each member within one of its share.
+    let members = coordinator.members().to_vec();
+    let buckets = coordinator.num_buckets() as usize;
+    for &m in &members {
+        let held = coordinator.buckets_of(m).count();
+        let share = buckets / members.len();
         assert!(
-            coordinator.buckets_of(NodeId(3)).count() > 0,
-            "seed {seed}: the joiner got no bucket"
+            held + 1 >= share && held <= share + members.len(),
+            "seed {seed}: {m} holds {held} of {buckets} buckets ({} members)",
+            members.len()
         );
     }
     sim.check_quiescent_placement()
@@ -275,4 +297,68 @@ fn the_coordinator_and_non_members_cannot_be_drained() {
     for key in 0..8 {
         assert_eq!(sim.holders(key).len(), 1, "key {key}");
     }
+}
+
+#[test]
+fn a_node_drains_itself_once_its_other_workers_retired() {
+    for_each_seed(default_seeds() / 3, |seed| {
+        let case = run_case(seed, Drained::Itself);
+        check(seed, &case);
+    });
+}
+
+#[test]
+fn a_leaving_node_does_not_mistake_a_slow_acknowledgement_for_a_lost_peer() {
+    // With liveness on, node 3 waits for its last acknowledgement while the link from node 2
+    // is held past the silence timeout: it must not declare anyone lost (every member
+    // stopped timing it), and the survivors' reads succeed.
+    use roam_core::{KeySpace, Liveness};
+    const MS: u64 = 1_000_000;
+    let cfg = SimConfig::new(4, 1, KeySpace::uniform(8, 1).unwrap())
+        .with_seed(5)
+        .with_delay(10_000, 50_000)
+        .with_think(0, 0)
+        .with_liveness(Liveness {
+            heartbeat_every: MS,
+            silent_after: 4 * MS,
+        });
+    let mut sim = Sim::new(cfg);
+    let all: Vec<u64> = (0..8).collect();
+    sim.add_script(WorkerRef::new(0, 0), [Op::drain(3)]);
+    for n in [1, 2] {
+        sim.add_script(
+            WorkerRef::new(n, 0),
+            [Op::Sleep(30 * MS), Op::pull(all.clone())],
+        );
+    }
+    let mut partitioned = false;
+    while sim.now().0 <= 12 * MS {
+        let left = sim
+            .membership_events()
+            .iter()
+            .any(|&(_, n, e)| n == NodeId(0) && e == MembershipEvent::Left(NodeId(3)));
+        if left && !partitioned {
+            sim.partition(NodeId(2), NodeId(3));
+            partitioned = true;
+        }
+        if !sim.step() {
+            break;
+        }
+    }
+    assert!(partitioned, "node 3 never left");
+    sim.heal(NodeId(2), NodeId(3));
+    run_to_end(5, &mut sim);
+    assert!(sim.has_exited(NodeId(3)));
+    for n in 0..3 {
+        for p in 0..3 {
+            assert!(
+                !sim.node(NodeId(n)).is_lost(NodeId(p)),
+                "node {n} thinks node {p} is lost"
+            );
+        }
+    }
+    for op in sim.history().ops() {
+        assert!(op.succeeded(), "{op}");
+    }
+    assert!(sim.warnings().is_empty(), "{:?}", sim.warnings());
 }

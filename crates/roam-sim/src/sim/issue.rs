@@ -109,6 +109,12 @@ impl Sim {
                 self.issue_move_home(n, w, key, NodeId(to), Pace { wait, think })
             }
             Op::Drain { node, wait } => self.issue_drain(n, w, NodeId(node), Pace { wait, think }),
+            Op::Retire => {
+                worker.ready_at = Time(now.0 + think);
+                let wid = self.nodes[n].workers[w].id.worker;
+                self.nodes[n].node.retire_worker(now, wid);
+                self.drain(NodeId(n as u32));
+            }
             Op::Sample {
                 sampler,
                 n: k,

@@ -32,25 +32,27 @@
 //! keys (their hubs are spread over the members), draining the coordinator or the last node
 //! that could take over, and under dynamic allocation with a sparse key space, draining a node
 //! of the initial cluster (it would take the creation of its buckets' keys with it). A node
-//! that hosts workers may drain once they have finished.
+//! that hosts workers may drain once they have finished: its own request is refused while
+//! another of its workers runs; another node's request is trusted, and the drained node's
+//! localizes fail from its evacuation on.
+//!
+//! This file owns joins, member changes and what every member does; the drain's steps at the
+//! coordinator and at the draining node are in `drain.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::directory::mix64;
+use crate::drain::{DrainJob, DrainRequester};
 use crate::error::OpError;
-use crate::id::{Key, NodeId, ReqId, WorkerId};
+use crate::id::NodeId;
 use crate::msg::{Member, Msg, encode};
-use crate::node::{Node, NodeConfig, OpKind, Time};
+use crate::node::{Node, NodeConfig, Time};
 use crate::policy::PolicyKind;
-use crate::stats::add;
-use crate::store::Holding;
 use crate::warning::Warning;
-use crate::wire::{Frame, Kind, RejectCode};
+use crate::wire::{Frame, Kind};
 
 /// Most frames a joining node queues before its welcome.
 const MAX_EARLY_FRAMES: usize = 1 << 16;
-/// Most keys in one `Reclaim` frame.
-const RECLAIM_CHUNK: usize = 8192;
 
 /// What changed in the membership, for the shell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,64 +115,8 @@ impl JoinRefusal {
     }
 }
 
-/// Why the coordinator refused to drain a node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DrainRefusal {
-    /// The node is no member.
-    #[error("it is no member")]
-    NotMember,
-    /// The coordinator cannot leave (it serialises every change).
-    #[error("it is the coordinator")]
-    Coordinator,
-    /// It is already draining.
-    #[error("it is already draining")]
-    AlreadyDraining,
-    /// No other live member could take its buckets.
-    #[error("no other member could take its buckets")]
-    LastMember,
-    /// The cluster replicates keys.
-    #[error("the cluster replicates keys, whose hubs do not move yet")]
-    Replication,
-    /// Dynamic allocation over a sparse key space: it creates keys of its first buckets.
-    #[error("under dynamic allocation with a sparse key space it creates its first buckets' keys")]
-    CreatesKeys,
-    /// A member was lost.
-    #[error("the cluster lost a member")]
-    AfterLoss,
-    /// Its own workers still run (a node asked to drain itself).
-    #[error("its workers are still running (they must finish first)")]
-    WorkersRunning,
-}
-
-impl DrainRefusal {
-    const ALL: [Self; 8] = [
-        Self::NotMember,
-        Self::Coordinator,
-        Self::AlreadyDraining,
-        Self::LastMember,
-        Self::Replication,
-        Self::CreatesKeys,
-        Self::AfterLoss,
-        Self::WorkersRunning,
-    ];
-
-    fn culprit(self, node: NodeId) -> u64 {
-        let code = Self::ALL.iter().position(|&r| r == self).expect("listed") as u64 + 1;
-        u64::from(node.0) | code << 32
-    }
-
-    /// The reason a `CannotDrain` reject carries in its culprit word, in words.
-    pub(crate) fn describe(culprit: u64) -> String {
-        let node = NodeId(culprit as u32);
-        match Self::ALL.get(((culprit >> 32) as usize).wrapping_sub(1)) {
-            Some(reason) => format!("{node} cannot be drained: {reason}"),
-            None => format!("{node} cannot be drained"),
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Change {
+pub(crate) enum Change {
     Admit(NodeId),
     Remove(NodeId),
 }
@@ -182,52 +128,27 @@ struct ChangeInFlight {
     awaiting: BTreeSet<NodeId>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum DrainRequester {
-    Local(u64),
-    Remote(NodeId, ReqId),
-    /// Answered already (a node that asked for its own drain, before its leave's notice).
-    Answered,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum DrainPhase {
-    /// Its buckets are moving away.
-    Moving,
-    /// Its keys are going to their homes.
-    Evacuating,
-    /// Its removal is queued or in flight.
-    Removing,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct DrainJob {
-    node: NodeId,
-    requester: DrainRequester,
-    phase: DrainPhase,
-}
-
 /// Membership state: at a joining node, at the coordinator, and at a leaving node.
 #[derive(Debug, Default)]
 pub(crate) struct Membership {
     /// A joining node before its welcome: the frames that came early, in arrival order.
-    early: Option<Vec<(NodeId, Frame)>>,
-    events: VecDeque<MembershipEvent>,
+    pub(crate) early: Option<Vec<(NodeId, Frame)>>,
+    pub(crate) events: VecDeque<MembershipEvent>,
     /// Nodes that left (their last frames are still accepted).
-    left: BTreeSet<NodeId>,
+    pub(crate) left: BTreeSet<NodeId>,
     /// Coordinator: changes waiting for a moment without home moves.
-    changes: VecDeque<Change>,
+    pub(crate) changes: VecDeque<Change>,
     in_flight: Option<ChangeInFlight>,
     /// Coordinator: drains in request order; the first is running.
-    drains: VecDeque<DrainJob>,
+    pub(crate) drains: VecDeque<DrainJob>,
     /// Coordinator: queued or running home moves of joins and drains.
     pub(crate) moves_left: usize,
     /// At a draining node: handing its keys to their homes.
-    evacuating: bool,
+    pub(crate) evacuating: bool,
     /// At a leaving node: members whose acknowledgement is missing.
-    leaving: Option<BTreeSet<NodeId>>,
+    pub(crate) leaving: Option<BTreeSet<NodeId>>,
     /// At a node about to leave: acknowledgements that overtook the coordinator's notice.
-    early_acks: BTreeSet<NodeId>,
+    pub(crate) early_acks: BTreeSet<NodeId>,
 }
 
 impl Membership {
@@ -290,42 +211,6 @@ impl Node {
     /// The next membership event for the shell. Drain after [`Node::poll_completion`].
     pub fn poll_membership(&mut self) -> Option<MembershipEvent> {
         self.membership.events.pop_front()
-    }
-
-    /// Asks the coordinator to drain `node`: move its buckets and keys to the other members,
-    /// then remove it. Completes once it is removed, or fails with the coordinator's reason.
-    pub fn issue_drain(&mut self, now: Time, worker: WorkerId, node: NodeId) -> ReqId {
-        self.tick(now);
-        let op = self.new_op(worker, OpKind::Drain, 1, Vec::new());
-        let coordinator = self.dir.coordinator();
-        // Only a node itself knows whether its workers still run (they might relocate keys to
-        // it after it handed its keys back): it refuses its own drain then, unless the asker
-        // is the last one running (its later localizes fail, see `is_leaving`). Another
-        // node's request is trusted (see the module docs).
-        let asker_runs = worker.0 < self.cfg.workers_per_node && !self.is_retired(worker);
-        let running = self
-            .cfg
-            .workers_per_node
-            .saturating_sub(self.retired_count());
-        if node == self.cfg.id && running > u32::from(asker_runs) {
-            self.answer_drain(
-                DrainRequester::Local(op),
-                Err((DrainRefusal::WorkersRunning, node)),
-            );
-        } else if let Some(peer) = self.unreachable(coordinator) {
-            self.answer(op, 0);
-            self.fail(op, OpError::PeerGone { peer });
-            self.settle(op);
-        } else if coordinator == self.cfg.id {
-            self.queue_drain(now, DrainRequester::Local(op), node);
-        } else {
-            if let Some(p) = self.pending.get_mut(&op) {
-                p.first_hops.push(coordinator);
-            }
-            let frame = Frame::control(Kind::Drain, self.cfg.id, ReqId(op), u64::from(node.0));
-            self.send(coordinator, frame);
-        }
-        ReqId(op)
     }
 
     /// Whether `from` may send a frame of `kind` here: a member anything; a node that left only
@@ -621,7 +506,7 @@ impl Node {
 
     /// Buckets per live member that is not draining, in increasing order, as they will be once
     /// the queued moves are done.
-    fn buckets_held(&self) -> BTreeMap<NodeId, Vec<u32>> {
+    pub(crate) fn buckets_held(&self) -> BTreeMap<NodeId, Vec<u32>> {
         let mut held: BTreeMap<NodeId, Vec<u32>> = self
             .dir
             .members()
@@ -636,247 +521,6 @@ impl Node {
             }
         }
         held
-    }
-
-    // ----- draining --------------------------------------------------------------------------
-
-    fn queue_drain(&mut self, now: Time, requester: DrainRequester, node: NodeId) {
-        let me = self.cfg.id;
-        let others = self
-            .dir
-            .members()
-            .iter()
-            .filter(|&&n| n != node && !self.lost.contains(&n) && !self.membership.is_draining(n))
-            .count();
-        let refusal = if !self.dir.is_member(node) {
-            Some(DrainRefusal::NotMember)
-        } else if node == me {
-            Some(DrainRefusal::Coordinator)
-        } else if self.membership.drains.iter().any(|job| job.node == node) {
-            Some(DrainRefusal::AlreadyDraining)
-        } else if !self.lost.is_empty() {
-            Some(DrainRefusal::AfterLoss)
-        } else if !self.replicas.keys().is_empty() {
-            Some(DrainRefusal::Replication)
-        } else if self.policy.keys_move()
-            && self.cfg.space.is_sparse()
-            && node.0 < self.dir.initial_nodes()
-        {
-            Some(DrainRefusal::CreatesKeys)
-        } else if others == 0 {
-            Some(DrainRefusal::LastMember)
-        } else {
-            None
-        };
-        if let Some(refusal) = refusal {
-            return self.answer_drain(requester, Err((refusal, node)));
-        }
-        self.membership.drains.push_back(DrainJob {
-            node,
-            requester,
-            phase: DrainPhase::Moving,
-        });
-        if self.membership.drains.len() == 1 {
-            self.plan_drain_moves(node);
-        }
-        self.start_next_move(now);
-    }
-
-    /// Queues moves of every bucket of `node` to the other members, each to the one holding
-    /// the fewest (ties: the lowest id).
-    fn plan_drain_moves(&mut self, node: NodeId) {
-        let mine: Vec<u32> = self
-            .projected_homes()
-            .into_iter()
-            .enumerate()
-            .filter(|&(_, home)| home == node)
-            .map(|(bucket, _)| bucket as u32)
-            .collect();
-        let mut held: BTreeMap<NodeId, usize> = self
-            .buckets_held()
-            .into_iter()
-            .map(|(n, b)| (n, b.len()))
-            .collect();
-        held.remove(&node);
-        for bucket in mine {
-            let Some((&to, _)) = held.iter().min_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(b.0))) else {
-                return;
-            };
-            *held.get_mut(&to).expect("found") += 1;
-            self.queue_membership_move(bucket, to);
-        }
-    }
-
-    /// Moves the running drain on once its moves (or its evacuation) are over.
-    fn advance_drain(&mut self) {
-        let Some(job) = self.membership.drains.front().copied() else {
-            return;
-        };
-        if job.phase != DrainPhase::Moving || self.membership.moves_left > 0 {
-            return;
-        }
-        if self.dir.buckets_of(job.node).next().is_some() {
-            // A move failed (its receiver was lost): try the others again.
-            return self.plan_drain_moves(job.node);
-        }
-        let phase = if self.policy.keys_move() {
-            let me = self.cfg.id;
-            self.send(job.node, encode::control(Kind::Evacuate, me, 0));
-            DrainPhase::Evacuating
-        } else {
-            self.membership.changes.push_back(Change::Remove(job.node));
-            DrainPhase::Removing
-        };
-        if let Some(front) = self.membership.drains.front_mut() {
-            front.phase = phase;
-        }
-    }
-
-    fn handle_evacuated(&mut self, now: Time, from: NodeId) {
-        match self.membership.drains.front_mut() {
-            Some(job) if job.node == from && job.phase == DrainPhase::Evacuating => {
-                job.phase = DrainPhase::Removing;
-                self.membership.changes.push_back(Change::Remove(from));
-                self.start_next_move(now);
-            }
-            _ => self.warn(Warning::Membership {
-                from,
-                node: from,
-                what: "evacuated without being asked",
-            }),
-        }
-    }
-
-    fn answer_drain(
-        &mut self,
-        requester: DrainRequester,
-        result: Result<(), (DrainRefusal, NodeId)>,
-    ) {
-        let me = self.cfg.id;
-        match (requester, result) {
-            (DrainRequester::Local(op), result) => {
-                self.answer(op, 0);
-                if let Err((refusal, node)) = result {
-                    let reason = DrainRefusal::describe(refusal.culprit(node));
-                    self.fail(op, OpError::Rejected { peer: me, reason });
-                }
-                self.settle(op);
-            }
-            (DrainRequester::Remote(origin, req), Ok(())) => {
-                self.send(origin, encode::op_done(me, req));
-            }
-            (DrainRequester::Remote(origin, req), Err((refusal, node))) => {
-                let culprit = refusal.culprit(node);
-                let frame = encode::reject(me, req, RejectCode::CannotDrain, culprit, &[], &[]);
-                self.send(origin, frame);
-            }
-            (DrainRequester::Answered, _) => {}
-        }
-    }
-
-    /// At the draining node: asks each key's home to take the keys held here.
-    fn handle_evacuate(&mut self, from: NodeId) {
-        if from != self.dir.coordinator() {
-            return self.warn(Warning::Membership {
-                from,
-                node: self.cfg.id,
-                what: "evacuate not from the coordinator",
-            });
-        }
-        self.membership.evacuating = true;
-        let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
-        let mut cursor = Some(0);
-        while let Some(at) = cursor {
-            cursor = self.store.scan(at, 4096, |key, holding, _| {
-                if holding == Holding::Owned {
-                    by_home.entry(self.dir.home(key)).or_default().push(key);
-                }
-            });
-        }
-        let me = self.cfg.id;
-        for (home, mut keys) in by_home {
-            keys.sort_unstable();
-            for chunk in keys.chunks(RECLAIM_CHUNK) {
-                self.send(home, encode::keys(Kind::Reclaim, me, chunk));
-            }
-        }
-        self.check_evacuated();
-    }
-
-    /// Whether this node hands its keys back or left: keys must not move here any more.
-    pub(crate) fn is_leaving(&self) -> bool {
-        self.membership.evacuating
-            || self.membership.leaving.is_some()
-            || (self.membership.early.is_none() && !self.dir.is_member(self.cfg.id))
-    }
-
-    /// At a draining node: keys that landed here after the evacuation started (relocations
-    /// asked for before it) go on to their homes too.
-    pub(crate) fn reclaim_landed(&mut self, keys: &[Key]) {
-        if !self.membership.evacuating {
-            return;
-        }
-        let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
-        for &key in keys {
-            if self.store.residency(key) == crate::store::Residency::Local {
-                by_home.entry(self.dir.home(key)).or_default().push(key);
-            }
-        }
-        let me = self.cfg.id;
-        for (home, keys) in by_home {
-            self.send(home, encode::keys(Kind::Reclaim, me, &keys));
-        }
-        self.check_evacuated();
-    }
-
-    /// At a draining node: reports once nothing is held here any more.
-    pub(crate) fn check_evacuated(&mut self) {
-        if self.membership.evacuating && self.store.count_local() == 0 && self.transit.is_empty() {
-            self.membership.evacuating = false;
-            let coordinator = self.dir.coordinator();
-            self.send(
-                coordinator,
-                encode::control(Kind::Evacuated, self.cfg.id, 0),
-            );
-        }
-    }
-
-    /// At a key's home (by the sender's table): relocate the keys of a leaving node here.
-    fn handle_reclaim(&mut self, now: Time, from: NodeId, keys: &[Key]) {
-        let me = self.cfg.id;
-        let mut here = Vec::new();
-        let mut onward: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
-        for &key in keys {
-            if !self.cfg.space.contains(key) {
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "reclaim of a key out of range",
-                });
-                continue;
-            }
-            let bucket = self.dir.bucket(key);
-            if self.records.contains_key(&bucket) {
-                here.push(key);
-            } else {
-                let home = self.dir.bucket_home(bucket);
-                if home == me {
-                    self.warn(Warning::Relocation {
-                        from: Some(from),
-                        key,
-                        what: "home without the bucket's records",
-                    });
-                } else {
-                    onward.entry(home).or_default().push(key);
-                }
-            }
-        }
-        add(&self.counters.localize_keys, here.len() as u64);
-        self.localize_keys(now, None, &here);
-        for (home, keys) in onward {
-            add(&self.counters.forwards, 1);
-            self.send(home, encode::keys(Kind::Reclaim, from, &keys));
-        }
     }
 
     // ----- every member ----------------------------------------------------------------------

@@ -334,7 +334,7 @@ impl Node {
             RejectCode::InvalidMove => {
                 format!("bucket {culprit} cannot move there (no such bucket or member)")
             }
-            RejectCode::CannotDrain => crate::membership::DrainRefusal::describe(culprit),
+            RejectCode::CannotDrain => crate::drain::DrainRefusal::describe(culprit),
         };
         if positions.is_empty() {
             // A request refused as a whole: nothing of it will be answered.

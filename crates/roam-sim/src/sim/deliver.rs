@@ -106,6 +106,20 @@ impl Sim {
         let idx = self.link_index(from, to);
         if !self.links[idx].open || self.nodes[to.index()].crashed {
             self.links[idx].stats.frames_dropped += 1;
+            if self.nodes[to.index()].exited && from != to {
+                // A drained node exits only once nothing more can come to it: a frame that
+                // does is a protocol error, not a lost connection.
+                let message = format!(
+                    "transport: frame {:?} to {to}, which exited, dropped",
+                    frame.header.kind
+                );
+                self.warnings.push(Warning {
+                    at: self.now,
+                    node: from,
+                    message,
+                    core: None,
+                });
+            }
             return;
         }
         if from != to

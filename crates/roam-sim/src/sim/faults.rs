@@ -86,6 +86,12 @@ impl Sim {
         }
         self.nodes[id.index()].crashed = true;
         self.fault(Fault::Crash(id));
+        self.end_connections(id);
+    }
+
+    /// Ends every connection of `id`: frames on their way to it are lost, and each live peer
+    /// gets the end of its connection after what `id` sent before.
+    fn end_connections(&mut self, id: NodeId) {
         for m in 0..self.cfg.nodes {
             let inbound = self.link_index(NodeId(m), id);
             self.links[inbound].purge();
@@ -150,19 +156,7 @@ impl Sim {
                     core: None,
                 });
             }
-            self.links[inbound].purge();
-            self.links[inbound].open = false;
-            if m == id.0 {
-                continue;
-            }
-            let outbound = self.link_index(id, NodeId(m));
-            if self.links[outbound].open {
-                self.links[outbound].open = false;
-                if !self.nodes[m as usize].crashed {
-                    let delay = self.delay();
-                    self.links[outbound].push(self.now, delay, Payload::Close);
-                }
-            }
         }
+        self.end_connections(id);
     }
 }

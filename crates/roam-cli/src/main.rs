@@ -234,6 +234,7 @@ fn demo(args: &DemoArgs) -> anyhow::Result<i32> {
         slow_scope: Default::default(),
         balancer: None,
         network: Default::default(),
+        membership: Default::default(),
         program,
     })
 }

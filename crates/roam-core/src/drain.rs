@@ -123,7 +123,8 @@ impl Node {
             .cfg
             .workers_per_node
             .saturating_sub(self.retired_count());
-        if node == self.cfg.id && running > u32::from(asker_runs) {
+        // (The coordinator refuses its own drain in any case, with that reason.)
+        if node == self.cfg.id && node != coordinator && running > u32::from(asker_runs) {
             self.answer_drain(
                 DrainRequester::Local(op),
                 Err((DrainRefusal::WorkersRunning, node)),

@@ -802,9 +802,10 @@ impl Node {
             return;
         };
         if !self.accepts_from(from, frame.header.kind) {
-            // A joiner times the members from its welcome on, so its first heartbeats may
-            // arrive before the member change that admits it: no warning for those.
-            if frame.header.kind != Kind::Heartbeat {
+            // A joiner times and reports on the members from its welcome on, so its first
+            // heartbeats and load reports may arrive before the member change that admits it
+            // here: no warning for those.
+            if !matches!(frame.header.kind, Kind::Heartbeat | Kind::LoadReport) {
                 self.warn(Warning::UnknownSender { from });
             }
             return;

@@ -55,6 +55,9 @@ pub const MAX_MESSAGE: usize = 1024;
 const NO_RANK: u32 = u32::MAX;
 /// How long dialling back to a joining node may take.
 const DIAL_BACK_TIMEOUT: Duration = Duration::from_secs(10);
+/// First and longest wait before a join turned away unanswered is tried again.
+const JOIN_RETRY_FIRST: Duration = Duration::from_millis(50);
+const JOIN_RETRY_MAX: Duration = Duration::from_secs(1);
 /// How often the service and the membership thread look at their stop flags.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -233,7 +236,13 @@ impl Shared {
             }
             let members = self.with_node(|core, _| core.directory().members().to_vec());
             let mut running = false;
-            for member in members.into_iter().filter(|&m| m != self.rank) {
+            // Only the initial members run the job: joined servers wait for it like this one,
+            // so waiting for them too would never end with two of them left.
+            let initial = |m: &NodeId| m.0 < self.num_nodes;
+            for member in members
+                .into_iter()
+                .filter(|m| *m != self.rank && initial(m))
+            {
                 match self.peer(member) {
                     Some(p) if p.departed.load(Ordering::Acquire) => {}
                     Some(p) if p.lost.load(Ordering::Acquire) => {
@@ -264,13 +273,42 @@ fn service_error(coordinator: &str, reason: impl ToString) -> StartError {
 }
 
 /// Registers with the coordinator's join service: binds this node's data listener and learns
-/// its rank, the initial node count and every member's data address.
+/// its rank, the initial node count and every member's data address. A coordinator that closes
+/// the connection before answering (its cluster is still starting up, and its rendezvous turns
+/// joins away) is asked again, with backoff, until `timeout`.
 pub(crate) fn join_network(
     coordinator: &str,
     token: &[u8],
     timeout: Duration,
 ) -> Result<Network, StartError> {
     let deadline = Instant::now() + timeout;
+    let mut backoff = JOIN_RETRY_FIRST;
+    loop {
+        let closed = std::cell::Cell::new(false);
+        match join_once(coordinator, token, timeout, deadline, &closed) {
+            Err(_) if closed.get() && Instant::now() + backoff < deadline => {
+                tracing::info!(
+                    "the coordinator {coordinator} turned the join away before answering (is its \
+                     cluster still starting?); asking again in {} ms",
+                    backoff.as_millis()
+                );
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(JOIN_RETRY_MAX);
+            }
+            result => return result,
+        }
+    }
+}
+
+/// One attempt of [`join_network`]; sets `closed` if the coordinator closed the connection
+/// before its reply began.
+fn join_once(
+    coordinator: &str,
+    token: &[u8],
+    timeout: Duration,
+    deadline: Instant,
+    closed: &std::cell::Cell<bool>,
+) -> Result<Network, StartError> {
     let env = ClusterEnv {
         rank: NO_RANK,
         num_nodes: 2,
@@ -295,7 +333,10 @@ pub(crate) fn join_network(
         }
     };
     let mut header = [0u8; 12];
-    auth::read_exact_until(&mut stream, &mut header, deadline).map_err(read_err)?;
+    auth::read_exact_until(&mut stream, &mut header, deadline).map_err(|e| {
+        closed.set(auth::is_closed(&e));
+        read_err(e)
+    })?;
     let word = |i: usize| u32::from_le_bytes(header[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
     let (rank, num_nodes, count) = (word(0), word(1), word(2));
     if num_nodes == 0 || num_nodes > MAX_NODES || rank < num_nodes || rank == NO_RANK {

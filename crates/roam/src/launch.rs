@@ -38,6 +38,8 @@
 //!   reaped the launcher prints each group's throttling counters and removes the groups, on
 //!   the same paths as the namespaces (and by a drop guard); a group it cannot remove, or a
 //!   quota it cannot change, makes a run that would have exited 0 exit 1.
+//! - Membership: `--join-at` and `--drain-at` start joining nodes and drain nodes during the
+//!   run ([`launch_elastic`]); joiners are supervised like the nodes.
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -73,6 +75,10 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 
+#[path = "launch_elastic.rs"]
+pub mod launch_elastic;
+pub use launch_elastic::{DrainAt, MembershipArgs, Secs};
+
 /// Arguments of `roam launch`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct LaunchArgs {
@@ -105,6 +111,9 @@ pub struct LaunchArgs {
     /// Network namespaces, bandwidth shaping and profiles (default: plain loopback).
     #[command(flatten)]
     pub network: NetworkArgs,
+    /// Nodes joining and drained during the run (default: none).
+    #[command(flatten)]
+    pub membership: MembershipArgs,
     /// The program every node runs, followed by its arguments (put `--` before it so that its
     /// options are not taken for the launcher's).
     #[arg(
@@ -182,6 +191,16 @@ where
         ensure!(
             args.nodes <= netns::MAX_NODES,
             "--netns supports at most {} nodes, got {}",
+            netns::MAX_NODES,
+            args.nodes
+        );
+    }
+    args.membership.check(args.nodes)?;
+    let joiners = args.membership.joiners();
+    if net.netns {
+        ensure!(
+            args.nodes + joiners <= netns::MAX_NODES,
+            "--netns supports at most {} nodes, joiners included, got {} and {joiners}",
             netns::MAX_NODES,
             args.nodes
         );
@@ -264,9 +283,17 @@ where
         for p in problems {
             notice(&err, &format!("removing a stale network namespace: {p}"));
         }
-        let cluster =
-            Cluster::create_shaped(tools, args.nodes, net.bandwidth, &net.node_bandwidth)?;
+        // Joiners' namespaces are made now, with the nodes'; their processes start later.
+        let cluster = Cluster::create_shaped(
+            tools,
+            args.nodes + joiners,
+            net.bandwidth,
+            &net.node_bandwidth,
+        )?;
         notice(&err, &format!("{}; {}", net.describe(), cluster.describe()));
+        if let Some(n) = launch_elastic::describe_slots(&cluster, args.nodes, joiners) {
+            notice(&err, &n);
+        }
         Some(cluster)
     } else {
         None
@@ -374,15 +401,26 @@ where
             pumps += usize::from(spawn_pump(pipe, prefix, &err, &err, &done_tx));
         }
         nodes.push(Node {
-            rank,
+            name: format!("node {rank}"),
             child,
             status: None,
         });
     }
-    drop(done_tx);
+    let mut membership = launch_elastic::Membership::new(
+        args,
+        &net,
+        cluster.as_ref(),
+        &coordinator,
+        &token,
+        &out,
+        &err,
+        done_tx,
+        started,
+    );
 
     let mut schedule_ok = true;
-    let mut tick = || {
+    let mut tick = |nodes: &mut Vec<Node>, stopping: bool| {
+        membership.tick(nodes, stopping);
         let Some(g) = &groups else {
             return;
         };
@@ -392,16 +430,20 @@ where
         }
     };
     let code = supervise(&mut nodes, &signals, &err, &mut tick);
+    pumps += membership.pumps;
+    let changed = membership.finish();
     wait_for_output(&done_rx, pumps, &err);
     let cleaned = finish_network(cluster.as_mut(), &err);
     let ungrouped = finish_cgroups(groups.as_mut(), &err, true);
-    // A run that leaves namespaces or cgroups behind, or missed a quota change, did not
-    // succeed, whatever its nodes did.
-    Ok(if code == 0 && !(cleaned && ungrouped && schedule_ok) {
-        1
-    } else {
-        code
-    })
+    // A run that leaves namespaces or cgroups behind, or missed a quota change or a membership
+    // change, did not succeed, whatever its nodes did.
+    Ok(
+        if code == 0 && !(cleaned && ungrouped && schedule_ok && changed) {
+            1
+        } else {
+            code
+        },
+    )
 }
 
 /// Writes the quota changes due at `t` after the nodes started, with a notice for each;
@@ -492,7 +534,8 @@ fn finish_network<E: Write>(cluster: Option<&mut Cluster>, err: &Mutex<E>) -> bo
 
 /// One child and, once reaped, how it ended.
 struct Node {
-    rank: u32,
+    /// `node R`, or `joiner K` for the K-th node started by `--join-at`.
+    name: String,
     child: Child,
     status: Option<ExitStatus>,
 }
@@ -540,12 +583,13 @@ fn notice<E: Write>(err: &Mutex<E>, msg: &str) {
 }
 
 /// Waits for every child, stopping the rest on the first failure or a signal; returns the code.
-/// `tick` runs once per poll, while any child runs.
+/// `tick` runs once per poll, while any child runs, and may add children (joiners); it is told
+/// whether the run is stopping (after a failure or a signal).
 fn supervise<E: Write>(
-    nodes: &mut [Node],
+    nodes: &mut Vec<Node>,
     signals: &signals::Guard,
     err: &Mutex<E>,
-    tick: &mut dyn FnMut(),
+    tick: &mut dyn FnMut(&mut Vec<Node>, bool),
 ) -> i32 {
     let mut failure: Option<i32> = None;
     let mut interrupted: Option<i32> = None;
@@ -554,7 +598,7 @@ fn supervise<E: Write>(
     let mut killed = false;
 
     loop {
-        tick();
+        tick(nodes, kill_at.is_some());
         let (count, sig) = signals.received();
         if count > signals_seen {
             signals_seen = count;
@@ -579,7 +623,7 @@ fn supervise<E: Write>(
                 Ok(None) => continue,
                 Err(e) => {
                     // Cannot happen for our own unreaped child; treat it as lost, not as a hang.
-                    notice(err, &format!("cannot wait for node {}: {e}", n.rank));
+                    notice(err, &format!("cannot wait for {}: {e}", n.name));
                     ExitStatus::from_raw(libc::SIGKILL)
                 }
             };
@@ -588,11 +632,7 @@ fn supervise<E: Write>(
                 failure = Some(exit_code(status));
                 notice(
                     err,
-                    &format!(
-                        "node {} {}; stopping the other nodes",
-                        n.rank,
-                        describe(status)
-                    ),
+                    &format!("{} {}; stopping the other nodes", n.name, describe(status)),
                 );
                 kill_at = Some(Instant::now() + GRACE);
                 newly_failed = true;
@@ -873,6 +913,7 @@ mod tests {
             slow_scope: Scope::Process,
             balancer: None,
             network: NetworkArgs::default(),
+            membership: MembershipArgs::default(),
             program: vec!["true".into()],
         };
         let loopback_netns = NetworkArgs {
@@ -937,6 +978,7 @@ mod tests {
             slow_scope: Scope::Process,
             balancer: None,
             network: NetworkArgs::default(),
+            membership: MembershipArgs::default(),
             program: vec!["/nonexistent/roam-test-program".into()],
         };
         let with = |specs: &[&str], profile: Option<Profile>| NetworkArgs {
@@ -995,6 +1037,7 @@ mod tests {
             slow_scope: Scope::Process,
             balancer: None,
             network: NetworkArgs::default(),
+            membership: MembershipArgs::default(),
             program: vec!["/nonexistent/roam-test-program".into()],
         };
         let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
@@ -1067,6 +1110,7 @@ mod tests {
             slow_scope: Scope::Protocol,
             balancer: None,
             network: NetworkArgs::default(),
+            membership: MembershipArgs::default(),
             program: vec!["/nonexistent/roam-test-program".into()],
         };
         let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();

@@ -595,8 +595,8 @@ impl NodeHandle {
         self.shared.is_member()
     }
 
-    /// Blocks until this node was drained or every other member has departed cleanly (the
-    /// cluster finished); meant for server-only (joined) nodes and for nodes whose workers are
+    /// Blocks until this node was drained or every other initial member (joined servers do not
+    /// count) has departed cleanly (the cluster finished); meant for server-only (joined) nodes and for nodes whose workers are
     /// done and that wait to be drained. Fails with `PeerGone` if a member was lost instead.
     /// A node whose workers still run must not call it (the others' final barrier waits for
     /// them).

@@ -24,6 +24,7 @@ fn sh(nodes: u32, script: &str) -> LaunchArgs {
         slow_scope: Default::default(),
         balancer: None,
         network: Default::default(),
+        membership: Default::default(),
         program: vec!["sh".into(), "-c".into(), script.into()],
     }
 }
@@ -167,6 +168,7 @@ fn a_missing_program_is_an_error_not_a_hang() {
         slow_scope: Default::default(),
         balancer: None,
         network: Default::default(),
+        membership: Default::default(),
         program: vec!["/nonexistent/roam-test-program".into()],
     };
     let _serial = serial();

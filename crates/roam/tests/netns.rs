@@ -47,6 +47,7 @@ fn sh(nodes: u32, script: &str) -> LaunchArgs {
         slow_scope: Default::default(),
         balancer: None,
         network: NetworkArgs::default(),
+        membership: Default::default(),
         program: vec!["sh".into(), "-c".into(), script.into()],
     }
 }

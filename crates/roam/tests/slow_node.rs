@@ -51,6 +51,7 @@ fn sh(nodes: u32, slow: &[&str], script: &str) -> LaunchArgs {
         slow_scope: Scope::Process,
         balancer: None,
         network: Default::default(),
+        membership: Default::default(),
         program: vec!["sh".into(), "-c".into(), script.into()],
     }
 }
@@ -240,6 +241,7 @@ fn protocol_scope_slows_only_the_protocol_threads() {
         slow_scope: Scope::Protocol,
         balancer: None,
         network: Default::default(),
+        membership: Default::default(),
         program: [
             exe.as_os_str(),
             "node_reports_its_slowed_threads".as_ref(),

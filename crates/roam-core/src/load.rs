@@ -580,8 +580,7 @@ mod tests {
         let wide = frame(&[1 << 40], &[5.0, 10.0]);
         assert!(matches!(Msg::decode(&wide), Err(MsgError::BadNode { .. })));
         let mut n = node(3);
-        let cases: [(&[u64], &[f32], &str); 4] = [
-            (&[7], &[5.0, 10.0], "no member"),
+        let cases: [(&[u64], &[f32], &str); 3] = [
             (&[1], &[f32::NAN, 10.0], "finite"),
             (&[1], &[5.0, 0.0], "no answers"),
             (&[1, 1], &[5.0, 10.0, 5.0, 10.0], "twice"),
@@ -592,6 +591,11 @@ mod tests {
             assert!(warning.contains("load report from"), "{what}: {warning}");
         }
         assert!(n.load.views.is_empty(), "no bad report was kept");
+        // A node that is no member here (it joined or left elsewhere first) is skipped.
+        n.handle_load_report(NodeId(2), 0, &[7, 1], &[5.0, 10.0, 5.0, 10.0]);
+        assert!(n.poll_warning().is_none());
+        let (view, _) = &n.load.views[&NodeId(2)];
+        assert_eq!(view.keys().copied().collect::<Vec<_>>(), [NodeId(1)]);
     }
 
     #[test]

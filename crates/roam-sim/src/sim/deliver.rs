@@ -85,6 +85,16 @@ impl Sim {
         }
     }
 
+    /// Records a problem of the simulated transport itself (no core warning) at `node`.
+    pub(super) fn transport_warning(&mut self, node: NodeId, message: String) {
+        self.warnings.push(Warning {
+            at: self.now,
+            node,
+            message,
+            core: None,
+        });
+    }
+
     /// Puts a frame produced by `from`'s node on its link.
     pub(super) fn send(&mut self, from: NodeId, to: NodeId, frame: Frame) {
         let counters = self.nodes[from.index()].node.counters().clone();
@@ -95,12 +105,7 @@ impl Sim {
                 "transport: frame {:?} to unknown {to} dropped",
                 frame.header.kind
             );
-            self.warnings.push(Warning {
-                at: self.now,
-                node: from,
-                message,
-                core: None,
-            });
+            self.transport_warning(from, message);
             return;
         }
         let idx = self.link_index(from, to);
@@ -113,12 +118,7 @@ impl Sim {
                     "transport: frame {:?} to {to}, which exited, dropped",
                     frame.header.kind
                 );
-                self.warnings.push(Warning {
-                    at: self.now,
-                    node: from,
-                    message,
-                    core: None,
-                });
+                self.transport_warning(from, message);
             }
             return;
         }
@@ -205,12 +205,7 @@ impl Sim {
         };
         // The receiving shell would close the connection on bytes it cannot parse.
         let message = format!("transport: undecodable bytes from {from}: {reason}");
-        self.warnings.push(Warning {
-            at: self.now,
-            node: to,
-            message,
-            core: None,
-        });
+        self.transport_warning(to, message);
         self.fault(Fault::ProtocolViolation {
             at: to,
             from,

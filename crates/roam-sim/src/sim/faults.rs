@@ -149,12 +149,7 @@ impl Sim {
             let inbound = self.link_index(NodeId(m), id);
             if self.links[inbound].len() > 0 && m != id.0 {
                 let message = format!("transport: frames still on their way to {id}, which exited");
-                self.warnings.push(Warning {
-                    at: self.now,
-                    node: NodeId(m),
-                    message,
-                    core: None,
-                });
+                self.transport_warning(NodeId(m), message);
             }
         }
         self.end_connections(id);

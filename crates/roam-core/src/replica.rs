@@ -17,6 +17,10 @@
 //!   last broadcast to every other node (`ReplicaValues`), with the number of the last round of
 //!   that node it has applied (the *ack*). A node then sets its replica to
 //!   `primary + its deltas in flight after the ack + its pending delta`, under the key's latch.
+//!   A key that only the receiving node changed since the last broadcast is left out for it:
+//!   its replica is already `primary + its own deltas` (the hub keeps, per key, a bit for each
+//!   node whose deltas it applied). A node with no such key and no newly applied round of its
+//!   own gets no frame.
 //!
 //! Invariants (with per-link FIFO delivery and no node lost):
 //! - Every push lands in exactly one delta, is sent once, is added into the primary once, and is
@@ -54,6 +58,15 @@ const HUB_SALT: u64 = 0x6e75_7073_6875_6273;
 /// The origin time of a `ReplicaValues` frame that answers a `set` (it carries the setter's
 /// own value, not other nodes' updates, so it is no staleness sample).
 const NO_ORIGIN: u64 = u64::MAX;
+
+/// A change every node must receive (a `set`, or a contributor without a bit of its own).
+const EVERY_NODE: u64 = u64::MAX;
+
+/// The bit of `node` in a hub's per-key set of contributors: nodes 0–63 have one each, later
+/// ones count as every node (they then get every change, as before this optimisation).
+fn contributor(node: NodeId) -> u64 {
+    if node.0 < 64 { 1 << node.0 } else { EVERY_NODE }
+}
 
 /// Marks a position this node is not the hub of.
 const NOT_HUB: usize = usize::MAX;
@@ -133,6 +146,9 @@ pub(crate) struct Replicas {
     /// oldest origin among the changes.
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
+    /// Hub: per position, the nodes whose deltas changed the primary since the last broadcast
+    /// (see [`contributor`]); a node that alone changed a key already holds the new value.
+    changed_by: Vec<u64>,
     dirty_since: Option<Time>,
     sync: SyncState,
     /// Reused buffers (no allocation per key on the sync path).
@@ -194,6 +210,7 @@ impl Replicas {
                 .collect(),
             hub_of: hubs,
             is_dirty: vec![false; keys.len()],
+            changed_by: vec![0; keys.len()],
             keys,
             sync_every,
             round: 1,
@@ -256,17 +273,18 @@ impl Replicas {
         &mut self.primary[at..at + len]
     }
 
-    fn mark_dirty(&mut self, pos: u32, since: Time) {
+    fn mark_dirty(&mut self, pos: u32, since: Time, by: u64) {
         if !std::mem::replace(&mut self.is_dirty[pos as usize], true) {
             self.dirty.push(pos);
         }
+        self.changed_by[pos as usize] |= by;
         self.dirty_since = Some(self.dirty_since.map_or(since, |t| t.min(since)));
     }
 }
 
 impl Node {
     /// The node that keeps `key`'s primary: spread over the members by a hash of the key.
-    pub(crate) fn hub(&self, key: Key) -> NodeId {
+    pub fn hub(&self, key: Key) -> NodeId {
         match self.replicas.index.get(&key) {
             Some(&pos) => self.replicas.hub_of[pos as usize],
             None => hub_of(&self.dir, key),
@@ -359,7 +377,7 @@ impl Node {
             if hub == me {
                 let primary = self.replicas.primary_mut(pos, delta.len());
                 primary.iter_mut().zip(&delta).for_each(|(p, d)| *p += d);
-                self.replicas.mark_dirty(pos, scan.since);
+                self.replicas.mark_dirty(pos, scan.since, contributor(me));
             } else {
                 let out = scan.out.entry(hub).or_insert_with(|| Deltas {
                     round,
@@ -407,7 +425,9 @@ impl Node {
     }
 
     /// Hub: sends the primaries changed since the last broadcast to every other node, and
-    /// rebases this node's own replicas on them.
+    /// rebases this node's own replicas on them. A node gets only the keys that another node
+    /// changed (its own deltas are in its replica already), and a frame at all only if it has
+    /// such a key or this broadcast acknowledges deltas of its.
     fn broadcast_primaries(&mut self) {
         if self.replicas.dirty.is_empty() {
             return;
@@ -415,26 +435,81 @@ impl Node {
         let mut positions = std::mem::take(&mut self.replicas.dirty);
         positions.sort_unstable();
         let since = self.replicas.dirty_since.take().unwrap_or(self.clock);
+        let r = &mut self.replicas;
         let mut keys = Vec::with_capacity(positions.len());
-        let mut values = Vec::new();
+        let mut changed_by = Vec::with_capacity(positions.len());
+        let mut n_vals = 0;
         for &pos in &positions {
-            self.replicas.is_dirty[pos as usize] = false;
-            let key = self.replicas.keys[pos as usize];
+            let key = r.keys[pos as usize];
+            r.is_dirty[pos as usize] = false;
+            changed_by.push(std::mem::take(&mut r.changed_by[pos as usize]));
             let len = self.cfg.space.len(key);
-            let primary = self.replicas.primary_mut(pos, len);
-            self.store.rebase_replica(key, primary);
-            values.extend_from_slice(primary);
+            let at = r.primary_at[pos as usize];
+            self.store.rebase_replica(key, &r.primary[at..at + len]);
             keys.push(key);
+            n_vals += len;
         }
-        let me = self.cfg.id;
+        // The frame of every peer that needs every key is one (clones share its body).
+        let mut everything: Option<Frame> = None;
         for node in self.live_peers() {
-            let ack = self.replicas.applied.get(&node).copied().unwrap_or(0);
-            let frame = replica_frame(Kind::ReplicaValues, me, ack, since.0, &keys, &values);
+            let bit = contributor(node);
+            let needed = changed_by.iter().filter(|&&by| by & !bit != 0).count();
+            let contributed = changed_by.iter().any(|&by| by & bit != 0);
+            if needed == 0 && !contributed {
+                continue;
+            }
+            let mut frame = if needed == keys.len() {
+                everything
+                    .get_or_insert_with(|| self.primaries_frame(since, &positions, &keys, n_vals))
+                    .clone()
+            } else {
+                let n_vals = keys
+                    .iter()
+                    .zip(&changed_by)
+                    .filter(|&(_, &by)| by & !bit != 0)
+                    .map(|(&key, _)| self.cfg.space.len(key))
+                    .sum();
+                let (picked_positions, picked_keys): (Vec<u32>, Vec<Key>) = positions
+                    .iter()
+                    .zip(&keys)
+                    .zip(&changed_by)
+                    .filter(|&(_, &by)| by & !bit != 0)
+                    .map(|((&pos, &key), _)| (pos, key))
+                    .unzip();
+                self.primaries_frame(since, &picked_positions, &picked_keys, n_vals)
+            };
+            frame.header.req = ReqId(self.replicas.applied.get(&node).copied().unwrap_or(0));
             add(&self.counters.replica_bytes_sent, frame.wire_len() as u64);
             self.send(node, frame);
         }
         positions.clear();
         self.replicas.dirty = positions;
+    }
+
+    /// A `ReplicaValues` frame of the primaries at `positions` (keys `keys`, `n_vals` values).
+    fn primaries_frame(
+        &self,
+        since: Time,
+        positions: &[u32],
+        keys: &[Key],
+        n_vals: usize,
+    ) -> Frame {
+        let r = &self.replicas;
+        let space = &self.cfg.space;
+        Frame::with_values(
+            Kind::ReplicaValues,
+            self.cfg.id,
+            ReqId(0),
+            since.0,
+            keys,
+            n_vals,
+            |out| {
+                for (&pos, &key) in positions.iter().zip(keys) {
+                    let at = r.primary_at[pos as usize];
+                    out.extend_from_slice(&r.primary[at..at + space.len(key)]);
+                }
+            },
+        )
     }
 
     /// The positions of `keys` if every one is replicated with hub `hub` and the values fit
@@ -498,7 +573,7 @@ impl Node {
                 .iter_mut()
                 .zip(&values[at..at + len])
                 .for_each(|(p, d)| *p += d);
-            self.replicas.mark_dirty(pos, since);
+            self.replicas.mark_dirty(pos, since, contributor(from));
             at += len;
         }
         let applied = self.replicas.applied.entry(from).or_insert(0);
@@ -520,21 +595,17 @@ impl Node {
         };
         let r = &mut self.replicas;
         r.in_flight.retain(|d| d.hub != from || d.round > ack);
-        let mut base = std::mem::take(&mut r.scratch);
+        let in_flight: Vec<&Deltas> = r.in_flight.iter().filter(|d| d.hub == from).collect();
+        let mut extra: Vec<&[f32]> = Vec::with_capacity(in_flight.len());
         let mut at = 0;
         for (&key, &pos) in keys.iter().zip(&positions) {
             let len = self.cfg.space.len(key);
-            base.clear();
-            base.extend_from_slice(&values[at..at + len]);
+            extra.clear();
+            extra.extend(in_flight.iter().filter_map(|sent| sent.delta(pos)));
+            self.store
+                .rebase_replica_with(key, &values[at..at + len], &extra);
             at += len;
-            for sent in self.replicas.in_flight.iter().filter(|d| d.hub == from) {
-                if let Some(delta) = sent.delta(pos) {
-                    base.iter_mut().zip(delta).for_each(|(b, d)| *b += d);
-                }
-            }
-            self.store.rebase_replica(key, &base);
         }
-        self.replicas.scratch = base;
         add(&self.counters.replica_keys_received, keys.len() as u64);
         if since.0 != NO_ORIGIN {
             // One sample per key: the age of the oldest update the frame may carry.
@@ -649,7 +720,8 @@ impl Node {
             at += len;
             self.store.rebase_replica(key, value);
             self.replicas.primary_mut(pos, len).copy_from_slice(value);
-            self.replicas.mark_dirty(pos, now);
+            // A set reaches every node, its origin included (other deltas may be on top).
+            self.replicas.mark_dirty(pos, now, EVERY_NODE);
         }
         if origin != self.cfg.id {
             let ack = self.replicas.applied.get(&origin).copied().unwrap_or(0);
@@ -668,9 +740,9 @@ fn replica_frame(
     keys: &[Key],
     values: &[f32],
 ) -> Frame {
-    let mut frame = Frame::new(kind, from, ReqId(req), time, keys, values.len());
-    frame.values_mut().copy_from_slice(values);
-    frame
+    Frame::with_values(kind, from, ReqId(req), time, keys, values.len(), |out| {
+        out.extend_from_slice(values)
+    })
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@
 //! Invariants: [`Header::decode`] bounds `n_keys` and `n_vals` by [`Limits`] *before* anything is
 //! allocated, and no function here panics on arbitrary input bytes.
 
+use std::sync::Arc;
+
 use crate::id::{NodeId, ReqId};
 
 /// Header size in bytes.
@@ -333,12 +335,13 @@ impl Header {
     }
 }
 
-/// A whole frame: header plus an aligned body.
+/// A whole frame: header plus an aligned body. Clones share the body (a frame is not changed
+/// once sent), so one frame goes to many peers without copying its values.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Frame {
     /// The header.
     pub header: Header,
-    body: Vec<u64>,
+    body: Arc<Vec<u64>>,
 }
 
 impl Frame {
@@ -364,7 +367,54 @@ impl Frame {
         };
         let mut body = vec![0u64; header.body_words()];
         body[..keys.len()].copy_from_slice(keys);
-        Self { header, body }
+        Self {
+            header,
+            body: Arc::new(body),
+        }
+    }
+
+    /// A frame with the given keys and values, built without zeroing the values first:
+    /// `fill` appends exactly `n_vals` values to the (empty) vector it gets.
+    ///
+    /// # Panics
+    /// If `fill` appends another number of values.
+    pub fn with_values(
+        kind: Kind,
+        origin: NodeId,
+        req: ReqId,
+        aux: u64,
+        keys: &[u64],
+        n_vals: usize,
+        fill: impl FnOnce(&mut ValueWriter<'_>),
+    ) -> Self {
+        let header = Header {
+            kind,
+            flags: 0,
+            origin,
+            req,
+            n_keys: keys.len() as u32,
+            n_vals: n_vals as u32,
+            aux,
+            epoch: 0,
+        };
+        let mut body = Vec::with_capacity(header.body_words());
+        body.extend_from_slice(keys);
+        let mut writer = ValueWriter {
+            body: &mut body,
+            pending: None,
+            written: 0,
+        };
+        fill(&mut writer);
+        let written = writer.finish();
+        assert_eq!(
+            written, n_vals,
+            "a frame filled with another number of values"
+        );
+        debug_assert_eq!(body.len(), header.body_words());
+        Self {
+            header,
+            body: Arc::new(body),
+        }
     }
 
     /// A frame with the given keys, their positions (same count) and `n_vals` zeroed values.
@@ -394,7 +444,10 @@ impl Frame {
         bytemuck::cast_slice_mut::<u64, u32>(&mut body[keys.len()..keys.len() + pos_words])
             [..positions.len()]
             .copy_from_slice(positions);
-        Self { header, body }
+        Self {
+            header,
+            body: Arc::new(body),
+        }
     }
 
     /// A frame with no body.
@@ -404,7 +457,10 @@ impl Frame {
 
     /// Assembles a received frame. `body` must hold exactly `header.body_words()` words.
     pub fn from_parts(header: Header, body: Vec<u64>) -> Option<Self> {
-        (body.len() == header.body_words()).then_some(Self { header, body })
+        (body.len() == header.body_words()).then(|| Self {
+            header,
+            body: Arc::new(body),
+        })
     }
 
     /// A zeroed body buffer of the right size for `header`, to read the wire bytes into.
@@ -439,11 +495,12 @@ impl Frame {
         &bytemuck::cast_slice::<u64, f32>(words)[..self.header.n_vals as usize]
     }
 
-    /// The values, writable.
+    /// The values, writable (copies the body first if a clone shares it).
     pub fn values_mut(&mut self) -> &mut [f32] {
         let start = self.values_start();
         let n_vals = self.header.n_vals as usize;
-        &mut bytemuck::cast_slice_mut::<u64, f32>(&mut self.body[start..])[..n_vals]
+        let body = Arc::make_mut(&mut self.body);
+        &mut bytemuck::cast_slice_mut::<u64, f32>(&mut body[start..])[..n_vals]
     }
 
     /// The body as wire bytes (including padding).
@@ -466,6 +523,41 @@ impl Frame {
     }
 }
 
+/// Appends a frame's values to its body as they are produced (see [`Frame::with_values`]):
+/// two `f32`s per body word, in the same byte order as [`Frame::values`] reads them.
+pub struct ValueWriter<'a> {
+    body: &'a mut Vec<u64>,
+    /// The first half of a word whose second value has not come yet.
+    pending: Option<f32>,
+    written: usize,
+}
+
+impl ValueWriter<'_> {
+    /// Appends `values`.
+    pub fn extend_from_slice(&mut self, mut values: &[f32]) {
+        if values.is_empty() {
+            return;
+        }
+        self.written += values.len();
+        if let Some(first) = self.pending.take() {
+            self.body.push(bytemuck::cast([first, values[0]]));
+            values = &values[1..];
+        }
+        let pairs = values.chunks_exact(2);
+        self.pending = pairs.remainder().first().copied();
+        self.body
+            .extend(pairs.map(|pair| bytemuck::cast::<[f32; 2], u64>([pair[0], pair[1]])));
+    }
+
+    /// Pads the last word; returns the number of values written.
+    fn finish(self) -> usize {
+        if let Some(first) = self.pending {
+            self.body.push(bytemuck::cast([first, 0.0f32]));
+        }
+        self.written
+    }
+}
+
 /// Decodes one frame from the front of `bytes`, returning it and the bytes consumed.
 pub fn decode(bytes: &[u8], limits: &Limits) -> Result<(Frame, usize), DecodeError> {
     let Some(head) = bytes.first_chunk::<HEADER_LEN>() else {
@@ -482,6 +574,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<(Frame, usize), DecodeErr
     }
     let mut body = Frame::body_buffer(&header);
     bytemuck::cast_slice_mut::<u64, u8>(&mut body).copy_from_slice(&bytes[HEADER_LEN..total]);
+    let body = Arc::new(body);
     Ok((Frame { header, body }, total))
 }
 
@@ -489,6 +582,52 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<(Frame, usize), DecodeErr
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        /// Values appended in pieces of any sizes give the same frame, byte for byte, as
+        /// zeroed values overwritten at once.
+        #[test]
+        fn a_frame_filled_in_pieces_equals_one_written_at_once(
+            keys in proptest::collection::vec(any::<u64>(), 0..5),
+            pieces in proptest::collection::vec(
+                proptest::collection::vec(-1e6f32..1e6, 0..6), 0..6),
+        ) {
+            let all: Vec<f32> = pieces.concat();
+            let mut expected = Frame::new(Kind::ReplicaValues, NodeId(2), ReqId(5), 7, &keys, all.len());
+            expected.values_mut().copy_from_slice(&all);
+            let built = Frame::with_values(
+                Kind::ReplicaValues, NodeId(2), ReqId(5), 7, &keys, all.len(),
+                |out| pieces.iter().for_each(|p| out.extend_from_slice(p)),
+            );
+            prop_assert_eq!(built.values(), &all[..]);
+            prop_assert_eq!(built.to_bytes(), expected.to_bytes());
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "another number of values")]
+    fn a_frame_filled_with_too_few_values_is_refused() {
+        Frame::with_values(
+            Kind::ReplicaValues,
+            NodeId(0),
+            ReqId(0),
+            0,
+            &[1, 2],
+            3,
+            |out| out.extend_from_slice(&[1.0, 2.0]),
+        );
+    }
+
+    #[test]
+    fn a_clone_shares_its_body_until_written() {
+        let mut frame = Frame::new(Kind::PullReply, NodeId(1), ReqId(1), 0, &[9], 2);
+        frame.values_mut().copy_from_slice(&[1.0, 2.0]);
+        let mut copy = frame.clone();
+        assert!(Arc::ptr_eq(&frame.body, &copy.body));
+        copy.values_mut()[0] = 5.0;
+        assert_eq!(frame.values(), &[1.0, 2.0]);
+        assert_eq!(copy.values(), &[5.0, 2.0]);
+    }
 
     #[test]
     fn frame_roundtrips_through_bytes() {

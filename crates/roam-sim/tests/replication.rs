@@ -807,6 +807,62 @@ fn a_push_is_local_at_once_and_everywhere_within_two_periods_and_two_deliveries(
     check_per_key_linearizable(sim.history()).unwrap();
 }
 
+/// A hub sends a node only the keys that some other node changed: a node that alone pushed to
+/// a key already holds the sum (its own deltas), so it gets the acknowledgement of its deltas
+/// and not the values back. The others get every change, and everyone ends exact.
+#[test]
+fn a_node_that_alone_changed_a_key_is_not_sent_it_back() {
+    const P: u64 = 100_000;
+    let cfg = SimConfig::new(3, 1, KeySpace::uniform(6, 2).unwrap())
+        .with_delay(10_000, 10_000)
+        .with_think(0, 0)
+        .with_replication(vec![1, 4], P);
+    let mut sim = Sim::new(cfg);
+    let w = |n| WorkerRef::new(n, 0);
+    let mut pusher = Vec::new();
+    for _ in 0..10 {
+        pusher.push(Op::push(vec![1, 4], vec![1.0, 2.0, 3.0, 4.0]));
+        pusher.push(Op::Sleep(P / 3));
+    }
+    pusher.extend([Op::SyncReplicas, Op::pull(vec![1, 4])]);
+    sim.add_script(w(2), pusher);
+    for n in 0..2 {
+        sim.add_script(w(n), [Op::SyncReplicas, Op::pull(vec![1, 4])]);
+    }
+    run_to_end(0, &mut sim);
+    for n in 0..3 {
+        let last = sim.history().of_worker(w(n)).last().unwrap();
+        assert_eq!(
+            last.outcome,
+            Outcome::Pulled(vec![10.0, 20.0, 30.0, 40.0]),
+            "node {n}"
+        );
+    }
+    let received = |n: u32| {
+        sim.node(NodeId(n))
+            .counters()
+            .replica_keys_received
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let hubs: Vec<NodeId> = [1, 4].map(|k| sim.node(NodeId(0)).hub(k)).to_vec();
+    assert!(
+        hubs.iter().any(|&h| h != NodeId(2)),
+        "a key's hub is another node than the pusher: {hubs:?}"
+    );
+    assert_eq!(received(2), 0, "the only pusher is sent nothing back");
+    // Each other node gets each key whose hub it is not at least once (a hub rebases its own
+    // replica directly).
+    for n in 0..2 {
+        let foreign = hubs.iter().filter(|&&h| h != NodeId(n)).count() as u64;
+        assert!(
+            received(n) >= foreign,
+            "node {n}: {} < {foreign}",
+            received(n)
+        );
+    }
+    assert!(sim.warnings().is_empty(), "{:?}", sim.warnings());
+}
+
 /// Lossy links break connections (peer loss): every sync completes, successfully or with
 /// `PeerGone` naming a peer its node knew to be lost, and no worker hangs.
 #[test]

@@ -631,10 +631,12 @@ impl Store {
                 f32::from_bits(unsafe { v.as_ptr().read() })
             };
             out.extend(value.iter().zip(base).map(|(v, b)| read(v) - read(b)));
-            let squared: f32 = out[start..].iter().map(|d| d * d).sum();
-            if min_norm > 0.0 && squared < min_norm * min_norm {
-                out.truncate(start);
-                return s;
+            if min_norm > 0.0 {
+                let squared: f32 = out[start..].iter().map(|d| d * d).sum();
+                if squared < min_norm * min_norm {
+                    out.truncate(start);
+                    return s;
+                }
             }
             for (v, b) in value.iter().zip(base) {
                 b.store(v.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -657,6 +659,32 @@ impl Store {
             let record = unsafe { self.record(key, s) };
             let (value, old) = record.split_at(record.len() / 2);
             for ((v, o), &b) in value.iter().zip(old).zip(base) {
+                // SAFETY: valid, aligned `u32`s that no other thread writes while we hold the
+                // latch (optimistic readers only read).
+                let pending = unsafe {
+                    f32::from_bits(v.as_ptr().read()) - f32::from_bits(o.as_ptr().read())
+                };
+                v.store((b + pending).to_bits(), Ordering::Relaxed);
+                o.store(b.to_bits(), Ordering::Relaxed);
+            }
+        })
+    }
+
+    /// Protocol only: as [`Store::rebase_replica`], on the base `base` plus the deltas `extra`
+    /// (added in order), without copying them into one buffer first.
+    pub fn rebase_replica_with(&self, key: Key, base: &[f32], extra: &[&[f32]]) -> bool {
+        if extra.is_empty() {
+            return self.rebase_replica(key, base);
+        }
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        latched(state, REPLICA, |s| {
+            // SAFETY: latched and held as a replica.
+            let record = unsafe { self.record(key, s) };
+            let (value, old) = record.split_at(record.len() / 2);
+            for (i, ((v, o), &b)) in value.iter().zip(old).zip(base).enumerate() {
+                let b = extra.iter().fold(b, |sum, delta| sum + delta[i]);
                 // SAFETY: valid, aligned `u32`s that no other thread writes while we hold the
                 // latch (optimistic readers only read).
                 let pending = unsafe {

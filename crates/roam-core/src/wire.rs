@@ -316,6 +316,28 @@ impl Header {
         })
     }
 
+    /// The header of a new frame (epoch 0: the sender stamps it).
+    fn of_frame(
+        kind: Kind,
+        flags: u8,
+        origin: NodeId,
+        req: ReqId,
+        aux: u64,
+        n_keys: usize,
+        n_vals: usize,
+    ) -> Self {
+        Self {
+            kind,
+            flags,
+            origin,
+            req,
+            n_keys: n_keys as u32,
+            n_vals: n_vals as u32,
+            aux,
+            epoch: 0,
+        }
+    }
+
     /// Body length in 8-byte words.
     pub fn body_words(&self) -> usize {
         self.n_keys as usize + self.position_words() + (self.n_vals as usize).div_ceil(2)
@@ -355,16 +377,7 @@ impl Frame {
         keys: &[u64],
         n_vals: usize,
     ) -> Self {
-        let header = Header {
-            kind,
-            flags: 0,
-            origin,
-            req,
-            n_keys: keys.len() as u32,
-            n_vals: n_vals as u32,
-            aux,
-            epoch: 0,
-        };
+        let header = Header::of_frame(kind, 0, origin, req, aux, keys.len(), n_vals);
         let mut body = vec![0u64; header.body_words()];
         body[..keys.len()].copy_from_slice(keys);
         Self {
@@ -387,16 +400,7 @@ impl Frame {
         n_vals: usize,
         fill: impl FnOnce(&mut ValueWriter<'_>),
     ) -> Self {
-        let header = Header {
-            kind,
-            flags: 0,
-            origin,
-            req,
-            n_keys: keys.len() as u32,
-            n_vals: n_vals as u32,
-            aux,
-            epoch: 0,
-        };
+        let header = Header::of_frame(kind, 0, origin, req, aux, keys.len(), n_vals);
         let mut body = Vec::with_capacity(header.body_words());
         body.extend_from_slice(keys);
         let mut writer = ValueWriter {
@@ -428,16 +432,7 @@ impl Frame {
         n_vals: usize,
     ) -> Self {
         assert_eq!(keys.len(), positions.len(), "one position per key");
-        let header = Header {
-            kind,
-            flags: FLAG_POSITIONS,
-            origin,
-            req,
-            n_keys: keys.len() as u32,
-            n_vals: n_vals as u32,
-            aux,
-            epoch: 0,
-        };
+        let header = Header::of_frame(kind, FLAG_POSITIONS, origin, req, aux, keys.len(), n_vals);
         let mut body = vec![0u64; header.body_words()];
         body[..keys.len()].copy_from_slice(keys);
         let pos_words = header.position_words();

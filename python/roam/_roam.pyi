@@ -87,7 +87,10 @@ class Node:
         rendezvous_timeout: seconds allowed for finding and connecting all peers.
         replicated_keys: keys held as a replica on every node (NuPS), read and pushed
             locally, synchronised in the background every ``replica_sync_every`` seconds;
-            rounds hold back deltas whose L2 norm is below ``replica_min_delta_norm``.
+            rounds hold back deltas whose L2 norm is below ``replica_min_delta_norm``. With
+            ``replica_sync_after_updates`` > 0 a round also starts once this node's workers
+            pushed that many keys locally since the last one (a work clock; the period then
+            only bounds the time between rounds).
         samplers: the samplers (:class:`Sampler`) of ``Worker.prepare_sample``; a sampler's
             id is its index in this list. Every node must register the same ones.
         sampling_seed: the seed of the samplers' random numbers (each node and worker
@@ -127,6 +130,7 @@ class Node:
         replicated_keys: Sequence[int] | None = None,
         replica_sync_every: float = 0.01,
         replica_min_delta_norm: float = 0.0,
+        replica_sync_after_updates: int = 0,
         samplers: Sequence[Sampler] | None = None,
         sampling_seed: int = 0,
         balancer: bool = True,

@@ -352,11 +352,15 @@ def test_environment_configuration(monkeypatch):
         assert node.workers_per_node == 3
 
 
-def test_replicated_keys_and_sync_replicas():
+# The second case runs with the work clock (and an hour-long period): it checks that the option
+# is taken and that the sums stay exact; the Rust tests check when rounds start.
+@pytest.mark.parametrize("sync", [dict(replica_sync_every=0.001),
+                                  dict(replica_sync_every=3600.0, replica_sync_after_updates=50)])
+def test_replicated_keys_and_sync_replicas(sync):
     import threading
 
     with roam.Node(num_keys=10, value_lengths=2, workers=2, replicated_keys=[1, 3],
-                   replica_sync_every=0.001) as node:
+                   **sync) as node:
         errors = []
 
         def work(i):

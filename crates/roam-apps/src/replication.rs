@@ -33,13 +33,30 @@ pub struct Options {
     /// 10 ms).
     #[arg(long)]
     pub sync_every_ms: Option<f64>,
+    /// nups modes: a work clock for the syncs: a round starts once a node pushed this many
+    /// keys per replicated key since the last one (rounds follow training progress, not wall
+    /// time; `--sync-every-ms` then only bounds the time between rounds, default 1000).
+    #[arg(long)]
+    pub sync_updates_per_key: Option<f64>,
 }
 
 impl Options {
     /// Checks the values.
     pub fn validate(&self) -> anyhow::Result<()> {
         check_alpha(self.replicate_alpha)?;
+        check_updates_per_key(self.sync_updates_per_key)?;
         sync_every(self.sync_every_ms).map(drop)
+    }
+
+    /// Sets `cfg`'s sync period and work clock from these options, for `replicated` keys.
+    pub fn configure(&self, cfg: &mut roam::Config, replicated: usize) {
+        if let Some(per_key) = self.sync_updates_per_key {
+            cfg.replica_sync_after_updates = work_clock(per_key, replicated);
+            cfg.replica_sync_every = Duration::from_secs_f64(WORK_CLOCK_BOUND_MS / 1e3);
+        }
+        if let Some(every) = self.sync_every() {
+            cfg.replica_sync_every = every;
+        }
     }
 
     /// The sync period to configure, if not roam's default.
@@ -61,10 +78,17 @@ impl Options {
 
     /// The report's description of the choice ([`chooser_figures`]).
     pub fn figures(&self) -> Map<String, Value> {
+        let bound = self.sync_updates_per_key.map(|_| WORK_CLOCK_BOUND);
         let period = self
             .sync_every()
+            .or(bound)
             .unwrap_or(roam::config::DEFAULT_REPLICA_SYNC_EVERY);
-        chooser_figures(self.replicate_alpha, self.replicate_top, period)
+        let mut figures = chooser_figures(self.replicate_alpha, self.replicate_top, period);
+        figures.insert(
+            "sync_updates_per_key".into(),
+            json!(self.sync_updates_per_key),
+        );
+        figures
     }
 }
 
@@ -145,6 +169,28 @@ pub fn chooser_figures(alpha: f64, top: Option<usize>, sync_every: Duration) -> 
     figures
 }
 
+/// With a work clock, the longest time between two sync rounds unless `--sync-every-ms` says
+/// otherwise: the staleness bound while a node makes little progress.
+pub const WORK_CLOCK_BOUND_MS: f64 = 1000.0;
+const WORK_CLOCK_BOUND: Duration = Duration::from_millis(WORK_CLOCK_BOUND_MS as u64);
+
+/// The work clock's period in key-updates: `per_key` updates for each of `replicated` keys
+/// (at least 1).
+pub fn work_clock(per_key: f64, replicated: usize) -> u64 {
+    ((per_key * replicated as f64).ceil() as u64).max(1)
+}
+
+/// Checks `--sync-updates-per-key`.
+pub fn check_updates_per_key(per_key: Option<f64>) -> anyhow::Result<()> {
+    if let Some(c) = per_key {
+        ensure!(
+            c.is_finite() && c > 0.0 && c <= 1e6,
+            "--sync-updates-per-key must be in (0, 1000000], got {c}"
+        );
+    }
+    Ok(())
+}
+
 /// Checks `--replicate-alpha`.
 pub fn check_alpha(alpha: f64) -> anyhow::Result<()> {
     ensure!(
@@ -196,5 +242,29 @@ mod tests {
             sync_every(Some(2.5)).unwrap(),
             Some(Duration::from_micros(2500))
         );
+    }
+
+    #[test]
+    fn a_work_clock_counts_updates_per_replicated_key_and_bounds_rounds_by_a_second() {
+        assert_eq!(work_clock(4.0, 9507), 38028);
+        assert_eq!(work_clock(0.1, 3), 1, "at least one update");
+        assert!(check_updates_per_key(Some(f64::NAN)).is_err());
+        let opts = |per_key, ms| Options {
+            replicate_alpha: NUPS_ALPHA,
+            replicate_top: None,
+            sync_every_ms: ms,
+            sync_updates_per_key: per_key,
+        };
+        let mut cfg = roam::Config::new(10, 1);
+        opts(Some(2.0), None).configure(&mut cfg, 100);
+        assert_eq!(cfg.replica_sync_after_updates, 200);
+        assert_eq!(cfg.replica_sync_every, Duration::from_secs(1));
+        let mut cfg = roam::Config::new(10, 1);
+        opts(Some(2.0), Some(50.0)).configure(&mut cfg, 100);
+        assert_eq!(cfg.replica_sync_every, Duration::from_millis(50));
+        let mut cfg = roam::Config::new(10, 1);
+        opts(None, Some(50.0)).configure(&mut cfg, 100);
+        assert_eq!(cfg.replica_sync_after_updates, 0, "by time alone");
+        assert_eq!(opts(Some(2.0), None).figures()["sync_every_ms"], 1000.0);
     }
 }

@@ -195,9 +195,15 @@ fn assert_replicates(r: &Value) -> &Value {
     for field in ["occurrence_fraction", "access_fraction"] {
         assert!(f(field) > 0.0 && f(field) < 1.0, "{field}: {r}");
     }
+    // Rounds go by the work clock by default, bounded by a second.
     assert_eq!(
         rep["sync_every_ms"],
-        roam_apps::w2v::DEFAULT_SYNC_EVERY_MS,
+        roam_apps::replication::WORK_CLOCK_BOUND_MS,
+        "{r}"
+    );
+    assert_eq!(
+        rep["sync_updates_per_key"],
+        roam_apps::w2v::DEFAULT_SYNC_UPDATES_PER_KEY,
         "{r}"
     );
     rep

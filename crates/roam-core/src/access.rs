@@ -146,6 +146,7 @@ impl Front {
     pub fn new(node: &Node, worker: WorkerId, counters: Arc<WorkerCounters>) -> Self {
         let cfg = node.config();
         let samplers = node.samplers().clone();
+        node.store().register_worker(counters.clone());
         Self {
             store: node.store().clone(),
             fast_local_access: cfg.fast_local_access,

@@ -8,9 +8,10 @@
 //!   all their hubs on one node). The hub keeps the key's *primary* value: the sum of every
 //!   delta it has applied (plus a `set`, if any). Membership is fixed for now; when it changes
 //!   (issue #14) hubs move with a protocol like the home moves.
-//! - A sync *round* (every `sync_every`, on the core's timers; the scan of the replicated set
-//!   runs in bounded chunks) takes the pending delta of every replica this node updated and
-//!   sends them to their hubs, one `ReplicaDeltas` frame per hub numbered by the round. Deltas
+//! - A sync *round* (every `sync_every`, on the core's timers, or sooner with the *work clock*:
+//!   once the node made `sync_after_updates` key-updates since the last round; the scan of the
+//!   replicated set runs in bounded chunks) takes the pending delta of every replica this node
+//!   updated and sends them to their hubs, one `ReplicaDeltas` frame per hub numbered by the round. Deltas
 //!   sent and not yet acknowledged stay *in flight* here. A hub adds its own deltas into the
 //!   primary directly.
 //! - At the end of its own round a hub sends the primary of every key that changed since its
@@ -35,19 +36,23 @@
 //!   its hub, overwrites the primary, and reaches the setter before its completion; pushes not
 //!   yet applied at the hub when the set lands there are added on top of it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use rustc_hash::FxHashMap as HashMap;
 
 use hdrhistogram::Histogram;
 
 use crate::directory::{Directory, mix64};
-use crate::id::{Key, NodeId, ReqId, WorkerId};
+use crate::id::{Key, NodeId, ReqId};
 use crate::keyspace::KeySpace;
-use crate::node::{Node, OpKind, Time};
+use crate::node::{Node, Time};
 use crate::stats::add;
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
+
+mod flush;
+
+use flush::SyncState;
 
 /// Replicated keys scanned per timer call, so that a round never holds the node for long.
 const SCAN_CHUNK: usize = 4096;
@@ -77,12 +82,28 @@ pub struct Replication {
     /// The replicated keys (any order; duplicates are ignored).
     pub keys: Vec<Key>,
     /// Time between the starts of two sync rounds, in nanoseconds (at least 1; `u64::MAX`:
-    /// no background rounds after the first, replicas change only at `sync_replicas`).
+    /// no background rounds after the first, replicas change only at `sync_replicas`, or by
+    /// the work clock if one is set).
     pub sync_every_ns: u64,
     /// Background rounds leave a replica's delta pending while its L2 norm is below this
     /// (0: send every non-zero delta). `sync_replicas` sends every delta regardless.
     pub min_delta_norm: f32,
+    /// A *work clock* for the rounds (0: off, rounds by time only). When set, a round also
+    /// starts as soon as, since the last round started, this node's workers pushed or set
+    /// this many keys into the local store (on the fast path: with fast local access off only
+    /// the period applies), or, as a hub, it received deltas of replicated keys that count
+    /// for as many: each counts this number divided by the number of replicated keys (rounded
+    /// up; a delta stands for that many updates on average), so a hub whose own workers are
+    /// idle still broadcasts about once per round of the others. `sync_every_ns` then only
+    /// bounds the time between rounds (`u64::MAX`: rounds by work alone). Staleness in
+    /// updates is what training quality depends on; a clock in updates keeps it, and the
+    /// sync's share of the CPU, the same on fast and slow (or shared) machines, where a period
+    /// in wall time does not.
+    pub sync_after_updates: u64,
 }
+
+/// How often an idle replica timer looks at the work clock.
+const WORK_POLL_NS: u64 = 5_000_000;
 
 /// Deltas of one round for one hub: sent, or being gathered by a scan. Positions are
 /// increasing (scans go in key order), so a key's delta is found by binary search.
@@ -127,6 +148,18 @@ pub(crate) struct Replicas {
     index: HashMap<Key, u32>,
     hub_of: Vec<NodeId>,
     sync_every: u64,
+    /// See [`Replication::sync_after_updates`] (0: off).
+    sync_after_updates: u64,
+    /// The work clock's two counts (local updates, `remote_updates`) when the last round
+    /// started.
+    work_at_round: (u64, u64),
+    /// Replicated keys whose deltas other nodes sent here (as their hub), each weighted by
+    /// `remote_weight`, for the work clock.
+    remote_updates: u64,
+    /// The updates a delta from another node counts for (see [`Replication::sync_after_updates`]).
+    remote_weight: u64,
+    /// When the work clock is looked at next (with the work clock on).
+    next_poll_at: Time,
     /// Number of the round being built (rounds start at 1; 0 acknowledges nothing).
     round: u64,
     next_round_at: Time,
@@ -157,19 +190,6 @@ pub(crate) struct Replicas {
     pub(crate) staleness: Histogram<u64>,
 }
 
-/// The `sync_replicas` collective.
-#[derive(Debug, Default)]
-struct SyncState {
-    generation: u64,
-    waiters: Vec<u64>,
-    /// This node has flushed for `generation`.
-    flushed: bool,
-    /// Hub: nodes whose flush marker for a generation arrived.
-    markers: BTreeMap<u64, BTreeSet<NodeId>>,
-    /// Hubs that answered this node's flush of `generation`.
-    done_from: BTreeSet<NodeId>,
-}
-
 /// The node that keeps `key`'s primary: a member picked by a hash of the key.
 fn hub_of(dir: &Directory, key: Key) -> NodeId {
     let members = dir.members();
@@ -183,13 +203,14 @@ impl Replicas {
         dir: &Directory,
         space: &KeySpace,
     ) -> Self {
-        let (mut keys, sync_every, min_delta_norm) = match replication {
+        let (mut keys, sync_every, min_delta_norm, sync_after_updates) = match replication {
             Some(r) => (
                 r.keys.clone(),
                 r.sync_every_ns.max(1),
                 r.min_delta_norm.max(0.0),
+                r.sync_after_updates,
             ),
-            None => (Vec::new(), u64::MAX, 0.0),
+            None => (Vec::new(), u64::MAX, 0.0, 0),
         };
         keys.sort_unstable();
         keys.dedup();
@@ -202,6 +223,7 @@ impl Replicas {
                 total += space.len(key);
             }
         }
+        let remote_weight = sync_after_updates.div_ceil(keys.len().max(1) as u64);
         Self {
             index: keys
                 .iter()
@@ -213,6 +235,11 @@ impl Replicas {
             changed_by: vec![0; keys.len()],
             keys,
             sync_every,
+            sync_after_updates,
+            work_at_round: (0, 0),
+            remote_updates: 0,
+            remote_weight,
+            next_poll_at: Time(0),
             round: 1,
             next_round_at: Time(0),
             last_round_at: Time(0),
@@ -317,12 +344,31 @@ impl Node {
         if self.replicas.keys.is_empty() {
             return None;
         }
-        match self.replicas.scan {
+        let r = &self.replicas;
+        match r.scan {
             Some(_) => Some(self.clock),
+            None if r.sync_after_updates > 0 => Some(r.next_round_at.min(r.next_poll_at)),
             // A period of `u64::MAX` means no background rounds: only `sync_replicas` flushes.
-            None if self.replicas.next_round_at == Time(u64::MAX) => None,
-            None => Some(self.replicas.next_round_at),
+            None if r.next_round_at == Time(u64::MAX) => None,
+            None => Some(r.next_round_at),
         }
+    }
+
+    /// The work clock: key-updates made here so far (see [`Replication::sync_after_updates`]).
+    fn replica_work(&self) -> (u64, u64) {
+        (self.store.local_updates(), self.replicas.remote_updates)
+    }
+
+    /// Whether the work clock calls for a round: this node's own updates since the last round,
+    /// or the (weighted) deltas it received as a hub, reached the count. Either alone, never
+    /// their sum: a busy node's rounds follow its own work, and the deltas only drive a hub
+    /// whose own workers are idle.
+    fn worked_enough(&self) -> bool {
+        let r = &self.replicas;
+        let (local, remote) = self.replica_work();
+        r.sync_after_updates > 0
+            && (local.saturating_sub(r.work_at_round.0) >= r.sync_after_updates
+                || remote.saturating_sub(r.work_at_round.1) >= r.sync_after_updates)
     }
 
     /// Runs the replica timer: starts a round when due, and scans one chunk of it.
@@ -331,7 +377,12 @@ impl Node {
             return;
         }
         if self.replicas.scan.is_none() {
-            if now < self.replicas.next_round_at {
+            let worked = self.worked_enough();
+            let r = &self.replicas;
+            if now < r.next_round_at && !worked {
+                if r.sync_after_updates > 0 {
+                    self.replicas.next_poll_at = Time(now.0.saturating_add(WORK_POLL_NS));
+                }
                 return;
             }
             let min_norm = self.replicas.min_delta_norm;
@@ -341,7 +392,10 @@ impl Node {
     }
 
     fn start_round(&mut self, now: Time, min_norm: f32) {
+        let work = self.replica_work();
         let r = &mut self.replicas;
+        r.work_at_round = work;
+        r.next_poll_at = Time(now.0.saturating_add(WORK_POLL_NS));
         r.scan = Some(Scan {
             cursor: 0,
             since: r.last_round_at,
@@ -576,6 +630,9 @@ impl Node {
             self.replicas.mark_dirty(pos, since, contributor(from));
             at += len;
         }
+        let weight = self.replicas.remote_weight;
+        self.replicas.remote_updates =
+            (self.replicas.remote_updates).saturating_add(weight.saturating_mul(keys.len() as u64));
         let applied = self.replicas.applied.entry(from).or_insert(0);
         *applied = (*applied).max(round);
     }
@@ -611,100 +668,6 @@ impl Node {
             // One sample per key: the age of the oldest update the frame may carry.
             let age = now.0.saturating_sub(since.0).max(1);
             let _ = self.replicas.staleness.record_n(age, keys.len() as u64);
-        }
-    }
-
-    /// Registers `worker`'s arrival at the next `sync_replicas`: once every worker of every
-    /// node has arrived, every push issued before is in every replica, and all complete.
-    pub fn issue_sync_replicas(&mut self, now: Time, worker: WorkerId) -> ReqId {
-        self.tick(now);
-        let op = self.new_op(worker, OpKind::SyncReplicas, 1, Vec::new());
-        if self.fail_collective_after_loss(op) {
-            return ReqId(op);
-        }
-        self.replicas.sync.waiters.push(op);
-        self.flush_replicas_if_all_arrived();
-        ReqId(op)
-    }
-
-    /// Flushes once every live worker waits in `sync_replicas` (also after a retirement).
-    pub(crate) fn flush_replicas_if_all_arrived(&mut self) {
-        let live = self.cfg.workers_per_node - self.retired_count();
-        let waiting = self.replicas.sync.waiters.len() as u32;
-        if waiting > 0 && waiting >= live {
-            self.flush_replicas();
-        }
-    }
-
-    /// Every worker arrived: send every pending delta now, then a flush marker to every hub.
-    fn flush_replicas(&mut self) {
-        if self.replicas.sync.flushed {
-            return;
-        }
-        self.replicas.sync.flushed = true;
-        // Finish any round under way, then run one more that covers every key at once.
-        if self.replicas.scan.is_some() {
-            self.scan_chunk(usize::MAX);
-        }
-        if !self.replicas.keys.is_empty() {
-            let now = self.clock;
-            self.start_round(now, 0.0);
-            self.scan_chunk(usize::MAX);
-        }
-        let generation = self.replicas.sync.generation;
-        self.control_to_members(Kind::ReplicaFlush, generation, Self::handle_replica_flush);
-    }
-
-    /// Sends the control word `word` of `kind` to every member, this node's own copy going
-    /// straight to `here`.
-    fn control_to_members(&mut self, kind: Kind, word: u64, here: fn(&mut Self, NodeId, u64)) {
-        let me = self.cfg.id;
-        for node in self.dir.members().to_vec() {
-            if node == me {
-                here(self, me, word);
-            } else {
-                self.send(node, crate::msg::encode::control(kind, me, word));
-            }
-        }
-    }
-
-    /// Hub: `from` flushed its deltas for `generation`; once all have, broadcast and answer.
-    pub(crate) fn handle_replica_flush(&mut self, from: NodeId, generation: u64) {
-        let members = self.dir.members().len();
-        let arrived = self.replicas.sync.markers.entry(generation).or_default();
-        arrived.insert(from);
-        if arrived.len() < members {
-            return;
-        }
-        self.replicas.sync.markers.remove(&generation);
-        self.broadcast_primaries();
-        self.control_to_members(
-            Kind::ReplicaFlushed,
-            generation,
-            Self::handle_replica_flushed,
-        );
-    }
-
-    /// Hub `from` applied every node's flush of `generation` and sent its primaries here.
-    pub(crate) fn handle_replica_flushed(&mut self, from: NodeId, generation: u64) {
-        let sync = &mut self.replicas.sync;
-        if generation != sync.generation || !sync.flushed {
-            return self.warn(Warning::Replica {
-                from,
-                key: generation,
-                what: "sync answer for another generation",
-            });
-        }
-        sync.done_from.insert(from);
-        if sync.done_from.len() < self.dir.members().len() {
-            return;
-        }
-        sync.done_from.clear();
-        sync.flushed = false;
-        sync.generation += 1;
-        for op in std::mem::take(&mut sync.waiters) {
-            self.answer(op, 0);
-            self.settle(op);
         }
     }
 
@@ -757,6 +720,7 @@ mod tests {
             keys: keys.iter().rev().copied().collect(),
             sync_every_ns: 1,
             min_delta_norm: 0.0,
+            sync_after_updates: 0,
         };
         let dir = Directory::new(2000, 3, Partitioning::Range);
         let space = KeySpace::uniform(2000, 1).unwrap();

@@ -260,6 +260,7 @@ impl PyNode {
         replicated_keys = None,
         replica_sync_every = 0.01,
         replica_min_delta_norm = 0.0,
+        replica_sync_after_updates = 0,
         samplers = None,
         sampling_seed = 0,
         balancer = true,
@@ -285,6 +286,7 @@ impl PyNode {
         replicated_keys: Option<Vec<u64>>,
         replica_sync_every: f64,
         replica_min_delta_norm: f32,
+        replica_sync_after_updates: u64,
         samplers: Option<&Bound<'_, PyAny>>,
         sampling_seed: u64,
         balancer: bool,
@@ -329,6 +331,7 @@ impl PyNode {
         cfg.replicated_keys = replicated_keys.unwrap_or_default();
         cfg.replica_sync_every = seconds("replica_sync_every", replica_sync_every)?;
         cfg.replica_min_delta_norm = replica_min_delta_norm;
+        cfg.replica_sync_after_updates = replica_sync_after_updates;
         for spec in sampler_specs(samplers)? {
             cfg.add_sampler(spec);
         }

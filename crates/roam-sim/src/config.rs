@@ -181,7 +181,18 @@ impl SimConfig {
             keys,
             sync_every_ns,
             min_delta_norm: 0.0,
+            sync_after_updates: 0,
         });
+        self
+    }
+
+    /// Starts a replica sync round also after `updates` key-updates (the work clock, see
+    /// `roam_core::Replication::sync_after_updates`; after [`SimConfig::with_replication`]).
+    pub fn with_sync_after_updates(mut self, updates: u64) -> Self {
+        self.replication
+            .as_mut()
+            .expect("with_replication first")
+            .sync_after_updates = updates;
         self
     }
 

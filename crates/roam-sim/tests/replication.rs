@@ -176,7 +176,14 @@ fn replication_case(seed: u64) -> Case {
     } else {
         Partitioning::Hash
     };
-    let period = rng.random_range(5_000..=200_000);
+    // A quarter of the runs start rounds by work too, with periods long against the work
+    // clock's 5 ms polls, so that rounds are started by work and the period still bounds them.
+    let work_clock = rng.random_bool(0.25);
+    let period = if work_clock {
+        rng.random_range(10_000_000..=50_000_000)
+    } else {
+        rng.random_range(5_000..=200_000)
+    };
     let min_delay = rng.random_range(0..=2_000);
     let max_delay = min_delay + rng.random_range(1..=80_000);
     let max_think = rng.random_range(0..=20_000);
@@ -194,6 +201,11 @@ fn replication_case(seed: u64) -> Case {
         0 => cfg.with_min_delta_norm(2.5),
         1 => cfg.with_min_delta_norm(1e6),
         _ => cfg,
+    };
+    let cfg = if work_clock {
+        cfg.with_sync_after_updates(rng.random_range(1..=8))
+    } else {
+        cfg
     };
     let workload = Workload {
         space: &space,
@@ -805,6 +817,61 @@ fn a_push_is_local_at_once_and_everywhere_within_two_periods_and_two_deliveries(
     sim.check_quiescent_placement().unwrap();
     check_linearizable(sim.history(), Consistency::with_program_order(), None).unwrap();
     check_per_key_linearizable(sim.history()).unwrap();
+}
+
+/// With a work clock, rounds follow the pushes, not the period: a node that pushed enough
+/// starts a round at once, and a hub whose own worker is idle broadcasts once other nodes'
+/// deltas count for enough updates, so a push is everywhere long before the period (10 s
+/// here), which alone would leave the others reading 0 (checked too).
+#[test]
+fn with_a_work_clock_rounds_follow_the_pushes_not_the_period() {
+    const P: u64 = 10_000_000_000;
+    const MS: u64 = 1_000_000;
+    for work_clock in [true, false] {
+        let cfg = SimConfig::new(3, 1, KeySpace::uniform(6, 1).unwrap())
+            .with_delay(10_000, 10_000)
+            .with_think(0, 0)
+            .with_replication(vec![1, 4], P);
+        // Two key-updates per round: one push of both keys.
+        let cfg = if work_clock {
+            cfg.with_sync_after_updates(2)
+        } else {
+            cfg
+        };
+        let mut sim = Sim::new(cfg);
+        let w = |n| WorkerRef::new(n, 0);
+        let mut pusher = vec![Op::Sleep(1)];
+        for _ in 0..4 {
+            pusher.push(Op::push(vec![1, 4], vec![1.0, 1.0]));
+            pusher.push(Op::Sleep(10 * MS));
+        }
+        sim.add_script(w(2), pusher);
+        for n in 0..2 {
+            sim.add_script(w(n), [Op::Sleep(200 * MS), Op::pull(vec![1, 4])]);
+        }
+        run_to_end(0, &mut sim);
+        for n in 0..2 {
+            let read = sim.history().of_worker(w(n)).last().unwrap();
+            let Outcome::Pulled(values) = &read.outcome else {
+                panic!("node {n}: {:?}", read.outcome);
+            };
+            if work_clock {
+                assert!(
+                    values.iter().all(|&v| (1.0..=4.0).contains(&v)),
+                    "node {n} sees the first pushes well before the period: {values:?}"
+                );
+            } else {
+                assert_eq!(values, &[0.0, 0.0], "node {n}: by time alone, nothing yet");
+            }
+        }
+        let rounds = sim.node(NodeId(2)).replica_rounds();
+        if work_clock {
+            assert!(rounds >= 4, "a round after each push: {rounds}");
+        } else {
+            assert!(rounds <= 2, "rounds at 0 and P only: {rounds}");
+        }
+        assert!(sim.warnings().is_empty(), "{:?}", sim.warnings());
+    }
 }
 
 /// A hub sends a node only the keys that some other node changed: a node that alone pushed to

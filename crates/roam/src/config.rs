@@ -111,8 +111,14 @@ pub struct Config {
     /// in the background every `replica_sync_every`. Pick them with [`crate::choose`]; every
     /// node must be given the same set. See the consistency notes in `docs/architecture.md`.
     pub replicated_keys: Vec<Key>,
-    /// Time between two replica sync rounds.
+    /// Time between two replica sync rounds (with `replica_sync_after_updates`: the longest
+    /// time between two rounds).
     pub replica_sync_every: Duration,
+    /// A work clock for the sync rounds (0, the default: off): a round also starts once this
+    /// node's workers pushed this many keys into the local store since the last one, or, as a
+    /// hub, it received deltas that count for as many, so that rounds follow training progress
+    /// instead of wall time. See `roam_core::Replication::sync_after_updates`.
+    pub replica_sync_after_updates: u64,
     /// Background sync rounds leave a replica's delta pending while its L2 norm is below this
     /// (0, the default: every non-zero delta goes out); `sync_replicas` sends all.
     pub replica_min_delta_norm: f32,
@@ -239,6 +245,7 @@ impl Config {
             replicated_keys: Vec::new(),
             replica_sync_every: DEFAULT_REPLICA_SYNC_EVERY,
             replica_min_delta_norm: 0.0,
+            replica_sync_after_updates: 0,
             load_watch: Some(LoadWatch::default()),
             balancer: Some(Balancer::default()),
             samplers: Vec::new(),

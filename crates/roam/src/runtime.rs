@@ -288,6 +288,7 @@ impl NodeHandle {
             keys: cfg.replicated_keys.clone(),
             sync_every_ns: cfg.replica_sync_every.as_nanos().min(u128::from(u64::MAX)) as u64,
             min_delta_norm: cfg.replica_min_delta_norm,
+            sync_after_updates: cfg.replica_sync_after_updates,
         });
         let latency = Duration::from_micros(latency_us);
         let deadline = Instant::now() + cfg.rendezvous_timeout;

@@ -83,6 +83,59 @@ fn replicas_on_three_nodes_hold_the_exact_sum_after_sync() {
     });
 }
 
+/// With the work clock and an hour-long period, pushes still reach the other replica: each
+/// node's 100 pushes start its round, and the hub's broadcast follows the deltas it received
+/// (or its own later work).
+/// (By time alone this would wait for an hour; the loop's cap turns that into a failure.)
+#[test]
+fn with_a_work_clock_pushes_reach_every_replica_without_waiting_for_the_period() {
+    let nodes = cluster(2, || {
+        let mut cfg = Config::new(4, 1).replicate([1]);
+        cfg.workers_per_node = Some(1);
+        cfg.replica_sync_every = Duration::from_secs(3600);
+        cfg.replica_sync_after_updates = 100;
+        cfg
+    });
+    std::thread::scope(|scope| {
+        for node in &nodes {
+            scope.spawn(move || {
+                let w = node.worker(0).unwrap();
+                w.barrier().unwrap();
+                for _ in 0..100 {
+                    w.push(&[1], &[1.0]).unwrap().wait().unwrap();
+                }
+                let cap = std::time::Instant::now() + Duration::from_secs(60);
+                let mut out = [0.0f32];
+                loop {
+                    w.pull(&[1], &mut out).unwrap().wait().unwrap();
+                    if out == [200.0] {
+                        break;
+                    }
+                    // Work that changes nothing: a hub whose round the other node's deltas
+                    // started before its own pushes were all made needs more of its own to
+                    // start the next.
+                    w.push(&[1], &[0.0]).unwrap().wait().unwrap();
+                    assert!(
+                        std::time::Instant::now() < cap,
+                        "node {}: still {out:?} after 60 s",
+                        node.rank()
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                w.barrier().unwrap();
+            });
+        }
+    });
+    for node in &nodes {
+        assert!(node.stats().replica_rounds >= 2, "work rounds ran");
+    }
+    std::thread::scope(|scope| {
+        for node in nodes {
+            scope.spawn(move || node.shutdown().unwrap());
+        }
+    });
+}
+
 #[test]
 fn replicated_keys_outside_the_key_space_are_refused_at_start() {
     let mut cfg = Config::new(8, 2).replicate([3, 8]);

@@ -221,9 +221,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         replicate::Plan::none(&graph)
     };
     cfg.replicated_keys = plan.keys.clone();
-    if let Some(every) = args.replication.sync_every() {
-        cfg.replica_sync_every = every;
-    }
+    args.replication.configure(&mut cfg, plan.keys.len());
     let node = args.mode.start(cfg).context("starting the roam node")?;
     let workers = node.num_nodes() * node.workers_per_node();
     let partition = partition::by_relation(&graph.train, graph.num_relations, workers);

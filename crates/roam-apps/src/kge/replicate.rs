@@ -150,6 +150,7 @@ mod tests {
             replicate_alpha: alpha,
             replicate_top: top,
             sync_every_ms: None,
+            sync_updates_per_key: None,
         }
     }
 

@@ -179,9 +179,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         replicate::Plan::default()
     };
     cfg.replicated_keys = plan.keys.clone();
-    if let Some(every) = args.replication.sync_every() {
-        cfg.replica_sync_every = every;
-    }
+    args.replication.configure(&mut cfg, plan.keys.len());
     let node = args.mode.start(cfg).context("starting the roam node")?;
     let parts = node.num_nodes() * node.workers_per_node();
     let mut layout = Layout::new(ratings.rows, ratings.cols, dim, parts, args.seed);

@@ -105,6 +105,7 @@ mod tests {
             replicate_alpha: alpha,
             replicate_top: top,
             sync_every_ms: Some(2.5),
+            sync_updates_per_key: None,
         };
         let p = Plan::choose(&ratings, &opts(1.0, None));
         assert_eq!(p.keys, [10], "column 0 is key rows + 0");

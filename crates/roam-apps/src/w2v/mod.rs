@@ -42,12 +42,22 @@ use self::eval::{Evaluator, PairList};
 use self::replication::{Chooser, Replicated};
 use self::similarity::Benchmarks;
 
-/// Milliseconds between two replica sync rounds in the NuPS modes unless `--sync-every-ms`
-/// says otherwise. Measured on GCIDE (5 epochs, 4 nodes, 10gbe, 10000-word batches;
-/// docs/workloads-w2v.md): WordSim-353 0.504 / 0.505 / 0.279 at 50 / 100 / 250 ms (`single`
+/// Milliseconds between two replica sync rounds in the NuPS modes when rounds go by time
+/// alone (`--sync-every-ms` without `--sync-updates-per-key`; the default before the work
+/// clock, DEFAULT_SYNC_UPDATES_PER_KEY). Measured on GCIDE (5 epochs, 4 nodes, 10gbe,
+/// 10000-word batches; docs/workloads-w2v.md): WordSim-353 0.504 / 0.505 / 0.279 at 50 / 100 / 250 ms (`single`
 /// 0.496), training CPU 7.7 / 6.1 / 6.2 s an epoch; 100 is the longest period that keeps
 /// quality (roam's default of 10 ms cost 39 s an epoch with 1000-word batches).
 pub const DEFAULT_SYNC_EVERY_MS: f64 = 100.0;
+
+/// Key-updates per replicated key between two sync rounds (the work clock) unless
+/// `--sync-updates-per-key` or `--sync-every-ms` says otherwise. Measured on GCIDE (5 epochs,
+/// 4 nodes, 10gbe; docs/workloads-w2v.md, "Sync rounds by work"): WordSim-353 0.495 / 0.499 /
+/// 0.481 at 2 / 4 / 6 (`single` 0.480), training CPU 17.3 / 15.8 / 14.9 s an epoch against
+/// 19.6 with 100 ms periods, on a machine where 100 ms held 2.6 times less work than on the
+/// one the 100 ms default was measured on. A clock in updates keeps the work between rounds,
+/// and with it quality and the sync's share of the CPU, the same on any machine.
+pub const DEFAULT_SYNC_UPDATES_PER_KEY: f64 = 4.0;
 
 /// The default `--batch-words` is capped so that each worker trains at least this many batches
 /// an epoch.
@@ -154,11 +164,18 @@ pub struct Args {
     /// most, instead of the heuristic (NuPS's `replicate N`).
     #[arg(long)]
     pub replicate_top: Option<usize>,
-    /// NuPS modes: milliseconds between two replica sync rounds (default 100, measured on
-    /// GCIDE at 2 and 4 nodes: WordSim-353 as `single`'s at 50 and 100, lost at 250 and more;
-    /// see docs/workloads-w2v.md).
+    /// NuPS modes: given alone, rounds go by time only, one every this many milliseconds (100
+    /// was the default before the work clock; see docs/workloads-w2v.md). With the work clock
+    /// (the default), the longest time between two rounds (default 1000).
     #[arg(long)]
     pub sync_every_ms: Option<f64>,
+    /// NuPS modes: a work clock for the sync rounds: a round starts once a node pushed this
+    /// many keys per replicated key since the last one, so that rounds follow training
+    /// progress instead of wall time; `--sync-every-ms` then only bounds the time between
+    /// rounds (default 1000). Default 4 (see DEFAULT_SYNC_UPDATES_PER_KEY), unless only
+    /// `--sync-every-ms` is given: then rounds go by time alone, every that many ms.
+    #[arg(long)]
+    pub sync_updates_per_key: Option<f64>,
     /// Fraction of the corpus (its tail) held out for heldout_auc; 0 disables that metric.
     #[arg(long, default_value_t = 0.05)]
     pub heldout: f64,
@@ -223,6 +240,10 @@ impl Args {
                 (self.replicate_alpha.is_some(), "--replicate-alpha"),
                 (self.replicate_top.is_some(), "--replicate-top"),
                 (self.sync_every_ms.is_some(), "--sync-every-ms"),
+                (
+                    self.sync_updates_per_key.is_some(),
+                    "--sync-updates-per-key",
+                ),
             ] {
                 ensure!(
                     !given,
@@ -243,6 +264,7 @@ impl Args {
                 "--sync-every-ms must be positive (and at most an hour), got {ms}"
             );
         }
+        crate::replication::check_updates_per_key(self.sync_updates_per_key)?;
         ensure!(
             self.workers_per_node != Some(0),
             "--workers-per-node must be at least 1"
@@ -288,6 +310,16 @@ impl Args {
         match self.replicate_top {
             Some(n) => Chooser::Top(n),
             None => Chooser::AboveMean(self.replicate_alpha.unwrap_or(1.0)),
+        }
+    }
+
+    /// The work clock of the NuPS modes' syncs, in key-updates per replicated key (`None`:
+    /// rounds by time alone, when only `--sync-every-ms` was given).
+    pub fn sync_updates_per_key(&self) -> Option<f64> {
+        match (self.sync_updates_per_key, self.sync_every_ms) {
+            (Some(per_key), _) => Some(per_key),
+            (None, Some(_)) => None,
+            (None, None) => Some(DEFAULT_SYNC_UPDATES_PER_KEY),
         }
     }
 }
@@ -392,7 +424,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     ));
     cfg.sampling_seed = args.seed;
     cfg.replicated_keys = replicated.keys.clone();
-    let sync_ms = args.sync_every_ms.unwrap_or(DEFAULT_SYNC_EVERY_MS);
+    let sync_ms = match args.sync_updates_per_key() {
+        Some(per_key) => {
+            cfg.replica_sync_after_updates =
+                crate::replication::work_clock(per_key, replicated.keys.len());
+            args.sync_every_ms
+                .unwrap_or(crate::replication::WORK_CLOCK_BOUND_MS)
+        }
+        None => args.sync_every_ms.unwrap_or(DEFAULT_SYNC_EVERY_MS),
+    };
     cfg.replica_sync_every = Duration::from_secs_f64(sync_ms / 1e3);
     let sync_every = cfg.replica_sync_every;
     let node = args.mode.start(cfg).context("starting the node")?;
@@ -474,13 +514,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(outcome) = outcome {
         let ev = evaluator.as_ref();
         let replication = args.mode.replicates().then(|| {
-            replication::report(
+            let mut report = replication::report(
                 &replicated,
                 args.chooser(),
                 sync_every,
                 &outcome.replication,
                 node.num_nodes(),
-            )
+            );
+            report["sync_updates_per_key"] = json!(args.sync_updates_per_key());
+            report
         });
         let mut settings = json!({
             "metric": headline,
@@ -566,5 +608,27 @@ mod tests {
         assert_eq!(args(&["--mode", "classic"]).batch_words(3), 1);
         let given = args(&["--mode", "nups", "--batch-words", "50000"]);
         assert_eq!(given.batch_words(8000), 50000);
+    }
+
+    #[test]
+    fn syncs_go_by_work_unless_only_a_period_is_given() {
+        let nups = |more: &[&str]| {
+            let mut given = vec!["--mode", "nups"];
+            given.extend_from_slice(more);
+            let a = args(&given);
+            a.validate().map(|()| a.sync_updates_per_key())
+        };
+        assert_eq!(nups(&[]).unwrap(), Some(DEFAULT_SYNC_UPDATES_PER_KEY));
+        assert_eq!(nups(&["--sync-every-ms", "50"]).unwrap(), None);
+        let both = ["--sync-every-ms", "50", "--sync-updates-per-key", "2"];
+        assert_eq!(nups(&both).unwrap(), Some(2.0));
+        let err = nups(&["--sync-updates-per-key", "0"]).unwrap_err();
+        assert!(err.to_string().contains("--sync-updates-per-key"), "{err}");
+        let lapse = args(&["--mode", "lapse", "--sync-updates-per-key", "2"]);
+        let err = lapse.validate().unwrap_err();
+        assert!(
+            err.to_string().contains("applies to the modes nups"),
+            "{err}"
+        );
     }
 }

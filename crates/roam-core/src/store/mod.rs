@@ -53,10 +53,12 @@
 mod area;
 mod index;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::id::Key;
 use crate::keyspace::{KeySpace, ValueLengths};
+use crate::stats::WorkerCounters;
 use area::{Area, Scale, UniformView};
 use index::Index;
 
@@ -153,6 +155,10 @@ pub struct Store {
     /// Keys owned here, kept by the protocol's inserts and removes (read by stats from any
     /// thread, so never computed by walking the index).
     owned: AtomicU64,
+    /// The local-access counters of the workers that use this store (registered by their
+    /// fronts), so that the protocol can measure training progress without touching the hot
+    /// path: each worker only bumps its own counters.
+    workers: parking_lot::Mutex<Vec<Arc<WorkerCounters>>>,
 }
 
 // SAFETY: records are only accessed under the per-key latch (see module invariants); the areas'
@@ -196,7 +202,27 @@ impl Store {
                 .is_some_and(|len| len <= MAX_OPTIMISTIC_LEN),
             space,
             owned: AtomicU64::new(0),
+            workers: parking_lot::Mutex::default(),
         }
+    }
+
+    /// Registers a worker's local-access counters (its fronts do; the same counters twice
+    /// count once).
+    pub fn register_worker(&self, counters: Arc<WorkerCounters>) {
+        let mut workers = self.workers.lock();
+        if !workers.iter().any(|c| Arc::ptr_eq(c, &counters)) {
+            workers.push(counters);
+        }
+    }
+
+    /// Keys pushed or set straight into this store by its registered workers so far: the
+    /// node's training progress, as the replica sync's work clock counts it.
+    pub fn local_updates(&self) -> u64 {
+        let workers = self.workers.lock();
+        workers
+            .iter()
+            .map(|c| c.local_push_keys.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The key space this store serves.
@@ -625,12 +651,19 @@ impl Store {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
             let (value, base) = record.split_at(record.len() / 2);
-            let read = |v: &AtomicU32| {
-                // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the
-                // latch (optimistic readers only read).
-                f32::from_bits(unsafe { v.as_ptr().read() })
-            };
-            out.extend(value.iter().zip(base).map(|(v, b)| read(v) - read(b)));
+            let plain = self.plain();
+            if plain {
+                // SAFETY: the latch holder in a store without optimistic readers.
+                let (value, base) = unsafe { (as_plain(value), as_plain(base)) };
+                out.extend(value.iter().zip(base.iter()).map(|(v, b)| v - b));
+            } else {
+                let read = |v: &AtomicU32| {
+                    // SAFETY: a valid, aligned `u32` that no other thread writes while we hold
+                    // the latch (optimistic readers only read).
+                    f32::from_bits(unsafe { v.as_ptr().read() })
+                };
+                out.extend(value.iter().zip(base).map(|(v, b)| read(v) - read(b)));
+            }
             if min_norm > 0.0 {
                 let squared: f32 = out[start..].iter().map(|d| d * d).sum();
                 if squared < min_norm * min_norm {
@@ -638,8 +671,13 @@ impl Store {
                     return s;
                 }
             }
-            for (v, b) in value.iter().zip(base) {
-                b.store(v.load(Ordering::Relaxed), Ordering::Relaxed);
+            if plain {
+                // SAFETY: as above.
+                unsafe { as_plain(base) }.copy_from_slice(unsafe { as_plain(value) });
+            } else {
+                for (v, b) in value.iter().zip(base) {
+                    b.store(v.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
             }
             taken = true;
             s & !DIRTY
@@ -651,38 +689,26 @@ impl Store {
     /// pushes made here since the protocol last took it), atomically with respect to pushes.
     /// Returns false if there is no replica here.
     pub fn rebase_replica(&self, key: Key, base: &[f32]) -> bool {
-        let Some(state) = self.index.get(key) else {
-            return false;
-        };
-        latched(state, REPLICA, |s| {
-            // SAFETY: latched and held as a replica.
-            let record = unsafe { self.record(key, s) };
-            let (value, old) = record.split_at(record.len() / 2);
-            for ((v, o), &b) in value.iter().zip(old).zip(base) {
-                // SAFETY: valid, aligned `u32`s that no other thread writes while we hold the
-                // latch (optimistic readers only read).
-                let pending = unsafe {
-                    f32::from_bits(v.as_ptr().read()) - f32::from_bits(o.as_ptr().read())
-                };
-                v.store((b + pending).to_bits(), Ordering::Relaxed);
-                o.store(b.to_bits(), Ordering::Relaxed);
-            }
-        })
+        self.rebase_replica_with(key, base, &[])
     }
 
     /// Protocol only: as [`Store::rebase_replica`], on the base `base` plus the deltas `extra`
     /// (added in order), without copying them into one buffer first.
     pub fn rebase_replica_with(&self, key: Key, base: &[f32], extra: &[&[f32]]) -> bool {
-        if extra.is_empty() {
-            return self.rebase_replica(key, base);
-        }
         let Some(state) = self.index.get(key) else {
             return false;
         };
+        let plain = self.plain();
         latched(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica.
             let record = unsafe { self.record(key, s) };
             let (value, old) = record.split_at(record.len() / 2);
+            if plain {
+                // SAFETY: the latch holder in a store without optimistic readers.
+                let (value, old) = unsafe { (as_plain(value), as_plain(old)) };
+                rebase_plain(value, old, base, extra);
+                return;
+            }
             for (i, ((v, o), &b)) in value.iter().zip(old).zip(base).enumerate() {
                 let b = extra.iter().fold(b, |sum, delta| sum + delta[i]);
                 // SAFETY: valid, aligned `u32`s that no other thread writes while we hold the
@@ -928,6 +954,24 @@ pub fn apply(vals: &mut [f32], update: &[f32], mode: UpdateMode) {
     }
 }
 
+/// A replica's `value` and `old` halves rebased on `base` plus the deltas `extra`: the pending
+/// delta `value - old` is kept on top of the new base. Every step is a whole-slice pass, so it
+/// vectorises; the sums are the same, bit for bit, as the element-wise atomic path's
+/// (`(base + extra...) + pending`, and float addition commutes).
+#[inline]
+fn rebase_plain(value: &mut [f32], old: &mut [f32], base: &[f32], extra: &[&[f32]]) {
+    debug_assert!(base.len() == value.len() && extra.iter().all(|d| d.len() == base.len()));
+    let (value, old) = (&mut value[..base.len()], &mut old[..base.len()]);
+    value.iter_mut().zip(old.iter()).for_each(|(v, o)| *v -= o);
+    old.copy_from_slice(base);
+    for delta in extra {
+        old.iter_mut()
+            .zip(&delta[..base.len()])
+            .for_each(|(o, d)| *o += d);
+    }
+    value.iter_mut().zip(old.iter()).for_each(|(v, o)| *v += o);
+}
+
 /// A cache prefetch hint (no effect on other targets).
 #[inline(always)]
 fn prefetch(ptr: *const i8) {
@@ -1165,6 +1209,64 @@ mod tests {
         );
         assert!(!store.has_replica(3));
         assert!(!store.pull_local(3, &mut out));
+    }
+
+    /// The replica operations compute the same floats, bit for bit, on both paths: atomic
+    /// element-wise (short values, optimistic readers) and plain vectorised (long values).
+    #[test]
+    fn replica_sync_arithmetic_is_identical_on_the_atomic_and_the_plain_path() {
+        use rand::{Rng, SeedableRng};
+        let seed = 0x5eed_0fba;
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        for len in [3, MAX_OPTIMISTIC_LEN, MAX_OPTIMISTIC_LEN + 1, 40] {
+            let store = Store::new(KeySpace::uniform(2, len as u32).unwrap());
+            assert_eq!(store.plain(), len > MAX_OPTIMISTIC_LEN, "len {len}");
+            // Magnitudes spread over 2^±12, so that the order of additions shows in the bits.
+            let mut draw = || -> Vec<f32> {
+                (0..len)
+                    .map(|_| (rng.random::<f32>() - 0.5) * 2f32.powi(rng.random_range(-12..12)))
+                    .collect()
+            };
+            let (init, push, base, e1, e2, push2) =
+                (draw(), draw(), draw(), draw(), draw(), draw());
+            assert!(store.insert_replica(1, &init));
+            store.push_local(1, &push, UpdateMode::Add);
+            let value: Vec<f32> = init.iter().zip(&push).map(|(i, p)| i + p).collect();
+            let mut delta = Vec::new();
+            assert!(store.take_delta(1, &mut delta));
+            let want: Vec<f32> = value.iter().zip(&init).map(|(v, i)| v - i).collect();
+            assert_eq!(delta, want, "delta, len {len}, seed {seed:#x}");
+            store.push_local(1, &push2, UpdateMode::Add);
+            let value: Vec<f32> = value.iter().zip(&push2).map(|(v, p)| v + p).collect();
+            assert!(store.rebase_replica_with(1, &base, &[&e1, &e2]));
+            let new_base: Vec<f32> = (0..len).map(|i| base[i] + e1[i] + e2[i]).collect();
+            let mut out = vec![0.0; len];
+            assert!(store.pull_local(1, &mut out));
+            // The pending delta is `value - synced base`, where the synced base is the value at
+            // the last take (init + push).
+            let pending: Vec<f32> = (0..len).map(|i| value[i] - (init[i] + push[i])).collect();
+            let want: Vec<f32> = (0..len).map(|i| new_base[i] + pending[i]).collect();
+            assert_eq!(out, want, "rebased value, len {len}, seed {seed:#x}");
+            let mut removed = Vec::new();
+            assert!(store.remove_replica(1, &mut removed));
+            assert_eq!(removed[len..], new_base[..], "synced base, len {len}");
+        }
+    }
+
+    #[test]
+    fn local_updates_sum_the_registered_workers_once_each() {
+        let store = Store::new(KeySpace::uniform(2, 1).unwrap());
+        let (a, b) = (
+            Arc::new(WorkerCounters::default()),
+            Arc::new(WorkerCounters::default()),
+        );
+        store.register_worker(a.clone());
+        store.register_worker(b.clone());
+        store.register_worker(a.clone());
+        a.local_push_keys.store(3, Ordering::Relaxed);
+        b.local_push_keys.store(4, Ordering::Relaxed);
+        a.local_pull_keys.store(100, Ordering::Relaxed);
+        assert_eq!(store.local_updates(), 7, "pushes only, each worker once");
     }
 
     #[test]

@@ -39,8 +39,8 @@ class WorkerError(RoamError, IndexError):
 
 class AccessError(RoamError, ValueError):
     """Bad input to an access: a key out of range, a buffer whose length does not match the
-    keys' value lengths, or a refused sampling call (unknown sampler, more samples than the
-    sample has left). Nothing was changed."""
+    keys' value lengths, a refused sampling call (unknown sampler, more samples than the
+    sample has left), or an intent with an empty clock range. Nothing was changed."""
 
 class OpError(RoamError, RuntimeError):
     """An operation could not be issued or did not complete (a peer refused it, the node is
@@ -98,11 +98,14 @@ class Node:
         balancer: run the load balancer, which moves home buckets (and, under static
             allocation, their keys) away from nodes that answer slowly; ``ROAM_BALANCER``
             (``on``/``off``, set by ``roam launch --balancer``) overrides it.
+        intent_timing: when workers act on their intents (:meth:`Worker.intent`):
+            ``"timed"`` shortly before each intent's start clock, by the measured time an
+            action takes; ``"immediate"`` as soon as an intent is signalled (ablation).
 
     Raises:
         StartError: invalid key space, cluster configuration, missing token, rendezvous or
             connection failure (the Rust ``StartError`` message).
-        ValueError: unknown ``allocation`` or ``home``, bad timeouts or lengths, a sampler
+        ValueError: unknown ``allocation``, ``home`` or ``intent_timing``, bad timeouts or lengths, a sampler
             whose keys are outside the key space or have different value lengths (the
             message names it: ``samplers[i] = Sampler...``).
         TypeError: ``value_lengths`` missing or of the wrong type, ``samplers`` not a list
@@ -134,6 +137,7 @@ class Node:
         samplers: Sequence[Sampler] | None = None,
         sampling_seed: int = 0,
         balancer: bool = True,
+        intent_timing: Literal["timed", "immediate"] = "timed",
     ) -> None: ...
     @property
     def rank(self) -> int:
@@ -188,7 +192,7 @@ class Node:
         """All workers, in index order."""
     def stats(self) -> dict[str, Any]:
         """This node's counters (local/remote accesses, messages, bytes, relocations,
-        ``local_fraction``, ...); after shutdown, the final ones."""
+        ``local_fraction``, intents, ...); after shutdown, the final ones."""
     def shutdown(self) -> dict[str, Any] | None:
         """Leaves the cluster cleanly: completes the workers' pending operations, waits until
         every node has called ``shutdown``, closes the links (GIL released). Prints the counters
@@ -274,6 +278,33 @@ class Worker:
     def pull_if_local(self, key: int, out: Values) -> bool:
         """Copies ``key``'s values into ``out`` and returns ``True`` if the key is on this node
         right now; returns ``False`` otherwise. Never sends a message."""
+    def intent(self, keys: Keys, start: int, end: int | None = None) -> None:
+        """Signals that this worker will access ``keys`` while its clock
+        (:meth:`advance_clock`) is in ``start..end`` (AdaPM's intent; ``end`` defaults to
+        ``start + 1``). roam decides when to act: under dynamic allocation the keys not on
+        this node are moved here shortly before ``start`` — how long before is measured from
+        this worker's clock rate and the time keys take to arrive (``Node(intent_timing=...)``);
+        under static allocation intents are only counted. Returns at once (GIL released); the
+        relocations it starts are completed by :meth:`wait_all` / :meth:`barrier`.
+
+        Raises:
+            AccessError: a key out of range, or ``end <= start`` (the message names both
+                clocks); nothing was recorded.
+            TypeError: keys not integers.
+            ValueError: ``end`` omitted with ``start`` ``2**64 - 1``; ``keys`` overlapping the
+                output of a pending pull.
+            OverflowError: a negative clock.
+            OpError: the node was shut down.
+        """
+    def advance_clock(self) -> int:
+        """Ticks this worker's clock (once per data point or batch) and returns the new clock;
+        intents whose start is now within the action window are acted on (GIL released).
+        Raises :class:`OpError` if the node was shut down."""
+    def current_clock(self) -> int:
+        """This worker's clock: how many times it called :meth:`advance_clock` (starts at 0)."""
+    def intent_window(self) -> int:
+        """How many clocks before their start intents are acted on now (measured;
+        ``2**64 - 1`` with ``intent_timing="immediate"``)."""
     def barrier(self) -> None:
         """Waits for this worker's operations (as ``wait_all``), then for every worker of every
         node to reach the barrier. Everything issued before it by any worker has then been
@@ -281,18 +312,23 @@ class Worker:
     def sync_replicas(self) -> None:
         """A collective like :meth:`barrier`: when it returns, every push issued before it by
         any worker of any node is in every replica of the replicated keys."""
-    def prepare_sample(self, sampler: int, n: int) -> Sample:
+    def prepare_sample(
+        self, sampler: int, n: int, start: int | None = None, end: int | None = None
+    ) -> Sample:
         """Starts drawing ``n`` samples from sampler ``sampler`` (its index in
         ``Node(samplers=[...])``); draw them with :meth:`pull_sample`, end with
         :meth:`finish_sample`. Under ``preloc`` the keys are drawn now and under ``pool``
         taken from the node's pool; keys not on this node start moving here (dynamic
-        allocation). The GIL is released.
+        allocation). With ``start`` (``end`` defaults to ``start + 1``) the samples are for
+        this worker's clocks ``start..end``: under ``preloc`` their keys are signalled as an
+        intent (:meth:`intent`) and move shortly before ``start`` instead of at once. The GIL
+        is released.
 
         Raises:
             AccessError: no sampler ``sampler``; more distinct samples than the distribution
                 can draw (without replacement).
             ValueError: ``n`` negative, or above ``2**26`` under ``preloc``/``pool`` (which
-                draw every sample here).
+                draw every sample here); ``end`` without ``start``.
             OpError: the node was shut down.
         """
     def pull_sample(

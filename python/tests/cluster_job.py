@@ -344,6 +344,78 @@ def drain(allocation: str) -> None:
     print("OK drain rank 0", flush=True)
 
 
+def intent(variant: str) -> None:
+    """AdaPM intents on 2 nodes, one worker each: every worker signals intents for keys of
+    the other node (range homes: node r holds [r * half, (r + 1) * half)) and ticks its clock
+    past their start; under dynamic allocation the keys are then here with their values, under
+    static allocation intents are only counted. `immediate` acts at the intent itself."""
+    allocation = "static-range" if variant == "static-range" else "dynamic"
+    timing = "immediate" if variant == "immediate" else "timed"
+    half = NUM_KEYS // 2
+    with roam.Node(num_keys=NUM_KEYS, value_lengths=DIM, workers=1, allocation=allocation,
+                   intent_timing=timing) as node:
+        w = node.worker(0)
+        all_keys = np.arange(NUM_KEYS, dtype=np.uint64)
+        if node.rank == 0:
+            w.set(all_keys, np.repeat(all_keys.astype(np.float32), DIM)).wait()
+        w.barrier()
+        other = (1 - node.rank) * half
+        far = np.arange(other, other + 20, dtype=np.uint64)  # a far-ahead intent
+        near = np.arange(other + 20, other + 30, dtype=np.uint64)  # a few clocks ahead
+        buf = np.zeros(DIM, np.float32)
+
+        def local(keys) -> list[bool]:
+            return [w.pull_if_local(int(k), buf) for k in keys]
+
+        assert not any(local(far)) and not any(local(near)), "nothing moved yet"
+        assert w.current_clock() == 0
+        window = w.intent_window()
+        if timing == "immediate":
+            assert window == 2**64 - 1, window
+        else:
+            assert 0 < window < 2**32, window
+        far_start = (1000 if timing == "immediate" else window) + 5  # beyond the window
+        w.intent(far, far_start, far_start + 2)
+        w.intent(near.tolist(), 3)  # a list of ints; end defaults to start + 1
+        c = node.stats()
+        assert (c["intents"], c["intent_keys"]) == (2, 30), c
+        if allocation == "static-range":
+            assert c["intent_actions"] == 0, c
+        elif timing == "immediate":
+            assert c["intent_actions"] == 30, "immediate acts on every intent at once"
+        else:
+            # The near intent starts within the window (not measured before the first tick):
+            # acted on now; the far one waits in the queue until its start comes within it.
+            assert c["intent_actions"] == 10, c
+            assert not any(local(far)), "a far-ahead intent is not acted on yet"
+        while w.current_clock() <= far_start:
+            clock = w.current_clock()
+            assert w.advance_clock() == clock + 1
+        w.wait_all()  # the relocations the intents started are complete
+        c = node.stats()
+        assert (c["intents"], c["intent_keys"]) == (2, 30), c
+        for name in ("late_intents", "intents_unchecked"):
+            assert isinstance(c[name], int), c
+        assert c["intents_unchecked"] == 0, c
+        if allocation == "dynamic":
+            assert c["intent_actions"] == 30, c
+            assert all(local(far)) and all(local(near)), "intended keys are here"
+            for k in np.concatenate([far, near]):
+                assert w.pull_if_local(int(k), buf) and np.all(buf == float(k)), (k, buf)
+            assert node.stats()["relocations_in"] >= 30, node.stats()
+        else:
+            assert c["intent_actions"] == 0 and c["late_intents"] == 0, c
+            assert not any(local(far)) and not any(local(near)), "static keys never move"
+        w.barrier()
+        # The moved keys still hold their values and take updates, seen from both nodes.
+        w.push(all_keys, np.ones(NUM_KEYS * DIM, np.float32)).wait()
+        w.barrier()
+        out = w.pull(all_keys).wait()
+        assert np.array_equal(out[:, 0], all_keys.astype(np.float32) + 2), out[:, 0]
+        w.barrier()
+    print(f"OK intent-{variant} rank {node.rank}", flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode.startswith("basic-"):
@@ -356,6 +428,8 @@ if __name__ == "__main__":
         latency()
     elif mode == "peer-gone":
         peer_gone()
+    elif mode.startswith("intent-"):
+        intent(mode.removeprefix("intent-"))
     elif mode.startswith("drain-"):
         drain(mode.removeprefix("drain-"))
     else:

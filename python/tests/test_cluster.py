@@ -58,3 +58,11 @@ def test_a_drained_node_hands_over_its_keys_and_leaves(roam_bin, allocation):
     for rank in (0, 1):
         assert f"[node {rank}] OK drain rank {rank}" in out, out
     assert "panicked" not in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("variant", ["dynamic", "immediate", "static-range"])
+def test_intents_bring_the_other_nodes_keys_here(roam_bin, variant):
+    out = launch(roam_bin, f"intent-{variant}")
+    for rank in (0, 1):
+        assert f"[node {rank}] OK intent-{variant} rank {rank}" in out, out
+    assert "panicked" not in out and "Traceback" not in out, out

@@ -11,7 +11,12 @@
 //! - `nups`: NuPS — the workload's hot keys (picked by [`roam::choose`] from its data's
 //!   frequencies) replicated on every node, the rest relocated as in `lapse`;
 //! - `nups-replicate-only`: the hot keys replicated, the rest static as in `classic` (the
-//!   ablation without relocation; `lapse` is the one without replication).
+//!   ablation without relocation; `lapse` is the one without replication);
+//! - `adapm`: AdaPM — dynamic allocation as in `lapse`, no replicated keys, but the workload
+//!   never localizes: it signals *intents* ([`roam::Worker::intent`]) for the data it will
+//!   process a fixed distance ahead, ticks its clock once per unit of data
+//!   ([`roam::Worker::advance_clock`]), and roam decides when to bring the keys here
+//!   ([`crate::intents`]).
 
 use std::time::Instant;
 
@@ -36,6 +41,9 @@ pub enum Mode {
     Nups,
     /// Hot keys replicated, the rest static as in `classic` (ablation).
     NupsReplicateOnly,
+    /// Dynamic allocation driven by intent signaling: the workload says which keys it will
+    /// access when, roam decides when to move them (AdaPM).
+    Adapm,
 }
 
 impl Mode {
@@ -48,6 +56,7 @@ impl Mode {
             Self::Lapse => "lapse",
             Self::Nups => "nups",
             Self::NupsReplicateOnly => "nups-replicate-only",
+            Self::Adapm => "adapm",
         }
     }
 
@@ -60,7 +69,7 @@ impl Mode {
     pub fn partitioning(self) -> Partitioning {
         match self {
             Self::Classic | Self::ClassicNolocal | Self::NupsReplicateOnly => Partitioning::Hash,
-            Self::Single | Self::Lapse | Self::Nups => Partitioning::Range,
+            Self::Single | Self::Lapse | Self::Nups | Self::Adapm => Partitioning::Range,
         }
     }
 
@@ -69,13 +78,18 @@ impl Mode {
         matches!(self, Self::Lapse | Self::Nups)
     }
 
+    /// Whether the workload signals intents instead of localizing (`adapm`).
+    pub fn signals_intents(self) -> bool {
+        self == Self::Adapm
+    }
+
     /// Applies the mode to a configuration.
     pub fn configure(self, cfg: &mut Config) {
         let (allocation, fast) = match self {
             Self::Single => (Allocation::StaticRange, true),
             Self::Classic => (Allocation::StaticHash, true),
             Self::ClassicNolocal => (Allocation::StaticHash, false),
-            Self::Lapse | Self::Nups => (Allocation::Dynamic, true),
+            Self::Lapse | Self::Nups | Self::Adapm => (Allocation::Dynamic, true),
             Self::NupsReplicateOnly => (Allocation::StaticHash, true),
         };
         cfg.allocation = allocation;
@@ -335,6 +349,10 @@ pub struct TrainReport {
     pub counters: ClusterCounters,
     /// App-specific settings worth recording (dimension, learning rate, ...).
     pub settings: serde_json::Value,
+    /// The intent counters of the whole run, summed over the cluster ([`crate::intents`];
+    /// `adapm` mode only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intents: Option<serde_json::Value>,
 }
 
 impl TrainReport {
@@ -344,5 +362,40 @@ impl TrainReport {
             "{}",
             serde_json::to_string(self).expect("reports serialise")
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adapm_is_lapse_placement_without_localize_or_replicas() {
+        let mode = Mode::Adapm;
+        assert_eq!(mode.name(), "adapm");
+        assert!(mode.signals_intents() && !mode.localizes() && !mode.replicates());
+        assert_eq!(mode.partitioning(), Mode::Lapse.partitioning());
+        let (mut adapm, mut lapse) = (Config::new(10, 1), Config::new(10, 1));
+        mode.configure(&mut adapm);
+        Mode::Lapse.configure(&mut lapse);
+        assert_eq!(adapm.allocation, Allocation::Dynamic);
+        assert_eq!(
+            (adapm.allocation, adapm.home, adapm.fast_local_access),
+            (lapse.allocation, lapse.home, lapse.fast_local_access)
+        );
+        assert_eq!(
+            serde_json::to_value(mode).unwrap(),
+            serde_json::json!("adapm")
+        );
+        for other in [
+            Mode::Single,
+            Mode::Classic,
+            Mode::ClassicNolocal,
+            Mode::Lapse,
+            Mode::Nups,
+            Mode::NupsReplicateOnly,
+        ] {
+            assert!(!other.signals_intents(), "{}", other.name());
+        }
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //! - [`common`]: modes, exact cluster-wide sums, the result line, progress bars.
+//! - [`intents`]: the `adapm` mode's intent signaling: how far ahead, and its report.
 //! - `mf`: matrix factorisation by DSGD with parameter blocking.
 //! - `kge`: knowledge-graph embeddings (ComplEx, RESCAL) with AdaGrad and filtered ranking.
 //! - [`sampling`]: negatives through roam's sampling API: `--sampling` and its defaults.
@@ -12,6 +13,7 @@
 //! `roam` binary), not library code.
 
 pub mod common;
+pub mod intents;
 pub mod kge;
 pub mod mf;
 pub mod replication;

@@ -7,8 +7,12 @@
 //!   so `preloc` and `pool` would only add work);
 //! - `lapse`: `preloc` (Lapse's technique: negatives drawn ahead and localized);
 //! - `nups`: the app's measured best trade-off ([`default_scheme`]: `local` for word vectors,
-//!   `preloc` for KGE; numbers in docs/benchmarks.md, "Sampling").
+//!   `preloc` for KGE; numbers in docs/benchmarks.md, "Sampling");
+//! - `adapm`: `naive` only ([`check_scheme`]): the negatives of a data point are drawn when its
+//!   intent is signalled and named in it, so roam moves them by intent (`preloc` and `pool`
+//!   would move them a second way, `local` would change their distribution).
 
+use anyhow::ensure;
 use roam::Scheme;
 use roam_core::stats::WorkerCounters;
 use serde_json::{Value, json};
@@ -40,10 +44,23 @@ pub fn default_scheme(app: App, mode: Mode) -> Scheme {
             App::W2v => Scheme::Local { next: false },
             App::Kge => Scheme::Preloc,
         },
-        Mode::Single | Mode::Classic | Mode::ClassicNolocal | Mode::NupsReplicateOnly => {
-            Scheme::Naive
-        }
+        Mode::Single
+        | Mode::Classic
+        | Mode::ClassicNolocal
+        | Mode::NupsReplicateOnly
+        | Mode::Adapm => Scheme::Naive,
     }
+}
+
+/// Refuses a scheme the mode cannot use: `adapm` draws its negatives ahead under `naive` and
+/// signals intents for them.
+pub fn check_scheme(mode: Mode, scheme: Scheme) -> anyhow::Result<()> {
+    ensure!(
+        !mode.signals_intents() || scheme == Scheme::Naive,
+        "--sampling {scheme}: mode adapm draws its negatives when it signals their intent \
+         (naive draws, moved by the intent), so it takes only --sampling naive"
+    );
+    Ok(())
 }
 
 /// The scheme of a run: `chosen`, or the mode's default.
@@ -68,4 +85,25 @@ pub fn report(scheme: Scheme, sampled: u64, fallbacks: u64) -> Value {
         "samples": sampled,
         "fallback_fraction": if sampled > 0 { fallbacks as f64 / sampled as f64 } else { 0.0 },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adapm_draws_naive_and_refuses_the_schemes_that_move_or_reshape_negatives() {
+        for app in [App::Kge, App::W2v] {
+            assert_eq!(default_scheme(app, Mode::Adapm), Scheme::Naive);
+            assert_eq!(resolve(app, Mode::Adapm, None), Scheme::Naive);
+        }
+        check_scheme(Mode::Adapm, Scheme::Naive).unwrap();
+        for bad in ["preloc", "pool:4", "pool:4:strict", "local", "local:next"] {
+            let scheme = parse_scheme(bad).unwrap();
+            let err = check_scheme(Mode::Adapm, scheme).unwrap_err().to_string();
+            assert!(err.contains("adapm") && err.contains(bad), "{err}");
+            // The other modes take every scheme.
+            check_scheme(Mode::Lapse, scheme).unwrap();
+        }
+    }
 }

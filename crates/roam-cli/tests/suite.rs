@@ -5,7 +5,8 @@
 //! then the NuPS modes at 2 nodes against single and lapse: their records (with the replica
 //! figures the jobs reported), the CPU overhead table's column per mode and nups's speed-ups;
 //! then w2v in lapse with two sampling schemes: the records carry the scheme the job used, the
-//! tables a configuration per scheme, and the quality figures are drawn. No timing is asserted.
+//! tables a configuration per scheme, and the quality figures are drawn; then `--modes adapm`:
+//! every workload runs in it, with its intents in every epoch's record. No timing is asserted.
 
 mod common;
 
@@ -356,6 +357,63 @@ fn tiny_suite_with_the_nups_modes_reports_their_cpu_overhead_and_speedups() {
         &suite.dir.0,
         &["cpu_overhead.png", "speedup_nups.png", "epoch_time.png"],
     );
+}
+
+#[test]
+fn tiny_suite_runs_the_adapm_mode_with_its_intents() {
+    // Not a default mode: asked for with --modes, next to lapse; --samplings varies nothing
+    // for it (it draws naive only) and is not passed to it.
+    let suite = Suite::run(
+        "roam-suite-adapm-test",
+        &[
+            "--modes",
+            "lapse,adapm",
+            "--nodes",
+            "2",
+            "--samplings",
+            "default,preloc",
+        ],
+    );
+    let runs = suite.runs();
+    // 3 workloads x 2 modes at 2 nodes (lapse's preloc is its default: one run).
+    assert_eq!(runs.len(), 6, "{}", suite.stderr);
+    for r in runs.iter().filter(|r| r["mode"] == "adapm") {
+        let id = r["id"].as_str().unwrap();
+        assert_eq!(r["status"], "ok", "{id}: {}", r["error"]);
+        assert_eq!(r["nodes"], 2, "{id}");
+        let command = r["command"].as_array().unwrap();
+        assert!(
+            !command.iter().any(|a| a == "--sampling"),
+            "{id}: {command:?}"
+        );
+        if r["app"] != "mf" {
+            assert_eq!(r["sampling"], "naive", "{id}");
+        }
+        let epochs = r["epochs"].as_array().expect("epochs");
+        assert_eq!(epochs.len(), 1, "{id}");
+        let intents = &epochs[0]["intents"];
+        assert!(intents["intents"].as_u64() > Some(0), "{id}: {intents}");
+        assert!(
+            intents["intent_actions"].as_u64() > Some(0),
+            "{id}: {intents}"
+        );
+        let local = f(&r["counters"], "local_fraction");
+        assert!(local > 0.0 && local <= 1.0, "{id}");
+    }
+    let summary = suite.summary();
+    for app in ["mf", "kge", "w2v"] {
+        // The table's header line is two lines below its title.
+        let header = summary
+            .lines()
+            .skip_while(|l| *l != format!("#### {app}, loopback, 1 worker(s) per node"))
+            .nth(2)
+            .unwrap_or_else(|| panic!("no {app} table: {summary}"));
+        let table = table_after(&summary, header);
+        assert!(
+            table.iter().any(|row| row[0] == "adapm" && row[1] == "2"),
+            "{app}: no adapm row: {summary}"
+        );
+    }
 }
 
 #[test]

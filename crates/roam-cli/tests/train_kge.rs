@@ -1,8 +1,8 @@
 //! End-to-end runs of `roam train kge`: tiny trainings on lapse-toy/kge and on a tiny synthetic
 //! graph in every mode (single without launch, the others on 2 local nodes; the NuPS modes
 //! replicate every relation and report their replication), every negative-sampling scheme
-//! (`--sampling`) on 2 nodes, RESCAL with its per-key value lengths, text (names) input, and
-//! malformed input. Quality is asserted against the model's own random-initialisation baseline
+//! (`--sampling`) on 2 nodes, the `adapm` mode (intents instead of localizes) on 2 nodes, RESCAL
+//! with its per-key value lengths, text (names) input, and malformed input. Quality is asserted against the model's own random-initialisation baseline
 //! (`--eta 0`: the initial embeddings scored with the same filtered ranking), never against
 //! timings. Seeds are fixed and printed.
 
@@ -10,7 +10,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{epochs, fails, json_with, last_epoch, launch, run, scratch};
+use common::{epochs, fails, json_with, last_epoch, launch, node_stats, run, scratch, sum};
 use serde_json::Value;
 
 const TOY: &str = concat!(
@@ -331,6 +331,67 @@ fn every_sampling_scheme_learns_on_two_nodes() {
     }
 }
 
+/// The run's (or an epoch's) `intents` object counted intents and keys moved by them; returns
+/// `(intents, intent_actions)`.
+fn assert_intents(intents: &Value, report: &Value) -> (u64, u64) {
+    let n = |field: &str| {
+        intents[field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no intents.{field}: {report}"))
+    };
+    assert!(n("intents") > 0, "no intent signalled: {report}");
+    assert!(n("intent_actions") > 0, "no intent moved a key: {report}");
+    assert!(n("late_intents") <= n("intents"), "{report}");
+    let late = intents["late_fraction"].as_f64().expect("late_fraction");
+    assert!((0.0..=1.0).contains(&late), "{report}");
+    (n("intents"), n("intent_actions"))
+}
+
+/// adapm on 2 nodes × 2 workers: the same quality bounds as the other modes on lapse-toy,
+/// negatives drawn `naive` (2N per triple), one intent per training triple, and every key the
+/// nodes localized an intent's action (the app localizes nothing itself, not even relations).
+#[test]
+fn adapm_learns_on_two_nodes_by_intents_alone() {
+    let data = toy();
+    let data = ["--data", data.as_str()];
+    let small = ["--epochs", "4"];
+    let baseline = baseline(2, &data);
+    let single = train("single", 1, 2, &data, &small);
+    let mut args = vec!["train", "kge", "--mode", "adapm", "--seed", "5"];
+    args.extend_from_slice(&data);
+    args.extend_from_slice(&small);
+    println!("seed 5: {args:?} on 2 nodes x 2 workers");
+    let out = launch(2, 2, &args);
+    let report = json_with(&out, "app", "kge");
+    assert_eq!(report["mode"], "adapm", "{report}");
+    assert_learned(&report, baseline);
+    assert!(
+        last_epoch(&report, "mrr") > last_epoch(&single, "mrr") - 0.1,
+        "adapm: {report} vs {single}"
+    );
+    assert_sampled(&report, "naive");
+    assert!(report["settings"]["replication"].is_null(), "{report}");
+    assert_eq!(report["settings"]["localize_ahead"], 0, "{report}");
+    assert_eq!(
+        report["settings"]["intent_ahead"].as_u64(),
+        Some(roam_apps::intents::KGE_AHEAD_TRIPLES as u64)
+    );
+    assert!(report["relocations"].as_u64() > Some(0), "{report}");
+    let (intents, actions) = assert_intents(&report["intents"], &report);
+    let triples = report["settings"]["train_triples"].as_u64().unwrap();
+    assert_eq!(intents, triples * epochs(&report).len() as u64, "{report}");
+    for e in epochs(&report) {
+        assert_eq!(assert_intents(&e["intents"], &report).0, triples, "{e}");
+    }
+    let stats = node_stats(&out);
+    assert_eq!(stats.len(), 2, "{out}");
+    assert_eq!(
+        sum(&stats, "localize_keys"),
+        actions,
+        "keys localized other than by intent: {out}"
+    );
+}
+
 #[test]
 fn rescal_relations_are_single_keys_of_dim_squared_values() {
     let data = toy();
@@ -465,6 +526,13 @@ fn malformed_input_is_a_clear_error() {
         "3",
     ]);
     assert!(err.contains("--replicate-top"), "{err}");
+    let err = fails(&["train", "kge", "--mode", "adapm", "--sampling", "preloc"]);
+    assert!(err.contains("only --sampling naive"), "{err}");
+    let err = fails(&["train", "kge", "--mode", "lapse", "--intent-ahead", "10"]);
+    assert!(
+        err.contains("--intent-ahead applies to mode adapm"),
+        "{err}"
+    );
     for bad in ["pool", "pool:0", "pool:4:loose", "preloc:2", "uniform", ""] {
         let err = fails(&["train", "kge", "--mode", "nups", "--sampling", bad]);
         assert!(

@@ -3,15 +3,16 @@
 //! falls, that the test RMSE beats predicting the global mean, that lapse serves more accesses
 //! locally than classic, that every mode computes the same model for the same number of
 //! workers (the NuPS modes up to the order in which replicated columns' updates are summed),
-//! that the NuPS modes replicate hot columns and synchronise them, and that malformed input
-//! fails with a message naming the file and line.
+//! that the NuPS modes replicate hot columns and synchronise them, that the `adapm` mode computes
+//! the same model by intents alone, and that malformed input fails with a message naming the
+//! file and line.
 
 mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{json_with, last_epoch, launch, losses, run};
+use common::{epochs, json_with, last_epoch, launch, losses, node_stats, run, sum};
 use serde_json::Value;
 
 const MODES: [&str; 3] = ["classic", "classic-nolocal", "lapse"];
@@ -196,6 +197,91 @@ fn synthetic_matrix_trains_in_every_mode_and_lapse_stays_local() {
         assert!(
             nups > classic && replicate_only > classic,
             "2x{workers}: nups {nups}, nups-replicate-only {replicate_only} vs classic {classic}"
+        );
+    }
+}
+
+/// adapm: the row block is signalled once and every column block before its sub-epoch, and roam
+/// moves them; the model is exactly single's (the chunk pipeline is exact wherever keys live),
+/// more accesses are local than in classic, and every key the nodes localized was an intent's
+/// action (the app never localizes).
+#[test]
+fn adapm_computes_the_same_model_by_intents_alone() {
+    let with = |mode: &'static str, workers: &'static str| -> Vec<&'static str> {
+        vec![
+            "train",
+            "mf",
+            "--synthetic",
+            SYNTHETIC,
+            "--epochs",
+            "6",
+            "--dim",
+            "8",
+            "--lr",
+            "0.02",
+            "--lambda",
+            "0.02",
+            "--mode",
+            mode,
+            "--workers",
+            workers,
+        ]
+    };
+    eprintln!("synthetic spec (seeded): {SYNTHETIC}");
+    let single = report(&run(&with("single", "4")));
+    let classic = report(&launch(2, 2, &with("classic", "2")));
+    for workers in [1, 2] {
+        let out = launch(
+            2,
+            workers,
+            &with("adapm", if workers == 1 { "1" } else { "2" }),
+        );
+        let dist = report(&out);
+        let what = format!("adapm 2x{workers}");
+        assert_eq!(dist["mode"], "adapm", "{dist}");
+        assert_trains(&dist, &what);
+        if workers == 2 {
+            assert_same_model(&single, &dist, &format!("{what} vs single 1x4"));
+            let (adapm, classic) = (
+                dist["local_fraction"].as_f64().unwrap(),
+                classic["local_fraction"].as_f64().unwrap(),
+            );
+            assert!(
+                adapm > classic,
+                "{what}: local fraction {adapm} <= classic {classic}"
+            );
+        }
+        let intents = &dist["intents"];
+        let n = |field: &str| {
+            intents[field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{what}: no intents.{field}: {dist}"))
+        };
+        // Per worker: the row block and the first column block, then the next column block at
+        // every sub-epoch but the run's last (P sub-epochs an epoch, P = 2 × workers), except
+        // when it is the current one (possible only across an epoch boundary).
+        let parts = u64::from(2 * workers);
+        let (most, least) = (2 + (6 * parts - 1), 2 + 6 * (parts - 1));
+        assert!(
+            (parts * least..=parts * most).contains(&n("intents")),
+            "{what}: {dist}"
+        );
+        assert!(
+            n("intent_actions") > 0,
+            "{what}: no intent moved a key: {dist}"
+        );
+        assert!(n("late_intents") <= n("intents"), "{what}: {dist}");
+        let per_epoch: u64 = epochs(&dist)
+            .iter()
+            .map(|e| e["intents"]["intents"].as_u64().expect("epoch intents"))
+            .sum();
+        assert_eq!(per_epoch, n("intents"), "{what}: {dist}");
+        let stats = node_stats(&out);
+        assert_eq!(stats.len(), 2, "{out}");
+        assert_eq!(
+            sum(&stats, "localize_keys"),
+            n("intent_actions"),
+            "{what}: keys localized other than by intent: {out}"
         );
     }
 }

@@ -5,14 +5,15 @@
 //! that lapse serves more accesses locally than classic, that the NuPS modes replicate hot keys,
 //! sync them and learn as well as lapse, that every `--sampling` scheme learns, that `--pairs`
 //! and the benchmark files (`--eval-dir`, `--wordsim`, `--simlex`, `--analogies`) work, and
-//! that malformed input fails with a message naming the problem.
+//! that malformed input fails with a message naming the problem; and that the `adapm` mode
+//! learns as well as lapse by intents alone (no localize, the same negatives as `naive`).
 //! Every run uses a fixed `--seed`, printed with its arguments on failure.
 
 mod common;
 
 use std::path::PathBuf;
 
-use common::{epochs, fails, json_with, last_epoch, launch, losses, run, scratch};
+use common::{epochs, fails, json_with, last_epoch, launch, losses, node_stats, run, scratch, sum};
 use serde_json::Value;
 
 const DISTRIBUTED: [&str; 3] = ["classic", "classic-nolocal", "lapse"];
@@ -325,6 +326,105 @@ fn alone_the_nups_modes_compute_what_single_computes() {
     }
 }
 
+/// The report's intent counters (`intents` of the run or of an epoch) were counted: intents
+/// signalled and keys moved by them; returns `(intents, intent_actions)`.
+fn assert_intents(intents: &Value, what: &Value) -> (u64, u64) {
+    let n = |field: &str| {
+        intents[field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no intents.{field}: {what}"))
+    };
+    assert!(n("intents") > 0, "no intent signalled: {what}");
+    assert!(n("intent_keys") >= n("intents"), "{what}");
+    assert!(n("late_intents") <= n("intents"), "{what}");
+    let late = intents["late_fraction"].as_f64().expect("late_fraction");
+    assert!((0.0..=1.0).contains(&late), "{what}");
+    assert!(intents["window_mean"].as_f64().expect("window_mean") >= 0.0);
+    (n("intents"), n("intent_actions"))
+}
+
+/// adapm on 2 nodes learns what lapse learns with the same batches, moving keys by intent only:
+/// every key the nodes localized was an intent's action (the app never localizes and the
+/// `naive` sampler moves nothing), and the report counts the intents per epoch and in total.
+#[test]
+fn adapm_learns_like_lapse_by_intents_alone() {
+    let data = ["--synthetic", SYNTHETIC, "--seed", "3"];
+    let lapse = report(&launch(2, 1, &args("lapse", &data, &SYNTHETIC_ARGS)));
+    let reference = last_epoch(&lapse, "topic_auc");
+    assert!(lapse.get("intents").is_none(), "{lapse}");
+    let out = launch(2, 1, &args("adapm", &data, &SYNTHETIC_ARGS));
+    let r = report(&out);
+    assert_eq!(
+        (r["mode"].as_str(), r["nodes"].as_u64()),
+        (Some("adapm"), Some(2)),
+        "{r}"
+    );
+    assert_learns(&r, "topic_auc", 0.3);
+    let m = last_epoch(&r, "topic_auc");
+    assert!(
+        (m - reference).abs() < 0.03,
+        "adapm: topic_auc {m} vs lapse {reference}"
+    );
+    assert_eq!(r["settings"]["replication"], Value::Null, "{r}");
+    assert_eq!(r["settings"]["sampling"], "naive", "{r}");
+    assert_eq!(
+        r["settings"]["batch_words"],
+        lapse["settings"]["batch_words"]
+    );
+    assert!(
+        r["settings"]["intent_ahead_batches"].as_u64() > Some(0),
+        "{r}"
+    );
+    assert!(r["relocations"].as_u64().expect("relocations") > 0, "{r}");
+    let (intents, actions) = assert_intents(&r["intents"], &r);
+    assert!(actions > 0, "no intent moved a key: {r}");
+    let (mut per_epoch, mut per_epoch_actions) = (0, 0);
+    for e in epochs(&r) {
+        assert_drew_the_negatives(e);
+        let (n, a) = assert_intents(&e["intents"], e);
+        per_epoch += n;
+        per_epoch_actions += a;
+    }
+    assert_eq!((per_epoch, per_epoch_actions), (intents, actions), "{r}");
+    let stats = node_stats(&out);
+    assert_eq!(stats.len(), 2, "{out}");
+    assert_eq!(
+        sum(&stats, "localize_keys"),
+        actions,
+        "keys localized other than by intent: {out}"
+    );
+}
+
+/// One node, one worker: adapm draws its negatives when it signals a batch's intent, from the
+/// same sampler as `naive` draws them when the batch trains, in the same order, so it trains
+/// exactly single mode's updates with `--sampling naive` (every key is here: no intent acts).
+#[test]
+fn alone_adapm_computes_what_single_computes_with_naive_negatives() {
+    let data = [
+        "--synthetic",
+        SYNTHETIC,
+        "--seed",
+        "3",
+        "--batch-words",
+        "1000",
+        "--sampling",
+        "naive",
+    ];
+    let single = report(&run(&args("single", &data, &SYNTHETIC_ARGS)));
+    let r = report(&run(&args("adapm", &data, &SYNTHETIC_ARGS)));
+    assert_eq!(losses(&r), losses(&single), "{r}\n{single}");
+    for metric in ["topic_auc", "heldout_auc"] {
+        assert_eq!(
+            last_epoch(&r, metric),
+            last_epoch(&single, metric),
+            "{metric}"
+        );
+    }
+    let (_, actions) = assert_intents(&r["intents"], &r);
+    assert_eq!(actions, 0, "everything is local on one node: {r}");
+    assert_eq!(r["intents"]["late_intents"], 0, "{r}");
+}
+
 /// Every sampling scheme trains the negatives it draws: the run learns, the report echoes the
 /// scheme, counts one sample per negative, and only `local` may fall back to remote keys.
 #[test]
@@ -551,6 +651,12 @@ fn malformed_input_fails_with_a_clear_message() {
     }
     for (mode, extra, needle) in [
         ("lapse", vec!["--replicate-top", "5"], "--replicate-top"),
+        ("lapse", vec!["--intent-ahead", "5"], "--intent-ahead"),
+        (
+            "adapm",
+            vec!["--sampling", "preloc"],
+            "only --sampling naive",
+        ),
         ("classic", vec!["--sync-every-ms", "5"], "--sync-every-ms"),
         ("nups", vec!["--replicate-alpha", "0"], "--replicate-alpha"),
         ("nups", vec!["--sync-every-ms", "0"], "--sync-every-ms"),

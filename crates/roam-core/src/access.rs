@@ -22,8 +22,9 @@ use std::sync::atomic::AtomicU64;
 
 use rand::rngs::SmallRng;
 
-use crate::error::AccessError;
+use crate::error::{AccessError, IntentError};
 use crate::id::{Key, ReqId, WorkerId};
+use crate::intent::{IntentTally, Intents};
 use crate::keyspace::KeySpace;
 use crate::node::{Node, Time};
 use crate::sampling::NodeSamplers;
@@ -40,6 +41,8 @@ pub struct Front {
     /// The node's samplers, and this worker's random numbers for them (`sampling`).
     pub(crate) samplers: Arc<NodeSamplers>,
     pub(crate) rng: SmallRng,
+    /// This worker's clock and signalled intents (`intent.rs`).
+    pub(crate) intents: Intents,
 }
 
 /// The keys an operation could not serve locally, with their offsets in its buffer.
@@ -155,6 +158,7 @@ impl Front {
             misses: Misses::default(),
             rng: samplers.worker_rng(worker.0),
             samplers,
+            intents: Intents::new(cfg.intent_timing, node.counters().clone()),
         }
     }
 
@@ -294,6 +298,75 @@ impl Front {
             return Ok(None);
         }
         Ok(Some(Handoff::Localize { keys: wanted }))
+    }
+
+    /// Signals that this worker will access `keys` while its clock is in `start..end`: the
+    /// keys are brought here shortly before `start` (see `intent.rs`). `Some` holds the keys
+    /// to move now — this intent's, if its start is near, and earlier intents' pushed out by
+    /// back-pressure. Under a policy where keys never move, intents are only counted.
+    pub fn intent(
+        &mut self,
+        keys: &[Key],
+        start: u64,
+        end: u64,
+    ) -> Result<Option<Handoff<'_>>, IntentError> {
+        if end <= start {
+            return Err(IntentError::EmptyRange { start, end });
+        }
+        let space = self.store.space();
+        if let Some(&key) = keys.iter().find(|&&k| !space.contains(k)) {
+            return Err(AccessError::KeyOutOfRange {
+                key,
+                num_keys: space.num_keys(),
+            }
+            .into());
+        }
+        let due = &mut self.misses.keys;
+        due.clear();
+        if self.keys_move {
+            self.intents.signal(&self.store, keys, start, due);
+        } else {
+            self.intents.count(keys);
+        }
+        Ok(self.due_handoff())
+    }
+
+    /// Ticks this worker's clock at time `now`; `Some` holds the keys of intents due now.
+    pub fn advance_clock(&mut self, now: Time) -> Option<Handoff<'_>> {
+        let due = &mut self.misses.keys;
+        due.clear();
+        self.intents.advance(now, &self.store, due);
+        self.due_handoff()
+    }
+
+    /// This worker's clock: the number of [`Front::advance_clock`] calls.
+    pub fn current_clock(&self) -> u64 {
+        self.intents.clock()
+    }
+
+    /// This worker's intent counts so far.
+    pub fn intent_tally(&self) -> IntentTally {
+        self.intents.tally()
+    }
+
+    /// How many clocks ahead of their start intents are acted on now.
+    pub fn intent_window(&self) -> u64 {
+        self.intents.window()
+    }
+
+    pub(crate) fn due_handoff(&self) -> Option<Handoff<'_>> {
+        let (c, tally, due) = (&self.counters, self.intents.tally(), &self.misses.keys);
+        bump(&c.intent_actions, due.len() as u64);
+        // Only this worker writes its counters: plain stores of its running totals.
+        for (counter, total) in [
+            (&c.intents, tally.intents),
+            (&c.intent_keys, tally.keys),
+            (&c.late_intents, tally.late),
+            (&c.intents_unchecked, tally.unchecked),
+        ] {
+            counter.store(total, std::sync::atomic::Ordering::Relaxed);
+        }
+        (!due.is_empty()).then_some(Handoff::Localize { keys: due })
     }
 
     /// Copies `key`'s values into `out` if the key is local right now (never a hand-off).

@@ -28,6 +28,22 @@ pub enum AccessError {
     },
 }
 
+/// Bad input to `intent`: nothing was recorded.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum IntentError {
+    /// A key is out of range.
+    #[error(transparent)]
+    Access(#[from] AccessError),
+    /// The clock range holds no clock.
+    #[error("intent clock range {start}..{end} is empty: the end must be after the start")]
+    EmptyRange {
+        /// The first clock of the intent.
+        start: u64,
+        /// The clock after its last.
+        end: u64,
+    },
+}
+
 /// Why an operation could not be issued or did not complete.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum OpError {

@@ -39,6 +39,7 @@ use crate::directory::{Directory, Partitioning};
 use crate::error::OpError;
 use crate::home_move::HomeMoves;
 use crate::id::{Key, NodeId, ReqId, WorkerId};
+use crate::intent::IntentTiming;
 use crate::keyspace::KeySpace;
 use crate::liveness::{Liveness, Timers};
 use crate::load::{Load, LoadWatch};
@@ -92,6 +93,8 @@ pub struct NodeConfig {
     pub load: Option<LoadWatch>,
     /// The load balancer (acts at the coordinator; needs `load`), or `None` for none.
     pub balancer: Option<Balancer>,
+    /// When workers act on their intents (see `intent.rs`).
+    pub intent_timing: IntentTiming,
 }
 
 impl NodeConfig {
@@ -117,6 +120,7 @@ impl NodeConfig {
             samplers: Vec::new(),
             load: None,
             balancer: None,
+            intent_timing: IntentTiming::Timed,
         }
     }
 }

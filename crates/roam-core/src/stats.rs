@@ -98,6 +98,16 @@ counters! {
         sampled_keys,
         /// Samples of the `local` schemes that found no key held here and were read remotely.
         sample_fallbacks,
+        /// Intents signalled (`intent`).
+        intents,
+        /// Keys named in them.
+        intent_keys,
+        /// Keys that intents asked to move here (relocations decided by intent).
+        intent_actions,
+        /// Intents whose start clock came before all their keys were here.
+        late_intents,
+        /// Acted intents too many to track for the late check.
+        intents_unchecked,
     }
 }
 

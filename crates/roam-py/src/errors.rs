@@ -8,8 +8,8 @@
 //! RoamError(Exception)
 //! ├── StartError(RoamError, RuntimeError)     the node could not start or join
 //! ├── WorkerError(RoamError, IndexError)      no such worker index
-//! ├── AccessError(RoamError, ValueError)      bad keys, buffer length or sampling call;
-//! │                                           nothing changed
+//! ├── AccessError(RoamError, ValueError)      bad keys, buffer length, sampling call or
+//! │                                           intent clock range; nothing changed
 //! └── OpError(RoamError, RuntimeError)        an operation did not complete
 //!     └── PeerGoneError(OpError, ConnectionError)
 //! ```
@@ -20,7 +20,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
-use roam::{AccessError, OpError, SampleError, StartError, WorkerError};
+use roam::{AccessError, IntentError, OpError, SampleError, StartError, WorkerError};
 
 static ROAM_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static START_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -60,8 +60,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "AccessError",
         &[roam_error.clone(), py.get_type::<PyValueError>()],
         "Bad input to an access: a key out of range, a buffer whose length does not match the \
-         keys' value lengths, or a refused sampling call (unknown sampler, more samples than \
-         the sample has left). Nothing was changed.",
+         keys' value lengths, a refused sampling call (unknown sampler, more samples than the \
+         sample has left), or an intent with an empty clock range. Nothing was changed.",
     )?;
     let op_error = make(
         m,
@@ -149,6 +149,15 @@ pub(crate) fn access_error(err: &AccessError, signed_keys: bool) -> PyErr {
 /// `roam.AccessError`: nothing was drawn.
 pub(crate) fn sample_error(err: &SampleError) -> PyErr {
     access_error_msg(err.to_string())
+}
+
+/// Bad input to `intent` ([`IntentError`]: a key out of range, an empty clock range) as
+/// `roam.AccessError`: nothing was recorded. `signed_keys` as for [`access_error`].
+pub(crate) fn intent_error(err: &IntentError, signed_keys: bool) -> PyErr {
+    match err {
+        IntentError::Access(access) => access_error(access, signed_keys),
+        IntentError::EmptyRange { .. } => access_error_msg(err.to_string()),
+    }
 }
 
 /// An [`OpError`] as the matching Python exception.

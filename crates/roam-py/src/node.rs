@@ -7,7 +7,9 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use roam::{Allocation, Config, NodeHandle, NodeStats, SamplerSpec, StartError, ValueLengths};
+use roam::{
+    Allocation, Config, IntentTiming, NodeHandle, NodeStats, SamplerSpec, StartError, ValueLengths,
+};
 use roam_core::{KeySpace, Partitioning};
 
 use crate::buffers::Keys;
@@ -264,6 +266,7 @@ impl PyNode {
         samplers = None,
         sampling_seed = 0,
         balancer = true,
+        intent_timing = "timed",
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -290,6 +293,7 @@ impl PyNode {
         samplers: Option<&Bound<'_, PyAny>>,
         sampling_seed: u64,
         balancer: bool,
+        intent_timing: &str,
     ) -> PyResult<Self> {
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
@@ -339,6 +343,15 @@ impl PyNode {
         if !balancer {
             cfg.balancer = None;
         }
+        cfg.intent_timing = match intent_timing {
+            "timed" => IntentTiming::Timed,
+            "immediate" => IntentTiming::Immediate,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown intent_timing {other:?}: expected \"timed\" or \"immediate\""
+                )));
+            }
+        };
         let samplers = cfg.samplers.clone();
         let allocation = cfg.allocation.name();
         let handle = py

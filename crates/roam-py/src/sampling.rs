@@ -460,6 +460,7 @@ pub(crate) fn prepare(
     cell: &Arc<WorkerCell>,
     sampler: i64,
     n: i64,
+    clocks: Option<(u64, u64)>,
 ) -> PyResult<PySample> {
     cell.check_open()?;
     let samplers = &cell.node().samplers;
@@ -474,7 +475,10 @@ pub(crate) fn prepare(
     let id = SamplerId(sampler as u32);
     let (handle, value_len) = cell
         .run(py, |worker| {
-            let handle = worker.prepare_sample(id, n)?;
+            let handle = match clocks {
+                Some((start, end)) => worker.prepare_sample_intent(id, n, start, end)?,
+                None => worker.prepare_sample(id, n)?,
+            };
             let value_len = worker
                 .sample_value_len(id)
                 .expect("a prepared sampler exists");

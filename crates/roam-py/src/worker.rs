@@ -22,7 +22,9 @@
 //!   nothing; its `wait` returns at once.
 //!
 //! The GIL is released while an operation is issued (it may write to sockets) and during every
-//! wait that can block.
+//! wait that can block. Intents and clock ticks (`intent`, `advance_clock`) may hand off a
+//! relocation too, so they also release it; the relocations they start are not tickets of the
+//! binding but the Rust worker's own detached operations, which its `wait_all` completes.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -223,6 +225,18 @@ impl WorkerCell {
             ));
         }
         Ok(())
+    }
+
+    /// Runs `f` on the worker of an open node with the GIL released and the worker's lock held,
+    /// for calls that may send messages but leave nothing for the binding to track (intents
+    /// and clock ticks: the relocations they start are completed by the worker's `wait_all`).
+    fn signal<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&roam::Worker) -> R + Send,
+    ) -> PyResult<R> {
+        self.check_open()?;
+        Ok(py.detach(|| f(&self.lock.lock().worker)))
     }
 
     /// Runs `f` with the lock held: taken at once if free, else waited for with the GIL
@@ -633,6 +647,47 @@ impl PyWorker {
         result.map_err(|err| errors::access_error(&err, true))
     }
 
+    /// Signals that this worker will access `keys` while its clock (`advance_clock`) is in
+    /// `start..end` (AdaPM's intent; `end` defaults to `start + 1`). roam decides when to act:
+    /// under dynamic allocation the keys not on this node are moved here shortly before
+    /// `start`, how long before being measured from this worker's clock rate and the time keys
+    /// take to arrive; under static allocation intents are only counted. Returns at once (the
+    /// GIL is released meanwhile); relocations it starts are completed by `wait_all`/`barrier`.
+    /// Raises `AccessError` (nothing recorded) if a key is out of range or `end <= start`.
+    #[pyo3(signature = (keys, start, end = None))]
+    fn intent(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        start: u64,
+        end: Option<u64>,
+    ) -> PyResult<()> {
+        let end = intent_end(start, end)?;
+        let keys = Keys::get(keys)?;
+        keys.check_unpinned()?;
+        let keys = &keys;
+        self.cell
+            .signal(py, move |worker| worker.intent(keys.as_slice(), start, end))?
+            .map_err(|err| errors::intent_error(&err, keys.signed()))
+    }
+
+    /// Ticks this worker's clock (once per data point or batch) and returns the new clock;
+    /// intents whose start is now within the action window are acted on (GIL released).
+    fn advance_clock(&self, py: Python<'_>) -> PyResult<u64> {
+        self.cell.signal(py, roam::Worker::advance_clock)
+    }
+
+    /// This worker's clock: how many times it called `advance_clock`.
+    fn current_clock(&self, py: Python<'_>) -> u64 {
+        self.cell.with_lock(py, |reg| reg.worker.current_clock())
+    }
+
+    /// How many clocks before their start intents are acted on now (measured from this
+    /// worker's clock rate and the node's relocation times).
+    fn intent_window(&self, py: Python<'_>) -> u64 {
+        self.cell.with_lock(py, |reg| reg.worker.intent_window())
+    }
+
     /// Waits for this worker's operations (as `wait_all`), then for every worker of every node
     /// to reach the barrier; everything issued before it by any worker has then been applied.
     /// Blocks with the GIL released.
@@ -650,14 +705,29 @@ impl PyWorker {
     /// Starts drawing `n` samples from sampler `sampler` (its index in
     /// `Node(samplers=[...])`) and returns the `Sample` to draw them from with `pull_sample`.
     /// Under `preloc` the keys are drawn now and under `pool` taken from the node's pool; the
-    /// ones not here start moving here (dynamic allocation). The GIL is released.
+    /// ones not here start moving here (dynamic allocation). With `start` (and `end`, default
+    /// `start + 1`), the samples are for this worker's clocks `start..end`: under `preloc`
+    /// they are drawn now and signalled as an intent (`Worker.intent`), so they move shortly
+    /// before `start` instead of at once. The GIL is released.
+    #[pyo3(signature = (sampler, n, start = None, end = None))]
     fn prepare_sample(
         &self,
         py: Python<'_>,
         sampler: i64,
         n: i64,
+        start: Option<u64>,
+        end: Option<u64>,
     ) -> PyResult<crate::sampling::PySample> {
-        crate::sampling::prepare(py, &self.cell, sampler, n)
+        let clocks = match (start, end) {
+            (None, None) => None,
+            (None, Some(end)) => {
+                return Err(PyValueError::new_err(format!(
+                    "prepare_sample: end={end} given without start"
+                )));
+            }
+            (Some(start), end) => Some((start, intent_end(start, end)?)),
+        };
+        crate::sampling::prepare(py, &self.cell, sampler, n, clocks)
     }
 
     /// Draws `n` of `sample`'s samples (default: all that are left) and returns
@@ -747,4 +817,16 @@ pub(crate) fn seconds(what: &str, secs: f64) -> PyResult<std::time::Duration> {
             "{what} must be a finite, non-negative number of seconds, not {secs}"
         ))
     })
+}
+
+/// An intent's end clock: as given, else the clock after `start`.
+fn intent_end(start: u64, end: Option<u64>) -> PyResult<u64> {
+    match end {
+        Some(end) => Ok(end),
+        None => start.checked_add(1).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "intent start clock {start} has no next clock: give end explicitly"
+            ))
+        }),
+    }
 }

@@ -56,6 +56,8 @@ pub struct SimConfig {
     pub slow_until: u64,
     /// The core's load balancer (acts with `load`), or `None`.
     pub balancer: Option<roam_core::Balancer>,
+    /// When workers act on their intents.
+    pub intent_timing: roam_core::IntentTiming,
     /// How many of the nodes (the highest ids) start outside the cluster, as servers without
     /// workers that join with [`crate::Sim::start_join`].
     pub joiners: u32,
@@ -102,6 +104,7 @@ impl SimConfig {
             slow_nodes: Vec::new(),
             slow_until: u64::MAX,
             balancer: None,
+            intent_timing: roam_core::IntentTiming::Timed,
             joiners: 0,
             seed: 0,
             min_delay: 1_000,
@@ -203,6 +206,12 @@ impl SimConfig {
             .as_mut()
             .expect("with_replication first")
             .min_delta_norm = min_norm;
+        self
+    }
+
+    /// When workers act on their intents (`Op::Intent`).
+    pub fn with_intent_timing(mut self, timing: roam_core::IntentTiming) -> Self {
+        self.intent_timing = timing;
         self
     }
 

@@ -154,6 +154,20 @@ pub enum Op {
     /// `finish_sample` of the open handle (samples never pulled count in
     /// [`SampleStats::unpulled`]). Panics (a script error) if no handle is open.
     FinishSample,
+    /// `intent(keys, start, end)` through the worker's front end. Keys due now are handed to
+    /// the node as the real shell does (never waited for; recorded as an asynchronous
+    /// [`Op::Localize`] of those keys). Panics (a script error) on an invalid intent.
+    Intent {
+        /// Keys the worker will access.
+        keys: Vec<Key>,
+        /// First clock of the access.
+        start: u64,
+        /// The clock after the last.
+        end: u64,
+    },
+    /// `advance_clock` at the current virtual time; the keys of intents due now are handed to
+    /// the node as for [`Op::Intent`].
+    AdvanceClock,
 }
 
 impl Op {
@@ -227,6 +241,15 @@ impl Op {
             sampler,
             n,
             wait: true,
+        }
+    }
+
+    /// An intent to access `keys` at clock `start` only.
+    pub fn intent(keys: impl Into<Vec<Key>>, start: u64) -> Self {
+        Self::Intent {
+            keys: keys.into(),
+            start,
+            end: start + 1,
         }
     }
 

@@ -324,7 +324,8 @@ fn home_move_scenarios() -> Vec<Scenario> {
             ],
             ..Scenario::default()
         },
-        // The home moves to a third node while a relocation of the key is under way.
+        // The home moves to a third node while a relocation of the key is under way. (With a
+        // read from the old home as well it is a long-mode scenario: 700 s on these VMs.)
         Scenario {
             name: "home move racing with a relocation (3 nodes, 1 key)",
             nodes: 3,
@@ -333,7 +334,6 @@ fn home_move_scenarios() -> Vec<Scenario> {
             scripts: vec![
                 (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
                 (w(2, 0), vec![move_async(0, 2), push([0], 2.0)]),
-                (w(0, 0), vec![Op::pull(vec![0])]),
             ],
             ..Scenario::default()
         },
@@ -473,6 +473,35 @@ fn every_interleaving_of_small_static_home_move_scenarios_is_correct() {
 /// (about ten to a hundred times the interleavings).
 fn long_scenarios() -> Vec<Scenario> {
     vec![
+        Scenario {
+            name: "long: replicated key pushed by two workers, read on both nodes (2 x 2)",
+            nodes: 2,
+            workers: 2,
+            keys: 1,
+            replicated: vec![0],
+            scripts: vec![
+                (w(0, 0), vec![Op::SyncReplicas, Op::pull(vec![0])]),
+                (w(0, 1), vec![Op::SyncReplicas]),
+                (
+                    w(1, 0),
+                    vec![push([0], 2.0), Op::SyncReplicas, Op::pull(vec![0])],
+                ),
+                (w(1, 1), vec![push([0], 3.0), Op::SyncReplicas]),
+            ],
+            ..Scenario::default()
+        },
+        Scenario {
+            name: "long: home move racing with a relocation and a read at the old home (3 nodes)",
+            nodes: 3,
+            workers: 1,
+            keys: 1,
+            scripts: vec![
+                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
+                (w(2, 0), vec![move_async(0, 2), push([0], 2.0)]),
+                (w(0, 0), vec![Op::pull(vec![0])]),
+            ],
+            ..Scenario::default()
+        },
         Scenario {
             name: "long: competing relocations while the home pushes (3 nodes, 1 key)",
             nodes: 3,
@@ -627,7 +656,8 @@ fn replication_scenarios() -> Vec<Scenario> {
             ..Scenario::default()
         },
         // Two workers per node, pushes on one node only: its deltas reach the key's hub (either
-        // node) and come back to the other, while both nodes' workers arrive at the sync.
+        // node) and come back to the other, while both nodes' workers arrive at the sync. (With
+        // a read after the sync on the pushing node too it is a long-mode scenario.)
         Scenario {
             name: "replicated key pushed away from its hub by two workers (2 nodes x 2 workers)",
             nodes: 2,
@@ -637,10 +667,7 @@ fn replication_scenarios() -> Vec<Scenario> {
             scripts: vec![
                 (w(0, 0), vec![Op::SyncReplicas, Op::pull(vec![0])]),
                 (w(0, 1), vec![Op::SyncReplicas]),
-                (
-                    w(1, 0),
-                    vec![push([0], 2.0), Op::SyncReplicas, Op::pull(vec![0])],
-                ),
+                (w(1, 0), vec![push([0], 2.0), Op::SyncReplicas]),
                 (w(1, 1), vec![push([0], 3.0), Op::SyncReplicas]),
             ],
             ..Scenario::default()

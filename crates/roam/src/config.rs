@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use roam_core::wire::Limits;
 use roam_core::{
-    Balancer, Key, KeySpace, KeySpaceError, LoadWatch, Partitioning, RecordLayout, SamplerId,
-    SamplerSpec, ValueLengths,
+    Balancer, IntentTiming, Key, KeySpace, KeySpaceError, LoadWatch, Partitioning, RecordLayout,
+    SamplerId, SamplerSpec, ValueLengths,
 };
 
 use crate::cluster_env::{self, ClusterOverrides};
@@ -128,6 +128,10 @@ pub struct Config {
     pub samplers: Vec<SamplerSpec>,
     /// Seed of the samplers' random numbers (each node and worker derives its own stream).
     pub sampling_seed: u64,
+    /// When workers act on the intents they signal ([`crate::Worker::intent`]): shortly
+    /// before each intent's start clock, by the measured time an action takes (the default),
+    /// or at once (ablation).
+    pub intent_timing: IntentTiming,
 }
 
 /// The cluster this process joins, resolved from the [`Config`] and the environment exactly as
@@ -250,6 +254,7 @@ impl Config {
             balancer: Some(Balancer::default()),
             samplers: Vec::new(),
             sampling_seed: 0,
+            intent_timing: IntentTiming::Timed,
         }
     }
 

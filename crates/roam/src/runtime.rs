@@ -381,6 +381,7 @@ impl NodeHandle {
             samplers: cfg.samplers.clone(),
             load: cfg.load_watch,
             balancer: cfg.balancer,
+            intent_timing: cfg.intent_timing,
         };
         let node = if joining {
             Node::joining(node_cfg)

@@ -61,6 +61,16 @@ pub struct NodeStats {
     pub localize_keys: u64,
     /// Mean time from a key's localize request to its arrival here, µs.
     pub localize_mean_us: f64,
+    /// Intents signalled by this node's workers ([`crate::Worker::intent`]).
+    pub intents: u64,
+    /// Keys named in them.
+    pub intent_keys: u64,
+    /// Keys that intents asked to move here (relocations decided by intent).
+    pub intent_actions: u64,
+    /// Intents whose start clock came before all their keys were here.
+    pub late_intents: u64,
+    /// Acted intents beyond what a worker tracks for the late check.
+    pub intents_unchecked: u64,
     /// Remote accesses routed by a location-cache entry.
     pub cache_hits: u64,
     /// Remote accesses without a location-cache entry.
@@ -254,6 +264,11 @@ impl NodeStats {
             stats.local_pull_ops += get(&w.local_pull_ops);
             stats.local_push_keys += get(&w.local_push_keys);
             stats.local_push_ops += get(&w.local_push_ops);
+            stats.intents += get(&w.intents);
+            stats.intent_keys += get(&w.intent_keys);
+            stats.intent_actions += get(&w.intent_actions);
+            stats.late_intents += get(&w.late_intents);
+            stats.intents_unchecked += get(&w.intents_unchecked);
         }
         let local = stats.local_pull_keys + stats.local_push_keys;
         let total = local + stats.remote_pull_keys + stats.remote_push_keys;

@@ -19,8 +19,8 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use roam_core::{
-    AccessError, Directory, Front, Handoff, Key, KeySpace, Node, OpError, ReqId, SampleError,
-    SampleHandle, SamplerId, Time, UpdateMode, WorkerId,
+    AccessError, Directory, Front, Handoff, IntentError, Key, KeySpace, Node, OpError, ReqId,
+    SampleError, SampleHandle, SamplerId, Time, UpdateMode, WorkerId,
 };
 
 use crate::error::PullRefused;
@@ -368,6 +368,69 @@ impl Worker {
         })
     }
 
+    /// Signals that this worker will access `keys` while its clock ([`Worker::advance_clock`])
+    /// is in `start..end` (AdaPM's intent). roam decides when to act: under dynamic
+    /// allocation the keys are brought here shortly before `start` — how long before is
+    /// measured from this worker's clock rate and the time keys take to arrive, nothing to
+    /// tune (see [`crate::Config::intent_timing`]). Intents are cheap: no lock and no message
+    /// unless an action is due; far-ahead intents wait in this worker's queue (beyond
+    /// `roam_core::intent::MAX_PENDING_KEYS` keys the earliest are acted on at once, never
+    /// dropped). Under static allocation intents are only counted.
+    ///
+    /// ```no_run
+    /// # fn f(worker: &roam::Worker, batches: &[Vec<u64>]) -> anyhow::Result<()> {
+    /// const AHEAD: usize = 100;
+    /// for (i, batch) in batches.iter().enumerate().take(AHEAD) {
+    ///     worker.intent(batch, i as u64, i as u64 + 1)?;
+    /// }
+    /// for (i, batch) in batches.iter().enumerate() {
+    ///     if let Some(later) = batches.get(i + AHEAD) {
+    ///         worker.intent(later, (i + AHEAD) as u64, (i + AHEAD) as u64 + 1)?;
+    ///     }
+    ///     // ... pull, compute and push `batch` ...
+    ///     worker.advance_clock();
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn intent(&self, keys: &[Key], start: u64, end: u64) -> Result<(), IntentError> {
+        let mut front = self.front.borrow_mut();
+        // A hint, like a detached localize: nothing waits for it.
+        if let Some(inflight) = self.hand_off(front.intent(keys, start, end)?) {
+            Ticket {
+                inflight: Some(inflight),
+                out: None,
+            }
+            .detach();
+        }
+        Ok(())
+    }
+
+    /// Ticks this worker's clock (once per data point or batch), acting on the intents that
+    /// start soon; returns the new clock.
+    pub fn advance_clock(&self) -> u64 {
+        let now = self.shared().now();
+        let mut front = self.front.borrow_mut();
+        if let Some(inflight) = self.hand_off(front.advance_clock(now)) {
+            Ticket {
+                inflight: Some(inflight),
+                out: None,
+            }
+            .detach();
+        }
+        front.current_clock()
+    }
+
+    /// This worker's clock: how many times it called [`Worker::advance_clock`].
+    pub fn current_clock(&self) -> u64 {
+        self.front.borrow().current_clock()
+    }
+
+    /// How many clocks before their start intents are acted on now (measured; see
+    /// [`Worker::intent`]).
+    pub fn intent_window(&self) -> u64 {
+        self.front.borrow().intent_window()
+    }
+
     /// Starts drawing `n` samples from sampler `sampler` (registered with
     /// [`crate::Config::add_sampler`]). Under `preloc` the keys are drawn now, and under `pool`
     /// taken from the node's pool; either way the ones not here start moving here (never
@@ -396,6 +459,28 @@ impl Worker {
         // A hint, like a detached localize: nothing waits for it.
         Ticket {
             inflight: self.hand_off(localize),
+            out: None,
+        }
+        .detach();
+        Ok(handle)
+    }
+
+    /// [`Worker::prepare_sample`] for samples used while this worker's clock is in
+    /// `start..end`: under `preloc` the samples are drawn now and their keys signalled as an
+    /// intent ([`Worker::intent`]), so they arrive shortly before `start` instead of at once;
+    /// other schemes behave as `prepare_sample`.
+    pub fn prepare_sample_intent(
+        &self,
+        sampler: SamplerId,
+        n: usize,
+        start: u64,
+        end: u64,
+    ) -> Result<SampleHandle, SampleError> {
+        let now = self.shared().now();
+        let mut front = self.front.borrow_mut();
+        let (handle, due) = front.prepare_sample_intent(now, sampler, n, (start, end))?;
+        Ticket {
+            inflight: self.hand_off(due),
             out: None,
         }
         .detach();

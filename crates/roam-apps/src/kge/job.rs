@@ -16,7 +16,9 @@
 //!
 //! Sampling: each epoch's negatives drawn and `local` fallbacks are summed like the loss (per
 //! node over its workers, then over the cluster through [`SumKeys`]), into the epoch's
-//! `sampling` object; the run's totals are the sums over the epochs.
+//! `sampling` object; the run's totals are the sums over the epochs. adapm mode: the epoch's
+//! intent counters likewise, into its `intents` object ([`crate::intents`]); the relations are
+//! not localized up front but named in every triple's intent.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -33,20 +35,25 @@ use crate::common::{
     CLUSTER_COUNTERS, ClusterCounters, Mode, Stopwatch, SumKeys, micros_to_seconds, node_counters,
     process_cpu_micros, progress,
 };
+use crate::intents::{self, NodeIntents};
 use crate::replication;
 use crate::sampling;
 
 /// Scale of the fixed-point loss sum (the cluster sums `u64` counters exactly).
 const LOSS_SCALE: f64 = 1e6;
 
-/// Counters in the job's [`SumKeys`]: the cluster counters, then the replication counters
-/// (the loss rounds and the start-up check use the first few).
-pub const SUMS: usize = CLUSTER_COUNTERS + replicate::COUNTERS;
-
 /// Counters of the per-epoch [`SumKeys`] round: loss (fixed point), scored triples, CPU
-/// microseconds, negatives drawn, `local` fallbacks.
-const EPOCH_SUMS: usize = 5;
-const _: () = assert!(EPOCH_SUMS <= SUMS);
+/// microseconds, negatives drawn, `local` fallbacks, then the intent counters.
+const EPOCH_SUMS: usize = 5 + intents::COUNTERS;
+
+/// Counters in the job's [`SumKeys`]: the cluster counters, then the replication counters
+/// (the loss rounds and the start-up check use the first few), or the per-epoch round's if
+/// more.
+pub const SUMS: usize = if CLUSTER_COUNTERS + replicate::COUNTERS > EPOCH_SUMS {
+    CLUSTER_COUNTERS + replicate::COUNTERS
+} else {
+    EPOCH_SUMS
+};
 
 /// An epoch's figures summed over the cluster.
 struct EpochTotals {
@@ -58,6 +65,8 @@ struct EpochTotals {
     sampled: u64,
     /// `local` draws read remotely.
     fallbacks: u64,
+    /// The intent counters ([`intents::COUNTERS`]).
+    intents: [u64; intents::COUNTERS],
 }
 
 /// What the workers of one process share.
@@ -86,6 +95,8 @@ pub struct Shared<'a> {
     pub sums: SumKeys,
     /// This node's loss of the current epoch, summed over its workers.
     pub node_loss: Mutex<LossSum>,
+    /// This node's intent counts of the current epoch, summed over its workers.
+    pub node_intents: NodeIntents,
     /// The replicated keys (none outside the NuPS modes).
     pub plan: &'a Plan,
     /// The sampler of negatives.
@@ -105,6 +116,8 @@ pub struct Outcome {
     pub replica_sums: Vec<u64>,
     /// Negatives drawn and `local` fallbacks over all epochs, summed over the cluster.
     pub sampled: [u64; 2],
+    /// The intent counts of all epochs and the last epoch's window, summed over the cluster.
+    pub intents: [u64; intents::COUNTERS],
 }
 
 impl Shared<'_> {
@@ -125,6 +138,7 @@ impl Shared<'_> {
             worker.sync_replicas()?;
         }
         if self.mode.localizes() {
+            // (adapm names each triple's relation in its intent instead.)
             // Data clustering: this worker is the only user of its relations (replicated
             // relations are local everywhere already).
             let keys: Vec<u64> = self
@@ -149,6 +163,8 @@ impl Shared<'_> {
         };
         let mut step = Step::default();
         let mut sampled_total = [0u64; 2];
+        let mut intent_total = [0u64; intents::COUNTERS];
+        let mut intents_before = [0u64; intents::COUNTERS];
         let mut epochs = Vec::new();
         let mine = self.partition.triples[gid as usize].len() as u64;
         for epoch in 1..=self.epochs {
@@ -162,9 +178,20 @@ impl Shared<'_> {
             let cpu = process_cpu_micros().saturating_sub(cpu_start);
             bar.finish_and_clear();
 
-            let totals = self.cluster_sums(worker, sum, cpu)?;
+            let intents_now = intents::worker_counts(worker);
+            let epoch_intents = intents::since(intents_now, &intents_before);
+            intents_before = intents_now;
+            let totals = self.cluster_sums(worker, sum, cpu, &epoch_intents)?;
             sampled_total[0] += totals.sampled;
             sampled_total[1] += totals.fallbacks;
+            for (i, (t, e)) in intent_total.iter_mut().zip(totals.intents).enumerate() {
+                // Counts add up over the epochs; the window is the latest.
+                *t = if i + 1 == intents::COUNTERS {
+                    e
+                } else {
+                    *t + e
+                };
+            }
             let evaluate_now =
                 epoch == self.epochs || (self.eval_every > 0 && epoch % self.eval_every == 0);
             let mut row = json!({
@@ -172,6 +199,9 @@ impl Shared<'_> {
                 "cpu_seconds": totals.cpu_seconds,
                 "sampling": sampling::report(self.scheme, totals.sampled, totals.fallbacks),
             });
+            if self.mode.signals_intents() {
+                row["intents"] = intents::report(&totals.intents, total);
+            }
             if evaluate_now {
                 if replicates {
                     worker.sync_replicas()?;
@@ -201,6 +231,7 @@ impl Shared<'_> {
             counters,
             replica_sums: replica.to_vec(),
             sampled: sampled_total,
+            intents: intent_total,
         }))
     }
 
@@ -210,14 +241,16 @@ impl Shared<'_> {
     }
 
     /// The epoch's mean logistic loss per scored triple, CPU seconds (`cpu_micros` of each
-    /// node's worker 0), negatives drawn and `local` fallbacks, all over the whole cluster
-    /// (collective).
+    /// node's worker 0), negatives drawn, `local` fallbacks and intent counts (this worker's
+    /// `intent_counts`), all over the whole cluster (collective).
     fn cluster_sums(
         &self,
         worker: &Worker,
         sum: LossSum,
         cpu_micros: u64,
+        intent_counts: &[u64; intents::COUNTERS],
     ) -> anyhow::Result<EpochTotals> {
+        self.node_intents.add(intent_counts);
         {
             let mut node = self
                 .node_loss
@@ -238,13 +271,14 @@ impl Shared<'_> {
             );
             let fixed = (node.loss * LOSS_SCALE).round() as u64;
             let mut counters = [0; SUMS];
-            counters[..EPOCH_SUMS].copy_from_slice(&[
+            counters[..5].copy_from_slice(&[
                 fixed,
                 node.scored,
                 cpu_micros,
                 node.sampled,
                 node.fallbacks,
             ]);
+            counters[5..EPOCH_SUMS].copy_from_slice(&self.node_intents.take());
             self.sums.contribute(worker, &counters)?;
         }
         let totals = self.sums.barrier_and_read(worker)?;
@@ -253,6 +287,7 @@ impl Shared<'_> {
             cpu_seconds: micros_to_seconds(totals[2]),
             sampled: totals[3],
             fallbacks: totals[4],
+            intents: std::array::from_fn(|i| totals[5 + i]),
         })
     }
 

@@ -95,6 +95,10 @@ pub struct Args {
     /// Evaluate at most this many test (and valid) triples, the first ones (0: all).
     #[arg(long, default_value_t = 0)]
     pub eval_max: usize,
+    /// adapm mode: signal the intent of the triple this many triples ahead (default 1000,
+    /// `roam_apps::intents::KGE_AHEAD_TRIPLES`).
+    #[arg(long)]
+    pub intent_ahead: Option<usize>,
     /// Lapse mode: localize the entities of the triple this many triples ahead (0: never).
     #[arg(long, default_value_t = 1)]
     pub localize_ahead: usize,
@@ -122,7 +126,8 @@ pub struct Args {
     pub workers_per_node: Option<u32>,
     /// Negative sampling scheme (roam's sampling API): naive, preloc, pool:U, pool:U:strict,
     /// local or local:next. Default per mode: preloc in lapse and nups, naive
-    /// elsewhere (`roam_apps::sampling::default_scheme`).
+    /// elsewhere (`roam_apps::sampling::default_scheme`); adapm takes naive only (it draws a
+    /// triple's negatives when it signals the triple's intent).
     #[arg(long, value_parser = crate::sampling::parse_scheme)]
     pub sampling: Option<Scheme>,
     /// Replication (the nups modes).
@@ -157,6 +162,19 @@ impl Args {
             self.workers_per_node != Some(0),
             "--workers-per-node must be at least 1"
         );
+        ensure!(
+            self.intent_ahead.is_none() || self.mode.signals_intents(),
+            "--intent-ahead applies to mode adapm, not {}",
+            self.mode.name()
+        );
+        ensure!(
+            self.intent_ahead != Some(0),
+            "--intent-ahead must be at least 1"
+        );
+        crate::sampling::check_scheme(
+            self.mode,
+            crate::sampling::resolve(App::Kge, self.mode, self.sampling),
+        )?;
         self.replication.validate()?;
         if self.model == ModelKind::Rescal {
             ensure!(
@@ -238,6 +256,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         },
         localize_batch: args.localize_batch,
         pushes_in_flight: args.pushes_in_flight,
+        intent_ahead: if args.mode.signals_intents() {
+            args.intent_ahead
+                .unwrap_or(crate::intents::KGE_AHEAD_TRIPLES)
+        } else {
+            0
+        },
         seed: args.seed,
         update: args.update,
         init_range: args.init_range,
@@ -259,6 +283,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             job::SUMS,
         ),
         node_loss: Mutex::default(),
+        node_intents: crate::intents::NodeIntents::default(),
         plan: &plan,
         sampler,
         scheme,
@@ -317,6 +342,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 "init_range": args.init_range,
                 "localize_ahead": hyper.localize_ahead,
                 "localize_batch": hyper.localize_batch,
+                "intent_ahead": hyper.intent_ahead,
                 "pushes_in_flight": hyper.pushes_in_flight,
                 "seed": args.seed,
                 "entities": graph.num_entities,
@@ -329,6 +355,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 "replication": replication,
                 "sampling": scheme.to_string(),
             }),
+            intents: args
+                .mode
+                .signals_intents()
+                .then(|| crate::intents::report(&outcome.intents, u64::from(workers))),
         };
         let [sampled, fallbacks] = outcome.sampled;
         let line = Report {
@@ -342,4 +372,53 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     node.shutdown()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(given: &[&str]) -> Args {
+        Cli::try_parse_from(std::iter::once("kge").chain(given.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn adapm_takes_naive_negatives_and_its_own_look_ahead_only() {
+        args(&["--mode", "adapm"]).validate().unwrap();
+        args(&["--mode", "adapm", "--intent-ahead", "50"])
+            .validate()
+            .unwrap();
+        args(&["--mode", "adapm", "--sampling", "naive"])
+            .validate()
+            .unwrap();
+        for (mode, extra, needle) in [
+            (
+                "lapse",
+                ["--intent-ahead", "10"],
+                "--intent-ahead applies to mode adapm",
+            ),
+            (
+                "adapm",
+                ["--intent-ahead", "0"],
+                "--intent-ahead must be at least 1",
+            ),
+            ("adapm", ["--sampling", "preloc"], "only --sampling naive"),
+            ("adapm", ["--sampling", "pool:4"], "only --sampling naive"),
+        ] {
+            let err = args(&[&["--mode", mode][..], &extra].concat())
+                .validate()
+                .unwrap_err();
+            assert!(err.to_string().contains(needle), "{mode} {extra:?}: {err}");
+        }
+    }
 }

@@ -30,6 +30,14 @@
 //! and leave out replicated keys (NuPS modes), which are local on every node. Pushes are kept
 //! in a bounded queue and reaped as they finish, which bounds the operations in flight and
 //! surfaces their errors.
+//!
+//! adapm mode ([`Hyper::intent_ahead`] > 0) localizes nothing: the worker's clock ticks once
+//! per triple, and when triple `i` is about to train, triple `i + A` (`A` =
+//! [`crate::intents::KGE_AHEAD_TRIPLES`] by default) gets its 2N negatives drawn (one
+//! `prepare_sample` and `sample_keys` under `naive`: exact uniform draws, nothing moves) into a
+//! queue, and an intent for its s, r, o and negatives at the clock it will train at; roam moves
+//! them here shortly before. When the triple trains its negatives are read with an ordinary
+//! pull, alongside the pull of s, o and r.
 
 use std::collections::VecDeque;
 
@@ -71,6 +79,16 @@ pub struct Hyper {
     /// Pushes a worker may leave unfinished before it waits for the oldest (0: each push is
     /// waited for before the next triple, Lapse's default `async_push=0`).
     pub pushes_in_flight: usize,
+    /// adapm mode: triples of look-ahead for intents (0: no intents, the other modes).
+    pub intent_ahead: usize,
+}
+
+/// Where the negatives of a positive come from.
+pub enum Negatives<'a> {
+    /// Drawn now from a prepared sample (the sampling schemes).
+    Sample(&'a mut SampleHandle),
+    /// Drawn earlier (adapm: when the positive's intent was signalled), read with a pull.
+    Drawn(&'a [Key]),
 }
 
 /// How the 1 + 2N scored triples of a positive are turned into one push per key.
@@ -239,15 +257,15 @@ impl Step {
     }
 
     /// Pulls, computes and pushes the update of positive `t` with its 2N negatives (N corrupted
-    /// tails, then N corrupted heads), drawn from `sample`; returns the push's ticket (not
-    /// waited) and adds the loss to `sum`.
+    /// tails, then N corrupted heads), drawn from a sample or drawn already; returns the push's
+    /// ticket (not waited) and adds the loss to `sum`.
     pub fn run<'w>(
         &mut self,
         worker: &'w Worker,
         hyper: &Hyper,
         graph: &Graph,
         t: Triple,
-        sample: &mut SampleHandle,
+        negatives: Negatives<'_>,
         sum: &mut LossSum,
     ) -> anyhow::Result<Ticket<'w>> {
         let model = hyper.model;
@@ -265,10 +283,15 @@ impl Step {
         {
             // Both reads in flight at once: s, o and r, and the negatives.
             let positive = worker.pull(&self.keys, &mut self.vals)?;
-            let negatives = if n > 0 {
-                Some(worker.pull_sample(sample, &mut self.neg_keys, &mut self.neg_vals)?)
-            } else {
-                None
+            let negatives = match negatives {
+                _ if n == 0 => None,
+                Negatives::Sample(sample) => {
+                    Some(worker.pull_sample(sample, &mut self.neg_keys, &mut self.neg_vals)?)
+                }
+                Negatives::Drawn(keys) => {
+                    self.neg_keys.copy_from_slice(keys);
+                    Some(worker.pull(&self.neg_keys, &mut self.neg_vals)?)
+                }
             };
             positive.wait()?;
             negatives.map(Ticket::wait).transpose()?;
@@ -530,6 +553,9 @@ impl Epoch<'_> {
             SmallRng::seed_from_u64(mix(mix(hyper.seed, u64::from(gid)), u64::from(epoch)));
         let mut order = self.partition.triples[gid as usize].clone();
         order.shuffle(&mut rng);
+        if hyper.intent_ahead > 0 {
+            return self.run_with_intents(worker, &order, step, tick);
+        }
         let counters = worker.counters();
         let [sampled_before, fallbacks_before] = crate::sampling::worker_counts(&counters);
         let mut samples = Samples {
@@ -577,7 +603,7 @@ impl Epoch<'_> {
                 samples.prepare_to(worker, i + ahead + batch)?;
             }
             let t = graph.train[order[i] as usize];
-            let sample = samples.of(worker, i)?;
+            let sample = Negatives::Sample(samples.of(worker, i)?);
             pending.push_back(step.run(worker, hyper, graph, t, sample, &mut sum)?);
             while pending.front().is_some_and(|t| t.is_finished())
                 || pending.len() > hyper.pushes_in_flight
@@ -593,6 +619,90 @@ impl Epoch<'_> {
             }
         }
         samples.finish(worker);
+        for t in pending {
+            t.wait()?;
+        }
+        tick(since_tick);
+        let [sampled, fallbacks] = crate::sampling::worker_counts(&counters);
+        sum.sampled = sampled.saturating_sub(sampled_before);
+        sum.fallbacks = fallbacks.saturating_sub(fallbacks_before);
+        Ok(sum)
+    }
+
+    /// The epoch in adapm mode over the triples `order`: intents `intent_ahead` triples
+    /// ahead with their negatives drawn then (see the module docs), one clock tick per triple.
+    fn run_with_intents(
+        &self,
+        worker: &Worker,
+        order: &[u32],
+        step: &mut Step,
+        mut tick: impl FnMut(u64),
+    ) -> anyhow::Result<LossSum> {
+        let (hyper, graph) = (&self.hyper, self.graph);
+        let (ahead, per) = (hyper.intent_ahead, 2 * hyper.neg_ratio);
+        let counters = worker.counters();
+        let [sampled_before, fallbacks_before] = crate::sampling::worker_counts(&counters);
+        // The drawn negatives of the triples whose intents are signalled, `per` each, in order.
+        let mut drawn: VecDeque<Key> = VecDeque::with_capacity((ahead + 1) * per);
+        let mut draw = vec![0; per];
+        let mut keys: Vec<Key> = Vec::with_capacity(3 + per);
+        // The clock at which triple `i` of this epoch trains is `base + i`.
+        let base = worker.current_clock();
+        let mut signal = |i: usize, drawn: &mut VecDeque<Key>| -> anyhow::Result<()> {
+            let t = graph.train[order[i] as usize];
+            if per > 0 {
+                let mut sample = worker.prepare_sample(self.sampler, per)?;
+                worker.sample_keys(&mut sample, &mut draw)?;
+                worker.finish_sample(sample);
+                drawn.extend(&draw);
+            }
+            keys.clear();
+            keys.extend([u64::from(t.s), u64::from(t.o), relation_key(graph, t.r)]);
+            keys.extend_from_slice(&draw);
+            keys.sort_unstable();
+            keys.dedup();
+            let start = base + i as u64;
+            worker.intent(&keys, start, start + 1)?;
+            Ok(())
+        };
+        for i in 0..ahead.min(order.len()) {
+            signal(i, &mut drawn)?;
+        }
+        let mut negatives: Vec<Key> = vec![0; per];
+        let mut pending: VecDeque<Ticket<'_>> = VecDeque::new();
+        let mut sum = LossSum::default();
+        let mut since_tick = 0;
+        for (i, &triple) in order.iter().enumerate() {
+            if i + ahead < order.len() {
+                signal(i + ahead, &mut drawn)?;
+            }
+            for (slot, key) in negatives.iter_mut().zip(drawn.drain(..per)) {
+                *slot = key;
+            }
+            let t = graph.train[triple as usize];
+            let push = step.run(
+                worker,
+                hyper,
+                graph,
+                t,
+                Negatives::Drawn(&negatives),
+                &mut sum,
+            )?;
+            pending.push_back(push);
+            while pending.front().is_some_and(|t| t.is_finished())
+                || pending.len() > hyper.pushes_in_flight
+            {
+                if let Some(t) = pending.pop_front() {
+                    t.wait()?;
+                }
+            }
+            worker.advance_clock();
+            since_tick += 1;
+            if since_tick == 256 {
+                tick(since_tick);
+                since_tick = 0;
+            }
+        }
         for t in pending {
             t.wait()?;
         }

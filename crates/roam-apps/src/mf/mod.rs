@@ -38,6 +38,7 @@ use roam::{Config, Key, NodeHandle, Worker};
 use serde_json::json;
 
 use crate::common::{self, ClusterCounters, Mode, Stopwatch, SumKeys, TrainReport};
+use crate::intents::{self, NodeIntents};
 use crate::replication;
 use data::Ratings;
 use synthetic::Spec;
@@ -146,16 +147,24 @@ impl Args {
 }
 
 /// Counters summed over the cluster after every epoch: [`train::SUMS`], then the epoch's CPU
-/// microseconds (each node's worker 0 measures its process around the epoch).
-const EPOCH_SUMS: usize = train::SUMS + 1;
+/// microseconds (each node's worker 0 measures its process around the epoch), then the
+/// epoch's intent counters ([`crate::intents`]).
+const EPOCH_SUMS: usize = train::SUMS + 1 + intents::COUNTERS;
+/// Where the intent counters start in the per-epoch sums.
+const INTENTS_AT: usize = train::SUMS + 1;
 
 /// Counters summed over the cluster at the end: the cluster counters, then the replication
 /// counters.
 const COUNTER_SUMS: usize = common::CLUSTER_COUNTERS + replicate::COUNTERS;
 
-/// What global worker 0 hands back: the per-epoch records, the cluster counters and the
-/// summed replication counters.
-type Outcome = Option<(Vec<serde_json::Value>, ClusterCounters, Vec<u64>)>;
+/// What global worker 0 hands back: the per-epoch records, the cluster counters, the summed
+/// replication counters and the summed intent counters (all epochs; the last window).
+type Outcome = Option<(
+    Vec<serde_json::Value>,
+    ClusterCounters,
+    Vec<u64>,
+    [u64; intents::COUNTERS],
+)>;
 
 /// Trains on this node (rank 0 prints the report).
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -214,16 +223,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         localize: args.mode.localizes(),
         replicated: args.mode.replicates(),
         prefetch_at: args.prefetch_at,
+        intents: args.mode.signals_intents(),
         seed: args.seed,
         init_sd: args.init_sd,
     };
     let node_sums = NodeSums::default();
+    let node_intents = NodeIntents::default();
     let ctx = Shared {
         args,
         node: &node,
         layout: &layout,
         hyper,
         node_sums: &node_sums,
+        node_intents: &node_intents,
         loss_sums,
         counter_sums,
         plan: &plan,
@@ -251,7 +263,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         Ok(outcome)
     })?;
-    if let Some((epochs, counters, replica_sums)) = outcome {
+    if let Some((epochs, counters, replica_sums, intent_sums)) = outcome {
         let mut settings = settings;
         if args.mode.replicates() {
             settings["replication"] =
@@ -266,6 +278,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             epochs,
             counters,
             settings,
+            intents: args
+                .mode
+                .signals_intents()
+                .then(|| intents::report(&intent_sums, u64::from(parts))),
         }
         .print();
     }
@@ -326,6 +342,7 @@ struct Shared<'a> {
     layout: &'a Layout,
     hyper: Hyper,
     node_sums: &'a NodeSums,
+    node_intents: &'a NodeIntents,
     loss_sums: SumKeys,
     counter_sums: SumKeys,
     plan: &'a replicate::Plan,
@@ -344,13 +361,15 @@ impl Shared<'_> {
         let mut lr = args.lr;
         let mut previous: Option<f64> = None;
         let mut records = Vec::new();
+        let mut intent_total = [0u64; intents::COUNTERS];
+        let mut intents_before = [0u64; intents::COUNTERS];
         for epoch in 0..args.epochs {
             let clock = Stopwatch::start();
             let cpu_start = common::process_cpu_micros();
-            let online = trainer.epoch(epoch, lr, || bar.inc(1))?;
+            let last = epoch + 1 == args.epochs;
+            let online = trainer.epoch(epoch, lr, last, || bar.inc(1))?;
             let seconds = clock.seconds();
             let cpu = common::process_cpu_micros().saturating_sub(cpu_start);
-            let last = epoch + 1 == args.epochs;
             let evaluate = last || (args.eval_every > 0 && (epoch + 1) % args.eval_every == 0);
             let clock = Stopwatch::start();
             let (train, test) = if evaluate {
@@ -362,10 +381,15 @@ impl Shared<'_> {
                 (None, None)
             };
             self.node_sums.add(online, train, test);
+            let intents_now = intents::worker_counts(worker);
+            self.node_intents
+                .add(&intents::since(intents_now, &intents_before));
+            intents_before = intents_now;
             worker.barrier()?;
             if worker.id() == 0 {
                 let mut sums = self.node_sums.take().to_vec();
                 sums.push(cpu);
+                sums.extend(self.node_intents.take());
                 self.loss_sums.contribute(worker, &sums)?;
             }
             let sums = self.loss_sums.barrier_and_read(worker)?;
@@ -385,6 +409,18 @@ impl Shared<'_> {
                 "online_rmse": rmse(sums[0], sums[2]),
                 "cpu_seconds": common::micros_to_seconds(sums[train::SUMS]),
             });
+            let epoch_intents = &sums[INTENTS_AT..];
+            for (i, (t, e)) in intent_total.iter_mut().zip(epoch_intents).enumerate() {
+                // Counts add up over the epochs; the window is the latest.
+                *t = if i + 1 == intents::COUNTERS {
+                    *e
+                } else {
+                    *t + e
+                };
+            }
+            if self.hyper.intents {
+                record["intents"] = intents::report(epoch_intents, u64::from(self.layout.parts));
+            }
             if evaluate {
                 record["train_rmse"] = json!(rmse(sums[4], sums[5]));
                 record["test_rmse"] = json!(rmse(sums[6], sums[7]));
@@ -408,7 +444,7 @@ impl Shared<'_> {
         let sums = self.counter_sums.barrier_and_read(worker)?;
         let (cluster, replica) = sums.split_at(common::CLUSTER_COUNTERS);
         let counters = ClusterCounters::from_sums(cluster);
-        Ok((worker.global_id() == 0).then(|| (records, counters, replica.to_vec())))
+        Ok((worker.global_id() == 0).then(|| (records, counters, replica.to_vec(), intent_total)))
     }
 
     /// Checks that every node replicates the same keys (collective).

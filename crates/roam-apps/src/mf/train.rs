@@ -18,6 +18,14 @@
 //! when its sub-epoch starts, without waiting; with `--prefetch-at F` it also localizes the
 //! next sub-epoch's column block once it has processed the fraction F of the current block.
 //!
+//! In adapm mode a worker localizes nothing: it signals intents, and its clock ticks once per
+//! chunk. At the start it signals its row block for the whole run and the first column block
+//! from clock 0; when a sub-epoch starts it signals the next sub-epoch's column block (known
+//! from the schedule) from the clock at which that block will begin — the current clock plus
+//! the chunks of the current block — to the clock at which it will end. roam moves the columns
+//! here shortly before the current block's end, by its measured window, rather than while
+//! the worker that uses them now is still early in its block.
+//!
 //! In the NuPS modes the hot columns are replicated: they are left out of every localize
 //! (they are local everywhere), and a sub-epoch ends with `sync_replicas` instead of a barrier,
 //! so the worker that takes a column block over sees all updates to its replicated columns.
@@ -126,6 +134,8 @@ pub struct Hyper {
     pub replicated: bool,
     /// Fraction of a block after which the next column block is localized (lapse mode).
     pub prefetch_at: Option<f64>,
+    /// Signal intents instead of localizing, one clock tick per chunk (adapm mode).
+    pub intents: bool,
     /// Seed of the point order.
     pub seed: u64,
     /// Standard deviation of the initial factors.
@@ -340,9 +350,29 @@ impl<'a> Trainer<'a> {
         Ok(())
     }
 
-    /// Localizes the row block and the first column block (lapse), then sets the initial
-    /// values of this worker's row block and of column block `p` (each block has exactly one
-    /// initialising worker). Ends with a barrier.
+    /// Clock ticks (chunks) of this worker's block `(p, q)`.
+    fn chunks_of(&self, q: u32) -> u64 {
+        self.data.train[q as usize]
+            .len()
+            .div_ceil(self.hyper.chunk.max(1)) as u64
+    }
+
+    /// Signals (adapm mode) that column block `q` will be accessed from clock `start` on, for
+    /// as many clocks as it has chunks.
+    fn intend_block(&self, q: u32, start: u64) -> anyhow::Result<()> {
+        let keys = &self.layout.h_moving[q as usize];
+        if self.hyper.intents && !keys.is_empty() {
+            let end = start + self.chunks_of(q).max(1);
+            self.worker
+                .intent(keys, start, end)
+                .context("signalling a column block's intent")?;
+        }
+        Ok(())
+    }
+
+    /// Localizes (lapse) or signals the intent for (adapm) the row block and the first column
+    /// block, then sets the initial values of this worker's row block and of column block `p`
+    /// (each block has exactly one initialising worker). Ends with a barrier.
     pub fn init(&self) -> anyhow::Result<()> {
         let (p, layout) = (self.p as usize, self.layout);
         let mut tickets = Vec::new();
@@ -353,6 +383,16 @@ impl<'a> Trainer<'a> {
             layout.parts,
         );
         self.localize(&layout.h_moving[first as usize], &mut tickets)?;
+        if self.hyper.intents {
+            // The row block is this worker's for the whole run.
+            let now = self.worker.current_clock();
+            if !layout.w_keys[p].is_empty() {
+                self.worker
+                    .intent(&layout.w_keys[p], now, u64::MAX)
+                    .context("signalling the row block's intent")?;
+            }
+            self.intend_block(first, now)?;
+        }
         let dim = layout.dim;
         let mut vals = Vec::new();
         for keys in [&layout.w_keys[p], &layout.h_keys[p]] {
@@ -381,15 +421,28 @@ impl<'a> Trainer<'a> {
     }
 
     /// One epoch: `P` sub-epochs, each ending with a barrier (with `sync_replicas` in the
-    /// NuPS modes). `tick` is called after each.
-    pub fn epoch(&mut self, epoch: u32, lr: f32, mut tick: impl FnMut()) -> anyhow::Result<Loss> {
+    /// NuPS modes). `tick` is called after each. `last`: no epoch follows (adapm mode signals
+    /// no intent beyond it).
+    pub fn epoch(
+        &mut self,
+        epoch: u32,
+        lr: f32,
+        last: bool,
+        mut tick: impl FnMut(),
+    ) -> anyhow::Result<Loss> {
         let parts = self.layout.parts;
         let order = schedule::stratum_order(self.hyper.seed, epoch, parts);
         let mut total = Loss::default();
         for (t, &s) in order.iter().enumerate() {
             let q = schedule::column_block(self.p, s, parts);
+            let next = schedule::next_column_block(self.hyper.seed, epoch, t as u32, self.p, parts);
             let mut tickets = Vec::new();
             self.localize(&self.layout.h_moving[q as usize], &mut tickets)?;
+            if next != q && !(last && t + 1 == order.len()) {
+                // The next block begins when this one's chunks are done.
+                let start = self.worker.current_clock() + self.chunks_of(q);
+                self.intend_block(next, start)?;
+            }
             let mut points = std::mem::take(&mut self.data.train[q as usize]);
             let mut rng = SmallRng::seed_from_u64(
                 self.hyper.seed
@@ -398,7 +451,6 @@ impl<'a> Trainer<'a> {
                     ^ u64::from(q),
             );
             points.shuffle(&mut rng);
-            let next = schedule::next_column_block(self.hyper.seed, epoch, t as u32, self.p, parts);
             let result = self.block(&points, q, lr, next, &mut tickets);
             self.data.train[q as usize] = points;
             let loss = result?;
@@ -479,6 +531,9 @@ impl<'a> Trainer<'a> {
             }
             std::mem::swap(&mut cur, &mut nxt);
             done += chunks[k].len();
+            if hyper.intents {
+                worker.advance_clock();
+            }
             if !prefetched && prefetch_after.is_some_and(|at| done >= at) {
                 prefetched = true;
                 if hyper.localize && !layout.h_moving[next as usize].is_empty() {

@@ -13,7 +13,8 @@
 //!
 //! The NuPS modes replicate the hottest keys on every node ([`replication`] picks them from
 //! the word counts, the same on every node); the worker loop never localizes them and syncs
-//! the replicas before every evaluation.
+//! the replicas before every evaluation. The `adapm` mode never localizes at all: it signals
+//! the intents of the batches a fixed number of words ahead ([`train`], [`crate::intents`]).
 //!
 //! Layout: [`corpus`] (text, held-out split, sentences), [`synthetic`] (planted-topic Zipf
 //! corpus), [`vocab`] (min-count, subsampling, unigram sampler, key map), [`replication`]
@@ -137,7 +138,8 @@ pub struct Args {
     pub neg_power: f64,
     /// How negatives are drawn (roam's sampling schemes): naive, preloc, pool:U,
     /// pool:U:strict, local or local:next. Default by mode: lapse preloc, nups the measured
-    /// best trade-off, the static modes naive (see docs/workloads-w2v.md, "Negatives").
+    /// best trade-off, the static modes naive (see docs/workloads-w2v.md, "Negatives"); adapm
+    /// takes naive only (it draws negatives when it signals their intent).
     #[arg(long, value_parser = crate::sampling::parse_scheme)]
     pub sampling: Option<roam::Scheme>,
     /// Consecutive sentences are trained from one batched pull and push of at most this many
@@ -151,11 +153,18 @@ pub struct Args {
     /// finds them remote (local fraction 0.38–0.65 against 0.75 with 1000 on small.txt). In
     /// nups mode the frequent words are replicated and only the tail moves: 10000 keeps 0.94
     /// of accesses local on GCIDE at 4 nodes and costs 2.7× less CPU than 1000, whose every
-    /// batch pulls and pushes the hot words again (docs/workloads-w2v.md). Every default is
+    /// batch pulls and pushes the hot words again (docs/workloads-w2v.md). adapm mode batches
+    /// as lapse does (1000: the same batches, so the two compare the techniques alone; a batch
+    /// is its clock tick and the unit of its intents). Every default is
     /// capped at an eighth of a worker's share of the corpus: a batch that is a whole epoch
     /// trains every update from the epoch's starting values, which diverged on small corpora.
     #[arg(long)]
     pub batch_words: Option<usize>,
+    /// adapm mode: signal the intents of the batches within this many words ahead of the one
+    /// training (rounded up to whole batches; default 50000, see
+    /// `roam_apps::intents::W2V_AHEAD_WORDS`).
+    #[arg(long)]
+    pub intent_ahead: Option<usize>,
     /// NuPS modes: replicate the word keys expected to be accessed at least this many times as
     /// often as the mean word key (NuPS's untuned heuristic at 1; see docs/workloads-w2v.md).
     #[arg(long, conflicts_with = "replicate_top")]
@@ -202,11 +211,12 @@ impl Args {
     /// never one batch pulled at its start and pushed at its end (on small corpora such
     /// batches diverged at high learning rates).
     pub fn batch_words(&self, words_per_worker: usize) -> usize {
-        let default = if self.mode.localizes() && !self.mode.replicates() {
-            1000
-        } else {
-            10000
-        };
+        let default =
+            if (self.mode.localizes() && !self.mode.replicates()) || self.mode.signals_intents() {
+                1000
+            } else {
+                10000
+            };
         self.batch_words
             .unwrap_or_else(|| default.min(words_per_worker / MIN_BATCHES_PER_EPOCH).max(1))
     }
@@ -252,6 +262,16 @@ impl Args {
                 );
             }
         }
+        ensure!(
+            self.intent_ahead.is_none() || self.mode.signals_intents(),
+            "--intent-ahead applies to mode adapm, not {}",
+            self.mode.name()
+        );
+        ensure!(
+            self.intent_ahead != Some(0),
+            "--intent-ahead must be at least 1"
+        );
+        crate::sampling::check_scheme(self.mode, self.scheme())?;
         if let Some(alpha) = self.replicate_alpha {
             ensure!(
                 alpha.is_finite() && alpha > 0.0,
@@ -303,6 +323,15 @@ impl Args {
     /// The negative-sampling scheme of the run.
     pub fn scheme(&self) -> roam::Scheme {
         crate::sampling::resolve(App::W2v, self.mode, self.sampling)
+    }
+
+    /// adapm mode: how many batches of `batch_words` words ahead a worker signals its
+    /// intents (`--intent-ahead` or [`crate::intents::W2V_AHEAD_WORDS`] words, rounded up).
+    pub fn intent_ahead_batches(&self, batch_words: usize) -> usize {
+        self.intent_ahead
+            .unwrap_or(crate::intents::W2V_AHEAD_WORDS)
+            .div_ceil(batch_words.max(1))
+            .max(1)
     }
 
     /// How the NuPS modes pick their replicated keys.
@@ -479,6 +508,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         partitioning,
         num_keys,
         localize: args.mode.localizes(),
+        intents: args.mode.signals_intents(),
         negatives,
         evaluator: evaluator.as_ref(),
     };
@@ -533,6 +563,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "min_count": args.min_count,
             "subsample": args.subsample,
             "batch_words": args.batch_words(sentences.words.len() / workers),
+            "intent_ahead_batches": args.mode.signals_intents().then(|| {
+                args.intent_ahead_batches(args.batch_words(sentences.words.len() / workers))
+            }),
             "sampling": args.scheme().to_string(),
             "seed": args.seed,
             "vocab": vocab.len(),
@@ -557,6 +590,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             epochs: outcome.epochs,
             counters: outcome.counters,
             settings,
+            intents: args
+                .mode
+                .signals_intents()
+                .then(|| crate::intents::report(&outcome.intents, workers as u64)),
         }
         .print();
     }
@@ -608,6 +645,38 @@ mod tests {
         assert_eq!(args(&["--mode", "classic"]).batch_words(3), 1);
         let given = args(&["--mode", "nups", "--batch-words", "50000"]);
         assert_eq!(given.batch_words(8000), 50000);
+    }
+
+    #[test]
+    fn adapm_batches_like_lapse_and_signals_whole_batches_ahead() {
+        let adapm = args(&["--mode", "adapm"]);
+        adapm.validate().unwrap();
+        assert_eq!(adapm.batch_words(1_000_000), 1000);
+        assert_eq!(adapm.scheme(), roam::Scheme::Naive);
+        let ahead = crate::intents::W2V_AHEAD_WORDS;
+        assert_eq!(adapm.intent_ahead_batches(1000), ahead.div_ceil(1000));
+        assert_eq!(adapm.intent_ahead_batches(ahead * 2), 1);
+        let given = args(&["--mode", "adapm", "--intent-ahead", "2500"]);
+        given.validate().unwrap();
+        assert_eq!(given.intent_ahead_batches(1000), 3);
+        for (mode, extra, needle) in [
+            (
+                "lapse",
+                ["--intent-ahead", "10"],
+                "--intent-ahead applies to mode adapm",
+            ),
+            (
+                "adapm",
+                ["--intent-ahead", "0"],
+                "--intent-ahead must be at least 1",
+            ),
+            ("adapm", ["--sampling", "preloc"], "only --sampling naive"),
+        ] {
+            let err = args(&[&["--mode", mode][..], &extra].concat())
+                .validate()
+                .unwrap_err();
+            assert!(err.to_string().contains(needle), "{mode} {extra:?}: {err}");
+        }
     }
 
     #[test]

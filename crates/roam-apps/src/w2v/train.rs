@@ -1,6 +1,6 @@
 //! One worker's training loop on the parameter server: batched pulls and pushes per batch of
-//! sentences, look-ahead localization (lapse mode), negatives through roam's sampling API, and
-//! the per-epoch sums.
+//! sentences, look-ahead localization (lapse mode) or intents (adapm mode), negatives through
+//! roam's sampling API, and the per-epoch sums.
 //!
 //! A worker's part of the corpus is cut into batches of consecutive sentences of at most
 //! `--batch-words` words (default 10000, ten of word2vec's longest sentences; a longer
@@ -14,6 +14,13 @@
 //! - lapse: while batch `i` trains, batch `i + 1`'s keys are being localized (issued, never
 //!   waited), and its negatives are prepared (`prepare_sample` when batch `i + 1` is planned),
 //!   so that `preloc` and `pool` have a batch's time to bring them here;
+//! - adapm: the worker's clock ticks once per batch, and batch `i + A` (`A` batches of
+//!   [`crate::intents::W2V_AHEAD_WORDS`] words) is planned while batch `i` trains, its
+//!   negatives drawn at once (`naive`: the same draws, in the same order, as the other modes
+//!   under `naive`), and an intent signalled for the distinct keys it will pull (syn0 and
+//!   syn1neg of its words, syn1neg of its negatives) at the clock it will train at; the planned
+//!   batches wait in a queue, and roam moves their keys here shortly before their clock. No
+//!   `localize` is ever called;
 //! - the scheme decides which keys the negatives are (`local` only takes keys held here, which
 //!   changes their distribution) and whether drawing them moves keys;
 //! - nups modes: the replicated keys ([`Replicated`]) are read and pushed in every node's
@@ -51,13 +58,17 @@ use super::vocab::{KeyMap, UnigramTable};
 use crate::common::{
     CLUSTER_COUNTERS, ClusterCounters, Stopwatch, SumKeys, node_counters, progress,
 };
+use crate::intents::{self, NodeIntents};
 
 /// Training counters summed over the cluster each epoch, before the cluster counters.
 pub const TRAIN_COUNTERS: usize = 6;
-/// All counters summed through [`SumKeys`]: training, cluster, replication.
-pub const SUMMED: usize = TRAIN_COUNTERS + CLUSTER_COUNTERS + replication::COUNTERS;
+/// All counters summed through [`SumKeys`]: training, cluster, replication, intents.
+pub const SUMMED: usize =
+    TRAIN_COUNTERS + CLUSTER_COUNTERS + replication::COUNTERS + intents::COUNTERS;
 /// Where the replication counters start in the sums.
 const REPLICATION_AT: usize = TRAIN_COUNTERS + CLUSTER_COUNTERS;
+/// Where the intent counters start in the sums.
+const INTENTS_AT: usize = REPLICATION_AT + replication::COUNTERS;
 /// Loss is summed as an integer in these units.
 const LOSS_SCALE: f64 = 1e6;
 /// Keys per message when initialising or gathering vectors.
@@ -95,6 +106,8 @@ pub struct Job<'a> {
     pub num_keys: u64,
     /// Whether this worker localizes its batches' words (lapse mode).
     pub localize: bool,
+    /// Whether this worker signals intents for its batches instead (adapm mode).
+    pub intents: bool,
     /// The sampler of negatives (output vectors by count^neg_power).
     pub negatives: SamplerId,
     /// The metrics (rank 0 only).
@@ -109,11 +122,15 @@ pub struct Outcome {
     pub counters: ClusterCounters,
     /// The last epoch's sums of [`replication::node_counters`].
     pub replication: Vec<u64>,
+    /// The intent counts of all epochs and the last epoch's window ([`intents::COUNTERS`]),
+    /// summed over the cluster.
+    pub intents: Vec<u64>,
 }
 
 /// Per-node accumulation of worker counters, and a barrier of the node's workers.
 pub struct NodeSums {
     acc: Mutex<[u64; TRAIN_COUNTERS]>,
+    intents: NodeIntents,
     barrier: std::sync::Barrier,
 }
 
@@ -122,6 +139,7 @@ impl NodeSums {
     pub fn new(workers: usize) -> Self {
         Self {
             acc: Mutex::new([0; TRAIN_COUNTERS]),
+            intents: NodeIntents::default(),
             barrier: std::sync::Barrier::new(workers),
         }
     }
@@ -210,6 +228,12 @@ struct State<'w> {
     work: Vec<f32>,
     local_keys: Vec<Key>,
     e: Vec<f32>,
+    /// adapm: the planned batches after the current one (negatives drawn, intents signalled).
+    ahead: VecDeque<Plan>,
+    /// adapm: plans to reuse.
+    spare_plans: Vec<Plan>,
+    /// adapm: the distinct output vectors of a planned batch.
+    seen_out: SlotMap,
     /// The negatives of `next_plan`, prepared when it was planned.
     next_sample: Option<SampleHandle>,
     sample: Option<SampleHandle>,
@@ -282,6 +306,68 @@ impl<'w> State<'w> {
         Ok(())
     }
 
+    /// adapm: plans the sentences `batch`, to train at clock `start`, into the look-ahead
+    /// queue: draws its negatives now (from the run's sampler, `naive`: the distribution and
+    /// the order of the draws are those of the other modes) and signals the intent for the
+    /// distinct keys the batch will pull.
+    fn plan_ahead(
+        &mut self,
+        job: &Job<'_>,
+        batch: Range<usize>,
+        start: u64,
+        p: Params,
+    ) -> anyhow::Result<()> {
+        let mut plan = self.spare_plans.pop().unwrap_or_default();
+        plan.clear();
+        for s in batch {
+            plan.add_with(
+                job.sentences.get(s),
+                job.keep,
+                p,
+                &mut self.rng,
+                |_, out, n| out.resize(out.len() + n, 0),
+            );
+        }
+        if !plan.negatives.is_empty() {
+            self.neg_keys.resize(plan.negatives.len(), 0);
+            let mut sample = self.w.prepare_sample(job.negatives, plan.negatives.len())?;
+            self.w.sample_keys(&mut sample, &mut self.neg_keys)?;
+            self.w.finish_sample(sample);
+            for (word, &key) in plan.negatives.iter_mut().zip(&self.neg_keys) {
+                *word = job.keys.word_of_key(key).0;
+            }
+        }
+        self.seen.clear();
+        self.seen_out.clear();
+        self.local_keys.clear();
+        for &w in &plan.words {
+            if self.seen.insert(w, 0) {
+                self.local_keys.push(job.keys.syn0(w));
+            }
+        }
+        for &w in plan.words.iter().chain(&plan.negatives) {
+            if self.seen_out.insert(w, 0) {
+                self.local_keys.push(job.keys.syn1(w));
+            }
+        }
+        if !self.local_keys.is_empty() {
+            self.w.intent(&self.local_keys, start, start + 1)?;
+        }
+        self.ahead.push_back(plan);
+        Ok(())
+    }
+
+    /// adapm: makes the oldest planned batch the current plan.
+    fn take_ahead(&mut self) -> anyhow::Result<()> {
+        let next = self
+            .ahead
+            .pop_front()
+            .context("a batch is planned before it trains")?;
+        let done = std::mem::replace(&mut self.plan, next);
+        self.spare_plans.push(done);
+        Ok(())
+    }
+
     /// Draws the current plan's negatives from its prepared sample. Only their keys: their
     /// values are read with the batch's other keys, in one pull in which a word drawn many
     /// times (the frequent ones are) is read once.
@@ -314,7 +400,10 @@ impl<'w> State<'w> {
         if self.plan.words.is_empty() {
             return Ok(SentenceStats::default());
         }
-        self.draw_negatives(job)?;
+        if !job.intents {
+            // (adapm drew them when the batch was planned.)
+            self.draw_negatives(job)?;
+        }
         let (dim, km) = (self.dim, job.keys);
         self.syn0.clear();
         self.syn1.clear();
@@ -456,11 +545,9 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let parts = (w.num_nodes() * w.workers_per_node()) as usize;
     let mine = job.sentences.part(gid, parts);
     let my_words = job.sentences.words_in(mine.clone()) as f64;
-    let batches = batches(
-        job.sentences,
-        mine,
-        a.batch_words(job.sentences.words.len() / parts),
-    );
+    let batch_words = a.batch_words(job.sentences.words.len() / parts);
+    let batches = batches(job.sentences, mine, batch_words);
+    let ahead = a.intent_ahead_batches(batch_words);
     let schedule = my_words * f64::from(a.epochs) + 1.0;
 
     init_vectors(job, w).context("initialising the vectors")?;
@@ -490,6 +577,9 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         syn0: SlotMap::new(v),
         syn1: SlotMap::new(v),
         seen: SlotMap::new(v),
+        ahead: VecDeque::new(),
+        spare_plans: Vec::new(),
+        seen_out: SlotMap::new(if job.intents { v } else { 0 }),
         keys: Vec::new(),
         orig: Vec::new(),
         work: Vec::new(),
@@ -507,6 +597,8 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let mut epochs = Vec::new();
     let mut counters = ClusterCounters::default();
     let mut replicas = Vec::new();
+    let mut intent_total = vec![0u64; intents::COUNTERS];
+    let mut intents_before = [0u64; intents::COUNTERS];
     let mut cpu_before = 0.0;
     // The worker's sampling counters: negatives drawn, and `local` fallbacks among them.
     let mut sampling_before = crate::sampling::worker_counts(&w.counters());
@@ -514,7 +606,25 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         let clock = Stopwatch::start();
         let mut stats = SentenceStats::default();
         let mut alpha = a.lr;
-        if let Some(first) = batches.first() {
+        if job.intents {
+            // The clock at which batch `b` of this epoch trains.
+            let base = w.current_clock();
+            for (b, batch) in batches.iter().enumerate().take(ahead) {
+                st.plan_ahead(job, batch.clone(), base + b as u64, p)?;
+            }
+            for (b, batch) in batches.iter().enumerate() {
+                if let Some(later) = batches.get(b + ahead) {
+                    st.plan_ahead(job, later.clone(), base + (b + ahead) as u64, p)?;
+                }
+                st.take_ahead()?;
+                alpha = a.lr * (1.0 - processed / schedule).max(1e-4) as f32;
+                stats += st.train_plan(job, p, alpha, &sig)?;
+                debug_assert_eq!(st.plan.raw_words, job.sentences.words_in(batch.clone()));
+                processed += st.plan.raw_words as f64;
+                bar.inc(st.plan.raw_words as u64);
+                w.advance_clock();
+            }
+        } else if let Some(first) = batches.first() {
             st.plan_next(job, first.clone(), p)?;
             for (b, batch) in batches.iter().enumerate() {
                 std::mem::swap(&mut st.plan, &mut st.next_plan);
@@ -540,16 +650,23 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             sampling[0] - sampling_before[0],
         ]);
         sampling_before = sampling;
+        let intents_now = intents::worker_counts(w);
+        job.node_sums
+            .intents
+            .add(&intents::since(intents_now, &intents_before));
+        intents_before = intents_now;
         job.node_sums.barrier.wait();
         if w.id() == 0 {
             let train = job.node_sums.take();
             let stats = job.node.stats();
             let cluster = sub(node_counters(&stats), &excluded);
             let replicas = replication::node_counters(&job.replicated.keys, &stats);
+            let node_intents = job.node_sums.intents.take();
             let all: Vec<u64> = train
                 .iter()
                 .chain(&cluster)
                 .chain(&replicas)
+                .chain(&node_intents)
                 .copied()
                 .collect();
             job.sums.contribute(w, &all)?;
@@ -557,7 +674,16 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         let sums = job.sums.barrier_and_read(w)?;
         let seconds = clock.seconds();
         counters = ClusterCounters::from_sums(&sums[TRAIN_COUNTERS..REPLICATION_AT]);
-        replicas = sums[REPLICATION_AT..].to_vec();
+        replicas = sums[REPLICATION_AT..INTENTS_AT].to_vec();
+        let epoch_intents = &sums[INTENTS_AT..];
+        for (i, (t, e)) in intent_total.iter_mut().zip(epoch_intents).enumerate() {
+            // Counts add up over the epochs; the window is the latest.
+            *t = if i + 1 == intents::COUNTERS {
+                *e
+            } else {
+                *t + e
+            };
+        }
         let fingerprint = replication::fingerprint(&job.replicated.keys);
         // Every worker sees the same sums, so all of them stop here together.
         anyhow::ensure!(
@@ -612,6 +738,9 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             });
             // Drawn, not trained: a negative equal to its pair's center is drawn but skipped.
             row["sampling"] = crate::sampling::report(a.scheme(), sums[5], sums[3]);
+            if job.intents {
+                row["intents"] = intents::report(epoch_intents, parts as u64);
+            }
             if let Value::Object(m) = &mut row {
                 m.extend(metrics);
             }
@@ -624,6 +753,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         epochs,
         counters,
         replication: replicas,
+        intents: intent_total,
     }))
 }
 

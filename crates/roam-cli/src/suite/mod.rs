@@ -39,7 +39,7 @@ pub(crate) struct SuiteArgs {
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) apps: Option<Vec<App>>,
     /// Modes to run (`single` always at one node). Default: all but `nups-replicate-only` (the
-    /// NuPS ablation); `--tiny`: single, classic, classic-nolocal, lapse.
+    /// NuPS ablation) and `adapm`; `--tiny`: single, classic, classic-nolocal, lapse.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) modes: Option<Vec<Mode>>,
     /// Node counts for the distributed modes (`single` always runs at one node).

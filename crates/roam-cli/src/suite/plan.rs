@@ -74,6 +74,9 @@ pub(crate) enum Mode {
     Nups,
     /// The NuPS ablation: hot keys replicated, the rest static as in `classic`.
     NupsReplicateOnly,
+    /// AdaPM: dynamic allocation driven by the workloads' intents (no `localize`, no
+    /// replicas).
+    Adapm,
 }
 
 /// An emulated network (`roam launch --profile`).
@@ -168,17 +171,19 @@ impl Mode {
             Self::Lapse => "lapse",
             Self::Nups => "nups",
             Self::NupsReplicateOnly => "nups-replicate-only",
+            Self::Adapm => "adapm",
         }
     }
 
     /// Every mode, in table and legend order (`single` first).
-    pub(crate) const ALL: [Self; 6] = [
+    pub(crate) const ALL: [Self; 7] = [
         Self::Single,
         Self::Classic,
         Self::ClassicNolocal,
         Self::Lapse,
         Self::Nups,
         Self::NupsReplicateOnly,
+        Self::Adapm,
     ];
 
     /// Whether the mode replicates hot keys (the NuPS modes).
@@ -188,7 +193,8 @@ impl Mode {
 
     /// Whether the suite runs the mode once per sampling scheme of `--samplings`: the modes
     /// that relocate keys (`lapse`, `nups`), where the scheme decides what moves. The others
-    /// keep every key where it is and run once, with their default scheme.
+    /// keep every key where it is and run once, with their default scheme (`adapm` moves keys
+    /// by intent and draws its negatives `naive`, the only scheme it takes).
     pub(crate) fn sampling_varies(self) -> bool {
         matches!(self, Self::Lapse | Self::Nups)
     }
@@ -203,6 +209,7 @@ impl Mode {
             Self::Lapse => M::Lapse,
             Self::Nups => M::Nups,
             Self::NupsReplicateOnly => M::NupsReplicateOnly,
+            Self::Adapm => M::Adapm,
         }
     }
 }
@@ -436,8 +443,8 @@ impl Preset {
     }
 
     /// Modes unless `--modes` says otherwise: every mode but the NuPS ablation
-    /// (`nups-replicate-only`, selectable with `--modes`); the tiny CI preset keeps to the
-    /// four original modes.
+    /// (`nups-replicate-only`) and `adapm` (both selectable with `--modes`); the tiny CI
+    /// preset keeps to the four original modes.
     pub(crate) fn modes(self) -> Vec<Mode> {
         match self {
             Self::Tiny => vec![

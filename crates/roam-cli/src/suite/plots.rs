@@ -56,6 +56,7 @@ fn mode_color(mode: Mode) -> RGBColor {
         Mode::Lapse => RGBColor(44, 160, 44),
         Mode::Nups => RGBColor(214, 39, 40),
         Mode::NupsReplicateOnly => RGBColor(148, 103, 189),
+        Mode::Adapm => RGBColor(140, 86, 75),
     }
 }
 

@@ -129,6 +129,31 @@ impl Front {
         Ok((handle, Some(Handoff::Localize { keys: wanted })))
     }
 
+    /// [`Front::prepare_sample`] for samples to be used while this worker's clock is in
+    /// `start..end` (AdaPM): under `preloc` the samples are drawn now and their keys signalled
+    /// as an intent ([`Front::intent`]) instead of moved at once, so they arrive shortly before
+    /// `start`; other schemes behave as `prepare_sample` (`pool` fetches its groups itself).
+    pub fn prepare_sample_intent(
+        &mut self,
+        now: Time,
+        id: SamplerId,
+        n: usize,
+        (start, end): (u64, u64),
+    ) -> Result<(SampleHandle, Option<Handoff<'_>>), SampleError> {
+        if end <= start {
+            return Err(SampleError::EmptyIntentRange { start, end });
+        }
+        if !matches!(self.samplers.get(id)?.spec.scheme, Scheme::Preloc) || !self.keys_move {
+            return self.prepare_sample(now, id, n);
+        }
+        // Drawn now; what `preloc` would move at once becomes an intent instead.
+        let (handle, _moved_at_once) = self.prepare_sample(now, id, n)?;
+        self.misses.keys.clear();
+        self.intents
+            .signal(&self.store, &handle.ahead, start, &mut self.misses.keys);
+        Ok((handle, self.due_handoff()))
+    }
+
     /// Draws `keys_out.len()` samples of `handle` into `keys_out` and reads their values into
     /// `vals_out` (`keys_out.len() × value length` values). What is local is read now; `None`
     /// if that was all, else the pull of the rest for the node.

@@ -395,6 +395,14 @@ pub enum SampleError {
         /// The limit.
         max: usize,
     },
+    /// An intent's clock range holds no clock ([`crate::Front::prepare_sample_intent`]).
+    #[error("intent clock range {start}..{end} is empty: the end must be after the start")]
+    EmptyIntentRange {
+        /// The first clock.
+        start: u64,
+        /// The clock after the last.
+        end: u64,
+    },
     /// More samples asked of a handle than it has left.
     #[error("asked for {requested} samples, the handle has {remaining} left")]
     TooMany {

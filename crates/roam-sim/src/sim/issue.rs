@@ -129,6 +129,14 @@ impl Sim {
                 worker.ready_at = Time(now.0 + think);
                 self.finish_sample(n, w);
             }
+            Op::Intent { keys, start, end } => {
+                worker.ready_at = Time(now.0 + think);
+                self.issue_intent(n, w, Some((keys, start, end)), think);
+            }
+            Op::AdvanceClock => {
+                worker.ready_at = Time(now.0 + think);
+                self.issue_intent(n, w, None, think);
+            }
         }
     }
 
@@ -333,6 +341,31 @@ impl Sim {
         let (front, node, id) = self.front_of(n, w);
         let issued = issue(front.localize(&keys), node, now, id);
         self.after_front((n, w, record), issued, Vec::new(), pace);
+    }
+
+    /// `intent` (with `Some`) or `advance_clock`: the keys of intents due now, if any, are
+    /// handed to the node like a detached localize, and recorded as one.
+    pub(super) fn issue_intent(
+        &mut self,
+        n: usize,
+        w: usize,
+        intent: Option<(Vec<Key>, u64, u64)>,
+        think: u64,
+    ) {
+        let (now, invoke) = (self.now, self.stamp());
+        let (front, node, id) = self.front_of(n, w);
+        let handoff = match &intent {
+            Some((keys, start, end)) => front
+                .intent(keys, *start, *end)
+                .unwrap_or_else(|err| panic!("script error: invalid intent: {err}")),
+            None => front.advance_clock(now),
+        };
+        let Some(handoff) = handoff else { return };
+        let keys = handoff.keys().to_vec();
+        let req = handoff.issue(node, now, id);
+        let record = self.invoke_at(invoke, (n, w), OpKind::Localize, keys, Vec::new(), false);
+        let detached = Pace { wait: false, think };
+        self.hand_off(n, w, req, record, Vec::new(), detached);
     }
 
     /// Moves the home of `key`'s bucket; the node validates the rest.

@@ -211,6 +211,7 @@ impl Sim {
                     samplers: cfg.samplers.clone(),
                     load: cfg.load,
                     balancer: cfg.balancer,
+                    intent_timing: cfg.intent_timing,
                 };
                 let node = if joiner {
                     Node::joining(node_cfg)

@@ -119,6 +119,9 @@ pub(crate) struct DynShape {
     /// Static allocation instead of dynamic: localizes are no-ops and a home move carries the
     /// bucket's keys along.
     pub(crate) static_alloc: bool,
+    /// Half the localizes become intents (starting 0–60 clocks ahead, lasting 1–3) and workers
+    /// tick their clocks between ops; timing drawn per run (timed or immediate).
+    pub(crate) intents: bool,
 }
 
 /// A random dynamic-allocation run: the configuration, every worker's script and the value
@@ -157,8 +160,15 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
     let min_delay = rng.random_range(0..=2_000);
     let max_delay = min_delay + rng.random_range(1..=80_000);
     let max_think = rng.random_range(0..=20_000);
+    // Drawn only with intents, so that other shapes keep their seeds' workloads.
+    let timing = if shape.intents && rng.random_bool(0.5) {
+        roam_core::IntentTiming::Immediate
+    } else {
+        roam_core::IntentTiming::Timed
+    };
     let cfg = roam_sim::SimConfig::new(nodes, workers_per_node, space.clone())
         .with_seed(seed)
+        .with_intent_timing(timing)
         .with_partitioning(partitioning)
         .with_fast_local_access(shape.fast.unwrap_or_else(|| rng.random_bool(0.5)))
         .with_dynamic(!shape.static_alloc)
@@ -214,9 +224,24 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
                     to: rng.random_range(0..nodes),
                     wait,
                 },
+                _ if shape.intents && rng.random_bool(0.5) => {
+                    let clock = script
+                        .iter()
+                        .filter(|op| matches!(op, Op::AdvanceClock))
+                        .count();
+                    let start = clock as u64 + rng.random_range(0..=60);
+                    Op::Intent {
+                        keys,
+                        start,
+                        end: start + rng.random_range(1..=3),
+                    }
+                }
                 _ => Op::Localize { keys, wait },
             };
             script.push(op);
+            if shape.intents && rng.random_bool(0.5) {
+                script.push(Op::AdvanceClock);
+            }
             if rng.random_bool(0.08) {
                 script.push(Op::WaitAll);
             }

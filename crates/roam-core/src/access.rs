@@ -361,6 +361,7 @@ impl Front {
         for (counter, total) in [
             (&c.intents, tally.intents),
             (&c.intent_keys, tally.keys),
+            (&c.intents_acted, tally.acted),
             (&c.late_intents, tally.late),
             (&c.intents_unchecked, tally.unchecked),
         ] {

@@ -24,7 +24,10 @@
 //!   the earliest intents are acted on at once, early rather than dropped.
 //! - An intent is *late* if, when the clock reaches its start, one of its keys is neither here
 //!   nor replicated here. Each acted intent is checked once (at most [`MAX_TRACKED_KEYS`] keys
-//!   of acted intents are tracked; beyond that the oldest are counted as unchecked).
+//!   of acted intents are tracked; beyond that those with the earliest start are counted as
+//!   unchecked). One key away makes the whole intent late; the check runs at the tick, so it
+//!   says whether the keys were ready when the worker reached the start, not where each access
+//!   was served.
 //! - Nothing here touches the node: acting produces keys for a hand-off, which the shell issues.
 
 use std::cmp::Reverse;
@@ -79,8 +82,6 @@ struct Pending {
 /// An intent acted on, waiting for its start clock (the late check).
 struct Acted {
     keys: Vec<Key>,
-    /// Whether it was already checked for lateness (signalled at or after its start).
-    checked: bool,
 }
 
 /// Counts for the report (the worker adds them to its counters).
@@ -90,6 +91,8 @@ pub struct IntentTally {
     pub intents: u64,
     /// Keys named in them.
     pub keys: u64,
+    /// Intents acted on (each exactly once; the rest are pending).
+    pub acted: u64,
     /// Intents whose start clock came before all their keys were here.
     pub late: u64,
     /// Acted intents not checked for lateness (beyond [`MAX_TRACKED_KEYS`]).
@@ -219,7 +222,8 @@ impl Intents {
     pub fn advance(&mut self, now: Time, store: &Store, due: &mut Vec<Key>) {
         self.clock += 1;
         if self.rate.observe(now, self.clock, &self.node_counters) {
-            self.window = poisson_quantile(2.0 * self.rate.estimate(), WINDOW_QUANTILE);
+            // At least one clock: a window of 0 would act only at the start, always late.
+            self.window = poisson_quantile(2.0 * self.rate.estimate(), WINDOW_QUANTILE).max(1);
         }
         self.check_started(store);
         let horizon = self.clock.saturating_add(self.window());
@@ -247,16 +251,14 @@ impl Intents {
     fn act(&mut self, store: &Store, start: u64, keys: Vec<Key>, due: &mut Vec<Key>) {
         let before = due.len();
         due.extend(keys.iter().copied().filter(|&k| !is_here(store, k)));
-        let all_here = due.len() == before;
-        if start <= self.clock && all_here {
-            // Due now and every key is here: not late, nothing to track.
+        self.tally.acted += 1;
+        if start <= self.clock {
+            // Due now: late if a key is away, and checked either way: nothing to track.
+            if due.len() != before {
+                self.tally.late += 1;
+            }
             self.spare.push(keys);
             return;
-        }
-        // Signalled at or after its start with keys still away: late already.
-        let checked = start <= self.clock;
-        if checked {
-            self.tally.late += 1;
         }
         while self.tracked_keys + keys.len() > MAX_TRACKED_KEYS && self.untrack_earliest() {}
         let slot = self.acted_free.pop().unwrap_or_else(|| {
@@ -264,7 +266,7 @@ impl Intents {
             self.acted_slab.len() - 1
         });
         self.tracked_keys += keys.len();
-        self.acted_slab[slot] = Some(Acted { keys, checked });
+        self.acted_slab[slot] = Some(Acted { keys });
         self.by_start.push(Reverse((start, slot)));
     }
 
@@ -297,7 +299,7 @@ impl Intents {
             let acted = self.acted_slab[slot]
                 .as_ref()
                 .expect("a tracked intent is in the slab");
-            if !acted.checked && !acted.keys.iter().all(|&k| is_here(store, k)) {
+            if !acted.keys.iter().all(|&k| is_here(store, k)) {
                 self.tally.late += 1;
             }
             self.release(slot);

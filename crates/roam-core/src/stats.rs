@@ -102,6 +102,8 @@ counters! {
         intents,
         /// Keys named in them.
         intent_keys,
+        /// Intents acted on (each exactly once; the others are still waiting for their window).
+        intents_acted,
         /// Keys that intents asked to move here (relocations decided by intent).
         intent_actions,
         /// Intents whose start clock came before all their keys were here.

@@ -1,7 +1,8 @@
 //! Intent signaling (AdaPM, issue #15) in the simulator: intents and clock ticks mixed into
 //! random dynamic-allocation runs (with localizes, pulls, pushes and sets colliding on few
 //! keys) must keep every guarantee of those runs — per-key linearizability, exact final sums,
-//! every key at one node — and a scripted run checks what intents are for: keys signalled far
+//! every key at one node — and every intent is acted on exactly once by the time the clock
+//! passes its start; scripted runs check what intents are for: keys signalled far
 //! enough ahead are here when the worker's clock reaches their start.
 
 mod common;
@@ -44,6 +45,11 @@ fn random_runs_with_intents_are_linearizable_with_exact_sums() {
         t.runs += 1;
         for w in sim.workers() {
             let c = sim.worker_counters(w);
+            assert_eq!(
+                c.intents_acted.load(Relaxed),
+                c.intents.load(Relaxed),
+                "seed {seed}: {w}: every intent acted on once its start was past"
+            );
             t.intents += c.intents.load(Relaxed);
             t.intent_actions += c.intent_actions.load(Relaxed);
             t.late += c.late_intents.load(Relaxed);

@@ -65,6 +65,8 @@ pub struct NodeStats {
     pub intents: u64,
     /// Keys named in them.
     pub intent_keys: u64,
+    /// Intents acted on (the others were still waiting for their window).
+    pub intents_acted: u64,
     /// Keys that intents asked to move here (relocations decided by intent).
     pub intent_actions: u64,
     /// Intents whose start clock came before all their keys were here.
@@ -266,6 +268,7 @@ impl NodeStats {
             stats.local_push_ops += get(&w.local_push_ops);
             stats.intents += get(&w.intents);
             stats.intent_keys += get(&w.intent_keys);
+            stats.intents_acted += get(&w.intents_acted);
             stats.intent_actions += get(&w.intent_actions);
             stats.late_intents += get(&w.late_intents);
             stats.intents_unchecked += get(&w.intents_unchecked);

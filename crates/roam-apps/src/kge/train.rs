@@ -639,7 +639,8 @@ impl Epoch<'_> {
         mut tick: impl FnMut(u64),
     ) -> anyhow::Result<LossSum> {
         let (hyper, graph) = (&self.hyper, self.graph);
-        let (ahead, per) = (hyper.intent_ahead, 2 * hyper.neg_ratio);
+        // No further ahead than the epoch (a larger `--intent-ahead` means "all of it").
+        let (ahead, per) = (hyper.intent_ahead.min(order.len()), 2 * hyper.neg_ratio);
         let counters = worker.counters();
         let [sampled_before, fallbacks_before] = crate::sampling::worker_counts(&counters);
         // The drawn negatives of the triples whose intents are signalled, `per` each, in order.

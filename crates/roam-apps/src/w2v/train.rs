@@ -613,7 +613,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
                 st.plan_ahead(job, batch.clone(), base + b as u64, p)?;
             }
             for (b, batch) in batches.iter().enumerate() {
-                if let Some(later) = batches.get(b + ahead) {
+                if let Some(later) = b.checked_add(ahead).and_then(|later| batches.get(later)) {
                     st.plan_ahead(job, later.clone(), base + (b + ahead) as u64, p)?;
                 }
                 st.take_ahead()?;

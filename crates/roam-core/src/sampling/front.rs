@@ -143,14 +143,19 @@ impl Front {
         if end <= start {
             return Err(SampleError::EmptyIntentRange { start, end });
         }
-        if !matches!(self.samplers.get(id)?.spec.scheme, Scheme::Preloc) || !self.keys_move {
+        if !matches!(self.samplers.get(id)?.spec.scheme, Scheme::Preloc) {
             return self.prepare_sample(now, id, n);
         }
-        // Drawn now; what `preloc` would move at once becomes an intent instead.
+        // Drawn now; what `preloc` would move at once becomes an intent instead (only counted
+        // where keys never move, like any intent).
         let (handle, _moved_at_once) = self.prepare_sample(now, id, n)?;
         self.misses.keys.clear();
-        self.intents
-            .signal(&self.store, &handle.ahead, start, &mut self.misses.keys);
+        if self.keys_move {
+            self.intents
+                .signal(&self.store, &handle.ahead, start, &mut self.misses.keys);
+        } else {
+            self.intents.count(&handle.ahead);
+        }
         Ok((handle, self.due_handoff()))
     }
 

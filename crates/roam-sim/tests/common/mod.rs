@@ -246,6 +246,10 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
                 script.push(Op::WaitAll);
             }
         }
+        if shape.intents {
+            // Past every start of the phase: each of its intents must have been acted on.
+            script.extend((0..=60).map(|_| Op::AdvanceClock));
+        }
     };
     for (_, script) in &mut scripts {
         random_phase(&mut rng, script, true, None);

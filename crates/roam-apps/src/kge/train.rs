@@ -605,13 +605,7 @@ impl Epoch<'_> {
             let t = graph.train[order[i] as usize];
             let sample = Negatives::Sample(samples.of(worker, i)?);
             pending.push_back(step.run(worker, hyper, graph, t, sample, &mut sum)?);
-            while pending.front().is_some_and(|t| t.is_finished())
-                || pending.len() > hyper.pushes_in_flight
-            {
-                if let Some(t) = pending.pop_front() {
-                    t.wait()?;
-                }
-            }
+            retire_pushes(&mut pending, hyper.pushes_in_flight)?;
             since_tick += 1;
             if since_tick == 256 {
                 tick(since_tick);
@@ -619,13 +613,8 @@ impl Epoch<'_> {
             }
         }
         samples.finish(worker);
-        for t in pending {
-            t.wait()?;
-        }
+        let sum = end_epoch(pending, &counters, [sampled_before, fallbacks_before], sum)?;
         tick(since_tick);
-        let [sampled, fallbacks] = crate::sampling::worker_counts(&counters);
-        sum.sampled = sampled.saturating_sub(sampled_before);
-        sum.fallbacks = fallbacks.saturating_sub(fallbacks_before);
         Ok(sum)
     }
 
@@ -690,13 +679,7 @@ impl Epoch<'_> {
                 &mut sum,
             )?;
             pending.push_back(push);
-            while pending.front().is_some_and(|t| t.is_finished())
-                || pending.len() > hyper.pushes_in_flight
-            {
-                if let Some(t) = pending.pop_front() {
-                    t.wait()?;
-                }
-            }
+            retire_pushes(&mut pending, hyper.pushes_in_flight)?;
             worker.advance_clock();
             since_tick += 1;
             if since_tick == 256 {
@@ -704,13 +687,35 @@ impl Epoch<'_> {
                 since_tick = 0;
             }
         }
-        for t in pending {
-            t.wait()?;
-        }
+        let sum = end_epoch(pending, &counters, [sampled_before, fallbacks_before], sum)?;
         tick(since_tick);
-        let [sampled, fallbacks] = crate::sampling::worker_counts(&counters);
-        sum.sampled = sampled.saturating_sub(sampled_before);
-        sum.fallbacks = fallbacks.saturating_sub(fallbacks_before);
         Ok(sum)
     }
+}
+
+/// Waits for finished pushes, and for the oldest while more than `limit` are in flight.
+fn retire_pushes(pending: &mut VecDeque<Ticket<'_>>, limit: usize) -> anyhow::Result<()> {
+    while pending.front().is_some_and(|t| t.is_finished()) || pending.len() > limit {
+        if let Some(t) = pending.pop_front() {
+            t.wait()?;
+        }
+    }
+    Ok(())
+}
+
+/// Ends an epoch: waits for its last pushes and adds the worker's sampling counts since
+/// `before` (negatives drawn, `local` fallbacks) to its sums.
+fn end_epoch(
+    pending: VecDeque<Ticket<'_>>,
+    counters: &roam_core::stats::WorkerCounters,
+    before: [u64; 2],
+    mut sum: LossSum,
+) -> anyhow::Result<LossSum> {
+    for t in pending {
+        t.wait()?;
+    }
+    let [sampled, fallbacks] = crate::sampling::worker_counts(counters);
+    sum.sampled = sampled.saturating_sub(before[0]);
+    sum.fallbacks = fallbacks.saturating_sub(before[1]);
+    Ok(sum)
 }

@@ -101,11 +101,19 @@ class Node:
         intent_timing: when workers act on their intents (:meth:`Worker.intent`):
             ``"timed"`` shortly before each intent's start clock, by the measured time an
             action takes; ``"immediate"`` as soon as an intent is signalled (ablation).
+        intent_techniques: what acting on an intent may do with a key another node holds:
+            ``"all"`` moves it to the one node that wants it and, while several nodes want it
+            at once, gives each a replica from its owner (bounded-stale reads, synchronised
+            every ``share_sync_every``, dropped when the node's intent ends);
+            ``"relocate-only"`` and ``"replicate-only"`` are the ablations.
+        share_sync_every: seconds between the sync rounds of keys replicated by intent
+            (default: roam's).
 
     Raises:
         StartError: invalid key space, cluster configuration, missing token, rendezvous or
             connection failure (the Rust ``StartError`` message).
-        ValueError: unknown ``allocation``, ``home`` or ``intent_timing``, bad timeouts or lengths, a sampler
+        ValueError: unknown ``allocation``, ``home``, ``intent_timing`` or
+            ``intent_techniques``, bad timeouts or lengths, a sampler
             whose keys are outside the key space or have different value lengths (the
             message names it: ``samplers[i] = Sampler...``).
         TypeError: ``value_lengths`` missing or of the wrong type, ``samplers`` not a list
@@ -138,6 +146,8 @@ class Node:
         sampling_seed: int = 0,
         balancer: bool = True,
         intent_timing: Literal["timed", "immediate"] = "timed",
+        intent_techniques: Literal["all", "relocate-only", "replicate-only"] = "all",
+        share_sync_every: float | None = None,
     ) -> None: ...
     @property
     def rank(self) -> int:
@@ -282,9 +292,11 @@ class Worker:
         """Signals that this worker will access ``keys`` while its clock
         (:meth:`advance_clock`) is in ``start..end`` (AdaPM's intent; ``end`` defaults to
         ``start + 1``). roam decides when to act: under dynamic allocation the keys not on
-        this node are moved here shortly before ``start`` — how long before is measured from
-        this worker's clock rate and the time keys take to arrive (``Node(intent_timing=...)``);
-        under static allocation intents are only counted. Returns at once (GIL released); the
+        this node are moved here shortly before ``start`` — or, if another node wants them at
+        the same time, replicated here until this node's intents on them end
+        (``Node(intent_techniques=...)``) — how long before is measured from this worker's
+        clock rate and the time keys take to arrive (``Node(intent_timing=...)``); under
+        static allocation intents are only counted. Returns at once (GIL released); the
         relocations it starts are completed by :meth:`wait_all` / :meth:`barrier`.
 
         Raises:

@@ -416,6 +416,50 @@ def intent(variant: str) -> None:
     print(f"OK intent-{variant} rank {node.rank}", flush=True)
 
 
+def shared(techniques: str) -> None:
+    """AdaPM's replication by intent on 2 nodes: node 0 wants its own first keys, then node 1
+    wants them too over the same clocks. Under "all" and "replicate-only" node 0 keeps them and
+    node 1 gets replicas (both read them locally, both push, every push counted once after the
+    intents end and the replicas go); under "relocate-only" they move to node 1."""
+    keys = np.arange(0, 8, dtype=np.uint64)  # homed and held on node 0 (range homes)
+    with roam.Node(num_keys=NUM_KEYS, value_lengths=DIM, workers=1, allocation="dynamic",
+                   intent_techniques=techniques, share_sync_every=0.001) as node:
+        w = node.worker(0)
+        buf = np.zeros(DIM, np.float32)
+        if node.rank == 0:
+            w.set(keys, np.ones(len(keys) * DIM, np.float32)).wait()
+            w.intent(keys, 0, 50)  # within the window: node 0 wants them now
+        w.barrier()
+        if node.rank == 1:
+            w.intent(keys, 0, 50)
+            w.wait_all()  # the keys are here: replicas, or moved
+        w.barrier()
+        here = [w.pull_if_local(int(k), buf) for k in keys]
+        stats = node.stats()
+        if techniques == "relocate-only":
+            assert all(here) == (node.rank == 1), (techniques, here)
+            assert stats["share_grants"] == 0 and stats["shares_in"] == 0, stats
+        else:
+            assert all(here), (techniques, node.rank, here)
+            if node.rank == 0:
+                assert stats["share_grants"] == len(keys), stats
+            else:
+                assert (stats["shares_in"], stats["shared_replicas"]) == (len(keys), len(keys))
+        w.push(keys, np.full(len(keys) * DIM, 2.0, np.float32)).wait()
+        while w.current_clock() <= 50:
+            w.advance_clock()  # past the intents' end: node 1's replicas flush and go
+        w.barrier()
+        stats = node.stats()
+        assert stats["shared_replicas"] == 0, stats
+        if node.rank == 1 and techniques != "relocate-only":
+            assert stats["share_leaves"] == len(keys), stats
+            assert not any(w.pull_if_local(int(k), buf) for k in keys), "replicas dropped"
+        out = w.pull(keys).wait()
+        assert np.all(out == 1.0 + 2.0 * 2), (node.rank, out.ravel()[:4])
+        w.barrier()
+    print(f"OK shared-{techniques} rank {node.rank}", flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode.startswith("basic-"):
@@ -430,6 +474,8 @@ if __name__ == "__main__":
         peer_gone()
     elif mode.startswith("intent-"):
         intent(mode.removeprefix("intent-"))
+    elif mode.startswith("shared-"):
+        shared(mode.removeprefix("shared-"))
     elif mode.startswith("drain-"):
         drain(mode.removeprefix("drain-"))
     else:

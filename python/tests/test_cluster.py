@@ -66,3 +66,11 @@ def test_intents_bring_the_other_nodes_keys_here(roam_bin, variant):
     for rank in (0, 1):
         assert f"[node {rank}] OK intent-{variant} rank {rank}" in out, out
     assert "panicked" not in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("techniques", ["all", "replicate-only", "relocate-only"])
+def test_keys_two_nodes_want_at_once_are_replicated_and_flushed(roam_bin, techniques):
+    out = launch(roam_bin, f"shared-{techniques}")
+    for rank in (0, 1):
+        assert f"[node {rank}] OK shared-{techniques} rank {rank}" in out, out
+    assert "panicked" not in out and "Traceback" not in out, out

@@ -131,3 +131,11 @@ def test_prepare_sample_for_clocks_signals_an_intent_for_the_drawn_keys(allocati
         # The drawn keys are one intent (under static allocation only counted, like any).
         assert (c["intents"], c["intent_keys"]) == (1, 8), c
         assert c["intents_acted"] == (1 if allocation == "dynamic" else 0), c
+
+
+def test_bad_intent_techniques_name_the_value_and_the_choices():
+    with pytest.raises(ValueError) as e:
+        roam.Node(num_keys=10, value_lengths=1, intent_techniques="both")
+    msg = str(e.value)
+    assert "both" in msg, msg
+    assert "relocate-only" in msg and "replicate-only" in msg, msg

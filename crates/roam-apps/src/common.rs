@@ -42,8 +42,14 @@ pub enum Mode {
     /// Hot keys replicated, the rest static as in `classic` (ablation).
     NupsReplicateOnly,
     /// Dynamic allocation driven by intent signaling: the workload says which keys it will
-    /// access when, roam decides when to move them (AdaPM).
+    /// access when; roam decides when to act, and per key whether to move it to the one node
+    /// that wants it or replicate it while several do (AdaPM).
     Adapm,
+    /// `adapm` acting by relocation only (ablation).
+    AdapmRelocateOnly,
+    /// `adapm` acting by replication only: keys stay with their owner, every node that wants
+    /// one gets a replica (ablation).
+    AdapmReplicateOnly,
 }
 
 impl Mode {
@@ -57,6 +63,8 @@ impl Mode {
             Self::Nups => "nups",
             Self::NupsReplicateOnly => "nups-replicate-only",
             Self::Adapm => "adapm",
+            Self::AdapmRelocateOnly => "adapm-relocate-only",
+            Self::AdapmReplicateOnly => "adapm-replicate-only",
         }
     }
 
@@ -69,7 +77,12 @@ impl Mode {
     pub fn partitioning(self) -> Partitioning {
         match self {
             Self::Classic | Self::ClassicNolocal | Self::NupsReplicateOnly => Partitioning::Hash,
-            Self::Single | Self::Lapse | Self::Nups | Self::Adapm => Partitioning::Range,
+            Self::Single
+            | Self::Lapse
+            | Self::Nups
+            | Self::Adapm
+            | Self::AdapmRelocateOnly
+            | Self::AdapmReplicateOnly => Partitioning::Range,
         }
     }
 
@@ -78,9 +91,12 @@ impl Mode {
         matches!(self, Self::Lapse | Self::Nups)
     }
 
-    /// Whether the workload signals intents instead of localizing (`adapm`).
+    /// Whether the workload signals intents instead of localizing (the `adapm` modes).
     pub fn signals_intents(self) -> bool {
-        self == Self::Adapm
+        matches!(
+            self,
+            Self::Adapm | Self::AdapmRelocateOnly | Self::AdapmReplicateOnly
+        )
     }
 
     /// Applies the mode to a configuration.
@@ -89,8 +105,17 @@ impl Mode {
             Self::Single => (Allocation::StaticRange, true),
             Self::Classic => (Allocation::StaticHash, true),
             Self::ClassicNolocal => (Allocation::StaticHash, false),
-            Self::Lapse | Self::Nups | Self::Adapm => (Allocation::Dynamic, true),
+            Self::Lapse
+            | Self::Nups
+            | Self::Adapm
+            | Self::AdapmRelocateOnly
+            | Self::AdapmReplicateOnly => (Allocation::Dynamic, true),
             Self::NupsReplicateOnly => (Allocation::StaticHash, true),
+        };
+        cfg.intent_techniques = match self {
+            Self::AdapmRelocateOnly => roam::IntentTechniques::RelocateOnly,
+            Self::AdapmReplicateOnly => roam::IntentTechniques::ReplicateOnly,
+            _ => roam::IntentTechniques::All,
         };
         cfg.allocation = allocation;
         cfg.home = Partitioning::Range;

@@ -48,7 +48,9 @@ pub fn default_scheme(app: App, mode: Mode) -> Scheme {
         | Mode::Classic
         | Mode::ClassicNolocal
         | Mode::NupsReplicateOnly
-        | Mode::Adapm => Scheme::Naive,
+        | Mode::Adapm
+        | Mode::AdapmRelocateOnly
+        | Mode::AdapmReplicateOnly => Scheme::Naive,
     }
 }
 

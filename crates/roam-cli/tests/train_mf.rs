@@ -202,9 +202,12 @@ fn synthetic_matrix_trains_in_every_mode_and_lapse_stays_local() {
 }
 
 /// adapm: the row block is signalled once and every column block before its sub-epoch, and roam
-/// moves them; the model is exactly single's (the chunk pipeline is exact wherever keys live),
-/// more accesses are local than in classic, and every key the nodes localized was an intent's
-/// action (the app never localizes).
+/// moves them here, or replicates them here while their current user still wants them. Acting
+/// by relocation only (`adapm-relocate-only`) the model is exactly single's (the chunk pipeline
+/// is exact wherever keys live); with replication a block's first reads may miss its previous
+/// user's last pushes for up to a sync round, so `adapm` is close to single's model, not equal.
+/// Either way more accesses are local than in classic, and every key the nodes localized was
+/// an intent's action (the app never localizes).
 #[test]
 fn adapm_computes_the_same_model_by_intents_alone() {
     let with = |mode: &'static str, workers: &'static str| -> Vec<&'static str> {
@@ -230,18 +233,23 @@ fn adapm_computes_the_same_model_by_intents_alone() {
     eprintln!("synthetic spec (seeded): {SYNTHETIC}");
     let single = report(&run(&with("single", "4")));
     let classic = report(&launch(2, 2, &with("classic", "2")));
-    for workers in [1, 2] {
+    for (mode, workers) in [("adapm", 1), ("adapm", 2), ("adapm-relocate-only", 2)] {
         let out = launch(
             2,
             workers,
-            &with("adapm", if workers == 1 { "1" } else { "2" }),
+            &with(mode, if workers == 1 { "1" } else { "2" }),
         );
         let dist = report(&out);
-        let what = format!("adapm 2x{workers}");
-        assert_eq!(dist["mode"], "adapm", "{dist}");
+        let what = format!("{mode} 2x{workers}");
+        assert_eq!(dist["mode"], mode, "{dist}");
         assert_trains(&dist, &what);
         if workers == 2 {
-            assert_same_model(&single, &dist, &format!("{what} vs single 1x4"));
+            let vs = format!("{what} vs single 1x4");
+            if mode == "adapm" {
+                assert_close_model(&single, &dist, 0.03, &vs);
+            } else {
+                assert_same_model(&single, &dist, &vs);
+            }
             let (adapm, classic) = (
                 dist["local_fraction"].as_f64().unwrap(),
                 classic["local_fraction"].as_f64().unwrap(),

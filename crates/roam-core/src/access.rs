@@ -24,7 +24,7 @@ use rand::rngs::SmallRng;
 
 use crate::error::{AccessError, IntentError};
 use crate::id::{Key, ReqId, WorkerId};
-use crate::intent::{IntentTally, Intents};
+use crate::intent::{Actions, Intents};
 use crate::keyspace::KeySpace;
 use crate::node::{Node, Time};
 use crate::sampling::NodeSamplers;
@@ -43,6 +43,8 @@ pub struct Front {
     pub(crate) rng: SmallRng,
     /// This worker's clock and signalled intents (`intent.rs`).
     pub(crate) intents: Intents,
+    /// What the intents left for the protocol (keys to bring here, replicas to drop).
+    pub(crate) actions: Actions,
 }
 
 /// The keys an operation could not serve locally, with their offsets in its buffer.
@@ -107,6 +109,13 @@ pub enum Handoff<'a> {
         /// The keys.
         keys: &'a [Key],
     },
+    /// What acting on intents asks of the node (see [`Node::issue_intent_actions`]).
+    Intent {
+        /// Keys wanted here soon: moved here, or shared with this node if others want them too.
+        due: &'a [Key],
+        /// Keys replicated here that no intent here wants any more.
+        unwanted: &'a [Key],
+    },
 }
 
 impl Handoff<'_> {
@@ -122,6 +131,7 @@ impl Handoff<'_> {
                 mode,
             } => node.issue_push(now, worker, keys, vals, offsets, mode),
             Self::Localize { keys } => node.issue_localize(now, worker, keys),
+            Self::Intent { due, unwanted } => node.issue_intent_actions(now, worker, due, unwanted),
         }
     }
 
@@ -129,6 +139,7 @@ impl Handoff<'_> {
     pub fn keys(&self) -> &[Key] {
         match self {
             Self::Pull { keys, .. } | Self::Push { keys, .. } | Self::Localize { keys } => keys,
+            Self::Intent { due, .. } => due,
         }
     }
 }
@@ -158,7 +169,12 @@ impl Front {
             misses: Misses::default(),
             rng: samplers.worker_rng(worker.0),
             samplers,
-            intents: Intents::new(cfg.intent_timing, node.counters().clone()),
+            intents: Intents::new(
+                cfg.intent_timing,
+                node.interest().clone(),
+                node.counters().clone(),
+            ),
+            actions: Actions::default(),
         }
     }
 
@@ -321,21 +337,29 @@ impl Front {
             }
             .into());
         }
-        let due = &mut self.misses.keys;
-        due.clear();
+        self.actions.clear();
         if self.keys_move {
-            self.intents.signal(&self.store, keys, start, due);
+            self.intents
+                .signal(&self.store, keys, start, end, &mut self.actions);
         } else {
             self.intents.count(keys);
         }
         Ok(self.due_handoff())
     }
 
-    /// Ticks this worker's clock at time `now`; `Some` holds the keys of intents due now.
+    /// Ticks this worker's clock at time `now`; `Some` holds the keys of intents due now and
+    /// the replicas whose intents ended.
     pub fn advance_clock(&mut self, now: Time) -> Option<Handoff<'_>> {
-        let due = &mut self.misses.keys;
-        due.clear();
-        self.intents.advance(now, &self.store, due);
+        self.actions.clear();
+        self.intents.advance(now, &self.store, &mut self.actions);
+        self.due_handoff()
+    }
+
+    /// Ends this worker's intents (its clock becomes infinite: it will access nothing more);
+    /// `Some` holds the replicas no intent here wants any more. Call it when the worker is done.
+    pub fn finish_intents(&mut self) -> Option<Handoff<'_>> {
+        self.actions.clear();
+        self.intents.finish(&self.store, &mut self.actions);
         self.due_handoff()
     }
 
@@ -344,19 +368,14 @@ impl Front {
         self.intents.clock()
     }
 
-    /// This worker's intent counts so far.
-    pub fn intent_tally(&self) -> IntentTally {
-        self.intents.tally()
-    }
-
     /// How many clocks ahead of their start intents are acted on now.
     pub fn intent_window(&self) -> u64 {
         self.intents.window()
     }
 
     pub(crate) fn due_handoff(&self) -> Option<Handoff<'_>> {
-        let (c, tally, due) = (&self.counters, self.intents.tally(), &self.misses.keys);
-        bump(&c.intent_actions, due.len() as u64);
+        let (c, tally, actions) = (&self.counters, self.intents.tally(), &self.actions);
+        bump(&c.intent_actions, actions.due.len() as u64);
         // Only this worker writes its counters: plain stores of its running totals.
         for (counter, total) in [
             (&c.intents, tally.intents),
@@ -367,7 +386,10 @@ impl Front {
         ] {
             counter.store(total, std::sync::atomic::Ordering::Relaxed);
         }
-        (!due.is_empty()).then_some(Handoff::Localize { keys: due })
+        (!actions.is_empty()).then_some(Handoff::Intent {
+            due: &actions.due,
+            unwanted: &actions.unwanted,
+        })
     }
 
     /// Copies `key`'s values into `out` if the key is local right now (never a hand-off).

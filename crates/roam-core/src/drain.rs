@@ -289,6 +289,8 @@ impl Node {
             });
         }
         self.membership.evacuating = true;
+        let now = self.clock;
+        self.leave_all_shares(now);
         let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         let mut cursor = Some(0);
         while let Some(at) = cursor {

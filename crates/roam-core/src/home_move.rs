@@ -309,6 +309,10 @@ impl Node {
                 what: "hand-off not from the coordinator, or to no other member",
             });
         }
+        if self.records.contains_key(&bucket) && self.stash_hand_off(bucket, from, to, epoch) {
+            // Share decisions on the bucket's keys are open: it moves once they close.
+            return;
+        }
         let Some(mut records) = self.records.remove(&bucket) else {
             return self.warn(Warning::HomeMove {
                 from,

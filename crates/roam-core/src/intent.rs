@@ -5,9 +5,12 @@
 //! it will access in which clock range: `intent(keys, start, end)`. It never says *when* the
 //! parameter server should prepare them. [`Intents`] decides: an intent is acted on once the
 //! worker's clock is within the *action window* of its start, the number of clocks an action
-//! will take with high probability. Acting means asking for the keys to come here (a localize
-//! hand-off) — the relocation technique; replicating keys that several nodes want at once is
-//! not built yet (issue #15 lists it).
+//! will take with high probability. Acting means asking for the keys that are neither here nor
+//! replicated here (a hand-off; the node's owner of each key then moves it here or, if another
+//! node wants it at the same time, shares a replica: `share/mod.rs`), and holding the node's
+//! *interest* in every key of the intent (`interest.rs`) until the clock reaches its end. When
+//! the last active intent on a key ends and the node holds a replica of it, the key is handed
+//! to the protocol as *unwanted* (the replica flushes and is dropped).
 //!
 //! The window is measured, not configured. AdaPM's rule — the 0.9999 quantile of a Poisson
 //! variable with twice the mean — is applied to the clocks one action takes: the node's mean
@@ -20,14 +23,17 @@
 //!
 //! Invariants:
 //! - No intent is lost: every signalled intent is acted on exactly once, at the latest when
-//!   the clock reaches its start. More than [`MAX_PENDING_KEYS`] keys waiting is back-pressure:
+//!   the clock reaches its start (or dropped unacted when its worker finishes first). More than [`MAX_PENDING_KEYS`] keys waiting is back-pressure:
 //!   the earliest intents are acted on at once, early rather than dropped.
 //! - An intent is *late* if, when the clock reaches its start, one of its keys is neither here
-//!   nor replicated here. Each acted intent is checked once (at most [`MAX_TRACKED_KEYS`] keys
-//!   of acted intents are tracked; beyond that those with the earliest start are counted as
-//!   unchecked). One key away makes the whole intent late; the check runs at the tick, so it
-//!   says whether the keys were ready when the worker reached the start, not where each access
-//!   was served.
+//!   nor replicated here. Each acted intent is checked once (one released early before its
+//!   start is counted as unchecked). One key away makes the whole intent late; the check runs
+//!   at the tick, so it says whether the keys were ready when the worker reached the start,
+//!   not where each access was served.
+//! - Every acted intent releases its interest exactly once: when the clock reaches its end, or
+//!   early (beyond [`MAX_TRACKED_KEYS`] active keys, the earliest ending first), or when the
+//!   worker finishes ([`Intents::finish`]: a finished worker's clock is infinite; intents never
+//!   acted on are dropped then, as no access will come for them).
 //! - Nothing here touches the node: acting produces keys for a hand-off, which the shell issues.
 
 use std::cmp::Reverse;
@@ -37,6 +43,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::id::Key;
+use crate::interest::Interest;
 use crate::node::Time;
 use crate::stats::NodeCounters;
 use crate::store::{Residency, Store};
@@ -76,12 +83,17 @@ pub enum IntentTiming {
 /// A signalled intent waiting for its action.
 struct Pending {
     start: u64,
+    end: u64,
     keys: Vec<Key>,
 }
 
-/// An intent acted on, waiting for its start clock (the late check).
+/// An intent acted on: its keys hold this node's interest until the clock reaches `end`, and
+/// are checked for lateness when it reaches `start` (unless `checked` already).
 struct Acted {
     keys: Vec<Key>,
+    checked: bool,
+    /// Tells a slot's successive intents apart (heap entries of a released one are skipped).
+    serial: u64,
 }
 
 /// Counts for the report (the worker adds them to its counters).
@@ -95,7 +107,7 @@ pub struct IntentTally {
     pub acted: u64,
     /// Intents whose start clock came before all their keys were here.
     pub late: u64,
-    /// Acted intents not checked for lateness (beyond [`MAX_TRACKED_KEYS`]).
+    /// Acted intents not checked for lateness (released early, beyond [`MAX_TRACKED_KEYS`]).
     pub unchecked: u64,
 }
 
@@ -108,11 +120,16 @@ pub struct Intents {
     pending_slab: Vec<Option<Pending>>,
     pending_free: Vec<usize>,
     pending_keys: usize,
-    /// Acted intents by start clock, pointing into `acted_slab`.
-    by_start: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Acted intents by start clock (the late check) and by end clock (the release of their
+    /// interest), as `(clock, serial, slot)` into `acted_slab`.
+    by_start: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    by_end: BinaryHeap<Reverse<(u64, u64, usize)>>,
     acted_slab: Vec<Option<Acted>>,
     acted_free: Vec<usize>,
+    next_serial: u64,
     tracked_keys: usize,
+    /// The node's per-key interest, which acted intents hold until their end.
+    interest: Arc<Interest>,
     /// The node's relocation counters: the time keys take to arrive after a localize.
     node_counters: Arc<NodeCounters>,
     rate: Rate,
@@ -122,10 +139,33 @@ pub struct Intents {
     tally: IntentTally,
 }
 
+/// What a call left for the protocol: keys to bring here, and replicas no intent here wants
+/// any more.
+#[derive(Debug, Default)]
+pub struct Actions {
+    /// Keys of intents acted on now that are neither here nor replicated here.
+    pub due: Vec<Key>,
+    /// Keys whose last active intent on this node ended and that are replicated here.
+    pub unwanted: Vec<Key>,
+}
+
+impl Actions {
+    /// Empties both lists (keeping their memory).
+    pub fn clear(&mut self) {
+        self.due.clear();
+        self.unwanted.clear();
+    }
+
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.due.is_empty() && self.unwanted.is_empty()
+    }
+}
+
 /// The measurements behind the action window.
 #[derive(Debug, Default)]
 struct Rate {
-    /// Start of the current span: time, clock, and the node's relocation counters.
+    /// Start of the current span: time, clock, and the node's arrival counters (wait, count).
     span_start: Option<(Time, u64, u64, u64)>,
     /// Smoothed ticks per nanosecond.
     ticks_per_ns: Option<f64>,
@@ -136,9 +176,13 @@ struct Rate {
 }
 
 impl Intents {
-    /// A worker at clock 0 with no intents, on a node with the relocation counters
-    /// `node_counters`.
-    pub fn new(timing: IntentTiming, node_counters: Arc<NodeCounters>) -> Self {
+    /// A worker at clock 0 with no intents, on a node with the interest table `interest` and
+    /// the arrival counters `node_counters`.
+    pub fn new(
+        timing: IntentTiming,
+        interest: Arc<Interest>,
+        node_counters: Arc<NodeCounters>,
+    ) -> Self {
         Self {
             timing,
             clock: 0,
@@ -147,9 +191,12 @@ impl Intents {
             pending_free: Vec::new(),
             pending_keys: 0,
             by_start: BinaryHeap::new(),
+            by_end: BinaryHeap::new(),
             acted_slab: Vec::new(),
             acted_free: Vec::new(),
+            next_serial: 0,
             tracked_keys: 0,
+            interest,
             node_counters,
             rate: Rate::default(),
             window: poisson_quantile(2.0 * INITIAL_ESTIMATE, WINDOW_QUANTILE),
@@ -186,28 +233,37 @@ impl Intents {
         self.pending_keys
     }
 
-    /// Records the intent to access `keys` (already validated) from clock `start` on, and
-    /// appends to `due` the keys of every intent to act on now (this one, if its start is
+    /// Keys of acted intents whose end has not come yet (they hold the node's interest).
+    pub fn active_keys(&self) -> usize {
+        self.tracked_keys
+    }
+
+    /// Records the intent to access `keys` (already validated) while the clock is in
+    /// `start..end`, and adds to `out` what to do now (this intent's keys, if its start is
     /// within the window, and earlier ones pushed out by back-pressure).
-    pub fn signal(&mut self, store: &Store, keys: &[Key], start: u64, due: &mut Vec<Key>) {
+    pub fn signal(&mut self, store: &Store, keys: &[Key], start: u64, end: u64, out: &mut Actions) {
         self.tally.intents += 1;
         self.tally.keys += keys.len() as u64;
         let mut owned = self.spare.pop().unwrap_or_default();
         owned.clear();
         owned.extend_from_slice(keys);
         if start <= self.clock.saturating_add(self.window()) {
-            self.act(store, start, owned, due);
+            self.act(store, start, end, owned, out);
         } else {
             let slot = self.pending_free.pop().unwrap_or_else(|| {
                 self.pending_slab.push(None);
                 self.pending_slab.len() - 1
             });
             self.pending_keys += keys.len();
-            self.pending_slab[slot] = Some(Pending { start, keys: owned });
+            self.pending_slab[slot] = Some(Pending {
+                start,
+                end,
+                keys: owned,
+            });
             self.pending.push(Reverse((start, slot)));
         }
         while self.pending_keys > MAX_PENDING_KEYS {
-            self.act_on_earliest(store, due);
+            self.act_on_earliest(store, out);
         }
     }
 
@@ -217,25 +273,43 @@ impl Intents {
         self.tally.keys += keys.len() as u64;
     }
 
-    /// Ticks the clock at time `now`: checks the intents that start now, updates the window,
-    /// and appends to `due` the keys of the intents whose start came within it.
-    pub fn advance(&mut self, now: Time, store: &Store, due: &mut Vec<Key>) {
+    /// Ticks the clock at time `now`: checks the intents that start now, releases those that
+    /// end now, updates the window, and adds to `out` the keys of the intents whose start came
+    /// within it and the replicas no longer wanted.
+    pub fn advance(&mut self, now: Time, store: &Store, out: &mut Actions) {
         self.clock += 1;
         if self.rate.observe(now, self.clock, &self.node_counters) {
             // At least one clock: a window of 0 would act only at the start, always late.
             self.window = poisson_quantile(2.0 * self.rate.estimate(), WINDOW_QUANTILE).max(1);
         }
         self.check_started(store);
+        // Ended intents first: an intent that starts as another on the same key ends keeps
+        // the key wanted (it was acted on earlier, within the window).
+        self.release_ended(self.clock, store, out);
         let horizon = self.clock.saturating_add(self.window());
         while let Some(&Reverse((start, _))) = self.pending.peek() {
             if start > horizon {
                 break;
             }
-            self.act_on_earliest(store, due);
+            self.act_on_earliest(store, out);
         }
     }
 
-    fn act_on_earliest(&mut self, store: &Store, due: &mut Vec<Key>) {
+    /// The worker is done (its clock is infinite): every acted intent ends now, and intents
+    /// never acted on are dropped (no access will come for them).
+    pub fn finish(&mut self, store: &Store, out: &mut Actions) {
+        self.check_started_by(u64::MAX, store);
+        self.release_ended(u64::MAX, store, out);
+        for slot in std::mem::take(&mut self.pending).into_iter().map(|r| r.0.1) {
+            if let Some(p) = self.pending_slab[slot].take() {
+                self.pending_keys -= p.keys.len();
+                self.spare.push(p.keys);
+            }
+            self.pending_free.push(slot);
+        }
+    }
+
+    fn act_on_earliest(&mut self, store: &Store, out: &mut Actions) {
         let Some(Reverse((_, slot))) = self.pending.pop() else {
             return;
         };
@@ -244,46 +318,93 @@ impl Intents {
             .expect("a queued intent is in the slab");
         self.pending_free.push(slot);
         self.pending_keys -= pending.keys.len();
-        self.act(store, pending.start, pending.keys, due);
+        self.act(store, pending.start, pending.end, pending.keys, out);
     }
 
-    /// Hands the keys not here to `due`, and tracks the intent until its start.
-    fn act(&mut self, store: &Store, start: u64, keys: Vec<Key>, due: &mut Vec<Key>) {
-        let before = due.len();
-        due.extend(keys.iter().copied().filter(|&k| !is_here(store, k)));
+    /// Hands the keys not here to `out`, holds the node's interest in every key until `end`,
+    /// and checks the intent at its start.
+    fn act(&mut self, store: &Store, start: u64, end: u64, keys: Vec<Key>, out: &mut Actions) {
         self.tally.acted += 1;
-        if start <= self.clock {
-            // Due now: late if a key is away, and checked either way: nothing to track.
-            if due.len() != before {
-                self.tally.late += 1;
+        let due_now = start <= self.clock;
+        let holds = end > self.clock;
+        if holds {
+            while self.tracked_keys + keys.len() > MAX_TRACKED_KEYS
+                && self.release_earliest(store, out)
+            {}
+            // Interest first, then the look at the store: a replica that the node drops for
+            // want of interest in between is then asked for again, never missed.
+            for &key in &keys {
+                self.interest.add(key);
             }
+        }
+        let before = out.due.len();
+        out.due
+            .extend(keys.iter().copied().filter(|&k| !is_here(store, k)));
+        if due_now && out.due.len() != before {
+            // Due now with a key away: late, and checked (nothing to track for it).
+            self.tally.late += 1;
+        }
+        if !holds {
+            // Over already: no access will come, so no interest to hold.
             self.spare.push(keys);
             return;
         }
-        while self.tracked_keys + keys.len() > MAX_TRACKED_KEYS && self.untrack_earliest() {}
         let slot = self.acted_free.pop().unwrap_or_else(|| {
             self.acted_slab.push(None);
             self.acted_slab.len() - 1
         });
+        let serial = self.next_serial;
+        self.next_serial += 1;
         self.tracked_keys += keys.len();
-        self.acted_slab[slot] = Some(Acted { keys });
-        self.by_start.push(Reverse((start, slot)));
+        self.acted_slab[slot] = Some(Acted {
+            keys,
+            checked: due_now,
+            serial,
+        });
+        if !due_now {
+            self.by_start.push(Reverse((start, serial, slot)));
+        }
+        self.by_end.push(Reverse((end, serial, slot)));
     }
 
-    /// Stops tracking the acted intent with the earliest start (false if none is tracked).
-    fn untrack_earliest(&mut self) -> bool {
-        let Some(Reverse((_, slot))) = self.by_start.pop() else {
+    /// Releases the acted intent that ends first, early (false if none is tracked).
+    fn release_earliest(&mut self, store: &Store, out: &mut Actions) -> bool {
+        let Some(Reverse((_, serial, slot))) = self.by_end.pop() else {
             return false;
         };
-        self.tally.unchecked += 1;
-        self.release(slot);
+        self.release(slot, serial, store, out);
         true
     }
 
-    fn release(&mut self, slot: usize) {
-        let acted = self.acted_slab[slot]
-            .take()
-            .expect("a tracked intent is in the slab");
+    /// Releases every acted intent whose end is at most `clock`.
+    fn release_ended(&mut self, clock: u64, store: &Store, out: &mut Actions) {
+        while let Some(&Reverse((end, serial, slot))) = self.by_end.peek() {
+            if end > clock {
+                break;
+            }
+            self.by_end.pop();
+            self.release(slot, serial, store, out);
+        }
+    }
+
+    /// Ends intent `serial` in `slot`: drops its interest, and hands replicas of keys no intent
+    /// here wants any more to `out.unwanted`.
+    fn release(&mut self, slot: usize, serial: u64, store: &Store, out: &mut Actions) {
+        let acted = match self.acted_slab[slot].take() {
+            Some(acted) if acted.serial == serial => acted,
+            other => {
+                self.acted_slab[slot] = other;
+                return;
+            }
+        };
+        if !acted.checked {
+            self.tally.unchecked += 1;
+        }
+        for &key in &acted.keys {
+            if self.interest.sub(key) && store.has_replica(key) {
+                out.unwanted.push(key);
+            }
+        }
         self.tracked_keys -= acted.keys.len();
         self.acted_free.push(slot);
         self.spare.push(acted.keys);
@@ -291,18 +412,25 @@ impl Intents {
 
     /// Checks every tracked intent that starts by now: late if a key is not here.
     fn check_started(&mut self, store: &Store) {
-        while let Some(&Reverse((start, slot))) = self.by_start.peek() {
-            if start > self.clock {
+        self.check_started_by(self.clock, store);
+    }
+
+    fn check_started_by(&mut self, clock: u64, store: &Store) {
+        while let Some(&Reverse((start, serial, slot))) = self.by_start.peek() {
+            if start > clock {
                 break;
             }
             self.by_start.pop();
-            let acted = self.acted_slab[slot]
-                .as_ref()
-                .expect("a tracked intent is in the slab");
-            if !acted.keys.iter().all(|&k| is_here(store, k)) {
+            let Some(acted) = self.acted_slab[slot]
+                .as_mut()
+                .filter(|a| a.serial == serial)
+            else {
+                continue;
+            };
+            acted.checked = true;
+            if clock != u64::MAX && !acted.keys.iter().all(|&k| is_here(store, k)) {
                 self.tally.late += 1;
             }
-            self.release(slot);
         }
     }
 }
@@ -318,8 +446,11 @@ impl Rate {
 
     /// Closes the current span if it lasted [`SPAN_NS`]; true if the estimate changed.
     fn observe(&mut self, now: Time, clock: u64, counters: &NodeCounters) -> bool {
-        let wait = counters.relocation_wait_ns.load(Ordering::Relaxed);
-        let arrivals = counters.relocations_in.load(Ordering::Relaxed);
+        // A key arrives here by a relocation or, when its owner shares it, as a replica.
+        let wait = counters.relocation_wait_ns.load(Ordering::Relaxed)
+            + counters.share_wait_ns.load(Ordering::Relaxed);
+        let arrivals = counters.relocations_in.load(Ordering::Relaxed)
+            + counters.shares_in.load(Ordering::Relaxed);
         let Some((since, clock0, wait0, arrivals0)) = self.span_start else {
             self.span_start = Some((now, clock, wait, arrivals));
             return false;
@@ -386,12 +517,10 @@ mod tests {
 
     fn setup() -> (Store, Intents, Arc<NodeCounters>) {
         let counters = Arc::new(NodeCounters::default());
-        let intents = Intents::new(IntentTiming::Timed, counters.clone());
-        (
-            Store::new(KeySpace::uniform(1 << 21, 1).unwrap()),
-            intents,
-            counters,
-        )
+        let space = KeySpace::uniform(1 << 21, 1).unwrap();
+        let interest = Arc::new(Interest::new(&space));
+        let intents = Intents::new(IntentTiming::Timed, interest, counters.clone());
+        (Store::new(space), intents, counters)
     }
 
     /// Ticks `n` times, `ns_per_tick` apart from `*now`, collecting what falls due.
@@ -402,12 +531,19 @@ mod tests {
         ns_per_tick: u64,
         n: u64,
     ) -> Vec<Key> {
-        let mut due = Vec::new();
+        let mut out = Actions::default();
         for _ in 0..n {
             *now += ns_per_tick;
-            intents.advance(Time(*now), store, &mut due);
+            intents.advance(Time(*now), store, &mut out);
         }
-        due
+        out.due
+    }
+
+    /// Signals `keys` for `start..start + 1`, returning the keys due now.
+    fn signal(intents: &mut Intents, store: &Store, keys: &[Key], start: u64) -> Vec<Key> {
+        let mut out = Actions::default();
+        intents.signal(store, keys, start, start + 1, &mut out);
+        out.due
     }
 
     #[test]
@@ -415,12 +551,9 @@ mod tests {
         let (store, mut intents, _) = setup();
         let window = intents.window();
         assert_eq!(window, 39, "the first estimate: 10 clocks");
-        let mut due = Vec::new();
-        intents.signal(&store, &[1, 2], window, &mut due);
+        let due = signal(&mut intents, &store, &[1, 2], window);
         assert_eq!(due, [1, 2], "within the window: acted on at once");
-        due.clear();
-        intents.signal(&store, &[3], window + 5, &mut due);
-        assert!(due.is_empty());
+        assert!(signal(&mut intents, &store, &[3], window + 5).is_empty());
         assert_eq!(intents.pending_keys(), 1);
         let mut now = 0;
         assert!(tick(&mut intents, &store, &mut now, 1_000, 4).is_empty());
@@ -432,8 +565,7 @@ mod tests {
     fn keys_here_are_not_moved_and_absent_keys_at_the_start_are_late() {
         let (store, mut intents, _) = setup();
         store.insert(5, &[0.0]);
-        let mut due = Vec::new();
-        intents.signal(&store, &[5, 6], 3, &mut due);
+        let due = signal(&mut intents, &store, &[5, 6], 3);
         assert_eq!(due, [6], "key 5 is here already");
         let mut now = 0;
         tick(&mut intents, &store, &mut now, 1_000, 2);
@@ -441,16 +573,14 @@ mod tests {
         store.insert(6, &[0.0]);
         tick(&mut intents, &store, &mut now, 1_000, 1);
         assert_eq!(intents.tally().late, 0, "key 6 arrived before clock 3");
-        intents.signal(&store, &[7], 5, &mut due);
+        signal(&mut intents, &store, &[7], 5);
         tick(&mut intents, &store, &mut now, 1_000, 2);
         assert_eq!(intents.tally().late, 1, "key 7 never arrived");
         // Signalled at its start with the key away: late at once.
-        intents.signal(&store, &[8], 5, &mut due);
+        signal(&mut intents, &store, &[8], 5);
         assert_eq!(intents.tally().late, 2);
         // And at its start with every key here: on time, nothing moved.
-        due.clear();
-        intents.signal(&store, &[5], 5, &mut due);
-        assert!(due.is_empty());
+        assert!(signal(&mut intents, &store, &[5], 5).is_empty());
         assert_eq!(intents.tally().late, 2);
         assert_eq!(intents.tally().intents, 4);
     }
@@ -460,16 +590,54 @@ mod tests {
         let (store, mut intents, _) = setup();
         let half = MAX_PENDING_KEYS / 2;
         let keys: Vec<Key> = (0..half as Key - 1).collect();
-        let mut due = Vec::new();
-        intents.signal(&store, &keys, 1_000_000, &mut due);
-        assert!(due.is_empty());
-        intents.signal(&store, &keys, 500_000, &mut due);
-        assert!(due.is_empty());
+        assert!(signal(&mut intents, &store, &keys, 1_000_000).is_empty());
+        assert!(signal(&mut intents, &store, &keys, 500_000).is_empty());
         assert_eq!(intents.pending_keys(), 2 * keys.len());
         // Over the bound: the earliest (start 500,000) goes now, the other stays.
-        intents.signal(&store, &[0, 1, 2], 2_000_000, &mut due);
+        let due = signal(&mut intents, &store, &[0, 1, 2], 2_000_000);
         assert_eq!(due, keys);
         assert_eq!(intents.pending_keys(), keys.len() + 3);
+    }
+
+    #[test]
+    fn acted_intents_hold_interest_until_their_end_and_release_unwanted_replicas() {
+        let counters = Arc::new(NodeCounters::default());
+        let space = KeySpace::uniform(100, 1).unwrap();
+        let interest = Arc::new(Interest::new(&space));
+        let mut intents = Intents::new(IntentTiming::Timed, interest.clone(), counters);
+        let store = Store::new(space);
+        store.insert_replica(4, &[0.0]);
+        let mut out = Actions::default();
+        intents.signal(&store, &[4, 5], 2, 4, &mut out);
+        intents.signal(&store, &[4], 3, 6, &mut out);
+        assert_eq!(out.due, [5], "key 4 is replicated here: not asked for");
+        out.due.clear();
+        assert!(interest.wanted(4) && interest.wanted(5));
+        let mut now = 0;
+        for clock in 1..=5 {
+            now += 1_000;
+            intents.advance(Time(now), &store, &mut out);
+            assert!(out.unwanted.is_empty(), "clock {clock}: key 4 still wanted");
+        }
+        assert!(!interest.wanted(5) && interest.wanted(4));
+        intents.advance(Time(now + 1_000), &store, &mut out);
+        assert_eq!(out.unwanted, [4], "the last intent on key 4 ended");
+        assert!(!interest.wanted(4));
+        assert_eq!(intents.active_keys(), 0);
+        // A finished worker releases what it still holds, and drops what it never acted on.
+        out.clear();
+        intents.signal(&store, &[4], 8, 20, &mut out);
+        intents.signal(&store, &[6], 1_000, 1_001, &mut out);
+        assert!(interest.wanted(4));
+        intents.finish(&store, &mut out);
+        assert_eq!(out.unwanted, [4]);
+        assert!(!interest.wanted(4) && !interest.wanted(6));
+        assert_eq!((intents.pending_keys(), intents.active_keys()), (0, 0));
+        assert_eq!(
+            intents.tally().unchecked,
+            0,
+            "never started: neither late nor unchecked"
+        );
     }
 
     #[test]
@@ -497,7 +665,9 @@ mod tests {
             "{}",
             intents.estimate()
         );
-        let immediate = Intents::new(IntentTiming::Immediate, counters);
+        let space = KeySpace::uniform(1, 1).unwrap();
+        let interest = Arc::new(Interest::new(&space));
+        let immediate = Intents::new(IntentTiming::Immediate, interest, counters);
         assert_eq!(immediate.window(), u64::MAX);
     }
 

@@ -40,6 +40,7 @@ pub mod error;
 mod home_move;
 pub mod id;
 pub mod intent;
+pub mod interest;
 pub mod keyspace;
 pub mod liveness;
 pub mod load;
@@ -52,6 +53,7 @@ mod relocate;
 pub mod replica;
 pub mod sampling;
 mod serve;
+pub mod share;
 pub mod stats;
 pub mod store;
 pub mod warning;
@@ -75,5 +77,6 @@ pub use replica::Replication;
 pub use sampling::{
     Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support,
 };
+pub use share::IntentTechniques;
 pub use store::{Holding, Residency, Store, UpdateMode};
 pub use warning::Warning;

@@ -103,6 +103,7 @@ impl Node {
     pub fn poll_timeout(&self) -> Option<Time> {
         [
             self.replica_timeout(),
+            self.share_timeout(),
             self.liveness_timeout(),
             self.load_timeout(),
         ]
@@ -130,6 +131,7 @@ impl Node {
     pub fn handle_timeout(&mut self, now: Time) {
         self.clock = self.clock.max(now);
         self.replica_handle_timeout(now);
+        self.share_handle_timeout(now);
         self.load_handle_timeout(now);
         let Some(liveness) = self.cfg.liveness else {
             return;

@@ -232,6 +232,13 @@ impl Node {
                     | Kind::HandOver
                     | Kind::Transfer
                     | Kind::Reclaim
+                    | Kind::Leave
+                    | Kind::ShareDeltas
+                    | Kind::ShareValues
+                    | Kind::Grant
+                    | Kind::Revoke
+                    | Kind::Shared
+                    | Kind::Released
                     | Kind::Evacuated
                     | Kind::EpochAck
                     | Kind::MemberAck
@@ -630,6 +637,7 @@ impl Node {
         self.membership.left.insert(node);
         self.timers.forget(node);
         self.cache.retain(|_, owner| *owner != node);
+        self.forget_sharer(node);
         for records in self.records.values_mut() {
             if records.default_owner == node {
                 records.default_owner = me;

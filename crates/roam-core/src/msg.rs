@@ -165,6 +165,77 @@ pub enum Msg<'a> {
         /// Their records, concatenated.
         values: &'a [f32],
     },
+    /// At a key's home: `wanter` will access the keys soon (its request `generation`).
+    Want {
+        /// The node that wants the keys (may differ from the sender if a home forwarded it).
+        wanter: NodeId,
+        /// The request's generation (echoed in the grant).
+        generation: u64,
+        /// The keys.
+        keys: &'a [Key],
+    },
+    /// At a key's owner, from its home: share the keys with `wanter`, or give them to it.
+    Offer {
+        /// The node that wants the keys.
+        wanter: NodeId,
+        /// Its request's generation.
+        generation: u64,
+        /// The keys.
+        keys: &'a [Key],
+    },
+    /// At a key's home, from its owner: the keys were shared with `wanter` or, with
+    /// `released`, given to it.
+    Decided {
+        /// The node that wanted the keys.
+        wanter: NodeId,
+        /// Whether `wanter` is the keys' new owner.
+        released: bool,
+        /// The keys.
+        keys: &'a [Key],
+    },
+    /// At a node that wanted the keys, from their owner: replicas of them.
+    Grant {
+        /// The want's generation.
+        generation: u64,
+        /// The keys.
+        keys: &'a [Key],
+        /// Their values, concatenated.
+        values: &'a [f32],
+    },
+    /// At a shared key's owner: a member's pending deltas of its sync round `round`.
+    ShareDeltas {
+        /// The sender's round.
+        round: u64,
+        /// The keys.
+        keys: &'a [Key],
+        /// Their deltas, concatenated.
+        values: &'a [f32],
+    },
+    /// At a member, from a shared key's owner: values that include its rounds up to `ack`.
+    ShareValues {
+        /// The receiver's last round applied at the owner.
+        ack: u64,
+        /// The keys.
+        keys: &'a [Key],
+        /// Their values, concatenated.
+        values: &'a [f32],
+    },
+    /// At a shared key's owner: a member dropped its replicas.
+    Leave {
+        /// The generation of each replica (the grant's).
+        generations: &'a [u32],
+        /// The keys.
+        keys: &'a [Key],
+        /// Their final deltas, concatenated.
+        values: &'a [f32],
+    },
+    /// At a member, from a shared key's owner: drop these replicas.
+    Revoke {
+        /// The generation of each replica.
+        generations: &'a [u32],
+        /// The keys.
+        keys: &'a [Key],
+    },
     /// At a replicated key's hub: a node's pending deltas of its sync round `round`.
     ReplicaDeltas {
         /// The sender's round.
@@ -495,6 +566,64 @@ impl<'a> Msg<'a> {
             Kind::OpDone => {
                 control(0)?;
                 Self::OpDone { req: h.req }
+            }
+            Kind::Want | Kind::Offer => {
+                if !values.is_empty() {
+                    return Err(shape("no values"));
+                }
+                let (wanter, generation) = (h.origin, h.req.0);
+                if kind == Kind::Want {
+                    Self::Want {
+                        wanter,
+                        generation,
+                        keys,
+                    }
+                } else {
+                    Self::Offer {
+                        wanter,
+                        generation,
+                        keys,
+                    }
+                }
+            }
+            Kind::Shared | Kind::Released => {
+                if !values.is_empty() {
+                    return Err(shape("no values"));
+                }
+                Self::Decided {
+                    wanter: h.origin,
+                    released: kind == Kind::Released,
+                    keys,
+                }
+            }
+            Kind::Grant => Self::Grant {
+                generation: h.req.0,
+                keys,
+                values,
+            },
+            Kind::ShareDeltas => Self::ShareDeltas {
+                round: h.req.0,
+                keys,
+                values,
+            },
+            Kind::ShareValues => Self::ShareValues {
+                ack: h.req.0,
+                keys,
+                values,
+            },
+            Kind::Leave => Self::Leave {
+                generations: positioned()?,
+                keys,
+                values,
+            },
+            Kind::Revoke => {
+                if !values.is_empty() {
+                    return Err(shape("no values"));
+                }
+                Self::Revoke {
+                    generations: positioned()?,
+                    keys,
+                }
             }
             Kind::ReplicaDeltas => Self::ReplicaDeltas {
                 round: h.req.0,

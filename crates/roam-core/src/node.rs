@@ -40,6 +40,7 @@ use crate::error::OpError;
 use crate::home_move::HomeMoves;
 use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::intent::IntentTiming;
+use crate::interest::Interest;
 use crate::keyspace::KeySpace;
 use crate::liveness::{Liveness, Timers};
 use crate::load::{Load, LoadWatch};
@@ -50,6 +51,7 @@ use crate::policy::{Policy, PolicyKind};
 use crate::relocate::{Queued, Transit};
 use crate::replica::{Replicas, Replication};
 use crate::sampling::{NodeSamplers, SamplerSpec};
+use crate::share::{DEFAULT_SHARE_SYNC_NS, IntentTechniques, Shares};
 use crate::stats::{NodeCounters, add};
 use crate::store::{Residency, Store, UpdateMode};
 use crate::warning::Warning;
@@ -95,6 +97,10 @@ pub struct NodeConfig {
     pub balancer: Option<Balancer>,
     /// When workers act on their intents (see `intent.rs`).
     pub intent_timing: IntentTiming,
+    /// What acting on an intent may do: move keys, share them, or both (see `share/mod.rs`).
+    pub intent_techniques: IntentTechniques,
+    /// Time between share-sync rounds of keys shared by intent (ns).
+    pub share_sync_ns: u64,
 }
 
 impl NodeConfig {
@@ -121,6 +127,8 @@ impl NodeConfig {
             load: None,
             balancer: None,
             intent_timing: IntentTiming::Timed,
+            intent_techniques: IntentTechniques::All,
+            share_sync_ns: DEFAULT_SHARE_SYNC_NS,
         }
     }
 }
@@ -301,6 +309,10 @@ pub struct Node {
     pub(crate) cache: HashMap<Key, NodeId>,
     /// Replicated keys and their synchronisation.
     pub(crate) replicas: Replicas,
+    /// Keys shared by intent (`share/mod.rs`).
+    pub(crate) shares: Shares,
+    /// How many intents of this node's workers want each key now (`interest.rs`).
+    pub(crate) interest: Arc<Interest>,
     /// Peers' response times and stragglers.
     pub(crate) load: Load,
     /// The load balancer's state.
@@ -366,6 +378,8 @@ impl Node {
             transit: HashMap::default(),
             cache: HashMap::default(),
             replicas,
+            shares: Shares::new(cfg.intent_techniques, cfg.share_sync_ns),
+            interest: Arc::new(Interest::new(&cfg.space)),
             load: Load::new(cfg.load),
             balance: Balance::new(cfg.balancer.filter(|_| cfg.load.is_some())),
             membership: Membership::default(),
@@ -387,6 +401,11 @@ impl Node {
     /// The samplers, which worker threads use through their front ends.
     pub fn samplers(&self) -> &Arc<NodeSamplers> {
         &self.samplers
+    }
+
+    /// How many intents of this node's workers want each key now.
+    pub fn interest(&self) -> &Arc<Interest> {
+        &self.interest
     }
 
     /// The node's counters (shared with the shell, which adds transport figures).
@@ -450,7 +469,14 @@ impl Node {
             Residency::Local => Route::Local,
             Residency::InTransit => Route::Transit,
             Residency::Remote => {
-                // At the key's home the owner record is exact; the cache helps elsewhere only.
+                // At the key's home the owner record is exact; hints help elsewhere only.
+                if self.dir.home(key) != self.cfg.id
+                    && !self.shares.left.is_empty()
+                    && let Some(&owner) = self.shares.left.get(&key)
+                    && self.dir.is_member(owner)
+                {
+                    return Route::Remote(owner);
+                }
                 if self.policy.location_caches() && self.dir.home(key) != self.cfg.id {
                     if let Some(&owner) = self.cache.get(&key) {
                         if self.dir.is_member(owner) {
@@ -669,7 +695,7 @@ impl Node {
 
     /// Sends one request frame per non-empty batch, or fails its keys if the destination is
     /// unreachable.
-    fn send_batches(&mut self, op: u64, kind: Kind, mode: UpdateMode, batches: Batches) {
+    pub(crate) fn send_batches(&mut self, op: u64, kind: Kind, mode: UpdateMode, batches: Batches) {
         for (dest, batch) in batches {
             let n = batch.keys.len() as u64;
             match kind {
@@ -878,6 +904,40 @@ impl Node {
                 epoch,
             } => self.handle_epoch_ack(now, from, node, bucket, epoch),
             Msg::OpDone { req } => self.handle_op_done(from, req),
+            Msg::Want {
+                wanter,
+                generation,
+                keys,
+            } => self.handle_want(now, from, wanter, generation, keys),
+            Msg::Offer {
+                wanter,
+                generation,
+                keys,
+            } => self.handle_offer(now, from, wanter, generation, keys),
+            Msg::Decided {
+                wanter,
+                released,
+                keys,
+            } => self.handle_decided(now, from, wanter, released, keys),
+            Msg::Grant {
+                generation,
+                keys,
+                values,
+            } => self.handle_grant(now, from, generation, keys, values),
+            Msg::ShareDeltas {
+                round,
+                keys,
+                values,
+            } => self.handle_share_deltas(from, round, keys, values),
+            Msg::ShareValues { ack, keys, values } => {
+                self.handle_share_values(from, ack, keys, values)
+            }
+            Msg::Leave {
+                generations,
+                keys,
+                values,
+            } => self.handle_leave(now, from, generations, keys, values),
+            Msg::Revoke { generations, keys } => self.handle_revoke(now, from, generations, keys),
             Msg::ReplicaDeltas {
                 round,
                 since_ns,

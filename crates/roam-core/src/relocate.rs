@@ -81,6 +81,9 @@ pub(crate) struct Transit {
     pub(crate) then_to: Option<NodeId>,
     /// When the relocation started here (for latency figures).
     pub(crate) since: Time,
+    /// An offer to decide once the value lands: the wanter, its generation, and the home to
+    /// tell (`share/mod.rs`).
+    pub(crate) offer: Option<(NodeId, u64, NodeId)>,
 }
 
 impl Node {
@@ -125,9 +128,13 @@ impl Node {
         let mut held: BTreeMap<u32, Vec<Key>> = BTreeMap::new();
         for (pos, &key) in keys.iter().enumerate() {
             let pos = pos as u32;
-            // Replicated keys are local everywhere already.
+            // Replicated keys are local everywhere already, and a replica held here by intent
+            // is here as long as that intent.
             let asked = op.is_none() || self.policy.relocate_on_localize(key, me);
-            if self.replicas.contains(key) || !asked {
+            if self.replicas.contains(key)
+                || (op.is_some() && self.store.has_replica(key))
+                || !asked
+            {
                 answer(self, pos);
                 continue;
             }
@@ -171,13 +178,16 @@ impl Node {
                                 .unwrap_or_default(),
                             then_to: None,
                             since: now,
+                            offer: None,
                         },
                     );
                     let bucket = self.dir.bucket(key);
+                    let deciding = self.is_deciding(key);
                     match self.records.get_mut(&bucket) {
                         Some(records) if !records.is_live() => {
                             held.entry(bucket).or_default().push(key);
                         }
+                        Some(_) if deciding => self.wait_for_decision(key, me, me),
                         Some(records) => {
                             let old = records.set_owner(key, me);
                             if old == me {
@@ -235,7 +245,7 @@ impl Node {
                 continue;
             }
             let bucket = self.dir.bucket(key);
-            let Some(records) = self.records.get_mut(&bucket) else {
+            let Some(records) = self.records.get(&bucket) else {
                 // Routed by an older table: the home of this node's table takes it from here.
                 let home = self.dir.bucket_home(bucket);
                 if home == me {
@@ -253,6 +263,13 @@ impl Node {
                 held.entry(bucket).or_default().push(key);
                 continue;
             }
+            if self.is_deciding(key) {
+                self.wait_for_decision(key, from, new_owner);
+                continue;
+            }
+            let Some(records) = self.records.get_mut(&bucket) else {
+                continue;
+            };
             let old = records.set_owner(key, new_owner);
             if old == new_owner {
                 self.warn(Warning::Relocation {
@@ -266,7 +283,7 @@ impl Node {
                 hand_over.entry(old).or_default().push(key);
             }
         }
-        self.release(now, new_owner, &moving);
+        self.release_to(now, new_owner, &moving);
         for (dest, keys) in hand_over {
             self.send(dest, encode::keys(Kind::HandOver, new_owner, &keys));
         }
@@ -305,12 +322,12 @@ impl Node {
             .copied()
             .filter(|&k| self.cfg.space.contains(k))
             .collect();
-        self.release(now, new_owner, &keys);
+        self.release_to(now, new_owner, &keys);
     }
 
     /// Gives up `keys` to `new_owner`: local ones are sent now, ones still in transit here are
-    /// passed on when they land.
-    fn release(&mut self, _now: Time, new_owner: NodeId, keys: &[Key]) {
+    /// passed on when they land. (Shared keys go through [`Node::release_to`] first.)
+    pub(crate) fn release_now(&mut self, _now: Time, new_owner: NodeId, keys: &[Key]) {
         let mut transfer = Batch::default();
         let mut value = Vec::new();
         for &key in keys {
@@ -397,6 +414,7 @@ impl Node {
         let mut local_pulls: Vec<(u64, Batch)> = Vec::new();
         let mut replies: Vec<((NodeId, ReqId, Kind), Batch)> = Vec::new();
         let mut touched_ops = Vec::new();
+        let mut offers = Vec::new();
         for &key in keys {
             // The whole record moves; queued accesses see its visible part.
             let (len, record_len) = (self.cfg.space.len(key), self.cfg.space.record_len(key));
@@ -460,6 +478,9 @@ impl Node {
                 }
                 None => {
                     self.store.insert(key, &record);
+                    if let Some(offer) = transit.offer {
+                        offers.push((offer, key));
+                    }
                 }
             }
         }
@@ -479,6 +500,10 @@ impl Node {
         touched_ops.dedup();
         for op in touched_ops {
             self.settle(op);
+        }
+        // Offers that reached this node while the key was on its way are decided now.
+        for ((wanter, generation, home), key) in offers {
+            self.decide_share(now, home, wanter, generation, &[key]);
         }
         self.reclaim_landed(keys);
     }

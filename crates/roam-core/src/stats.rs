@@ -80,6 +80,21 @@ counters! {
         balancer_moves,
         /// Estimated bytes of those moves.
         balancer_bytes,
+        /// Keys shared with this node by intent (replicas granted here).
+        shares_in,
+        /// Nanoseconds from a want to the grant, summed over keys granted here.
+        share_wait_ns,
+        /// Intent requests this node, as owner, answered with a replica (replications decided).
+        share_grants,
+        /// Intent requests this node, as owner, answered by moving the key (relocations
+        /// decided).
+        intent_relocations,
+        /// Replicas held by intent that this node dropped (intent ended, or revoked).
+        share_leaves,
+        /// Replicas this node, as owner, revoked to move a shared key.
+        share_revokes,
+        /// Bytes of share-sync frames sent (deltas, values, grants and final deltas).
+        share_bytes_sent,
     }
 }
 

@@ -109,6 +109,25 @@ pub enum Kind {
     Evacuated = 33,
     /// A leaving node → a key's home: take these keys (the home relocates them to itself).
     Reclaim = 34,
+    /// Intent: the origin will access the keys soon; to their home (`req`: the request's
+    /// generation). The home asks the owner to share or give them ([`Kind::Offer`]).
+    Want = 35,
+    /// A key's home → its owner: share the keys with the origin, or give them to it.
+    Offer = 36,
+    /// Owner → home: the keys were shared with the origin (the owner keeps them).
+    Shared = 37,
+    /// Owner → home: the keys went to the origin, their new owner.
+    Released = 38,
+    /// Owner → a node that wanted the keys: replicas (`req`: the want's generation).
+    Grant = 39,
+    /// A member's replica deltas of one sync round, to the keys' owner (`req`: round).
+    ShareDeltas = 40,
+    /// An owner's values of shared keys (`req`: the receiver's last round applied).
+    ShareValues = 41,
+    /// A member drops its replicas (positions: generations; values: final deltas).
+    Leave = 42,
+    /// An owner asks members to drop their replicas (positions: generations).
+    Revoke = 43,
 }
 
 impl Kind {
@@ -148,6 +167,15 @@ impl Kind {
             32 => Self::Evacuate,
             33 => Self::Evacuated,
             34 => Self::Reclaim,
+            35 => Self::Want,
+            36 => Self::Offer,
+            37 => Self::Shared,
+            38 => Self::Released,
+            39 => Self::Grant,
+            40 => Self::ShareDeltas,
+            41 => Self::ShareValues,
+            42 => Self::Leave,
+            43 => Self::Revoke,
             _ => return None,
         })
     }

@@ -8,7 +8,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use roam::{
-    Allocation, Config, IntentTiming, NodeHandle, NodeStats, SamplerSpec, StartError, ValueLengths,
+    Allocation, Config, IntentTechniques, IntentTiming, NodeHandle, NodeStats, SamplerSpec,
+    StartError, ValueLengths,
 };
 use roam_core::{KeySpace, Partitioning};
 
@@ -267,6 +268,8 @@ impl PyNode {
         sampling_seed = 0,
         balancer = true,
         intent_timing = "timed",
+        intent_techniques = "all",
+        share_sync_every = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -294,6 +297,8 @@ impl PyNode {
         sampling_seed: u64,
         balancer: bool,
         intent_timing: &str,
+        intent_techniques: &str,
+        share_sync_every: Option<f64>,
     ) -> PyResult<Self> {
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
@@ -352,6 +357,20 @@ impl PyNode {
                 )));
             }
         };
+        cfg.intent_techniques = match intent_techniques {
+            "all" => IntentTechniques::All,
+            "relocate-only" => IntentTechniques::RelocateOnly,
+            "replicate-only" => IntentTechniques::ReplicateOnly,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown intent_techniques {other:?}: expected \"all\", \"relocate-only\" \
+                     or \"replicate-only\""
+                )));
+            }
+        };
+        if let Some(every) = share_sync_every {
+            cfg.share_sync_every = seconds("share_sync_every", every)?;
+        }
         let samplers = cfg.samplers.clone();
         let allocation = cfg.allocation.name();
         let handle = py

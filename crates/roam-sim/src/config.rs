@@ -58,6 +58,10 @@ pub struct SimConfig {
     pub balancer: Option<roam_core::Balancer>,
     /// When workers act on their intents.
     pub intent_timing: roam_core::IntentTiming,
+    /// What acting on an intent may do (move, share, or both).
+    pub intent_techniques: roam_core::IntentTechniques,
+    /// Time between share-sync rounds (virtual ns).
+    pub share_sync_ns: u64,
     /// How many of the nodes (the highest ids) start outside the cluster, as servers without
     /// workers that join with [`crate::Sim::start_join`].
     pub joiners: u32,
@@ -105,6 +109,8 @@ impl SimConfig {
             slow_until: u64::MAX,
             balancer: None,
             intent_timing: roam_core::IntentTiming::Timed,
+            intent_techniques: roam_core::IntentTechniques::All,
+            share_sync_ns: roam_core::share::DEFAULT_SHARE_SYNC_NS,
             joiners: 0,
             seed: 0,
             min_delay: 1_000,
@@ -212,6 +218,17 @@ impl SimConfig {
     /// When workers act on their intents (`Op::Intent`).
     pub fn with_intent_timing(mut self, timing: roam_core::IntentTiming) -> Self {
         self.intent_timing = timing;
+        self
+    }
+
+    /// What acting on an intent may do (`Op::Intent`), and the share-sync period (ns).
+    pub fn with_intent_techniques(
+        mut self,
+        techniques: roam_core::IntentTechniques,
+        share_sync_ns: u64,
+    ) -> Self {
+        self.intent_techniques = techniques;
+        self.share_sync_ns = share_sync_ns;
         self
     }
 

@@ -38,6 +38,11 @@ struct Scenario {
     /// The last node is a server that asks to join at time 0 (its `Join` races with
     /// everything else).
     joiner: bool,
+    /// Intents may replicate keys (all techniques; one share-sync round at time 0, then
+    /// replicas change by grants and leaves only, so executions are finite). Replica reads are
+    /// bounded-stale, not linearizable: such scenarios check exact final sums, and that no
+    /// replica or interest is left.
+    shared: bool,
     scripts: Vec<(WorkerRef, Vec<Op>)>,
 }
 
@@ -55,6 +60,7 @@ impl Default for Scenario {
             static_alloc: false,
             replicated: Vec::new(),
             joiner: false,
+            shared: false,
             scripts: Vec::new(),
         }
     }
@@ -77,7 +83,15 @@ impl Scenario {
             .with_fast_local_access(self.fast)
             .with_delay(0, 0)
             .with_think(0, 0)
-            .with_joiners(u32::from(self.joiner));
+            .with_joiners(u32::from(self.joiner))
+            .with_intent_techniques(
+                if self.shared {
+                    roam_core::IntentTechniques::All
+                } else {
+                    roam_core::IntentTechniques::RelocateOnly
+                },
+                u64::MAX,
+            );
         let cfg = if self.replicated.is_empty() {
             cfg
         } else {
@@ -125,8 +139,10 @@ impl Scenario {
             let history = sim.history();
             if !complete {
                 // A cut execution: nothing may be wrong so far.
-                check_linearizable(history, Consistency::linearizable(), None)
-                    .unwrap_or_else(|v| panic!("{name}: {v}"));
+                if !self.shared {
+                    check_linearizable(history, Consistency::linearizable(), None)
+                        .unwrap_or_else(|v| panic!("{name}: {v}"));
+                }
                 return;
             }
             assert!(
@@ -164,6 +180,17 @@ impl Scenario {
                     Some(vec![*want]),
                     "{name}: final value of key {k}"
                 );
+            }
+            if self.shared {
+                for n in 0..sim.config().nodes {
+                    let node = sim.node(NodeId(n));
+                    assert_eq!(
+                        (node.shared_replicas(), node.shared_keys()),
+                        (0, 0),
+                        "{name}: node {n} still shares keys"
+                    );
+                }
+                return;
             }
             check_final_sums_exact(history, &finals).unwrap_or_else(|e| panic!("{name}: {e}"));
             check_linearizable(
@@ -673,6 +700,53 @@ fn replication_scenarios() -> Vec<Scenario> {
             ..Scenario::default()
         },
     ]
+}
+
+/// Replication by intent (`roam_core::share`): intents on two nodes over the same clocks.
+fn sharing_scenarios() -> Vec<Scenario> {
+    let intent = |start: u64, end: u64| Op::Intent {
+        keys: vec![0],
+        start,
+        end,
+    };
+    vec![
+        Scenario {
+            name: "key wanted on both nodes at once: moved or replicated, pushed on both, \
+                   flushed when the intents end (2 nodes)",
+            nodes: 2,
+            keys: 1,
+            shared: true,
+            scripts: vec![
+                (
+                    w(0, 0),
+                    vec![intent(0, 2), push([0], 1.0), Op::AdvanceClock],
+                ),
+                (
+                    w(1, 0),
+                    vec![intent(0, 2), push([0], 2.0), Op::AdvanceClock],
+                ),
+            ],
+            ..Scenario::default()
+        },
+        Scenario {
+            name: "shared key localized by its home: replicas revoked, then moved (3 nodes)",
+            nodes: 3,
+            keys: 1,
+            shared: true,
+            scripts: vec![
+                (w(0, 0), vec![Op::localize(vec![0])]),
+                (w(1, 0), vec![intent(0, 9), push([0], 1.0)]),
+                (w(2, 0), vec![intent(0, 9), push([0], 2.0)]),
+            ],
+            ..Scenario::default()
+        },
+    ]
+}
+
+/// CI: every interleaving of the sharing scenarios, none cut.
+#[test]
+fn every_interleaving_of_small_sharing_scenarios_is_correct() {
+    explore_completely(sharing_scenarios());
 }
 
 /// CI: every interleaving of the replication scenarios, none cut.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use roam_core::wire::Limits;
 use roam_core::{
-    Balancer, IntentTiming, Key, KeySpace, KeySpaceError, LoadWatch, Partitioning, RecordLayout,
-    SamplerId, SamplerSpec, ValueLengths,
+    Balancer, IntentTechniques, IntentTiming, Key, KeySpace, KeySpaceError, LoadWatch,
+    Partitioning, RecordLayout, SamplerId, SamplerSpec, ValueLengths,
 };
 
 use crate::cluster_env::{self, ClusterOverrides};
@@ -132,6 +132,13 @@ pub struct Config {
     /// before each intent's start clock, by the measured time an action takes (the default),
     /// or at once (ablation).
     pub intent_timing: IntentTiming,
+    /// What acting on an intent may do with a key another node holds: move it to the one
+    /// node that wants it and share it while several do (the default), or only one of the two
+    /// (ablations).
+    pub intent_techniques: IntentTechniques,
+    /// Time between the sync rounds of keys shared by intent (their replicas' staleness is
+    /// at most about two of these plus two network deliveries).
+    pub share_sync_every: Duration,
 }
 
 /// The cluster this process joins, resolved from the [`Config`] and the environment exactly as
@@ -255,6 +262,8 @@ impl Config {
             samplers: Vec::new(),
             sampling_seed: 0,
             intent_timing: IntentTiming::Timed,
+            intent_techniques: IntentTechniques::All,
+            share_sync_every: Duration::from_nanos(roam_core::share::DEFAULT_SHARE_SYNC_NS),
         }
     }
 

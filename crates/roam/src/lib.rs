@@ -60,7 +60,7 @@ pub use config::{Allocation, ClusterInfo, Config};
 pub use error::{PullRefused, StartError, WorkerError};
 pub use roam_core::wire::Limits;
 pub use roam_core::{
-    AccessError, Directory, IntentError, IntentTiming, Key, OpError, ValueLengths,
+    AccessError, Directory, IntentError, IntentTechniques, IntentTiming, Key, OpError, ValueLengths,
 };
 pub use roam_core::{
     Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support,

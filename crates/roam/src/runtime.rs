@@ -382,6 +382,11 @@ impl NodeHandle {
             load: cfg.load_watch,
             balancer: cfg.balancer,
             intent_timing: cfg.intent_timing,
+            intent_techniques: cfg.intent_techniques,
+            share_sync_ns: cfg
+                .share_sync_every
+                .as_nanos()
+                .clamp(1, u128::from(u64::MAX)) as u64,
         };
         let node = if joining {
             Node::joining(node_cfg)

@@ -71,8 +71,30 @@ pub struct NodeStats {
     pub intent_actions: u64,
     /// Intents whose start clock came before all their keys were here.
     pub late_intents: u64,
-    /// Acted intents beyond what a worker tracks for the late check.
+    /// Acted intents released before their start (beyond what a worker tracks).
     pub intents_unchecked: u64,
+    /// Intent requests this node, as a key's owner, answered with a replica (replications
+    /// decided by intent).
+    pub share_grants: u64,
+    /// Intent requests this node, as a key's owner, answered by moving the key there
+    /// (relocations decided by intent).
+    pub intent_relocations: u64,
+    /// Replicas granted to this node by intent.
+    pub shares_in: u64,
+    /// Mean time from a want to its grant here, µs.
+    pub share_wait_mean_us: f64,
+    /// Replicas this node dropped (their intent ended, or the owner revoked them).
+    pub share_leaves: u64,
+    /// Replicas this node, as owner, revoked to move a shared key.
+    pub share_revokes: u64,
+    /// Bytes of share-sync frames sent (grants, deltas, values, final deltas).
+    pub share_bytes_sent: u64,
+    /// How long replicas held here by intent lived (median), ms.
+    pub replica_lifetime_p50_ms: f64,
+    /// Same, 99th percentile, ms.
+    pub replica_lifetime_p99_ms: f64,
+    /// Replicas held here by intent when the stats were taken.
+    pub shared_replicas: u64,
     /// Remote accesses routed by a location-cache entry.
     pub cache_hits: u64,
     /// Remote accesses without a location-cache entry.
@@ -205,8 +227,28 @@ impl NodeStats {
             replica_keys_sent: get(&node.replica_keys_sent),
             replica_keys_received: get(&node.replica_keys_received),
             replica_bytes_sent: get(&node.replica_bytes_sent),
+            share_grants: get(&node.share_grants),
+            intent_relocations: get(&node.intent_relocations),
+            shares_in: get(&node.shares_in),
+            share_wait_mean_us: match get(&node.shares_in) {
+                0 => 0.0,
+                n => get(&node.share_wait_ns) as f64 / n as f64 / 1e3,
+            },
+            share_leaves: get(&node.share_leaves),
+            share_revokes: get(&node.share_revokes),
+            share_bytes_sent: get(&node.share_bytes_sent),
             ..Self::default()
         };
+        let (lifetime_p50, lifetime_p99, held) = shared.with_node(|node, _| {
+            (
+                node.replica_lifetime_ns(50.0),
+                node.replica_lifetime_ns(99.0),
+                node.shared_replicas() as u64,
+            )
+        });
+        stats.replica_lifetime_p50_ms = lifetime_p50.map_or(0.0, |ns| ns as f64 / 1e6);
+        stats.replica_lifetime_p99_ms = lifetime_p99.map_or(0.0, |ns| ns as f64 / 1e6);
+        stats.shared_replicas = held;
         let (replicated, p50, p99, peers, stragglers, decisions) = shared.with_node(|node, _| {
             (
                 node.replicated_keys().len() as u64,

@@ -196,6 +196,18 @@ impl<B> Drop for PendingPull<B> {
 /// arrived at its node's later barriers, so its siblings are not left waiting for it.
 impl Drop for Worker {
     fn drop(&mut self) {
+        // A finished worker's clock is infinite: its intents end, and replicas kept only for
+        // them go (their deltas flushed to the owners).
+        {
+            let mut front = self.front.borrow_mut();
+            if let Some(inflight) = self.hand_off(front.finish_intents()) {
+                Ticket {
+                    inflight: Some(inflight),
+                    out: None,
+                }
+                .detach();
+            }
+        }
         let id = self.owner.id;
         self.owner
             .shared

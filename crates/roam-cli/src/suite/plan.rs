@@ -74,9 +74,14 @@ pub(crate) enum Mode {
     Nups,
     /// The NuPS ablation: hot keys replicated, the rest static as in `classic`.
     NupsReplicateOnly,
-    /// AdaPM: dynamic allocation driven by the workloads' intents (no `localize`, no
-    /// replicas).
+    /// AdaPM: dynamic allocation driven by the workloads' intents (no `localize`, no named
+    /// replicas): keys move to the one node that wants them, or are replicated while several
+    /// do.
     Adapm,
+    /// The AdaPM ablation acting by relocation only.
+    AdapmRelocateOnly,
+    /// The AdaPM ablation acting by replication only.
+    AdapmReplicateOnly,
 }
 
 /// An emulated network (`roam launch --profile`).
@@ -172,11 +177,13 @@ impl Mode {
             Self::Nups => "nups",
             Self::NupsReplicateOnly => "nups-replicate-only",
             Self::Adapm => "adapm",
+            Self::AdapmRelocateOnly => "adapm-relocate-only",
+            Self::AdapmReplicateOnly => "adapm-replicate-only",
         }
     }
 
     /// Every mode, in table and legend order (`single` first).
-    pub(crate) const ALL: [Self; 7] = [
+    pub(crate) const ALL: [Self; 9] = [
         Self::Single,
         Self::Classic,
         Self::ClassicNolocal,
@@ -184,6 +191,8 @@ impl Mode {
         Self::Nups,
         Self::NupsReplicateOnly,
         Self::Adapm,
+        Self::AdapmRelocateOnly,
+        Self::AdapmReplicateOnly,
     ];
 
     /// Whether the mode replicates hot keys (the NuPS modes).
@@ -210,6 +219,8 @@ impl Mode {
             Self::Nups => M::Nups,
             Self::NupsReplicateOnly => M::NupsReplicateOnly,
             Self::Adapm => M::Adapm,
+            Self::AdapmRelocateOnly => M::AdapmRelocateOnly,
+            Self::AdapmReplicateOnly => M::AdapmReplicateOnly,
         }
     }
 }

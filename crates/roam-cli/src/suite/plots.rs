@@ -57,6 +57,8 @@ fn mode_color(mode: Mode) -> RGBColor {
         Mode::Nups => RGBColor(214, 39, 40),
         Mode::NupsReplicateOnly => RGBColor(148, 103, 189),
         Mode::Adapm => RGBColor(140, 86, 75),
+        Mode::AdapmRelocateOnly => RGBColor(188, 189, 34),
+        Mode::AdapmReplicateOnly => RGBColor(23, 190, 207),
     }
 }
 

@@ -149,10 +149,10 @@ impl Front {
         // Drawn now; what `preloc` would move at once becomes an intent instead (only counted
         // where keys never move, like any intent).
         let (handle, _moved_at_once) = self.prepare_sample(now, id, n)?;
-        self.misses.keys.clear();
+        self.actions.clear();
         if self.keys_move {
             self.intents
-                .signal(&self.store, &handle.ahead, start, &mut self.misses.keys);
+                .signal(&self.store, &handle.ahead, start, end, &mut self.actions);
         } else {
             self.intents.count(&handle.ahead);
         }

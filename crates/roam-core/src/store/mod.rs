@@ -10,8 +10,9 @@
 //!  bit 61     TRANSIT   the key is on its way here; operations must queue in the protocol
 //!  bit 60     REPLICA   this node holds a replica: value and synced base in the replica area
 //!  bits 36-59 VERSION   bumped by every latch release: optimistic reads validate against it
-//!  bit 35     DIRTY     a push reached the replica since its delta was last taken (set by
-//!                       pushes, cleared by `take_delta`): sync rounds skip the others unlatched
+//!  bit 35     DIRTY     a push reached the record since the protocol last looked (set by
+//!                       pushes; cleared by `take_delta` on replicas, `take_dirty` on owned
+//!                       records): sync rounds skip the others unlatched
 //!  bits 32-34 CLOCK     an access clock for eviction policies (kept across latching)
 //!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
 //! ```
@@ -409,7 +410,7 @@ impl Store {
                         } else {
                             add_values::<L>(visible, vals, plain);
                         }
-                        s
+                        s | DIRTY
                     } else {
                         // SAFETY: latched and a replica: the slot is in the replica area, and
                         // replica records start with the `len` values of the replica.
@@ -563,12 +564,26 @@ impl Store {
     /// Protocol only: makes this node hold a replica of `key` with `value` (visible values) and
     /// an empty delta. Returns false, changing nothing, if the key was already held here.
     pub fn insert_replica(&self, key: Key, value: &[f32]) -> bool {
+        self.insert_replica_with(key, value, value)
+    }
+
+    /// Protocol only: as [`Store::insert_replica`], with the synced base `base` and the value
+    /// `value` (their difference is the pending delta: pushes applied before it was inserted).
+    pub fn insert_replica_with(&self, key: Key, value: &[f32], base: &[f32]) -> bool {
         assert_eq!(value.len(), self.space.len(key), "replica of key {key}");
-        self.insert_held(key, REPLICA, |record| {
-            let (stored, base) = record.split_at(value.len());
+        assert_eq!(base.len(), value.len(), "replica base of key {key}");
+        let inserted = self.insert_held(key, REPLICA, |record| {
+            let (stored, synced) = record.split_at(value.len());
             store_values(stored, value, self.plain());
-            store_values(base, value, self.plain());
-        })
+            store_values(synced, base, self.plain());
+        });
+        if inserted && value != base {
+            // The delta is pending: the next sync round must take it.
+            if let Some(state) = self.index.get(key) {
+                latched_as(state, REPLICA, |s| s | DIRTY);
+            }
+        }
+        inserted
     }
 
     /// Latches `key`; unless it is held here already, allocates a slot in the area of `flag`,
@@ -621,7 +636,8 @@ impl Store {
                 .map(|v| f32::from_bits(v.load(Ordering::Relaxed))),
         );
         self.area(s).free((s & SLOT_MASK) as u32);
-        state.store(bumped(s & KEPT), Ordering::Release);
+        // A key on its way here stays so (a replica dropped while its owned copy comes).
+        state.store(bumped(s & (KEPT | TRANSIT)), Ordering::Release);
         if flag == LOCAL {
             self.owned.fetch_sub(1, Ordering::Relaxed);
         }
@@ -683,6 +699,23 @@ impl Store {
             s & !DIRTY
         });
         taken
+    }
+
+    /// Protocol only: whether a push reached `key`'s owned record since the last call
+    /// (checked without the latch, cleared under it; a push still under way shows next time).
+    pub fn take_dirty(&self, key: Key) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        if state.load(Ordering::Relaxed) & DIRTY == 0 {
+            return false;
+        }
+        let mut was = false;
+        latched_as(state, LOCAL, |s| {
+            was = s & DIRTY != 0;
+            s & !DIRTY
+        });
+        was
     }
 
     /// Protocol only: sets the replica's value of `key` to `base` plus its pending delta (the
@@ -796,10 +829,10 @@ fn latched(state: &AtomicU64, accept: u64, f: impl FnOnce(u64)) -> bool {
     })
 }
 
-/// `s` with DIRTY set if it is a replica's word (a push reached its delta).
+/// `s` with DIRTY set: a push reached the record (a replica's delta, or an owned value).
 #[inline(always)]
 fn dirtied(s: u64) -> u64 {
-    if s & REPLICA != 0 { s | DIRTY } else { s }
+    s | DIRTY
 }
 
 /// [`latched`] where `f` returns the word to release (before the version bump): the word

@@ -138,6 +138,22 @@ impl Sim {
                 self.issue_intent(n, w, None, think);
             }
         }
+        if self.nodes[n].workers[w].script.is_empty() {
+            // A finished worker's clock is infinite: its intents end (replicas they kept go).
+            let (now, invoke) = (self.now, self.stamp());
+            let (front, node, id) = self.front_of(n, w);
+            if let Some(handoff) = front.finish_intents() {
+                let keys = handoff.keys().to_vec();
+                let req = handoff.issue(node, now, id);
+                let record =
+                    self.invoke_at(invoke, (n, w), OpKind::Localize, keys, Vec::new(), false);
+                let detached = Pace {
+                    wait: false,
+                    think: 0,
+                };
+                self.hand_off(n, w, req, record, Vec::new(), detached);
+            }
+        }
     }
 
     /// Issues a collective (a barrier, a replica sync) with `issue` and blocks the worker on it.

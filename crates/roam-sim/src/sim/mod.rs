@@ -212,6 +212,8 @@ impl Sim {
                     load: cfg.load,
                     balancer: cfg.balancer,
                     intent_timing: cfg.intent_timing,
+                    intent_techniques: cfg.intent_techniques,
+                    share_sync_ns: cfg.share_sync_ns,
                 };
                 let node = if joiner {
                     Node::joining(node_cfg)
@@ -364,11 +366,14 @@ impl Sim {
     /// the protocol; for assertions).
     pub fn peek(&self, key: Key) -> Option<Vec<f32>> {
         let mut out = vec![0.0; self.cfg.space.len(key)];
-        self.nodes
-            .iter()
-            .filter(|n| !n.crashed)
-            .any(|n| n.node.store().pull_local(key, &mut out))
-            .then_some(out)
+        // The owner's value (a replicated key's replicas may lag it); else any replica's.
+        let live = || self.nodes.iter().filter(|n| !n.crashed);
+        let owner = live().find(|n| n.node.store().residency(key) == Residency::Local);
+        match owner {
+            Some(n) => n.node.store().pull_local(key, &mut out),
+            None => live().any(|n| n.node.store().pull_local(key, &mut out)),
+        }
+        .then_some(out)
     }
 
     /// The live nodes holding `key` right now (at most one: see [`Sim::check_single_copy`]).

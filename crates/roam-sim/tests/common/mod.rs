@@ -166,9 +166,14 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
     } else {
         roam_core::IntentTiming::Timed
     };
+    // Intents only relocate here: sharing (bounded-stale replicas) is checked in `sharing.rs`.
     let cfg = roam_sim::SimConfig::new(nodes, workers_per_node, space.clone())
         .with_seed(seed)
         .with_intent_timing(timing)
+        .with_intent_techniques(
+            roam_core::IntentTechniques::RelocateOnly,
+            roam_core::share::DEFAULT_SHARE_SYNC_NS,
+        )
         .with_partitioning(partitioning)
         .with_fast_local_access(shape.fast.unwrap_or_else(|| rng.random_bool(0.5)))
         .with_dynamic(!shape.static_alloc)

@@ -1,0 +1,914 @@
+//! Replication decided by intent (AdaPM): a key several nodes want at the same time is
+//! *shared* — its owner keeps it and each other node that wants it holds a replica — and a key
+//! one node wants moves there. Replicas live exactly as long as their node's intent.
+//!
+//! Roles per key: the *home* (placement record, serialises decisions), the *owner* (holds the
+//! value, and while the key is shared also its *sharers*: the members holding a replica, each
+//! with the generation of the request that made it one), and *members*.
+//!
+//! Protocol (W wanter, H home, O owner):
+//! 1. W marks the key in transit and sends `Want(generation)` to H (`generation`: a number fresh at W).
+//! 2. H does not change its record: it marks the key *deciding* (later requests for it queue
+//!    at H) and sends `Offer(W, generation)` to O. (If H is O it decides itself.)
+//! 3. O decides. It shares if the key has sharers already, or an intent on O wants it now
+//!    (`interest.rs`), or the techniques are replication-only; it moves the key under
+//!    relocation-only or when nobody else wants it, or when O is being drained. Sharing: O
+//!    adds W (with `generation`) to the sharers and sends `Grant(generation, value)` to W and `Shared` to H.
+//!    Moving: O sends the record to W (`Transfer`, as a relocation) and `Released` to H. A key
+//!    still in transit to O is decided when it lands.
+//! 4. H records W as owner if released, ends the decision, and replays what queued.
+//! 5. W installs the replica (or the owned record) and applies what queued while it waited, in
+//!    order; requests of peers that queued at W go on to O.
+//!
+//! Synchronisation, as for the static replicated keys (`replica.rs`) with the owner as hub and
+//! its record as the primary: every `share_sync_every` each member sends the deltas of its
+//! replicas to their owners (`ShareDeltas`, numbered rounds; in flight until acknowledged),
+//! the owner adds them into its record, and sends every sharer the keys whose value changed
+//! since its last broadcast (`ShareValues` with the last round of that member it applied); a
+//! member sets its replica to that value plus its deltas still in flight plus its pending one.
+//!
+//! A replica ends when the last intent on its key at the member ends (`unwanted`), or when
+//! the owner revokes it (`Revoke`: the owner must give the key away — an explicit localize,
+//! a drain, a home taking keys back). The member removes the replica and sends its final delta
+//! in `Leave(generation)`; the owner adds it and drops the sharer if the generation matches (a newer
+//! grant to the same member may have crossed the leave). A key whose last sharer left is
+//! owned as before; a pending hand-over of it proceeds then.
+//!
+//! Why no update is lost or applied twice: a member's pushes land in its replica's pending
+//! delta (pushes that queued while the key was wanted form its first one), which is taken
+//! once, sent once to the owner (round or leave, FIFO on the link) and added there once, and
+//! only from a current sharer; the owner cannot give the key away while a sharer remains (it
+//! revokes and waits for every `Leave`; a member that leaves the cluster stops counting), and
+//! only an open decision adds a sharer. A member that left routes its later accesses straight
+//! to the owner (behind its final delta on the same link). A drained node drops its replicas
+//! and, as owner, only moves keys.
+//!
+//! Consistency: reads of a replica are bounded-stale, as for static replicated keys: the
+//! owner's value as last received plus this node's own pushes since (others' pushes arrive
+//! within two sync periods plus two deliveries). A `set` of a shared key applies at its owner
+//! and reaches the setter's replica with the next change broadcast; pushes still pending at a
+//! replica land on top of it. Keys that are not shared behave as under relocation. With fast
+//! local access off, replicas are not read: accesses go to the owner.
+
+use std::collections::{BTreeMap, VecDeque};
+
+mod sync;
+
+use hdrhistogram::Histogram;
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::id::{Key, NodeId, ReqId};
+use crate::node::{Batch, Batches, Node, Time};
+use crate::relocate::Queued;
+use crate::stats::add;
+use crate::store::{Residency, UpdateMode};
+use crate::warning::Warning;
+use crate::wire::{Frame, Kind};
+
+/// What acting on an intent may do with a key another node holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IntentTechniques {
+    /// Move the key to the one node that wants it; share it while several nodes want it at
+    /// once (the default).
+    #[default]
+    All,
+    /// Always move the key (Lapse's relocation, timed by intent).
+    RelocateOnly,
+    /// Never move the key on intent: every node that wants it gets a replica from its owner.
+    ReplicateOnly,
+}
+
+/// Default time between two share-sync rounds.
+pub const DEFAULT_SHARE_SYNC_NS: u64 = 10_000_000;
+
+/// A key owned here that is shared.
+#[derive(Debug)]
+struct SharedKey {
+    /// Sharers and the generation of each one's replica.
+    sharers: BTreeMap<NodeId, u64>,
+    /// The value as last broadcast (a change is sent on).
+    last_sent: Vec<f32>,
+    /// `last_sent` plus the members' deltas applied since, in the order applied: equal to the
+    /// value when nothing else changed it.
+    shadow: Vec<f32>,
+    /// The members whose deltas were applied since the last broadcast (see [`member_bit`]).
+    changed_by: u64,
+    /// Members that get the next change even if only their own deltas made it (a new replica
+    /// that a delta of its previous one may still reach).
+    resend: u64,
+}
+
+/// The bit of `node` in [`SharedKey::changed_by`]: nodes 0–63 have one each, later ones
+/// count as every node (they then get every change).
+pub(crate) fn member_bit(node: NodeId) -> u64 {
+    if node.0 < 64 { 1 << node.0 } else { u64::MAX }
+}
+
+/// A replica held here by intent.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    owner: NodeId,
+    generation: u64,
+    since: Time,
+}
+
+/// Deltas of one round sent to one owner, not yet acknowledged.
+#[derive(Debug)]
+struct Sent {
+    round: u64,
+    owner: NodeId,
+    deltas: BTreeMap<Key, Vec<f32>>,
+}
+
+/// An open decision at a home: whom the offer went to, for whom, and what queued behind it.
+#[derive(Debug)]
+struct Deciding {
+    owner: NodeId,
+    wanter: NodeId,
+    queue: Vec<Waiting>,
+}
+
+/// A request queued at a home behind an open decision.
+#[derive(Debug, Clone, Copy)]
+enum Waiting {
+    Localize {
+        from: NodeId,
+        new_owner: NodeId,
+    },
+    Want {
+        from: NodeId,
+        wanter: NodeId,
+        generation: u64,
+    },
+}
+
+/// One node's sharing state (all roles). See the module docs.
+#[derive(Debug)]
+pub(crate) struct Shares {
+    pub(crate) techniques: IntentTechniques,
+    sync_every: u64,
+    next_round_at: Time,
+    round: u64,
+    next_gen: u64,
+    /// Owner: shared keys.
+    owned: BTreeMap<Key, SharedKey>,
+    /// Owner: shared keys to give away once their sharers left, and to whom.
+    revoking: HashMap<Key, NodeId>,
+    /// Owner: the last round of each member applied here.
+    applied: BTreeMap<NodeId, u64>,
+    /// Member: replicas held by intent.
+    held: BTreeMap<Key, Held>,
+    /// Member: the owner of each key whose replica was dropped here, where its later accesses
+    /// go (a hint like a location-cache entry: a request that finds the key gone is forwarded
+    /// through the home).
+    pub(crate) left: HashMap<Key, NodeId>,
+    /// Member: deltas sent and not yet acknowledged, oldest first.
+    in_flight: VecDeque<Sent>,
+    /// Home: keys with an open decision.
+    deciding: HashMap<Key, Deciding>,
+    /// Home: bucket hand-offs waiting for the bucket's decisions to close.
+    stashed: BTreeMap<u32, (NodeId, NodeId, u32)>,
+    /// Member: how long replicas lived (ns).
+    pub(crate) lifetimes: Histogram<u64>,
+    scratch: Vec<f32>,
+}
+
+impl Shares {
+    pub(crate) fn new(techniques: IntentTechniques, sync_every: u64) -> Self {
+        Self {
+            techniques,
+            sync_every: sync_every.max(1),
+            next_round_at: Time(0),
+            round: 1,
+            next_gen: 1,
+            owned: BTreeMap::new(),
+            revoking: HashMap::default(),
+            applied: BTreeMap::new(),
+            held: BTreeMap::new(),
+            left: HashMap::default(),
+            in_flight: VecDeque::new(),
+            deciding: HashMap::default(),
+            stashed: BTreeMap::new(),
+            lifetimes: Histogram::new(3).expect("3 significant figures is valid"),
+            scratch: Vec::new(),
+        }
+    }
+
+    fn active(&self) -> bool {
+        !self.held.is_empty() || !self.owned.is_empty()
+    }
+}
+
+impl Node {
+    /// Keys replicated here by intent.
+    pub fn shared_replicas(&self) -> usize {
+        self.shares.held.len()
+    }
+
+    /// Keys owned here that other nodes hold replicas of.
+    pub fn shared_keys(&self) -> usize {
+        self.shares.owned.len()
+    }
+
+    /// Percentile `q` (0–100) of how long replicas held here by intent lived, in ns.
+    pub fn replica_lifetime_ns(&self, q: f64) -> Option<u64> {
+        let h = &self.shares.lifetimes;
+        (!h.is_empty()).then(|| h.value_at_quantile(q / 100.0))
+    }
+
+    /// Whether `key` has an open share decision at this home.
+    pub(crate) fn is_deciding(&self, key: Key) -> bool {
+        !self.shares.deciding.is_empty() && self.shares.deciding.contains_key(&key)
+    }
+
+    /// Queues a localize of `key` for `new_owner` behind the open decision on it here.
+    pub(crate) fn wait_for_decision(&mut self, key: Key, from: NodeId, new_owner: NodeId) {
+        if let Some(open) = self.shares.deciding.get_mut(&key) {
+            open.queue.push(Waiting::Localize { from, new_owner });
+        }
+    }
+
+    /// Whether a hand-off of `bucket` must wait for its decisions; if so it is kept and run
+    /// once they close.
+    pub(crate) fn stash_hand_off(
+        &mut self,
+        bucket: u32,
+        from: NodeId,
+        to: NodeId,
+        epoch: u32,
+    ) -> bool {
+        let open = self
+            .shares
+            .deciding
+            .keys()
+            .any(|&key| self.dir.bucket(key) == bucket);
+        if open {
+            self.shares.stashed.insert(bucket, (from, to, epoch));
+        }
+        open
+    }
+
+    /// Worker: acts on intents — asks for `due` keys (moved or shared here) and drops the
+    /// replicas of `unwanted` keys that no intent here wants any more. Completes when every
+    /// due key is here.
+    pub fn issue_intent_actions(
+        &mut self,
+        now: Time,
+        worker: crate::id::WorkerId,
+        due: &[Key],
+        unwanted: &[Key],
+    ) -> ReqId {
+        self.tick(now);
+        if !unwanted.is_empty() {
+            self.leave_shares(now, unwanted, false);
+        }
+        if self.shares.techniques == IntentTechniques::RelocateOnly
+            || !self.policy.keys_move()
+            || self.is_leaving()
+        {
+            return self.issue_localize(now, worker, due);
+        }
+        let op = self.new_op(worker, crate::node::OpKind::Localize, due.len(), Vec::new());
+        add(&self.counters.localize_keys, due.len() as u64);
+        self.want_keys(now, op, due);
+        self.settle(op);
+        ReqId(op)
+    }
+
+    /// Starts asking for `keys` by intent: each key not here and not on its way becomes in
+    /// transit here and is wanted from its home.
+    fn want_keys(&mut self, now: Time, op: u64, keys: &[Key]) {
+        let me = self.cfg.id;
+        let generation = self.shares.next_gen;
+        self.shares.next_gen += 1;
+        let mut to_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        let mut at_home: Vec<Key> = Vec::new();
+        for (pos, &key) in keys.iter().enumerate() {
+            let pos = pos as u32;
+            if self.replicas.contains(key) || self.store.has_replica(key) {
+                self.answer(op, pos);
+                continue;
+            }
+            match self.residency(key) {
+                Residency::Local => {
+                    self.answer(op, pos);
+                }
+                Residency::InTransit => match self.transit.get_mut(&key) {
+                    Some(t) => t.queue.push(Queued::Localize { op, pos }),
+                    None => {
+                        self.answer(op, pos);
+                    }
+                },
+                Residency::Remote => {
+                    if let Some(peer) = self.first_lost() {
+                        self.answer(op, pos);
+                        self.fail(op, crate::OpError::PeerGone { peer });
+                        continue;
+                    }
+                    self.store.set_in_transit(key, true);
+                    match self.transit.entry(key) {
+                        // Never expected (a key in transit reads as such): wait with it.
+                        std::collections::hash_map::Entry::Occupied(mut t) => {
+                            t.get_mut().queue.push(Queued::Localize { op, pos });
+                            continue;
+                        }
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            v.insert(crate::relocate::Transit {
+                                queue: vec![Queued::Localize { op, pos }],
+                                then_to: None,
+                                since: now,
+                                offer: None,
+                            });
+                        }
+                    }
+                    let bucket = self.dir.bucket(key);
+                    if self.records.contains_key(&bucket) {
+                        at_home.push(key);
+                    } else {
+                        to_home
+                            .entry(self.dir.bucket_home(bucket))
+                            .or_default()
+                            .push(key);
+                    }
+                }
+            }
+        }
+        if !at_home.is_empty() {
+            self.handle_want(now, me, me, generation, &at_home);
+        }
+        for (home, keys) in to_home {
+            self.send(home, want_frame(Kind::Want, me, generation, &keys));
+        }
+    }
+
+    /// At a key's home: `wanter` wants the keys (request `generation`).
+    pub(crate) fn handle_want(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        wanter: NodeId,
+        generation: u64,
+        keys: &[Key],
+    ) {
+        let me = self.cfg.id;
+        if !self.dir.is_member(wanter) {
+            return self.warn(Warning::UnknownSender { from: wanter });
+        }
+        let mut offers: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        let mut stale: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        let mut held: BTreeMap<u32, Vec<Key>> = BTreeMap::new();
+        let mut relocate: Vec<Key> = Vec::new();
+        let mut decide_here: Vec<Key> = Vec::new();
+        for &key in keys {
+            if !self.cfg.space.contains(key) {
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "want of a key out of range",
+                });
+                continue;
+            }
+            let bucket = self.dir.bucket(key);
+            let Some(records) = self.records.get(&bucket) else {
+                let home = self.dir.bucket_home(bucket);
+                if home == me {
+                    self.warn(Warning::Relocation {
+                        from: Some(from),
+                        key,
+                        what: "home without the bucket's records",
+                    });
+                } else {
+                    stale.entry(home).or_default().push(key);
+                }
+                continue;
+            };
+            if !records.is_live() {
+                held.entry(bucket).or_default().push(key);
+                continue;
+            }
+            if let Some(open) = self.shares.deciding.get_mut(&key) {
+                open.queue.push(Waiting::Want {
+                    from,
+                    wanter,
+                    generation,
+                });
+                continue;
+            }
+            let owner = records.owner(key);
+            if owner == wanter {
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "wanted by the node that already owns it",
+                });
+            } else if self.shares.stashed.contains_key(&bucket) {
+                // The bucket's home moves once its decisions close: no new one opens.
+                relocate.push(key);
+            } else if owner == me && self.residency(key) == Residency::Local {
+                decide_here.push(key);
+            } else if owner == me {
+                // On its way here: decided when it lands; requests queue here until then.
+                match self.transit.get_mut(&key) {
+                    Some(t) if t.then_to.is_none() && t.offer.is_none() => {
+                        t.offer = Some((wanter, generation, me));
+                        let open = Deciding {
+                            owner: me,
+                            wanter,
+                            queue: Vec::new(),
+                        };
+                        self.shares.deciding.insert(key, open);
+                    }
+                    _ => self.warn(Warning::Relocation {
+                        from: Some(from),
+                        key,
+                        what: "wanted from its home while neither here nor on its way",
+                    }),
+                }
+            } else {
+                let open = Deciding {
+                    owner,
+                    wanter,
+                    queue: Vec::new(),
+                };
+                self.shares.deciding.insert(key, open);
+                offers.entry(owner).or_default().push(key);
+            }
+        }
+        if !relocate.is_empty() {
+            self.handle_localize(now, from, wanter, &relocate);
+        }
+        if !decide_here.is_empty() {
+            self.decide_share(now, me, wanter, generation, &decide_here);
+        }
+        for (owner, keys) in offers {
+            self.send(owner, want_frame(Kind::Offer, wanter, generation, &keys));
+        }
+        for (home, keys) in stale {
+            add(&self.counters.forwards, 1);
+            self.send(home, want_frame(Kind::Want, wanter, generation, &keys));
+        }
+        for (bucket, keys) in held {
+            self.hold(
+                now,
+                bucket,
+                from,
+                want_frame(Kind::Want, wanter, generation, &keys),
+            );
+        }
+    }
+
+    /// At the owner, from the home `from`: share the keys with `wanter` or give them to it.
+    pub(crate) fn handle_offer(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        wanter: NodeId,
+        generation: u64,
+        keys: &[Key],
+    ) {
+        if !self.dir.is_member(wanter) || wanter == self.cfg.id {
+            let key = keys.first().copied().unwrap_or(0);
+            return self.warn(Warning::Relocation {
+                from: Some(from),
+                key,
+                what: "offer to no member or to the owner itself",
+            });
+        }
+        let mut now_keys = Vec::new();
+        for &key in keys {
+            if !self.cfg.space.contains(key) {
+                continue;
+            }
+            match self.residency(key) {
+                Residency::Local => now_keys.push(key),
+                Residency::InTransit => match self.transit.get_mut(&key) {
+                    Some(t) if t.then_to.is_none() && t.offer.is_none() => {
+                        t.offer = Some((wanter, generation, from));
+                    }
+                    _ => self.warn(Warning::Relocation {
+                        from: Some(from),
+                        key,
+                        what: "offered twice while in transit",
+                    }),
+                },
+                Residency::Remote => self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "offer of a key that is not here",
+                }),
+            }
+        }
+        self.decide_share(now, from, wanter, generation, &now_keys);
+        self.check_evacuated();
+    }
+
+    /// At the owner of `keys` (all local here): shares them with `wanter` or gives them to it,
+    /// and tells their home `home`.
+    pub(crate) fn decide_share(
+        &mut self,
+        now: Time,
+        home: NodeId,
+        wanter: NodeId,
+        generation: u64,
+        keys: &[Key],
+    ) {
+        if keys.is_empty() {
+            return;
+        }
+        let me = self.cfg.id;
+        let (mut shared, mut released) = (Vec::new(), Vec::new());
+        for &key in keys {
+            let share = match self.shares.techniques {
+                _ if self.is_leaving() => false,
+                IntentTechniques::RelocateOnly => false,
+                IntentTechniques::ReplicateOnly => true,
+                IntentTechniques::All => {
+                    self.shares.owned.contains_key(&key) || self.interest.wanted(key)
+                }
+            };
+            if share {
+                shared.push(key);
+            } else {
+                released.push(key);
+            }
+        }
+        if !shared.is_empty() {
+            add(&self.counters.share_grants, shared.len() as u64);
+            let mut values = Vec::new();
+            for &key in &shared {
+                let len = self.cfg.space.len(key);
+                let start = values.len();
+                values.resize(start + len, 0.0);
+                self.store.pull_local(key, &mut values[start..]);
+                let entry = self.shares.owned.entry(key).or_insert_with(|| SharedKey {
+                    sharers: BTreeMap::new(),
+                    last_sent: values[start..].to_vec(),
+                    shadow: values[start..].to_vec(),
+                    changed_by: 0,
+                    resend: 0,
+                });
+                if entry.sharers.insert(wanter, generation).is_some() {
+                    // A grant crossing the member's leave: deltas of its old replica may still
+                    // come, and its new one does not have them: it needs the next change.
+                    entry.resend |= member_bit(wanter);
+                }
+            }
+            let mut grant =
+                Frame::new(Kind::Grant, me, ReqId(generation), 0, &shared, values.len());
+            grant.values_mut().copy_from_slice(&values);
+            add(&self.counters.share_bytes_sent, grant.wire_len() as u64);
+            self.send(wanter, grant);
+        }
+        if !released.is_empty() {
+            add(&self.counters.intent_relocations, released.len() as u64);
+        }
+        if home == me {
+            if !released.is_empty() {
+                for &key in &released {
+                    if let Some(records) = self.records.get_mut(&self.dir.bucket(key)) {
+                        records.set_owner(key, wanter);
+                    }
+                }
+                self.release_to(now, wanter, &released);
+            }
+            self.close_decisions(now, keys);
+        } else {
+            if !released.is_empty() {
+                self.release_to(now, wanter, &released);
+                self.send(home, want_frame(Kind::Released, wanter, 0, &released));
+            }
+            if !shared.is_empty() {
+                self.send(home, want_frame(Kind::Shared, wanter, 0, &shared));
+            }
+        }
+    }
+
+    /// At the home: the owner decided (see [`Node::decide_share`]).
+    pub(crate) fn handle_decided(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        wanter: NodeId,
+        released: bool,
+        keys: &[Key],
+    ) {
+        let mut closed = Vec::with_capacity(keys.len());
+        for &key in keys {
+            let matches = self
+                .shares
+                .deciding
+                .get(&key)
+                .is_some_and(|open| open.owner == from && open.wanter == wanter);
+            if !matches {
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "decision on a key with none open to that owner for that node",
+                });
+                continue;
+            }
+            if released {
+                match self.records.get_mut(&self.dir.bucket(key)) {
+                    Some(records) => {
+                        records.set_owner(key, wanter);
+                    }
+                    None => self.warn(Warning::Relocation {
+                        from: Some(from),
+                        key,
+                        what: "decision at a node without the bucket's records",
+                    }),
+                }
+            }
+            closed.push(key);
+        }
+        self.close_decisions(now, &closed);
+    }
+
+    /// Ends the decisions on `keys` (if open) and replays what queued behind them; runs the
+    /// hand-offs of buckets whose last decision closed.
+    fn close_decisions(&mut self, now: Time, keys: &[Key]) {
+        let mut buckets = Vec::new();
+        for &key in keys {
+            let Some(open) = self.shares.deciding.remove(&key) else {
+                continue;
+            };
+            buckets.push(self.dir.bucket(key));
+            for waiting in open.queue {
+                match waiting {
+                    Waiting::Localize { from, new_owner } => {
+                        self.handle_localize(now, from, new_owner, &[key]);
+                    }
+                    Waiting::Want {
+                        from,
+                        wanter,
+                        generation,
+                    } => {
+                        self.handle_want(now, from, wanter, generation, &[key]);
+                    }
+                }
+            }
+        }
+        buckets.sort_unstable();
+        buckets.dedup();
+        for bucket in buckets {
+            let open = self
+                .shares
+                .deciding
+                .keys()
+                .any(|&key| self.dir.bucket(key) == bucket);
+            if !open && let Some((from, to, epoch)) = self.shares.stashed.remove(&bucket) {
+                self.handle_home_hand_off(now, from, bucket, to, epoch);
+            }
+        }
+    }
+
+    /// At the owner: gives `keys` (local here) to `new_owner` by relocation, revoking the
+    /// replicas of shared ones first (they go once their sharers left).
+    pub(crate) fn release_to(&mut self, now: Time, new_owner: NodeId, keys: &[Key]) {
+        let mut plain = Vec::with_capacity(keys.len());
+        let mut revokes: BTreeMap<NodeId, (Vec<Key>, Vec<u32>)> = BTreeMap::new();
+        for &key in keys {
+            match self.shares.owned.get(&key) {
+                Some(shared) => {
+                    self.shares.revoking.insert(key, new_owner);
+                    for (&member, &generation) in &shared.sharers {
+                        let (keys, generations) = revokes.entry(member).or_default();
+                        keys.push(key);
+                        generations.push(generation as u32);
+                    }
+                }
+                None => plain.push(key),
+            }
+        }
+        for (member, (keys, generations)) in revokes {
+            add(&self.counters.share_revokes, keys.len() as u64);
+            let frame = Frame::with_positions(
+                Kind::Revoke,
+                self.cfg.id,
+                ReqId(0),
+                0,
+                &keys,
+                &generations,
+                0,
+            );
+            self.send(member, frame);
+        }
+        self.release_now(now, new_owner, &plain);
+    }
+
+    /// Member: a grant of replicas for the want `generation`.
+    pub(crate) fn handle_grant(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        generation: u64,
+        keys: &[Key],
+        values: &[f32],
+    ) {
+        if !self.check_share_lengths(from, keys, values) {
+            return;
+        }
+        let mut at = 0;
+        let mut touched = Vec::new();
+        let mut sets: Vec<(u64, Batch)> = Vec::new();
+        let mut remote: Vec<((NodeId, ReqId, Kind, UpdateMode), Batch)> = Vec::new();
+        let mut local_pulls: Vec<(u64, Batch)> = Vec::new();
+        let mut unexpected: Vec<(Key, u64)> = Vec::new();
+        let mut unwanted = Vec::new();
+        let mut value = Vec::new();
+        for &key in keys {
+            let len = self.cfg.space.len(key);
+            let granted = &values[at..at + len];
+            at += len;
+            if self
+                .shares
+                .held
+                .get(&key)
+                .is_some_and(|h| h.owner == from && h.generation == generation)
+            {
+                continue; // the same key twice in one grant
+            }
+            let waiting = self
+                .transit
+                .get(&key)
+                .is_some_and(|t| t.then_to.is_none() && t.offer.is_none());
+            let Some(transit) = waiting.then(|| self.transit.remove(&key)).flatten() else {
+                // Not waiting for it: give it straight back, so that the owner drops the sharer.
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "unexpected grant",
+                });
+                unexpected.push((key, generation));
+                continue;
+            };
+            add(&self.counters.shares_in, 1);
+            add(
+                &self.counters.share_wait_ns,
+                now.0.saturating_sub(transit.since.0),
+            );
+            // What queued while the key was wanted applies in order to the replica before it
+            // is visible (as a relocation's queue applies before the record is inserted): the
+            // queued pushes form its pending delta.
+            value.clear();
+            value.extend_from_slice(granted);
+            for queued in transit.queue {
+                match queued {
+                    Queued::LocalPull { op, pos } => {
+                        entry(&mut local_pulls, op).push(key, pos, &value);
+                        touched.push(op);
+                    }
+                    Queued::LocalPush {
+                        op,
+                        pos,
+                        update,
+                        mode: UpdateMode::Add,
+                    } => {
+                        value.iter_mut().zip(&update).for_each(|(v, u)| *v += u);
+                        self.answer(op, pos);
+                        touched.push(op);
+                    }
+                    Queued::LocalPush {
+                        op, pos, update, ..
+                    } => {
+                        // A set of a shared key applies at its owner.
+                        entry(&mut sets, op).push(key, pos, &update);
+                    }
+                    Queued::Localize { op, pos } => {
+                        self.answer(op, pos);
+                        touched.push(op);
+                    }
+                    // Peers' requests are for the owner: they go on to it.
+                    Queued::RemotePull { origin, req, pos } => {
+                        let at = (origin, req, Kind::Pull, UpdateMode::Add);
+                        entry(&mut remote, at).push(key, pos, &[]);
+                    }
+                    Queued::RemotePush {
+                        origin,
+                        req,
+                        pos,
+                        update,
+                        mode,
+                    } => {
+                        entry(&mut remote, (origin, req, Kind::Push, mode)).push(key, pos, &update);
+                    }
+                }
+            }
+            self.store.set_in_transit(key, false);
+            if !self.store.insert_replica_with(key, &value, granted) {
+                // Held here already (never expected): keep what is here, hand the grant back.
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "grant of a key held here",
+                });
+                unexpected.push((key, generation));
+                continue;
+            }
+            self.shares.held.insert(
+                key,
+                Held {
+                    owner: from,
+                    generation,
+                    since: now,
+                },
+            );
+            if !self.shares.left.is_empty() {
+                self.shares.left.remove(&key);
+            }
+            if self.policy.location_caches() {
+                self.cache.insert(key, from);
+            }
+            // No intent here wants it any more (it ended while the grant came), or this node
+            // is being drained: the replica goes at once.
+            if !self.interest.wanted(key) || self.is_leaving() {
+                unwanted.push(key);
+            }
+        }
+        for (op, batch) in local_pulls {
+            let reply = batch.into_reply(Kind::PullReply, self.cfg.id, ReqId(op));
+            self.accept_pull_answer(op, reply);
+        }
+        for (op, batch) in sets {
+            let mut batches = Batches::new();
+            batches.insert(from, batch);
+            self.send_batches(op, Kind::Push, UpdateMode::Set, batches);
+            touched.push(op);
+        }
+        for ((origin, req, kind, mode), batch) in remote {
+            add(&self.counters.forwards, 1);
+            self.send(from, batch.into_request(kind, origin, req, 1, mode));
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for op in touched {
+            self.settle(op);
+        }
+        if !unexpected.is_empty() {
+            let keys: Vec<Key> = unexpected.iter().map(|&(k, _)| k).collect();
+            let generations: Vec<u32> = unexpected.iter().map(|&(_, g)| g as u32).collect();
+            let n: usize = keys.iter().map(|&k| self.cfg.space.len(k)).sum();
+            let frame = Frame::with_positions(
+                Kind::Leave,
+                self.cfg.id,
+                ReqId(0),
+                0,
+                &keys,
+                &generations,
+                n,
+            );
+            self.send(from, frame);
+        }
+        if !unwanted.is_empty() {
+            self.leave_shares(now, &unwanted, true);
+        }
+        self.check_evacuated();
+    }
+
+    /// Whether `values` match the lengths of `keys` (all in range); else warns.
+    pub(crate) fn check_share_lengths(
+        &mut self,
+        from: NodeId,
+        keys: &[Key],
+        values: &[f32],
+    ) -> bool {
+        let mut total = 0usize;
+        for &key in keys {
+            if !self.cfg.space.contains(key) {
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "share frame with a key out of range",
+                });
+                return false;
+            }
+            total += self.cfg.space.len(key);
+        }
+        if total != values.len() {
+            self.warn(Warning::Relocation {
+                from: Some(from),
+                key: keys.first().copied().unwrap_or(0),
+                what: "share frame whose values do not match its keys' lengths",
+            });
+            return false;
+        }
+        true
+    }
+}
+
+/// A `Want`, `Offer`, `Shared` or `Released` frame: `node` is the wanter.
+fn want_frame(kind: Kind, node: NodeId, generation: u64, keys: &[Key]) -> Frame {
+    Frame::new(kind, node, ReqId(generation), 0, keys, 0)
+}
+
+/// The batch for `k`, created on first use.
+fn entry<K: PartialEq>(batches: &mut Vec<(K, Batch)>, k: K) -> &mut Batch {
+    let idx = match batches.iter().position(|(key, _)| *key == k) {
+        Some(idx) => idx,
+        None => {
+            batches.push((k, Batch::default()));
+            batches.len() - 1
+        }
+    };
+    &mut batches[idx].1
+}

@@ -1,0 +1,416 @@
+//! Keeping shared keys' replicas in step with their owner, and ending replicas (see the
+//! protocol in `share/mod.rs`).
+//!
+//! Invariants: a member's pushes to a replica are taken from its pending delta exactly once —
+//! by a round (`ShareDeltas`, kept in flight until the owner acknowledges the round) or by the
+//! leave (`Leave`) — and the owner adds each exactly once into its record; a member's replica
+//! is always the owner's value as last received, plus its deltas in flight after the
+//! acknowledged round, plus its pending delta. Rounds are numbered per member and links are
+//! FIFO, so "applied up to round r" is exact.
+
+use std::collections::BTreeMap;
+
+use crate::id::{Key, NodeId, ReqId};
+use crate::node::{Node, Time};
+use crate::stats::add;
+use crate::store::UpdateMode;
+use crate::warning::Warning;
+use crate::wire::{Frame, Kind};
+
+use super::Sent;
+
+/// One owner's part of a leave: keys, their replicas' generations, their final deltas.
+type Leaving = (Vec<Key>, Vec<u32>, Vec<f32>);
+
+impl Node {
+    /// The next share-sync round, while anything is shared with or by this node.
+    pub(crate) fn share_timeout(&self) -> Option<Time> {
+        // A period of `u64::MAX` (the exhaustive explorer's): one round at the start, then
+        // replicas change only by grants and leaves.
+        let next = self.shares.next_round_at;
+        (self.shares.active() && next != Time(u64::MAX)).then_some(next)
+    }
+
+    /// Runs a share-sync round if one is due.
+    pub(crate) fn share_handle_timeout(&mut self, now: Time) {
+        if !self.shares.active() || now < self.shares.next_round_at {
+            return;
+        }
+        self.shares.next_round_at = Time(now.0.saturating_add(self.shares.sync_every));
+        self.send_share_deltas();
+        self.broadcast_shared();
+    }
+
+    /// Member: sends the pending deltas of the replicas held here to their owners.
+    fn send_share_deltas(&mut self) {
+        let round = self.shares.round;
+        let mut out: BTreeMap<NodeId, BTreeMap<Key, Vec<f32>>> = BTreeMap::new();
+        let mut delta = std::mem::take(&mut self.shares.scratch);
+        let mut unwanted = Vec::new();
+        for (&key, held) in &self.shares.held {
+            // A worker's release and a grant can cross (each sees the other's old state):
+            // a replica no intent wants any more is dropped here at the latest.
+            if !self.interest.wanted(key) {
+                unwanted.push(key);
+                continue;
+            }
+            delta.clear();
+            if self.store.take_delta(key, &mut delta) && delta.iter().any(|&d| d != 0.0) {
+                out.entry(held.owner)
+                    .or_default()
+                    .insert(key, delta.clone());
+            }
+        }
+        self.shares.scratch = delta;
+        if !unwanted.is_empty() {
+            let now = self.clock;
+            self.leave_shares(now, &unwanted, false);
+        }
+        if out.is_empty() {
+            return;
+        }
+        self.shares.round += 1;
+        for (owner, deltas) in out {
+            if self.lost.contains(&owner) {
+                continue;
+            }
+            let keys: Vec<Key> = deltas.keys().copied().collect();
+            let n = deltas.values().map(Vec::len).sum();
+            let frame = Frame::with_values(
+                Kind::ShareDeltas,
+                self.cfg.id,
+                ReqId(round),
+                0,
+                &keys,
+                n,
+                |w| deltas.values().for_each(|d| w.extend_from_slice(d)),
+            );
+            add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
+            self.send(owner, frame);
+            self.shares.in_flight.push_back(Sent {
+                round,
+                owner,
+                deltas,
+            });
+        }
+    }
+
+    /// Owner: sends every sharer the shared keys whose value changed since the last broadcast,
+    /// except to a member whose own deltas were the only change (its replica has them
+    /// already); a member whose deltas were applied gets at least the acknowledgement.
+    fn broadcast_shared(&mut self) {
+        let mut frames: BTreeMap<NodeId, (Vec<Key>, Vec<f32>)> = BTreeMap::new();
+        let mut contributed = 0u64;
+        let mut value = Vec::new();
+        for (&key, shared) in self.shares.owned.iter_mut() {
+            // Unchanged since the last look (no push here, no delta applied): nothing to read.
+            if !self.store.take_dirty(key) {
+                continue;
+            }
+            value.resize(self.cfg.space.len(key), 0.0);
+            if !self.store.pull_local(key, &mut value) || value == shared.last_sent {
+                continue;
+            }
+            // Changed by members only (bitwise: the same additions in the same order), or
+            // also here (then every sharer needs it).
+            let by = if value == shared.shadow {
+                shared.changed_by | std::mem::take(&mut shared.resend)
+            } else {
+                u64::MAX
+            };
+            contributed |= shared.changed_by;
+            shared.changed_by = 0;
+            shared.last_sent.clone_from(&value);
+            shared.shadow.clone_from(&value);
+            for &member in shared.sharers.keys() {
+                if by & !super::member_bit(member) == 0 {
+                    continue;
+                }
+                let (keys, values) = frames.entry(member).or_default();
+                keys.push(key);
+                values.extend_from_slice(&value);
+            }
+        }
+        let acked: Vec<NodeId> = self
+            .shares
+            .applied
+            .keys()
+            .copied()
+            .filter(|&m| contributed & super::member_bit(m) != 0)
+            .collect();
+        for member in acked {
+            frames.entry(member).or_default();
+        }
+        for (member, (keys, values)) in frames {
+            let ack = self.shares.applied.get(&member).copied().unwrap_or(0);
+            let mut frame = Frame::new(
+                Kind::ShareValues,
+                self.cfg.id,
+                ReqId(ack),
+                0,
+                &keys,
+                values.len(),
+            );
+            frame.values_mut().copy_from_slice(&values);
+            add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
+            self.send(member, frame);
+        }
+    }
+
+    /// Owner: a member's deltas of its round `round`.
+    pub(crate) fn handle_share_deltas(
+        &mut self,
+        from: NodeId,
+        round: u64,
+        keys: &[Key],
+        values: &[f32],
+    ) {
+        if !self.check_share_lengths(from, keys, values) {
+            return;
+        }
+        self.apply_member_deltas(from, keys, values);
+        let applied = self.shares.applied.entry(from).or_insert(0);
+        *applied = (*applied).max(round);
+    }
+
+    /// Owner: adds a member's deltas into the owned records.
+    fn apply_member_deltas(&mut self, from: NodeId, keys: &[Key], values: &[f32]) {
+        let mut at = 0;
+        for &key in keys {
+            let len = self.cfg.space.len(key);
+            let delta = &values[at..at + len];
+            at += len;
+            // Only a sharer sends deltas, and an owner keeps a shared key until every sharer
+            // left: anything else is a peer's mistake, refused loudly rather than misapplied.
+            let Some(shared) = self
+                .shares
+                .owned
+                .get_mut(&key)
+                .filter(|shared| shared.sharers.contains_key(&from))
+            else {
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "replica delta from a node that is not a sharer of a key owned here",
+                });
+                continue;
+            };
+            shared
+                .shadow
+                .iter_mut()
+                .zip(delta)
+                .for_each(|(s, d)| *s += d);
+            shared.changed_by |= super::member_bit(from);
+            if !self.store.push_local(key, delta, UpdateMode::Add) {
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "replica delta for a key not owned here",
+                });
+            }
+        }
+    }
+
+    /// Member: values from the owner `from`, including this node's rounds up to `ack`.
+    pub(crate) fn handle_share_values(
+        &mut self,
+        from: NodeId,
+        ack: u64,
+        keys: &[Key],
+        values: &[f32],
+    ) {
+        if !self.check_share_lengths(from, keys, values) {
+            return;
+        }
+        let shares = &mut self.shares;
+        shares
+            .in_flight
+            .retain(|sent| sent.owner != from || sent.round > ack);
+        let mut extra: Vec<&[f32]> = Vec::new();
+        let mut at = 0;
+        for &key in keys {
+            let len = self.cfg.space.len(key);
+            let value = &values[at..at + len];
+            at += len;
+            // A replica dropped since (or granted by another owner) ignores it.
+            if shares.held.get(&key).is_none_or(|h| h.owner != from) {
+                continue;
+            }
+            extra.clear();
+            extra.extend(
+                shares
+                    .in_flight
+                    .iter()
+                    .filter(|sent| sent.owner == from)
+                    .filter_map(|sent| sent.deltas.get(&key).map(Vec::as_slice)),
+            );
+            self.store.rebase_replica_with(key, value, &extra);
+        }
+    }
+
+    /// Member: drops the replicas of `keys` held here by intent (with `revoked`, even if an
+    /// intent here still wants them), sending each one's final delta to its owner.
+    pub(crate) fn leave_shares(&mut self, now: Time, keys: &[Key], revoked: bool) {
+        let mut out: BTreeMap<NodeId, Leaving> = BTreeMap::new();
+        let mut record = Vec::new();
+        for &key in keys {
+            let Some(&held) = self.shares.held.get(&key) else {
+                continue;
+            };
+            if !revoked && self.interest.wanted(key) {
+                continue;
+            }
+            record.clear();
+            self.shares.held.remove(&key);
+            if !self.store.remove_replica(key, &mut record) {
+                // Never expected: no replica to flush; the owner must still drop the sharer.
+                self.warn(Warning::Relocation {
+                    from: None,
+                    key,
+                    what: "replica held by intent missing from the store",
+                });
+                let zeros = self.cfg.space.len(key);
+                record.resize(2 * zeros, 0.0);
+            }
+            // Later accesses from here go straight to the owner, behind the final delta on the
+            // same link (through the home they could overtake it).
+            self.shares.left.insert(key, held.owner);
+            add(&self.counters.share_leaves, 1);
+            let lifetime = now.0.saturating_sub(held.since.0).max(1);
+            let _ = self.shares.lifetimes.record(lifetime);
+            let (value, base) = record.split_at(record.len() / 2);
+            let (keys, generations, deltas) = out.entry(held.owner).or_default();
+            keys.push(key);
+            generations.push(held.generation as u32);
+            deltas.extend(value.iter().zip(base).map(|(v, b)| v - b));
+        }
+        for (owner, (keys, generations, deltas)) in out {
+            if !self.shares.held.values().any(|h| h.owner == owner) {
+                // Nothing of that owner's is held here any more: no acknowledgement will come.
+                self.shares.in_flight.retain(|sent| sent.owner != owner);
+            }
+            if self.lost.contains(&owner) {
+                continue;
+            }
+            let mut frame = Frame::with_positions(
+                Kind::Leave,
+                self.cfg.id,
+                ReqId(0),
+                0,
+                &keys,
+                &generations,
+                deltas.len(),
+            );
+            frame.values_mut().copy_from_slice(&deltas);
+            add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
+            self.send(owner, frame);
+        }
+    }
+
+    /// A member left the cluster: it is no sharer any more (keys waiting for its leave go on),
+    /// and replicas of keys it owned are dropped without a flush (a member that leaves cleanly
+    /// revoked them first).
+    pub(crate) fn forget_sharer(&mut self, node: NodeId) {
+        let now = self.clock;
+        let mut released: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        let mut emptied = Vec::new();
+        for (&key, shared) in self.shares.owned.iter_mut() {
+            shared.sharers.remove(&node);
+            if shared.sharers.is_empty() {
+                emptied.push(key);
+            }
+        }
+        for key in emptied {
+            self.shares.owned.remove(&key);
+            if let Some(to) = self.shares.revoking.remove(&key) {
+                released.entry(to).or_default().push(key);
+            }
+        }
+        for (to, keys) in released {
+            self.release_now(now, to, &keys);
+        }
+        self.shares.applied.remove(&node);
+        let orphaned: Vec<Key> = self
+            .shares
+            .held
+            .iter()
+            .filter(|(_, h)| h.owner == node)
+            .map(|(&k, _)| k)
+            .collect();
+        let mut record = Vec::new();
+        for key in orphaned {
+            self.shares.held.remove(&key);
+            record.clear();
+            self.store.remove_replica(key, &mut record);
+        }
+        self.shares.in_flight.retain(|sent| sent.owner != node);
+        self.shares.left.retain(|_, owner| *owner != node);
+    }
+
+    /// Member (a drain): drops every replica held here by intent.
+    pub(crate) fn leave_all_shares(&mut self, now: Time) {
+        let keys: Vec<Key> = self.shares.held.keys().copied().collect();
+        self.leave_shares(now, &keys, true);
+    }
+
+    /// Owner: a member dropped its replicas of `keys` (generations `generations`), with their final
+    /// deltas.
+    pub(crate) fn handle_leave(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        generations: &[u32],
+        keys: &[Key],
+        values: &[f32],
+    ) {
+        if !self.check_share_lengths(from, keys, values) {
+            return;
+        }
+        self.apply_member_deltas(from, keys, values);
+        let mut released: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        for (&key, &generation) in keys.iter().zip(generations) {
+            let Some(shared) = self.shares.owned.get_mut(&key) else {
+                continue;
+            };
+            if shared
+                .sharers
+                .get(&from)
+                .is_some_and(|&g| g as u32 == generation)
+            {
+                shared.sharers.remove(&from);
+            }
+            if shared.sharers.is_empty() {
+                self.shares.owned.remove(&key);
+                if let Some(to) = self.shares.revoking.remove(&key) {
+                    released.entry(to).or_default().push(key);
+                }
+            }
+        }
+        for (to, keys) in released {
+            self.release_now(now, to, &keys);
+        }
+        self.check_evacuated();
+    }
+
+    /// Member: the owner `from` must give keys away: drop the replicas it names.
+    pub(crate) fn handle_revoke(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        generations: &[u32],
+        keys: &[Key],
+    ) {
+        let named: Vec<Key> = keys
+            .iter()
+            .zip(generations)
+            .filter(|&(key, &generation)| {
+                self.shares
+                    .held
+                    .get(key)
+                    .is_some_and(|h| h.owner == from && h.generation as u32 == generation)
+            })
+            .map(|(&key, _)| key)
+            .collect();
+        self.leave_shares(now, &named, true);
+    }
+}

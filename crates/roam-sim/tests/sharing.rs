@@ -1,0 +1,291 @@
+//! Replication decided by intent (AdaPM, issue #15; `roam_core::share`) in the simulator.
+//!
+//! Random runs: 2–4 nodes of 1–3 workers over 1–6 keys, every worker signalling overlapping
+//! intents on the same few keys (so keys are shared, moved, revoked and shared again while
+//! relocations and home moves race), pulling and pushing them, and localizing some. Every run
+//! must end with no update lost or applied twice (each key's owner holds exactly the sum of
+//! every push), no replica left once every intent ended, every read a sum of pushes (replica
+//! reads may be stale, never invented), no hung worker, no warning. Scripted runs check the
+//! decision itself: one wanting node gets the key moved; two at once share it.
+
+mod common;
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use common::{run_fault_free, test_rng, total, workers_of};
+use rand::Rng;
+use rand::seq::index::sample;
+use roam_core::{IntentTechniques, Key, KeySpace, NodeId, Partitioning};
+use roam_sim::{Op, Outcome, SimConfig, WorkerRef, for_each_seed, seeds};
+
+fn default_seeds() -> u64 {
+    if cfg!(debug_assertions) { 200 } else { 3_000 }
+}
+
+/// A random sharing case: the configuration, the scripts and each key's expected final value.
+type SharingCase = (SimConfig, Vec<(WorkerRef, Vec<Op>)>, Vec<Vec<f32>>);
+
+/// Builds a random sharing case (see [`SharingCase`]).
+fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
+    let mut rng = test_rng(seed ^ 0x5a4e);
+    // With `drain`, the last node runs no worker and is drained by worker (0, 0) mid-run: it
+    // owns keys (its home keys) that the others share, so its drain revokes and moves them.
+    let nodes = rng.random_range(if drain { 3..=4 } else { 2..=4 });
+    let workers_per_node = rng.random_range(1..=3);
+    let num_keys: u64 = rng.random_range(1..=6);
+    let space =
+        KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=2)).collect()).unwrap();
+    let techniques = match rng.random_range(0..4) {
+        0 => IntentTechniques::ReplicateOnly,
+        _ => IntentTechniques::All,
+    };
+    let partitioning = if rng.random_bool(0.5) {
+        Partitioning::Range
+    } else {
+        Partitioning::Hash
+    };
+    let min_delay = rng.random_range(0..=2_000);
+    let max_delay = min_delay + rng.random_range(1..=80_000);
+    let cfg = SimConfig::new(nodes, workers_per_node, space.clone())
+        .with_seed(seed)
+        .with_partitioning(partitioning)
+        .with_dynamic(true)
+        .with_fast_local_access(rng.random_bool(0.7))
+        .with_location_caches(rng.random_bool(0.5))
+        .with_intent_techniques(techniques, rng.random_range(5_000..=200_000))
+        .with_intent_timing(if rng.random_bool(0.5) {
+            roam_core::IntentTiming::Immediate
+        } else {
+            roam_core::IntentTiming::Timed
+        })
+        .with_delay(min_delay, max_delay)
+        .with_think(0, rng.random_range(0..=20_000));
+    let mut expected: Vec<Vec<f32>> = (0..num_keys).map(|k| vec![0.0; space.len(k)]).collect();
+    let mut scripts = Vec::new();
+    for w in workers_of(&cfg) {
+        if drain && w.node.0 == nodes - 1 {
+            continue;
+        }
+        let mut script = Vec::new();
+        let mut clock = 0u64;
+        for _ in 0..rng.random_range(10..=30) {
+            let n = rng.random_range(1..=num_keys.min(3) as usize);
+            let keys: Vec<Key> = sample(&mut rng, num_keys as usize, n)
+                .into_iter()
+                .map(|k| k as Key)
+                .collect();
+            let wait = rng.random_bool(0.5);
+            match rng.random_range(0..20) {
+                0..5 => script.push(Op::Pull { keys, wait }),
+                5..11 => {
+                    let len: usize = keys.iter().map(|&k| space.len(k)).sum();
+                    let vals: Vec<f32> = (0..len)
+                        .map(|_| f32::from(rng.random_range(1u8..=4)))
+                        .collect();
+                    let mut at = 0;
+                    for &k in &keys {
+                        for slot in &mut expected[k as usize] {
+                            *slot += vals[at];
+                            at += 1;
+                        }
+                    }
+                    script.push(Op::Push { keys, vals, wait });
+                }
+                11..12 => script.push(Op::Localize { keys, wait }),
+                12..13 if home_moves => script.push(Op::MoveHome {
+                    key: keys[0],
+                    to: rng.random_range(0..nodes),
+                    wait,
+                }),
+                _ => {
+                    let start = clock + rng.random_range(0..=8);
+                    let end = start + rng.random_range(1..=12);
+                    script.push(Op::Intent { keys, start, end });
+                }
+            }
+            if rng.random_bool(0.6) {
+                script.push(Op::AdvanceClock);
+                clock += 1;
+            }
+            if rng.random_bool(0.05) {
+                script.push(Op::WaitAll);
+            }
+        }
+        // Half the workers end every intent by ticking past it; the others finish with intents
+        // still active (a finished worker's clock is infinite).
+        if rng.random_bool(0.5) {
+            script.extend((0..25).map(|_| Op::AdvanceClock));
+        }
+        script.push(Op::WaitAll);
+        if drain && w == WorkerRef::new(0, 0) {
+            let at = rng.random_range(0..script.len());
+            script.insert(at, Op::drain(nodes - 1));
+        }
+        scripts.push((w, script));
+    }
+    (cfg, scripts, expected)
+}
+
+/// Runs one random case; returns (grants, relocations by intent, revokes).
+fn run_sharing_case(seed: u64, home_moves: bool, drain: bool) -> (u64, u64, u64) {
+    let (cfg, scripts, expected) = sharing_case(seed, home_moves, drain);
+    let sim = run_fault_free(seed, cfg, scripts);
+    let nodes = sim.config().nodes;
+    for n in 0..nodes {
+        let node = sim.node(NodeId(n));
+        assert_eq!(
+            (node.shared_replicas(), node.shared_keys()),
+            (0, 0),
+            "seed {seed}: node {n} still shares keys after every intent ended"
+        );
+        for key in 0..expected.len() as Key {
+            assert!(
+                !node.interest().wanted(key),
+                "seed {seed}: node {n} still wants key {key}"
+            );
+        }
+    }
+    sim.check_quiescent_placement()
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    for (key, want) in expected.iter().enumerate() {
+        assert_eq!(
+            sim.peek(key as Key).as_ref(),
+            Some(want),
+            "seed {seed}: final value of key {key} (every push exactly once)"
+        );
+    }
+    // Reads of replicas may lag, but only ever show sums of pushes that were made.
+    for op in sim.history().ops() {
+        if let Outcome::Pulled(values) = &op.outcome {
+            let mut at = 0;
+            for &key in &op.keys {
+                for (i, &v) in values[at..at + expected[key as usize].len()]
+                    .iter()
+                    .enumerate()
+                {
+                    let most = expected[key as usize][i];
+                    assert!(
+                        (0.0..=most).contains(&v) && v.fract() == 0.0,
+                        "seed {seed}: {op}: key {key} read {v}, not a sum of pushes (≤ {most})"
+                    );
+                }
+                at += expected[key as usize].len();
+            }
+        }
+    }
+    assert_eq!(
+        total(&sim, |c| &c.shares_in),
+        total(&sim, |c| &c.share_leaves),
+        "seed {seed}: every replica granted was dropped"
+    );
+    assert_eq!(
+        total(&sim, |c| &c.relocations_in),
+        total(&sim, |c| &c.relocations_out),
+        "seed {seed}: every key that left a node arrived somewhere"
+    );
+    for w in sim.workers() {
+        let c = sim.worker_counters(w);
+        assert!(c.intents_acted.load(Relaxed) <= c.intents.load(Relaxed));
+    }
+    (
+        total(&sim, |c| &c.share_grants),
+        total(&sim, |c| &c.intent_relocations),
+        total(&sim, |c| &c.share_revokes),
+    )
+}
+
+fn sweep(home_moves: bool, drain: bool) {
+    let n = seeds(default_seeds()).len();
+    let mut sums = (0, 0, 0);
+    for_each_seed(default_seeds(), |seed| {
+        let (g, r, v) = run_sharing_case(seed, home_moves, drain);
+        sums = (sums.0 + g, sums.1 + r, sums.2 + v);
+    });
+    eprintln!("{n} seeds: grants, relocations by intent, revokes: {sums:?}");
+    if n >= 100 {
+        assert!(
+            sums.0 > 0 && sums.1 > 0 && sums.2 > 0,
+            "every path taken: {sums:?}"
+        );
+    }
+}
+
+#[test]
+fn random_runs_with_overlapping_intents_lose_no_update_and_drop_every_replica() {
+    sweep(false, false);
+}
+
+#[test]
+fn sharing_survives_home_moves() {
+    sweep(true, false);
+}
+
+#[test]
+fn sharing_survives_draining_an_owner() {
+    sweep(false, true);
+}
+
+/// Node 2 owns key 0 (range homes, 3 nodes, one key per node). Workers of nodes 0 and 1 both
+/// signal intent for it over the same clocks.
+fn contention(techniques: IntentTechniques, both: bool) -> roam_sim::Sim {
+    let space = KeySpace::uniform(3, 1).unwrap();
+    let cfg = SimConfig::new(3, 1, space)
+        .with_seed(7)
+        .with_partitioning(Partitioning::Range)
+        .with_dynamic(true)
+        .with_intent_techniques(techniques, 10_000)
+        .with_delay(1_000, 1_000)
+        .with_think(0, 0);
+    let key = 2;
+    let script = |pushes: bool| {
+        let mut s = vec![Op::intent(vec![key], 1)];
+        // The intent lasts 1..2 only; extend it to the whole run.
+        s[0] = Op::Intent {
+            keys: vec![key],
+            start: 1,
+            end: 1_000,
+        };
+        s.push(Op::Sleep(50_000));
+        s.push(Op::AdvanceClock);
+        if pushes {
+            s.push(Op::push(vec![key], vec![1.0]));
+        }
+        s.push(Op::Sleep(200_000));
+        s
+    };
+    let mut scripts = vec![(WorkerRef::new(0, 0), script(true))];
+    if both {
+        scripts.push((WorkerRef::new(1, 0), script(true)));
+    }
+    run_fault_free(7, cfg, scripts)
+}
+
+#[test]
+fn one_wanting_node_gets_the_key_moved_and_two_share_it() {
+    let sim = contention(IntentTechniques::All, false);
+    assert_eq!(total(&sim, |c| &c.intent_relocations), 1);
+    assert_eq!(total(&sim, |c| &c.share_grants), 0);
+    assert_eq!(sim.holders(2), [NodeId(0)]);
+    assert_eq!(sim.peek(2), Some(vec![1.0]));
+
+    let sim = contention(IntentTechniques::All, true);
+    // The first want moves the key to its node; the second finds the new owner wanting it too.
+    assert_eq!(total(&sim, |c| &c.intent_relocations), 1);
+    assert_eq!(total(&sim, |c| &c.share_grants), 1);
+    assert_eq!(
+        total(&sim, |c| &c.share_leaves),
+        1,
+        "dropped when its worker finished"
+    );
+    assert_eq!(sim.peek(2), Some(vec![2.0]), "both pushes, once each");
+
+    let sim = contention(IntentTechniques::ReplicateOnly, true);
+    assert_eq!(total(&sim, |c| &c.intent_relocations), 0);
+    assert_eq!(total(&sim, |c| &c.share_grants), 2);
+    assert_eq!(sim.holders(2), [NodeId(2)], "never moved");
+    assert_eq!(sim.peek(2), Some(vec![2.0]));
+
+    let sim = contention(IntentTechniques::RelocateOnly, true);
+    assert_eq!(total(&sim, |c| &c.share_grants), 0);
+    assert_eq!(sim.peek(2), Some(vec![2.0]));
+}

@@ -12,7 +12,8 @@ best baseline, and adapm's ratio to it.
 
 Sweep points: KGE's `--replicate-top K` replicates K entities plus every relation; the points
 are 0, 1 %, 5 %, 20 % and 50 % of the entities. Elsewhere (w2v, mf) they are the default
-heuristic's count h times 1/4, 1/2, 1, 2 and 4 (within 1 .. the key count).
+heuristic's count h times 1/4, 1/2, 1, 2 and 4 (within 1 .. the key count), or, where the
+heuristic replicates fewer than 4 keys, 1 %, 5 %, 10 %, 25 % and 50 % of the keys.
 
 Usage:
   sudo target/release/roam bench suite --quick --apps kge,w2v,mf \\
@@ -60,8 +61,11 @@ def sweep_points(run):
     if run["app"] == "kge":
         entities = int(settings["entities"])
         return sorted({0, entities // 100, entities // 20, entities // 5, entities // 2})
-    keys = int(settings.get("vocab") or settings.get("cols") or settings.get("columns") or 0)
-    h = int(replication.get("replicated_keys") or 1)
+    keys = int(settings.get("vocab") or settings.get("cols") or 0)
+    h = int(replication.get("replicated_keys") or 0)
+    if h < 4 and keys > 0:
+        # The heuristic replicates (nearly) nothing: sweep fractions of the keys instead.
+        return sorted({max(1, round(keys * f)) for f in (0.01, 0.05, 0.1, 0.25, 0.5)})
     if keys <= 0:
         keys = 4 * h
     return sorted({max(1, min(keys, round(h * f))) for f in (0.25, 0.5, 1, 2, 4)})

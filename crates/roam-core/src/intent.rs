@@ -145,7 +145,8 @@ pub struct Intents {
 pub struct Actions {
     /// Keys of intents acted on now that are neither here nor replicated here.
     pub due: Vec<Key>,
-    /// Keys whose last active intent on this node ended and that are replicated here.
+    /// Keys whose last active intent on this node ended and that are replicated here, or
+    /// owned and shared here.
     pub unwanted: Vec<Key>,
 }
 
@@ -401,7 +402,8 @@ impl Intents {
             self.tally.unchecked += 1;
         }
         for &key in &acted.keys {
-            if self.interest.sub(key) && store.has_replica(key) {
+            let (none_left, shared_here) = self.interest.sub(key);
+            if none_left && (shared_here || store.has_replica(key)) {
                 out.unwanted.push(key);
             }
         }

@@ -26,6 +26,11 @@ pub const HASHED_SLOTS: usize = 1 << 20;
 /// Largest dense key space counted exactly (4 bytes per key).
 const MAX_EXACT_KEYS: u64 = 1 << 28;
 
+/// The counter bit the protocol sets while this node owns the key and shares it, so that the
+/// worker whose release ends the node's interest hands the key to the protocol (which may pass
+/// the key on to its sole sharer: `share/sync.rs`). The other bits count intents.
+const SHARED: u32 = 1 << 31;
+
 /// Per-key interest counts of one node. See the module docs.
 #[derive(Debug)]
 pub struct Interest {
@@ -64,18 +69,32 @@ impl Interest {
         self.slot(key).fetch_add(1, Ordering::AcqRel);
     }
 
-    /// One intent on `key` ended; true if none is active any more.
+    /// One intent on `key` ended. Returns whether none is active any more, and whether this
+    /// node owns the key and shares it (see [`Interest::mark_shared`]).
     #[inline]
-    pub fn sub(&self, key: Key) -> bool {
+    pub fn sub(&self, key: Key) -> (bool, bool) {
         let before = self.slot(key).fetch_sub(1, Ordering::AcqRel);
-        debug_assert!(before > 0, "interest in key {key} released more than added");
-        before == 1
+        debug_assert!(
+            before & !SHARED > 0,
+            "interest in key {key} released more than added"
+        );
+        (before & !SHARED == 1, before & SHARED != 0)
     }
 
     /// Whether an intent on `key` is active on this node now.
     #[inline]
     pub fn wanted(&self, key: Key) -> bool {
-        self.slot(key).load(Ordering::Acquire) > 0
+        self.slot(key).load(Ordering::Acquire) & !SHARED > 0
+    }
+
+    /// Protocol: marks `key` as owned here and shared, or not any more (a hint: hashed tables
+    /// may mark a neighbour too, which only hands a key to the protocol for nothing).
+    pub fn mark_shared(&self, key: Key, shared: bool) {
+        if shared {
+            self.slot(key).fetch_or(SHARED, Ordering::AcqRel);
+        } else {
+            self.slot(key).fetch_and(!SHARED, Ordering::AcqRel);
+        }
     }
 
     /// Whether counts are exact per key (else hashed, see the module docs).
@@ -95,9 +114,14 @@ mod tests {
         interest.add(3);
         interest.add(3);
         assert!(interest.wanted(3) && !interest.wanted(4));
-        assert!(!interest.sub(3));
-        assert!(interest.sub(3));
+        assert_eq!(interest.sub(3), (false, false));
+        interest.mark_shared(3, true);
+        assert!(interest.wanted(3), "the flag is no intent");
+        assert_eq!(interest.sub(3), (true, true));
         assert!(!interest.wanted(3));
+        interest.mark_shared(3, false);
+        interest.add(3);
+        assert_eq!(interest.sub(3), (true, false));
     }
 
     #[test]
@@ -106,7 +130,7 @@ mod tests {
         assert!(!interest.is_exact());
         interest.add(u64::MAX - 7);
         assert!(interest.wanted(u64::MAX - 7));
-        assert!(interest.sub(u64::MAX - 7));
+        assert_eq!(interest.sub(u64::MAX - 7), (true, false));
         assert!(!interest.wanted(u64::MAX - 7));
     }
 }

@@ -237,6 +237,7 @@ impl Node {
                     | Kind::ShareValues
                     | Kind::Grant
                     | Kind::Revoke
+                    | Kind::Promote
                     | Kind::Shared
                     | Kind::Released
                     | Kind::Evacuated

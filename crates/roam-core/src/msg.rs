@@ -229,6 +229,13 @@ pub enum Msg<'a> {
         /// Their final deltas, concatenated.
         values: &'a [f32],
     },
+    /// At a member, from a shared key's owner that no longer wants the keys: take them over.
+    Promote {
+        /// The generation of each replica.
+        generations: &'a [u32],
+        /// The keys.
+        keys: &'a [Key],
+    },
     /// At a member, from a shared key's owner: drop these replicas.
     Revoke {
         /// The generation of each replica.
@@ -616,13 +623,15 @@ impl<'a> Msg<'a> {
                 keys,
                 values,
             },
-            Kind::Revoke => {
+            Kind::Revoke | Kind::Promote => {
                 if !values.is_empty() {
                     return Err(shape("no values"));
                 }
-                Self::Revoke {
-                    generations: positioned()?,
-                    keys,
+                let generations = positioned()?;
+                if kind == Kind::Revoke {
+                    Self::Revoke { generations, keys }
+                } else {
+                    Self::Promote { generations, keys }
                 }
             }
             Kind::ReplicaDeltas => Self::ReplicaDeltas {

@@ -938,6 +938,7 @@ impl Node {
                 values,
             } => self.handle_leave(now, from, generations, keys, values),
             Msg::Revoke { generations, keys } => self.handle_revoke(now, from, generations, keys),
+            Msg::Promote { generations, keys } => self.handle_promote(now, from, generations, keys),
             Msg::ReplicaDeltas {
                 round,
                 since_ns,

@@ -545,7 +545,7 @@ impl Node {
 
 /// The batch for `k`, created on first use (few distinct `k` per frame: a linear scan is
 /// cheaper than a map).
-fn entry<K: PartialEq>(batches: &mut Vec<(K, Batch)>, k: K) -> &mut Batch {
+pub(crate) fn entry<K: PartialEq>(batches: &mut Vec<(K, Batch)>, k: K) -> &mut Batch {
     let idx = match batches.iter().position(|(key, _)| *key == k) {
         Some(idx) => idx,
         None => {

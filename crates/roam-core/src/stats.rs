@@ -93,6 +93,8 @@ counters! {
         share_leaves,
         /// Replicas this node, as owner, revoked to move a shared key.
         share_revokes,
+        /// Replicas this node turned into owned keys when their owner no longer wanted them.
+        share_promotions,
         /// Bytes of share-sync frames sent (deltas, values, grants and final deltas).
         share_bytes_sent,
     }

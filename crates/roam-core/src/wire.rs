@@ -128,6 +128,9 @@ pub enum Kind {
     Leave = 42,
     /// An owner asks members to drop their replicas (positions: generations).
     Revoke = 43,
+    /// An owner no intent wants any more offers its sole, busy sharer the keys (positions:
+    /// generations): the sharer, if it still wants them, drops its replica and localizes.
+    Promote = 44,
 }
 
 impl Kind {
@@ -176,6 +179,7 @@ impl Kind {
             41 => Self::ShareValues,
             42 => Self::Leave,
             43 => Self::Revoke,
+            44 => Self::Promote,
             _ => return None,
         })
     }

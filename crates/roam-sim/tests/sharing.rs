@@ -126,8 +126,8 @@ fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
     (cfg, scripts, expected)
 }
 
-/// Runs one random case; returns (grants, relocations by intent, revokes).
-fn run_sharing_case(seed: u64, home_moves: bool, drain: bool) -> (u64, u64, u64) {
+/// Runs one random case; returns (grants, relocations by intent, revokes, promotions).
+fn run_sharing_case(seed: u64, home_moves: bool, drain: bool) -> (u64, u64, u64, u64) {
     let (cfg, scripts, expected) = sharing_case(seed, home_moves, drain);
     let sim = run_fault_free(seed, cfg, scripts);
     let nodes = sim.config().nodes;
@@ -191,20 +191,21 @@ fn run_sharing_case(seed: u64, home_moves: bool, drain: bool) -> (u64, u64, u64)
         total(&sim, |c| &c.share_grants),
         total(&sim, |c| &c.intent_relocations),
         total(&sim, |c| &c.share_revokes),
+        total(&sim, |c| &c.share_promotions),
     )
 }
 
 fn sweep(home_moves: bool, drain: bool) {
     let n = seeds(default_seeds()).len();
-    let mut sums = (0, 0, 0);
+    let mut sums = (0, 0, 0, 0);
     for_each_seed(default_seeds(), |seed| {
-        let (g, r, v) = run_sharing_case(seed, home_moves, drain);
-        sums = (sums.0 + g, sums.1 + r, sums.2 + v);
+        let (g, r, v, p) = run_sharing_case(seed, home_moves, drain);
+        sums = (sums.0 + g, sums.1 + r, sums.2 + v, sums.3 + p);
     });
-    eprintln!("{n} seeds: grants, relocations by intent, revokes: {sums:?}");
+    eprintln!("{n} seeds: grants, relocations by intent, revokes, promotions: {sums:?}");
     if n >= 100 {
         assert!(
-            sums.0 > 0 && sums.1 > 0 && sums.2 > 0,
+            sums.0 > 0 && sums.1 > 0 && sums.2 > 0 && sums.3 > 0,
             "every path taken: {sums:?}"
         );
     }

@@ -87,6 +87,8 @@ pub struct NodeStats {
     pub share_leaves: u64,
     /// Replicas this node, as owner, revoked to move a shared key.
     pub share_revokes: u64,
+    /// Replicas this node turned into owned keys when their owner no longer wanted them.
+    pub share_promotions: u64,
     /// Bytes of share-sync frames sent (grants, deltas, values, final deltas).
     pub share_bytes_sent: u64,
     /// How long replicas held here by intent lived (median), ms.
@@ -236,6 +238,7 @@ impl NodeStats {
             },
             share_leaves: get(&node.share_leaves),
             share_revokes: get(&node.share_revokes),
+            share_promotions: get(&node.share_promotions),
             share_bytes_sent: get(&node.share_bytes_sent),
             ..Self::default()
         };

@@ -27,6 +27,12 @@
 //! since its last broadcast (`ShareValues` with the last round of that member it applied); a
 //! member sets its replica to that value plus its deltas still in flight plus its pending one.
 //!
+//! When the last intent on a key shared here ends at its owner, and one sharer is left that
+//! has been busy with it (delta rounds since it became the only one: [`PROMOTE_AFTER_ROUNDS`]),
+//! the owner offers it the key (`Promote`): the sharer, if an intent there still wants it,
+//! leaves (final delta) and localizes the key, which then moves as by a relocation — one
+//! interested node gets the key.
+//!
 //! A replica ends when the last intent on its key at the member ends (`unwanted`), or when
 //! the owner revokes it (`Revoke`: the owner must give the key away — an explicit localize,
 //! a drain, a home taking keys back). The member removes the replica and sends its final delta
@@ -52,16 +58,17 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+mod grant;
 mod sync;
 
 use hdrhistogram::Histogram;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::id::{Key, NodeId, ReqId};
-use crate::node::{Batch, Batches, Node, Time};
+use crate::node::{Node, Time};
 use crate::relocate::Queued;
 use crate::stats::add;
-use crate::store::{Residency, UpdateMode};
+use crate::store::Residency;
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
 
@@ -96,7 +103,17 @@ struct SharedKey {
     /// Members that get the next change even if only their own deltas made it (a new replica
     /// that a delta of its previous one may still reach).
     resend: u64,
+    /// Sync rounds whose deltas of this key were applied since the sharers last changed: how
+    /// busy the replicas are (a sole sharer this busy gets the key when the owner is done).
+    member_rounds: u32,
 }
+
+/// Delta rounds from a sole sharer after which it takes the key over once no intent of the
+/// owner wants it any more (`Promote`). A replica used for one data point (a KGE entity) sends
+/// one or two; one used for a stretch of work (an MF block for a sub-epoch) sends many, and then
+/// owning the key beats syncing it. Measured: promoting every sole sharer cost KGE 3× its CPU
+/// at 4 nodes (quick suite, docs/benchmarks.md); with this bound it rarely moves a KGE key.
+pub(crate) const PROMOTE_AFTER_ROUNDS: u32 = 3;
 
 /// The bit of `node` in [`SharedKey::changed_by`]: nodes 0–63 have one each, later ones
 /// count as every node (they then get every change).
@@ -260,7 +277,7 @@ impl Node {
     ) -> ReqId {
         self.tick(now);
         if !unwanted.is_empty() {
-            self.leave_shares(now, unwanted, false);
+            self.drop_unwanted(now, unwanted);
         }
         if self.shares.techniques == IntentTechniques::RelocateOnly
             || !self.policy.keys_move()
@@ -546,7 +563,10 @@ impl Node {
                     shadow: values[start..].to_vec(),
                     changed_by: 0,
                     resend: 0,
+                    member_rounds: 0,
                 });
+                entry.member_rounds = 0;
+                self.interest.mark_shared(key, true);
                 if entry.sharers.insert(wanter, generation).is_some() {
                     // A grant crossing the member's leave: deltas of its old replica may still
                     // come, and its new one does not have them: it needs the next change.
@@ -695,220 +715,9 @@ impl Node {
         }
         self.release_now(now, new_owner, &plain);
     }
-
-    /// Member: a grant of replicas for the want `generation`.
-    pub(crate) fn handle_grant(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        generation: u64,
-        keys: &[Key],
-        values: &[f32],
-    ) {
-        if !self.check_share_lengths(from, keys, values) {
-            return;
-        }
-        let mut at = 0;
-        let mut touched = Vec::new();
-        let mut sets: Vec<(u64, Batch)> = Vec::new();
-        let mut remote: Vec<((NodeId, ReqId, Kind, UpdateMode), Batch)> = Vec::new();
-        let mut local_pulls: Vec<(u64, Batch)> = Vec::new();
-        let mut unexpected: Vec<(Key, u64)> = Vec::new();
-        let mut unwanted = Vec::new();
-        let mut value = Vec::new();
-        for &key in keys {
-            let len = self.cfg.space.len(key);
-            let granted = &values[at..at + len];
-            at += len;
-            if self
-                .shares
-                .held
-                .get(&key)
-                .is_some_and(|h| h.owner == from && h.generation == generation)
-            {
-                continue; // the same key twice in one grant
-            }
-            let waiting = self
-                .transit
-                .get(&key)
-                .is_some_and(|t| t.then_to.is_none() && t.offer.is_none());
-            let Some(transit) = waiting.then(|| self.transit.remove(&key)).flatten() else {
-                // Not waiting for it: give it straight back, so that the owner drops the sharer.
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "unexpected grant",
-                });
-                unexpected.push((key, generation));
-                continue;
-            };
-            add(&self.counters.shares_in, 1);
-            add(
-                &self.counters.share_wait_ns,
-                now.0.saturating_sub(transit.since.0),
-            );
-            // What queued while the key was wanted applies in order to the replica before it
-            // is visible (as a relocation's queue applies before the record is inserted): the
-            // queued pushes form its pending delta.
-            value.clear();
-            value.extend_from_slice(granted);
-            for queued in transit.queue {
-                match queued {
-                    Queued::LocalPull { op, pos } => {
-                        entry(&mut local_pulls, op).push(key, pos, &value);
-                        touched.push(op);
-                    }
-                    Queued::LocalPush {
-                        op,
-                        pos,
-                        update,
-                        mode: UpdateMode::Add,
-                    } => {
-                        value.iter_mut().zip(&update).for_each(|(v, u)| *v += u);
-                        self.answer(op, pos);
-                        touched.push(op);
-                    }
-                    Queued::LocalPush {
-                        op, pos, update, ..
-                    } => {
-                        // A set of a shared key applies at its owner.
-                        entry(&mut sets, op).push(key, pos, &update);
-                    }
-                    Queued::Localize { op, pos } => {
-                        self.answer(op, pos);
-                        touched.push(op);
-                    }
-                    // Peers' requests are for the owner: they go on to it.
-                    Queued::RemotePull { origin, req, pos } => {
-                        let at = (origin, req, Kind::Pull, UpdateMode::Add);
-                        entry(&mut remote, at).push(key, pos, &[]);
-                    }
-                    Queued::RemotePush {
-                        origin,
-                        req,
-                        pos,
-                        update,
-                        mode,
-                    } => {
-                        entry(&mut remote, (origin, req, Kind::Push, mode)).push(key, pos, &update);
-                    }
-                }
-            }
-            self.store.set_in_transit(key, false);
-            if !self.store.insert_replica_with(key, &value, granted) {
-                // Held here already (never expected): keep what is here, hand the grant back.
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "grant of a key held here",
-                });
-                unexpected.push((key, generation));
-                continue;
-            }
-            self.shares.held.insert(
-                key,
-                Held {
-                    owner: from,
-                    generation,
-                    since: now,
-                },
-            );
-            if !self.shares.left.is_empty() {
-                self.shares.left.remove(&key);
-            }
-            if self.policy.location_caches() {
-                self.cache.insert(key, from);
-            }
-            // No intent here wants it any more (it ended while the grant came), or this node
-            // is being drained: the replica goes at once.
-            if !self.interest.wanted(key) || self.is_leaving() {
-                unwanted.push(key);
-            }
-        }
-        for (op, batch) in local_pulls {
-            let reply = batch.into_reply(Kind::PullReply, self.cfg.id, ReqId(op));
-            self.accept_pull_answer(op, reply);
-        }
-        for (op, batch) in sets {
-            let mut batches = Batches::new();
-            batches.insert(from, batch);
-            self.send_batches(op, Kind::Push, UpdateMode::Set, batches);
-            touched.push(op);
-        }
-        for ((origin, req, kind, mode), batch) in remote {
-            add(&self.counters.forwards, 1);
-            self.send(from, batch.into_request(kind, origin, req, 1, mode));
-        }
-        touched.sort_unstable();
-        touched.dedup();
-        for op in touched {
-            self.settle(op);
-        }
-        if !unexpected.is_empty() {
-            let keys: Vec<Key> = unexpected.iter().map(|&(k, _)| k).collect();
-            let generations: Vec<u32> = unexpected.iter().map(|&(_, g)| g as u32).collect();
-            let n: usize = keys.iter().map(|&k| self.cfg.space.len(k)).sum();
-            let frame = Frame::with_positions(
-                Kind::Leave,
-                self.cfg.id,
-                ReqId(0),
-                0,
-                &keys,
-                &generations,
-                n,
-            );
-            self.send(from, frame);
-        }
-        if !unwanted.is_empty() {
-            self.leave_shares(now, &unwanted, true);
-        }
-        self.check_evacuated();
-    }
-
-    /// Whether `values` match the lengths of `keys` (all in range); else warns.
-    pub(crate) fn check_share_lengths(
-        &mut self,
-        from: NodeId,
-        keys: &[Key],
-        values: &[f32],
-    ) -> bool {
-        let mut total = 0usize;
-        for &key in keys {
-            if !self.cfg.space.contains(key) {
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "share frame with a key out of range",
-                });
-                return false;
-            }
-            total += self.cfg.space.len(key);
-        }
-        if total != values.len() {
-            self.warn(Warning::Relocation {
-                from: Some(from),
-                key: keys.first().copied().unwrap_or(0),
-                what: "share frame whose values do not match its keys' lengths",
-            });
-            return false;
-        }
-        true
-    }
 }
 
 /// A `Want`, `Offer`, `Shared` or `Released` frame: `node` is the wanter.
 fn want_frame(kind: Kind, node: NodeId, generation: u64, keys: &[Key]) -> Frame {
     Frame::new(kind, node, ReqId(generation), 0, keys, 0)
-}
-
-/// The batch for `k`, created on first use.
-fn entry<K: PartialEq>(batches: &mut Vec<(K, Batch)>, k: K) -> &mut Batch {
-    let idx = match batches.iter().position(|(key, _)| *key == k) {
-        Some(idx) => idx,
-        None => {
-            batches.push((k, Batch::default()));
-            batches.len() - 1
-        }
-    };
-    &mut batches[idx].1
 }

@@ -169,6 +169,11 @@ impl Node {
             return;
         }
         self.apply_member_deltas(from, keys, values);
+        for key in keys {
+            if let Some(shared) = self.shares.owned.get_mut(key) {
+                shared.member_rounds = shared.member_rounds.saturating_add(1);
+            }
+        }
         let applied = self.shares.applied.entry(from).or_insert(0);
         *applied = (*applied).max(round);
     }
@@ -248,6 +253,79 @@ impl Node {
         }
     }
 
+    /// Keys no intent here wants any more: replicas held here go ([`Node::leave_shares`]); a
+    /// shared key owned here whose sole sharer is busy with it (at least
+    /// [`super::PROMOTE_AFTER_ROUNDS`] delta rounds since it became the only one) is offered to
+    /// that sharer ([`Kind::Promote`]): one interested node gets the key.
+    pub(crate) fn drop_unwanted(&mut self, now: Time, keys: &[Key]) {
+        let mut promote: BTreeMap<NodeId, (Vec<Key>, Vec<u32>)> = BTreeMap::new();
+        if self.shares.techniques == super::IntentTechniques::All && !self.is_leaving() {
+            for &key in keys {
+                if self.interest.wanted(key) || self.shares.revoking.contains_key(&key) {
+                    continue;
+                }
+                let Some(shared) = self.shares.owned.get(&key) else {
+                    continue;
+                };
+                let mut sharers = shared.sharers.iter();
+                if let (Some((&member, &generation)), None) = (sharers.next(), sharers.next())
+                    && shared.member_rounds >= super::PROMOTE_AFTER_ROUNDS
+                {
+                    let (keys, generations) = promote.entry(member).or_default();
+                    keys.push(key);
+                    generations.push(generation as u32);
+                }
+            }
+        }
+        for (member, (keys, generations)) in promote {
+            let frame = Frame::with_positions(
+                Kind::Promote,
+                self.cfg.id,
+                ReqId(0),
+                0,
+                &keys,
+                &generations,
+                0,
+            );
+            self.send(member, frame);
+        }
+        self.leave_shares(now, keys, false);
+    }
+
+    /// Member: the owner `from` wants none of `keys` any more; replicas that an intent here
+    /// still wants become this node's: dropped (final delta sent) and localized, so the key
+    /// moves here as by a relocation, behind the delta.
+    pub(crate) fn handle_promote(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        generations: &[u32],
+        keys: &[Key],
+    ) {
+        if self.is_leaving() {
+            return;
+        }
+        let taken: Vec<Key> = keys
+            .iter()
+            .zip(generations)
+            .filter(|&(key, &generation)| {
+                self.interest.wanted(*key)
+                    && self
+                        .shares
+                        .held
+                        .get(key)
+                        .is_some_and(|h| h.owner == from && h.generation as u32 == generation)
+            })
+            .map(|(&key, _)| key)
+            .collect();
+        if taken.is_empty() {
+            return;
+        }
+        add(&self.counters.share_promotions, taken.len() as u64);
+        self.leave_shares(now, &taken, true);
+        self.localize_keys(now, None, &taken);
+    }
+
     /// Member: drops the replicas of `keys` held here by intent (with `revoked`, even if an
     /// intent here still wants them), sending each one's final delta to its owner.
     pub(crate) fn leave_shares(&mut self, now: Time, keys: &[Key], revoked: bool) {
@@ -322,6 +400,7 @@ impl Node {
         }
         for key in emptied {
             self.shares.owned.remove(&key);
+            self.interest.mark_shared(key, false);
             if let Some(to) = self.shares.revoking.remove(&key) {
                 released.entry(to).or_default().push(key);
             }
@@ -381,9 +460,12 @@ impl Node {
             }
             if shared.sharers.is_empty() {
                 self.shares.owned.remove(&key);
+                self.interest.mark_shared(key, false);
                 if let Some(to) = self.shares.revoking.remove(&key) {
                     released.entry(to).or_default().push(key);
                 }
+            } else {
+                shared.member_rounds = 0;
             }
         }
         for (to, keys) in released {

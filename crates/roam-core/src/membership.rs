@@ -638,7 +638,9 @@ impl Node {
         self.membership.left.insert(node);
         self.timers.forget(node);
         self.cache.retain(|_, owner| *owner != node);
-        self.forget_sharer(node);
+        // Not its shares: a node that leaves cleanly sent a `Leave` for every replica before
+        // it reported itself evacuated, and those may still be on their way here.
+        self.shares.left.retain(|_, owner| *owner != node);
         for records in self.records.values_mut() {
             if records.default_owner == node {
                 records.default_owner = me;

@@ -1019,6 +1019,10 @@ impl Node {
         self.fail_pending_after_loss(peer, self.keys_may_be_anywhere());
         self.home_moves_lose_peer(now, peer);
         self.membership_lose_peer(now, peer);
+        if !departed {
+            // Its replicas' deltas are gone with it; keys waiting for its leave go on.
+            self.forget_sharer(peer);
+        }
         if departed || !self.is_member() {
             // A node that left (or is not admitted yet) tells nobody: it is no member of theirs.
             return;

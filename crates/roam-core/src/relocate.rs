@@ -478,6 +478,9 @@ impl Node {
                 }
                 None => {
                     self.store.insert(key, &record);
+                    if !self.shares.left.is_empty() {
+                        self.shares.left.remove(&key);
+                    }
                     if let Some(offer) = transit.offer {
                         offers.push((offer, key));
                     }

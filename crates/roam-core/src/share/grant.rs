@@ -11,7 +11,7 @@ use crate::id::{Key, NodeId, ReqId};
 use crate::node::{Batch, Batches, Node, Time};
 use crate::relocate::{Queued, entry};
 use crate::stats::add;
-use crate::store::UpdateMode;
+use crate::store::{Residency, UpdateMode};
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
 
@@ -50,10 +50,14 @@ impl Node {
             {
                 continue; // the same key twice in one grant
             }
+            // Waiting for it, and not holding it (checked before the queue is touched: the
+            // replica's insert below cannot fail then).
             let waiting = self
                 .transit
                 .get(&key)
-                .is_some_and(|t| t.then_to.is_none() && t.offer.is_none());
+                .is_some_and(|t| t.then_to.is_none() && t.offer.is_none())
+                && !self.store.has_replica(key)
+                && self.store.residency(key) != Residency::Local;
             let Some(transit) = waiting.then(|| self.transit.remove(&key)).flatten() else {
                 // Not waiting for it: give it straight back, so that the owner drops the sharer.
                 self.warn(Warning::Relocation {

@@ -309,12 +309,12 @@ impl Node {
             .iter()
             .zip(generations)
             .filter(|&(key, &generation)| {
-                self.interest.wanted(*key)
-                    && self
-                        .shares
-                        .held
-                        .get(key)
-                        .is_some_and(|h| h.owner == from && h.generation as u32 == generation)
+                // Held first: only keys in range are held, so the interest lookup is safe.
+                self.shares
+                    .held
+                    .get(key)
+                    .is_some_and(|h| h.owner == from && h.generation as u32 == generation)
+                    && self.interest.wanted(*key)
             })
             .map(|(&key, _)| key)
             .collect();
@@ -385,9 +385,8 @@ impl Node {
         }
     }
 
-    /// A member left the cluster: it is no sharer any more (keys waiting for its leave go on),
-    /// and replicas of keys it owned are dropped without a flush (a member that leaves cleanly
-    /// revoked them first).
+    /// A member was lost: it is no sharer any more (keys waiting for its leave go on), and
+    /// replicas of keys it owned are dropped without a flush (its record is gone with it).
     pub(crate) fn forget_sharer(&mut self, node: NodeId) {
         let now = self.clock;
         let mut released: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();

@@ -2,7 +2,8 @@
 """Predicts epoch times at 8-64 nodes from a `roam bench suite` results.json (docs/scaling.md).
 
 Usage: scripts/scaling-model.py RESULTS.json [--profile 10gbe] [--rtt-us loopback=50,10gbe=320]
-       [--bandwidth-gbit 10] [--nodes 8,16,32,64] [--cores-per-node 1] [--markdown]
+       [--bandwidth-gbit 10] [--nodes 8,16,32,64] [--cores-per-node 1]
+       [--modes classic,classic-nolocal,lapse,nups,adapm]
 
 The model, per workload and mode, for N nodes that each have their own machine:
 
@@ -188,7 +189,10 @@ def main():
     ap.add_argument("--nodes", default="8,16,32,64")
     ap.add_argument("--cores-per-node", type=int, default=1,
                     help="cores per node machine (the suite ran one worker per node)")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="modes to predict (each needs 2- and 4-node runs at the profile)")
     args = ap.parse_args()
+    modes = args.modes.split(",")
     with open(args.results) as f:
         results = json.load(f)
     rtt = {k: float(v) / 1e6 for k, v in (kv.split("=") for kv in args.rtt_us.split(","))}
@@ -217,7 +221,7 @@ def main():
     print("| workload | mode | 2 nodes: measured s / rounds | 4 nodes: measured s / rounds |")
     print("|---|---|---|---|")
     for app in apps:
-        for mode in MODES:
+        for mode in modes:
             p = model(cs, app, mode, args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus)
             if p is None:
                 continue
@@ -233,7 +237,7 @@ def main():
     print("|---|---|" + "---|" * (len(nodes) + 1))
     for app in apps:
         single = cs.get((app, "loopback", "single", 1))
-        for mode in MODES:
+        for mode in modes:
             p = model(cs, app, mode, args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus, target)
             if p is None:
                 print(f"| {app} | {mode} | " + " | ".join("–" for _ in nodes) + " | |")
@@ -243,6 +247,21 @@ def main():
                 r = p(n)
                 row.append(f"{fmt(r['seconds'])} ({fmt(r['cpu'])} / {fmt(r['link'])} / {fmt(r['sync'])})")
             print(f"| {app} | {mode} | " + " | ".join(row) + f" | {fmt(single and single['seconds'])} |")
+
+    print("\nPredicted speed-up over single (single's measured epoch time / the mode's "
+          "predicted; N nodes would give N)\n")
+    print("| workload | mode | " + " | ".join(f"{n} nodes" for n in nodes) + " |")
+    print("|---|---|" + "---|" * len(nodes))
+    for app in apps:
+        single = cs.get((app, "loopback", "single", 1))
+        if not single:
+            continue
+        for mode in modes:
+            p = model(cs, app, mode, args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus, target)
+            if p is None:
+                continue
+            print(f"| {app} | {mode} | " + " | ".join(
+                f"{single['seconds'] / p(n)['seconds']:.2f}" for n in nodes) + " |")
 
     print("\nPredicted speed-up of lapse (other mode's predicted epoch time / lapse's)\n")
     print("| workload | over | " + " | ".join(f"{n} nodes" for n in nodes) + " |")
@@ -260,7 +279,7 @@ def main():
     print("| workload | mode | " + " | ".join(f"{n} nodes" for n in nodes) + " |")
     print("|---|---|" + "---|" * len(nodes))
     for app in apps:
-        for mode in MODES:
+        for mode in modes:
             p = model(cs, app, mode, args.profile, rtt, bandwidth, args.cores_per_node, machine_cpus, target)
             if p is None:
                 continue

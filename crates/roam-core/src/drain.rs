@@ -18,6 +18,7 @@ use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::membership::Change;
 use crate::msg::encode;
 use crate::node::{Node, OpKind, Time};
+use crate::relocate::AtHome;
 use crate::stats::add;
 use crate::store::Holding;
 use crate::warning::Warning;
@@ -350,32 +351,14 @@ impl Node {
 
     /// At a key's home (by the sender's table): relocate the keys of a leaving node here.
     pub(crate) fn handle_reclaim(&mut self, now: Time, from: NodeId, keys: &[Key]) {
-        let me = self.cfg.id;
         let mut here = Vec::new();
         let mut onward: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         for &key in keys {
-            if !self.cfg.space.contains(key) {
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "reclaim of a key out of range",
-                });
-                continue;
-            }
-            let bucket = self.dir.bucket(key);
-            if self.records.contains_key(&bucket) {
-                here.push(key);
-            } else {
-                let home = self.dir.bucket_home(bucket);
-                if home == me {
-                    self.warn(Warning::Relocation {
-                        from: Some(from),
-                        key,
-                        what: "home without the bucket's records",
-                    });
-                } else {
-                    onward.entry(home).or_default().push(key);
-                }
+            match self.at_home(from, key, "reclaim of a key out of range") {
+                // A bucket moving here takes the key once it lands, like any relocation.
+                AtHome::Here | AtHome::Held(_) => here.push(key),
+                AtHome::Onward(home) => onward.entry(home).or_default().push(key),
+                AtHome::Dropped => {}
             }
         }
         add(&self.counters.localize_keys, here.len() as u64);

@@ -236,33 +236,19 @@ impl Node {
         let mut held: BTreeMap<u32, Vec<Key>> = BTreeMap::new();
         let mut moving = Vec::new();
         for &key in keys {
-            if !self.cfg.space.contains(key) {
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "localize of a key out of range",
-                });
-                continue;
+            match self.at_home(from, key, "localize of a key out of range") {
+                AtHome::Here => {}
+                AtHome::Held(bucket) => {
+                    held.entry(bucket).or_default().push(key);
+                    continue;
+                }
+                AtHome::Onward(home) => {
+                    stale.entry(home).or_default().push(key);
+                    continue;
+                }
+                AtHome::Dropped => continue,
             }
             let bucket = self.dir.bucket(key);
-            let Some(records) = self.records.get(&bucket) else {
-                // Routed by an older table: the home of this node's table takes it from here.
-                let home = self.dir.bucket_home(bucket);
-                if home == me {
-                    self.warn(Warning::Relocation {
-                        from: Some(from),
-                        key,
-                        what: "home without the bucket's records",
-                    });
-                } else {
-                    stale.entry(home).or_default().push(key);
-                }
-                continue;
-            };
-            if !records.is_live() {
-                held.entry(bucket).or_default().push(key);
-                continue;
-            }
             if self.is_deciding(key) {
                 self.wait_for_decision(key, from, new_owner);
                 continue;
@@ -543,6 +529,50 @@ impl Node {
             self.handle_transfer(now, from, &rest.keys, &rest.values);
         }
         true
+    }
+}
+
+/// Where a key-carrying request that reached this node as the key's home goes (`Node::at_home`).
+pub(crate) enum AtHome {
+    /// This node holds the key's bucket records, live.
+    Here,
+    /// Its bucket is moving to this node: hold the request until the move completes.
+    Held(u32),
+    /// Routed by an older table: the home of this node's table takes it from here.
+    Onward(NodeId),
+    /// Out of range, or no home has it (warned).
+    Dropped,
+}
+
+impl Node {
+    /// Checks `key` of a request from `from` (`what` names the request in warnings) and says
+    /// whether this node, as the key's home, handles it, holds it, or passes it on.
+    pub(crate) fn at_home(&mut self, from: NodeId, key: Key, what: &'static str) -> AtHome {
+        if !self.cfg.space.contains(key) {
+            self.warn(Warning::Relocation {
+                from: Some(from),
+                key,
+                what,
+            });
+            return AtHome::Dropped;
+        }
+        let bucket = self.dir.bucket(key);
+        match self.records.get(&bucket) {
+            Some(records) if records.is_live() => AtHome::Here,
+            Some(_) => AtHome::Held(bucket),
+            None => {
+                let home = self.dir.bucket_home(bucket);
+                if home != self.cfg.id {
+                    return AtHome::Onward(home);
+                }
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "home without the bucket's records",
+                });
+                AtHome::Dropped
+            }
+        }
     }
 }
 

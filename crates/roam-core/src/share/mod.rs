@@ -66,7 +66,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::id::{Key, NodeId, ReqId};
 use crate::node::{Node, Time};
-use crate::relocate::Queued;
+use crate::relocate::{AtHome, Queued};
 use crate::stats::add;
 use crate::store::Residency;
 use crate::warning::Warning;
@@ -377,32 +377,22 @@ impl Node {
         let mut relocate: Vec<Key> = Vec::new();
         let mut decide_here: Vec<Key> = Vec::new();
         for &key in keys {
-            if !self.cfg.space.contains(key) {
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "want of a key out of range",
-                });
-                continue;
+            match self.at_home(from, key, "want of a key out of range") {
+                AtHome::Here => {}
+                AtHome::Held(bucket) => {
+                    held.entry(bucket).or_default().push(key);
+                    continue;
+                }
+                AtHome::Onward(home) => {
+                    stale.entry(home).or_default().push(key);
+                    continue;
+                }
+                AtHome::Dropped => continue,
             }
             let bucket = self.dir.bucket(key);
             let Some(records) = self.records.get(&bucket) else {
-                let home = self.dir.bucket_home(bucket);
-                if home == me {
-                    self.warn(Warning::Relocation {
-                        from: Some(from),
-                        key,
-                        what: "home without the bucket's records",
-                    });
-                } else {
-                    stale.entry(home).or_default().push(key);
-                }
                 continue;
             };
-            if !records.is_live() {
-                held.entry(bucket).or_default().push(key);
-                continue;
-            }
             if let Some(open) = self.shares.deciding.get_mut(&key) {
                 open.queue.push(Waiting::Want {
                     from,

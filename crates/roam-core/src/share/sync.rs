@@ -292,6 +292,20 @@ impl Node {
         self.leave_shares(now, keys, false);
     }
 
+    /// Member: those of `keys` whose replica here is owner `from`'s of the generation named.
+    fn held_from(&self, from: NodeId, generations: &[u32], keys: &[Key]) -> Vec<Key> {
+        keys.iter()
+            .zip(generations)
+            .filter(|&(key, &generation)| {
+                self.shares
+                    .held
+                    .get(key)
+                    .is_some_and(|h| h.owner == from && h.generation as u32 == generation)
+            })
+            .map(|(&key, _)| key)
+            .collect()
+    }
+
     /// Member: the owner `from` wants none of `keys` any more; replicas that an intent here
     /// still wants become this node's: dropped (final delta sent) and localized, so the key
     /// moves here as by a relocation, behind the delta.
@@ -305,19 +319,9 @@ impl Node {
         if self.is_leaving() {
             return;
         }
-        let taken: Vec<Key> = keys
-            .iter()
-            .zip(generations)
-            .filter(|&(key, &generation)| {
-                // Held first: only keys in range are held, so the interest lookup is safe.
-                self.shares
-                    .held
-                    .get(key)
-                    .is_some_and(|h| h.owner == from && h.generation as u32 == generation)
-                    && self.interest.wanted(*key)
-            })
-            .map(|(&key, _)| key)
-            .collect();
+        // Held first: only keys in range are held, so the interest lookup is safe.
+        let mut taken = self.held_from(from, generations, keys);
+        taken.retain(|&key| self.interest.wanted(key));
         if taken.is_empty() {
             return;
         }
@@ -481,17 +485,7 @@ impl Node {
         generations: &[u32],
         keys: &[Key],
     ) {
-        let named: Vec<Key> = keys
-            .iter()
-            .zip(generations)
-            .filter(|&(key, &generation)| {
-                self.shares
-                    .held
-                    .get(key)
-                    .is_some_and(|h| h.owner == from && h.generation as u32 == generation)
-            })
-            .map(|(&key, _)| key)
-            .collect();
+        let named = self.held_from(from, generations, keys);
         self.leave_shares(now, &named, true);
     }
 }

@@ -69,7 +69,7 @@ const EVERY_NODE: u64 = u64::MAX;
 
 /// The bit of `node` in a hub's per-key set of contributors: nodes 0–63 have one each, later
 /// ones count as every node (they then get every change, as before this optimisation).
-fn contributor(node: NodeId) -> u64 {
+pub(crate) fn contributor(node: NodeId) -> u64 {
     if node.0 < 64 { 1 << node.0 } else { EVERY_NODE }
 }
 

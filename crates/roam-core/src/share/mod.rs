@@ -67,6 +67,7 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::id::{Key, NodeId, ReqId};
 use crate::node::{Node, Time};
 use crate::relocate::{AtHome, Queued};
+use crate::replica::contributor;
 use crate::stats::add;
 use crate::store::Residency;
 use crate::warning::Warning;
@@ -98,7 +99,8 @@ struct SharedKey {
     /// `last_sent` plus the members' deltas applied since, in the order applied: equal to the
     /// value when nothing else changed it.
     shadow: Vec<f32>,
-    /// The members whose deltas were applied since the last broadcast (see [`member_bit`]).
+    /// The members whose deltas were applied since the last broadcast, one bit each as the
+    /// static replicas' hubs keep them (`replica::contributor`).
     changed_by: u64,
     /// Members that get the next change even if only their own deltas made it (a new replica
     /// that a delta of its previous one may still reach).
@@ -111,15 +113,10 @@ struct SharedKey {
 /// Delta rounds from a sole sharer after which it takes the key over once no intent of the
 /// owner wants it any more (`Promote`). A replica used for one data point (a KGE entity) sends
 /// one or two; one used for a stretch of work (an MF block for a sub-epoch) sends many, and then
-/// owning the key beats syncing it. Measured: promoting every sole sharer cost KGE 3× its CPU
-/// at 4 nodes (quick suite, docs/benchmarks.md); with this bound it rarely moves a KGE key.
+/// owning the key beats syncing it. Measured: promoting every sole sharer cost KGE 1.6× its CPU
+/// at 2 nodes and 5× at 4 (quick suite, docs/benchmarks.md); with this bound it rarely moves a
+/// KGE key.
 pub(crate) const PROMOTE_AFTER_ROUNDS: u32 = 3;
-
-/// The bit of `node` in [`SharedKey::changed_by`]: nodes 0–63 have one each, later ones
-/// count as every node (they then get every change).
-pub(crate) fn member_bit(node: NodeId) -> u64 {
-    if node.0 < 64 { 1 << node.0 } else { u64::MAX }
-}
 
 /// A replica held here by intent.
 #[derive(Debug, Clone, Copy)]
@@ -560,7 +557,7 @@ impl Node {
                 if entry.sharers.insert(wanter, generation).is_some() {
                     // A grant crossing the member's leave: deltas of its old replica may still
                     // come, and its new one does not have them: it needs the next change.
-                    entry.resend |= member_bit(wanter);
+                    entry.resend |= contributor(wanter);
                 }
             }
             let mut grant =

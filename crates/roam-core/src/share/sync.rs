@@ -18,6 +18,7 @@ use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
 
 use super::Sent;
+use crate::replica::contributor;
 
 /// One owner's part of a leave: keys, their replicas' generations, their final deltas.
 type Leaving = (Vec<Key>, Vec<u32>, Vec<f32>);
@@ -123,7 +124,7 @@ impl Node {
             shared.last_sent.clone_from(&value);
             shared.shadow.clone_from(&value);
             for &member in shared.sharers.keys() {
-                if by & !super::member_bit(member) == 0 {
+                if by & !contributor(member) == 0 {
                     continue;
                 }
                 let (keys, values) = frames.entry(member).or_default();
@@ -136,7 +137,7 @@ impl Node {
             .applied
             .keys()
             .copied()
-            .filter(|&m| contributed & super::member_bit(m) != 0)
+            .filter(|&m| contributed & contributor(m) != 0)
             .collect();
         for member in acked {
             frames.entry(member).or_default();
@@ -205,7 +206,7 @@ impl Node {
                 .iter_mut()
                 .zip(delta)
                 .for_each(|(s, d)| *s += d);
-            shared.changed_by |= super::member_bit(from);
+            shared.changed_by |= contributor(from);
             if !self.store.push_local(key, delta, UpdateMode::Add) {
                 self.warn(Warning::Relocation {
                     from: Some(from),

@@ -24,7 +24,7 @@ use rand::rngs::SmallRng;
 
 use crate::error::{AccessError, IntentError};
 use crate::id::{Key, ReqId, WorkerId};
-use crate::intent::{Actions, Intents};
+use crate::intent::{Actions, Intents, Need};
 use crate::keyspace::KeySpace;
 use crate::node::{Node, Time};
 use crate::sampling::NodeSamplers;
@@ -36,6 +36,9 @@ pub struct Front {
     pub(crate) store: Arc<Store>,
     pub(crate) fast_local_access: bool,
     pub(crate) keys_move: bool,
+    /// The shortest intent use an owner may defer an offer for (one share-sync period,
+    /// `share/defer.rs`); shorter ones are asked for as needed now.
+    pub(crate) min_deferrable_use_ns: u64,
     pub(crate) counters: Arc<WorkerCounters>,
     pub(crate) misses: Misses,
     /// The node's samplers, and this worker's random numbers for them (`sampling`).
@@ -113,8 +116,13 @@ pub enum Handoff<'a> {
     Intent {
         /// Keys wanted here soon: moved here, or shared with this node if others want them too.
         due: &'a [Key],
-        /// Keys replicated here that no intent here wants any more.
+        /// Keys replicated here (or watched by the protocol) that no intent here wants any
+        /// more.
         unwanted: &'a [Key],
+        /// When the intents of `due` start and end.
+        need: Need,
+        /// Keys whose deferred offer waits for this node's intents, which just grew.
+        extended: &'a [Key],
     },
 }
 
@@ -131,7 +139,12 @@ impl Handoff<'_> {
                 mode,
             } => node.issue_push(now, worker, keys, vals, offsets, mode),
             Self::Localize { keys } => node.issue_localize(now, worker, keys),
-            Self::Intent { due, unwanted } => node.issue_intent_actions(now, worker, due, unwanted),
+            Self::Intent {
+                due,
+                unwanted,
+                need,
+                extended,
+            } => node.issue_intent_actions(now, worker, due, unwanted, extended, need),
         }
     }
 
@@ -165,6 +178,7 @@ impl Front {
             store: node.store().clone(),
             fast_local_access: cfg.fast_local_access,
             keys_move: cfg.policy.keys_move(),
+            min_deferrable_use_ns: cfg.share_sync_ns,
             counters,
             misses: Misses::default(),
             rng: samplers.worker_rng(worker.0),
@@ -389,6 +403,18 @@ impl Front {
         (!actions.is_empty()).then_some(Handoff::Intent {
             due: &actions.due,
             unwanted: &actions.unwanted,
+            need: if actions.due.is_empty() {
+                Need::NOW
+            } else if actions.shortest_use_ns < self.min_deferrable_use_ns {
+                // Too short to wait for: a replica for it costs only its grant and leave.
+                Need {
+                    lead_ns: 0,
+                    ..actions.need
+                }
+            } else {
+                actions.need
+            },
+            extended: &actions.extended,
         })
     }
 

@@ -292,6 +292,8 @@ impl Node {
         self.membership.evacuating = true;
         let now = self.clock;
         self.leave_all_shares(now);
+        // Offers kept for this node's own intents are decided now (it only moves keys).
+        self.decide_all_deferred(now);
         let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         let mut cursor = Some(0);
         while let Some(at) = cursor {

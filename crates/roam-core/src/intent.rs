@@ -8,7 +8,10 @@
 //! will take with high probability. Acting means asking for the keys that are neither here nor
 //! replicated here (a hand-off; the node's owner of each key then moves it here or, if another
 //! node wants it at the same time, shares a replica: `share/mod.rs`), and holding the node's
-//! *interest* in every key of the intent (`interest.rs`) until the clock reaches its end. When
+//! *interest* in every key of the intent (`interest.rs`) until the clock reaches its end, with
+//! the time that end is expected at. The keys asked for carry their *lead*: the time left
+//! until the intent's start, by the same measured rate (the owner of a key that is still busy
+//! with it moves it then if its own use ends first: `share/defer.rs`). When
 //! the last active intent on a key ends and the node holds a replica of it, the key is handed
 //! to the protocol as *unwanted* (the replica flushes and is dropped).
 //!
@@ -134,6 +137,8 @@ pub struct Intents {
     node_counters: Arc<NodeCounters>,
     rate: Rate,
     window: u64,
+    /// The time of the latest tick (the clock rate turns clocks into times from it).
+    last_tick: Option<Time>,
     /// Recycled key vectors (no allocation per intent once warm).
     spare: Vec<Vec<Key>>,
     tally: IntentTally,
@@ -141,13 +146,78 @@ pub struct Intents {
 
 /// What a call left for the protocol: keys to bring here, and replicas no intent here wants
 /// any more.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Actions {
     /// Keys of intents acted on now that are neither here nor replicated here.
     pub due: Vec<Key>,
     /// Keys whose last active intent on this node ended and that are replicated here, or
-    /// owned and shared here.
+    /// that the protocol watches (`Interest::watch`).
     pub unwanted: Vec<Key>,
+    /// When the intents whose keys are in `due` start and end.
+    pub need: Need,
+    /// The shortest use among the intents whose keys are in `due`: nanoseconds from an
+    /// intent's start to its end, by the clock rate (`u64::MAX`: none, or no rate measured).
+    pub shortest_use_ns: u64,
+    /// Keys on which an intent was acted while the protocol waits for this node's intents on
+    /// them to end (`Interest::watch_additions`).
+    pub extended: Vec<Key>,
+}
+
+/// When a node needs the keys it asks for by intent, from the time it asks: the least lead
+/// (nanoseconds until the first intent starts; 0: due now, or no rate measured yet) and the
+/// longest hold (nanoseconds until the last one ends; `u64::MAX`: not known, or never). By
+/// the worker's measured clock rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Need {
+    /// Nanoseconds until the keys are needed.
+    pub lead_ns: u64,
+    /// Nanoseconds until they are no longer needed.
+    pub hold_ns: u64,
+}
+
+impl Need {
+    /// Nothing known: needed now, for ever.
+    pub const NOW: Self = Self {
+        lead_ns: 0,
+        hold_ns: u64::MAX,
+    };
+
+    /// The two figures in one `u64` (a frame's `aux`): microseconds in 32 bits each,
+    /// saturating (`u32::MAX`: beyond 71 minutes, or never).
+    pub fn pack(self) -> u64 {
+        let us = |ns: u64| (ns / 1_000).min(u64::from(u32::MAX));
+        (us(self.lead_ns) << 32) | us(self.hold_ns)
+    }
+
+    /// The inverse of [`Need::pack`] (to microsecond precision).
+    pub fn unpack(aux: u64) -> Self {
+        let ns = |us: u64| {
+            if us == u64::from(u32::MAX) {
+                u64::MAX
+            } else {
+                us * 1_000
+            }
+        };
+        Self {
+            lead_ns: ns(aux >> 32),
+            hold_ns: ns(aux & u64::from(u32::MAX)),
+        }
+    }
+}
+
+impl Default for Actions {
+    fn default() -> Self {
+        Self {
+            due: Vec::new(),
+            unwanted: Vec::new(),
+            need: Need {
+                lead_ns: u64::MAX,
+                hold_ns: 0,
+            },
+            shortest_use_ns: u64::MAX,
+            extended: Vec::new(),
+        }
+    }
 }
 
 impl Actions {
@@ -155,11 +225,17 @@ impl Actions {
     pub fn clear(&mut self) {
         self.due.clear();
         self.unwanted.clear();
+        self.need = Need {
+            lead_ns: u64::MAX,
+            hold_ns: 0,
+        };
+        self.shortest_use_ns = u64::MAX;
+        self.extended.clear();
     }
 
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.due.is_empty() && self.unwanted.is_empty()
+        self.due.is_empty() && self.unwanted.is_empty() && self.extended.is_empty()
     }
 }
 
@@ -201,6 +277,7 @@ impl Intents {
             node_counters,
             rate: Rate::default(),
             window: poisson_quantile(2.0 * INITIAL_ESTIMATE, WINDOW_QUANTILE),
+            last_tick: None,
             spare: Vec::new(),
             tally: IntentTally::default(),
         }
@@ -279,6 +356,7 @@ impl Intents {
     /// within it and the replicas no longer wanted.
     pub fn advance(&mut self, now: Time, store: &Store, out: &mut Actions) {
         self.clock += 1;
+        self.last_tick = Some(now);
         if self.rate.observe(now, self.clock, &self.node_counters) {
             // At least one clock: a window of 0 would act only at the start, always late.
             self.window = poisson_quantile(2.0 * self.rate.estimate(), WINDOW_QUANTILE).max(1);
@@ -332,15 +410,33 @@ impl Intents {
             while self.tracked_keys + keys.len() > MAX_TRACKED_KEYS
                 && self.release_earliest(store, out)
             {}
+            let until = self.time_at(end).unwrap_or(Time(u64::MAX));
             // Interest first, then the look at the store: a replica that the node drops for
             // want of interest in between is then asked for again, never missed.
             for &key in &keys {
-                self.interest.add(key);
+                if self.interest.add(key, until) {
+                    out.extended.push(key);
+                }
             }
         }
         let before = out.due.len();
         out.due
             .extend(keys.iter().copied().filter(|&k| !is_here(store, k)));
+        if out.due.len() != before {
+            let from_now = |at: Option<Time>| match (at, self.last_tick) {
+                (Some(at), Some(now)) => Some(at.0.saturating_sub(now.0)),
+                _ => None,
+            };
+            let need = &mut out.need;
+            need.lead_ns = need.lead_ns.min(from_now(self.time_at(start)).unwrap_or(0));
+            let hold = from_now(self.time_at(end)).unwrap_or(u64::MAX);
+            need.hold_ns = need.hold_ns.max(hold);
+            // Per intent, not from the batch's least lead and longest hold: a batch of many
+            // one-clock intents (a KGE triple each) is many short uses, not one long one.
+            if let (Some(from), Some(to)) = (self.time_at(start), self.time_at(end)) {
+                out.shortest_use_ns = out.shortest_use_ns.min(to.0.saturating_sub(from.0));
+            }
+        }
         if due_now && out.due.len() != before {
             // Due now with a key away: late, and checked (nothing to track for it).
             self.tally.late += 1;
@@ -366,6 +462,19 @@ impl Intents {
             self.by_start.push(Reverse((start, serial, slot)));
         }
         self.by_end.push(Reverse((end, serial, slot)));
+    }
+
+    /// When the clock is expected to reach `clock`, from the latest tick at the measured rate
+    /// (`None` before the first measurement, or for a clock never reached).
+    fn time_at(&self, clock: u64) -> Option<Time> {
+        let (now, ticks_per_ns) = (self.last_tick?, self.rate.ticks_per_ns?);
+        if clock == u64::MAX || ticks_per_ns <= 0.0 {
+            return None;
+        }
+        let ns = clock.saturating_sub(self.clock) as f64 / ticks_per_ns;
+        Some(Time(
+            now.0.saturating_add(ns.min(u64::MAX as f64 / 2.0) as u64),
+        ))
     }
 
     /// Releases the acted intent that ends first, early (false if none is tracked).
@@ -585,6 +694,27 @@ mod tests {
         assert!(signal(&mut intents, &store, &[5], 5).is_empty());
         assert_eq!(intents.tally().late, 2);
         assert_eq!(intents.tally().intents, 4);
+    }
+
+    #[test]
+    fn a_batch_reports_its_shortest_use_not_its_span() {
+        let (store, mut intents, _) = setup();
+        let mut now = 0;
+        // 1 µs a clock: measured after a span.
+        tick(&mut intents, &store, &mut now, 1_000, 2 * SPAN_NS / 1_000);
+        let clock = intents.clock;
+        let mut out = Actions::default();
+        intents.signal(&store, &[1], clock, clock + 1, &mut out);
+        intents.signal(&store, &[2], clock, clock + 50_000, &mut out);
+        assert_eq!(out.due, [1, 2]);
+        assert_eq!(out.shortest_use_ns, 1_000, "the one-clock intent");
+        assert_eq!(out.need.lead_ns, 0, "due now");
+        assert_eq!(out.need.hold_ns, 50_000_000, "the long one's end");
+        // Not measured yet: no use is known.
+        let (store, mut fresh, _) = setup();
+        let mut out = Actions::default();
+        fresh.signal(&store, &[1], 0, 1, &mut out);
+        assert_eq!(out.shortest_use_ns, u64::MAX);
     }
 
     #[test]

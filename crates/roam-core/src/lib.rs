@@ -65,7 +65,7 @@ pub use directory::{Directory, Partitioning};
 pub use drain::DrainRefusal;
 pub use error::{AccessError, IntentError, OpError};
 pub use id::{Key, NodeId, ReqId, WorkerId};
-pub use intent::IntentTiming;
+pub use intent::{IntentTiming, Need};
 pub use keyspace::{KeySpace, KeySpaceError, RecordLayout, ValueLengths};
 pub use liveness::Liveness;
 pub use load::{LoadWatch, StragglerEvent};

@@ -104,6 +104,7 @@ impl Node {
         [
             self.replica_timeout(),
             self.share_timeout(),
+            self.defer_timeout(),
             self.liveness_timeout(),
             self.load_timeout(),
         ]
@@ -132,6 +133,7 @@ impl Node {
         self.clock = self.clock.max(now);
         self.replica_handle_timeout(now);
         self.share_handle_timeout(now);
+        self.defer_handle_timeout(now);
         self.load_handle_timeout(now);
         let Some(liveness) = self.cfg.liveness else {
             return;

@@ -171,6 +171,8 @@ pub enum Msg<'a> {
         wanter: NodeId,
         /// The request's generation (echoed in the grant).
         generation: u64,
+        /// When the wanter needs the keys, from when it sent the request.
+        need: crate::intent::Need,
         /// The keys.
         keys: &'a [Key],
     },
@@ -180,6 +182,8 @@ pub enum Msg<'a> {
         wanter: NodeId,
         /// Its request's generation.
         generation: u64,
+        /// When the wanter needs the keys, from when the home sent the offer.
+        need: crate::intent::Need,
         /// The keys.
         keys: &'a [Key],
     },
@@ -579,16 +583,19 @@ impl<'a> Msg<'a> {
                     return Err(shape("no values"));
                 }
                 let (wanter, generation) = (h.origin, h.req.0);
+                let need = crate::intent::Need::unpack(h.aux);
                 if kind == Kind::Want {
                     Self::Want {
                         wanter,
                         generation,
+                        need,
                         keys,
                     }
                 } else {
                     Self::Offer {
                         wanter,
                         generation,
+                        need,
                         keys,
                     }
                 }

@@ -907,13 +907,15 @@ impl Node {
             Msg::Want {
                 wanter,
                 generation,
+                need,
                 keys,
-            } => self.handle_want(now, from, wanter, generation, keys),
+            } => self.handle_want(now, from, wanter, generation, need, keys),
             Msg::Offer {
                 wanter,
                 generation,
+                need,
                 keys,
-            } => self.handle_offer(now, from, wanter, generation, keys),
+            } => self.handle_offer(now, from, wanter, generation, need, keys),
             Msg::Decided {
                 wanter,
                 released,

@@ -81,9 +81,8 @@ pub(crate) struct Transit {
     pub(crate) then_to: Option<NodeId>,
     /// When the relocation started here (for latency figures).
     pub(crate) since: Time,
-    /// An offer to decide once the value lands: the wanter, its generation, and the home to
-    /// tell (`share/mod.rs`).
-    pub(crate) offer: Option<(NodeId, u64, NodeId)>,
+    /// An offer to decide once the value lands (`share/mod.rs`).
+    pub(crate) offer: Option<crate::share::Offer>,
 }
 
 impl Node {
@@ -491,8 +490,8 @@ impl Node {
             self.settle(op);
         }
         // Offers that reached this node while the key was on its way are decided now.
-        for ((wanter, generation, home), key) in offers {
-            self.decide_share(now, home, wanter, generation, &[key]);
+        for (offer, key) in offers {
+            self.decide_share(now, offer, &[key]);
         }
         self.reclaim_landed(keys);
     }

@@ -95,6 +95,15 @@ counters! {
         share_revokes,
         /// Replicas this node turned into owned keys when their owner no longer wanted them.
         share_promotions,
+        /// Intent requests this node, as owner, kept until its own intents on the key end
+        /// (deferrals, `share/defer.rs`).
+        share_deferrals,
+        /// Deferrals decided at their deadline because this node's intents had not ended yet
+        /// (then decided as without deferral).
+        share_deferrals_expired,
+        /// Deferrals decided early because a new intent here extended the key's use past their
+        /// deadline (then decided as without deferral).
+        share_deferrals_extended,
         /// Bytes of share-sync frames sent (deltas, values, grants and final deltas).
         share_bytes_sent,
     }

@@ -46,6 +46,13 @@ fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
     };
     let min_delay = rng.random_range(0..=2_000);
     let max_delay = min_delay + rng.random_range(1..=80_000);
+    // Slow workers in some runs: a run then spans several of the workers' rate measurements
+    // (1 ms each), so their intents carry leads and ends, and owners defer.
+    let max_think = if rng.random_bool(0.3) {
+        600_000
+    } else {
+        20_000
+    };
     let cfg = SimConfig::new(nodes, workers_per_node, space.clone())
         .with_seed(seed)
         .with_partitioning(partitioning)
@@ -59,7 +66,7 @@ fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
             roam_core::IntentTiming::Timed
         })
         .with_delay(min_delay, max_delay)
-        .with_think(0, rng.random_range(0..=20_000));
+        .with_think(0, rng.random_range(0..=max_think));
     let mut expected: Vec<Vec<f32>> = (0..num_keys).map(|k| vec![0.0; space.len(k)]).collect();
     let mut scripts = Vec::new();
     for w in workers_of(&cfg) {
@@ -127,7 +134,7 @@ fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
 }
 
 /// Runs one random case; returns (grants, relocations by intent, revokes, promotions).
-fn run_sharing_case(seed: u64, home_moves: bool, drain: bool) -> (u64, u64, u64, u64) {
+fn run_sharing_case(seed: u64, home_moves: bool, drain: bool) -> [u64; 7] {
     let (cfg, scripts, expected) = sharing_case(seed, home_moves, drain);
     let sim = run_fault_free(seed, cfg, scripts);
     let nodes = sim.config().nodes;
@@ -187,27 +194,32 @@ fn run_sharing_case(seed: u64, home_moves: bool, drain: bool) -> (u64, u64, u64,
         let c = sim.worker_counters(w);
         assert!(c.intents_acted.load(Relaxed) <= c.intents.load(Relaxed));
     }
-    (
+    [
         total(&sim, |c| &c.share_grants),
         total(&sim, |c| &c.intent_relocations),
         total(&sim, |c| &c.share_revokes),
         total(&sim, |c| &c.share_promotions),
-    )
+        total(&sim, |c| &c.share_deferrals),
+        total(&sim, |c| &c.share_deferrals_expired),
+        total(&sim, |c| &c.share_deferrals_extended),
+    ]
 }
 
 fn sweep(home_moves: bool, drain: bool) {
     let n = seeds(default_seeds()).len();
-    let mut sums = (0, 0, 0, 0);
+    let mut sums = [0; 7];
     for_each_seed(default_seeds(), |seed| {
-        let (g, r, v, p) = run_sharing_case(seed, home_moves, drain);
-        sums = (sums.0 + g, sums.1 + r, sums.2 + v, sums.3 + p);
+        let counts = run_sharing_case(seed, home_moves, drain);
+        for (sum, count) in sums.iter_mut().zip(counts) {
+            *sum += count;
+        }
     });
-    eprintln!("{n} seeds: grants, relocations by intent, revokes, promotions: {sums:?}");
+    eprintln!(
+        "{n} seeds: grants, relocations by intent, revokes, promotions, deferrals, \
+         deferrals expired, deferrals extended: {sums:?}"
+    );
     if n >= 100 {
-        assert!(
-            sums.0 > 0 && sums.1 > 0 && sums.2 > 0 && sums.3 > 0,
-            "every path taken: {sums:?}"
-        );
+        assert!(sums.iter().all(|&s| s > 0), "every path taken: {sums:?}");
     }
 }
 
@@ -289,4 +301,91 @@ fn one_wanting_node_gets_the_key_moved_and_two_share_it() {
     let sim = contention(IntentTechniques::RelocateOnly, true);
     assert_eq!(total(&sim, |c| &c.share_grants), 0);
     assert_eq!(sim.peek(2), Some(vec![2.0]));
+}
+
+/// Matrix factorisation's hand-over (DSGD): 4 nodes, 4 column blocks; in each sub-epoch each
+/// node uses one block for 20 clocks, then all meet at a barrier and tick once, and each
+/// block passes to the next node. Each node signals the next block's intent when a sub-epoch
+/// starts, so it is acted on while the block's current user still works with it.
+fn hand_over_run(seed: u64) -> roam_sim::Sim {
+    let (nodes, block, chunks, subs) = (4u32, 3u64, 20u64, 8u32);
+    let space = KeySpace::uniform(u64::from(nodes) * block, 1).unwrap();
+    let cfg = SimConfig::new(nodes, 1, space)
+        .with_seed(seed)
+        .with_dynamic(true)
+        // Sync every 2 ms: a block's use (20 clocks of 0.5 ms) spans several rounds.
+        .with_intent_techniques(IntentTechniques::All, 2_000_000)
+        .with_delay(50_000, 60_000)
+        .with_think(0, 0);
+    let keys_of = |b: u32| -> Vec<Key> { (0..block).map(|i| u64::from(b) * block + i).collect() };
+    let mut scripts = Vec::new();
+    for p in 0..nodes {
+        let mut s = vec![Op::Intent {
+            keys: keys_of(p),
+            start: 0,
+            end: chunks,
+        }];
+        let mut clock = 0u64;
+        for t in 0..subs {
+            let q = (p + t) % nodes;
+            if t + 1 < subs {
+                // The next block begins after this one's chunks and the barrier's tick.
+                s.push(Op::Intent {
+                    keys: keys_of((q + 1) % nodes),
+                    start: clock + chunks + 1,
+                    end: clock + 2 * chunks + 1,
+                });
+            }
+            for _ in 0..chunks {
+                s.push(Op::push(keys_of(q), vec![1.0; block as usize]));
+                s.push(Op::Sleep(500_000));
+                s.push(Op::AdvanceClock);
+            }
+            s.extend([Op::WaitAll, Op::Barrier, Op::AdvanceClock]);
+            clock += chunks + 1;
+        }
+        scripts.push((WorkerRef::new(p, 0), s));
+    }
+    run_fault_free(seed, cfg, scripts)
+}
+
+#[test]
+fn hand_overs_in_turn_move_keys_instead_of_sharing_them() {
+    for seed in seeds(20) {
+        let sim = hand_over_run(seed);
+        let keys = 12;
+        let (deferrals, expired) = (
+            total(&sim, |c| &c.share_deferrals),
+            total(&sim, |c| &c.share_deferrals_expired),
+        );
+        let (grants, moves) = (
+            total(&sim, |c| &c.share_grants),
+            total(&sim, |c| &c.intent_relocations),
+        );
+        // 8 sub-epochs, 7 hand-overs per key: the first two are decided before any worker
+        // measured its rate (shared: nothing known of when the current user is done), the
+        // rest are deferred and moved when the block's user (and sharer) is done.
+        assert!(
+            grants <= 2 * keys && deferrals >= 5 * keys && moves >= deferrals,
+            "seed {seed}: {grants} grants, {moves} moves, {deferrals} deferrals"
+        );
+        assert_eq!(
+            expired, 0,
+            "seed {seed}: every deferral ended with its user"
+        );
+        for w in sim.workers() {
+            assert_eq!(
+                sim.worker_counters(w).late_intents.load(Relaxed),
+                0,
+                "seed {seed}: {w:?} found a block not here at its start"
+            );
+        }
+        for key in 0..keys {
+            assert_eq!(
+                sim.peek(key),
+                Some(vec![8.0 * 20.0]),
+                "seed {seed}: key {key}"
+            );
+        }
+    }
 }

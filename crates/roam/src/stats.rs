@@ -89,6 +89,12 @@ pub struct NodeStats {
     pub share_revokes: u64,
     /// Replicas this node turned into owned keys when their owner no longer wanted them.
     pub share_promotions: u64,
+    /// Intent requests this node, as owner, kept until its own intents on the key ended.
+    pub share_deferrals: u64,
+    /// Deferrals decided at their deadline (this node's intents outlasted it).
+    pub share_deferrals_expired: u64,
+    /// Deferrals decided early: a new intent here extended the key's use past the deadline.
+    pub share_deferrals_extended: u64,
     /// Bytes of share-sync frames sent (grants, deltas, values, final deltas).
     pub share_bytes_sent: u64,
     /// How long replicas held here by intent lived (median), ms.
@@ -239,6 +245,9 @@ impl NodeStats {
             share_leaves: get(&node.share_leaves),
             share_revokes: get(&node.share_revokes),
             share_promotions: get(&node.share_promotions),
+            share_deferrals: get(&node.share_deferrals),
+            share_deferrals_expired: get(&node.share_deferrals_expired),
+            share_deferrals_extended: get(&node.share_deferrals_extended),
             share_bytes_sent: get(&node.share_bytes_sent),
             ..Self::default()
         };

@@ -19,12 +19,14 @@
 //! next sub-epoch's column block once it has processed the fraction F of the current block.
 //!
 //! In adapm mode a worker localizes nothing: it signals intents, and its clock ticks once per
-//! chunk. At the start it signals its row block for the whole run and the first column block
+//! chunk and once more after each sub-epoch's barrier (the step at which the next block
+//! begins). At the start it signals its row block for the whole run and the first column block
 //! from clock 0; when a sub-epoch starts it signals the next sub-epoch's column block (known
 //! from the schedule) from the clock at which that block will begin — the current clock plus
-//! the chunks of the current block — to the clock at which it will end. roam moves the columns
-//! here shortly before the current block's end, by its measured window, rather than while
-//! the worker that uses them now is still early in its block.
+//! the chunks of the current block plus the barrier's tick — to the clock at which it will
+//! end. roam acts on it shortly before, by its measured window; the owner, still busy with the
+//! block, keeps it until its own intent ends with the block and then moves it here
+//! (`roam_core::share`, deferred offers).
 //!
 //! In the NuPS modes the hot columns are replicated: they are left out of every localize
 //! (they are local everywhere), and a sub-epoch ends with `sync_replicas` instead of a barrier,
@@ -438,9 +440,12 @@ impl<'a> Trainer<'a> {
             let next = schedule::next_column_block(self.hyper.seed, epoch, t as u32, self.p, parts);
             let mut tickets = Vec::new();
             self.localize(&self.layout.h_moving[q as usize], &mut tickets)?;
-            if next != q && !(last && t + 1 == order.len()) {
-                // The next block begins when this one's chunks are done.
-                let start = self.worker.current_clock() + self.chunks_of(q);
+            // Also when the next block is this one again (the first of the next epoch): a new
+            // intent keeps the keys wanted across the hand-over, or a replica held here would
+            // be dropped when this block's intent ends.
+            if !(last && t + 1 == order.len()) {
+                // The next block begins when this one's chunks and the barrier are done.
+                let start = self.worker.current_clock() + self.chunks_of(q) + 1;
                 self.intend_block(next, start)?;
             }
             let mut points = std::mem::take(&mut self.data.train[q as usize]);
@@ -465,6 +470,9 @@ impl<'a> Trainer<'a> {
                     .context("syncing replicas after a sub-epoch")?;
             } else {
                 self.worker.barrier().context("barrier after a sub-epoch")?;
+            }
+            if self.hyper.intents {
+                self.worker.advance_clock();
             }
             drop(tickets);
             tick();
@@ -500,6 +508,7 @@ impl<'a> Trainer<'a> {
             .pull(&cur.keys, &mut cur.vals)?
             .wait()
             .context("pulling factors")?;
+
         cur.orig.clear();
         cur.orig.extend_from_slice(&cur.vals);
         let mut pending: Option<Ticket<'a>> = None;
@@ -526,6 +535,7 @@ impl<'a> Trainer<'a> {
                 .transpose()
                 .context("pulling factors")?
                 .is_some();
+
             if pulled {
                 nxt.patch(cur, dim);
             }

@@ -7,12 +7,17 @@
 //! with the generation of the request that made it one), and *members*.
 //!
 //! Protocol (W wanter, H home, O owner):
-//! 1. W marks the key in transit and sends `Want(generation)` to H (`generation`: a number fresh at W).
+//! 1. W marks the key in transit and sends `Want(generation, lead)` to H (`generation`: a
+//!    number fresh at W; `lead`: how soon W's intent starts, by its measured clock rate).
 //! 2. H does not change its record: it marks the key *deciding* (later requests for it queue
 //!    at H) and sends `Offer(W, generation)` to O. (If H is O it decides itself.)
-//! 3. O decides. It shares if the key has sharers already, or an intent on O wants it now
-//!    (`interest.rs`), or the techniques are replication-only; it moves the key under
-//!    relocation-only or when nobody else wants it, or when O is being drained. Sharing: O
+//! 3. O decides. It shares if the key is in use — an intent on O wants it now
+//!    (`interest.rs`) or it has sharers — and some use is expected to last past W's need time
+//!    plus its lead, or the techniques are replication-only; it moves the key under
+//!    relocation-only, when nobody uses it, or when O is being drained. If every use is
+//!    expected to end by then, O *defers*: it keeps the offer and decides again when the last
+//!    use ends, or at that deadline (`defer.rs`; a hand-over between two users in turn becomes
+//!    one move instead of a replica synced for the overlap). Sharing: O
 //!    adds W (with `generation`) to the sharers and sends `Grant(generation, value)` to W and `Shared` to H.
 //!    Moving: O sends the record to W (`Transfer`, as a relocation) and `Released` to H. A key
 //!    still in transit to O is decided when it lands.
@@ -29,6 +34,7 @@
 //!
 //! When the last intent on a key shared here ends at its owner, and one sharer is left that
 //! has been busy with it (delta rounds since it became the only one: [`PROMOTE_AFTER_ROUNDS`]),
+//! and no offer for the key is deferred,
 //! the owner offers it the key (`Promote`): the sharer, if an intent there still wants it,
 //! leaves (final delta) and localizes the key, which then moves as by a relocation — one
 //! interested node gets the key.
@@ -58,6 +64,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+mod defer;
 mod grant;
 mod sync;
 
@@ -65,6 +72,7 @@ use hdrhistogram::Histogram;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::id::{Key, NodeId, ReqId};
+use crate::intent::Need;
 use crate::node::{Node, Time};
 use crate::relocate::{AtHome, Queued};
 use crate::replica::contributor;
@@ -94,6 +102,8 @@ pub const DEFAULT_SHARE_SYNC_NS: u64 = 10_000_000;
 struct SharedKey {
     /// Sharers and the generation of each one's replica.
     sharers: BTreeMap<NodeId, u64>,
+    /// When each sharer's intents on the key are expected to end (as it said when it asked).
+    ends: BTreeMap<NodeId, Time>,
     /// The value as last broadcast (a change is sent on).
     last_sent: Vec<f32>,
     /// `last_sent` plus the members' deltas applied since, in the order applied: equal to the
@@ -153,6 +163,8 @@ enum Waiting {
         from: NodeId,
         wanter: NodeId,
         generation: u64,
+        need_at: Time,
+        until: Time,
     },
 }
 
@@ -182,6 +194,8 @@ pub(crate) struct Shares {
     deciding: HashMap<Key, Deciding>,
     /// Home: bucket hand-offs waiting for the bucket's decisions to close.
     stashed: BTreeMap<u32, (NodeId, NodeId, u32)>,
+    /// Owner: offers kept until this node's intents on the key end (`defer.rs`).
+    deferred: defer::Deferrals,
     /// Member: how long replicas lived (ns).
     pub(crate) lifetimes: Histogram<u64>,
     scratch: Vec<f32>,
@@ -203,6 +217,7 @@ impl Shares {
             in_flight: VecDeque::new(),
             deciding: HashMap::default(),
             stashed: BTreeMap::new(),
+            deferred: defer::Deferrals::default(),
             lifetimes: Histogram::new(3).expect("3 significant figures is valid"),
             scratch: Vec::new(),
         }
@@ -271,8 +286,13 @@ impl Node {
         worker: crate::id::WorkerId,
         due: &[Key],
         unwanted: &[Key],
+        extended: &[Key],
+        need: Need,
     ) -> ReqId {
         self.tick(now);
+        if !extended.is_empty() {
+            self.decide_deferred_extended(now, extended);
+        }
         if !unwanted.is_empty() {
             self.drop_unwanted(now, unwanted);
         }
@@ -284,14 +304,14 @@ impl Node {
         }
         let op = self.new_op(worker, crate::node::OpKind::Localize, due.len(), Vec::new());
         add(&self.counters.localize_keys, due.len() as u64);
-        self.want_keys(now, op, due);
+        self.want_keys(now, op, due, need);
         self.settle(op);
         ReqId(op)
     }
 
-    /// Starts asking for `keys` by intent: each key not here and not on its way becomes in
-    /// transit here and is wanted from its home.
-    fn want_keys(&mut self, now: Time, op: u64, keys: &[Key]) {
+    /// Starts asking for `keys` by intent, needed as `need` says: each key not here and not
+    /// on its way becomes in transit here and is wanted from its home.
+    fn want_keys(&mut self, now: Time, op: u64, keys: &[Key], need: Need) {
         let me = self.cfg.id;
         let generation = self.shares.next_gen;
         self.shares.next_gen += 1;
@@ -348,23 +368,25 @@ impl Node {
             }
         }
         if !at_home.is_empty() {
-            self.handle_want(now, me, me, generation, &at_home);
+            self.handle_want(now, me, me, generation, need, &at_home);
         }
         for (home, keys) in to_home {
-            self.send(home, want_frame(Kind::Want, me, generation, &keys));
+            self.send(home, want_frame(Kind::Want, me, generation, need, &keys));
         }
     }
 
-    /// At a key's home: `wanter` wants the keys (request `generation`).
+    /// At a key's home: `wanter` wants the keys (request `generation`) as `need` says.
     pub(crate) fn handle_want(
         &mut self,
         now: Time,
         from: NodeId,
         wanter: NodeId,
         generation: u64,
+        need: Need,
         keys: &[Key],
     ) {
         let me = self.cfg.id;
+        let (need_at, until) = need.times_from(now);
         if !self.dir.is_member(wanter) {
             return self.warn(Warning::UnknownSender { from: wanter });
         }
@@ -395,6 +417,8 @@ impl Node {
                     from,
                     wanter,
                     generation,
+                    need_at,
+                    until,
                 });
                 continue;
             }
@@ -414,7 +438,13 @@ impl Node {
                 // On its way here: decided when it lands; requests queue here until then.
                 match self.transit.get_mut(&key) {
                     Some(t) if t.then_to.is_none() && t.offer.is_none() => {
-                        t.offer = Some((wanter, generation, me));
+                        t.offer = Some(Offer {
+                            wanter,
+                            generation,
+                            home: me,
+                            need_at,
+                            until,
+                        });
                         let open = Deciding {
                             owner: me,
                             wanter,
@@ -441,35 +471,58 @@ impl Node {
         if !relocate.is_empty() {
             self.handle_localize(now, from, wanter, &relocate);
         }
+        let here = Offer {
+            wanter,
+            generation,
+            home: me,
+            need_at,
+            until,
+        };
         if !decide_here.is_empty() {
-            self.decide_share(now, me, wanter, generation, &decide_here);
+            self.decide_share(now, here, &decide_here);
         }
         for (owner, keys) in offers {
-            self.send(owner, want_frame(Kind::Offer, wanter, generation, &keys));
+            self.send(
+                owner,
+                want_frame(Kind::Offer, wanter, generation, need, &keys),
+            );
         }
         for (home, keys) in stale {
             add(&self.counters.forwards, 1);
-            self.send(home, want_frame(Kind::Want, wanter, generation, &keys));
+            self.send(
+                home,
+                want_frame(Kind::Want, wanter, generation, need, &keys),
+            );
         }
         for (bucket, keys) in held {
             self.hold(
                 now,
                 bucket,
                 from,
-                want_frame(Kind::Want, wanter, generation, &keys),
+                want_frame(Kind::Want, wanter, generation, need, &keys),
             );
         }
     }
 
-    /// At the owner, from the home `from`: share the keys with `wanter` or give them to it.
+    /// At the owner, from the home `from`: share the keys with `wanter` (which needs them as
+    /// `need` says) or give them to it.
     pub(crate) fn handle_offer(
         &mut self,
         now: Time,
         from: NodeId,
         wanter: NodeId,
         generation: u64,
+        need: Need,
         keys: &[Key],
     ) {
+        let (need_at, until) = need.times_from(now);
+        let offer = Offer {
+            wanter,
+            generation,
+            home: from,
+            need_at,
+            until,
+        };
         if !self.dir.is_member(wanter) || wanter == self.cfg.id {
             let key = keys.first().copied().unwrap_or(0);
             return self.warn(Warning::Relocation {
@@ -487,7 +540,7 @@ impl Node {
                 Residency::Local => now_keys.push(key),
                 Residency::InTransit => match self.transit.get_mut(&key) {
                     Some(t) if t.then_to.is_none() && t.offer.is_none() => {
-                        t.offer = Some((wanter, generation, from));
+                        t.offer = Some(offer);
                     }
                     _ => self.warn(Warning::Relocation {
                         from: Some(from),
@@ -502,39 +555,63 @@ impl Node {
                 }),
             }
         }
-        self.decide_share(now, from, wanter, generation, &now_keys);
+        self.decide_share(now, offer, &now_keys);
         self.check_evacuated();
     }
 
-    /// At the owner of `keys` (all local here): shares them with `wanter` or gives them to it,
-    /// and tells their home `home`.
-    pub(crate) fn decide_share(
-        &mut self,
-        now: Time,
-        home: NodeId,
-        wanter: NodeId,
-        generation: u64,
-        keys: &[Key],
-    ) {
+    /// At the owner of `keys` (all local here): shares them with the offer's wanter, gives
+    /// them to it, or defers the offer (`defer.rs`), and tells their home.
+    pub(crate) fn decide_share(&mut self, now: Time, offer: Offer, keys: &[Key]) {
         if keys.is_empty() {
             return;
         }
         let me = self.cfg.id;
-        let (mut shared, mut released) = (Vec::new(), Vec::new());
+        let Offer {
+            wanter,
+            generation,
+            home,
+            need_at,
+            until: wanted_until,
+        } = offer;
+        // How long the owner may keep a key it is still busy with: until twice the wanter's
+        // lead (a wanter whose use is too short to wait for says it needs the keys now:
+        // `defer.rs`).
+        let defer_until = Time(need_at.0.saturating_add(need_at.0.saturating_sub(now.0)));
+        let may_defer = need_at > now;
+        let (mut shared, mut released, mut deferred) = (Vec::new(), Vec::new(), Vec::new());
         for &key in keys {
             let share = match self.shares.techniques {
                 _ if self.is_leaving() => false,
                 IntentTechniques::RelocateOnly => false,
                 IntentTechniques::ReplicateOnly => true,
-                IntentTechniques::All => {
-                    self.shares.owned.contains_key(&key) || self.interest.wanted(key)
-                }
+                IntentTechniques::All => match self.busy_until(key) {
+                    None => false,
+                    Some(until) if may_defer && until <= defer_until => {
+                        deferred.push(key);
+                        continue;
+                    }
+                    Some(_) => true,
+                },
             };
             if share {
                 shared.push(key);
             } else {
                 released.push(key);
             }
+        }
+        if !deferred.is_empty() {
+            if home == me {
+                // Decided later: open here (a home that owns the key decides at once, with
+                // no entry) so that requests queue behind it.
+                for &key in &deferred {
+                    self.shares.deciding.entry(key).or_insert_with(|| Deciding {
+                        owner: me,
+                        wanter,
+                        queue: Vec::new(),
+                    });
+                }
+            }
+            self.defer_offer(offer, defer_until, &deferred);
         }
         if !shared.is_empty() {
             add(&self.counters.share_grants, shared.len() as u64);
@@ -546,6 +623,7 @@ impl Node {
                 self.store.pull_local(key, &mut values[start..]);
                 let entry = self.shares.owned.entry(key).or_insert_with(|| SharedKey {
                     sharers: BTreeMap::new(),
+                    ends: BTreeMap::new(),
                     last_sent: values[start..].to_vec(),
                     shadow: values[start..].to_vec(),
                     changed_by: 0,
@@ -553,7 +631,8 @@ impl Node {
                     member_rounds: 0,
                 });
                 entry.member_rounds = 0;
-                self.interest.mark_shared(key, true);
+                self.interest.watch(key, true);
+                entry.ends.insert(wanter, wanted_until);
                 if entry.sharers.insert(wanter, generation).is_some() {
                     // A grant crossing the member's leave: deltas of its old replica may still
                     // come, and its new one does not have them: it needs the next change.
@@ -578,14 +657,21 @@ impl Node {
                 }
                 self.release_to(now, wanter, &released);
             }
-            self.close_decisions(now, keys);
+            let decided: Vec<Key> = shared.iter().chain(&released).copied().collect();
+            self.close_decisions(now, &decided);
         } else {
             if !released.is_empty() {
                 self.release_to(now, wanter, &released);
-                self.send(home, want_frame(Kind::Released, wanter, 0, &released));
+                self.send(
+                    home,
+                    want_frame(Kind::Released, wanter, 0, Need::NOW, &released),
+                );
             }
             if !shared.is_empty() {
-                self.send(home, want_frame(Kind::Shared, wanter, 0, &shared));
+                self.send(
+                    home,
+                    want_frame(Kind::Shared, wanter, 0, Need::NOW, &shared),
+                );
             }
         }
     }
@@ -649,8 +735,14 @@ impl Node {
                         from,
                         wanter,
                         generation,
+                        need_at,
+                        until,
                     } => {
-                        self.handle_want(now, from, wanter, generation, &[key]);
+                        let need = Need {
+                            lead_ns: need_at.0.saturating_sub(now.0),
+                            hold_ns: until.0.saturating_sub(now.0),
+                        };
+                        self.handle_want(now, from, wanter, generation, need, &[key]);
                     }
                 }
             }
@@ -704,7 +796,31 @@ impl Node {
     }
 }
 
-/// A `Want`, `Offer`, `Shared` or `Released` frame: `node` is the wanter.
-fn want_frame(kind: Kind, node: NodeId, generation: u64, keys: &[Key]) -> Frame {
-    Frame::new(kind, node, ReqId(generation), 0, keys, 0)
+/// A `Want`, `Offer`, `Shared` or `Released` frame: `node` is the wanter, `need` when it
+/// needs the keys (wants and offers).
+fn want_frame(kind: Kind, node: NodeId, generation: u64, need: Need, keys: &[Key]) -> Frame {
+    Frame::new(kind, node, ReqId(generation), need.pack(), keys, 0)
+}
+
+impl Need {
+    /// When the keys are needed and until when, on the clock that reads `now` as the
+    /// request arrives (`Time(u64::MAX)`: never ends, or not known).
+    fn times_from(self, now: Time) -> (Time, Time) {
+        let until = match self.hold_ns {
+            u64::MAX => Time(u64::MAX),
+            hold => Time(now.0.saturating_add(hold)),
+        };
+        (Time(now.0.saturating_add(self.lead_ns)), until)
+    }
+}
+
+/// A request for keys that their owner decides on: who wants them (its request's generation),
+/// the home to tell, and when the wanter needs them and until when (the owner's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Offer {
+    pub(crate) wanter: NodeId,
+    pub(crate) generation: u64,
+    pub(crate) home: NodeId,
+    pub(crate) need_at: Time,
+    pub(crate) until: Time,
 }

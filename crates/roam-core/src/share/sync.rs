@@ -259,10 +259,22 @@ impl Node {
     /// [`super::PROMOTE_AFTER_ROUNDS`] delta rounds since it became the only one) is offered to
     /// that sharer ([`Kind::Promote`]): one interested node gets the key.
     pub(crate) fn drop_unwanted(&mut self, now: Time, keys: &[Key]) {
+        self.decide_deferred_unwanted(now, keys);
+        self.offer_promotions(keys);
+        self.leave_shares(now, keys, false);
+    }
+
+    /// Owner: offers each of `keys` that no intent here wants, that is not being given away,
+    /// and whose sole sharer is busy with it ([`super::PROMOTE_AFTER_ROUNDS`]) to that sharer.
+    fn offer_promotions(&mut self, keys: &[Key]) {
         let mut promote: BTreeMap<NodeId, (Vec<Key>, Vec<u32>)> = BTreeMap::new();
         if self.shares.techniques == super::IntentTechniques::All && !self.is_leaving() {
             for &key in keys {
-                if self.interest.wanted(key) || self.shares.revoking.contains_key(&key) {
+                // A deferred offer goes first: it moves the key once the sharer left.
+                if self.interest.wanted(key)
+                    || self.shares.revoking.contains_key(&key)
+                    || self.is_deferred(key)
+                {
                     continue;
                 }
                 let Some(shared) = self.shares.owned.get(&key) else {
@@ -290,7 +302,6 @@ impl Node {
             );
             self.send(member, frame);
         }
-        self.leave_shares(now, keys, false);
     }
 
     /// Member: those of `keys` whose replica here is owner `from`'s of the generation named.
@@ -398,13 +409,14 @@ impl Node {
         let mut emptied = Vec::new();
         for (&key, shared) in self.shares.owned.iter_mut() {
             shared.sharers.remove(&node);
+            shared.ends.remove(&node);
             if shared.sharers.is_empty() {
                 emptied.push(key);
             }
         }
         for key in emptied {
             self.shares.owned.remove(&key);
-            self.interest.mark_shared(key, false);
+            self.unwatch(key);
             if let Some(to) = self.shares.revoking.remove(&key) {
                 released.entry(to).or_default().push(key);
             }
@@ -461,10 +473,11 @@ impl Node {
                 .is_some_and(|&g| g as u32 == generation)
             {
                 shared.sharers.remove(&from);
+                shared.ends.remove(&from);
             }
             if shared.sharers.is_empty() {
                 self.shares.owned.remove(&key);
-                self.interest.mark_shared(key, false);
+                self.unwatch(key);
                 if let Some(to) = self.shares.revoking.remove(&key) {
                     released.entry(to).or_default().push(key);
                 }
@@ -475,6 +488,8 @@ impl Node {
         for (to, keys) in released {
             self.release_now(now, to, &keys);
         }
+        // A deferred offer waits for the last of the key's users here, sharers included.
+        self.decide_deferred_unwanted(now, keys);
         self.check_evacuated();
     }
 

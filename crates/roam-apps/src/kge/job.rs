@@ -26,6 +26,7 @@ use std::time::Instant;
 use roam::{NodeHandle, SamplerId, Scheme, Worker};
 use serde_json::json;
 
+use super::buckets::{BUCKETS_SCHEME, Buckets};
 use super::data::Graph;
 use super::eval::{Filter, Metrics, evaluate};
 use super::partition::Partition;
@@ -77,6 +78,8 @@ pub struct Shared<'a> {
     pub graph: &'a Graph,
     /// Data clustering.
     pub partition: &'a Partition,
+    /// The bucket schedule, when the run uses it instead of `partition`.
+    pub buckets: Option<&'a Buckets>,
     /// Known triples for filtered ranking.
     pub filter: &'a Filter,
     /// Training settings.
@@ -160,19 +163,30 @@ impl Shared<'_> {
             hyper,
             plan: self.plan,
             sampler: self.sampler,
+            buckets: self.buckets,
         };
         let mut step = Step::default();
         let mut sampled_total = [0u64; 2];
         let mut intent_total = [0u64; intents::COUNTERS];
         let mut intents_before = [0u64; intents::COUNTERS];
         let mut epochs = Vec::new();
-        let mine = self.partition.triples[gid as usize].len() as u64;
+        let mine = match self.buckets {
+            Some(b) => b.triples_of(gid as usize),
+            None => self.partition.triples[gid as usize].len(),
+        } as u64;
         for epoch in 1..=self.epochs {
             worker.barrier()?;
             let clock = Stopwatch::start();
             let cpu_start = process_cpu_micros();
             let bar = progress(worker, mine, &format!("kge epoch {epoch}/{}", self.epochs));
-            let sum = epoch_runner.run(worker, gid, epoch, &mut step, |k| bar.inc(k))?;
+            let sum = match self.buckets {
+                Some(b) => {
+                    let last = epoch == self.epochs;
+                    epoch_runner
+                        .run_buckets(b, worker, gid, epoch, last, &mut step, |k| bar.inc(k))?
+                }
+                None => epoch_runner.run(worker, gid, epoch, &mut step, |k| bar.inc(k))?,
+            };
             worker.barrier()?;
             let seconds = clock.seconds();
             let cpu = process_cpu_micros().saturating_sub(cpu_start);
@@ -199,6 +213,10 @@ impl Shared<'_> {
                 "cpu_seconds": totals.cpu_seconds,
                 "sampling": sampling::report(self.scheme, totals.sampled, totals.fallbacks),
             });
+            if self.buckets.is_some() {
+                // Drawn by the schedule from the parts held and the round's pool.
+                row["sampling"]["scheme"] = json!(BUCKETS_SCHEME);
+            }
             if self.mode.signals_intents() {
                 row["intents"] = intents::report(&totals.intents, total);
             }

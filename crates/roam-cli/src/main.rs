@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use roam::{bench, check, launch};
 
+mod plot;
 mod suite;
 mod timeline;
 
@@ -31,8 +32,19 @@ enum Command {
     /// launched on local node processes unless already inside a cluster.
     Demo(DemoArgs),
     /// Train a model: matrix factorisation, knowledge-graph embeddings or word vectors.
+    ///
+    /// Rank 0 shows a progress bar per epoch on a terminal, one line per epoch (seconds,
+    /// loss, quality, local accesses) and a summary at the end; off a terminal only the
+    /// per-epoch lines. The machine-readable report: `--report FILE`, or `--json` on stdout.
     #[command(subcommand)]
     Train(TrainCommand),
+    /// Draw training reports (`roam train ... --report FILE`): loss and quality per epoch,
+    /// several reports overlaid with a legend, into one PNG.
+    #[command(after_help = "Example:
+          roam launch --nodes 2 -- target/release/roam train mf --mode lapse --report lapse.json
+          roam launch --nodes 2 -- target/release/roam train mf --mode classic --report classic.json
+          roam plot lapse.json classic.json -o mf.png")]
+    Plot(plot::PlotArgs),
     /// End-to-end self-checks with exact expected results (run under `roam launch`).
     #[command(subcommand)]
     Check(check::CheckCommand),
@@ -196,9 +208,16 @@ fn run(command: Command) -> anyhow::Result<i32> {
         Command::Bench(BenchCommand::Suite(args)) => suite::run(&args)?,
         Command::Bench(BenchCommand::Timeline(args)) => timeline::run(&args)?,
         Command::Demo(args) => demo(&args)?,
-        Command::Train(TrainCommand::Mf(args)) => roam_apps::mf::run(&args).map(|()| 0)?,
-        Command::Train(TrainCommand::Kge(args)) => roam_apps::kge::run(&args).map(|()| 0)?,
-        Command::Train(TrainCommand::W2v(args)) => roam_apps::w2v::run(&args).map(|()| 0)?,
+        Command::Train(TrainCommand::Mf(args)) => {
+            plot::after_training(&args.output, roam_apps::mf::run(&args)?)?
+        }
+        Command::Train(TrainCommand::Kge(args)) => {
+            plot::after_training(&args.output, roam_apps::kge::run(&args)?)?
+        }
+        Command::Train(TrainCommand::W2v(args)) => {
+            plot::after_training(&args.output, roam_apps::w2v::run(&args)?)?
+        }
+        Command::Plot(args) => plot::run(&args)?,
         Command::Check(command) => check::run(&command).map(|()| 0)?,
         Command::Join(args) => join(args)?,
         Command::Drain(args) => drain(&args)?,

@@ -215,6 +215,8 @@ pub struct NodeHandle {
     acceptor_addr: Option<SocketAddr>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     finished: bool,
+    /// [`Config::print_stats`].
+    print_stats: bool,
 }
 
 impl NodeHandle {
@@ -462,6 +464,7 @@ impl NodeHandle {
             acceptor_addr,
             stop,
             finished: false,
+            print_stats: cfg.print_stats,
         };
         if let Some(rx) = incoming_rx {
             let early =
@@ -616,7 +619,8 @@ impl NodeHandle {
     /// A node that was drained skips that barrier (it is no member any more); a server-only
     /// (joined) node first waits until it is drained or the cluster finished
     /// ([`NodeHandle::wait_until_done`]), and passes no barrier either.
-    /// Prints the node's counters as one JSON line on stdout and returns them.
+    /// Prints the node's counters as one JSON line on stdout (unless [`Config::print_stats`]
+    /// is off) and returns them.
     pub fn shutdown(mut self) -> Result<NodeStats, OpError> {
         let barrier = if self.shared.elastic.joined {
             self.shared.wait_until_done()
@@ -630,7 +634,9 @@ impl NodeHandle {
             self.shared.wait_result(control, req).map(drop)
         };
         let stats = NodeStats::collect(&self.shared);
-        println!("{}", stats.to_json_line());
+        if self.print_stats {
+            println!("{}", stats.to_json_line());
+        }
         self.close();
         barrier.map(|()| stats)
     }

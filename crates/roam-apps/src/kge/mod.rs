@@ -133,6 +133,9 @@ pub struct Args {
     /// Replication (the nups modes).
     #[command(flatten)]
     pub replication: replicate::Options,
+    /// Output: report, JSON, plot.
+    #[command(flatten)]
+    pub output: crate::output::OutputArgs,
 }
 
 impl Args {
@@ -207,8 +210,9 @@ struct Report<'a> {
     sampling: serde_json::Value,
 }
 
-/// Trains on this node (rank 0 prints the report).
-pub fn run(args: &Args) -> anyhow::Result<()> {
+/// Trains on this node; rank 0 outputs the report ([`crate::output::OutputArgs`]) and
+/// returns it.
+pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     args.validate()?;
     let graph = args.load()?;
     let model = Model {
@@ -240,7 +244,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
+    cfg.print_stats = args.output.node_prints_stats();
     let node = args.mode.start(cfg).context("starting the roam node")?;
+    args.output.start(node.rank())?;
     let workers = node.num_nodes() * node.workers_per_node();
     let partition = partition::by_relation(&graph.train, graph.num_relations, workers);
     let filter = eval::Filter::new(graph.all());
@@ -287,6 +293,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         plan: &plan,
         sampler,
         scheme,
+        console: crate::output::Console::new(&args.output, "mrr", "triples"),
     };
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<job::Outcome>> {
         let handles = node
@@ -314,6 +321,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         Ok(outcome)
     })?;
+    let mut value = None;
     if let Some(outcome) = outcome {
         let per_worker: Vec<usize> = partition.triples.iter().map(Vec::len).collect();
         let replication = args.mode.replicates().then(|| {
@@ -365,13 +373,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             report: &report,
             sampling: crate::sampling::report(scheme, sampled, fallbacks),
         };
-        println!(
-            "{}",
-            serde_json::to_string(&line).context("serialising the report")?
-        );
+        let report = serde_json::to_value(&line).context("serialising the report")?;
+        args.output.finish(&report)?;
+        value = Some(report);
     }
-    node.shutdown()?;
-    Ok(())
+    let stats = node.shutdown()?;
+    args.output.node_stats(&stats)?;
+    Ok(value)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `roam plot REPORT.json... -o FILE.png` and `roam train ... --plot FILE.png`: a training
-//! run's curves. Two panels side by side, loss per epoch and the app's quality metric per
-//! evaluated epoch (test RMSE for mf, MRR for kge, the headline metric for w2v); several
+//! run's curves. Three panels side by side: loss per epoch, the app's quality metric per
+//! evaluated epoch (test RMSE for mf, MRR for kge, the headline metric for w2v) and seconds per
+//! epoch (where the modes differ: their arithmetic is the same by design); several
 //! reports (the same job in several modes, say) are overlaid, a colour each, with a legend.
 //! Reports are read with [`roam_apps::output::read_report`], so a `--report` file, saved
 //! `--json` output and the output of older binaries all work. Fonts, canvas and error mapping
@@ -36,8 +37,14 @@ struct Run {
     loss: Vec<(f64, f64)>,
     /// (epoch, quality) for the evaluated epochs.
     quality: Vec<(f64, f64)>,
+    /// (epoch, seconds) for every epoch (training only, without evaluation).
+    seconds: Vec<(f64, f64)>,
     metric: String,
 }
+
+/// The figure's size in pixels.
+const WIDTH: u32 = 1500;
+const HEIGHT: u32 = 480;
 
 /// Line colours (matplotlib's tab10), one per report in order.
 const COLORS: [RGBColor; 10] = [
@@ -128,6 +135,7 @@ fn runs(reports: &[(&Path, Value)]) -> Vec<Run> {
                 label,
                 loss: series("loss"),
                 quality: series(&metric),
+                seconds: series("seconds"),
                 metric,
             }
         })
@@ -140,7 +148,11 @@ fn default_title(reports: &[(&Path, Value)]) -> String {
     let same = |k: &str| reports.iter().all(|(_, r)| r[k] == first[k]);
     if same("app") && same("dataset") {
         let dataset = first["dataset"].as_str().unwrap_or("?");
-        let dataset: String = dataset.chars().take(70).collect();
+        let dataset = if dataset.chars().count() > 70 {
+            format!("{}...", dataset.chars().take(67).collect::<String>())
+        } else {
+            dataset.to_string()
+        };
         format!("{} · {dataset}", first["app"].as_str().unwrap_or("?"))
     } else {
         "training runs".to_string()
@@ -174,14 +186,27 @@ impl Axis {
         if self.log {
             log_label(v)
         } else {
-            roam_apps::output::number(v)
+            // Ticks are round numbers: 0.06 and 1.6e5, not 0.06000 and 1.600e5.
+            let n = roam_apps::output::number(v);
+            let (mantissa, exponent) = n
+                .split_once('e')
+                .map_or((n.as_str(), None), |(m, e)| (m, Some(e)));
+            let mantissa = if mantissa.contains('.') {
+                mantissa.trim_end_matches('0').trim_end_matches('.')
+            } else {
+                mantissa
+            };
+            match exponent {
+                Some(e) => format!("{mantissa}e{e}"),
+                None => mantissa.to_string(),
+            }
         }
     }
 }
 
 /// Draws the loss and quality panels of `runs`.
 fn draw(path: &Path, title: &str, runs: &[Run]) -> anyhow::Result<()> {
-    let (root, areas) = canvas(path, (1200, 480), title, (1, 2))?;
+    let (root, areas) = canvas(path, (WIDTH, HEIGHT), title, (1, 3))?;
     let metrics: Vec<&str> = runs.iter().map(|r| r.metric.as_str()).collect();
     let metric = if metrics.iter().all(|m| *m == metrics[0]) {
         metrics[0].to_string()
@@ -203,12 +228,17 @@ fn draw(path: &Path, title: &str, runs: &[Run]) -> anyhow::Result<()> {
             metric.as_str(),
             runs.iter().map(|r| &r.quality).collect(),
         ),
+        (
+            "seconds per epoch (training)".to_string(),
+            "seconds",
+            runs.iter().map(|r| &r.seconds).collect(),
+        ),
     ];
     let max_epoch = runs
         .iter()
         .flat_map(|r| r.loss.iter().chain(&r.quality).map(|p| p.0))
         .fold(1f64, f64::max);
-    for ((caption, y_desc, series), area) in panels.iter().zip(areas.iter()) {
+    for (p, ((caption, y_desc, series), area)) in panels.iter().zip(areas.iter()).enumerate() {
         let axis = Axis::of(series.iter().flat_map(|s| s.iter().map(|p| p.1)));
         let mut chart = ChartBuilder::on(area)
             .caption(caption, (FAMILY, 15))
@@ -249,6 +279,10 @@ fn draw(path: &Path, title: &str, runs: &[Run]) -> anyhow::Result<()> {
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(plot_err)?;
         }
+        if p > 0 {
+            // One legend, in the loss panel, whose falling curves leave its upper right free.
+            continue;
+        }
         chart
             .configure_series_labels()
             .background_style(WHITE.mix(0.85))
@@ -287,5 +321,10 @@ mod tests {
         assert!(Axis::of([1e5, 1e3].into_iter()).log);
         assert!(!Axis::of([0.9, 1.2].into_iter()).log);
         assert!(!Axis::of([-1.0, 100.0].into_iter()).log);
+        let linear = Axis::of([0.0, 1.0].into_iter());
+        assert_eq!(
+            [0.06, 160000.0, 80000.0, 0.0].map(|v| linear.label(v)),
+            ["0.06", "1.6e5", "80000", "0"]
+        );
     }
 }

@@ -243,10 +243,13 @@ impl Shared<'_> {
             let stats = self.node.stats();
             let mut mine = node_counters(&stats).to_vec();
             mine.extend(replicate::node_counters(&stats));
+            // The sums are sized for the larger of this round and the per-epoch one.
+            mine.resize(SUMS, 0);
             self.sums.contribute(worker, &mine)?;
         }
         let sums = self.sums.barrier_and_read(worker)?;
-        let (cluster, replica) = sums.split_at(CLUSTER_COUNTERS);
+        let (cluster, rest) = sums.split_at(CLUSTER_COUNTERS);
+        let replica = &rest[..replicate::COUNTERS];
         let counters = ClusterCounters::from_sums(cluster);
         Ok((gid == 0).then(|| Outcome {
             epochs,

@@ -198,7 +198,7 @@ impl Console {
         }
         let bar = ProgressBar::new(len);
         let template = format!(
-            "{{prefix}} {{wide_bar}} {{human_pos}}/{{human_len}} {unit} {{per_sec}} ETA {{eta}} {{msg}}",
+            "{{prefix}} {{wide_bar}} {{human_pos}}/{{human_len}} {unit} {{per_sec:0}} ETA {{eta}} {{msg}}",
             unit = self.unit
         );
         bar.set_style(

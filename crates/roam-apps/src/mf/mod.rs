@@ -378,8 +378,9 @@ impl Shared<'_> {
         trainer.init()?;
         let mut lr = args.lr;
         let mut local_fraction = LocalFraction::default();
-        // Every sub-epoch trains on about 1/parts of the points, cluster-wide.
-        let per_sub_epoch = self.train_points / u64::from(self.layout.parts);
+        // All `parts` workers train at once, on blocks of about the same size: worker 0's
+        // points times `parts` stand for the cluster's.
+        let parts = u64::from(self.layout.parts);
         let mut previous: Option<f64> = None;
         let mut records = Vec::new();
         let mut intent_total = [0u64; intents::COUNTERS];
@@ -394,7 +395,7 @@ impl Shared<'_> {
                 (epoch + 1, args.epochs),
                 previous,
             );
-            let online = trainer.epoch(epoch, lr, last, || bar.inc(per_sub_epoch))?;
+            let online = trainer.epoch(epoch, lr, last, |n| bar.inc(n * parts))?;
             bar.finish_and_clear();
             let seconds = clock.seconds();
             let cpu = common::process_cpu_micros().saturating_sub(cpu_start);

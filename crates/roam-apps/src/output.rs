@@ -30,9 +30,15 @@ pub struct OutputArgs {
     /// then one `roam_node_stats` line per node (nodes on other hosts write to FILE there).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
-    /// Draw loss and quality per epoch into FILE.png (rank 0); `roam plot` draws several runs.
+    /// Draw loss, quality and seconds per epoch into FILE.png (rank 0); `roam plot` draws
+    /// several runs.
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
+    /// Record every change of where a key is held (key, from, to, time) and every node's
+    /// local and remote accesses over time into FILE (one JSON line per node); `roam plot
+    /// --trace FILE` draws it.
+    #[arg(long, value_name = "FILE")]
+    pub trace_allocation: Option<PathBuf>,
 }
 
 /// A report that cannot be read or written.
@@ -122,20 +128,37 @@ fn append_line(path: &Path, line: &str) -> Result<(), ReportError> {
 }
 
 impl OutputArgs {
-    /// Called by every node once it started: rank 0 empties the report file, so that every
-    /// node's counters (appended at shutdown, after rank 0's report) land in a fresh file.
-    /// Nodes other than rank 0 reach shutdown only after rank 0 wrote its report, because
-    /// shutdown waits for all nodes.
+    /// Sets what the node does for the output: print its counters at shutdown only with
+    /// `--json`, record the allocation trace with `--trace-allocation`.
+    pub fn configure(&self, cfg: &mut roam::Config) {
+        cfg.print_stats = self.json;
+        cfg.trace_allocation = self.trace_allocation.is_some();
+    }
+
+    /// Called by every node once it started: rank 0 empties the report and trace files, so
+    /// that every node's lines (appended at the end, after rank 0's report) land in fresh
+    /// files. Nodes other than rank 0 reach the end only after rank 0 wrote its report,
+    /// because shutdown waits for all nodes.
     pub fn start(&self, rank: u32) -> Result<(), ReportError> {
-        if let Some(path) = self.report.as_ref().filter(|_| rank == 0) {
-            std::fs::File::create(path).map_err(|e| ReportError::io(path, e))?;
+        if rank == 0 {
+            for path in [&self.report, &self.trace_allocation].into_iter().flatten() {
+                std::fs::File::create(path).map_err(|e| ReportError::io(path, e))?;
+            }
         }
         Ok(())
     }
 
-    /// Whether the node should print its own counters at shutdown (only with `--json`).
-    pub fn node_prints_stats(&self) -> bool {
-        self.json
+    /// Every node once its workers are done (before shutdown): its allocation trace goes into
+    /// the trace file as one `{"roam_allocation_trace": {...}}` line.
+    pub fn trace(&self, node: &roam::NodeHandle) -> Result<(), ReportError> {
+        match &self.trace_allocation {
+            Some(path) => {
+                let trace = node.take_allocation_trace();
+                let line = serde_json::json!({ "roam_allocation_trace": trace }).to_string();
+                append_line(path, &line)
+            }
+            None => Ok(()),
+        }
     }
 
     /// Rank 0's report: printed (`--json`), written (`--report`), summarised (terminal).

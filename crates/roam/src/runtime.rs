@@ -207,7 +207,7 @@ impl Shared {
 /// A running roam node (one per process). Hand out one [`Worker`] per thread with
 /// [`NodeHandle::worker`]; finish with [`NodeHandle::shutdown`].
 pub struct NodeHandle {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     /// One per peer link; they finish the links' last frames (goodbyes) at shutdown.
     senders: Vec<JoinHandle<()>>,
@@ -217,6 +217,8 @@ pub struct NodeHandle {
     finished: bool,
     /// [`Config::print_stats`].
     print_stats: bool,
+    /// The access samples of the allocation trace ([`Config::trace_allocation`]).
+    pub(crate) trace_samples: Option<Arc<Mutex<Vec<crate::alloc_trace::AccessSample>>>>,
 }
 
 impl NodeHandle {
@@ -465,7 +467,19 @@ impl NodeHandle {
             stop,
             finished: false,
             print_stats: cfg.print_stats,
+            trace_samples: None,
         };
+        if cfg.trace_allocation {
+            handle.shared.with_node(|node, _| node.trace_allocation());
+            let samples = Arc::default();
+            let sampler = crate::alloc_trace::spawn_sampler(
+                &handle.shared,
+                handle.stop.clone(),
+                Arc::clone(&samples),
+            )?;
+            handle.threads.push(sampler);
+            handle.trace_samples = Some(samples);
+        }
         if let Some(rx) = incoming_rx {
             let early =
                 handle.accept_peers(&rx, &net.expected, deadline, cfg.rendezvous_timeout)?;

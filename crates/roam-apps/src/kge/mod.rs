@@ -244,7 +244,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     };
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
-    cfg.print_stats = args.output.node_prints_stats();
+    args.output.configure(&mut cfg);
     let node = args.mode.start(cfg).context("starting the roam node")?;
     args.output.start(node.rank())?;
     let workers = node.num_nodes() * node.workers_per_node();
@@ -377,6 +377,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         args.output.finish(&report)?;
         value = Some(report);
     }
+    args.output.trace(&node)?;
     let stats = node.shutdown()?;
     args.output.node_stats(&stats)?;
     Ok(value)

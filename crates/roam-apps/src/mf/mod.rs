@@ -196,7 +196,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     };
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
-    cfg.print_stats = args.output.node_prints_stats();
+    args.output.configure(&mut cfg);
     let node = args.mode.start(cfg).context("starting the roam node")?;
     args.output.start(node.rank())?;
     let parts = node.num_nodes() * node.workers_per_node();
@@ -300,6 +300,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         args.output.finish(&value)?;
         report = Some(value);
     }
+    args.output.trace(&node)?;
     let stats = node.shutdown().context("shutting the node down")?;
     args.output.node_stats(&stats)?;
     Ok(report)

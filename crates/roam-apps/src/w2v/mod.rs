@@ -467,7 +467,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     };
     cfg.replica_sync_every = Duration::from_secs_f64(sync_ms / 1e3);
     let sync_every = cfg.replica_sync_every;
-    cfg.print_stats = args.output.node_prints_stats();
+    args.output.configure(&mut cfg);
     let node = args.mode.start(cfg).context("starting the node")?;
     args.output.start(node.rank())?;
     let partitioning = args.mode.partitioning();
@@ -606,6 +606,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         args.output.finish(&value)?;
         report = Some(value);
     }
+    args.output.trace(&node)?;
     let stats = node.shutdown()?;
     args.output.node_stats(&stats)?;
     Ok(report)

@@ -9,6 +9,7 @@ use roam::{bench, check, launch};
 mod plot;
 mod suite;
 mod timeline;
+mod trace_plot;
 
 #[derive(Parser)]
 #[command(
@@ -39,12 +40,15 @@ enum Command {
     /// per-epoch lines. The machine-readable report: `--report FILE`, or `--json` on stdout.
     #[command(subcommand)]
     Train(TrainCommand),
-    /// Draw training reports (`roam train ... --report FILE`): loss and quality per epoch,
-    /// several reports overlaid with a legend, into one PNG.
+    /// Draw training reports (`roam train ... --report FILE`): loss, quality and seconds per
+    /// epoch, several reports overlaid with a legend, into one PNG; or (`--trace`) an
+    /// allocation trace: keys × time coloured by holder, and each node's local share.
     #[command(after_help = "Example:
           roam launch --nodes 2 -- target/release/roam train mf --mode lapse --report lapse.json
           roam launch --nodes 2 -- target/release/roam train mf --mode classic --report classic.json
-          roam plot lapse.json classic.json -o mf.png")]
+          roam plot lapse.json classic.json -o mf.png\n  \
+        roam launch --nodes 2 -- target/release/roam train mf --mode lapse --trace-allocation trace.json\n  \
+        roam plot --trace trace.json -o where.png")]
     Plot(plot::PlotArgs),
     /// End-to-end self-checks with exact expected results (run under `roam launch`).
     #[command(subcommand)]

@@ -16,12 +16,17 @@ use serde_json::Value;
 
 use crate::suite::plots::{FAMILY, FONT, canvas, fit, log_label, plot_err};
 
-/// `roam plot REPORT.json... -o FILE.png [--title TEXT]`.
+/// `roam plot REPORT.json... -o FILE.png [--title TEXT]` or `roam plot --trace TRACE -o
+/// FILE.png`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct PlotArgs {
     /// Reports of `roam train ... --report FILE` (or saved `--json` output); one line each.
-    #[arg(required = true, value_name = "REPORT.json")]
+    #[arg(required_unless_present = "trace", value_name = "REPORT.json")]
     reports: Vec<PathBuf>,
+    /// Draw instead the allocation trace of `roam train ... --trace-allocation TRACE`: keys ×
+    /// time coloured by holder, and each node's local share of accesses over time.
+    #[arg(long, value_name = "TRACE", conflicts_with = "reports")]
+    trace: Option<PathBuf>,
     /// The PNG to write.
     #[arg(short, long, value_name = "FILE.png")]
     output: PathBuf,
@@ -62,6 +67,9 @@ const COLORS: [RGBColor; 10] = [
 
 /// `roam plot`.
 pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<i32> {
+    if let Some(trace) = &args.trace {
+        return crate::trace_plot::run(trace, &args.output, args.title.as_deref());
+    }
     let reports = args
         .reports
         .iter()

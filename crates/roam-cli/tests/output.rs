@@ -1,7 +1,8 @@
 //! What `roam train` prints and writes, run as the real binary: off a terminal the per-epoch
 //! lines only (no JSON), `--json` the report and every node's counters on stdout as before,
 //! `--report FILE` the same lines in a file; `roam plot` draws reports into a PNG and names
-//! the file it cannot use.
+//! the file it cannot use; `--trace-allocation FILE` records where keys went, which `roam plot
+//! --trace` draws.
 
 mod common;
 
@@ -163,11 +164,16 @@ fn json_prints_the_report_and_node_counters_and_report_files_hold_the_same() {
 
 /// A PNG of the figure's size: the signature, then the IHDR chunk with 1500 × 480.
 fn assert_png(bytes: &[u8]) {
+    assert_png_of(bytes, (1500, 480));
+}
+
+/// A PNG of `size`: the signature, then the IHDR chunk with its width and height.
+fn assert_png_of(bytes: &[u8], size: (u32, u32)) {
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     assert_eq!(&bytes[12..16], b"IHDR");
     let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
     let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
-    assert_eq!((width, height), (1500, 480));
+    assert_eq!((width, height), size);
     assert!(
         bytes.len() > 10_000,
         "an empty figure: {} bytes",
@@ -198,5 +204,76 @@ fn plot_names_the_file_it_cannot_read_or_that_is_not_a_report() {
         );
         assert!(!dir.join("x.png").exists());
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_allocation_trace_records_every_arrival_and_draws() {
+    let dir = common::scratch("output", "trace");
+    let trace = dir.join("trace.json");
+    let mut args = MF.to_vec();
+    args.extend(["--mode", "lapse", "--json", "--trace-allocation"]);
+    args.push(trace.to_str().unwrap());
+    let stdout = text(&roam(2, &args).stdout);
+    let stats = common::node_stats(&stdout);
+    let lines = common::json_lines(&std::fs::read_to_string(&trace).unwrap());
+    assert_eq!(lines.len(), 2);
+    for line in &lines {
+        let t = &line["roam_allocation_trace"];
+        let node = t["node"].as_u64().unwrap();
+        let changes = t["changes"].as_array().unwrap();
+        // Every key that moved in is recorded once, by its receiver, from another node.
+        let relocations_in = stats
+            .iter()
+            .find(|s| s["rank"].as_u64() == Some(node))
+            .map(|s| s["relocations_in"].as_u64().unwrap())
+            .unwrap();
+        assert!(relocations_in > 0, "lapse relocates");
+        assert_eq!(changes.len() as u64, relocations_in, "node {node}");
+        assert!(changes.iter().all(|c| c["to"].as_u64() == Some(node)
+            && c["from"].as_u64() != Some(node)
+            && c["change"] == "move"));
+        let times: Vec<f64> = changes
+            .iter()
+            .map(|c| c["time"].as_f64().unwrap())
+            .collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "in arrival order");
+        // The access counters are sampled, and the last sample is the node's final count.
+        let samples = t["samples"].as_array().unwrap();
+        assert!(samples.len() >= 2);
+        assert!(
+            samples
+                .windows(2)
+                .all(|w| w[0]["all_keys"].as_u64() <= w[1]["all_keys"].as_u64())
+        );
+    }
+    let png = dir.join("trace.png");
+    roam(
+        1,
+        &[
+            "plot",
+            "--trace",
+            trace.to_str().unwrap(),
+            "-o",
+            png.to_str().unwrap(),
+        ],
+    );
+    assert_png_of(&std::fs::read(&png).unwrap(), (1500, 820));
+
+    // A report is no trace: the error names the file.
+    let report = dir.join("report.json");
+    std::fs::write(&report, "{\"app\": \"mf\", \"epochs\": []}\n").unwrap();
+    let out = Command::new(common::roam())
+        .args(["plot", "--trace", report.to_str().unwrap(), "-o"])
+        .arg(dir.join("x.png"))
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains(report.to_str().unwrap())
+            && stderr.contains("not a roam allocation trace"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -39,7 +39,8 @@ enum Command {
     /// loss, quality, local accesses) and a summary at the end; off a terminal only the
     /// per-epoch lines. The machine-readable report: `--report FILE`, or `--json` on stdout.
     #[command(subcommand)]
-    Train(TrainCommand),
+    // Boxed: the apps' options (with the output options) make it the largest variant.
+    Train(Box<TrainCommand>),
     /// Draw training reports (`roam train ... --report FILE`): loss, quality and seconds per
     /// epoch, several reports overlaid with a legend, into one PNG; or (`--trace`) an
     /// allocation trace: keys × time coloured by holder, and each node's local share.
@@ -213,15 +214,17 @@ fn run(command: Command) -> anyhow::Result<i32> {
         Command::Bench(BenchCommand::Suite(args)) => suite::run(&args)?,
         Command::Bench(BenchCommand::Timeline(args)) => timeline::run(&args)?,
         Command::Demo(args) => demo(&args)?,
-        Command::Train(TrainCommand::Mf(args)) => {
-            plot::after_training(&args.output, roam_apps::mf::run(&args)?)?
-        }
-        Command::Train(TrainCommand::Kge(args)) => {
-            plot::after_training(&args.output, roam_apps::kge::run(&args)?)?
-        }
-        Command::Train(TrainCommand::W2v(args)) => {
-            plot::after_training(&args.output, roam_apps::w2v::run(&args)?)?
-        }
+        Command::Train(train) => match *train {
+            TrainCommand::Mf(args) => {
+                plot::after_training(&args.output, roam_apps::mf::run(&args)?)?
+            }
+            TrainCommand::Kge(args) => {
+                plot::after_training(&args.output, roam_apps::kge::run(&args)?)?
+            }
+            TrainCommand::W2v(args) => {
+                plot::after_training(&args.output, roam_apps::w2v::run(&args)?)?
+            }
+        },
         Command::Plot(args) => plot::run(&args)?,
         Command::Check(command) => check::run(&command).map(|()| 0)?,
         Command::Join(args) => join(args)?,

@@ -44,10 +44,10 @@ enum Command {
     /// Draw training reports (`roam train ... --report FILE`): loss, quality and seconds per
     /// epoch, several reports overlaid with a legend, into one PNG; or (`--trace`) an
     /// allocation trace: keys × time coloured by holder, and each node's local share.
-    #[command(after_help = "Example:
-          roam launch --nodes 2 -- target/release/roam train mf --mode lapse --report lapse.json
-          roam launch --nodes 2 -- target/release/roam train mf --mode classic --report classic.json
-          roam plot lapse.json classic.json -o mf.png\n  \
+    #[command(after_help = "Examples:\n  \
+        roam launch --nodes 2 -- target/release/roam train mf --mode lapse --report lapse.json\n  \
+        roam launch --nodes 2 -- target/release/roam train mf --mode classic --report classic.json\n  \
+        roam plot lapse.json classic.json -o mf.png\n  \
         roam launch --nodes 2 -- target/release/roam train mf --mode lapse --trace-allocation trace.json\n  \
         roam plot --trace trace.json -o where.png")]
     Plot(plot::PlotArgs),

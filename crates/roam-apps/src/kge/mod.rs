@@ -148,6 +148,9 @@ pub struct Args {
     /// Replication (the nups modes).
     #[command(flatten)]
     pub replication: replicate::Options,
+    /// Output: report, JSON, plot.
+    #[command(flatten)]
+    pub output: crate::output::OutputArgs,
 }
 
 impl Args {
@@ -236,8 +239,9 @@ struct Report<'a> {
     sampling: serde_json::Value,
 }
 
-/// Trains on this node (rank 0 prints the report).
-pub fn run(args: &Args) -> anyhow::Result<()> {
+/// Trains on this node; rank 0 outputs the report ([`crate::output::OutputArgs`]) and
+/// returns it.
+pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     args.validate()?;
     let graph = args.load()?;
     let model = Model {
@@ -272,7 +276,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
+    args.output.configure(&mut cfg);
     let node = args.mode.start(cfg).context("starting the roam node")?;
+    args.output.start(node.rank())?;
     let workers = node.num_nodes() * node.workers_per_node();
     let partition = partition::by_relation(&graph.train, graph.num_relations, workers);
     let buckets = (args.schedule == Schedule::Buckets)
@@ -327,6 +333,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         plan: &plan,
         sampler,
         scheme,
+        console: crate::output::Console::new(&args.output, "mrr", "triples"),
     };
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<job::Outcome>> {
         let handles = node
@@ -354,6 +361,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         Ok(outcome)
     })?;
+    let mut value = None;
     if let Some(outcome) = outcome {
         let per_worker: Vec<usize> = match &buckets {
             Some(b) => (0..workers as usize).map(|w| b.triples_of(w)).collect(),
@@ -414,13 +422,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 report
             },
         };
-        println!(
-            "{}",
-            serde_json::to_string(&line).context("serialising the report")?
-        );
+        let report = serde_json::to_value(&line).context("serialising the report")?;
+        args.output.finish(&report)?;
+        value = Some(report);
     }
-    node.shutdown()?;
-    Ok(())
+    args.output.trace(&node)?;
+    let stats = node.shutdown()?;
+    args.output.node_stats(&stats)?;
+    Ok(value)
 }
 
 #[cfg(test)]

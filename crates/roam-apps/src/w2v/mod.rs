@@ -203,6 +203,9 @@ pub struct Args {
     /// Seed of every random choice (initial vectors, subsampling, windows, negatives, key map).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Output: report, JSON, plot.
+    #[command(flatten)]
+    pub output: crate::output::OutputArgs,
 }
 
 impl Args {
@@ -354,7 +357,7 @@ impl Args {
 }
 
 /// Trains on this node (rank 0 prints the report).
-pub fn run(args: &Args) -> anyhow::Result<()> {
+pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     args.validate()?;
     let (raw, dataset) = load(args)?;
     let split = raw.heldout_start(args.heldout)?;
@@ -464,7 +467,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     cfg.replica_sync_every = Duration::from_secs_f64(sync_ms / 1e3);
     let sync_every = cfg.replica_sync_every;
+    args.output.configure(&mut cfg);
     let node = args.mode.start(cfg).context("starting the node")?;
+    args.output.start(node.rank())?;
     let partitioning = args.mode.partitioning();
     let evaluator = (node.rank() == 0).then(|| {
         Evaluator::new(
@@ -511,6 +516,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         intents: args.mode.signals_intents(),
         negatives,
         evaluator: evaluator.as_ref(),
+        console: crate::output::Console::new(&args.output, headline, "words"),
     };
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<train::Outcome>> {
         let handles: Vec<_> = node
@@ -541,6 +547,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         Ok(outcome)
     })?;
+    let mut report = None;
     if let Some(outcome) = outcome {
         let ev = evaluator.as_ref();
         let replication = args.mode.replicates().then(|| {
@@ -581,7 +588,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         if let (Some(ev), serde_json::Value::Object(m)) = (ev, &mut settings) {
             m.extend(ev.benchmark_settings());
         }
-        TrainReport {
+        let value = TrainReport {
             app: "w2v",
             mode: args.mode.name(),
             nodes: node.num_nodes(),
@@ -595,10 +602,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .signals_intents()
                 .then(|| crate::intents::report(&outcome.intents, workers as u64)),
         }
-        .print();
+        .to_value();
+        args.output.finish(&value)?;
+        report = Some(value);
     }
-    node.shutdown()?;
-    Ok(())
+    args.output.trace(&node)?;
+    let stats = node.shutdown()?;
+    args.output.node_stats(&stats)?;
+    Ok(report)
 }
 
 /// Reads or generates the corpus; returns it with its name for the report.

@@ -6,15 +6,17 @@
 //! Why: a KGE triple reads two entities and 2N negatives drawn from all entities, so under
 //! per-triple intents every entity is wanted by every node within any window and the system
 //! can only replicate or bounce it (AdaPM 8× `single`'s CPU at 2 nodes, 22× at 4, on the
-//! quick graph). With buckets an entity is used by one worker for a whole round and moves
-//! once per round (`W·(2W−1)` part hand-overs an epoch, like MF's column blocks), negatives are
+//! quick graph). With buckets an entity is used by one worker for a whole round, and each
+//! worker keeps one of its two parts into the next round, so `W` parts move at each round's
+//! end (like MF's column blocks); negatives are
 //! drawn from the two parts the worker holds (PBG's same-partition negatives: local reads),
 //! and only the relations, used everywhere at once, are shared.
 //!
 //! Invariants of [`Buckets::new`]: every training triple is in exactly one (round, worker);
 //! in each round the workers' part pairs are disjoint and cover all parts; every pair of
 //! distinct parts meets in exactly one round (the circle method of round-robin tournaments),
-//! and a triple with both ends in one part goes to one of that part's rounds, in turn; parts
+//! and a triple with both ends in one part goes to one of that part's rounds, in turn; each
+//! worker's pair shares exactly one part with its pair of the round before; parts
 //! balance the entities' degrees (largest first, each to the lightest part); the result
 //! depends only on the triples, the entity count and `W`.
 
@@ -25,9 +27,9 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use roam::{Key, Ticket, Worker};
 
-use super::data::Triple;
+use super::data::{Graph, Triple};
 use super::train::{
-    Epoch, LossSum, Negatives, Pool, Step, end_epoch, mix, relation_key, retire_pushes,
+    Epoch, Hyper, LossSum, Negatives, Pool, Step, end_epoch, mix, relation_key, retire_pushes,
 };
 
 /// The name reports give the bucket schedule's negatives (uniform over the two parts held
@@ -104,7 +106,7 @@ impl Buckets {
         for (e, &p) in part_of.iter().enumerate() {
             members[p as usize].push(e as u32);
         }
-        let pairs = round_robin(parts);
+        let pairs = keep_one_part(round_robin(parts));
         let rounds = pairs.len();
         // Where each pair of parts meets: (round, worker).
         let mut meets = vec![(0usize, 0usize); parts * parts];
@@ -176,7 +178,8 @@ impl Epoch<'_> {
     ///
     /// Negatives are drawn uniformly from the entities held and the round's *pool*: as many
     /// entities again (× [`Hyper::bucket_pool`]) drawn uniformly from the other parts, pulled
-    /// once when the round starts and written back once when it ends (their updates summed
+    /// in the background when the round starts (until it arrives the round draws from the
+    /// parts held) and written back once when it ends (their updates summed
     /// meanwhile; pushes add, so nothing is lost, and a pooled value is at most one round
     /// old). Without a pool every negative of a triple comes from its own two parts, and its
     /// ranking against the rest is never trained: on the quick graph after 10 epochs at 4
@@ -229,6 +232,7 @@ impl Epoch<'_> {
         let mut candidates: Vec<Key> = Vec::new();
         let mut negatives: Vec<Key> = vec![0; per];
         let mut pool = Pool::default();
+        let (mut pool_keys, mut incoming): (Vec<Key>, Vec<f32>) = (Vec::new(), Vec::new());
         for r in 0..buckets.rounds() {
             let mut order = buckets.triples[r][w].clone();
             let next = start + order.len() as u64 + 1;
@@ -243,49 +247,62 @@ impl Epoch<'_> {
             for &p in &held {
                 candidates.extend(buckets.members[p as usize].iter().map(|&e| u64::from(e)));
             }
+            // The pool: drawn now, pulled in the background (its entities may be on their way
+            // to this round's holders), joined to the candidates once it has arrived.
             pool.clear();
+            pool_keys.clear();
             if !order.is_empty() && per > 0 {
                 let others = graph.num_entities as usize - candidates.len();
                 let size = ((candidates.len() as f64 * hyper.bucket_pool) as usize).min(others);
-                while pool.keys.len() < size {
+                while pool_keys.len() < size {
                     let e = rng.random_range(0..graph.num_entities);
-                    let key = u64::from(e);
-                    if !held.contains(&buckets.part_of[e as usize])
-                        && !pool.index.contains_key(&key)
-                    {
-                        pool.index.insert(key, pool.keys.len() * entity_len);
-                        pool.keys.push(key);
+                    if !held.contains(&buckets.part_of[e as usize]) {
+                        pool_keys.push(u64::from(e));
+                    }
+                    if pool_keys.len() == size {
+                        pool_keys.sort_unstable();
+                        pool_keys.dedup();
                     }
                 }
-                pool.values.resize(pool.keys.len() * entity_len, 0.0);
-                pool.deltas.resize(pool.keys.len() * entity_len, 0.0);
-                worker.pull(&pool.keys, &mut pool.values)?.wait()?;
-                candidates.extend_from_slice(&pool.keys);
             }
-            let mut since_tick = 0;
-            for &triple in &order {
-                for slot in &mut negatives {
-                    *slot = candidates[rng.random_range(0..candidates.len())];
+            incoming.resize(pool_keys.len() * entity_len, 0.0);
+            let mut trainer = Trainer {
+                worker,
+                hyper,
+                graph,
+                step: &mut *step,
+                negatives: &mut negatives,
+                sum: &mut sum,
+                pending: &mut pending,
+                drawn: &mut drawn,
+                since_tick: 0,
+            };
+            let mut next_triple = 0;
+            {
+                let arriving = worker.pull(&pool_keys, &mut incoming)?;
+                while next_triple < order.len() && !arriving.is_finished() {
+                    trainer.train(
+                        order[next_triple],
+                        &candidates,
+                        &mut pool,
+                        &mut rng,
+                        &mut tick,
+                    )?;
+                    next_triple += 1;
                 }
-                drawn += per as u64;
-                let t = graph.train[triple as usize];
-                let push = step.run(
-                    worker,
-                    hyper,
-                    graph,
-                    t,
-                    Negatives::Pooled(&negatives, &mut pool),
-                    &mut sum,
-                )?;
-                pending.push_back(push);
-                retire_pushes(&mut pending, hyper.pushes_in_flight)?;
-                worker.advance_clock();
-                since_tick += 1;
-                if since_tick == 256 {
-                    tick(since_tick);
-                    since_tick = 0;
-                }
+                arriving.wait()?;
             }
+            for (i, &key) in pool_keys.iter().enumerate() {
+                pool.index.insert(key, i * entity_len);
+            }
+            pool.keys.extend_from_slice(&pool_keys);
+            std::mem::swap(&mut pool.values, &mut incoming);
+            pool.deltas.resize(pool.values.len(), 0.0);
+            candidates.extend_from_slice(&pool_keys);
+            for &triple in &order[next_triple..] {
+                trainer.train(triple, &candidates, &mut pool, &mut rng, &mut tick)?;
+            }
+            let since_tick = trainer.since_tick;
             tick(since_tick);
             if !pool.keys.is_empty() {
                 pending.push_back(worker.push(&pool.keys, &pool.deltas)?);
@@ -302,6 +319,112 @@ impl Epoch<'_> {
         sum.sampled += drawn;
         Ok(sum)
     }
+}
+
+/// What training one triple of a round needs (borrowed from the epoch).
+struct Trainer<'a, 'w> {
+    worker: &'w Worker,
+    hyper: &'a Hyper,
+    graph: &'a Graph,
+    step: &'a mut Step,
+    negatives: &'a mut Vec<Key>,
+    sum: &'a mut LossSum,
+    pending: &'a mut VecDeque<Ticket<'w>>,
+    drawn: &'a mut u64,
+    since_tick: u64,
+}
+
+impl Trainer<'_, '_> {
+    /// Trains triple `triple` with negatives drawn uniformly from `candidates`.
+    fn train(
+        &mut self,
+        triple: u32,
+        candidates: &[Key],
+        pool: &mut Pool,
+        rng: &mut SmallRng,
+        tick: &mut impl FnMut(u64),
+    ) -> anyhow::Result<()> {
+        for slot in self.negatives.iter_mut() {
+            *slot = candidates[rng.random_range(0..candidates.len())];
+        }
+        *self.drawn += self.negatives.len() as u64;
+        let t = self.graph.train[triple as usize];
+        let push = self.step.run(
+            self.worker,
+            self.hyper,
+            self.graph,
+            t,
+            Negatives::Pooled(self.negatives, pool),
+            self.sum,
+        )?;
+        self.pending.push_back(push);
+        retire_pushes(self.pending, self.hyper.pushes_in_flight)?;
+        self.worker.advance_clock();
+        self.since_tick += 1;
+        if self.since_tick == 256 {
+            tick(self.since_tick);
+            self.since_tick = 0;
+        }
+        Ok(())
+    }
+}
+
+/// Reassigns each round's pairs to workers so that every worker keeps one of its two parts
+/// from the round before: only half the parts move at each boundary. Such an assignment
+/// always exists: a worker can take the new pairs of its two parts, and each new pair can go
+/// to the old holders of its two parts (no pair meets twice, so these are distinct), a
+/// bipartite graph in which every vertex has degree 2 — even cycles, which have a perfect
+/// matching. Found by augmenting paths (Kuhn's algorithm).
+fn keep_one_part(mut rounds: Vec<Vec<[u32; 2]>>) -> Vec<Vec<[u32; 2]>> {
+    for r in 1..rounds.len() {
+        let (before, now) = rounds.split_at_mut(r);
+        let old = &before[r - 1];
+        let new = &now[0];
+        let shares = |w: usize, p: usize| old[w].iter().any(|x| new[p].contains(x));
+        let workers = old.len();
+        // pair_of_worker[w] and worker_of_pair[p] of the matching.
+        let mut worker_of_pair = vec![usize::MAX; workers];
+        for w in 0..workers {
+            let mut seen = vec![false; workers];
+            let matched = augment(w, &shares, &mut seen, &mut worker_of_pair);
+            debug_assert!(matched, "a perfect matching exists");
+        }
+        let mut assigned = vec![[0u32; 2]; workers];
+        for (p, &w) in worker_of_pair.iter().enumerate() {
+            if w == usize::MAX {
+                // Unreachable by the argument above; keep the pair rather than lose it.
+                continue;
+            }
+            let [a, b] = new[p];
+            // The kept part first.
+            assigned[w] = if old[w].contains(&a) { [a, b] } else { [b, a] };
+        }
+        if worker_of_pair.iter().all(|&w| w != usize::MAX) {
+            now[0] = assigned;
+        }
+    }
+    rounds
+}
+
+/// One augmenting-path step of Kuhn's matching from worker `w`.
+fn augment(
+    w: usize,
+    shares: &impl Fn(usize, usize) -> bool,
+    seen: &mut [bool],
+    worker_of_pair: &mut [usize],
+) -> bool {
+    for p in 0..worker_of_pair.len() {
+        if !seen[p] && shares(w, p) {
+            seen[p] = true;
+            if worker_of_pair[p] == usize::MAX
+                || augment(worker_of_pair[p], shares, seen, worker_of_pair)
+            {
+                worker_of_pair[p] = w;
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The circle method: `parts` (even) teams, `parts − 1` rounds of `parts / 2` disjoint pairs,
@@ -380,6 +503,14 @@ mod tests {
                 }
             }
             assert_eq!(met.len(), parts * (parts - 1) / 2, "every pair meets");
+            for r in 1..b.rounds() {
+                for w in 0..workers as usize {
+                    let kept = b.pairs[r][w]
+                        .iter()
+                        .filter(|p| b.pairs[r - 1][w].contains(p));
+                    assert_eq!(kept.count(), 1, "worker {w} keeps one part into round {r}");
+                }
+            }
             assert!(seen.iter().all(|&c| c == 1), "each triple exactly once");
             let total: usize = (0..workers as usize).map(|w| b.triples_of(w)).sum();
             assert_eq!(total, train.len());

@@ -194,6 +194,10 @@ impl Node {
     /// At the coordinator: starts the next queued move if none is in flight and no member
     /// change is due (member changes go between moves; see `membership.rs`).
     pub(crate) fn start_next_move(&mut self, now: Time) {
+        // A checkpoint cut is under way: queued moves start when it thaws.
+        if self.is_frozen() {
+            return;
+        }
         // A move that finishes without running may be a join's or a drain's last: the member
         // change it enables gets its turn before the next move.
         while !self.membership_turn(now) && self.moves.current.is_none() {

@@ -25,7 +25,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::id::{NodeId, ReqId, WorkerId};
+use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::msg::encode;
 use crate::node::{Node, OpKind, Time};
 use crate::warning::Warning;
@@ -187,6 +187,33 @@ impl Node {
                 self.start_next_move(now);
             }
         }
+    }
+
+    /// The static replicated keys this node is the hub of, in key order, with their primaries:
+    /// what a checkpoint writes for them (replicas elsewhere equal them after the cut).
+    pub fn hub_primaries(&self) -> Vec<(Key, Vec<f32>)> {
+        self.replicas.hub_primaries(&self.cfg.space)
+    }
+
+    /// Restore, before the node serves anything: `key`'s record (visible values, then hidden
+    /// state) from a checkpoint. A static replicated key gets `record`'s visible values as its
+    /// replica (value and synced base) and, at its hub, as its primary; any other key becomes
+    /// owned here (its home's default owner) with this record. Returns false, changing
+    /// nothing, if `record` has the wrong length for `key` or `key` is outside the key space.
+    pub fn restore_record(&mut self, key: Key, record: &[f32]) -> bool {
+        let space = &self.cfg.space;
+        if !space.contains(key) || record.len() != space.record_len(key) {
+            return false;
+        }
+        let visible = &record[..space.len(key)];
+        let mut old = Vec::new();
+        if self.replicas.restore_primary(key, visible) {
+            self.store.remove_replica(key, &mut old);
+            self.store.insert_replica_with(key, visible, visible);
+            return true;
+        }
+        self.store.remove(key, &mut old);
+        self.store.insert(key, record)
     }
 
     /// A peer is lost: no cut can complete any more (its keys are gone with it).

@@ -27,7 +27,12 @@ type Records = BTreeMap<u64, Vec<f32>>;
 /// replicated keys, dynamic allocation.
 fn config(per_key: bool) -> Config {
     let lengths = if per_key {
-        ValueLengths::PerKey((0..KEYS).map(|k| 1 + (k % 3) as u32).collect::<Vec<_>>().into())
+        ValueLengths::PerKey(
+            (0..KEYS)
+                .map(|k| 1 + (k % 3) as u32)
+                .collect::<Vec<_>>()
+                .into(),
+        )
     } else {
         ValueLengths::Uniform(4)
     };
@@ -78,13 +83,19 @@ fn shutdown(nodes: Vec<NodeHandle>) {
 fn train(n: u32, per_key: bool, dir: &Path) -> Records {
     let nodes = cluster(n, || config(per_key));
     // Worker (r, w) pushes `1 + (r + w + i) % 3` to every value of key `(7 i + r + w) % KEYS`.
-    let mut expected: Records = (0..KEYS).map(|k| (k, vec![0.0; len_of(per_key, k)])).collect();
+    let mut expected: Records = (0..KEYS)
+        .map(|k| (k, vec![0.0; len_of(per_key, k)]))
+        .collect();
     for r in 0..n {
         for w in 0..WORKERS {
             for i in 0..200u64 {
                 let key = (7 * i + u64::from(r + w)) % KEYS;
                 let v = (1 + (u64::from(r + w) + i) % 3) as f32;
-                expected.get_mut(&key).unwrap().iter_mut().for_each(|x| *x += v);
+                expected
+                    .get_mut(&key)
+                    .unwrap()
+                    .iter_mut()
+                    .for_each(|x| *x += v);
             }
         }
     }
@@ -163,7 +174,10 @@ fn read_records(dir: &Path) -> Records {
         };
         for (i, key) in keys.iter().enumerate() {
             let record = values[bounds[i]..bounds[i + 1]].to_vec();
-            assert!(out.insert(*key, record).is_none(), "key {key} in two shards");
+            assert!(
+                out.insert(*key, record).is_none(),
+                "key {key} in two shards"
+            );
         }
     }
     out
@@ -178,7 +192,10 @@ fn visible(records: &Records) -> Records {
 }
 
 fn files(dir: &Path) -> Vec<Vec<u8>> {
-    shard_files(dir).iter().map(|p| fs::read(p).unwrap()).collect()
+    shard_files(dir)
+        .iter()
+        .map(|p| fs::read(p).unwrap())
+        .collect()
 }
 
 fn round_trip(n: u32, m: u32, per_key: bool) {
@@ -191,14 +208,25 @@ fn round_trip(n: u32, m: u32, per_key: bool) {
     );
     let expected = train(n, per_key, &a);
     let taken = read_records(&a);
-    assert_eq!(visible(&taken), expected, "{tag}: the cut holds exactly the pushes before it");
-    assert!(taken.values().all(|r| r.last() == Some(&0.0)), "{tag}: hidden state");
+    assert_eq!(
+        visible(&taken),
+        expected,
+        "{tag}: the cut holds exactly the pushes before it"
+    );
+    assert!(
+        taken.values().all(|r| r.last() == Some(&0.0)),
+        "{tag}: hidden state"
+    );
     restore_and_checkpoint(m, per_key, &a, &b);
     restore_and_checkpoint(n, per_key, &b, &c);
     restore_and_checkpoint(m, per_key, &c, &d);
     assert_eq!(read_records(&b), taken, "{tag}: {n} into {m} nodes");
     assert_eq!(read_records(&c), taken, "{tag}: and back into {n}");
-    assert_eq!(files(&b), files(&d), "{tag}: identical shard files at {m} nodes");
+    assert_eq!(
+        files(&b),
+        files(&d),
+        "{tag}: identical shard files at {m} nodes"
+    );
     assert_eq!(shard_files(&b).len(), m as usize);
     for dir in [a, b, c, d] {
         fs::remove_dir_all(dir).unwrap();
@@ -244,10 +272,18 @@ fn a_truncated_shard_is_refused_naming_it() {
     let dir = small_checkpoint("truncated");
     let shard = only_shard(&dir);
     let len = fs::metadata(&shard).unwrap().len();
-    fs::OpenOptions::new().write(true).open(&shard).unwrap().set_len(len - 5).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len - 5)
+        .unwrap();
     let e = restore_error(&dir, config(false));
     let text = e.to_string();
-    assert!(matches!(&e, RestoreError::Shard { path, .. } if *path == shard), "{text}");
+    assert!(
+        matches!(&e, RestoreError::Shard { path, .. } if *path == shard),
+        "{text}"
+    );
     assert!(text.contains("truncated"), "{text}");
     fs::remove_dir_all(dir).unwrap();
 }
@@ -262,7 +298,10 @@ fn a_flipped_byte_is_refused_naming_the_shard() {
     fs::write(&shard, &bytes).unwrap();
     let e = restore_error(&dir, config(false));
     let text = e.to_string();
-    assert!(matches!(&e, RestoreError::Shard { path, .. } if *path == shard), "{text}");
+    assert!(
+        matches!(&e, RestoreError::Shard { path, .. } if *path == shard),
+        "{text}"
+    );
     assert!(text.contains("checksum"), "{text}");
     fs::remove_dir_all(dir).unwrap();
 }
@@ -299,7 +338,12 @@ fn an_interrupted_checkpoint_leaves_the_previous_one_intact() {
     let old = only_shard(&dir);
     // What a crash mid-write leaves: the next id's shard (partial) and its temporary file,
     // no new manifest.
-    let next = dir.join(old.file_name().unwrap().to_string_lossy().replace("ckpt-000001", "ckpt-000002"));
+    let next = dir.join(
+        old.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace("ckpt-000001", "ckpt-000002"),
+    );
     fs::write(&next, b"partial").unwrap();
     fs::write(next.with_extension("safetensors.tmp"), b"partial").unwrap();
     let nodes = cluster(1, || config(false).restore_from(&dir));
@@ -308,13 +352,20 @@ fn an_interrupted_checkpoint_leaves_the_previous_one_intact() {
         if node.rank() == 0 && w.id() == 0 {
             let mut out = [0.0f32; 4];
             w.pull(&[7], &mut out).unwrap().wait().unwrap();
-            assert_eq!(out.to_vec(), before[&7][..4].to_vec(), "restored from the previous one");
+            assert_eq!(
+                out.to_vec(),
+                before[&7][..4].to_vec(),
+                "restored from the previous one"
+            );
         }
         w.checkpoint(&dir).unwrap();
     });
     shutdown(nodes);
     assert_eq!(read_records(&dir), before);
-    assert!(!old.exists(), "the previous shard is deleted once the new manifest is in");
+    assert!(
+        !old.exists(),
+        "the previous shard is deleted once the new manifest is in"
+    );
     let names: Vec<String> = fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

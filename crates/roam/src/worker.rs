@@ -585,9 +585,9 @@ impl Worker {
     }
 
     /// Writes a checkpoint of every node into `dir` (see [`crate::checkpoint`]), with epoch 0.
-    /// A collective like [`Worker::barrier`]: see [`Worker::checkpoint_epoch`].
+    /// A collective like [`Worker::barrier`]: see [`Worker::checkpoint_with`].
     pub fn checkpoint(&self, dir: &std::path::Path) -> Result<(), CheckpointError> {
-        self.checkpoint_epoch(dir, 0)
+        self.checkpoint_with(dir, 0, serde_json::Value::Null)
     }
 
     /// Writes a checkpoint of every node into `dir`, a directory every node can reach, noting
@@ -595,12 +595,14 @@ impl Worker {
     /// of every node: it holds every push issued before the call on any worker and none issued
     /// after (the core's cut: replicated keys flushed, keys in transit landed, then each node
     /// writes what it holds). Worker 0 of each node writes the node's shard, worker 0 of rank 0
-    /// the manifest; when the call returns on rank 0 without error the checkpoint exists. The
-    /// previous checkpoint in `dir` stays intact until the new manifest replaces it.
-    pub fn checkpoint_epoch(
+    /// the manifest, with `app` (rank 0 worker 0's) as the application's state; when the call
+    /// returns on rank 0 without error the checkpoint exists. The previous checkpoint in
+    /// `dir` stays intact until the new manifest replaces it.
+    pub fn checkpoint_with(
         &self,
         dir: &std::path::Path,
         epoch: u64,
+        app: serde_json::Value,
     ) -> Result<(), CheckpointError> {
         let writer = self.owner.id.0 == 0;
         let shared = self.shared();
@@ -624,7 +626,8 @@ impl Worker {
         // Errors wait for the last barrier: every worker must arrive there.
         let outcome = written.and_then(|written| match (id, written, rank) {
             (Some(id), Some(_), 0) => {
-                crate::checkpoint::finish_manifest(dir, id, epoch, nodes, &shared.space).map(drop)
+                crate::checkpoint::finish_manifest(dir, id, epoch, app, nodes, &shared.space)
+                    .map(drop)
             }
             _ => Ok(()),
         });

@@ -111,7 +111,8 @@ fn train(n: u32, per_key: bool, dir: &Path) -> Records {
             let vals = vec![v; len_of(per_key, key)];
             w.push(&[key], &vals).unwrap().detach();
         }
-        w.checkpoint_epoch(dir, 3).unwrap();
+        w.checkpoint_with(dir, 3, serde_json::json!({"lr": 0.5}))
+            .unwrap();
         // Pushes after the call are in no checkpoint.
         for key in 0..KEYS {
             w.push(&[key], &vec![1000.0; len_of(per_key, key)])
@@ -127,7 +128,9 @@ fn train(n: u32, per_key: bool, dir: &Path) -> Records {
 /// Starts `m` nodes from `from` and checkpoints them straight into `to`.
 fn restore_and_checkpoint(m: u32, per_key: bool, from: &Path, to: &Path) {
     let nodes = cluster(m, || config(per_key).restore_from(from));
-    on_every_worker(&nodes, |_, w| w.checkpoint_epoch(to, 3).unwrap());
+    on_every_worker(&nodes, |_, w| {
+        w.checkpoint_with(to, 3, serde_json::Value::Null).unwrap()
+    });
     shutdown(nodes);
 }
 
@@ -208,6 +211,9 @@ fn round_trip(n: u32, m: u32, per_key: bool) {
     );
     let expected = train(n, per_key, &a);
     let taken = read_records(&a);
+    let manifest = roam::checkpoint::manifest_of(&a).unwrap();
+    assert_eq!((manifest.epoch, manifest.num_nodes), (3, n), "{tag}: manifest");
+    assert_eq!(manifest.app, serde_json::json!({"lr": 0.5}), "{tag}: the app's state");
     assert_eq!(
         visible(&taken),
         expected,

@@ -37,6 +37,7 @@ use anyhow::{Context, bail, ensure};
 use roam::{Config, Key, NodeHandle, Worker};
 use serde_json::json;
 
+use crate::checkpointing;
 use crate::common::{self, ClusterCounters, Mode, Stopwatch, SumKeys, TrainReport};
 use crate::intents::{self, NodeIntents};
 use crate::replication;
@@ -91,6 +92,9 @@ pub struct Args {
     /// Replication (the nups modes).
     #[command(flatten)]
     pub replication: replicate::Options,
+    /// Checkpoints and resuming.
+    #[command(flatten)]
+    pub checkpoint: checkpointing::Options,
 }
 
 impl Args {
@@ -125,6 +129,7 @@ impl Args {
             "--init-sd must be >= 0"
         );
         ensure!(self.workers != Some(0), "--workers must be at least 1");
+        self.checkpoint.validate()?;
         self.replication.validate()
     }
 
@@ -189,6 +194,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
+    let start = args.checkpoint.configure(&mut cfg)?;
+    ensure!(
+        start.epoch < args.epochs,
+        "the checkpoint was taken after epoch {}; --epochs {} leaves nothing to run",
+        start.epoch,
+        args.epochs
+    );
     let node = args.mode.start(cfg).context("starting the roam node")?;
     let parts = node.num_nodes() * node.workers_per_node();
     let mut layout = Layout::new(ratings.rows, ratings.cols, dim, parts, args.seed);
@@ -239,6 +251,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         loss_sums,
         counter_sums,
         plan: &plan,
+        start: &start,
     };
     let workers = node.workers().context("taking the node's workers")?;
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Outcome> {
@@ -346,6 +359,7 @@ struct Shared<'a> {
     loss_sums: SumKeys,
     counter_sums: SumKeys,
     plan: &'a replicate::Plan,
+    start: &'a checkpointing::Start,
 }
 
 impl Shared<'_> {
@@ -356,14 +370,17 @@ impl Shared<'_> {
             self.check_same_replicas(worker)?;
         }
         let mut trainer = Trainer::new(worker, self.layout, share, self.hyper);
-        trainer.init()?;
-        let bar = common::progress(worker, u64::from(args.epochs * self.layout.parts), "mf");
-        let mut lr = args.lr;
-        let mut previous: Option<f64> = None;
+        // A resumed run's parameters (and bold-driver state) come from the checkpoint.
+        trainer.init(!self.start.resumed)?;
+        trainer.replay_shuffles(self.start.epoch);
+        let (first, done) = (self.start.epoch, args.epochs - self.start.epoch);
+        let bar = common::progress(worker, u64::from(done * self.layout.parts), "mf");
+        let mut lr = self.start.f32("lr_bits").unwrap_or(args.lr);
+        let mut previous: Option<f64> = self.start.f64("previous_bits");
         let mut records = Vec::new();
         let mut intent_total = [0u64; intents::COUNTERS];
         let mut intents_before = [0u64; intents::COUNTERS];
-        for epoch in 0..args.epochs {
+        for epoch in first..args.epochs {
             let clock = Stopwatch::start();
             let cpu_start = common::process_cpu_micros();
             let last = epoch + 1 == args.epochs;
@@ -432,6 +449,11 @@ impl Shared<'_> {
                 lr *= if objective < prev { 1.05 } else { 0.5 };
             }
             previous = Some(objective);
+            let state = json!({
+                "lr": lr, "lr_bits": checkpointing::bits_f32(lr),
+                "previous": objective, "previous_bits": checkpointing::bits_f64(objective),
+            });
+            args.checkpoint.after_epoch(worker, epoch + 1, state)?;
         }
         bar.finish_and_clear();
         worker.barrier()?;

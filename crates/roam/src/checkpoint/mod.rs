@@ -38,18 +38,16 @@ mod write;
 pub use read::{RestoreStats, read_manifest, restore_into};
 pub(crate) use write::{finish_manifest, next_id, write_shard};
 
-/// The epoch noted in the checkpoint in `dir` (its manifest's; the restore itself checks the
-/// rest), for a program that resumes at the next epoch.
-pub fn epoch_of(dir: &Path) -> Result<u64, RestoreError> {
+/// The manifest of the checkpoint in `dir`, for a program that resumes (its epoch and
+/// application state); the restore itself checks the rest.
+pub fn manifest_of(dir: &Path) -> Result<Manifest, RestoreError> {
     let path = dir.join(MANIFEST);
     let bytes =
         std::fs::read(&path).map_err(|_| RestoreError::MissingManifest { path: path.clone() })?;
-    serde_json::from_slice::<Manifest>(&bytes)
-        .map(|m| m.epoch)
-        .map_err(|e| RestoreError::Manifest {
-            path,
-            reason: e.to_string(),
-        })
+    serde_json::from_slice::<Manifest>(&bytes).map_err(|e| RestoreError::Manifest {
+        path,
+        reason: e.to_string(),
+    })
 }
 
 /// `format` of manifests and shard headers.
@@ -80,6 +78,10 @@ pub struct Manifest {
     pub key_space: SpaceInfo,
     /// The shards, by rank.
     pub shards: Vec<ShardInfo>,
+    /// The application's own state at the checkpoint (e.g. a learning-rate schedule's), as
+    /// the caller gave it; `null` if none.
+    #[serde(default)]
+    pub app: serde_json::Value,
 }
 
 /// What a checkpoint says about its key space (a restore needs the same).

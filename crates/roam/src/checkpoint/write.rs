@@ -259,6 +259,7 @@ pub(crate) fn finish_manifest(
     dir: &Path,
     id: u64,
     epoch: u64,
+    app: serde_json::Value,
     nodes: u32,
     space: &KeySpace,
 ) -> Result<Manifest, CheckpointError> {
@@ -285,6 +286,7 @@ pub(crate) fn finish_manifest(
         num_nodes: nodes,
         key_space: SpaceInfo::of(space),
         shards,
+        app,
     };
     let bytes = serde_json::to_vec_pretty(&manifest).expect("plain struct");
     write_atomic(&dir.join(MANIFEST), &bytes)?;

@@ -212,8 +212,16 @@ fn round_trip(n: u32, m: u32, per_key: bool) {
     let expected = train(n, per_key, &a);
     let taken = read_records(&a);
     let manifest = roam::checkpoint::manifest_of(&a).unwrap();
-    assert_eq!((manifest.epoch, manifest.num_nodes), (3, n), "{tag}: manifest");
-    assert_eq!(manifest.app, serde_json::json!({"lr": 0.5}), "{tag}: the app's state");
+    assert_eq!(
+        (manifest.epoch, manifest.num_nodes),
+        (3, n),
+        "{tag}: manifest"
+    );
+    assert_eq!(
+        manifest.app,
+        serde_json::json!({"lr": 0.5}),
+        "{tag}: the app's state"
+    );
     assert_eq!(
         visible(&taken),
         expected,

@@ -203,6 +203,9 @@ pub struct Args {
     /// Seed of every random choice (initial vectors, subsampling, windows, negatives, key map).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Checkpoints and resuming.
+    #[command(flatten)]
+    pub checkpoint: crate::checkpointing::Options,
 }
 
 impl Args {
@@ -222,6 +225,7 @@ impl Args {
     }
 
     fn validate(&self) -> anyhow::Result<()> {
+        self.checkpoint.validate()?;
         ensure!(self.epochs >= 1, "--epochs must be at least 1");
         ensure!(self.dim >= 1, "--dim must be at least 1");
         ensure!(self.window >= 1, "--window must be at least 1");
@@ -464,6 +468,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     cfg.replica_sync_every = Duration::from_secs_f64(sync_ms / 1e3);
     let sync_every = cfg.replica_sync_every;
+    let start = args.checkpoint.configure(&mut cfg)?;
+    ensure!(
+        start.epoch < args.epochs,
+        "the checkpoint was taken after epoch {}; --epochs {} leaves nothing to run",
+        start.epoch,
+        args.epochs
+    );
     let node = args.mode.start(cfg).context("starting the node")?;
     let partitioning = args.mode.partitioning();
     let evaluator = (node.rank() == 0).then(|| {
@@ -509,6 +520,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         num_keys,
         localize: args.mode.localizes(),
         intents: args.mode.signals_intents(),
+        start: &start,
         negatives,
         evaluator: evaluator.as_ref(),
     };

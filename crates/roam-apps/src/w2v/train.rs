@@ -108,6 +108,8 @@ pub struct Job<'a> {
     pub localize: bool,
     /// Whether this worker signals intents for its batches instead (adapm mode).
     pub intents: bool,
+    /// Where the run starts (a resumed run: after the checkpoint's epoch, vectors from it).
+    pub start: &'a crate::checkpointing::Start,
     /// The sampler of negatives (output vectors by count^neg_power).
     pub negatives: SamplerId,
     /// The metrics (rank 0 only).
@@ -550,7 +552,9 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let ahead = a.intent_ahead_batches(batch_words);
     let schedule = my_words * f64::from(a.epochs) + 1.0;
 
-    init_vectors(job, w).context("initialising the vectors")?;
+    if !job.start.resumed {
+        init_vectors(job, w).context("initialising the vectors")?;
+    }
     if job.replicates {
         // A replicated key's `set` went to its hub; this brings it into every replica.
         w.sync_replicas()
@@ -592,8 +596,11 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         rng,
     };
 
-    let bar = progress(w, (my_words * f64::from(a.epochs)) as u64, "w2v");
-    let mut processed = 0f64;
+    let first = job.start.epoch;
+    let bar = progress(w, (my_words * f64::from(a.epochs - first)) as u64, "w2v");
+    // The learning rate decays with the words processed: a resumed run has done `first`
+    // epochs of them.
+    let mut processed = my_words * f64::from(first);
     let mut epochs = Vec::new();
     let mut counters = ClusterCounters::default();
     let mut replicas = Vec::new();
@@ -602,7 +609,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let mut cpu_before = 0.0;
     // The worker's sampling counters: negatives drawn, and `local` fallbacks among them.
     let mut sampling_before = crate::sampling::worker_counts(&w.counters());
-    for epoch in 1..=a.epochs {
+    for epoch in first + 1..=a.epochs {
         let clock = Stopwatch::start();
         let mut stats = SentenceStats::default();
         let mut alpha = a.lr;
@@ -747,6 +754,8 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             bar.println(format!("epoch {epoch}: {row}"));
             epochs.push(row);
         }
+        a.checkpoint
+            .after_epoch(w, epoch, serde_json::Value::Null)?;
     }
     bar.finish_and_clear();
     Ok((gid == 0).then_some(Outcome {

@@ -212,8 +212,7 @@ impl Node {
             self.store.insert_replica_with(key, visible, visible);
             return true;
         }
-        self.store.remove(key, &mut old);
-        self.store.insert(key, record)
+        self.store.overwrite(key, record) || self.store.insert(key, record)
     }
 
     /// A peer is lost: no cut can complete any more (its keys are gone with it).

@@ -561,6 +561,25 @@ impl Store {
         })
     }
 
+    /// Protocol only (a restore): overwrites the whole record of `key`, owned here, with
+    /// `record` (visible values then hidden state). Returns false, changing nothing, if the
+    /// key is not owned here.
+    pub fn overwrite(&self, key: Key, record: &[f32]) -> bool {
+        assert_eq!(
+            record.len(),
+            self.space.record_len(key),
+            "record of key {key}"
+        );
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        latched(state, LOCAL, |s| {
+            // SAFETY: latched, and owned when observed.
+            let values = unsafe { self.record(key, s) };
+            store_values(values, record, self.plain());
+        })
+    }
+
     /// Protocol only: makes this node hold a replica of `key` with `value` (visible values) and
     /// an empty delta. Returns false, changing nothing, if the key was already held here.
     pub fn insert_replica(&self, key: Key, value: &[f32]) -> bool {

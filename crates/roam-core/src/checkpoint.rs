@@ -6,13 +6,15 @@
 //! Protocol (C: the coordinator):
 //! 1. A node whose live workers all arrived (each waited for its own operations first) is
 //!    *frozen*: it starts no mover that no worker waits for (promotions of shared keys, home
-//!    moves of the balancer at C), so no key can start a journey while the cut is taken. It
+//!    moves of the balancer at C; a home move a worker asked for still runs, as it waits
+//!    for it), so no key can start a journey nobody waits for while the cut is taken. It
 //!    then flushes: the pending deltas of intent-shared replicas go to their owners, then a
 //!    full static-replica round and the `sync_replicas` flush markers (`replica/flush.rs`).
 //!    Per-link FIFO puts the share deltas before the markers, so when every hub has answered
 //!    `ReplicaFlushed`, every owner and every hub has applied every push issued before.
 //! 2. The node is *quiet* once flushed, nothing is in transit to it, no home move is in flight
-//!    at C and no bucket is still moving in here. It then sends `CutQuiet` to C. Quiet is
+//!    or asked for at C and no bucket is still moving in here (every worker's request reached
+//!    C before its node's flush markers, so none comes later). It then sends `CutQuiet` to C. Quiet is
 //!    stable once frozen: keys only start moving to a node by its own action, which the
 //!    freeze and the workers' waiting both exclude, and in-flight journeys only end.
 //! 3. C, once every member is quiet, sends `CutRelease`; each node completes its waiters.
@@ -97,7 +99,9 @@ impl Node {
         if !c.flushed || c.quiet_sent || !self.transit.is_empty() || self.moving_in > 0 {
             return;
         }
-        if self.cfg.id == self.dir.coordinator() && self.moves_in_flight() {
+        if self.cfg.id == self.dir.coordinator()
+            && (self.moves_in_flight() || self.requested_moves_queued())
+        {
             return;
         }
         self.cut.quiet_sent = true;

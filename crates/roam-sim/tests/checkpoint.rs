@@ -120,6 +120,22 @@ fn checkpoint_case(seed: u64) -> Case {
             }
             script.push(Op::WaitAll);
             if phase < cuts {
+                // Movers still under way at the call (issued, never waited for): keys in
+                // transit and home moves that the cut must let land (or hold back) first.
+                if dynamic && rng.random_bool(0.5) {
+                    let key = rng.random_range(0..num_keys);
+                    script.push(Op::Localize {
+                        keys: vec![key],
+                        wait: false,
+                    });
+                }
+                if rng.random_bool(0.2) {
+                    script.push(Op::MoveHome {
+                        key: rng.random_range(0..num_keys),
+                        to: rng.random_range(0..nodes),
+                        wait: false,
+                    });
+                }
                 script.push(Op::Checkpoint);
                 script.push(Op::Barrier);
             } else {

@@ -3,7 +3,10 @@
 //! Random runs: 1–4 nodes of 1–3 workers over 1–8 keys, each worker pushing, pulling and
 //! localizing, signalling intents (so keys are shared and moved by intent while the cut is
 //! taken), with static replicated keys in some runs, and taking one or two checkpoints
-//! (`WaitAll`, `Checkpoint`, `Barrier`, as the real shell does) between phases of work. Each
+//! (`WaitAll`, `Checkpoint`, `Barrier`, as the real shell does) between phases of work; some
+//! workers issue a localize or a home move just before the checkpoint without waiting for it,
+//! so keys are in transit (or buckets, with their keys under static allocation, moving) when
+//! the cut starts. Each
 //! cut's snapshot — every node's owned records and, as hub, its replicated keys' primaries,
 //! taken when the cut completes there — must hold every key exactly once, with exactly the sum
 //! of the pushes issued before the checkpoint on any worker and none issued after; every run

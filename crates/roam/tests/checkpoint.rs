@@ -387,3 +387,60 @@ fn an_interrupted_checkpoint_leaves_the_previous_one_intact() {
     assert_eq!(names.len(), 2, "manifest and one shard: {names:?}");
     fs::remove_dir_all(dir).unwrap();
 }
+
+/// A sparse key space (keys created where first used, stores in creation order) under
+/// dynamic allocation: 2 nodes into 3 and back, records and files as for dense keys.
+#[test]
+fn sparse_checkpoints_restore_into_another_node_count() {
+    let sparse = || {
+        let mut cfg = Config::sparse(2);
+        cfg.workers_per_node = Some(WORKERS);
+        cfg.allocation = Allocation::Dynamic;
+        cfg
+    };
+    // Keys spread over the u64 range, created in an order unrelated to their values.
+    let key = |i: u64| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 3;
+    let (a, b, c, d) = (
+        scratch("sparse-a"),
+        scratch("sparse-b"),
+        scratch("sparse-c"),
+        scratch("sparse-d"),
+    );
+    let nodes = cluster(2, sparse);
+    on_every_worker(&nodes, |node, w| {
+        for i in 0..300u64 {
+            let k = key(i);
+            if i % 7 == u64::from(node.rank() + w.id()) {
+                w.localize(&[k]).unwrap().detach();
+            }
+            w.push(&[k], &[1.0, i as f32]).unwrap().detach();
+        }
+        w.checkpoint(&a).unwrap();
+    });
+    shutdown(nodes);
+    let taken = read_records(&a);
+    let per_key = (2 * 2) as f32;
+    assert_eq!(taken.len(), 300);
+    for i in 0..300u64 {
+        assert_eq!(
+            taken[&key(i)],
+            vec![per_key, per_key * i as f32],
+            "key {}",
+            key(i)
+        );
+    }
+    let round = |m: u32, from: &Path, to: &Path| {
+        let nodes = cluster(m, || sparse().restore_from(from));
+        on_every_worker(&nodes, |_, w| w.checkpoint(to).unwrap());
+        shutdown(nodes);
+    };
+    round(3, &a, &b);
+    round(2, &b, &c);
+    round(3, &c, &d);
+    assert_eq!(read_records(&b), taken);
+    assert_eq!(read_records(&c), taken);
+    assert_eq!(files(&b), files(&d));
+    for dir in [a, b, c, d] {
+        fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -561,6 +561,26 @@ impl Store {
         })
     }
 
+    /// Protocol only (a checkpoint of a sparse store, which is not in key order): copies the
+    /// whole record of `key`, owned here, into `out` (resized to it). Returns false if the key
+    /// is not owned here.
+    pub fn read_record(&self, key: Key, out: &mut Vec<f32>) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        let mut owned = false;
+        let held = self.read(state, |s| {
+            owned = s & LOCAL != 0;
+            if owned {
+                // SAFETY: held when observed (a torn copy is retried by `read`).
+                let record = unsafe { self.record(key, s) };
+                out.resize(record.len(), 0.0);
+                load_values::<0>(out, record, self.plain());
+            }
+        });
+        held && owned
+    }
+
     /// Protocol only (a restore): overwrites the whole record of `key`, owned here, with
     /// `record` (visible values then hidden state). Returns false, changing nothing, if the
     /// key is not owned here.

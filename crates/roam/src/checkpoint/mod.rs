@@ -164,9 +164,6 @@ pub enum CheckpointError {
         /// Why.
         source: io::Error,
     },
-    /// Sparse key spaces are not checkpointed yet (their stores are not in key order).
-    #[error("checkpoints of sparse key spaces are not supported yet")]
-    Sparse,
     /// A node's shard is missing or unreadable when rank 0 writes the manifest.
     #[error("{path}: shard report missing or unreadable ({reason}); no manifest written")]
     Shard {

@@ -97,7 +97,7 @@ impl Options {
         let Some(dir) = &self.checkpoint_dir else {
             return Ok(());
         };
-        if done % self.checkpoint_every == 0 {
+        if done.is_multiple_of(self.checkpoint_every) {
             worker
                 .checkpoint_with(dir, u64::from(done), app)
                 .with_context(|| format!("checkpoint after epoch {done} into {}", dir.display()))?;

@@ -125,10 +125,18 @@ fn train(n: u32, per_key: bool, dir: &Path) -> Records {
     expected
 }
 
-/// Starts `m` nodes from `from` and checkpoints them straight into `to`.
+/// Starts `m` nodes from `from`, checks that every worker reads the checkpoint's values of
+/// every key (replicated ones from its own node's replica), and checkpoints them straight
+/// into `to`.
 fn restore_and_checkpoint(m: u32, per_key: bool, from: &Path, to: &Path) {
+    let records = read_records(from);
     let nodes = cluster(m, || config(per_key).restore_from(from));
     on_every_worker(&nodes, |_, w| {
+        for (&key, record) in &records {
+            let mut out = vec![0.0f32; len_of(per_key, key)];
+            w.pull(&[key], &mut out).unwrap().wait().unwrap();
+            assert_eq!(out[..], record[..out.len()], "key {key} after the restore");
+        }
         w.checkpoint_with(to, 3, serde_json::Value::Null).unwrap()
     });
     shutdown(nodes);

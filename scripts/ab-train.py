@@ -20,6 +20,8 @@ import statistics
 import subprocess
 import sys
 
+import roam_report  # scripts/roam_report.py: reports from old and new binaries
+
 FIGURES = [
     ("train_cpu_per_epoch", "train CPU s/epoch (all nodes)"),
     ("seconds_per_epoch", "s/epoch"),
@@ -41,13 +43,14 @@ def run(roam, nodes, workers, profile, train_args):
         if profile:
             cmd += ["--profile", profile]
         cmd += ["--", roam, "train", *train_args]
+    # The old build may predate `--json` (it always printed the report): ask each binary.
+    cmd = roam_report.with_json(cmd)
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    for line in out.stdout.splitlines():
-        body = line.split("] ", 1)[-1] if line.startswith("[") else line
-        if body.startswith("{") and '"app"' in body:
-            return summarize(json.loads(body))
+    report = roam_report.find_report(out.stdout)
+    if report is not None:
+        return summarize(report)
     raise RuntimeError("no report line in the output:\n" + out.stdout[-3000:])
 
 

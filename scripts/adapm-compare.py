@@ -29,6 +29,8 @@ import subprocess
 import sys
 from collections import defaultdict
 
+import roam_report  # scripts/roam_report.py: reports from old and new binaries
+
 
 def epoch_means(epochs):
     """Mean epoch seconds and CPU seconds (all nodes) over a run's epochs."""
@@ -41,17 +43,7 @@ def epoch_means(epochs):
 
 def report_of(output):
     """The app's JSON report (rank 0's line with an `epochs` array) in a launch's output."""
-    for line in output.splitlines():
-        text = line.split("] ", 1)[1] if line.startswith("[node ") else line
-        if not text.startswith("{"):
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and "epochs" in obj:
-            return obj
-    return None
+    return roam_report.find_report(output)
 
 
 def sweep_points(run):
@@ -73,7 +65,8 @@ def sweep_points(run):
 
 def run_sweep(run, k, reps, timeout):
     """Medians (epoch s, CPU s) of `reps` runs of `run`'s command with `--replicate-top k`."""
-    cmd = list(run["command"]) + ["--replicate-top", str(k)]
+    # Commands recorded by suites that predate `--json` lack it.
+    cmd = roam_report.with_json(list(run["command"]) + ["--replicate-top", str(k)])
     got = []
     for _ in range(reps):
         try:

@@ -31,6 +31,8 @@ import statistics
 import subprocess
 import sys
 
+import roam_report  # scripts/roam_report.py: reports from old and new binaries
+
 
 def run(args, config, train_args):
     cmd = [args.roam, "launch", "--nodes", str(args.nodes), "--workers-per-node", "1"]
@@ -43,18 +45,12 @@ def run(args, config, train_args):
             cmd += ["--slow-node", args.slow, "--slow-scope", args.scope]
     cmd += ["--balancer", "off" if config.endswith("off") else "on"]
     cmd += ["--", args.roam, "train", *train_args]
+    cmd = roam_report.with_json(cmd)
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    report, stats = None, None
-    for line in out.stdout.splitlines():
-        if not line.startswith("[node 0] "):
-            continue
-        body = line.split("] ", 1)[1]
-        if body.startswith("{") and '"app"' in body:
-            report = json.loads(body)
-        elif body.startswith('{"roam_node_stats"'):
-            stats = json.loads(body)["roam_node_stats"]
+    report = roam_report.find_report(out.stdout)
+    stats = (roam_report.node_stats(out.stdout, rank=0) or [None])[-1]
     if report is None:
         raise RuntimeError("no report line from rank 0:\n" + out.stdout[-3000:])
     epochs = report["epochs"]

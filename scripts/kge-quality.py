@@ -26,6 +26,8 @@ import statistics
 import subprocess
 import sys
 
+import roam_report  # scripts/roam_report.py: reports from old and new binaries
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -68,12 +70,11 @@ def run_once(a, spec, seed):
         profile = ["--profile", a.profile] if a.profile else []
         cmd = [a.roam, "launch", "--nodes", str(a.nodes), "--workers-per-node",
                str(a.workers_per_node), *profile, "--", *train]
+    cmd = roam_report.with_json(cmd)
     r = subprocess.run(cmd, capture_output=True, text=True)
-    # `roam launch` prefixes each node's lines with "[node N] ".
-    for line in (r.stdout + r.stderr).splitlines():
-        start = line.find('{"app"')
-        if start >= 0:
-            return json.loads(line[start:])
+    report = roam_report.find_report(r.stdout)
+    if report is not None:
+        return report
     sys.exit(f"{mode} seed {seed}: no report (exit {r.returncode})\n{' '.join(cmd)}\n{r.stderr[-2000:]}")
 
 

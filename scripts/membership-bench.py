@@ -20,6 +20,8 @@ import statistics as st
 import subprocess
 import time
 
+import roam_report  # scripts/roam_report.py: reports from old and new binaries
+
 R = "target/release/roam"
 TRAIN = [R, "train", "mf", "--mode", "classic", "--epochs", "12", "--synthetic",
          "rows=20000,cols=10000,rank=10,nnz=1e6,noise=0.1,test=0.1,seed=1"]
@@ -27,7 +29,7 @@ TRAIN = [R, "train", "mf", "--mode", "classic", "--epochs", "12", "--synthetic",
 
 def run(out: pathlib.Path, tag: str, extra: list[str]) -> None:
     cmd = [R, "launch", "--nodes", "4", "--workers-per-node", "1", "--bandwidth", "1gbit",
-           "--latency-us", "50", *extra, "--", *TRAIN]
+           "--latency-us", "50", *extra, "--", *roam_report.with_json(TRAIN)]
     t0 = time.time()
     with open(out / f"{tag}.log", "w") as log:
         log.write(" ".join(cmd) + "\n")

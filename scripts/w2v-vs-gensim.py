@@ -41,6 +41,8 @@ import subprocess
 import sys
 import time
 
+import roam_report  # scripts/roam_report.py: reports from old and new binaries
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(REPO, "target", "w2v-vs-gensim")
 VENV = os.path.join(WORK, "venv")
@@ -245,8 +247,8 @@ def run_roam(roam, a, seed, extra):
         if flag not in given:
             cmd += [flag, value]
     cmd += extra
-    out, cpu, wall = run_child(cmd)
-    rep = next(json.loads(l) for l in out.splitlines() if l.startswith('{"app":"w2v"'))
+    out, cpu, wall = run_child(roam_report.with_json(cmd))
+    rep = roam_report.find_report(out)
     last = rep["epochs"][-1]
     st = rep["settings"]
     r = {k: last.get(k) for k in ("wordsim_spearman", "simlex_spearman", "analogy_accuracy",

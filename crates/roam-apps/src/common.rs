@@ -1,4 +1,4 @@
-//! What every training job shares: modes, cluster-wide sums, the result line, progress.
+//! What every training job shares: modes, cluster-wide sums, the report.
 //!
 //! Modes map onto node configurations:
 //! - `single`: one node with all threads, no network (the baseline every distributed run must
@@ -338,23 +338,7 @@ impl Stopwatch {
     }
 }
 
-/// A progress bar on rank 0's first worker only (hidden elsewhere and when not a terminal).
-pub fn progress(worker: &Worker, len: u64, what: &str) -> indicatif::ProgressBar {
-    if worker.global_id() != 0 {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(len);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar.set_prefix(what.to_string());
-    bar
-}
-
-/// The one JSON line rank 0 prints at the end of a training job.
+/// The report rank 0 makes at the end of a training job ([`crate::output`] prints or writes it).
 #[derive(Clone, Debug, Serialize)]
 pub struct TrainReport {
     /// `mf`, `kge` or `w2v`.
@@ -381,12 +365,9 @@ pub struct TrainReport {
 }
 
 impl TrainReport {
-    /// Prints the report as one JSON line on stdout.
-    pub fn print(&self) {
-        println!(
-            "{}",
-            serde_json::to_string(self).expect("reports serialise")
-        );
+    /// The report as JSON.
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("reports serialise")
     }
 }
 

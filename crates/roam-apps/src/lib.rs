@@ -2,7 +2,9 @@
 //! allocation mode (see [`common::Mode`]).
 //!
 //! # Layout
-//! - [`common`]: modes, exact cluster-wide sums, the result line, progress bars.
+//! - [`common`]: modes, exact cluster-wide sums, the report.
+//! - [`output`]: what a job shows (progress bars, per-epoch lines, summary) and writes
+//!   (`--json`, `--report`), and reading reports back.
 //! - [`intents`]: the `adapm` mode's intent signaling: how far ahead, and its report.
 //! - `mf`: matrix factorisation by DSGD with parameter blocking.
 //! - `kge`: knowledge-graph embeddings (ComplEx, RESCAL) with AdaGrad and filtered ranking.
@@ -17,6 +19,7 @@ pub mod common;
 pub mod intents;
 pub mod kge;
 pub mod mf;
+pub mod output;
 pub mod replication;
 pub mod sampling;
 pub mod w2v;

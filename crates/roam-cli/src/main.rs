@@ -6,8 +6,10 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use roam::{bench, check, launch};
 
+mod plot;
 mod suite;
 mod timeline;
+mod trace_plot;
 
 #[derive(Parser)]
 #[command(
@@ -28,11 +30,27 @@ enum Command {
     #[command(subcommand)]
     Bench(BenchCommand),
     /// The embedded default job: `train mf --mode lapse` on the built-in synthetic matrix,
-    /// launched on local node processes unless already inside a cluster.
+    /// launched on local node processes unless already inside a cluster; prints a line per
+    /// epoch, then what ran and what to try next.
     Demo(DemoArgs),
     /// Train a model: matrix factorisation, knowledge-graph embeddings or word vectors.
+    ///
+    /// Rank 0 shows a progress bar per epoch on a terminal, one line per epoch (seconds,
+    /// loss, quality, local accesses) and a summary at the end; off a terminal only the
+    /// per-epoch lines. The machine-readable report: `--report FILE`, or `--json` on stdout.
     #[command(subcommand)]
-    Train(TrainCommand),
+    // Boxed: the apps' options (with the output options) make it the largest variant.
+    Train(Box<TrainCommand>),
+    /// Draw training reports (`roam train ... --report FILE`): loss, quality and seconds per
+    /// epoch, several reports overlaid with a legend, into one PNG; or (`--trace`) an
+    /// allocation trace: keys × time coloured by holder, and each node's local share.
+    #[command(after_help = "Examples:\n  \
+        roam launch --nodes 2 -- target/release/roam train mf --mode lapse --report lapse.json\n  \
+        roam launch --nodes 2 -- target/release/roam train mf --mode classic --report classic.json\n  \
+        roam plot lapse.json classic.json -o mf.png\n  \
+        roam launch --nodes 2 -- target/release/roam train mf --mode lapse --trace-allocation trace.json\n  \
+        roam plot --trace trace.json -o where.png")]
+    Plot(plot::PlotArgs),
     /// End-to-end self-checks with exact expected results (run under `roam launch`).
     #[command(subcommand)]
     Check(check::CheckCommand),
@@ -196,9 +214,18 @@ fn run(command: Command) -> anyhow::Result<i32> {
         Command::Bench(BenchCommand::Suite(args)) => suite::run(&args)?,
         Command::Bench(BenchCommand::Timeline(args)) => timeline::run(&args)?,
         Command::Demo(args) => demo(&args)?,
-        Command::Train(TrainCommand::Mf(args)) => roam_apps::mf::run(&args).map(|()| 0)?,
-        Command::Train(TrainCommand::Kge(args)) => roam_apps::kge::run(&args).map(|()| 0)?,
-        Command::Train(TrainCommand::W2v(args)) => roam_apps::w2v::run(&args).map(|()| 0)?,
+        Command::Train(train) => match *train {
+            TrainCommand::Mf(args) => {
+                plot::after_training(&args.output, roam_apps::mf::run(&args)?)?
+            }
+            TrainCommand::Kge(args) => {
+                plot::after_training(&args.output, roam_apps::kge::run(&args)?)?
+            }
+            TrainCommand::W2v(args) => {
+                plot::after_training(&args.output, roam_apps::w2v::run(&args)?)?
+            }
+        },
+        Command::Plot(args) => plot::run(&args)?,
         Command::Check(command) => check::run(&command).map(|()| 0)?,
         Command::Join(args) => join(args)?,
         Command::Drain(args) => drain(&args)?,
@@ -232,17 +259,23 @@ fn drain(args: &DrainArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Runs [`DEMO_JOB`] here if this process is a node of a cluster, else launches it.
+/// Runs [`DEMO_JOB`] here if this process is a node of a cluster, else launches it; then says
+/// in two lines what ran and what to try next.
 fn demo(args: &DemoArgs) -> anyhow::Result<i32> {
+    let exe = std::env::current_exe().context("locating the roam binary")?;
     if std::env::var_os("ROAM_NUM_NODES").is_some() || args.nodes <= 1 {
         let job = Cli::try_parse_from(std::iter::once("roam").chain(DEMO_JOB))?;
-        return run(job.command);
+        let code = run(job.command)?;
+        // Inside a cluster every node runs this: only a single process speaks for the run.
+        if std::env::var_os("ROAM_NUM_NODES").is_none() {
+            println!("{}", demo_epilogue(&exe, 1, args.workers_per_node));
+        }
+        return Ok(code);
     }
-    let exe = std::env::current_exe().context("locating the roam binary")?;
-    let program = std::iter::once(exe.into_os_string())
+    let program = std::iter::once(exe.clone().into_os_string())
         .chain(DEMO_JOB.iter().map(OsString::from))
         .collect();
-    launch::run(&launch::LaunchArgs {
+    let code = launch::run(&launch::LaunchArgs {
         nodes: args.nodes,
         workers_per_node: Some(args.workers_per_node),
         latency_us: None,
@@ -252,5 +285,22 @@ fn demo(args: &DemoArgs) -> anyhow::Result<i32> {
         network: Default::default(),
         membership: Default::default(),
         program,
-    })
+    })?;
+    if code == 0 {
+        println!("{}", demo_epilogue(&exe, args.nodes, args.workers_per_node));
+    }
+    Ok(code)
+}
+
+/// The demo's last two lines: what ran (nodes, mode, data) and what to try next.
+fn demo_epilogue(exe: &std::path::Path, nodes: u32, workers: u32) -> String {
+    let exe = exe.display();
+    let data = roam_apps::mf::synthetic::Spec::EMBEDDED;
+    format!(
+        "ran: matrix factorisation (train mf) in lapse mode (keys move to the node that uses them) \
+         on {nodes} local node process(es) × {workers} worker(s), on the embedded synthetic matrix ({data})\n\
+         next: compare with a static parameter server: {exe} launch --nodes {nodes} --workers-per-node {workers} \
+         -- {exe} train mf --mode classic --report classic.json (and --mode lapse --report lapse.json), \
+         then {exe} plot lapse.json classic.json -o mf.png; kge and w2v: {exe} train --help"
+    )
 }

@@ -141,23 +141,40 @@ fn a_vanished_peer_fails_waiting_operations_instead_of_hanging() {
 
 #[test]
 fn the_demo_job_launches_itself_and_trains() {
-    // Outside a cluster, `roam demo` launches `train mf --mode lapse` on 2 nodes itself.
+    // Outside a cluster, `roam demo` launches `train mf --mode lapse` on 2 nodes itself. Off a
+    // terminal it prints rank 0's per-epoch lines (no JSON), then what ran and what next.
     let out = common::run(&["demo", "--nodes", "2", "--workers-per-node", "1"]);
-    let json = common::json_with(&out, "app", "mf");
-    assert_eq!(
-        (json["mode"].as_str(), json["nodes"].as_u64()),
-        (Some("lapse"), Some(2)),
-        "{json}"
-    );
-    let loss: Vec<f64> = json["epochs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["loss"].as_f64().unwrap())
-        .collect();
     assert!(
-        loss.len() > 1 && loss[loss.len() - 1] < loss[0],
-        "loss must fall: {loss:?}"
+        common::json_lines(&out).is_empty(),
+        "JSON in the demo: {out}"
+    );
+    let epochs: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("[node 0] epoch "))
+        .collect();
+    assert_eq!(epochs.len(), 30, "{out}");
+    assert!(
+        epochs[29].starts_with("[node 0] epoch 30/30 ")
+            && epochs[29].contains(" loss ")
+            && epochs[29].contains(" test_rmse ")
+            && epochs[29].contains(" local "),
+        "{out}"
+    );
+    assert!(
+        !out.contains("[node 1] epoch"),
+        "only rank 0 reports: {out}"
+    );
+    let tail: Vec<&str> = out.lines().rev().take(2).collect();
+    assert!(
+        tail[1].starts_with("ran: ")
+            && tail[1].contains("lapse mode")
+            && tail[1].contains("2 local node")
+            && tail[1].contains("embedded synthetic matrix"),
+        "{out}"
+    );
+    assert!(
+        tail[0].starts_with("next: ") && tail[0].contains(" plot "),
+        "{out}"
     );
 }
 

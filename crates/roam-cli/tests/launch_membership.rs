@@ -38,6 +38,7 @@ fn a_node_joins_and_is_drained_during_a_launched_run() {
             SYNTHETIC,
             "--epochs",
             "20",
+            "--json",
         ])
         .output()
         .expect("running roam launch");

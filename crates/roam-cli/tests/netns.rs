@@ -36,6 +36,13 @@ fn launch(launch_args: &[&str], node_args: &[&str]) -> (String, String) {
         .arg("--")
         .arg(roam())
         .args(node_args)
+        // Training jobs print their report and node counters on stdout only with --json.
+        .args(
+            node_args
+                .first()
+                .filter(|a| **a == "train")
+                .map(|_| "--json"),
+        )
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

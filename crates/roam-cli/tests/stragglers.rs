@@ -62,7 +62,7 @@ fn launch_mf(launch: &[&str], synthetic: &str, epochs: &str) -> std::process::Ou
         .args(launch)
         .args(["--", roam()])
         .args(["train", "mf", "--mode", "classic", "--synthetic", synthetic])
-        .args(["--epochs", epochs])
+        .args(["--epochs", epochs, "--json"])
         .output()
         .expect("running roam launch")
 }

@@ -392,6 +392,60 @@ fn adapm_learns_on_two_nodes_by_intents_alone() {
     );
 }
 
+/// adapm with the bucket schedule on 2 nodes × 2 workers: 8 entity parts, 7 rounds an
+/// epoch, one intent per worker and round (the next round's, signalled a round ahead), every
+/// triple trained once an epoch (2N negatives each, drawn by the schedule), and the model
+/// learns within the bound of the other modes' tests.
+#[test]
+fn adapm_learns_with_the_bucket_schedule() {
+    let data = toy();
+    let data = ["--data", data.as_str()];
+    let baseline = baseline(2, &data);
+    let small = ["--epochs", "4"];
+    let single = train("single", 1, 2, &data, &small);
+    let report = train(
+        "adapm",
+        2,
+        2,
+        &data,
+        &["--epochs", "4", "--schedule", "buckets"],
+    );
+    assert_learned(&report, baseline);
+    assert!(
+        last_epoch(&report, "mrr") > last_epoch(&single, "mrr") - 0.1,
+        "adapm buckets: {report} vs {single}"
+    );
+    assert_eq!(report["settings"]["schedule"], "buckets", "{report}");
+    assert_sampled(&report, "buckets");
+    let per_worker = report["settings"]["triples_per_worker"]
+        .as_array()
+        .expect("triples_per_worker");
+    let total: u64 = per_worker.iter().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(per_worker.len(), 4, "{report}");
+    assert_eq!(Some(total), report["settings"]["train_triples"].as_u64());
+    // Each round's intent is signalled in the round before (the first round's in the
+    // previous epoch, or at the start), so the rounds' intents add up to one per round.
+    let (workers, rounds) = (4, 7);
+    let per_epoch: Vec<u64> = epochs(&report)
+        .iter()
+        .map(|e| assert_intents(&e["intents"], &report).0)
+        .collect();
+    assert_eq!(
+        per_epoch,
+        [
+            workers * (rounds + 1),
+            workers * rounds,
+            workers * rounds,
+            workers * (rounds - 1)
+        ],
+        "{report}"
+    );
+    assert!(
+        report["relocations"].as_u64() > Some(0),
+        "parts moved: {report}"
+    );
+}
+
 #[test]
 fn rescal_relations_are_single_keys_of_dim_squared_values() {
     let data = toy();
@@ -479,6 +533,21 @@ fn malformed_input_is_a_clear_error() {
     let err = fails(&base);
     assert!(err.contains("no test triples"), "{err}");
 
+    let err = fails(&["train", "kge", "--mode", "lapse", "--schedule", "buckets"]);
+    assert!(
+        err.contains("--schedule buckets") && err.contains("lapse"),
+        "{err}"
+    );
+    let err = fails(&[
+        "train",
+        "kge",
+        "--mode",
+        "adapm",
+        "--schedule",
+        "buckets",
+        "--bucket-pool=-1",
+    ]);
+    assert!(err.contains("--bucket-pool"), "{err}");
     let err = fails(&[
         "train",
         "kge",

@@ -505,7 +505,7 @@ impl Node {
     /// are, and this node creates the bucket's keys from now on.
     pub(crate) fn handle_bucket_keys(
         &mut self,
-        _now: Time,
+        now: Time,
         from: NodeId,
         bucket: u32,
         epoch: u32,
@@ -554,6 +554,9 @@ impl Node {
             });
         }
         add(&self.counters.relocations_in, keys.len() as u64);
+        for &key in keys {
+            self.traced(key, from, now, crate::trace::Change::HomeMoved);
+        }
         self.dir.set_creator(bucket, self.cfg.id);
     }
 

@@ -57,6 +57,7 @@ mod serve;
 pub mod share;
 pub mod stats;
 pub mod store;
+pub mod trace;
 pub mod warning;
 pub mod wire;
 

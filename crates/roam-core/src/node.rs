@@ -322,6 +322,8 @@ pub struct Node {
     pub(crate) balance: Balance,
     /// Joins and leaves (see `membership.rs`).
     pub(crate) membership: Membership,
+    /// The allocation trace, when on ([`Node::trace_allocation`]).
+    pub(crate) trace: Option<crate::trace::Trace>,
 }
 
 impl Node {
@@ -387,6 +389,7 @@ impl Node {
             load: Load::new(cfg.load),
             balance: Balance::new(cfg.balancer.filter(|_| cfg.load.is_some())),
             membership: Membership::default(),
+            trace: None,
             samplers: Arc::new(samplers),
             cfg,
         }
@@ -410,6 +413,39 @@ impl Node {
     /// How many intents of this node's workers want each key now.
     pub fn interest(&self) -> &Arc<Interest> {
         &self.interest
+    }
+
+    /// Starts recording every key that arrives here (see [`crate::trace`]).
+    pub fn trace_allocation(&mut self) {
+        self.trace.get_or_insert_with(Default::default);
+    }
+
+    /// The allocation events recorded since the last call and how many were dropped at the
+    /// limit (none if the trace is off).
+    pub fn take_trace(&mut self) -> (Vec<crate::trace::TraceEvent>, u64) {
+        self.trace
+            .as_mut()
+            .map(crate::trace::Trace::take)
+            .unwrap_or_default()
+    }
+
+    /// Records `key` arriving here from `from` (trace on only).
+    pub(crate) fn traced(
+        &mut self,
+        key: Key,
+        from: NodeId,
+        now: Time,
+        change: crate::trace::Change,
+    ) {
+        if let Some(trace) = &mut self.trace {
+            trace.record(crate::trace::TraceEvent {
+                key,
+                from,
+                to: self.cfg.id,
+                at: now,
+                change,
+            });
+        }
     }
 
     /// The node's counters (shared with the shell, which adds transport figures).

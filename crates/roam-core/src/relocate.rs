@@ -416,6 +416,7 @@ impl Node {
                 continue;
             };
             add(&self.counters.relocations_in, 1);
+            self.traced(key, from, now, crate::trace::Change::Moved);
             add(
                 &self.counters.relocation_wait_ns,
                 now.0.saturating_sub(transit.since.0),

@@ -143,6 +143,13 @@ pub struct Config {
     /// Time between the sync rounds of keys shared by intent (their replicas' staleness is
     /// at most about two of these plus two network deliveries).
     pub share_sync_every: Duration,
+    /// Whether [`crate::NodeHandle::shutdown`] prints the node's counters as one
+    /// `roam_node_stats` JSON line on stdout (the default); a program that reports them its own
+    /// way (`roam train` without `--json`) turns it off and uses the returned counters.
+    pub print_stats: bool,
+    /// Record every change of where a key is held and sample the access counters
+    /// ([`crate::NodeHandle::take_allocation_trace`]); off by default.
+    pub trace_allocation: bool,
 }
 
 /// The cluster this process joins, resolved from the [`Config`] and the environment exactly as
@@ -269,6 +276,8 @@ impl Config {
             intent_timing: IntentTiming::Timed,
             intent_techniques: IntentTechniques::All,
             share_sync_every: Duration::from_nanos(roam_core::share::DEFAULT_SHARE_SYNC_NS),
+            print_stats: true,
+            trace_allocation: false,
         }
     }
 

@@ -34,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod alloc_trace;
 pub mod auth;
 pub mod bench;
 pub mod bench_replicas;

@@ -207,7 +207,7 @@ impl Shared {
 /// A running roam node (one per process). Hand out one [`Worker`] per thread with
 /// [`NodeHandle::worker`]; finish with [`NodeHandle::shutdown`].
 pub struct NodeHandle {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     /// One per peer link; they finish the links' last frames (goodbyes) at shutdown.
     senders: Vec<JoinHandle<()>>,
@@ -215,6 +215,10 @@ pub struct NodeHandle {
     acceptor_addr: Option<SocketAddr>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     finished: bool,
+    /// [`Config::print_stats`].
+    print_stats: bool,
+    /// The access samples of the allocation trace ([`Config::trace_allocation`]).
+    pub(crate) trace_samples: Option<Arc<Mutex<Vec<crate::alloc_trace::AccessSample>>>>,
 }
 
 impl NodeHandle {
@@ -466,7 +470,20 @@ impl NodeHandle {
             acceptor_addr,
             stop,
             finished: false,
+            print_stats: cfg.print_stats,
+            trace_samples: None,
         };
+        if cfg.trace_allocation {
+            handle.shared.with_node(|node, _| node.trace_allocation());
+            let samples = Arc::default();
+            let sampler = crate::alloc_trace::spawn_sampler(
+                &handle.shared,
+                handle.stop.clone(),
+                Arc::clone(&samples),
+            )?;
+            handle.threads.push(sampler);
+            handle.trace_samples = Some(samples);
+        }
         if let Some(rx) = incoming_rx {
             let early =
                 handle.accept_peers(&rx, &net.expected, deadline, cfg.rendezvous_timeout)?;
@@ -620,7 +637,8 @@ impl NodeHandle {
     /// A node that was drained skips that barrier (it is no member any more); a server-only
     /// (joined) node first waits until it is drained or the cluster finished
     /// ([`NodeHandle::wait_until_done`]), and passes no barrier either.
-    /// Prints the node's counters as one JSON line on stdout and returns them.
+    /// Prints the node's counters as one JSON line on stdout (unless [`Config::print_stats`]
+    /// is off) and returns them.
     pub fn shutdown(mut self) -> Result<NodeStats, OpError> {
         let barrier = if self.shared.elastic.joined {
             self.shared.wait_until_done()
@@ -634,7 +652,9 @@ impl NodeHandle {
             self.shared.wait_result(control, req).map(drop)
         };
         let stats = NodeStats::collect(&self.shared);
-        println!("{}", stats.to_json_line());
+        if self.print_stats {
+            println!("{}", stats.to_json_line());
+        }
         self.close();
         barrier.map(|()| stats)
     }

@@ -26,6 +26,7 @@ use std::time::Instant;
 use roam::{NodeHandle, SamplerId, Scheme, Worker};
 use serde_json::json;
 
+use super::buckets::{BUCKETS_SCHEME, Buckets};
 use super::data::Graph;
 use super::eval::{Filter, Metrics, evaluate};
 use super::partition::Partition;
@@ -33,9 +34,10 @@ use super::replicate::{self, Plan};
 use super::train::{Epoch, Hyper, LossSum, Step, gather, init_params, relation_key};
 use crate::common::{
     CLUSTER_COUNTERS, ClusterCounters, Mode, Stopwatch, SumKeys, micros_to_seconds, node_counters,
-    process_cpu_micros, progress,
+    process_cpu_micros,
 };
 use crate::intents::{self, NodeIntents};
+use crate::output::{self, Console, LocalFraction};
 use crate::replication;
 use crate::sampling;
 
@@ -43,8 +45,11 @@ use crate::sampling;
 const LOSS_SCALE: f64 = 1e6;
 
 /// Counters of the per-epoch [`SumKeys`] round: loss (fixed point), scored triples, CPU
-/// microseconds, negatives drawn, `local` fallbacks, then the intent counters.
-const EPOCH_SUMS: usize = 5 + intents::COUNTERS;
+/// microseconds, negatives drawn, `local` fallbacks, then the intent counters, then the
+/// cumulative (local, all) key accesses ([`output::access_counts`]).
+const EPOCH_SUMS: usize = 5 + intents::COUNTERS + 2;
+/// Where the access counts start in the per-epoch sums.
+const ACCESSES_AT: usize = 5 + intents::COUNTERS;
 
 /// Counters in the job's [`SumKeys`]: the cluster counters, then the replication counters
 /// (the loss rounds and the start-up check use the first few), or the per-epoch round's if
@@ -67,6 +72,8 @@ struct EpochTotals {
     fallbacks: u64,
     /// The intent counters ([`intents::COUNTERS`]).
     intents: [u64; intents::COUNTERS],
+    /// Cumulative (local, all) key accesses of all nodes.
+    accesses: [u64; 2],
 }
 
 /// What the workers of one process share.
@@ -77,6 +84,8 @@ pub struct Shared<'a> {
     pub graph: &'a Graph,
     /// Data clustering.
     pub partition: &'a Partition,
+    /// The bucket schedule, when the run uses it instead of `partition`.
+    pub buckets: Option<&'a Buckets>,
     /// Known triples for filtered ranking.
     pub filter: &'a Filter,
     /// Training settings.
@@ -108,6 +117,8 @@ pub struct Shared<'a> {
     pub sampler: SamplerId,
     /// Its scheme (for the report).
     pub scheme: Scheme,
+    /// Progress bars and per-epoch lines (rank 0).
+    pub console: Console,
 }
 
 /// The per-epoch figures and, on global worker 0, the cluster counters.
@@ -167,19 +178,41 @@ impl Shared<'_> {
             hyper,
             plan: self.plan,
             sampler: self.sampler,
+            buckets: self.buckets,
         };
         let mut step = Step::default();
         let mut sampled_total = [0u64; 2];
         let mut intent_total = [0u64; intents::COUNTERS];
         let mut intents_before = [0u64; intents::COUNTERS];
         let mut epochs = Vec::new();
-        let mine = self.partition.triples[gid as usize].len() as u64;
+        let mut local_fraction = LocalFraction::default();
+        let mut last_loss = None;
+        let mine = match self.buckets {
+            Some(b) => b.triples_of(gid as usize),
+            None => self.partition.triples[gid as usize].len(),
+        } as u64;
+        // The bar counts the cluster's triples: worker 0's progress stands for every worker's.
+        let all = self.graph.train.len() as u64;
         for epoch in self.start.epoch + 1..=self.epochs {
             worker.barrier()?;
             let clock = Stopwatch::start();
             let cpu_start = process_cpu_micros();
-            let bar = progress(worker, mine, &format!("kge epoch {epoch}/{}", self.epochs));
-            let sum = epoch_runner.run(worker, gid, epoch, &mut step, |k| bar.inc(k))?;
+            let bar = self
+                .console
+                .bar(worker, all, (epoch, self.epochs), last_loss);
+            let scale = all as f64 / mine.max(1) as f64;
+            let mut done = 0u64;
+            let advance = |k: u64| {
+                done += k;
+                bar.set_position((done as f64 * scale) as u64);
+            };
+            let sum = match self.buckets {
+                Some(b) => {
+                    let last = epoch == self.epochs;
+                    epoch_runner.run_buckets(b, worker, gid, epoch, last, &mut step, advance)?
+                }
+                None => epoch_runner.run(worker, gid, epoch, &mut step, advance)?,
+            };
             worker.barrier()?;
             let seconds = clock.seconds();
             let cpu = process_cpu_micros().saturating_sub(cpu_start);
@@ -201,11 +234,17 @@ impl Shared<'_> {
             }
             let evaluate_now =
                 epoch == self.epochs || (self.eval_every > 0 && epoch % self.eval_every == 0);
+            last_loss = Some(totals.loss);
             let mut row = json!({
                 "epoch": epoch, "seconds": seconds, "loss": totals.loss,
                 "cpu_seconds": totals.cpu_seconds,
+                "local_fraction": local_fraction.epoch(totals.accesses),
                 "sampling": sampling::report(self.scheme, totals.sampled, totals.fallbacks),
             });
+            if self.buckets.is_some() {
+                // Drawn by the schedule from the parts held and the round's pool.
+                row["sampling"]["scheme"] = json!(BUCKETS_SCHEME);
+            }
             if self.mode.signals_intents() {
                 row["intents"] = intents::report(&totals.intents, total);
             }
@@ -220,6 +259,7 @@ impl Shared<'_> {
             }
             if gid == 0 {
                 tracing::info!("kge epoch {epoch}: {row}");
+                self.console.epoch(worker, &row, self.epochs);
                 epochs.push(row);
             }
             // AdaGrad's state is in the records; the learning rate is fixed.
@@ -231,10 +271,13 @@ impl Shared<'_> {
             let stats = self.node.stats();
             let mut mine = node_counters(&stats).to_vec();
             mine.extend(replicate::node_counters(&stats));
+            // The sums are sized for the larger of this round and the per-epoch one.
+            mine.resize(SUMS, 0);
             self.sums.contribute(worker, &mine)?;
         }
         let sums = self.sums.barrier_and_read(worker)?;
-        let (cluster, replica) = sums.split_at(CLUSTER_COUNTERS);
+        let (cluster, rest) = sums.split_at(CLUSTER_COUNTERS);
+        let replica = &rest[..replicate::COUNTERS];
         let counters = ClusterCounters::from_sums(cluster);
         Ok((gid == 0).then(|| Outcome {
             epochs,
@@ -288,7 +331,9 @@ impl Shared<'_> {
                 node.sampled,
                 node.fallbacks,
             ]);
-            counters[5..EPOCH_SUMS].copy_from_slice(&self.node_intents.take());
+            counters[5..ACCESSES_AT].copy_from_slice(&self.node_intents.take());
+            counters[ACCESSES_AT..EPOCH_SUMS]
+                .copy_from_slice(&output::access_counts(&self.node.stats()));
             self.sums.contribute(worker, &counters)?;
         }
         let totals = self.sums.barrier_and_read(worker)?;
@@ -298,6 +343,7 @@ impl Shared<'_> {
             sampled: totals[3],
             fallbacks: totals[4],
             intents: std::array::from_fn(|i| totals[5 + i]),
+            accesses: [totals[ACCESSES_AT], totals[ACCESSES_AT + 1]],
         })
     }
 

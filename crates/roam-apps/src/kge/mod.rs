@@ -9,7 +9,8 @@
 //! [`crate::sampling::default_scheme`]).
 //!
 //! Layout of this module: [`data`] (loading `--data`), [`synthetic`] (`--synthetic`),
-//! [`partition`] (data clustering by relation), [`model`] (scores, gradients, AdaGrad),
+//! [`partition`] (data clustering by relation), [`buckets`] (the bucket schedule: entity parts
+//! and rounds, `--schedule buckets`), [`model`] (scores, gradients, AdaGrad),
 //! [`train`] (one worker's updates and epochs), [`eval`] (filtered ranking), [`job`] (one
 //! worker thread's collective sequence), [`replicate`] (the keys the NuPS modes replicate).
 //! This file parses options and runs the threads.
@@ -18,6 +19,7 @@
 //! between nodes. A worker that fails ends its process (after printing the error) instead of
 //! returning: its peers would otherwise wait at the next barrier forever.
 
+pub mod buckets;
 pub mod data;
 pub mod eval;
 pub mod job;
@@ -37,6 +39,7 @@ use serde_json::json;
 
 use crate::common::{Mode, SumKeys, TrainReport};
 use crate::sampling::App;
+use buckets::Schedule;
 use data::Graph;
 use model::{Model, ModelKind};
 
@@ -99,6 +102,18 @@ pub struct Args {
     /// `roam_apps::intents::KGE_AHEAD_TRIPLES`).
     #[arg(long)]
     pub intent_ahead: Option<usize>,
+    /// How the training triples are spread over workers and time: `relation` (each worker
+    /// trains the triples of its relations, Lapse's data clustering) or `buckets` (entities
+    /// in 2W parts, each epoch in 2W − 1 rounds in which each worker trains the triples among
+    /// the two parts it holds, negatives drawn from those parts: PyTorch-BigGraph's schedule;
+    /// modes that signal intents only; docs/workloads-kge.md, "Bucket schedule").
+    #[arg(long, value_enum, default_value = "relation")]
+    pub schedule: Schedule,
+    /// `--schedule buckets`: each round also draws negatives from a pool of entities of the
+    /// other parts, this many times as many as the worker holds, pulled when the round starts
+    /// and written back when it ends (0: negatives from the two parts held only).
+    #[arg(long, default_value_t = 1.0)]
+    pub bucket_pool: f64,
     /// Lapse mode: localize the entities of the triple this many triples ahead (0: never).
     #[arg(long, default_value_t = 1)]
     pub localize_ahead: usize,
@@ -136,6 +151,9 @@ pub struct Args {
     /// Checkpoints and resuming.
     #[command(flatten)]
     pub checkpoint: crate::checkpointing::Options,
+    /// Output: report, JSON, plot.
+    #[command(flatten)]
+    pub output: crate::output::OutputArgs,
 }
 
 impl Args {
@@ -170,6 +188,20 @@ impl Args {
             self.intent_ahead.is_none() || self.mode.signals_intents(),
             "--intent-ahead applies to mode adapm, not {}",
             self.mode.name()
+        );
+        ensure!(
+            self.schedule != Schedule::Buckets || self.mode.signals_intents(),
+            "--schedule buckets needs a mode that signals intents (adapm), not {}",
+            self.mode.name()
+        );
+        ensure!(
+            self.intent_ahead.is_none() || self.schedule == Schedule::Relation,
+            "--intent-ahead applies to --schedule relation (buckets signal a round ahead)"
+        );
+        ensure!(
+            self.bucket_pool.is_finite() && self.bucket_pool >= 0.0,
+            "--bucket-pool must be a number ≥ 0, not {}",
+            self.bucket_pool
         );
         ensure!(
             self.intent_ahead != Some(0),
@@ -211,8 +243,9 @@ struct Report<'a> {
     sampling: serde_json::Value,
 }
 
-/// Trains on this node (rank 0 prints the report).
-pub fn run(args: &Args) -> anyhow::Result<()> {
+/// Trains on this node; rank 0 outputs the report ([`crate::output::OutputArgs`]) and
+/// returns it.
+pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     args.validate()?;
     let graph = args.load()?;
     let model = Model {
@@ -231,6 +264,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Config::per_key(lengths)
     };
     cfg.workers_per_node = args.workers_per_node;
+    if args.schedule == Schedule::Buckets {
+        cfg.share_sync_every = buckets::SHARE_SYNC_EVERY;
+    }
     // Negatives: uniform over the entity keys 0..ne (all of one value length, 2 × entity_len).
     let scheme = crate::sampling::resolve(App::Kge, args.mode, args.sampling);
     let entities = Distribution::uniform(Support::range(0..u64::from(graph.num_entities)))
@@ -244,6 +280,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
+    args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg)?;
     ensure!(
         start.epoch < args.epochs,
@@ -252,8 +289,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.epochs
     );
     let node = args.mode.start(cfg).context("starting the roam node")?;
+    args.output.start(node.rank())?;
     let workers = node.num_nodes() * node.workers_per_node();
     let partition = partition::by_relation(&graph.train, graph.num_relations, workers);
+    let buckets = (args.schedule == Schedule::Buckets)
+        .then(|| buckets::Buckets::new(&graph.train, graph.num_entities, workers));
+    let scheme_name = match buckets {
+        Some(_) => buckets::BUCKETS_SCHEME.to_string(),
+        None => scheme.to_string(),
+    };
     let filter = eval::Filter::new(graph.all());
     let hyper = train::Hyper {
         model,
@@ -274,6 +318,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             0
         },
         seed: args.seed,
+        bucket_pool: args.bucket_pool,
         update: args.update,
         init_range: args.init_range,
     };
@@ -281,6 +326,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         node: &node,
         graph: &graph,
         partition: &partition,
+        buckets: buckets.as_ref(),
         filter: &filter,
         hyper,
         mode: args.mode,
@@ -300,6 +346,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         plan: &plan,
         sampler,
         scheme,
+        console: crate::output::Console::new(&args.output, "mrr", "triples"),
     };
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<job::Outcome>> {
         let handles = node
@@ -327,8 +374,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         Ok(outcome)
     })?;
+    let mut value = None;
     if let Some(outcome) = outcome {
-        let per_worker: Vec<usize> = partition.triples.iter().map(Vec::len).collect();
+        let per_worker: Vec<usize> = match &buckets {
+            Some(b) => (0..workers as usize).map(|w| b.triples_of(w)).collect(),
+            None => partition.triples.iter().map(Vec::len).collect(),
+        };
         let replication = args.mode.replicates().then(|| {
             replicate::report(
                 &plan,
@@ -356,6 +407,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 "localize_ahead": hyper.localize_ahead,
                 "localize_batch": hyper.localize_batch,
                 "intent_ahead": hyper.intent_ahead,
+                "schedule": args.schedule.name(),
+                "bucket_pool": args.bucket_pool,
                 "pushes_in_flight": hyper.pushes_in_flight,
                 "seed": args.seed,
                 "entities": graph.num_entities,
@@ -366,7 +419,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 "eval_max": args.eval_max,
                 "triples_per_worker": per_worker,
                 "replication": replication,
-                "sampling": scheme.to_string(),
+                "sampling": scheme_name,
             }),
             intents: args
                 .mode
@@ -376,15 +429,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let [sampled, fallbacks] = outcome.sampled;
         let line = Report {
             report: &report,
-            sampling: crate::sampling::report(scheme, sampled, fallbacks),
+            sampling: {
+                let mut report = crate::sampling::report(scheme, sampled, fallbacks);
+                report["scheme"] = json!(scheme_name);
+                report
+            },
         };
-        println!(
-            "{}",
-            serde_json::to_string(&line).context("serialising the report")?
-        );
+        let report = serde_json::to_value(&line).context("serialising the report")?;
+        args.output.finish(&report)?;
+        value = Some(report);
     }
-    node.shutdown()?;
-    Ok(())
+    args.output.trace(&node)?;
+    let stats = node.shutdown()?;
+    args.output.node_stats(&stats)?;
+    Ok(value)
 }
 
 #[cfg(test)]

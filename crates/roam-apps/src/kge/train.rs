@@ -38,6 +38,9 @@
 //! queue, and an intent for its s, r, o and negatives at the clock it will train at; roam moves
 //! them here shortly before. When the triple trains its negatives are read with an ordinary
 //! pull, alongside the pull of s, o and r.
+//!
+//! Under `--schedule buckets` the epoch is `buckets.rs`'s instead: rounds of entity parts, one
+//! intent per round, negatives from the parts held and a pool ([`Negatives::Pooled`]).
 
 use std::collections::VecDeque;
 
@@ -46,6 +49,7 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use roam::{Key, SampleHandle, SamplerId, Ticket, Worker};
 
+use super::buckets::Buckets;
 use super::data::{Graph, Triple};
 use super::model::{Model, adagrad_apply, adagrad_delta, axpy, dot, logistic};
 use super::partition::Partition;
@@ -81,6 +85,9 @@ pub struct Hyper {
     pub pushes_in_flight: usize,
     /// adapm mode: triples of look-ahead for intents (0: no intents, the other modes).
     pub intent_ahead: usize,
+    /// The bucket schedule's pool of global negatives per round, as a multiple of the
+    /// entities a worker holds (`buckets.rs`).
+    pub bucket_pool: f64,
 }
 
 /// Where the negatives of a positive come from.
@@ -89,6 +96,34 @@ pub enum Negatives<'a> {
     Sample(&'a mut SampleHandle),
     /// Drawn earlier (adapm: when the positive's intent was signalled), read with a pull.
     Drawn(&'a [Key]),
+    /// Drawn earlier; those in the pool are read from it and their updates summed into it
+    /// (the bucket schedule's global negatives, `buckets.rs`), the rest pulled and pushed.
+    Pooled(&'a [Key], &'a mut Pool),
+}
+
+/// Copies of keys held elsewhere, read once and written back once (a bucket round's global
+/// negatives): values as pulled plus this worker's updates since, and the sum of those
+/// updates.
+#[derive(Debug, Default)]
+pub struct Pool {
+    /// The keys, and where each one's values start in `values` and `deltas`.
+    pub index: std::collections::HashMap<Key, usize>,
+    /// The keys in pull order.
+    pub keys: Vec<Key>,
+    /// Their values.
+    pub values: Vec<f32>,
+    /// The updates made to them, summed.
+    pub deltas: Vec<f32>,
+}
+
+impl Pool {
+    /// Empties the pool.
+    pub fn clear(&mut self) {
+        self.index.clear();
+        self.keys.clear();
+        self.values.clear();
+        self.deltas.clear();
+    }
 }
 
 /// How the 1 + 2N scored triples of a positive are turned into one push per key.
@@ -220,6 +255,11 @@ pub struct Step {
     slot_h: Vec<usize>,
     neg_keys: Vec<Key>,
     neg_vals: Vec<f32>,
+    fetch_keys: Vec<Key>,
+    fetch_at: Vec<usize>,
+    fetch_vals: Vec<f32>,
+    push_keys: Vec<Key>,
+    push_deltas: Vec<f32>,
     q: Vec<f32>,
     p: Vec<f32>,
     u: Vec<f32>,
@@ -265,7 +305,7 @@ impl Step {
         hyper: &Hyper,
         graph: &Graph,
         t: Triple,
-        negatives: Negatives<'_>,
+        mut negatives: Negatives<'_>,
         sum: &mut LossSum,
     ) -> anyhow::Result<Ticket<'w>> {
         let model = hyper.model;
@@ -283,7 +323,7 @@ impl Step {
         {
             // Both reads in flight at once: s, o and r, and the negatives.
             let positive = worker.pull(&self.keys, &mut self.vals)?;
-            let negatives = match negatives {
+            let pending = match &mut negatives {
                 _ if n == 0 => None,
                 Negatives::Sample(sample) => {
                     Some(worker.pull_sample(sample, &mut self.neg_keys, &mut self.neg_vals)?)
@@ -292,9 +332,34 @@ impl Step {
                     self.neg_keys.copy_from_slice(keys);
                     Some(worker.pull(&self.neg_keys, &mut self.neg_vals)?)
                 }
+                Negatives::Pooled(keys, pool) => {
+                    self.neg_keys.copy_from_slice(keys);
+                    self.fetch_keys.clear();
+                    self.fetch_at.clear();
+                    let len = 2 * e;
+                    for (i, &key) in keys.iter().enumerate() {
+                        match pool.index.get(&key) {
+                            Some(&at) => self.neg_vals[i * len..(i + 1) * len]
+                                .copy_from_slice(&pool.values[at..at + len]),
+                            None => {
+                                self.fetch_keys.push(key);
+                                self.fetch_at.push(i);
+                            }
+                        }
+                    }
+                    self.fetch_vals.resize(self.fetch_keys.len() * len, 0.0);
+                    Some(worker.pull(&self.fetch_keys, &mut self.fetch_vals)?)
+                }
             };
             positive.wait()?;
-            negatives.map(Ticket::wait).transpose()?;
+            pending.map(Ticket::wait).transpose()?;
+        }
+        if let Negatives::Pooled(..) = negatives {
+            let len = 2 * e;
+            for (j, &i) in self.fetch_at.iter().enumerate() {
+                self.neg_vals[i * len..(i + 1) * len]
+                    .copy_from_slice(&self.fetch_vals[j * len..(j + 1) * len]);
+            }
         }
         // Merge: a negative already in a slot (s, o, or an earlier negative) shares it, with
         // the values already there; a new one gets a slot and its sampled values.
@@ -322,7 +387,35 @@ impl Step {
         };
         sum.loss += loss;
         sum.scored += 1 + 2 * n as u64;
-        Ok(worker.push(&self.keys, &self.deltas)?)
+        let Negatives::Pooled(_, pool) = negatives else {
+            return Ok(worker.push(&self.keys, &self.deltas)?);
+        };
+        // Updates of pooled keys stay in the pool until the round writes it back.
+        self.push_keys.clear();
+        self.push_deltas.clear();
+        for (i, &key) in self.keys.iter().enumerate() {
+            let from = self.offsets[i];
+            let to = self.offsets.get(i + 1).copied().unwrap_or(self.end);
+            match pool.index.get(&key) {
+                Some(&at) => {
+                    // Into the copy too, so the next reads see this update (as a replica).
+                    let span = at..at + (to - from);
+                    for ((d, v), x) in pool.deltas[span.clone()]
+                        .iter_mut()
+                        .zip(&mut pool.values[span])
+                        .zip(&self.deltas[from..to])
+                    {
+                        *d += x;
+                        *v += x;
+                    }
+                }
+                None => {
+                    self.push_keys.push(key);
+                    self.push_deltas.extend_from_slice(&self.deltas[from..to]);
+                }
+            }
+        }
+        Ok(worker.push(&self.push_keys, &self.push_deltas)?)
     }
 
     /// Gradients of all scored triples from the pulled values, summed per key, then one
@@ -482,6 +575,8 @@ pub struct Epoch<'a> {
     pub plan: &'a Plan,
     /// The sampler of negatives: uniform over the entity keys.
     pub sampler: SamplerId,
+    /// The bucket schedule, when the run uses it (`buckets.rs`) instead of `partition`.
+    pub buckets: Option<&'a Buckets>,
 }
 
 /// The prepared samples of an epoch: one handle per batch of positives, in order.
@@ -694,7 +789,10 @@ impl Epoch<'_> {
 }
 
 /// Waits for finished pushes, and for the oldest while more than `limit` are in flight.
-fn retire_pushes(pending: &mut VecDeque<Ticket<'_>>, limit: usize) -> anyhow::Result<()> {
+pub(super) fn retire_pushes(
+    pending: &mut VecDeque<Ticket<'_>>,
+    limit: usize,
+) -> anyhow::Result<()> {
     while pending.front().is_some_and(|t| t.is_finished()) || pending.len() > limit {
         if let Some(t) = pending.pop_front() {
             t.wait()?;
@@ -705,7 +803,7 @@ fn retire_pushes(pending: &mut VecDeque<Ticket<'_>>, limit: usize) -> anyhow::Re
 
 /// Ends an epoch: waits for its last pushes and adds the worker's sampling counts since
 /// `before` (negatives drawn, `local` fallbacks) to its sums.
-fn end_epoch(
+pub(super) fn end_epoch(
     pending: VecDeque<Ticket<'_>>,
     counters: &roam_core::stats::WorkerCounters,
     before: [u64; 2],

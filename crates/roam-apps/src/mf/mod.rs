@@ -40,6 +40,7 @@ use serde_json::json;
 use crate::checkpointing;
 use crate::common::{self, ClusterCounters, Mode, Stopwatch, SumKeys, TrainReport};
 use crate::intents::{self, NodeIntents};
+use crate::output::{self, Console, LocalFraction, OutputArgs};
 use crate::replication;
 use data::Ratings;
 use synthetic::Spec;
@@ -95,6 +96,9 @@ pub struct Args {
     /// Checkpoints and resuming.
     #[command(flatten)]
     pub checkpoint: checkpointing::Options,
+    /// Output: report, JSON, plot.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 impl Args {
@@ -153,10 +157,13 @@ impl Args {
 
 /// Counters summed over the cluster after every epoch: [`train::SUMS`], then the epoch's CPU
 /// microseconds (each node's worker 0 measures its process around the epoch), then the
-/// epoch's intent counters ([`crate::intents`]).
-const EPOCH_SUMS: usize = train::SUMS + 1 + intents::COUNTERS;
+/// epoch's intent counters ([`crate::intents`]), then the cumulative (local, all) key
+/// accesses ([`output::access_counts`]).
+const EPOCH_SUMS: usize = train::SUMS + 1 + intents::COUNTERS + 2;
 /// Where the intent counters start in the per-epoch sums.
 const INTENTS_AT: usize = train::SUMS + 1;
+/// Where the access counts start in the per-epoch sums.
+const ACCESSES_AT: usize = INTENTS_AT + intents::COUNTERS;
 
 /// Counters summed over the cluster at the end: the cluster counters, then the replication
 /// counters.
@@ -171,8 +178,8 @@ type Outcome = Option<(
     [u64; intents::COUNTERS],
 )>;
 
-/// Trains on this node (rank 0 prints the report).
-pub fn run(args: &Args) -> anyhow::Result<()> {
+/// Trains on this node; rank 0 outputs the report ([`OutputArgs`]) and returns it.
+pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     args.validate()?;
     let (ratings, dataset) = args.load()?;
     ensure!(
@@ -194,6 +201,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
+    args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg)?;
     ensure!(
         start.epoch < args.epochs,
@@ -202,6 +210,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.epochs
     );
     let node = args.mode.start(cfg).context("starting the roam node")?;
+    args.output.start(node.rank())?;
     let parts = node.num_nodes() * node.workers_per_node();
     let mut layout = Layout::new(ratings.rows, ratings.cols, dim, parts, args.seed);
     layout.keep_local(&plan.keys);
@@ -221,6 +230,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "baseline_test_rmse": ratings.test_rmse_of_constant(mean),
         "loss": "online: sum over the epoch of (r - mean - w.h)^2 + lambda(|w|^2 + |h|^2), each before its update",
     });
+    let train_points = ratings.train.len() as u64;
     let mut shares = distribute(
         &ratings,
         &layout,
@@ -252,6 +262,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         counter_sums,
         plan: &plan,
         start: &start,
+        console: Console::new(&args.output, "test_rmse", "points"),
+        train_points,
     };
     let workers = node.workers().context("taking the node's workers")?;
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Outcome> {
@@ -276,13 +288,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         Ok(outcome)
     })?;
+    let mut report = None;
     if let Some((epochs, counters, replica_sums, intent_sums)) = outcome {
         let mut settings = settings;
         if args.mode.replicates() {
             settings["replication"] =
                 replicate::report(&plan, &args.replication, &replica_sums, node.num_nodes());
         }
-        TrainReport {
+        let value = TrainReport {
             app: "mf",
             mode: args.mode.name(),
             nodes: node.num_nodes(),
@@ -296,10 +309,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .signals_intents()
                 .then(|| intents::report(&intent_sums, u64::from(parts))),
         }
-        .print();
+        .to_value();
+        args.output.finish(&value)?;
+        report = Some(value);
     }
-    node.shutdown().context("shutting the node down")?;
-    Ok(())
+    args.output.trace(&node)?;
+    let stats = node.shutdown().context("shutting the node down")?;
+    args.output.node_stats(&stats)?;
+    Ok(report)
 }
 
 /// Splits the training and test points among this node's workers (global ids
@@ -360,6 +377,9 @@ struct Shared<'a> {
     counter_sums: SumKeys,
     plan: &'a replicate::Plan,
     start: &'a checkpointing::Start,
+    console: Console,
+    /// Training points in the whole matrix (what the progress bar counts).
+    train_points: u64,
 }
 
 impl Shared<'_> {
@@ -373,9 +393,12 @@ impl Shared<'_> {
         // A resumed run's parameters (and bold-driver state) come from the checkpoint.
         trainer.init(!self.start.resumed)?;
         trainer.replay_shuffles(self.start.epoch);
-        let (first, done) = (self.start.epoch, args.epochs - self.start.epoch);
-        let bar = common::progress(worker, u64::from(done * self.layout.parts), "mf");
+        let first = self.start.epoch;
         let mut lr = self.start.f32("lr_bits").unwrap_or(args.lr);
+        let mut local_fraction = LocalFraction::default();
+        // All `parts` workers train at once, on blocks of about the same size: worker 0's
+        // points times `parts` stand for the cluster's.
+        let parts = u64::from(self.layout.parts);
         let mut previous: Option<f64> = self.start.f64("previous_bits");
         let mut records = Vec::new();
         let mut intent_total = [0u64; intents::COUNTERS];
@@ -384,7 +407,14 @@ impl Shared<'_> {
             let clock = Stopwatch::start();
             let cpu_start = common::process_cpu_micros();
             let last = epoch + 1 == args.epochs;
-            let online = trainer.epoch(epoch, lr, last, || bar.inc(1))?;
+            let bar = self.console.bar(
+                worker,
+                self.train_points,
+                (epoch + 1, args.epochs),
+                previous,
+            );
+            let online = trainer.epoch(epoch, lr, last, |n| bar.inc(n * parts))?;
+            bar.finish_and_clear();
             let seconds = clock.seconds();
             let cpu = common::process_cpu_micros().saturating_sub(cpu_start);
             let evaluate = last || (args.eval_every > 0 && (epoch + 1) % args.eval_every == 0);
@@ -407,6 +437,7 @@ impl Shared<'_> {
                 let mut sums = self.node_sums.take().to_vec();
                 sums.push(cpu);
                 sums.extend(self.node_intents.take());
+                sums.extend(output::access_counts(&self.node.stats()));
                 self.loss_sums.contribute(worker, &sums)?;
             }
             let sums = self.loss_sums.barrier_and_read(worker)?;
@@ -425,8 +456,9 @@ impl Shared<'_> {
                 "epoch": epoch + 1, "seconds": seconds, "loss": objective, "lr": short(lr),
                 "online_rmse": rmse(sums[0], sums[2]),
                 "cpu_seconds": common::micros_to_seconds(sums[train::SUMS]),
+                "local_fraction": local_fraction.epoch([sums[ACCESSES_AT], sums[ACCESSES_AT + 1]]),
             });
-            let epoch_intents = &sums[INTENTS_AT..];
+            let epoch_intents = &sums[INTENTS_AT..ACCESSES_AT];
             for (i, (t, e)) in intent_total.iter_mut().zip(epoch_intents).enumerate() {
                 // Counts add up over the epochs; the window is the latest.
                 *t = if i + 1 == intents::COUNTERS {
@@ -443,7 +475,7 @@ impl Shared<'_> {
                 record["test_rmse"] = json!(rmse(sums[6], sums[7]));
                 record["eval_seconds"] = json!(eval_seconds);
             }
-            bar.set_message(format!("loss {objective:.4e} lr {lr:.3e}"));
+            self.console.epoch(worker, &record, args.epochs);
             records.push(record);
             if let Some(prev) = previous {
                 lr *= if objective < prev { 1.05 } else { 0.5 };
@@ -455,7 +487,6 @@ impl Shared<'_> {
             });
             args.checkpoint.after_epoch(worker, epoch + 1, state)?;
         }
-        bar.finish_and_clear();
         worker.barrier()?;
         if worker.id() == 0 {
             let stats = self.node.stats();

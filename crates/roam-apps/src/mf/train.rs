@@ -451,14 +451,14 @@ impl<'a> Trainer<'a> {
     }
 
     /// One epoch: `P` sub-epochs, each ending with a barrier (with `sync_replicas` in the
-    /// NuPS modes). `tick` is called after each. `last`: no epoch follows (adapm mode signals
-    /// no intent beyond it).
+    /// NuPS modes). `tick` is called after each chunk with its number of points (progress).
+    /// `last`: no epoch follows (adapm mode signals no intent beyond it).
     pub fn epoch(
         &mut self,
         epoch: u32,
         lr: f32,
         last: bool,
-        mut tick: impl FnMut(),
+        mut tick: impl FnMut(u64),
     ) -> anyhow::Result<Loss> {
         let parts = self.layout.parts;
         let order = schedule::stratum_order(self.hyper.seed, epoch, parts);
@@ -478,7 +478,7 @@ impl<'a> Trainer<'a> {
             }
             let mut points = std::mem::take(&mut self.data.train[q as usize]);
             self.shuffle(&mut points, epoch, q);
-            let result = self.block(&points, q, lr, next, &mut tickets);
+            let result = self.block(&points, (q, next), lr, &mut tickets, &mut tick);
             self.data.train[q as usize] = points;
             let loss = result?;
             total.sse += loss.sse;
@@ -497,19 +497,18 @@ impl<'a> Trainer<'a> {
                 self.worker.advance_clock();
             }
             drop(tickets);
-            tick();
         }
         Ok(total)
     }
 
-    /// Runs the chunk pipeline over `points` of block `(p, q)`.
+    /// Runs the chunk pipeline over `points` of block `(p, q)`; `next` is the next block.
     fn block(
         &mut self,
         points: &[Point],
-        q: u32,
+        (q, next): (u32, u32),
         lr: f32,
-        next: u32,
         tickets: &mut Vec<Ticket<'a>>,
+        tick: &mut dyn FnMut(u64),
     ) -> anyhow::Result<Loss> {
         let mut total = Loss::default();
         if points.is_empty() {
@@ -563,6 +562,7 @@ impl<'a> Trainer<'a> {
             }
             std::mem::swap(&mut cur, &mut nxt);
             done += chunks[k].len();
+            tick(chunks[k].len() as u64);
             if hyper.intents {
                 worker.advance_clock();
             }

@@ -206,6 +206,9 @@ pub struct Args {
     /// Checkpoints and resuming.
     #[command(flatten)]
     pub checkpoint: crate::checkpointing::Options,
+    /// Output: report, JSON, plot.
+    #[command(flatten)]
+    pub output: crate::output::OutputArgs,
 }
 
 impl Args {
@@ -358,7 +361,7 @@ impl Args {
 }
 
 /// Trains on this node (rank 0 prints the report).
-pub fn run(args: &Args) -> anyhow::Result<()> {
+pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     args.validate()?;
     let (raw, dataset) = load(args)?;
     let split = raw.heldout_start(args.heldout)?;
@@ -468,6 +471,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     cfg.replica_sync_every = Duration::from_secs_f64(sync_ms / 1e3);
     let sync_every = cfg.replica_sync_every;
+    args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg)?;
     ensure!(
         start.epoch < args.epochs,
@@ -476,6 +480,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.epochs
     );
     let node = args.mode.start(cfg).context("starting the node")?;
+    args.output.start(node.rank())?;
     let partitioning = args.mode.partitioning();
     let evaluator = (node.rank() == 0).then(|| {
         Evaluator::new(
@@ -523,6 +528,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         start: &start,
         negatives,
         evaluator: evaluator.as_ref(),
+        console: crate::output::Console::new(&args.output, headline, "words"),
     };
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<train::Outcome>> {
         let handles: Vec<_> = node
@@ -553,6 +559,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         Ok(outcome)
     })?;
+    let mut report = None;
     if let Some(outcome) = outcome {
         let ev = evaluator.as_ref();
         let replication = args.mode.replicates().then(|| {
@@ -593,7 +600,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         if let (Some(ev), serde_json::Value::Object(m)) = (ev, &mut settings) {
             m.extend(ev.benchmark_settings());
         }
-        TrainReport {
+        let value = TrainReport {
             app: "w2v",
             mode: args.mode.name(),
             nodes: node.num_nodes(),
@@ -607,10 +614,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .signals_intents()
                 .then(|| crate::intents::report(&outcome.intents, workers as u64)),
         }
-        .print();
+        .to_value();
+        args.output.finish(&value)?;
+        report = Some(value);
     }
-    node.shutdown()?;
-    Ok(())
+    args.output.trace(&node)?;
+    let stats = node.shutdown()?;
+    args.output.node_stats(&stats)?;
+    Ok(report)
 }
 
 /// Reads or generates the corpus; returns it with its name for the report.

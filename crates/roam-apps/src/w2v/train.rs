@@ -55,9 +55,7 @@ use super::eval::{Embeddings, Evaluator};
 use super::replication::{self, Replicated};
 use super::sgns::{Offsets, Params, Plan, SentenceStats, Sigmoid, train_batch};
 use super::vocab::{KeyMap, UnigramTable};
-use crate::common::{
-    CLUSTER_COUNTERS, ClusterCounters, Stopwatch, SumKeys, node_counters, progress,
-};
+use crate::common::{CLUSTER_COUNTERS, ClusterCounters, Stopwatch, SumKeys, node_counters};
 use crate::intents::{self, NodeIntents};
 
 /// Training counters summed over the cluster each epoch, before the cluster counters.
@@ -114,6 +112,8 @@ pub struct Job<'a> {
     pub negatives: SamplerId,
     /// The metrics (rank 0 only).
     pub evaluator: Option<&'a Evaluator>,
+    /// Progress bars and per-epoch lines (rank 0).
+    pub console: crate::output::Console,
 }
 
 /// What global worker 0 returns: per-epoch reports and the run's cluster counters.
@@ -597,7 +597,11 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     };
 
     let first = job.start.epoch;
-    let bar = progress(w, (my_words * f64::from(a.epochs - first)) as u64, "w2v");
+    // The bar counts the cluster's words: worker 0's progress stands for every worker's.
+    let all_words = job.sentences.words.len() as u64;
+    let scale = all_words as f64 / my_words.max(1.0);
+    let mut local_fraction = crate::output::LocalFraction::default();
+    let mut last_loss = None;
     // The learning rate decays with the words processed: a resumed run has done `first`
     // epochs of them.
     let mut processed = my_words * f64::from(first);
@@ -611,6 +615,8 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let mut sampling_before = crate::sampling::worker_counts(&w.counters());
     for epoch in first + 1..=a.epochs {
         let clock = Stopwatch::start();
+        let bar = job.console.bar(w, all_words, (epoch, a.epochs), last_loss);
+        let mut done = 0f64;
         let mut stats = SentenceStats::default();
         let mut alpha = a.lr;
         if job.intents {
@@ -628,7 +634,8 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
                 stats += st.train_plan(job, p, alpha, &sig)?;
                 debug_assert_eq!(st.plan.raw_words, job.sentences.words_in(batch.clone()));
                 processed += st.plan.raw_words as f64;
-                bar.inc(st.plan.raw_words as u64);
+                done += st.plan.raw_words as f64;
+                bar.set_position((done * scale) as u64);
                 w.advance_clock();
             }
         } else if let Some(first) = batches.first() {
@@ -643,10 +650,12 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
                 stats += st.train_plan(job, p, alpha, &sig)?;
                 debug_assert_eq!(st.plan.raw_words, job.sentences.words_in(batch.clone()));
                 processed += st.plan.raw_words as f64;
-                bar.inc(st.plan.raw_words as u64);
+                done += st.plan.raw_words as f64;
+                bar.set_position((done * scale) as u64);
             }
         }
         st.drain()?;
+        bar.finish_and_clear();
         let sampling = crate::sampling::worker_counts(&w.counters());
         job.node_sums.add(&[
             (stats.loss * LOSS_SCALE).round() as u64,
@@ -733,11 +742,18 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         }
         if gid == 0 {
             let (loss, pairs) = (sums[0] as f64 / LOSS_SCALE, sums[1]);
+            let loss = if pairs > 0 {
+                loss / pairs as f64
+            } else {
+                f64::NAN
+            };
+            last_loss = Some(loss);
             let mut row = json!({
                 "epoch": epoch,
                 "seconds": seconds,
                 "cpu_seconds": cpu_seconds,
-                "loss": if pairs > 0 { loss / pairs as f64 } else { f64::NAN },
+                "loss": loss,
+                "local_fraction": local_fraction.epoch([sums[TRAIN_COUNTERS], sums[TRAIN_COUNTERS + 1]]),
                 "pairs": pairs,
                 "negatives": sums[2],
                 "words": sums[4],
@@ -751,13 +767,12 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             if let Value::Object(m) = &mut row {
                 m.extend(metrics);
             }
-            bar.println(format!("epoch {epoch}: {row}"));
+            job.console.epoch(w, &row, a.epochs);
             epochs.push(row);
         }
         a.checkpoint
             .after_epoch(w, epoch, serde_json::Value::Null)?;
     }
-    bar.finish_and_clear();
     Ok((gid == 0).then_some(Outcome {
         epochs,
         counters,

@@ -875,7 +875,7 @@ mod tests {
             .collect();
         assert_eq!(
             line[line.iter().position(|a| a == "train").unwrap()..].join(" "),
-            "train w2v --mode lapse --epochs 1 --data /d/gcide/corpus.txt --eval-dir \
+            "train w2v --mode lapse --epochs 1 --json --data /d/gcide/corpus.txt --eval-dir \
              /d/gensim-eval --heldout 0 --eval-every 0"
         );
         // `--epochs` applies to every workload.

@@ -532,7 +532,7 @@ fn node_points<T>(
 }
 
 /// A tick label for a value shown on a log axis (`v` is its log10): two significant digits.
-fn log_label(v: f64) -> String {
+pub(crate) fn log_label(v: f64) -> String {
     let x = 10f64.powf(v);
     if x >= 1e4 {
         format!("{:.0}k", x / 1e3)
@@ -546,7 +546,7 @@ fn log_label(v: f64) -> String {
 
 /// The range of `values` widened by 8 % of its span (at least `min_pad`) each way; (0, 1) when
 /// there are none.
-fn fit(values: &[f64], min_pad: f64) -> (f64, f64) {
+pub(crate) fn fit(values: &[f64], min_pad: f64) -> (f64, f64) {
     if values.is_empty() {
         return (0.0, 1.0);
     }

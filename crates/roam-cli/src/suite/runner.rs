@@ -21,7 +21,8 @@ use super::record::{self, Counters, RunRecord, Status};
 const TERM_GRACE: Duration = Duration::from_secs(15);
 
 /// The child's command line: `EXE launch --nodes N --workers-per-node T --profile P --
-/// EXE train APP --mode M --epochs E ARGS... [--sampling S]`.
+/// EXE train APP --mode M --epochs E --json ARGS... [--sampling S]` (`--json`: the report and
+/// every node's counters on stdout, which the record is read from).
 pub(crate) fn command_line(exe: &Path, spec: &RunSpec) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![exe.into()];
     for a in [
@@ -44,6 +45,7 @@ pub(crate) fn command_line(exe: &Path, spec: &RunSpec) -> Vec<OsString> {
         spec.mode.name(),
         "--epochs",
         &spec.epochs.to_string(),
+        "--json",
     ] {
         args.push(a.into());
     }

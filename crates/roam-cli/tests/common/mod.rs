@@ -1,5 +1,6 @@
 //! Helpers shared by the multi-process tests: run `roam` (or `roam launch -- roam ...`) and read
-//! the JSON lines it prints.
+//! the JSON lines it prints (training jobs are run with `--json`, which prints the report and
+//! every node's counters on stdout).
 #![allow(dead_code, unreachable_pub)]
 
 use std::process::{Command, Output};
@@ -9,9 +10,19 @@ pub fn roam() -> &'static str {
     env!("CARGO_BIN_EXE_roam")
 }
 
-/// Runs `roam launch --nodes N --workers-per-node T -- roam ARGS...`, asserting success;
-/// returns stdout.
+/// `args` with `--json` added when they run a training job (`train APP ...`).
+pub fn with_json<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut args = args.to_vec();
+    if args.first() == Some(&"train") {
+        args.push("--json");
+    }
+    args
+}
+
+/// Runs `roam launch --nodes N --workers-per-node T -- roam ARGS...` (with `--json` for a
+/// training job), asserting success; returns stdout.
 pub fn launch(nodes: u32, workers: u32, args: &[&str]) -> String {
+    let args = &with_json(args)[..];
     let out: Output = Command::new(roam())
         .args([
             "launch",
@@ -28,8 +39,10 @@ pub fn launch(nodes: u32, workers: u32, args: &[&str]) -> String {
     check(out, args)
 }
 
-/// Runs `roam ARGS...` directly (one process), asserting success; returns stdout.
+/// Runs `roam ARGS...` directly (one process, with `--json` for a training job), asserting
+/// success; returns stdout.
 pub fn run(args: &[&str]) -> String {
+    let args = &with_json(args)[..];
     let out = Command::new(roam())
         .args(args)
         .output()

@@ -69,6 +69,7 @@ impl Node {
                 continue;
             };
             add(&self.counters.shares_in, 1);
+            self.traced(key, from, now, crate::trace::Change::Replicated);
             add(
                 &self.counters.share_wait_ns,
                 now.0.saturating_sub(transit.since.0),

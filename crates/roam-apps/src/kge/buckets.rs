@@ -1,0 +1,402 @@
+//! The bucket schedule (PyTorch-BigGraph's, as a DSGD schedule for graphs): entities split
+//! into `2W` parts for `W` workers, the training triples into buckets by the parts of their
+//! head and tail, and each epoch into `2W − 1` rounds in which every worker trains the
+//! triples among the two parts it holds — no part is used by two workers in a round.
+//!
+//! Why: a KGE triple reads two entities and 2N negatives drawn from all entities, so under
+//! per-triple intents every entity is wanted by every node within any window and the system
+//! can only replicate or bounce it (AdaPM 8× `single`'s CPU at 2 nodes, 22× at 4, on the
+//! quick graph). With buckets an entity is used by one worker for a whole round and moves
+//! once per round (`W·(2W−1)` part hand-overs an epoch, like MF's column blocks), negatives are
+//! drawn from the two parts the worker holds (PBG's same-partition negatives: local reads),
+//! and only the relations, used everywhere at once, are shared.
+//!
+//! Invariants of [`Buckets::new`]: every training triple is in exactly one (round, worker);
+//! in each round the workers' part pairs are disjoint and cover all parts; every pair of
+//! distinct parts meets in exactly one round (the circle method of round-robin tournaments),
+//! and a triple with both ends in one part goes to one of that part's rounds, in turn; parts
+//! balance the entities' degrees (largest first, each to the lightest part); the result
+//! depends only on the triples, the entity count and `W`.
+
+use std::collections::VecDeque;
+
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use roam::{Key, Ticket, Worker};
+
+use super::data::Triple;
+use super::train::{
+    Epoch, LossSum, Negatives, Pool, Step, end_epoch, mix, relation_key, retire_pushes,
+};
+
+/// The name reports give the bucket schedule's negatives (uniform over the two parts held
+/// and the round's pool), in place of a sampling scheme's.
+pub const BUCKETS_SCHEME: &str = "buckets";
+
+/// The share-sync period of runs on this schedule (roam's default is 10 ms). Under buckets
+/// only the relations and the parts being handed over are shared, so a round costs little,
+/// and a part's next user reads it right after the barrier that ends its last user's round:
+/// with 10 ms it read values up to a period old. Measured on the quick graph, 10 epochs at 4
+/// nodes under 10gbe, 3 runs each: MRR 0.166 (0.165–0.202) with 10 ms, 0.213 (0.188–0.237)
+/// with 1 ms (`docs/workloads-kge.md`, "Bucket schedule").
+pub const SHARE_SYNC_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// How the training triples are spread over workers and time (`--schedule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Schedule {
+    /// Each worker trains the triples of its relations (`partition.rs`), in one pass.
+    Relation,
+    /// Entities in 2W parts, each round a disjoint pair of parts per worker (`buckets.rs`).
+    Buckets,
+}
+
+impl Schedule {
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Relation => "relation",
+            Self::Buckets => "buckets",
+        }
+    }
+}
+
+/// The schedule of one cluster shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buckets {
+    /// `members[p]`: the entities of part `p`, ascending.
+    pub members: Vec<Vec<u32>>,
+    /// `part_of[e]`: the part of entity `e`.
+    pub part_of: Vec<u32>,
+    /// `pairs[r][w]`: the two parts global worker `w` holds in round `r`.
+    pub pairs: Vec<Vec<[u32; 2]>>,
+    /// `triples[r][w]`: indices into the training triples that worker `w` trains in round
+    /// `r`, in file order.
+    pub triples: Vec<Vec<Vec<u32>>>,
+    /// `relations[r][w]`: the relations of those triples, ascending.
+    pub relations: Vec<Vec<Vec<u32>>>,
+}
+
+impl Buckets {
+    /// The schedule of `train` (entity ids `< num_entities`) for `workers` workers.
+    pub fn new(train: &[Triple], num_entities: u32, workers: u32) -> Self {
+        let workers = workers.max(1) as usize;
+        let parts = 2 * workers;
+        let mut degree = vec![0u64; num_entities as usize];
+        for t in train {
+            degree[t.s as usize] += 1;
+            degree[t.o as usize] += 1;
+        }
+        let mut by_degree: Vec<u32> = (0..num_entities).collect();
+        by_degree.sort_by_key(|&e| (std::cmp::Reverse(degree[e as usize]), e));
+        let (mut load, mut size) = (vec![0u64; parts], vec![0usize; parts]);
+        let mut part_of = vec![0u32; num_entities as usize];
+        for e in by_degree {
+            // Lightest by degree, then by entity count (isolated entities spread evenly too).
+            let p = (0..parts)
+                .min_by_key(|&p| (load[p], size[p], p))
+                .unwrap_or(0);
+            load[p] += degree[e as usize];
+            size[p] += 1;
+            part_of[e as usize] = p as u32;
+        }
+        let mut members = vec![Vec::new(); parts];
+        for (e, &p) in part_of.iter().enumerate() {
+            members[p as usize].push(e as u32);
+        }
+        let pairs = round_robin(parts);
+        let rounds = pairs.len();
+        // Where each pair of parts meets: (round, worker).
+        let mut meets = vec![(0usize, 0usize); parts * parts];
+        for (r, round) in pairs.iter().enumerate() {
+            for (w, &[a, b]) in round.iter().enumerate() {
+                meets[a as usize * parts + b as usize] = (r, w);
+                meets[b as usize * parts + a as usize] = (r, w);
+            }
+        }
+        // A part's own triples go to its rounds in turn.
+        let rounds_of: Vec<Vec<(usize, usize)>> = (0..parts)
+            .map(|p| {
+                (0..parts)
+                    .filter(|&q| q != p)
+                    .map(|q| meets[p * parts + q])
+                    .collect()
+            })
+            .collect();
+        let mut turn = vec![0usize; parts];
+        let mut triples = vec![vec![Vec::new(); workers]; rounds];
+        let mut relations = vec![vec![Vec::new(); workers]; rounds];
+        for (i, t) in train.iter().enumerate() {
+            let (a, b) = (
+                part_of[t.s as usize] as usize,
+                part_of[t.o as usize] as usize,
+            );
+            let (r, w) = if a != b {
+                meets[a * parts + b]
+            } else {
+                let at = rounds_of[a][turn[a] % rounds_of[a].len()];
+                turn[a] += 1;
+                at
+            };
+            triples[r][w].push(i as u32);
+            relations[r][w].push(t.r);
+        }
+        for round in &mut relations {
+            for rels in round {
+                rels.sort_unstable();
+                rels.dedup();
+            }
+        }
+        Self {
+            members,
+            part_of,
+            pairs,
+            triples,
+            relations,
+        }
+    }
+
+    /// Rounds per epoch.
+    pub fn rounds(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// The triples global worker `w` trains in an epoch, over all rounds.
+    pub fn triples_of(&self, w: usize) -> usize {
+        self.triples.iter().map(|round| round[w].len()).sum()
+    }
+}
+
+impl Epoch<'_> {
+    /// The epoch of global worker `gid` under the bucket schedule (adapm: intents per round).
+    /// Round `r` trains from clock `c` to `c + n` (`n` triples, one tick each), then a barrier
+    /// and one more tick; its keys — the two parts and the round's relations — are wanted for
+    /// exactly that range. Each round signals the next one's intent (the last one the next
+    /// epoch's first, unless `last_epoch`), so roam moves the parts while the rounds run.
+    ///
+    /// Negatives are drawn uniformly from the entities held and the round's *pool*: as many
+    /// entities again (× [`Hyper::bucket_pool`]) drawn uniformly from the other parts, pulled
+    /// once when the round starts and written back once when it ends (their updates summed
+    /// meanwhile; pushes add, so nothing is lost, and a pooled value is at most one round
+    /// old). Without a pool every negative of a triple comes from its own two parts, and its
+    /// ranking against the rest is never trained: on the quick graph after 10 epochs at 4
+    /// nodes the MRR was 0.158 (0.149–0.191) without and 0.213 (0.188–0.237) with a pool as
+    /// large as the parts held (`docs/workloads-kge.md`, "Bucket schedule").
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_buckets(
+        &self,
+        buckets: &Buckets,
+        worker: &Worker,
+        gid: u32,
+        epoch: u32,
+        last_epoch: bool,
+        step: &mut Step,
+        mut tick: impl FnMut(u64),
+    ) -> anyhow::Result<LossSum> {
+        let (hyper, graph) = (&self.hyper, self.graph);
+        let w = gid as usize;
+        let per = 2 * hyper.neg_ratio;
+        let entity_len = 2 * hyper.model.entity_len();
+        let mut rng =
+            SmallRng::seed_from_u64(mix(mix(hyper.seed, u64::from(gid)), u64::from(epoch)));
+        let counters = worker.counters();
+        let [sampled_before, fallbacks_before] = crate::sampling::worker_counts(&counters);
+        let mut keys: Vec<Key> = Vec::new();
+        let mut signal = |r: usize, start: u64| -> anyhow::Result<()> {
+            let n = buckets.triples[r][w].len() as u64;
+            if n == 0 {
+                return Ok(());
+            }
+            keys.clear();
+            for &p in &buckets.pairs[r][w] {
+                keys.extend(buckets.members[p as usize].iter().map(|&e| u64::from(e)));
+            }
+            keys.extend(
+                buckets.relations[r][w]
+                    .iter()
+                    .map(|&rel| relation_key(graph, rel)),
+            );
+            worker.intent(&keys, start, start + n)?;
+            Ok(())
+        };
+        let mut start = worker.current_clock();
+        if epoch == 1 {
+            signal(0, start)?;
+        }
+        let mut sum = LossSum::default();
+        let mut drawn = 0u64;
+        let mut pending: VecDeque<Ticket<'_>> = VecDeque::new();
+        let mut candidates: Vec<Key> = Vec::new();
+        let mut negatives: Vec<Key> = vec![0; per];
+        let mut pool = Pool::default();
+        for r in 0..buckets.rounds() {
+            let mut order = buckets.triples[r][w].clone();
+            let next = start + order.len() as u64 + 1;
+            if r + 1 < buckets.rounds() {
+                signal(r + 1, next)?;
+            } else if !last_epoch {
+                signal(0, next)?;
+            }
+            order.shuffle(&mut rng);
+            candidates.clear();
+            let held = buckets.pairs[r][w];
+            for &p in &held {
+                candidates.extend(buckets.members[p as usize].iter().map(|&e| u64::from(e)));
+            }
+            pool.clear();
+            if !order.is_empty() && per > 0 {
+                let others = graph.num_entities as usize - candidates.len();
+                let size = ((candidates.len() as f64 * hyper.bucket_pool) as usize).min(others);
+                while pool.keys.len() < size {
+                    let e = rng.random_range(0..graph.num_entities);
+                    let key = u64::from(e);
+                    if !held.contains(&buckets.part_of[e as usize])
+                        && !pool.index.contains_key(&key)
+                    {
+                        pool.index.insert(key, pool.keys.len() * entity_len);
+                        pool.keys.push(key);
+                    }
+                }
+                pool.values.resize(pool.keys.len() * entity_len, 0.0);
+                pool.deltas.resize(pool.keys.len() * entity_len, 0.0);
+                worker.pull(&pool.keys, &mut pool.values)?.wait()?;
+                candidates.extend_from_slice(&pool.keys);
+            }
+            let mut since_tick = 0;
+            for &triple in &order {
+                for slot in &mut negatives {
+                    *slot = candidates[rng.random_range(0..candidates.len())];
+                }
+                drawn += per as u64;
+                let t = graph.train[triple as usize];
+                let push = step.run(
+                    worker,
+                    hyper,
+                    graph,
+                    t,
+                    Negatives::Pooled(&negatives, &mut pool),
+                    &mut sum,
+                )?;
+                pending.push_back(push);
+                retire_pushes(&mut pending, hyper.pushes_in_flight)?;
+                worker.advance_clock();
+                since_tick += 1;
+                if since_tick == 256 {
+                    tick(since_tick);
+                    since_tick = 0;
+                }
+            }
+            tick(since_tick);
+            if !pool.keys.is_empty() {
+                pending.push_back(worker.push(&pool.keys, &pool.deltas)?);
+            }
+            // The round's updates land before its parts go to their next users.
+            retire_pushes(&mut pending, 0)?;
+            worker.barrier()?;
+            worker.advance_clock();
+            start = next;
+        }
+        let mut sum = end_epoch(pending, &counters, [sampled_before, fallbacks_before], sum)?;
+        // Drawn by the app from the parts held and the pool (no sampler), counted as the
+        // sampler's draws would be.
+        sum.sampled += drawn;
+        Ok(sum)
+    }
+}
+
+/// The circle method: `parts` (even) teams, `parts − 1` rounds of `parts / 2` disjoint pairs,
+/// every pair of distinct teams once.
+fn round_robin(parts: usize) -> Vec<Vec<[u32; 2]>> {
+    let fixed = parts - 1;
+    (0..fixed)
+        .map(|r| {
+            let mut round = vec![[r as u32, fixed as u32]];
+            for k in 1..parts / 2 {
+                let a = (r + k) % fixed;
+                let b = (r + fixed - k) % fixed;
+                round.push([a as u32, b as u32]);
+            }
+            round
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    #[test]
+    fn every_triple_once_and_no_part_held_twice_in_a_round() {
+        let seed = 11;
+        println!("seed {seed}");
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let ne = 300;
+        // Skewed entity degrees, as in real graphs.
+        let mut entity = || ((rng.random::<f64>().powi(3)) * f64::from(ne)) as u32;
+        let train: Vec<Triple> = (0..6_000)
+            .map(|_| Triple::new(entity(), 0, entity()))
+            .collect();
+        for workers in [1u32, 2, 3, 4, 8] {
+            let b = Buckets::new(&train, ne, workers);
+            let parts = 2 * workers as usize;
+            assert_eq!(b.rounds(), parts - 1);
+            let part_of: Vec<usize> = {
+                let mut p = vec![usize::MAX; ne as usize];
+                for (i, m) in b.members.iter().enumerate() {
+                    for &e in m {
+                        assert_eq!(p[e as usize], usize::MAX, "entity {e} in two parts");
+                        p[e as usize] = i;
+                    }
+                }
+                assert!(p.iter().all(|&x| x != usize::MAX), "every entity in a part");
+                p
+            };
+            let mut met = HashSet::new();
+            let mut seen = vec![0u32; train.len()];
+            for (r, round) in b.pairs.iter().enumerate() {
+                let held: HashSet<u32> = round.iter().flatten().copied().collect();
+                assert_eq!(
+                    held.len(),
+                    parts,
+                    "round {r}: disjoint pairs over all parts"
+                );
+                for (w, &[x, y]) in round.iter().enumerate() {
+                    assert!(met.insert((x.min(y), x.max(y))), "pair met twice");
+                    for &i in &b.triples[r][w] {
+                        seen[i as usize] += 1;
+                        let t = train[i as usize];
+                        let ends = [part_of[t.s as usize] as u32, part_of[t.o as usize] as u32];
+                        assert!(
+                            ends.iter().all(|p| *p == x || *p == y),
+                            "triple {i} in round {r} of worker {w} reads a part it lacks"
+                        );
+                        assert!(b.relations[r][w].binary_search(&t.r).is_ok());
+                    }
+                }
+            }
+            assert_eq!(met.len(), parts * (parts - 1) / 2, "every pair meets");
+            assert!(seen.iter().all(|&c| c == 1), "each triple exactly once");
+            let total: usize = (0..workers as usize).map(|w| b.triples_of(w)).sum();
+            assert_eq!(total, train.len());
+            assert_eq!(b, Buckets::new(&train, ne, workers), "deterministic");
+        }
+    }
+
+    #[test]
+    fn parts_balance_degrees() {
+        // A star: entity 0 in every triple, the rest once each.
+        let train: Vec<Triple> = (1..=400).map(|e| Triple::new(0, 0, e)).collect();
+        let b = Buckets::new(&train, 401, 2);
+        let sizes: Vec<usize> = b.members.iter().map(Vec::len).collect();
+        // The hub alone carries 400 of the 800 endpoint uses: its part gets no other entity
+        // until the others are as heavy.
+        let hub = b.members.iter().position(|m| m.contains(&0)).unwrap();
+        assert!(sizes[hub] <= 2, "hub part {sizes:?}");
+        assert!(sizes.iter().sum::<usize>() == 401);
+    }
+}

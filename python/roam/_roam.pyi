@@ -1,5 +1,6 @@
 """Type stubs of the extension module ``roam._roam`` (re-exported by ``roam``)."""
 
+import os
 from types import TracebackType
 from typing import Any, Literal, Protocol, Sequence, TypeAlias
 
@@ -108,6 +109,10 @@ class Node:
             ``"relocate-only"`` and ``"replicate-only"`` are the ablations.
         share_sync_every: seconds between the sync rounds of keys replicated by intent
             (default: roam's).
+        restore_from: start from the checkpoint in this directory (written by
+            :meth:`Worker.checkpoint`, on any number of nodes): each node loads the keys it is
+            home of. A damaged checkpoint, or one of another key space, raises ``StartError``
+            naming the file.
 
     Raises:
         StartError: invalid key space, cluster configuration, missing token, rendezvous or
@@ -148,6 +153,7 @@ class Node:
         intent_timing: Literal["timed", "immediate"] = "timed",
         intent_techniques: Literal["all", "relocate-only", "replicate-only"] = "all",
         share_sync_every: float | None = None,
+        restore_from: str | os.PathLike[str] | None = None,
     ) -> None: ...
     @property
     def rank(self) -> int:
@@ -324,6 +330,12 @@ class Worker:
     def sync_replicas(self) -> None:
         """A collective like :meth:`barrier`: when it returns, every push issued before it by
         any worker of any node is in every replica of the replicated keys."""
+    def checkpoint(self, path: str | os.PathLike[str], epoch: int = 0) -> None:
+        """Writes a checkpoint of every node into directory ``path`` (reachable by every node):
+        a collective like :meth:`barrier` holding every push issued before it by any worker and
+        none after. Each node writes a safetensors shard (tensors ``keys`` (uint64) and
+        ``values`` (float32, one row per key; per-key lengths add ``offsets``)), rank 0 a
+        ``manifest.json`` last. Raises ``OpError`` if writing fails."""
     def prepare_sample(
         self, sampler: int, n: int, start: int | None = None, end: int | None = None
     ) -> Sample:

@@ -14,6 +14,7 @@
 //! `anyhow` is used here because these are applications (their errors end up printed by the
 //! `roam` binary), not library code.
 
+pub mod checkpointing;
 pub mod common;
 pub mod intents;
 pub mod kge;

@@ -345,3 +345,72 @@ fn malformed_input_fails_with_file_and_line() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run resumed from a checkpoint continues at the next epoch with the same learning rate
+/// and point order: with one worker (no asynchrony) its epochs are the uninterrupted run's,
+/// bit for bit; and a 2-node lapse checkpoint resumes on 3 nodes and keeps training.
+#[test]
+fn a_resumed_run_continues_where_the_checkpoint_was_taken() {
+    let dir = std::env::temp_dir().join(format!("roam-mf-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let base = [
+        "train",
+        "mf",
+        "--mode",
+        "single",
+        "--workers",
+        "1",
+        "--synthetic",
+        SYNTHETIC,
+    ];
+    fn args(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    let with = |extra: &[&str]| -> Vec<String> {
+        base.iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    let full = report(&run(&args(&with(&["--epochs", "4"]))));
+    let first = with(&[
+        "--epochs",
+        "2",
+        "--checkpoint-dir",
+        d,
+        "--checkpoint-every",
+        "2",
+    ]);
+    run(&args(&first));
+    let resumed = report(&run(&args(&with(&["--epochs", "4", "--resume", d]))));
+    let numbers = |r: &Value| -> Vec<(u64, f64, f64)> {
+        epochs(r)
+            .iter()
+            .map(|e| {
+                let f = |k: &str| e[k].as_f64().unwrap();
+                (e["epoch"].as_u64().unwrap(), f("loss"), f("lr"))
+            })
+            .collect()
+    };
+    assert_eq!(numbers(&resumed), numbers(&full)[2..], "epochs 3 and 4");
+    // Into another node count: 2 lapse nodes checkpoint, 3 resume.
+    let lapse = |extra: &[&str]| -> Vec<String> {
+        ["train", "mf", "--mode", "lapse", "--synthetic", SYNTHETIC]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    launch(
+        2,
+        1,
+        &args(&lapse(&["--epochs", "2", "--checkpoint-dir", d])),
+    );
+    let more = report(&launch(
+        3,
+        1,
+        &args(&lapse(&["--epochs", "4", "--resume", d])),
+    ));
+    let l = losses(&more);
+    assert_eq!(epochs(&more)[0]["epoch"].as_u64(), Some(3), "{more}");
+    assert!(l.len() == 2 && l[1] < l[0], "training goes on: {l:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -82,6 +82,7 @@ impl Node {
         }
         self.arrive_if_complete();
         self.flush_replicas_if_all_arrived();
+        self.start_cut_if_all_arrived();
     }
 
     /// Whether `worker` was retired.
@@ -190,6 +191,8 @@ impl Node {
             self.answer(op, 0);
             self.settle(op);
         }
+        let now = self.clock;
+        self.thaw(now);
     }
 
     /// A peer is lost: no barrier can complete any more.

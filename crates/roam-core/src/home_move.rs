@@ -56,6 +56,13 @@ enum Requester {
     Membership,
 }
 
+impl MoveRequest {
+    /// Whether a worker asked for it (and waits for it).
+    fn requested(&self) -> bool {
+        matches!(self.requester, Requester::Local(_) | Requester::Remote(..))
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct MoveRequest {
     requester: Requester,
@@ -143,6 +150,23 @@ impl Node {
         self.moves.current.is_some()
     }
 
+    /// At the coordinator: whether a move a worker asked for is queued (it runs even during a
+    /// checkpoint cut, which waits for it).
+    pub(crate) fn requested_moves_queued(&self) -> bool {
+        self.moves.queue.iter().any(MoveRequest::requested)
+    }
+
+    /// Puts the first queued move a worker asked for at the head of the queue; false if none.
+    fn requested_move_first(&mut self) -> bool {
+        let Some(at) = self.moves.queue.iter().position(MoveRequest::requested) else {
+            return false;
+        };
+        if let Some(request) = self.moves.queue.remove(at) {
+            self.moves.queue.push_front(request);
+        }
+        true
+    }
+
     /// At the coordinator: every bucket's home once the move in flight and the queued ones
     /// are done (what joins and drains plan against).
     pub(crate) fn projected_homes(&self) -> Vec<NodeId> {
@@ -197,6 +221,11 @@ impl Node {
         // A move that finishes without running may be a join's or a drain's last: the member
         // change it enables gets its turn before the next move.
         while !self.membership_turn(now) && self.moves.current.is_none() {
+            // During a checkpoint cut only moves a worker asked for run (it waits for them:
+            // holding them back would deadlock the cut); the balancer's wait for the thaw.
+            if self.is_frozen() && !self.requested_move_first() {
+                return;
+            }
             let Some(request) = self.moves.queue.pop_front() else {
                 return;
             };

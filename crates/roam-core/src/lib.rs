@@ -34,6 +34,7 @@
 pub mod access;
 pub mod balance;
 mod barrier;
+mod checkpoint;
 pub mod directory;
 mod drain;
 pub mod error;

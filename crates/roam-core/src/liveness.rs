@@ -135,6 +135,7 @@ impl Node {
         self.share_handle_timeout(now);
         self.defer_handle_timeout(now);
         self.load_handle_timeout(now);
+        self.recheck_cut();
         let Some(liveness) = self.cfg.liveness else {
             return;
         };

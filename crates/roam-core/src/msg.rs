@@ -279,6 +279,16 @@ pub enum Msg<'a> {
         /// The collective's generation.
         generation: u64,
     },
+    /// Checkpoint cut: the sender is flushed and quiet (to the coordinator).
+    CutQuiet {
+        /// The cut's generation.
+        generation: u64,
+    },
+    /// Checkpoint cut: every member is quiet (from the coordinator).
+    CutRelease {
+        /// The cut's generation.
+        generation: u64,
+    },
     /// A member's view of its peers' response times (see `load.rs`).
     LoadReport {
         /// Operations of the sender's workers that completed through the protocol in the
@@ -660,6 +670,14 @@ impl<'a> Msg<'a> {
             Kind::ReplicaFlushed => {
                 control(0)?;
                 Self::ReplicaFlushed { generation: h.aux }
+            }
+            Kind::CutQuiet => {
+                control(0)?;
+                Self::CutQuiet { generation: h.aux }
+            }
+            Kind::CutRelease => {
+                control(0)?;
+                Self::CutRelease { generation: h.aux }
             }
             Kind::BucketKeys => Self::BucketKeys {
                 bucket: bucket(h.aux)?,

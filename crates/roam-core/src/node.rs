@@ -195,6 +195,7 @@ pub(crate) enum OpKind {
     MoveHome,
     SyncReplicas,
     Drain,
+    Checkpoint,
 }
 
 /// An operation of a local worker waiting for answers.
@@ -290,6 +291,8 @@ pub struct Node {
     /// Lost peers in the order they were lost, and whether each left cleanly (goodbye).
     lost_order: Vec<(NodeId, bool)>,
     pub(crate) barriers: Barriers,
+    /// The checkpoint cut (`checkpoint.rs`).
+    pub(crate) cut: crate::checkpoint::Cut,
     warnings: VecDeque<Warning>,
     /// Placement records of the buckets this node is home of.
     pub(crate) records: HashMap<u32, BucketRecords>,
@@ -376,6 +379,7 @@ impl Node {
             outbox: VecDeque::new(),
             completions: VecDeque::new(),
             barriers: Barriers::default(),
+            cut: Default::default(),
             warnings: VecDeque::new(),
             transit: HashMap::default(),
             cache: HashMap::default(),
@@ -991,6 +995,8 @@ impl Node {
             } => self.handle_replica_values(now, from, ack, Time(since_ns), keys, values),
             Msg::ReplicaFlush { generation } => self.handle_replica_flush(from, generation),
             Msg::ReplicaFlushed { generation } => self.handle_replica_flushed(from, generation),
+            Msg::CutQuiet { generation } => self.handle_cut_quiet(from, generation),
+            Msg::CutRelease { generation } => self.handle_cut_release(from, generation),
             Msg::LoadReport { ops, peers, values } => {
                 self.handle_load_report(from, ops, peers, values)
             }
@@ -1003,6 +1009,8 @@ impl Node {
             Msg::Member(msg) => self.handle_member_msg(now, from, msg),
             Msg::Heartbeat | Msg::Goodbye => {}
         }
+        // A landing key or a finished move may be what a checkpoint cut waits for.
+        self.recheck_cut();
     }
 
     /// A frame that does not decode as its kind: a request is refused as a whole to the node
@@ -1066,6 +1074,7 @@ impl Node {
             return;
         }
         self.fail_barriers(peer);
+        self.fail_cut();
         // Tell every other node, so that no one waits for a barrier or a key that depends on
         // the lost node without knowing it (the loss may be of one link only).
         let others: Vec<NodeId> = self
@@ -1088,7 +1097,7 @@ impl Node {
             .pending
             .iter()
             .filter(|(_, p)| {
-                p.kind == OpKind::SyncReplicas
+                matches!(p.kind, OpKind::SyncReplicas | OpKind::Checkpoint)
                     || (p.kind != OpKind::Barrier && (anywhere || p.first_hops.contains(&peer)))
             })
             .map(|(&op, _)| op)

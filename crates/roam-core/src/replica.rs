@@ -293,6 +293,31 @@ impl Replicas {
         Some(at as u32)
     }
 
+    /// The keys this node is the hub of, in key order, with their primaries (a checkpoint's
+    /// copy of the replicated keys: the set is small, hot keys only).
+    pub(crate) fn hub_primaries(&self, space: &KeySpace) -> Vec<(Key, Vec<f32>)> {
+        let mut out = Vec::new();
+        for (pos, &key) in self.keys.iter().enumerate() {
+            let at = self.primary_at[pos];
+            if at != NOT_HUB {
+                out.push((key, self.primary[at..at + space.len(key)].to_vec()));
+            }
+        }
+        out
+    }
+
+    /// Sets `key`'s primary if this node is its hub (a restore); false if `key` is not
+    /// replicated.
+    pub(crate) fn restore_primary(&mut self, key: Key, value: &[f32]) -> bool {
+        let Some(&pos) = self.index.get(&key) else {
+            return false;
+        };
+        if self.primary_at[pos as usize] != NOT_HUB {
+            self.primary_mut(pos, value.len()).copy_from_slice(value);
+        }
+        true
+    }
+
     /// The primary of position `pos` (this node is its hub).
     fn primary_mut(&mut self, pos: u32, len: usize) -> &mut [f32] {
         let at = self.primary_at[pos as usize];

@@ -131,6 +131,11 @@ pub enum Kind {
     /// An owner no intent wants any more offers its sole, busy sharer the keys (positions:
     /// generations): the sharer, if it still wants them, drops its replica and localizes.
     Promote = 44,
+    /// Checkpoint cut: the sender is flushed and nothing moves towards it (`aux`: the cut's
+    /// generation); to the coordinator.
+    CutQuiet = 45,
+    /// Checkpoint cut: every member is quiet (`aux`: generation); from the coordinator.
+    CutRelease = 46,
 }
 
 impl Kind {
@@ -180,6 +185,8 @@ impl Kind {
             42 => Self::Leave,
             43 => Self::Revoke,
             44 => Self::Promote,
+            45 => Self::CutQuiet,
+            46 => Self::CutRelease,
             _ => return None,
         })
     }

@@ -270,6 +270,7 @@ impl PyNode {
         intent_timing = "timed",
         intent_techniques = "all",
         share_sync_every = None,
+        restore_from = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -299,6 +300,7 @@ impl PyNode {
         intent_timing: &str,
         intent_techniques: &str,
         share_sync_every: Option<f64>,
+        restore_from: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
@@ -371,6 +373,7 @@ impl PyNode {
         if let Some(every) = share_sync_every {
             cfg.share_sync_every = seconds("share_sync_every", every)?;
         }
+        cfg.restore_from = restore_from;
         let samplers = cfg.samplers.clone();
         let allocation = cfg.allocation.name();
         let handle = py

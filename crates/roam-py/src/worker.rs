@@ -702,6 +702,36 @@ impl PyWorker {
         self.collective(py, roam::Worker::sync_replicas)
     }
 
+    /// Writes a checkpoint of every node into directory `path` (shared by every node), noting
+    /// `epoch` in its manifest: a collective like `barrier` that holds every push issued before
+    /// it by any worker and none issued after. Each node writes a safetensors shard (`keys`,
+    /// `values`; per-key lengths add `offsets`), rank 0 the manifest last; restore with
+    /// `Node(restore_from=path)` on any number of nodes. Blocks with the GIL released.
+    #[pyo3(signature = (path, epoch = 0))]
+    fn checkpoint(&self, py: Python<'_>, path: std::path::PathBuf, epoch: u64) -> PyResult<()> {
+        self.cell.check_open()?;
+        let cell = &self.cell;
+        // Errors become Python exceptions only once the GIL is held again.
+        let (result, released) = py.detach(|| {
+            let mut released = Released::new();
+            let mut reg = cell.lock.lock();
+            let result = WorkerCell::finish_all(&mut reg, &mut released)
+                .map_err(Ok)
+                .and_then(|()| {
+                    reg.worker
+                        .checkpoint_with(&path, epoch, serde_json::Value::Null)
+                        .map_err(|err| Err(err.to_string()))
+                });
+            drop(reg);
+            (result, released)
+        });
+        drop(released);
+        result.map_err(|err| match err {
+            Ok((err, signed)) => errors::op_error(&err, signed),
+            Err(msg) => errors::op_error_msg(msg),
+        })
+    }
+
     /// Starts drawing `n` samples from sampler `sampler` (its index in
     /// `Node(samplers=[...])`) and returns the `Sample` to draw them from with `pull_sample`.
     /// Under `preloc` the keys are drawn now and under `pool` taken from the node's pool; the

@@ -52,6 +52,9 @@ pub enum OpKind {
     SyncReplicas,
     /// A drain of a node (reads and writes nothing).
     Drain,
+    /// A checkpoint cut (reads and writes nothing; the node's holdings are snapshot when it
+    /// completes there: [`crate::Sim::checkpoints`]).
+    Checkpoint,
 }
 
 /// How an operation ended.
@@ -118,6 +121,7 @@ impl OpRecord {
             | OpKind::Localize
             | OpKind::MoveHome
             | OpKind::SyncReplicas
+            | OpKind::Checkpoint
             | OpKind::Drain => &[],
         };
         split_per_key(&self.keys, input, space)

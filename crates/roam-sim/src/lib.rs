@@ -77,5 +77,5 @@ pub use config::SimConfig;
 pub use history::{Fault, FaultRecord, History, OpKind, OpRecord, Outcome, Stamp};
 pub use net::LinkStats;
 pub use seed::{for_each_seed, seeds};
-pub use sim::{Choice, Sim, SimError, Warning};
+pub use sim::{Choice, Sim, SimError, Snapshot, Warning};
 pub use worker::{Op, SampleStats, WorkerRef};

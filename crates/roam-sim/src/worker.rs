@@ -114,6 +114,14 @@ pub enum Op {
     /// blocking; like [`Op::Barrier`] it does not wait for this worker's asynchronous ops. Fails
     /// with `PeerGone` once a peer is lost.
     SyncReplicas,
+    /// `Node::issue_checkpoint_cut`: a collective of every worker of every node; when it
+    /// completes at a node, the simulator takes that node's snapshot (its owned records and,
+    /// as hub, its replicated keys' primaries: what the real shell writes, see
+    /// [`crate::Sim::checkpoints`]). Like the shell, scripts follow it with [`Op::Barrier`] on
+    /// every worker (nothing is pushed before every node has its snapshot; the barrier thaws
+    /// the node), and precede it with [`Op::WaitAll`]. Fails with `PeerGone` once a peer is
+    /// lost.
+    Checkpoint,
     /// Block until every op this worker issued has completed.
     WaitAll,
     /// Pause for this many virtual nanoseconds.

@@ -105,6 +105,10 @@ pub struct Config {
     pub balancer: Option<Balancer>,
     /// How long start-up may take to find and connect all peers.
     pub rendezvous_timeout: Duration,
+    /// Start from the checkpoint in this directory (see [`crate::checkpoint`]): each node
+    /// loads the keys its directory homes at it, from a checkpoint of any node count. A
+    /// damaged or mismatched checkpoint fails the start. Set by [`Config::restore_from`].
+    pub restore_from: Option<std::path::PathBuf>,
     /// Bounds on received frames.
     pub limits: Limits,
     /// Keys replicated on every node (NuPS): read and pushed locally everywhere, synchronised
@@ -259,6 +263,7 @@ impl Config {
             emulate_latency_us: None,
             peer_timeout: Duration::from_secs(5),
             rendezvous_timeout: Duration::from_secs(60),
+            restore_from: None,
             limits: Limits::default(),
             replicated_keys: Vec::new(),
             replica_sync_every: DEFAULT_REPLICA_SYNC_EVERY,
@@ -274,6 +279,12 @@ impl Config {
             print_stats: true,
             trace_allocation: false,
         }
+    }
+
+    /// Starts from the checkpoint in `dir` (see [`Config::restore_from`]).
+    pub fn restore_from(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.restore_from = Some(dir.into());
+        self
     }
 
     /// Replicates `keys` on every node (see [`Config::replicated_keys`]).

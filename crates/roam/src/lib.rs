@@ -40,6 +40,7 @@ pub mod bench;
 pub mod bench_replicas;
 pub mod cgroup;
 pub mod check;
+pub mod checkpoint;
 pub mod choose;
 pub mod cluster_env;
 pub mod config;

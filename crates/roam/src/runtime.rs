@@ -392,11 +392,15 @@ impl NodeHandle {
                 .as_nanos()
                 .clamp(1, u128::from(u64::MAX)) as u64,
         };
-        let node = if joining {
+        let mut node = if joining {
             Node::joining(node_cfg)
         } else {
             Node::new(node_cfg)
         };
+        if let Some(dir) = cfg.restore_from.as_deref().filter(|_| !joining) {
+            // Before any frame is served: on error the node is dropped unstarted.
+            crate::checkpoint::restore_into(&mut node, dir)?;
+        }
         let store = node.store().clone();
         let counters = node.counters().clone();
 

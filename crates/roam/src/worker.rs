@@ -23,6 +23,7 @@ use roam_core::{
     SampleError, SampleHandle, SamplerId, Time, UpdateMode, WorkerId,
 };
 
+use crate::checkpoint::CheckpointError;
 use crate::error::PullRefused;
 use crate::runtime::Shared;
 use crate::slot::{Fate, WorkerSlot};
@@ -581,6 +582,58 @@ impl Worker {
     /// checkpointing; between calls replicas are only eventually consistent.
     pub fn sync_replicas(&self) -> Result<(), OpError> {
         self.collective(Node::issue_sync_replicas)
+    }
+
+    /// Writes a checkpoint of every node into `dir` (see [`crate::checkpoint`]), with epoch 0.
+    /// A collective like [`Worker::barrier`]: see [`Worker::checkpoint_with`].
+    pub fn checkpoint(&self, dir: &std::path::Path) -> Result<(), CheckpointError> {
+        self.checkpoint_with(dir, 0, serde_json::Value::Null)
+    }
+
+    /// Writes a checkpoint of every node into `dir`, a directory every node can reach, noting
+    /// `epoch` (e.g. training epochs completed) in its manifest. A collective over every worker
+    /// of every node: it holds every push issued before the call on any worker and none issued
+    /// after (the core's cut: replicated keys flushed, keys in transit landed, then each node
+    /// writes what it holds). Worker 0 of each node writes the node's shard, worker 0 of rank 0
+    /// the manifest, with `app` (rank 0 worker 0's) as the application's state; when the call
+    /// returns on rank 0 without error the checkpoint exists. The previous checkpoint in
+    /// `dir` stays intact until the new manifest replaces it.
+    pub fn checkpoint_with(
+        &self,
+        dir: &std::path::Path,
+        epoch: u64,
+        app: serde_json::Value,
+    ) -> Result<(), CheckpointError> {
+        let writer = self.owner.id.0 == 0;
+        let shared = self.shared();
+        let (rank, nodes) = (shared.rank.0, shared.num_nodes);
+        let id = writer.then(|| crate::checkpoint::next_id(dir));
+        if let Some(parent) = writer.then_some(dir) {
+            std::fs::create_dir_all(parent).map_err(crate::checkpoint::io_at(parent))?;
+        }
+        self.collective(Node::issue_checkpoint_cut)?;
+        // Frozen, and no worker anywhere pushes until the barrier below: the store is the cut.
+        let written = match id {
+            Some(id) => {
+                let primaries = shared.with_node(|node, _| node.hub_primaries());
+                crate::checkpoint::write_shard(dir, id, rank, nodes, &shared.store, &primaries)
+                    .map(Some)
+            }
+            None => Ok(None),
+        };
+        // Thaws the nodes; every shard and its report are on disk once it returns.
+        self.collective(Node::issue_barrier)?;
+        // Errors wait for the last barrier: every worker must arrive there.
+        let outcome = written.and_then(|written| match (id, written, rank) {
+            (Some(id), Some(_), 0) => {
+                crate::checkpoint::finish_manifest(dir, id, epoch, app, nodes, &shared.space)
+                    .map(drop)
+            }
+            _ => Ok(()),
+        });
+        // Nobody returns before the manifest is in place.
+        self.collective(Node::issue_barrier)?;
+        outcome
     }
 
     /// Waits for this worker's operations, then issues its arrival at a collective over every

@@ -92,8 +92,13 @@ pub struct Shared<'a> {
     pub hyper: Hyper,
     /// The mode (whether to localize).
     pub mode: Mode,
-    /// Epochs to run.
+    /// Epochs to run (the last one's number).
     pub epochs: u32,
+    /// Where the run starts (a resumed run: after the checkpoint's epoch, its parameters and
+    /// AdaGrad state from it).
+    pub start: &'a crate::checkpointing::Start,
+    /// When to write checkpoints.
+    pub checkpoint: &'a crate::checkpointing::Options,
     /// Evaluate every this many epochs (0: only after the last).
     pub eval_every: u32,
     /// Also evaluate on the validation triples.
@@ -141,7 +146,9 @@ impl Shared<'_> {
         if replicates {
             self.check_same_replicas(worker)?;
         }
-        init_params(worker, self.graph, &hyper, u64::from(gid), total)?;
+        if !self.start.resumed {
+            init_params(worker, self.graph, &hyper, u64::from(gid), total)?;
+        }
         worker.barrier()?;
         if replicates {
             // The initial values of replicated keys were set at their hubs: bring them to
@@ -186,7 +193,7 @@ impl Shared<'_> {
         } as u64;
         // The bar counts the cluster's triples: worker 0's progress stands for every worker's.
         let all = self.graph.train.len() as u64;
-        for epoch in 1..=self.epochs {
+        for epoch in self.start.epoch + 1..=self.epochs {
             worker.barrier()?;
             let clock = Stopwatch::start();
             let cpu_start = process_cpu_micros();
@@ -255,6 +262,9 @@ impl Shared<'_> {
                 self.console.epoch(worker, &row, self.epochs);
                 epochs.push(row);
             }
+            // AdaGrad's state is in the records; the learning rate is fixed.
+            self.checkpoint
+                .after_epoch(worker, epoch, serde_json::Value::Null)?;
         }
 
         if worker.id() == 0 {

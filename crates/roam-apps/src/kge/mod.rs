@@ -148,6 +148,9 @@ pub struct Args {
     /// Replication (the nups modes).
     #[command(flatten)]
     pub replication: replicate::Options,
+    /// Checkpoints and resuming.
+    #[command(flatten)]
+    pub checkpoint: crate::checkpointing::Options,
     /// Output: report, JSON, plot.
     #[command(flatten)]
     pub output: crate::output::OutputArgs,
@@ -157,6 +160,7 @@ impl Args {
     fn validate(&self) -> anyhow::Result<()> {
         ensure!(self.dim >= 1, "--dim must be at least 1");
         ensure!(self.epochs >= 1, "--epochs must be at least 1");
+        self.checkpoint.validate()?;
         ensure!(
             self.eta.is_finite() && self.eta >= 0.0,
             "--eta must be a finite number >= 0, got {}",
@@ -277,6 +281,13 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
     args.output.configure(&mut cfg);
+    let start = args.checkpoint.configure(&mut cfg)?;
+    ensure!(
+        start.epoch < args.epochs,
+        "the checkpoint was taken after epoch {}; --epochs {} leaves nothing to run",
+        start.epoch,
+        args.epochs
+    );
     let node = args.mode.start(cfg).context("starting the roam node")?;
     args.output.start(node.rank())?;
     let workers = node.num_nodes() * node.workers_per_node();
@@ -320,6 +331,8 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         hyper,
         mode: args.mode,
         epochs: args.epochs,
+        start: &start,
+        checkpoint: &args.checkpoint,
         eval_every: args.eval_every,
         eval_valid: args.eval_valid,
         eval_max: args.eval_max,

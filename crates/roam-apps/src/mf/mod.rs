@@ -37,6 +37,7 @@ use anyhow::{Context, bail, ensure};
 use roam::{Config, Key, NodeHandle, Worker};
 use serde_json::json;
 
+use crate::checkpointing;
 use crate::common::{self, ClusterCounters, Mode, Stopwatch, SumKeys, TrainReport};
 use crate::intents::{self, NodeIntents};
 use crate::output::{self, Console, LocalFraction, OutputArgs};
@@ -92,6 +93,9 @@ pub struct Args {
     /// Replication (the nups modes).
     #[command(flatten)]
     pub replication: replicate::Options,
+    /// Checkpoints and resuming.
+    #[command(flatten)]
+    pub checkpoint: checkpointing::Options,
     /// Output: report, JSON, plot.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -129,6 +133,7 @@ impl Args {
             "--init-sd must be >= 0"
         );
         ensure!(self.workers != Some(0), "--workers must be at least 1");
+        self.checkpoint.validate()?;
         self.replication.validate()
     }
 
@@ -197,6 +202,13 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
     args.output.configure(&mut cfg);
+    let start = args.checkpoint.configure(&mut cfg)?;
+    ensure!(
+        start.epoch < args.epochs,
+        "the checkpoint was taken after epoch {}; --epochs {} leaves nothing to run",
+        start.epoch,
+        args.epochs
+    );
     let node = args.mode.start(cfg).context("starting the roam node")?;
     args.output.start(node.rank())?;
     let parts = node.num_nodes() * node.workers_per_node();
@@ -249,6 +261,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         loss_sums,
         counter_sums,
         plan: &plan,
+        start: &start,
         console: Console::new(&args.output, "test_rmse", "points"),
         train_points,
     };
@@ -363,6 +376,7 @@ struct Shared<'a> {
     loss_sums: SumKeys,
     counter_sums: SumKeys,
     plan: &'a replicate::Plan,
+    start: &'a checkpointing::Start,
     console: Console,
     /// Training points in the whole matrix (what the progress bar counts).
     train_points: u64,
@@ -376,17 +390,20 @@ impl Shared<'_> {
             self.check_same_replicas(worker)?;
         }
         let mut trainer = Trainer::new(worker, self.layout, share, self.hyper);
-        trainer.init()?;
-        let mut lr = args.lr;
+        // A resumed run's parameters (and bold-driver state) come from the checkpoint.
+        trainer.init(!self.start.resumed)?;
+        trainer.replay_shuffles(self.start.epoch);
+        let first = self.start.epoch;
+        let mut lr = self.start.f32("lr_bits").unwrap_or(args.lr);
         let mut local_fraction = LocalFraction::default();
         // All `parts` workers train at once, on blocks of about the same size: worker 0's
         // points times `parts` stand for the cluster's.
         let parts = u64::from(self.layout.parts);
-        let mut previous: Option<f64> = None;
+        let mut previous: Option<f64> = self.start.f64("previous_bits");
         let mut records = Vec::new();
         let mut intent_total = [0u64; intents::COUNTERS];
         let mut intents_before = [0u64; intents::COUNTERS];
-        for epoch in 0..args.epochs {
+        for epoch in first..args.epochs {
             let clock = Stopwatch::start();
             let cpu_start = common::process_cpu_micros();
             let last = epoch + 1 == args.epochs;
@@ -464,6 +481,11 @@ impl Shared<'_> {
                 lr *= if objective < prev { 1.05 } else { 0.5 };
             }
             previous = Some(objective);
+            let state = json!({
+                "lr": lr, "lr_bits": checkpointing::bits_f32(lr),
+                "previous": objective, "previous_bits": checkpointing::bits_f64(objective),
+            });
+            args.checkpoint.after_epoch(worker, epoch + 1, state)?;
         }
         worker.barrier()?;
         if worker.id() == 0 {

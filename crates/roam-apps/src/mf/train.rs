@@ -375,7 +375,7 @@ impl<'a> Trainer<'a> {
     /// Localizes (lapse) or signals the intent for (adapm) the row block and the first column
     /// block, then sets the initial values of this worker's row block and of column block `p`
     /// (each block has exactly one initialising worker). Ends with a barrier.
-    pub fn init(&self) -> anyhow::Result<()> {
+    pub fn init(&self, set_values: bool) -> anyhow::Result<()> {
         let (p, layout) = (self.p as usize, self.layout);
         let mut tickets = Vec::new();
         self.localize(&layout.w_keys[p], &mut tickets)?;
@@ -397,7 +397,12 @@ impl<'a> Trainer<'a> {
         }
         let dim = layout.dim;
         let mut vals = Vec::new();
-        for keys in [&layout.w_keys[p], &layout.h_keys[p]] {
+        let initial: &[&Vec<Key>] = if set_values {
+            &[&layout.w_keys[p], &layout.h_keys[p]]
+        } else {
+            &[]
+        };
+        for keys in initial {
             for batch in keys.chunks(INIT_BATCH) {
                 vals.resize(batch.len() * dim, 0.0);
                 for (key, out) in batch.iter().zip(vals.chunks_mut(dim)) {
@@ -420,6 +425,29 @@ impl<'a> Trainer<'a> {
         }
         drop(tickets);
         Ok(())
+    }
+
+    /// Shuffles block `q`'s points for `epoch`, from the order the previous epoch left.
+    fn shuffle(&self, points: &mut [Point], epoch: u32, q: u32) {
+        let mut rng = SmallRng::seed_from_u64(
+            self.hyper.seed ^ (u64::from(epoch) << 40) ^ (u64::from(self.p) << 20) ^ u64::from(q),
+        );
+        points.shuffle(&mut rng);
+    }
+
+    /// A resumed run: puts every block's points in the order epochs `0..epochs` left them
+    /// (each epoch shuffles the previous order), so that later epochs see the points in the
+    /// uninterrupted run's order.
+    pub fn replay_shuffles(&mut self, epochs: u32) {
+        let parts = self.layout.parts;
+        for epoch in 0..epochs {
+            for &s in &schedule::stratum_order(self.hyper.seed, epoch, parts) {
+                let q = schedule::column_block(self.p, s, parts);
+                let mut points = std::mem::take(&mut self.data.train[q as usize]);
+                self.shuffle(&mut points, epoch, q);
+                self.data.train[q as usize] = points;
+            }
+        }
     }
 
     /// One epoch: `P` sub-epochs, each ending with a barrier (with `sync_replicas` in the
@@ -449,13 +477,7 @@ impl<'a> Trainer<'a> {
                 self.intend_block(next, start)?;
             }
             let mut points = std::mem::take(&mut self.data.train[q as usize]);
-            let mut rng = SmallRng::seed_from_u64(
-                self.hyper.seed
-                    ^ (u64::from(epoch) << 40)
-                    ^ (u64::from(self.p) << 20)
-                    ^ u64::from(q),
-            );
-            points.shuffle(&mut rng);
+            self.shuffle(&mut points, epoch, q);
             let result = self.block(&points, (q, next), lr, &mut tickets, &mut tick);
             self.data.train[q as usize] = points;
             let loss = result?;

@@ -203,6 +203,9 @@ pub struct Args {
     /// Seed of every random choice (initial vectors, subsampling, windows, negatives, key map).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Checkpoints and resuming.
+    #[command(flatten)]
+    pub checkpoint: crate::checkpointing::Options,
     /// Output: report, JSON, plot.
     #[command(flatten)]
     pub output: crate::output::OutputArgs,
@@ -225,6 +228,7 @@ impl Args {
     }
 
     fn validate(&self) -> anyhow::Result<()> {
+        self.checkpoint.validate()?;
         ensure!(self.epochs >= 1, "--epochs must be at least 1");
         ensure!(self.dim >= 1, "--dim must be at least 1");
         ensure!(self.window >= 1, "--window must be at least 1");
@@ -468,6 +472,13 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     cfg.replica_sync_every = Duration::from_secs_f64(sync_ms / 1e3);
     let sync_every = cfg.replica_sync_every;
     args.output.configure(&mut cfg);
+    let start = args.checkpoint.configure(&mut cfg)?;
+    ensure!(
+        start.epoch < args.epochs,
+        "the checkpoint was taken after epoch {}; --epochs {} leaves nothing to run",
+        start.epoch,
+        args.epochs
+    );
     let node = args.mode.start(cfg).context("starting the node")?;
     args.output.start(node.rank())?;
     let partitioning = args.mode.partitioning();
@@ -514,6 +525,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         num_keys,
         localize: args.mode.localizes(),
         intents: args.mode.signals_intents(),
+        start: &start,
         negatives,
         evaluator: evaluator.as_ref(),
         console: crate::output::Console::new(&args.output, headline, "words"),

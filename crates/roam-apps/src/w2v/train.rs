@@ -106,6 +106,8 @@ pub struct Job<'a> {
     pub localize: bool,
     /// Whether this worker signals intents for its batches instead (adapm mode).
     pub intents: bool,
+    /// Where the run starts (a resumed run: after the checkpoint's epoch, vectors from it).
+    pub start: &'a crate::checkpointing::Start,
     /// The sampler of negatives (output vectors by count^neg_power).
     pub negatives: SamplerId,
     /// The metrics (rank 0 only).
@@ -550,7 +552,9 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let ahead = a.intent_ahead_batches(batch_words);
     let schedule = my_words * f64::from(a.epochs) + 1.0;
 
-    init_vectors(job, w).context("initialising the vectors")?;
+    if !job.start.resumed {
+        init_vectors(job, w).context("initialising the vectors")?;
+    }
     if job.replicates {
         // A replicated key's `set` went to its hub; this brings it into every replica.
         w.sync_replicas()
@@ -592,12 +596,15 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
         rng,
     };
 
+    let first = job.start.epoch;
     // The bar counts the cluster's words: worker 0's progress stands for every worker's.
     let all_words = job.sentences.words.len() as u64;
     let scale = all_words as f64 / my_words.max(1.0);
     let mut local_fraction = crate::output::LocalFraction::default();
     let mut last_loss = None;
-    let mut processed = 0f64;
+    // The learning rate decays with the words processed: a resumed run has done `first`
+    // epochs of them.
+    let mut processed = my_words * f64::from(first);
     let mut epochs = Vec::new();
     let mut counters = ClusterCounters::default();
     let mut replicas = Vec::new();
@@ -606,7 +613,7 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let mut cpu_before = 0.0;
     // The worker's sampling counters: negatives drawn, and `local` fallbacks among them.
     let mut sampling_before = crate::sampling::worker_counts(&w.counters());
-    for epoch in 1..=a.epochs {
+    for epoch in first + 1..=a.epochs {
         let clock = Stopwatch::start();
         let bar = job.console.bar(w, all_words, (epoch, a.epochs), last_loss);
         let mut done = 0f64;
@@ -763,6 +770,8 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             job.console.epoch(w, &row, a.epochs);
             epochs.push(row);
         }
+        a.checkpoint
+            .after_epoch(w, epoch, serde_json::Value::Null)?;
     }
     Ok((gid == 0).then_some(Outcome {
         epochs,

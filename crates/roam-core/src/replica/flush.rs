@@ -51,7 +51,8 @@ impl Node {
     }
 
     /// Every worker arrived: send every pending delta now, then a flush marker to every hub.
-    fn flush_replicas(&mut self) {
+    /// The checkpoint cut flushes the same way (its answers complete no `sync_replicas`).
+    pub(crate) fn flush_replicas(&mut self) {
         if self.replicas.sync.flushed {
             return;
         }
@@ -120,5 +121,6 @@ impl Node {
             self.answer(op, 0);
             self.settle(op);
         }
+        self.cut_flushed();
     }
 }

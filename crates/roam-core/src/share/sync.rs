@@ -43,7 +43,7 @@ impl Node {
     }
 
     /// Member: sends the pending deltas of the replicas held here to their owners.
-    fn send_share_deltas(&mut self) {
+    pub(crate) fn send_share_deltas(&mut self) {
         let round = self.shares.round;
         let mut out: BTreeMap<NodeId, BTreeMap<Key, Vec<f32>>> = BTreeMap::new();
         let mut delta = std::mem::take(&mut self.shares.scratch);
@@ -328,7 +328,8 @@ impl Node {
         generations: &[u32],
         keys: &[Key],
     ) {
-        if self.is_leaving() {
+        // Frozen for a checkpoint cut: the key stays shared (as if no intent wanted it here).
+        if self.is_leaving() || self.is_frozen() {
             return;
         }
         // Held first: only keys in range are held, so the interest lookup is safe.

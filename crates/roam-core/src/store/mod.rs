@@ -561,6 +561,45 @@ impl Store {
         })
     }
 
+    /// Protocol only (a checkpoint of a sparse store, which is not in key order): copies the
+    /// whole record of `key`, owned here, into `out` (resized to it). Returns false if the key
+    /// is not owned here.
+    pub fn read_record(&self, key: Key, out: &mut Vec<f32>) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        let mut owned = false;
+        let held = self.read(state, |s| {
+            owned = s & LOCAL != 0;
+            if owned {
+                // SAFETY: held when observed (a torn copy is retried by `read`).
+                let record = unsafe { self.record(key, s) };
+                out.resize(record.len(), 0.0);
+                load_values::<0>(out, record, self.plain());
+            }
+        });
+        held && owned
+    }
+
+    /// Protocol only (a restore): overwrites the whole record of `key`, owned here, with
+    /// `record` (visible values then hidden state). Returns false, changing nothing, if the
+    /// key is not owned here.
+    pub fn overwrite(&self, key: Key, record: &[f32]) -> bool {
+        assert_eq!(
+            record.len(),
+            self.space.record_len(key),
+            "record of key {key}"
+        );
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        latched(state, LOCAL, |s| {
+            // SAFETY: latched, and owned when observed.
+            let values = unsafe { self.record(key, s) };
+            store_values(values, record, self.plain());
+        })
+    }
+
     /// Protocol only: makes this node hold a replica of `key` with `value` (visible values) and
     /// an empty delta. Returns false, changing nothing, if the key was already held here.
     pub fn insert_replica(&self, key: Key, value: &[f32]) -> bool {

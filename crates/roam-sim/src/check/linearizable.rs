@@ -157,6 +157,7 @@ pub fn check_linearizable(
             | OpKind::Localize
             | OpKind::MoveHome
             | OpKind::SyncReplicas
+            | OpKind::Checkpoint
             | OpKind::Drain => {}
         }
     }

@@ -38,6 +38,10 @@ impl Sim {
                 }
                 Outcome::Pulled(buf)
             }
+            (Ok(_), OpKind::Checkpoint) => {
+                self.note_cut(id.index(), worker);
+                Outcome::Done
+            }
             (Ok(_), _) => Outcome::Done,
             (Err(err), _) => Outcome::Failed(err),
         };
@@ -94,6 +98,9 @@ impl Sim {
                 }
             }
             Op::Barrier => self.issue_collective(n, w, OpKind::Barrier, Node::issue_barrier),
+            Op::Checkpoint => {
+                self.issue_collective(n, w, OpKind::Checkpoint, Node::issue_checkpoint_cut)
+            }
             Op::SyncReplicas => {
                 self.issue_collective(n, w, OpKind::SyncReplicas, Node::issue_sync_replicas)
             }

@@ -14,6 +14,7 @@
 //! - A crashed node receives nothing and runs no worker; what it had sent before crashing is
 //!   still delivered, followed by the end of its connections.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -153,6 +154,22 @@ pub struct Sim {
     /// Hash of the invocations and returns of the history, in order, with outcomes.
     history_order: Fnv128,
     tamper: Option<Tamper>,
+    /// Checkpoint snapshots, one per cut, filled node by node as the cut completes there.
+    checkpoints: Vec<Snapshot>,
+    /// Per node, the cuts snapshot so far; per (node, worker), the cuts completed.
+    cuts_taken: Vec<usize>,
+    worker_cuts: BTreeMap<(usize, usize), usize>,
+}
+
+/// What the nodes held when a checkpoint cut completed at each: what the real shell writes.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Every key's visible values, from the node that holds (or, replicated, hubs) it.
+    pub values: BTreeMap<Key, Vec<f32>>,
+    /// Keys that two nodes held (a cut must never show a key twice).
+    pub duplicates: Vec<Key>,
+    /// Nodes whose holdings are in.
+    pub nodes: usize,
 }
 
 impl fmt::Debug for Sim {
@@ -257,6 +274,9 @@ impl Sim {
             inputs: vec![Fnv128::default(); n],
             history_order: Fnv128::default(),
             tamper: None,
+            checkpoints: Vec::new(),
+            cuts_taken: vec![0; n],
+            worker_cuts: BTreeMap::new(),
             cfg,
         }
     }
@@ -360,6 +380,44 @@ impl Sim {
     /// Like [`Sim::trace_hash`] without the times: equal iff the interleaving was the same.
     pub fn order_hash(&self) -> u64 {
         self.trace.order.value()
+    }
+
+    /// The checkpoint snapshots so far, in cut order (see [`crate::Op::Checkpoint`]).
+    pub fn checkpoints(&self) -> &[Snapshot] {
+        &self.checkpoints
+    }
+
+    /// Worker `w` of node `n` completed a checkpoint cut: the first of its node to do so for
+    /// this cut takes the node's snapshot, before the node handles anything else.
+    pub(super) fn note_cut(&mut self, n: usize, w: usize) {
+        let done = self.worker_cuts.entry((n, w)).or_insert(0);
+        *done += 1;
+        let cut = *done;
+        if self.cuts_taken[n] >= cut {
+            return;
+        }
+        self.cuts_taken[n] = cut;
+        if self.checkpoints.len() < cut {
+            self.checkpoints.resize_with(cut, Snapshot::default);
+        }
+        let node = &self.nodes[n].node;
+        let space = &self.cfg.space;
+        let snap = &mut self.checkpoints[cut - 1];
+        snap.nodes += 1;
+        let mut held: Vec<(Key, Vec<f32>)> = node.hub_primaries();
+        let mut cursor = Some(0);
+        while let Some(at) = cursor {
+            cursor = node.store().scan(at, 4096, |key, holding, record| {
+                if holding == roam_core::store::Holding::Owned {
+                    held.push((key, record[..space.len(key)].to_vec()));
+                }
+            });
+        }
+        for (key, value) in held {
+            if snap.values.insert(key, value).is_some() {
+                snap.duplicates.push(key);
+            }
+        }
     }
 
     /// The current value of `key`, read from the store of a live node that holds it (bypassing

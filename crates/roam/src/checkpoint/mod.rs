@@ -1,0 +1,219 @@
+//! Checkpoints on disk: the format, the manifest, and the errors of writing and restoring
+//! (the consistent cut itself is the core's collective, `roam_core::checkpoint`).
+//!
+//! A checkpoint is a directory shared by every node (a local disk for one machine, a network
+//! file system otherwise) holding, per checkpoint *id*:
+//! - one shard per node, `ckpt-<id>-shard-<rank>-of-<nodes>.safetensors`: the records the
+//!   node held at the cut (owned keys; for static replicated keys, their hub's primary),
+//!   keys ascending, in the safetensors format (8-byte little-endian header length, a JSON
+//!   header, then the tensors' bytes):
+//!   - `keys`: `U64 [n]`, the keys;
+//!   - uniform record length `r`: `values`: `F32 [n, r]`, one record per row;
+//!   - per-key lengths: `offsets`: `U64 [n + 1]` and `values`: `F32 [total]`, key `keys[i]`'s
+//!     record being `values[offsets[i]..offsets[i + 1]]`;
+//!   - a record is the key's visible values, then its hidden state (`RecordLayout`:
+//!     `hidden_per_value` per value, then `hidden_per_key`); replicated keys have zero hidden
+//!     state.
+//! - `manifest.json` (see [`Manifest`]): node count, key space, value layout, the caller's
+//!   epoch, and each shard's size and CRC-32 (of the whole file). It is written last, by rank
+//!   0, to a temporary file that is fsynced and renamed over the previous manifest: a
+//!   checkpoint without its manifest does not exist, and a crash while writing leaves the
+//!   previous checkpoint (its manifest and its shards, which have another id) intact. Shards
+//!   of older ids are deleted once the new manifest is in place.
+//!
+//! Invariants: no shard holds a key twice and every key of the cut is in exactly one shard
+//! (the core's cut); a shard's bytes depend only on the records it holds (no time, no id),
+//! so the same records give the same file; every length read from a file is bounded by the
+//! file's size before anything is allocated.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use roam_core::{KeySpace, ValueLengths};
+use serde::{Deserialize, Serialize};
+
+mod read;
+mod write;
+
+pub use read::{RestoreStats, read_manifest, restore_into};
+pub(crate) use write::{finish_manifest, next_id, write_shard};
+
+/// The manifest of the checkpoint in `dir`, for a program that resumes (its epoch and
+/// application state); the restore itself checks the rest.
+pub fn manifest_of(dir: &Path) -> Result<Manifest, RestoreError> {
+    let path = dir.join(MANIFEST);
+    let bytes =
+        std::fs::read(&path).map_err(|_| RestoreError::MissingManifest { path: path.clone() })?;
+    serde_json::from_slice::<Manifest>(&bytes).map_err(|e| RestoreError::Manifest {
+        path,
+        reason: e.to_string(),
+    })
+}
+
+/// `format` of manifests and shard headers.
+pub const FORMAT: &str = "roam-checkpoint";
+/// Version of the format.
+pub const VERSION: u32 = 1;
+/// The manifest's file name.
+pub const MANIFEST: &str = "manifest.json";
+/// Largest shard header or manifest read (bounded before allocating).
+pub(crate) const MAX_HEADER: u64 = 1 << 26;
+
+/// The manifest of a checkpoint (`manifest.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`FORMAT`].
+    pub format: String,
+    /// [`VERSION`].
+    pub version: u32,
+    /// The checkpoint's id (in its shards' file names; one more than the previous one's).
+    pub id: u64,
+    /// The caller's epoch (training epochs completed; 0 if none was given).
+    pub epoch: u64,
+    /// When rank 0 wrote the manifest (milliseconds since the Unix epoch; informative).
+    pub created_unix_ms: u64,
+    /// Nodes that wrote it (one shard each).
+    pub num_nodes: u32,
+    /// The key space it was taken in.
+    pub key_space: SpaceInfo,
+    /// The shards, by rank.
+    pub shards: Vec<ShardInfo>,
+    /// The application's own state at the checkpoint (e.g. a learning-rate schedule's), as
+    /// the caller gave it; `null` if none.
+    #[serde(default)]
+    pub app: serde_json::Value,
+}
+
+/// What a checkpoint says about its key space (a restore needs the same).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceInfo {
+    /// Keys `0..num_keys` (dense) or every `u64` (sparse: then 0).
+    pub num_keys: u64,
+    /// Whether every `u64` is a key.
+    pub sparse: bool,
+    /// The uniform value length, if keys have one.
+    pub value_len: Option<u32>,
+    /// Per-key lengths: their CRC-32 (as little-endian `u32`s, key order).
+    pub lengths_crc32: Option<u32>,
+    /// Hidden values per visible value.
+    pub hidden_per_value: u32,
+    /// Hidden values per key.
+    pub hidden_per_key: u32,
+}
+
+impl SpaceInfo {
+    /// The description of `space`.
+    pub fn of(space: &KeySpace) -> Self {
+        let (value_len, lengths_crc32) = match space.lengths() {
+            ValueLengths::Uniform(len) => (Some(*len), None),
+            ValueLengths::PerKey(lengths) => {
+                let mut h = crc32fast::Hasher::new();
+                for len in lengths.iter() {
+                    h.update(&len.to_le_bytes());
+                }
+                (None, Some(h.finalize()))
+            }
+        };
+        let layout = space.layout();
+        Self {
+            num_keys: if space.is_sparse() {
+                0
+            } else {
+                space.num_keys()
+            },
+            sparse: space.is_sparse(),
+            value_len,
+            lengths_crc32,
+            hidden_per_value: layout.hidden_per_value,
+            hidden_per_key: layout.hidden_per_key,
+        }
+    }
+}
+
+/// One shard as the manifest lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// File name, in the checkpoint directory.
+    pub file: String,
+    /// The rank that wrote it.
+    pub rank: u32,
+    /// Keys in it.
+    pub keys: u64,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// CRC-32 of the whole file.
+    pub crc32: u32,
+}
+
+/// The name of rank `rank`'s shard of checkpoint `id` of `nodes` nodes.
+pub(crate) fn shard_name(id: u64, rank: u32, nodes: u32) -> String {
+    format!("ckpt-{id:06}-shard-{rank:05}-of-{nodes:05}.safetensors")
+}
+
+/// Writing a checkpoint failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The cut or a barrier around it failed (a peer was lost).
+    #[error("checkpoint collective: {0}")]
+    Collective(#[from] roam_core::OpError),
+    /// A file could not be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A node's shard is missing or unreadable when rank 0 writes the manifest.
+    #[error("{path}: shard report missing or unreadable ({reason}); no manifest written")]
+    Shard {
+        /// The shard's report file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+pub(crate) fn io_at(path: &Path) -> impl FnOnce(io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A restore refused a checkpoint; nothing of it is used (the node does not start).
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// No manifest: no complete checkpoint in the directory.
+    #[error("{path}: no manifest, so no complete checkpoint here")]
+    MissingManifest {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// The manifest is unreadable or not a roam checkpoint of this version.
+    #[error("{path}: bad manifest: {reason}")]
+    Manifest {
+        /// The manifest.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The checkpoint was taken in another key space.
+    #[error("{path}: checkpoint of another key space: it has {found}, this node {expected}")]
+    KeySpace {
+        /// The manifest.
+        path: PathBuf,
+        /// The checkpoint's key space.
+        found: String,
+        /// This node's.
+        expected: String,
+    },
+    /// A shard is missing, truncated, corrupt or inconsistent with the manifest.
+    #[error("{path}: {reason}")]
+    Shard {
+        /// The shard.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}

@@ -1,0 +1,325 @@
+//! Restoring a checkpoint into a node that has not started serving: every node reads every
+//! shard and keeps the records of the keys its directory homes at it (and every replicated
+//! key, as a replica), so a checkpoint of N nodes restores into any M.
+//!
+//! Invariants: everything checkable without reading the data (manifest, key space, each
+//! shard's size and header against the manifest) is checked for every shard before any
+//! record is loaded; every length from a file is bounded by the file's size before it is
+//! allocated; a record is loaded only after its key and length were checked; a shard whose
+//! CRC-32 does not match fails the restore after its records were read, and then the node is
+//! dropped unstarted (`NodeHandle::start` returns the error), so no half-loaded node serves.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use roam_core::{Key, Node};
+use serde_json::Value;
+
+use super::{FORMAT, MANIFEST, MAX_HEADER, Manifest, RestoreError, ShardInfo, SpaceInfo, VERSION};
+
+/// What a restore loaded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RestoreStats {
+    /// Records loaded into this node (owned records and replicas).
+    pub loaded: u64,
+    /// Records read in every shard.
+    pub read: u64,
+    /// The checkpoint's epoch.
+    pub epoch: u64,
+}
+
+/// A shard whose size and header were checked.
+struct Plan {
+    path: PathBuf,
+    info: ShardInfo,
+    head: Vec<u8>,
+    /// Record length of every key, or `None` for per-key lengths (an `offsets` tensor).
+    uniform: Option<u64>,
+    /// Record values in the shard.
+    total: u64,
+}
+
+fn shard_err(path: &Path, reason: impl Into<String>) -> RestoreError {
+    RestoreError::Shard {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Reads and checks `dir`'s manifest against `node`'s key space.
+pub fn read_manifest(dir: &Path, space: &SpaceInfo) -> Result<Manifest, RestoreError> {
+    let path = dir.join(MANIFEST);
+    let bad = |reason: String| RestoreError::Manifest {
+        path: path.clone(),
+        reason,
+    };
+    let size = match std::fs::metadata(&path) {
+        Ok(m) => m.len(),
+        Err(_) => return Err(RestoreError::MissingManifest { path }),
+    };
+    if size > MAX_HEADER {
+        return Err(bad(format!("{size} bytes, more than any manifest")));
+    }
+    let bytes = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
+    let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    if m.format != FORMAT || m.version != VERSION {
+        return Err(bad(format!(
+            "format {:?} version {}, expected {FORMAT:?} version {VERSION}",
+            m.format, m.version
+        )));
+    }
+    let ranks: Vec<u32> = m.shards.iter().map(|s| s.rank).collect();
+    if ranks != (0..m.num_nodes).collect::<Vec<_>>() {
+        return Err(bad(format!(
+            "{} nodes but shards of ranks {ranks:?}",
+            m.num_nodes
+        )));
+    }
+    if &m.key_space != space {
+        return Err(RestoreError::KeySpace {
+            path,
+            found: format!("{:?}", m.key_space),
+            expected: format!("{space:?}"),
+        });
+    }
+    Ok(m)
+}
+
+/// Checks one shard's size and header against the manifest (no data read).
+fn plan(dir: &Path, info: &ShardInfo) -> Result<Plan, RestoreError> {
+    if info.file.contains('/') || info.file.starts_with('.') {
+        return Err(shard_err(
+            &dir.join(MANIFEST),
+            format!("bad shard name {:?}", info.file),
+        ));
+    }
+    let path = dir.join(&info.file);
+    let size = std::fs::metadata(&path)
+        .map_err(|e| shard_err(&path, format!("missing: {e}")))?
+        .len();
+    if size != info.bytes {
+        return Err(shard_err(
+            &path,
+            format!(
+                "{size} bytes, the manifest says {} (truncated or replaced)",
+                info.bytes
+            ),
+        ));
+    }
+    let mut f = File::open(&path).map_err(|e| shard_err(&path, e.to_string()))?;
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len)
+        .map_err(|e| shard_err(&path, format!("header: {e}")))?;
+    let hlen = u64::from_le_bytes(len);
+    if hlen > MAX_HEADER || 8 + hlen > size {
+        return Err(shard_err(
+            &path,
+            format!("header length {hlen} does not fit the file"),
+        ));
+    }
+    let mut head = vec![0u8; hlen as usize];
+    f.read_exact(&mut head)
+        .map_err(|e| shard_err(&path, format!("header: {e}")))?;
+    let json: Value = serde_json::from_slice(&head)
+        .map_err(|e| shard_err(&path, format!("header is not JSON: {e}")))?;
+    let tensor = |name: &str, dtype: &str| -> Result<(Vec<u64>, [u64; 2]), RestoreError> {
+        let t = &json[name];
+        if t["dtype"] != dtype {
+            return Err(shard_err(&path, format!("tensor {name:?}: not {dtype}")));
+        }
+        let dims = |v: &Value| -> Option<Vec<u64>> {
+            v.as_array()?
+                .iter()
+                .map(Value::as_u64)
+                .collect::<Option<Vec<_>>>()
+        };
+        let shape =
+            dims(&t["shape"]).ok_or_else(|| shard_err(&path, format!("tensor {name:?}: shape")))?;
+        let offs = dims(&t["data_offsets"])
+            .filter(|o| o.len() == 2)
+            .ok_or_else(|| shard_err(&path, format!("tensor {name:?}: data_offsets")))?;
+        Ok((shape, [offs[0], offs[1]]))
+    };
+    let n = info.keys;
+    let (kshape, koffs) = tensor("keys", "U64")?;
+    let (vshape, voffs) = tensor("values", "F32")?;
+    let mut expect = vec![(koffs, 8 * n)];
+    if kshape != [n] {
+        return Err(shard_err(
+            &path,
+            format!("keys shape {kshape:?}, the manifest says {n} keys"),
+        ));
+    }
+    let (uniform, total) = match vshape.as_slice() {
+        [rows, r] if *rows == n => (Some(*r), n.saturating_mul(*r)),
+        [total] => {
+            let (oshape, ooffs) = tensor("offsets", "U64")?;
+            if oshape != [n + 1] {
+                return Err(shard_err(&path, format!("offsets shape {oshape:?}")));
+            }
+            expect.push((ooffs, 8 * (n + 1)));
+            (None, *total)
+        }
+        other => return Err(shard_err(&path, format!("values shape {other:?}"))),
+    };
+    expect.push((voffs, total.saturating_mul(4)));
+    // The tensors lie back to back, in this order, and end where the file does.
+    let mut at = 0u64;
+    for ([start, end], bytes) in expect {
+        if start != at || end.checked_sub(start) != Some(bytes) {
+            return Err(shard_err(&path, "tensor offsets do not match their shapes"));
+        }
+        at = end;
+    }
+    if 8 + hlen + at != size {
+        return Err(shard_err(&path, "tensors do not end where the file does"));
+    }
+    let mut full = len.to_vec();
+    full.extend_from_slice(&head);
+    Ok(Plan {
+        path,
+        info: info.clone(),
+        head: full,
+        uniform,
+        total,
+    })
+}
+
+/// A sequential reader of one region of a shard that keeps the CRC of what it read.
+struct Region {
+    reader: BufReader<File>,
+    crc: crc32fast::Hasher,
+}
+
+impl Region {
+    fn open(path: &Path, at: u64) -> std::io::Result<Self> {
+        let mut f = File::open(path)?;
+        f.seek(SeekFrom::Start(at))?;
+        Ok(Self {
+            reader: BufReader::with_capacity(1 << 20, f),
+            crc: crc32fast::Hasher::new(),
+        })
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        self.reader.read_exact(buf)?;
+        self.crc.update(buf);
+        Ok(())
+    }
+
+    fn u64(&mut self) -> std::io::Result<u64> {
+        let mut b = [0u8; 8];
+        self.read(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// Loads one checked shard's records for this node; returns (read, loaded).
+fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64), RestoreError> {
+    let io = |e: std::io::Error| shard_err(&p.path, format!("read: {e}"));
+    let space = node.store().space().clone();
+    let me = node.config().id;
+    let n = p.info.keys;
+    let data = p.head.len() as u64;
+    let mut keys = Region::open(&p.path, data).map_err(io)?;
+    let values_at = data + 8 * n + if p.uniform.is_some() { 0 } else { 8 * (n + 1) };
+    let mut offsets = Region::open(&p.path, data + 8 * n).map_err(io)?;
+    let mut values = Region::open(&p.path, values_at).map_err(io)?;
+    let mut start = match p.uniform {
+        Some(_) => 0,
+        None => offsets.u64().map_err(io)?,
+    };
+    if start != 0 {
+        return Err(shard_err(&p.path, "offsets do not start at 0"));
+    }
+    let (mut loaded, mut last) = (0u64, None::<Key>);
+    let mut bytes = Vec::new();
+    let mut record: Vec<f32> = Vec::new();
+    for _ in 0..n {
+        let key = keys.u64().map_err(io)?;
+        let len = match p.uniform {
+            Some(r) => r,
+            None => {
+                let end = offsets.u64().map_err(io)?;
+                if end < start || end > p.total {
+                    return Err(shard_err(
+                        &p.path,
+                        format!("offset {end} of key {key} out of bounds"),
+                    ));
+                }
+                let len = end - start;
+                start = end;
+                len
+            }
+        };
+        if !space.contains(key) || last.is_some_and(|l| l >= key) {
+            return Err(shard_err(
+                &p.path,
+                format!("key {key} out of range or out of order"),
+            ));
+        }
+        last = Some(key);
+        if len != space.record_len(key) as u64 {
+            return Err(shard_err(
+                &p.path,
+                format!(
+                    "key {key}: record of {len} values, the key space says {}",
+                    space.record_len(key)
+                ),
+            ));
+        }
+        bytes.resize(4 * len as usize, 0);
+        values.read(&mut bytes).map_err(io)?;
+        if node.store().has_replica(key) || node.directory().home(key) == me {
+            record.clear();
+            record.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))),
+            );
+            if !node.restore_record(key, &record) {
+                return Err(shard_err(&p.path, format!("key {key}: record refused")));
+            }
+            loaded += 1;
+        }
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&p.head);
+    for region in [&keys, &offsets, &values] {
+        crc.combine(&region.crc);
+    }
+    let crc = crc.finalize();
+    if crc != p.info.crc32 {
+        return Err(shard_err(
+            &p.path,
+            format!(
+                "checksum {crc:08x}, the manifest says {:08x} (file damaged)",
+                p.info.crc32
+            ),
+        ));
+    }
+    Ok((n, loaded))
+}
+
+/// Restores the checkpoint in `dir` into `node`, which must not have started serving (see
+/// the module docs). On error the node must be dropped.
+pub fn restore_into(node: &mut Node, dir: &Path) -> Result<RestoreStats, RestoreError> {
+    let space = SpaceInfo::of(node.store().space());
+    let manifest = read_manifest(dir, &space)?;
+    let plans = manifest
+        .shards
+        .iter()
+        .map(|info| plan(dir, info))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut stats = RestoreStats {
+        epoch: manifest.epoch,
+        ..RestoreStats::default()
+    };
+    for p in &plans {
+        let (read, loaded) = load(node, p)?;
+        stats.read += read;
+        stats.loaded += loaded;
+    }
+    Ok(stats)
+}

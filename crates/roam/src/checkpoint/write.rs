@@ -1,0 +1,343 @@
+//! Writing a checkpoint: a node's shard, streamed from its store, and rank 0's manifest.
+//!
+//! A shard is written in two passes over the store (which the cut froze and no worker pushes
+//! to until the barrier after it): the first counts the records, so that the safetensors
+//! header (which names every tensor's shape) goes first; the second streams the keys and the
+//! records into their two regions of the file through bounded buffers (positioned writes), so
+//! a node never holds a second copy of its table. Why not the `safetensors` crate: its writer
+//! takes every tensor as one in-memory buffer, which is that second copy.
+//!
+//! Invariants: the shard is complete and fsynced under a temporary name before it is renamed
+//! to its own; its report (`<shard>.json`: size and CRC-32) is written after it; rank 0
+//! writes the manifest only from every rank's report, atomically (temporary file, fsync,
+//! rename, directory fsync), and deletes older shards only after that.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use roam_core::store::{Holding, Store};
+use roam_core::{Key, KeySpace};
+
+use super::{
+    CheckpointError, FORMAT, MANIFEST, Manifest, ShardInfo, SpaceInfo, VERSION, io_at, shard_name,
+};
+
+/// Bytes buffered per region before a positioned write.
+const BUF: usize = 1 << 20;
+
+/// Store entries visited per scan call.
+const SCAN: usize = 1 << 16;
+
+/// A region of the file written sequentially from `offset`, with its CRC.
+struct Region<'f> {
+    file: &'f File,
+    offset: u64,
+    buf: Vec<u8>,
+    crc: crc32fast::Hasher,
+}
+
+impl<'f> Region<'f> {
+    fn new(file: &'f File, offset: u64) -> Self {
+        Self {
+            file,
+            offset,
+            buf: Vec::with_capacity(BUF),
+            crc: crc32fast::Hasher::new(),
+        }
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= BUF {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.write_all_at(&self.buf, self.offset)?;
+        self.crc.update(&self.buf);
+        self.offset += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// The safetensors header of a shard of `n` keys and `total` record values (`uniform`: every
+/// record that long), padded with spaces to a multiple of 8 bytes.
+pub(crate) fn header(n: u64, total: u64, uniform: Option<u64>) -> Vec<u8> {
+    let keys_end = 8 * n;
+    let mut json = format!(
+        "{{\"__metadata__\":{{\"format\":\"{FORMAT}\",\"version\":\"{VERSION}\",\"layout\":\"{}\"}},\
+         \"keys\":{{\"dtype\":\"U64\",\"shape\":[{n}],\"data_offsets\":[0,{keys_end}]}},",
+        if uniform.is_some() {
+            "uniform"
+        } else {
+            "per-key"
+        }
+    );
+    match uniform {
+        Some(r) => json.push_str(&format!(
+            "\"values\":{{\"dtype\":\"F32\",\"shape\":[{n},{r}],\"data_offsets\":[{keys_end},{}]}}}}",
+            keys_end + 4 * total
+        )),
+        None => {
+            let off_end = keys_end + 8 * (n + 1);
+            json.push_str(&format!(
+                "\"offsets\":{{\"dtype\":\"U64\",\"shape\":[{}],\"data_offsets\":[{keys_end},{off_end}]}},\
+                 \"values\":{{\"dtype\":\"F32\",\"shape\":[{total}],\"data_offsets\":[{off_end},{}]}}}}",
+                n + 1,
+                off_end + 4 * total
+            ))
+        }
+    }
+    while json.len() % 8 != 0 {
+        json.push(' ');
+    }
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(json.as_bytes());
+    out
+}
+
+/// Visits the records of the cut this node writes, keys ascending: its owned records merged
+/// with the primaries of the replicated keys it hubs (visible values, hidden state zero).
+fn visit(
+    store: &Store,
+    space: &KeySpace,
+    primaries: &[(Key, Vec<f32>)],
+    mut f: impl FnMut(Key, &[f32], usize) -> io::Result<()>,
+) -> io::Result<()> {
+    if space.is_sparse() {
+        return visit_sorted(store, space, primaries, f);
+    }
+    let mut next = primaries.iter().peekable();
+    let mut err = Ok(());
+    let mut last: Option<Key> = None;
+    let mut cursor = Some(0);
+    while let Some(at) = cursor {
+        cursor = store.scan(at, SCAN, |key, holding, record| {
+            if err.is_err() || holding != Holding::Owned {
+                return;
+            }
+            while let Some((k, v)) = next.next_if(|(k, _)| *k < key) {
+                err = f(*k, v, space.record_len(*k));
+            }
+            if last.is_some_and(|l| l >= key) {
+                err = Err(io::Error::other("store not in key order"));
+            }
+            last = Some(key);
+            if err.is_ok() {
+                err = f(key, record, record.len());
+            }
+        });
+        std::mem::replace(&mut err, Ok(()))?;
+    }
+    for (k, v) in next {
+        f(*k, v, space.record_len(*k))?;
+    }
+    Ok(())
+}
+
+/// [`visit`] for a sparse store, whose entries are in creation order: sorts the keys it owns
+/// first (8 bytes a key, not a copy of the records), then reads each record by key.
+fn visit_sorted(
+    store: &Store,
+    space: &KeySpace,
+    primaries: &[(Key, Vec<f32>)],
+    mut f: impl FnMut(Key, &[f32], usize) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut keys = Vec::new();
+    let mut cursor = Some(0);
+    while let Some(at) = cursor {
+        cursor = store.scan(at, SCAN, |key, holding, _| {
+            if holding == Holding::Owned {
+                keys.push(key);
+            }
+        });
+    }
+    keys.sort_unstable();
+    let mut next = primaries.iter().peekable();
+    let mut record = Vec::new();
+    for key in keys {
+        while let Some((k, v)) = next.next_if(|(k, _)| *k < key) {
+            f(*k, v, space.record_len(*k))?;
+        }
+        if !store.read_record(key, &mut record) {
+            return Err(io::Error::other(format!(
+                "key {key} left the store while the checkpoint was written"
+            )));
+        }
+        f(key, &record, record.len())?;
+    }
+    for (k, v) in next {
+        f(*k, v, space.record_len(*k))?;
+    }
+    Ok(())
+}
+
+/// Writes this node's shard of checkpoint `id` into `dir` and its report; returns the report.
+pub(crate) fn write_shard(
+    dir: &Path,
+    id: u64,
+    rank: u32,
+    nodes: u32,
+    store: &Store,
+    primaries: &[(Key, Vec<f32>)],
+) -> Result<ShardInfo, CheckpointError> {
+    let space = store.space();
+    let name = shard_name(id, rank, nodes);
+    let path = dir.join(&name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let (mut n, mut total) = (0u64, 0u64);
+    visit(store, space, primaries, |_, _, len| {
+        n += 1;
+        total += len as u64;
+        Ok(())
+    })
+    .map_err(io_at(&path))?;
+    let uniform = space
+        .uniform_len()
+        .map(|len| space.layout().record_len(len) as u64);
+    let head = header(n, total, uniform);
+    let file = File::create(&tmp).map_err(io_at(&tmp))?;
+    let data = head.len() as u64;
+    let mut keys = Region::new(&file, data);
+    let mut offsets = Region::new(&file, data + 8 * n);
+    let values_at = data + 8 * n + if uniform.is_some() { 0 } else { 8 * (n + 1) };
+    let mut values = Region::new(&file, values_at);
+    let (mut seen, mut at) = (0u64, 0u64);
+    let zeros = vec![0u8; 4096];
+    visit(store, space, primaries, |key, record, len| {
+        seen += 1;
+        keys.put(&key.to_le_bytes())?;
+        if uniform.is_none() {
+            offsets.put(&at.to_le_bytes())?;
+        }
+        at += len as u64;
+        values.put(bytemuck::cast_slice(record))?;
+        // A replicated key's primary has no hidden state: zeros up to its record length.
+        let mut pad = 4 * (len - record.len());
+        while pad > 0 {
+            let step = pad.min(zeros.len());
+            values.put(&zeros[..step])?;
+            pad -= step;
+        }
+        Ok(())
+    })
+    .map_err(io_at(&path))?;
+    if seen != n || at != total {
+        return Err(CheckpointError::Io {
+            path,
+            source: io::Error::other("the store changed while the checkpoint was written"),
+        });
+    }
+    if uniform.is_none() {
+        offsets.put(&at.to_le_bytes()).map_err(io_at(&tmp))?;
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&head);
+    file.write_all_at(&head, 0).map_err(io_at(&tmp))?;
+    for region in [&mut keys, &mut offsets, &mut values] {
+        region.flush().map_err(io_at(&tmp))?;
+        crc.combine(&region.crc);
+    }
+    let bytes = values.offset;
+    file.sync_all().map_err(io_at(&tmp))?;
+    drop(file);
+    fs::rename(&tmp, &path).map_err(io_at(&path))?;
+    let info = ShardInfo {
+        file: name,
+        rank,
+        keys: n,
+        bytes,
+        crc32: crc.finalize(),
+    };
+    let report = dir.join(format!("{}.json", info.file));
+    write_atomic(&report, &serde_json::to_vec(&info).expect("plain struct"))?;
+    Ok(info)
+}
+
+/// Writes `bytes` to `path` through a temporary file, fsync and rename, then fsyncs the
+/// directory so that the rename itself survives a crash.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(io_at(&tmp))?;
+    f.write_all(bytes).map_err(io_at(&tmp))?;
+    f.sync_all().map_err(io_at(&tmp))?;
+    drop(f);
+    fs::rename(&tmp, path).map_err(io_at(path))?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_at(dir))?;
+    }
+    Ok(())
+}
+
+/// The id the next checkpoint in `dir` gets: one more than the current manifest's (1 if
+/// there is none or it is unreadable). Read by every node before the cut.
+pub(crate) fn next_id(dir: &Path) -> u64 {
+    fs::read(dir.join(MANIFEST))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok())
+        .map_or(1, |m| m.id + 1)
+}
+
+/// Rank 0, after every node wrote its shard: gathers the reports, writes the manifest
+/// atomically, then removes the reports and the shards of older checkpoints.
+pub(crate) fn finish_manifest(
+    dir: &Path,
+    id: u64,
+    epoch: u64,
+    app: serde_json::Value,
+    nodes: u32,
+    space: &KeySpace,
+) -> Result<Manifest, CheckpointError> {
+    let mut shards = Vec::new();
+    for rank in 0..nodes {
+        let report = dir.join(format!("{}.json", shard_name(id, rank, nodes)));
+        let info: ShardInfo = fs::read(&report)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            .map_err(|reason| CheckpointError::Shard {
+                path: report.clone(),
+                reason,
+            })?;
+        shards.push(info);
+    }
+    let manifest = Manifest {
+        format: FORMAT.into(),
+        version: VERSION,
+        id,
+        epoch,
+        created_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        num_nodes: nodes,
+        key_space: SpaceInfo::of(space),
+        shards,
+        app,
+    };
+    let bytes = serde_json::to_vec_pretty(&manifest).expect("plain struct");
+    write_atomic(&dir.join(MANIFEST), &bytes)?;
+    // The new checkpoint exists: older shards and every report can go (best effort).
+    let current: Vec<&str> = manifest.shards.iter().map(|s| s.file.as_str()).collect();
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ours = name.starts_with("ckpt-");
+            let stale = name.ends_with(".json") || !current.contains(&name.as_str());
+            if ours && stale {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+    Ok(manifest)
+}

@@ -174,12 +174,13 @@ impl Epoch<'_> {
     /// Round `r` trains from clock `c` to `c + n` (`n` triples, one tick each), then a barrier
     /// and one more tick; its keys — the two parts and the round's relations — are wanted for
     /// exactly that range. Each round signals the next one's intent (the last one the next
-    /// epoch's first, unless `last_epoch`), so roam moves the parts while the rounds run.
+    /// epoch's first, unless `last_epoch`; the run's first epoch — the first after a resume
+    /// too — signals its own first round), so roam moves the parts while the rounds run.
     ///
     /// Negatives are drawn uniformly from the entities held and the round's *pool*: as many
     /// entities again (× [`Hyper::bucket_pool`]) drawn uniformly from the other parts, pulled
-    /// in the background when the round starts (until it arrives the round draws from the
-    /// parts held) and written back once when it ends (their updates summed
+    /// while the barrier before the round waits and written back once when it ends (their
+    /// updates summed
     /// meanwhile; pushes add, so nothing is lost, and a pooled value is at most one round
     /// old). Without a pool every negative of a triple comes from its own two parts, and its
     /// ranking against the rest is never trained: on the quick graph after 10 epochs at 4
@@ -192,7 +193,7 @@ impl Epoch<'_> {
         worker: &Worker,
         gid: u32,
         epoch: u32,
-        last_epoch: bool,
+        (first_epoch, last_epoch): (bool, bool),
         step: &mut Step,
         mut tick: impl FnMut(u64),
     ) -> anyhow::Result<LossSum> {
@@ -223,7 +224,7 @@ impl Epoch<'_> {
             Ok(())
         };
         let mut start = worker.current_clock();
-        if epoch == 1 {
+        if first_epoch {
             signal(0, start)?;
         }
         let mut sum = LossSum::default();
@@ -233,6 +234,43 @@ impl Epoch<'_> {
         let mut negatives: Vec<Key> = vec![0; per];
         let mut pool = Pool::default();
         let (mut pool_keys, mut incoming): (Vec<Key>, Vec<f32>) = (Vec::new(), Vec::new());
+        // Round r's pool: `hyper.bucket_pool` × as many entities as it holds, from the others.
+        let draw_pool = |r: usize, rng: &mut SmallRng, keys: &mut Vec<Key>| {
+            keys.clear();
+            let held = buckets.pairs[r][w];
+            if buckets.triples[r][w].is_empty() || per == 0 {
+                return;
+            }
+            let mine: usize = held
+                .iter()
+                .map(|&p| buckets.members[p as usize].len())
+                .sum();
+            let others = graph.num_entities as usize - mine;
+            let size = ((mine as f64 * hyper.bucket_pool) as usize).min(others);
+            while keys.len() < size {
+                let e = rng.random_range(0..graph.num_entities);
+                if !held.contains(&buckets.part_of[e as usize]) {
+                    keys.push(u64::from(e));
+                }
+                if keys.len() == size {
+                    keys.sort_unstable();
+                    keys.dedup();
+                }
+            }
+        };
+        let install = |pool: &mut Pool, keys: &[Key], incoming: &mut Vec<f32>| {
+            pool.clear();
+            for (i, &key) in keys.iter().enumerate() {
+                pool.index.insert(key, i * entity_len);
+            }
+            pool.keys.extend_from_slice(keys);
+            std::mem::swap(&mut pool.values, incoming);
+            pool.deltas.resize(pool.values.len(), 0.0);
+        };
+        draw_pool(0, &mut rng, &mut pool_keys);
+        incoming.resize(pool_keys.len() * entity_len, 0.0);
+        worker.pull(&pool_keys, &mut incoming)?.wait()?;
+        install(&mut pool, &pool_keys, &mut incoming);
         for r in 0..buckets.rounds() {
             let mut order = buckets.triples[r][w].clone();
             let next = start + order.len() as u64 + 1;
@@ -243,29 +281,10 @@ impl Epoch<'_> {
             }
             order.shuffle(&mut rng);
             candidates.clear();
-            let held = buckets.pairs[r][w];
-            for &p in &held {
+            for &p in &buckets.pairs[r][w] {
                 candidates.extend(buckets.members[p as usize].iter().map(|&e| u64::from(e)));
             }
-            // The pool: drawn now, pulled in the background (its entities may be on their way
-            // to this round's holders), joined to the candidates once it has arrived.
-            pool.clear();
-            pool_keys.clear();
-            if !order.is_empty() && per > 0 {
-                let others = graph.num_entities as usize - candidates.len();
-                let size = ((candidates.len() as f64 * hyper.bucket_pool) as usize).min(others);
-                while pool_keys.len() < size {
-                    let e = rng.random_range(0..graph.num_entities);
-                    if !held.contains(&buckets.part_of[e as usize]) {
-                        pool_keys.push(u64::from(e));
-                    }
-                    if pool_keys.len() == size {
-                        pool_keys.sort_unstable();
-                        pool_keys.dedup();
-                    }
-                }
-            }
-            incoming.resize(pool_keys.len() * entity_len, 0.0);
+            candidates.extend_from_slice(&pool.keys);
             let mut trainer = Trainer {
                 worker,
                 hyper,
@@ -277,29 +296,7 @@ impl Epoch<'_> {
                 drawn: &mut drawn,
                 since_tick: 0,
             };
-            let mut next_triple = 0;
-            {
-                let arriving = worker.pull(&pool_keys, &mut incoming)?;
-                while next_triple < order.len() && !arriving.is_finished() {
-                    trainer.train(
-                        order[next_triple],
-                        &candidates,
-                        &mut pool,
-                        &mut rng,
-                        &mut tick,
-                    )?;
-                    next_triple += 1;
-                }
-                arriving.wait()?;
-            }
-            for (i, &key) in pool_keys.iter().enumerate() {
-                pool.index.insert(key, i * entity_len);
-            }
-            pool.keys.extend_from_slice(&pool_keys);
-            std::mem::swap(&mut pool.values, &mut incoming);
-            pool.deltas.resize(pool.values.len(), 0.0);
-            candidates.extend_from_slice(&pool_keys);
-            for &triple in &order[next_triple..] {
+            for &triple in &order {
                 trainer.train(triple, &candidates, &mut pool, &mut rng, &mut tick)?;
             }
             let since_tick = trainer.since_tick;
@@ -309,7 +306,21 @@ impl Epoch<'_> {
             }
             // The round's updates land before its parts go to their next users.
             retire_pushes(&mut pending, 0)?;
-            worker.barrier()?;
+            if r + 1 < buckets.rounds() {
+                // The next round's pool is read while the barrier waits (at the round's start
+                // it stalled the clock, and the owners' deferrals expired: 6.2× single's CPU
+                // at 4 nodes against 2.6×), a round stale at most; training on the held parts'
+                // negatives until it arrived instead cost lapse-toy's MRR 0.40–0.44 against
+                // 0.45–0.51 (4 runs each, 2 × 2 workers, 4 epochs).
+                draw_pool(r + 1, &mut rng, &mut pool_keys);
+                incoming.resize(pool_keys.len() * entity_len, 0.0);
+                let arriving = worker.pull(&pool_keys, &mut incoming)?;
+                worker.barrier()?;
+                arriving.wait()?;
+                install(&mut pool, &pool_keys, &mut incoming);
+            } else {
+                worker.barrier()?;
+            }
             worker.advance_clock();
             start = next;
         }

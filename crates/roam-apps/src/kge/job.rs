@@ -208,8 +208,8 @@ impl Shared<'_> {
             };
             let sum = match self.buckets {
                 Some(b) => {
-                    let last = epoch == self.epochs;
-                    epoch_runner.run_buckets(b, worker, gid, epoch, last, &mut step, advance)?
+                    let ends = (epoch == self.start.epoch + 1, epoch == self.epochs);
+                    epoch_runner.run_buckets(b, worker, gid, epoch, ends, &mut step, advance)?
                 }
                 None => epoch_runner.run(worker, gid, epoch, &mut step, advance)?,
             };

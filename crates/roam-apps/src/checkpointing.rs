@@ -71,19 +71,26 @@ impl Options {
         Ok(())
     }
 
-    /// Sets up a resume in `cfg` (if asked) and returns where the run starts.
-    pub fn configure(&self, cfg: &mut Config) -> anyhow::Result<Start> {
+    /// Sets up a resume in `cfg` (if asked) and returns where a run of `epochs` epochs starts
+    /// (an error if the checkpoint leaves none of them to run).
+    pub fn configure(&self, cfg: &mut Config, epochs: u32) -> anyhow::Result<Start> {
         let Some(dir) = &self.resume else {
             return Ok(Start::default());
         };
         let manifest = roam::checkpoint::manifest_of(dir)
             .with_context(|| format!("--resume {}", dir.display()))?;
         cfg.restore_from = Some(dir.clone());
-        Ok(Start {
+        let start = Start {
             resumed: true,
             epoch: u32::try_from(manifest.epoch).context("checkpoint epoch")?,
             app: manifest.app,
-        })
+        };
+        anyhow::ensure!(
+            start.epoch < epochs,
+            "the checkpoint was taken after epoch {}; --epochs {epochs} leaves nothing to run",
+            start.epoch,
+        );
+        Ok(start)
     }
 
     /// After epoch `done` (1-based count of epochs done): writes a checkpoint if one is due,

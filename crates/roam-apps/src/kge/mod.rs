@@ -281,13 +281,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
     args.output.configure(&mut cfg);
-    let start = args.checkpoint.configure(&mut cfg)?;
-    ensure!(
-        start.epoch < args.epochs,
-        "the checkpoint was taken after epoch {}; --epochs {} leaves nothing to run",
-        start.epoch,
-        args.epochs
-    );
+    let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
     let node = args.mode.start(cfg).context("starting the roam node")?;
     args.output.start(node.rank())?;
     let workers = node.num_nodes() * node.workers_per_node();

@@ -472,13 +472,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     cfg.replica_sync_every = Duration::from_secs_f64(sync_ms / 1e3);
     let sync_every = cfg.replica_sync_every;
     args.output.configure(&mut cfg);
-    let start = args.checkpoint.configure(&mut cfg)?;
-    ensure!(
-        start.epoch < args.epochs,
-        "the checkpoint was taken after epoch {}; --epochs {} leaves nothing to run",
-        start.epoch,
-        args.epochs
-    );
+    let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
     let node = args.mode.start(cfg).context("starting the node")?;
     args.output.start(node.rank())?;
     let partitioning = args.mode.partitioning();

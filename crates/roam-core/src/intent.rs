@@ -182,6 +182,12 @@ impl Need {
         hold_ns: u64::MAX,
     };
 
+    /// Nothing acted yet: the identity of taking the least lead and the longest hold.
+    const NONE_YET: Self = Self {
+        lead_ns: u64::MAX,
+        hold_ns: 0,
+    };
+
     /// The two figures in one `u64` (a frame's `aux`): microseconds in 32 bits each,
     /// saturating (`u32::MAX`: beyond 71 minutes, or never).
     pub fn pack(self) -> u64 {
@@ -210,10 +216,7 @@ impl Default for Actions {
         Self {
             due: Vec::new(),
             unwanted: Vec::new(),
-            need: Need {
-                lead_ns: u64::MAX,
-                hold_ns: 0,
-            },
+            need: Need::NONE_YET,
             shortest_use_ns: u64::MAX,
             extended: Vec::new(),
         }
@@ -225,10 +228,7 @@ impl Actions {
     pub fn clear(&mut self) {
         self.due.clear();
         self.unwanted.clear();
-        self.need = Need {
-            lead_ns: u64::MAX,
-            hold_ns: 0,
-        };
+        self.need = Need::NONE_YET;
         self.shortest_use_ns = u64::MAX;
         self.extended.clear();
     }

@@ -386,12 +386,14 @@ impl PyWorker {
         }
     }
 
-    /// Runs a collective (`barrier`, `sync_replicas`) after this worker's operations, with the
-    /// GIL released.
-    fn collective(
+    /// Runs a collective (`barrier`, `sync_replicas`, `checkpoint`) after this worker's
+    /// operations, with the GIL released; its own error becomes a Python exception through
+    /// `to_py` once the GIL is held again.
+    fn collective<E: Send>(
         &self,
         py: Python<'_>,
-        arrive: fn(&roam::Worker) -> Result<(), OpError>,
+        arrive: impl FnOnce(&roam::Worker) -> Result<(), E> + Send,
+        to_py: impl FnOnce(E) -> PyErr,
     ) -> PyResult<()> {
         self.cell.check_open()?;
         let cell = &self.cell;
@@ -399,12 +401,16 @@ impl PyWorker {
             let mut released = Released::new();
             let mut reg = cell.lock.lock();
             let result = WorkerCell::finish_all(&mut reg, &mut released)
-                .and_then(|()| arrive(&reg.worker).map_err(|err| (err, false)));
+                .map_err(Ok)
+                .and_then(|()| arrive(&reg.worker).map_err(Err));
             drop(reg);
             (result, released)
         });
         drop(released);
-        result.map_err(|(err, signed)| errors::op_error(&err, signed))
+        result.map_err(|err| match err {
+            Ok((err, signed)) => errors::op_error(&err, signed),
+            Err(err) => to_py(err),
+        })
     }
 
     pub(crate) fn cell(&self) -> &Arc<WorkerCell> {
@@ -692,14 +698,18 @@ impl PyWorker {
     /// to reach the barrier; everything issued before it by any worker has then been applied.
     /// Blocks with the GIL released.
     fn barrier(&self, py: Python<'_>) -> PyResult<()> {
-        self.collective(py, roam::Worker::barrier)
+        self.collective(py, roam::Worker::barrier, |err| {
+            errors::op_error(&err, false)
+        })
     }
 
     /// A collective like `barrier`: when it returns, every push issued before it by any worker
     /// of any node is in every replica of the replicated keys (`Node(replicated_keys=...)`).
     /// Between calls, replicas are eventually consistent. Blocks with the GIL released.
     fn sync_replicas(&self, py: Python<'_>) -> PyResult<()> {
-        self.collective(py, roam::Worker::sync_replicas)
+        self.collective(py, roam::Worker::sync_replicas, |err| {
+            errors::op_error(&err, false)
+        })
     }
 
     /// Writes a checkpoint of every node into directory `path` (shared by every node), noting
@@ -709,27 +719,15 @@ impl PyWorker {
     /// `Node(restore_from=path)` on any number of nodes. Blocks with the GIL released.
     #[pyo3(signature = (path, epoch = 0))]
     fn checkpoint(&self, py: Python<'_>, path: std::path::PathBuf, epoch: u64) -> PyResult<()> {
-        self.cell.check_open()?;
-        let cell = &self.cell;
-        // Errors become Python exceptions only once the GIL is held again.
-        let (result, released) = py.detach(|| {
-            let mut released = Released::new();
-            let mut reg = cell.lock.lock();
-            let result = WorkerCell::finish_all(&mut reg, &mut released)
-                .map_err(Ok)
-                .and_then(|()| {
-                    reg.worker
-                        .checkpoint_with(&path, epoch, serde_json::Value::Null)
-                        .map_err(|err| Err(err.to_string()))
-                });
-            drop(reg);
-            (result, released)
-        });
-        drop(released);
-        result.map_err(|err| match err {
-            Ok((err, signed)) => errors::op_error(&err, signed),
-            Err(msg) => errors::op_error_msg(msg),
-        })
+        self.collective(
+            py,
+            |worker| {
+                worker
+                    .checkpoint_with(&path, epoch, serde_json::Value::Null)
+                    .map_err(|err| err.to_string())
+            },
+            errors::op_error_msg,
+        )
     }
 
     /// Starts drawing `n` samples from sampler `sampler` (its index in

@@ -565,20 +565,28 @@ impl Store {
     /// whole record of `key`, owned here, into `out` (resized to it). Returns false if the key
     /// is not owned here.
     pub fn read_record(&self, key: Key, out: &mut Vec<f32>) -> bool {
-        let Some(state) = self.index.get(key) else {
-            return false;
-        };
-        let mut owned = false;
+        self.index
+            .get(key)
+            .and_then(|state| self.copy_record(key, state, out))
+            == Some(Holding::Owned)
+    }
+
+    /// A consistent copy of the whole record of `key` (index entry `state`) into `out`, and
+    /// whether it is owned or a replica (`None`: not held here).
+    fn copy_record(&self, key: Key, state: &AtomicU64, out: &mut Vec<f32>) -> Option<Holding> {
+        let mut holding = Holding::Owned;
         let held = self.read(state, |s| {
-            owned = s & LOCAL != 0;
-            if owned {
-                // SAFETY: held when observed (a torn copy is retried by `read`).
-                let record = unsafe { self.record(key, s) };
-                out.resize(record.len(), 0.0);
-                load_values::<0>(out, record, self.plain());
-            }
+            // SAFETY: held when observed (a torn copy is retried by `read`).
+            let record = unsafe { self.record(key, s) };
+            out.resize(record.len(), 0.0);
+            load_values::<0>(out, record, self.plain());
+            holding = if s & REPLICA != 0 {
+                Holding::Replica
+            } else {
+                Holding::Owned
+            };
         });
-        held && owned
+        held.then_some(holding)
     }
 
     /// Protocol only (a restore): overwrites the whole record of `key`, owned here, with
@@ -821,19 +829,7 @@ impl Store {
         let mut copy = Vec::new();
         for i in cursor..end {
             let (key, state) = self.index.at(i);
-            let mut holding = Holding::Owned;
-            let held = self.read(state, |s| {
-                // SAFETY: held when observed.
-                let record = unsafe { self.record(key, s) };
-                copy.resize(record.len(), 0.0);
-                load_values::<0>(&mut copy, record, self.plain());
-                holding = if s & REPLICA != 0 {
-                    Holding::Replica
-                } else {
-                    Holding::Owned
-                };
-            });
-            if held {
+            if let Some(holding) = self.copy_record(key, state, &mut copy) {
                 f(key, holding, &copy);
             }
         }

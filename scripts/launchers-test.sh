@@ -54,12 +54,13 @@ if app == "mf":
     what = "test RMSE"
     against = "single"
 else:
-    # The default synthetic graph's training is bimodal even on one node (some seeds settle at
-    # MRR 0.06-0.16, others at 0.3), so the reference is the untrained model (--eta 0): the job
-    # must have learned, clearly, and its loss must have fallen.
+    # The default synthetic graph's training stalls in about half the runs, even on one node
+    # (docs/workloads-kge.md): after 2 epochs runs ended at MRR 0.02-0.31. So the reference is
+    # the untrained model (--eta 0, MRR 0.0044): the job must have learned (the worst run seen
+    # was 4.5x it), and its loss must have fallen.
     got, want = last["mrr"], single_last["mrr"]
     falling = r["epochs"][-1]["loss"] < r["epochs"][0]["loss"]
-    ok = math.isfinite(got) and got >= 3 * want and falling
+    ok = math.isfinite(got) and got >= 2 * want and falling
     what, against = "MRR", "untrained"
 assert ok, f"{label}: {what} {got:.4f} against {against} {want:.4f}"
 print(f"launchers-test: {label}: 3 nodes, {epochs} epochs, {what} {got:.4f} ({against} {want:.4f})")

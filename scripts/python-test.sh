@@ -22,7 +22,8 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 export PATH="$venv/bin:$PATH"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-python -m pip install --quiet "maturin>=1.9.4,<2" "numpy>=1.26" "pytest>=8"
+python -m pip install --quiet "maturin>=1.9.4,<2" "numpy>=1.26" "pytest>=8" \
+    "pyyaml>=6" "kubernetes-validate>=1.30"
 
 echo "python-test: building the roam launcher"
 cargo build --release -p roam-cli --bin roam

@@ -4,3 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p roam-cli --bin roam
 cargo test --workspace --release
+# Real jobs under mpirun and srun (installs openmpi-bin, slurm-wlm and munge when missing).
+./scripts/launchers-test.sh

@@ -220,7 +220,7 @@ def grads_torch(emb_np, batch: Batch, d, gamma):
     uses = torch.from_numpy(batch.uses)
     reg = 0.5 * (gamma / emb.shape[1]) * (uses[:, None] * emb * emb).sum()
     (loss + reg).backward()
-    return emb.grad.numpy(), float(loss)
+    return emb.grad.numpy(), float(loss.detach())
 
 
 # ---------------------------------------------------------------- evaluation

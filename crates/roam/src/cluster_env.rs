@@ -6,6 +6,10 @@
 //! torchrun's, then Slurm's, then Open MPI's. Empty or all-blank variables count as unset, because
 //! shells and job scripts routinely export `VAR=` to mean "nothing".
 //!
+//! Under torchrun (`TORCHELASTIC_RUN_ID` set) the coordinator from `MASTER_ADDR`/`MASTER_PORT` is
+//! `MASTER_PORT + 1`: torchrun's agent already listens on `MASTER_PORT` (its store, which
+//! `torch.distributed` shares), so rank 0 could not bind it; `ROAM_COORDINATOR` still wins.
+//!
 //! Invariants of a returned [`ClusterEnv`]: `num_nodes >= 1`, `rank < num_nodes`, and
 //! `coordinator` is a syntactically valid `host:port` whose port is non-zero whenever
 //! `num_nodes > 1`. When no source names a rank or a node count, the result is a single node
@@ -51,6 +55,8 @@ const SIZE_VARS: [&str; 4] = [
 ];
 const MASTER_ADDR: &str = "MASTER_ADDR";
 const MASTER_PORT: &str = "MASTER_PORT";
+/// Set by torchrun in every process it starts (the elastic run's id).
+const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
 
 /// This node's place in the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +100,8 @@ pub enum Origin {
     Var(&'static str),
     /// `MASTER_ADDR` and `MASTER_PORT` together.
     MasterAddrPort,
+    /// `MASTER_ADDR` and `MASTER_PORT + 1` under torchrun, whose agent holds `MASTER_PORT`.
+    TorchrunMasterAddrPort,
     /// Nothing set it; the single-node default applies.
     Default,
 }
@@ -104,6 +112,9 @@ impl fmt::Display for Origin {
             Self::Config => f.write_str("explicit config"),
             Self::Var(var) => write!(f, "environment variable {var}"),
             Self::MasterAddrPort => f.write_str("MASTER_ADDR/MASTER_PORT"),
+            Self::TorchrunMasterAddrPort => {
+                f.write_str("MASTER_ADDR and MASTER_PORT + 1 (torchrun's agent holds MASTER_PORT)")
+            }
             Self::Default => f.write_str("the single-node default"),
         }
     }
@@ -392,6 +403,20 @@ fn coordinator_from(
                         value: port.clone(),
                         expected: "TCP port (0..=65535)",
                     })?;
+            // Under torchrun, MASTER_PORT is its agent's store: roam's coordinator takes the next.
+            let (port_num, origin) = if get(TORCHELASTIC_RUN_ID).is_some() {
+                let next = port_num.checked_add(1).filter(|&p| p != 0).ok_or(
+                    ClusterEnvError::InvalidNumber {
+                        var: MASTER_PORT,
+                        value: port.clone(),
+                        expected: "TCP port below 65535 (under torchrun roam's coordinator \
+                                   listens on MASTER_PORT + 1; set ROAM_COORDINATOR to choose)",
+                    },
+                )?;
+                (next, Origin::TorchrunMasterAddrPort)
+            } else {
+                (port_num, Origin::MasterAddrPort)
+            };
             let addr = addr.trim();
             // torchrun allows a bare IPv6 address in MASTER_ADDR; host:port needs brackets.
             let host = if addr.contains(':') && !addr.starts_with('[') {
@@ -399,7 +424,7 @@ fn coordinator_from(
             } else {
                 addr.to_owned()
             };
-            Ok(Some((format!("{host}:{port_num}"), Origin::MasterAddrPort)))
+            Ok(Some((format!("{host}:{port_num}"), origin)))
         }
     }
 }
@@ -617,6 +642,37 @@ mod tests {
             ("MASTER_PORT", "29500"),
         ]);
         assert_eq!(resolve(&none(), e), Ok(cluster(3, 8, "node17:29500")));
+    }
+
+    #[test]
+    fn under_torchrun_the_coordinator_is_the_port_after_its_agents() {
+        let e = env(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("TORCHELASTIC_RUN_ID", "none"),
+        ]);
+        assert_eq!(resolve(&none(), e), Ok(cluster(1, 2, "127.0.0.1:29501")));
+        // ROAM_COORDINATOR is taken as it is.
+        let e = env(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("ROAM_COORDINATOR", "127.0.0.1:7000"),
+            ("TORCHELASTIC_RUN_ID", "none"),
+        ]);
+        assert_eq!(resolve(&none(), e), Ok(cluster(1, 2, "127.0.0.1:7000")));
+        let e = env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "65535"),
+            ("TORCHELASTIC_RUN_ID", "none"),
+        ]);
+        let err = resolve(&none(), e).unwrap_err().to_string();
+        assert!(err.contains("MASTER_PORT + 1"), "{err}");
     }
 
     #[test]

@@ -66,7 +66,7 @@ def _apply_gradients(worker: Worker, keys: torch.Tensor, grads: torch.Tensor, lr
     the worker's next ``wait_all``/``barrier``. roam reads the pushed values during the call, so
     they may be freed as soon as it returns.
     """
-    worker.push(keys, grads * -lr)
+    worker.push(keys.numpy(), (grads * -lr).numpy())
 
 
 class _PullRows(torch.autograd.Function):
@@ -91,6 +91,58 @@ class _PullRows(torch.autograd.Function):
         if keys.numel():
             _apply_gradients(ctx.worker, keys, grad, module.lr)
         return None, None, None, None
+
+
+class _Gather(torch.autograd.Function):
+    """``rows[inverse]``, whose backward sums the output gradient into the rows (index_add).
+
+    Equivalent to ``F.embedding(inverse, rows)``; its dense backward is several times slower
+    on the CPU than one index_add (measured: ``docs/embeddings.md``).
+    """
+
+    @staticmethod
+    def forward(ctx, rows, inverse):
+        ctx.save_for_backward(inverse)
+        ctx.num_rows = rows.shape[0]
+        return F.embedding(inverse, rows)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (inverse,) = ctx.saved_tensors
+        dim = grad_out.shape[-1]
+        grad = grad_out.new_zeros(ctx.num_rows, dim)
+        grad.index_add_(0, inverse.reshape(-1), grad_out.reshape(-1, dim))
+        return grad, None
+
+
+class _Bag(torch.autograd.Function):
+    """``F.embedding_bag`` over the unique rows, with an index_add backward (as :class:`_Gather`).
+
+    ``bag_of[i]`` is the bag of element ``i`` of the flattened input and ``scale[i]`` its
+    factor in that bag's sum (1, 1/bag length for "mean", or its per-sample weight).
+    """
+
+    @staticmethod
+    def forward(ctx, rows, psw, inverse, offsets, mode, last, bag_of, scale):
+        ctx.save_for_backward(rows, inverse, bag_of, scale)
+        return F.embedding_bag(
+            inverse, rows, offsets, mode=mode, per_sample_weights=psw, include_last_offset=last
+        )
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        rows, inverse, bag_of, scale = ctx.saved_tensors
+        flat = inverse.reshape(-1)
+        per_id = grad_out.index_select(0, bag_of)
+        grad_rows = grad_psw = None
+        if ctx.needs_input_grad[1]:
+            grad_psw = (per_id * rows.index_select(0, flat)).sum(1).reshape(inverse.shape)
+        if ctx.needs_input_grad[0]:
+            if scale is not None:
+                per_id = per_id * scale[:, None]
+            grad_rows = grad_out.new_zeros(rows.shape)
+            grad_rows.index_add_(0, flat, per_id)
+        return grad_rows, grad_psw, None, None, None, None, None, None
 
 
 class _RoamRows(torch.nn.Module):
@@ -180,9 +232,9 @@ class _RoamRows(torch.nn.Module):
         )
 
     def _keys(self, ids: torch.Tensor) -> torch.Tensor:
-        """The roam keys of unique ids (int64, contiguous), checking the id range."""
+        """The roam keys of sorted unique ids (int64, contiguous), checking the id range."""
         if ids.numel() and self.num_embeddings is not None:
-            lo, hi = int(ids.min()), int(ids.max())
+            lo, hi = int(ids[0]), int(ids[-1])
             if lo < 0 or hi >= self.num_embeddings:
                 bad = lo if lo < 0 else hi
                 raise IndexError(f"id {bad} is outside this embedding's 0..{self.num_embeddings}")
@@ -192,8 +244,9 @@ class _RoamRows(torch.nn.Module):
 
     def _pull(self, worker: Worker, keys: torch.Tensor) -> torch.Tensor:
         rows = torch.empty(keys.numel(), self.embedding_dim)
-        # Both tensors go through __dlpack__: roam reads the keys and writes the rows in place.
-        worker.pull(keys, rows).wait()
+        # NumPy views share the tensors' memory (roam writes the rows in place); they reach
+        # the binding's buffer protocol path, ~10 us cheaper per call than __dlpack__.
+        worker.pull(keys.numpy(), rows.numpy()).wait()
         return rows
 
     def _unique_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -308,8 +361,7 @@ class Embedding(_RoamRows):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows, inverse = self._unique_rows(ids)
-        # F.embedding's backward sums the output gradient into the unique rows (index_add).
-        return F.embedding(inverse, rows)
+        return _Gather.apply(rows, inverse) if rows.requires_grad else F.embedding(inverse, rows)
 
 
 class EmbeddingBag(_RoamRows):
@@ -356,11 +408,32 @@ class EmbeddingBag(_RoamRows):
         if input.dim() not in (1, 2):
             raise ValueError(f"input must be 1-D or 2-D, not {input.dim()}-D")
         rows, inverse = self._unique_rows(input)
-        return F.embedding_bag(
-            inverse,
-            rows,
-            offsets,
-            mode=self.mode,
-            per_sample_weights=per_sample_weights,
-            include_last_offset=self.include_last_offset,
+        psw = per_sample_weights
+        if not (rows.requires_grad or (psw is not None and psw.requires_grad)):
+            return F.embedding_bag(
+                inverse, rows, offsets, mode=self.mode, per_sample_weights=psw,
+                include_last_offset=self.include_last_offset,
+            )
+        n = inverse.numel()
+        if inverse.dim() == 2:
+            bags, length = inverse.shape
+            lengths = torch.full((bags,), length, dtype=torch.int64)
+        else:
+            offsets = torch.as_tensor(offsets, dtype=torch.int64)
+            ends = offsets[1:] if self.include_last_offset else torch.cat([offsets[1:], offsets.new_tensor([n])])
+            starts = offsets[:-1] if self.include_last_offset else offsets
+            lengths = ends - starts
+            if lengths.numel() and (int(lengths.min()) < 0 or int(ends[-1]) != n or int(starts[0]) != 0):
+                raise ValueError(
+                    f"offsets must start at 0, not decrease, and end at the input's {n} ids"
+                )
+        bag_of = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+        if psw is not None:
+            scale = psw.detach().reshape(-1)
+        elif self.mode == "mean":
+            scale = (1.0 / lengths.clamp(min=1).to(torch.float32)).index_select(0, bag_of)
+        else:
+            scale = None
+        return _Bag.apply(
+            rows, psw, inverse, offsets, self.mode, self.include_last_offset, bag_of, scale
         )

@@ -57,7 +57,7 @@ def current_worker() -> Optional[Worker]:
 
 
 def _apply_gradients(worker: Worker, keys: torch.Tensor, grads: torch.Tensor, lr: float) -> None:
-    """Applies the gradient ``grads`` (one row per key of ``keys``) to the rows in roam.
+    """Applies the gradient ``grads`` (one row per key of ``keys``; consumed) to the rows in roam.
 
     Today: SGD as an additive push of ``-lr * grads`` (applied where each row lives). Once
     server-side optimizers exist this becomes ``worker.push_gradients(keys, grads)`` and ``lr``
@@ -66,7 +66,7 @@ def _apply_gradients(worker: Worker, keys: torch.Tensor, grads: torch.Tensor, lr
     the worker's next ``wait_all``/``barrier``. roam reads the pushed values during the call, so
     they may be freed as soon as it returns.
     """
-    worker.push(keys.numpy(), (grads * -lr).numpy())
+    worker.push(keys.numpy(), grads.mul_(-lr).numpy())
 
 
 class _PullRows(torch.autograd.Function):
@@ -83,6 +83,8 @@ class _PullRows(torch.autograd.Function):
     def backward(ctx, grad_rows):
         keys = ctx.keys
         module = ctx.module
+        # The rows feed only this module's _Gather/_Bag, whose backward allocates grad_rows:
+        # _apply_gradients may scale it in place.
         grad = grad_rows.contiguous()
         if module.padding_key is not None:
             keep = keys != module.padding_key

@@ -28,6 +28,7 @@ def main() -> None:
         ids = torch.cat([ids, ids[:10]])
         out = emb(ids)
         assert torch.equal(out.detach(), init[ids]), "forward returns the rows in roam"
+        w.barrier()  # both nodes read before either pushes
         out.sum().backward()
         w.barrier()
         counts = torch.zeros(NUM)

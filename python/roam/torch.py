@@ -98,8 +98,9 @@ class _PullRows(torch.autograd.Function):
 class _Gather(torch.autograd.Function):
     """``rows[inverse]``, whose backward sums the output gradient into the rows (index_add).
 
-    Equivalent to ``F.embedding(inverse, rows)``; its dense backward is several times slower
-    on the CPU than one index_add (measured: ``docs/embeddings.md``).
+    Equivalent to ``F.embedding(inverse, rows)``, with the backward :class:`_Bag` needs for
+    speed (there torch's dense backward measured several times slower than one index_add,
+    ``docs/embeddings.md``), kept alike for both modules.
     """
 
     @staticmethod

@@ -117,6 +117,16 @@ def test_no_gradient_no_push(node):
     assert node.stats()["local_push_keys"] == 0
 
 
+def test_an_empty_batch_pulls_and_pushes_nothing(node):
+    out = rt.Embedding(40, 3, node)(torch.zeros(0, 2, dtype=torch.int64))
+    assert out.shape == (0, 2, 3)
+    out.sum().backward()
+    bags = rt.EmbeddingBag(40, 3, node, mode="mean")(torch.zeros(0, dtype=torch.int64), torch.tensor([0, 0]))
+    assert torch.equal(bags, torch.zeros(2, 3))  # two empty bags, as torch
+    bags.sum().backward()
+    assert node.stats()["local_push_keys"] == 0
+
+
 def test_padding_idx_gets_no_update(node):
     emb = rt.Embedding(40, 3, node, lr=1.0, padding_idx=0)
     emb.init_normal_(seed=3)

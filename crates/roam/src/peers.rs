@@ -238,11 +238,16 @@ pub(crate) fn spawn_reader(
     spawn_named(format!("roam-read-{}", peer.0), slow.as_ref(), move || {
         let mut reader = BufReader::with_capacity(1 << 16, stream);
         let mut debt = Duration::ZERO;
+        // The peer's link exists before its reader starts (`add_peer`, start-up).
+        let link = shared.peer(peer).map(|p| p.link.clone());
         loop {
             match read_frame(&mut reader, &shared.limits) {
                 Ok(frame) => {
                     roam_core::stats::add(&shared.counters.messages_received, 1);
                     roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
+                    if let Some(link) = &link {
+                        link.traffic.received(frame.wire_len());
+                    }
                     if frame.header.kind == Kind::Goodbye {
                         if let Some(state) = shared.peer(peer) {
                             state.departed.store(true, Ordering::Release);

@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     pub(crate) slow_tasks: Option<Arc<SlowTasks>>,
     /// The service delay of `roam launch --slow-scope service` (`ROAM_SLOW_SERVICE`), if set.
     pub(crate) service: Option<Arc<ServiceSlowdown>>,
+    /// Durations of the checkpoints this node took part in (for the metrics).
+    pub(crate) checkpoints: crate::metrics::CheckpointTimes,
 }
 
 /// The shell's state for one linked node: its link, and whether it left or was lost.
@@ -219,6 +221,9 @@ pub struct NodeHandle {
     print_stats: bool,
     /// The access samples of the allocation trace ([`Config::trace_allocation`]).
     pub(crate) trace_samples: Option<Arc<Mutex<Vec<crate::alloc_trace::AccessSample>>>>,
+    /// The `/metrics` endpoint ([`Config::metrics_addr`]), with the scrapes to wait for at
+    /// shutdown and for how long at most.
+    metrics: Option<(crate::metrics::MetricsServer, u64, Duration)>,
 }
 
 impl NodeHandle {
@@ -294,6 +299,13 @@ impl NodeHandle {
             min_delta_norm: cfg.replica_min_delta_norm,
             sync_after_updates: cfg.replica_sync_after_updates,
         });
+        let (metrics_addr, metrics_hold) =
+            crate::metrics::settings(cfg.metrics_addr.as_deref(), cfg.metrics_hold_scrapes)?;
+        // Bound before the rendezvous: an address in use fails this node before peers wait.
+        let metrics_listener = metrics_addr
+            .as_deref()
+            .map(crate::metrics::bind)
+            .transpose()?;
         let latency = Duration::from_micros(latency_us);
         let deadline = Instant::now() + cfg.rendezvous_timeout;
         let stopping = Arc::new(AtomicBool::new(false));
@@ -442,6 +454,7 @@ impl NodeHandle {
             latency_us,
             slow_tasks,
             service,
+            checkpoints: Default::default(),
         });
 
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -472,7 +485,12 @@ impl NodeHandle {
             finished: false,
             print_stats: cfg.print_stats,
             trace_samples: None,
+            metrics: None,
         };
+        if let Some(bound) = metrics_listener {
+            let server = crate::metrics::spawn(&handle.shared, bound)?;
+            handle.metrics = Some((server, metrics_hold, cfg.rendezvous_timeout));
+        }
         if cfg.trace_allocation {
             handle.shared.with_node(|node, _| node.trace_allocation());
             let samples = Arc::default();
@@ -567,6 +585,12 @@ impl NodeHandle {
         self.acceptor_addr
     }
 
+    /// The address this node serves Prometheus metrics on (`None` without
+    /// [`Config::metrics_addr`]).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(m, _, _)| m.addr())
+    }
+
     /// The key space.
     pub fn key_space(&self) -> &KeySpace {
         &self.shared.space
@@ -654,6 +678,23 @@ impl NodeHandle {
         let stats = NodeStats::collect(&self.shared);
         if self.print_stats {
             println!("{}", stats.to_json_line());
+        }
+        if let Some((server, hold, limit)) = self.metrics.as_ref().filter(|m| m.1 > 0) {
+            // The final figures are in place: let Prometheus collect them before exiting.
+            let rank = self.shared.rank.0;
+            tracing::info!(
+                node = rank,
+                scrapes = hold,
+                "metrics: holding until scraped"
+            );
+            let seen = server.hold(*hold, *limit);
+            if seen < *hold {
+                tracing::warn!(
+                    node = rank,
+                    "metrics: scraped {seen} of {hold} times within {} s; exiting anyway",
+                    limit.as_secs()
+                );
+            }
         }
         self.close();
         barrier.map(|()| stats)

@@ -42,7 +42,7 @@ impl Shared {
             return;
         }
         if !state.departed.load(Ordering::Acquire) && !self.elastic.is_drained() {
-            tracing::warn!(node = self.rank.0, "{peer} lost: {reason}");
+            tracing::warn!(node = self.rank.0, peer = peer.0, reason, "{peer} lost: {reason}");
         }
         self.end_reader(peer);
         self.with_node(|node, now| node.handle_peer_lost(now, peer));
@@ -64,7 +64,12 @@ impl Shared {
                 continue;
             };
             if !state.lost.swap(true, Ordering::AcqRel) {
-                tracing::warn!(node = self.rank.0, "{peer} lost: silent or reported lost");
+                tracing::warn!(
+                    node = self.rank.0,
+                    peer = peer.0,
+                    reason = "silent or reported lost",
+                    "{peer} lost: silent or reported lost"
+                );
             }
             self.end_reader(peer);
             self.elastic.notify();
@@ -249,6 +254,7 @@ pub(crate) fn spawn_reader(
                         link.traffic.received(frame.wire_len());
                     }
                     if frame.header.kind == Kind::Goodbye {
+                        tracing::debug!(node = shared.rank.0, peer = peer.0, "peer said goodbye");
                         if let Some(state) = shared.peer(peer) {
                             state.departed.store(true, Ordering::Release);
                             state.lost.store(true, Ordering::Release);
@@ -262,14 +268,11 @@ pub(crate) fn spawn_reader(
                         .as_ref()
                         .filter(|_| ServiceSlowdown::slows(frame.header.kind));
                     let Some(service) = slowed else {
-                        shared.with_node(|node, now| node.handle_frame(now, peer, frame));
+                        crate::events::handle_frame(&shared, peer, frame, false);
                         continue;
                     };
-                    let took = shared.with_node(|node, now| {
-                        let start = Instant::now();
-                        node.handle_frame(now, peer, frame);
-                        start.elapsed()
-                    });
+                    let took = crate::events::handle_frame(&shared, peer, frame, true)
+                        .unwrap_or_default();
                     let sleep = service.owe(&mut debt, took);
                     if !sleep.is_zero() {
                         std::thread::sleep(sleep);
@@ -346,8 +349,7 @@ pub(crate) fn spawn_loopback(
                 Ok(frame) => {
                     roam_core::stats::add(&shared.counters.messages_received, 1);
                     roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
-                    let rank = shared.rank;
-                    shared.with_node(|node, now| node.handle_frame(now, rank, frame));
+                    crate::events::handle_frame(&shared, shared.rank, frame, false);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) if !*stop.0.lock() => {}
                 Err(_) => return,

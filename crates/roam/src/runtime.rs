@@ -370,6 +370,7 @@ impl NodeHandle {
                 } else {
                     connect_peer(rank, peer, addr, &token, deadline)?
                 };
+                tracing::debug!(node = rank.0, peer, %addr, "data link to the peer connected");
                 net.outgoing.insert(peer, stream);
             }
         }
@@ -542,6 +543,12 @@ impl NodeHandle {
                 Ok(Incoming {
                     rank: peer, stream, ..
                 }) if missing.remove(&peer) => {
+                    tracing::debug!(
+                        node = rank.0,
+                        peer,
+                        missing = missing.len(),
+                        "data link from the peer accepted"
+                    );
                     let reader = spawn_reader(&self.shared, NodeId(peer), stream)?;
                     self.readers.push(reader);
                 }
@@ -559,6 +566,11 @@ impl NodeHandle {
                 }
             }
         }
+        tracing::info!(
+            node = rank.0,
+            peers = expected.len(),
+            "every peer connected: the node runs"
+        );
         self.shared.with_node(|node, now| node.start_liveness(now));
         let timers = spawn_timers(&self.shared, self.stop.clone())?;
         self.threads.push(timers);

@@ -24,7 +24,7 @@ mod server;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use server::{
-    MetricsError, ROAM_METRICS_ADDR, ROAM_METRICS_HOLD, parse_addr, with_rank_offset,
+    MetricsError, ROAM_METRICS_ADDR, ROAM_METRICS_HOLD, launch_addr, parse_addr, with_rank_offset,
 };
 pub(crate) use server::{MetricsServer, bind, settings, spawn};
 

@@ -102,6 +102,16 @@ pub fn with_rank_offset(addr: &str, rank: u32) -> Result<String, MetricsError> {
     Ok(format!("{host}:{offset}"))
 }
 
+/// For `roam launch`: the metrics address of node `slot` (its rank; joiners follow the
+/// initial nodes) when the launcher's environment sets `ROAM_METRICS_ADDR`, its port offset by
+/// `slot`.
+pub fn launch_addr(slot: u32) -> Result<Option<String>, MetricsError> {
+    match std::env::var(ROAM_METRICS_ADDR) {
+        Ok(addr) if !addr.is_empty() => with_rank_offset(&addr, slot).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// Counts of Prometheus scrapes, and the wakeup of a node holding for them.
 #[derive(Default)]
 struct Scrapes {

@@ -9,9 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use roam_core::{Node, NodeId};
 use roam_core::stats::NodeCounters;
 use roam_core::wire::Frame;
+use roam_core::{Node, NodeId};
 use std::sync::atomic::Ordering;
 
 use crate::runtime::Shared;

@@ -42,7 +42,12 @@ impl Shared {
             return;
         }
         if !state.departed.load(Ordering::Acquire) && !self.elastic.is_drained() {
-            tracing::warn!(node = self.rank.0, peer = peer.0, reason, "{peer} lost: {reason}");
+            tracing::warn!(
+                node = self.rank.0,
+                peer = peer.0,
+                reason,
+                "{peer} lost: {reason}"
+            );
         }
         self.end_reader(peer);
         self.with_node(|node, now| node.handle_peer_lost(now, peer));
@@ -271,8 +276,8 @@ pub(crate) fn spawn_reader(
                         crate::events::handle_frame(&shared, peer, frame, false);
                         continue;
                     };
-                    let took = crate::events::handle_frame(&shared, peer, frame, true)
-                        .unwrap_or_default();
+                    let took =
+                        crate::events::handle_frame(&shared, peer, frame, true).unwrap_or_default();
                     let sleep = service.owe(&mut debt, took);
                     if !sleep.is_zero() {
                         std::thread::sleep(sleep);

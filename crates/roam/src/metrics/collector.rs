@@ -4,7 +4,7 @@
 //!
 //! Invariants: every family is encoded on every scrape, even when its value is 0, so that a
 //! series exists from the node's first scrape on (Prometheus `rate()` needs the zero); labels
-//! are a closed set (`op`, `path`, `direction`, `peer`, `quantile`, `result`).
+//! are a closed set (`op`, `path`, `direction`, `peer`, `result`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -263,16 +263,18 @@ impl Collector for NodeCollector {
             "Bytes of replica-sync frames sent",
             s.replica_bytes_sent,
         )?;
-        family(
+        gauge(
             e,
-            "replica_staleness_seconds",
-            "Age of remote updates when they landed in this node's replicas (quantiles over the \
+            "replica_staleness_p50_seconds",
+            "Median age of remote updates when they landed in this node's replicas (over the \
              run; 0 before the first)",
-            MetricType::Gauge,
-            &[
-                (&[("quantile", "0.5")], s.replica_staleness_p50_us / 1e6),
-                (&[("quantile", "0.99")], s.replica_staleness_p99_us / 1e6),
-            ],
+            s.replica_staleness_p50_us / 1e6,
+        )?;
+        gauge(
+            e,
+            "replica_staleness_p99_seconds",
+            "99th percentile of the same ages",
+            s.replica_staleness_p99_us / 1e6,
         )?;
         gauge(
             e,

@@ -28,7 +28,9 @@ pub const ROAM_METRICS_ADDR: &str = "ROAM_METRICS_ADDR";
 pub const ROAM_METRICS_HOLD: &str = "ROAM_METRICS_HOLD";
 
 /// The OpenMetrics text format that `prometheus_client::encoding::text` writes.
-const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The classic Prometheus text format, for clients that do not ask for OpenMetrics.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The header every scrape by a Prometheus server carries.
 const PROMETHEUS_HEADER: &str = "X-Prometheus-Scrape-Timeout-Seconds";
 
@@ -267,9 +269,13 @@ fn serve(
         } else if !matches!(method, tiny_http::Method::Get | tiny_http::Method::Head) {
             text_response(405, "text/plain; charset=utf-8", "only GET /metrics\n")
         } else {
+            let openmetrics = request.headers().iter().any(|h| {
+                h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
+            });
             let mut body = String::new();
             match prometheus_client::encoding::text::encode(&mut body, registry) {
-                Ok(()) => text_response(200, CONTENT_TYPE, &body),
+                Ok(()) if openmetrics => text_response(200, OPENMETRICS, &body),
+                Ok(()) => text_response(200, PROMETHEUS_TEXT, &to_prometheus_text(&body)),
                 Err(_) => text_response(500, "text/plain; charset=utf-8", "encoding failed\n"),
             }
         };
@@ -284,6 +290,43 @@ fn serve(
             scrapes.more.notify_all();
         }
     }
+}
+
+/// The crate's OpenMetrics text as classic Prometheus text (format 0.0.4), for clients that
+/// did not ask for OpenMetrics (curl, `promtool check metrics`): the samples stay as written;
+/// a counter family's `# HELP`/`# TYPE` lines name it with its samples' `_total` suffix (in
+/// OpenMetrics they name the family without it), and `# UNIT` and `# EOF` go (no such lines in
+/// the classic format).
+fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let header = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match header {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let suffix = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("{prefix}{name}{suffix} {tail}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
 
 fn text_response(
@@ -301,6 +344,19 @@ fn text_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn classic_text_names_counter_families_with_their_suffix() {
+        let om = "# HELP roam_ops Ops.\n# TYPE roam_ops counter\nroam_ops_total{rank=\"0\"} 3\n\
+                  # HELP roam_nodes Nodes.\n# TYPE roam_nodes gauge\n# UNIT roam_nodes x\n\
+                  roam_nodes 1.0\n# EOF\n";
+        assert_eq!(
+            to_prometheus_text(om),
+            "# HELP roam_ops_total Ops.\n# TYPE roam_ops_total counter\n\
+             roam_ops_total{rank=\"0\"} 3\n# HELP roam_nodes Nodes.\n# TYPE roam_nodes gauge\n\
+             roam_nodes 1.0\n"
+        );
+    }
 
     #[test]
     fn ports_are_offset_by_rank_and_bad_addresses_are_named() {

@@ -137,7 +137,7 @@ mod tests {
         assert_eq!(h.buckets[BOUNDS_NS.len() - 1], 1);
         assert_eq!(h.buckets[BOUNDS_NS.len()], 1);
         assert_eq!(h.count, 5);
-        assert_eq!(h.sum_ns, 2_000_020_001);
+        assert_eq!(h.sum_ns, 2_000_020_002);
         assert_eq!(l.get(LatencyOp::Pull, LatencyPath::Owner).count, 0);
         assert_eq!(l.get(LatencyOp::Push, LatencyPath::Forwarded).count, 0);
     }

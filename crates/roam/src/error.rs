@@ -105,7 +105,7 @@ pub enum StartError {
     #[error("I/O error during start: {0}")]
     Io(#[from] std::io::Error),
     /// The metrics endpoint could not be set up (`metrics_addr`, `ROAM_METRICS_ADDR`).
-    #[error("{0}")]
+    #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
     /// The checkpoint named by `restore_from` was refused.
     #[error("restore: {0}")]

@@ -154,9 +154,10 @@ pub struct Config {
     /// reads `ROAM_METRICS_ADDR`, else no endpoint. `roam launch --metrics-addr` gives each
     /// node the port plus its rank.
     pub metrics_addr: Option<String>,
-    /// At shutdown, keep answering `/metrics` until a Prometheus server has scraped this node
-    /// this many times in all (at most `rendezvous_timeout` longer), so that a short job's
-    /// final figures are collected; `None` reads `ROAM_METRICS_HOLD`, else 0 (no hold).
+    /// At the end of [`crate::NodeHandle::shutdown`] (links closed, so no peer waits), keep
+    /// answering `/metrics` until a Prometheus server has scraped this node this many times in
+    /// all (at most `rendezvous_timeout` longer), so that a short job's final figures are
+    /// collected; `None` reads `ROAM_METRICS_HOLD`, else 0 (no hold).
     pub metrics_hold_scrapes: Option<u64>,
 }
 

@@ -691,8 +691,10 @@ impl NodeHandle {
         if self.print_stats {
             println!("{}", stats.to_json_line());
         }
+        self.close();
         if let Some((server, hold, limit)) = self.metrics.as_ref().filter(|m| m.1 > 0) {
-            // The final figures are in place: let Prometheus collect them before exiting.
+            // Links are closed (peers need not wait for this node) and the figures are final:
+            // let Prometheus collect them before the process exits.
             let rank = self.shared.rank.0;
             tracing::info!(
                 node = rank,
@@ -708,7 +710,6 @@ impl NodeHandle {
                 );
             }
         }
-        self.close();
         barrier.map(|()| stats)
     }
 

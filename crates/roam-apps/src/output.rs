@@ -39,6 +39,11 @@ pub struct OutputArgs {
     /// --trace FILE` draws it.
     #[arg(long, value_name = "FILE")]
     pub trace_allocation: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (default: $ROAM_METRICS_ADDR, else
+    /// none). Under `roam launch`, set ROAM_METRICS_ADDR for the launcher instead: each node
+    /// then gets the port plus its rank. See docs/metrics.md.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// A report that cannot be read or written.
@@ -133,6 +138,9 @@ impl OutputArgs {
     pub fn configure(&self, cfg: &mut roam::Config) {
         cfg.print_stats = self.json;
         cfg.trace_allocation = self.trace_allocation.is_some();
+        if self.metrics_addr.is_some() {
+            cfg.metrics_addr.clone_from(&self.metrics_addr);
+        }
     }
 
     /// Called by every node once it started: rank 0 empties the report and trace files, so

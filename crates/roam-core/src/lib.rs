@@ -43,6 +43,7 @@ pub mod id;
 pub mod intent;
 pub mod interest;
 pub mod keyspace;
+pub mod latency;
 pub mod liveness;
 pub mod load;
 pub mod membership;

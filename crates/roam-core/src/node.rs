@@ -42,6 +42,7 @@ use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::intent::IntentTiming;
 use crate::interest::Interest;
 use crate::keyspace::KeySpace;
+use crate::latency::{LatencyOp, LatencyPath, OpLatency};
 use crate::liveness::{Liveness, Timers};
 use crate::load::{Load, LoadWatch};
 use crate::membership::Membership;
@@ -216,6 +217,8 @@ pub(crate) struct Pending {
     pub(crate) first_hops: Vec<NodeId>,
     /// When it was issued (answers from a first hop are response-time samples).
     pub(crate) issued: Time,
+    /// Some answer came from a node it was not sent to (for the latency histograms).
+    pub(crate) forwarded: bool,
 }
 
 /// Keys (and their positions and values) gathered for one destination.
@@ -302,6 +305,8 @@ pub struct Node {
     pub(crate) moving_in: usize,
     /// The latest time any input carried.
     pub(crate) clock: Time,
+    /// Latency of settled pulls and pushes that needed messages (`latency.rs`).
+    pub(crate) latency: OpLatency,
     /// Heartbeat and silence timers.
     pub(crate) timers: Timers,
     /// Decides where keys are held.
@@ -370,6 +375,7 @@ impl Node {
             moves: HomeMoves::default(),
             moving_in: 0,
             clock: Time::default(),
+            latency: OpLatency::default(),
             timers: Timers::default(),
             policy: cfg.policy.build(cfg.seed),
             store,
@@ -446,6 +452,11 @@ impl Node {
                 change,
             });
         }
+    }
+
+    /// Latency histograms of this node's pulls and pushes that needed messages.
+    pub fn op_latency(&self) -> &OpLatency {
+        &self.latency
     }
 
     /// The node's counters (shared with the shell, which adds transport figures).
@@ -565,6 +576,7 @@ impl Node {
                 error: None,
                 first_hops: Vec::new(),
                 issued: self.clock,
+                forwarded: false,
             },
         );
         op
@@ -852,6 +864,18 @@ impl Node {
             let p = self.pending.remove(&op).expect("checked");
             if matches!(p.kind, OpKind::Pull | OpKind::Push) {
                 self.note_completed_op();
+                let op = if p.kind == OpKind::Pull {
+                    LatencyOp::Pull
+                } else {
+                    LatencyOp::Push
+                };
+                let path = if p.forwarded {
+                    LatencyPath::Forwarded
+                } else {
+                    LatencyPath::Owner
+                };
+                let ns = self.clock.0.saturating_sub(p.issued.0);
+                self.latency.observe(op, path, ns);
             }
             let result = match (p.error, p.kind) {
                 (Some(err), _) => Err(err),

@@ -231,7 +231,7 @@ impl Node {
         expected: OpKind,
     ) -> Option<u64> {
         let op = req.0;
-        match self.pending.get(&op) {
+        match self.pending.get_mut(&op) {
             None => {
                 self.warn(Warning::UnknownRequest { from, kind, req });
                 None
@@ -246,6 +246,9 @@ impl Node {
             }
             Some(p) => {
                 let (issued, asked_first) = (p.issued, p.first_hops.contains(&from));
+                if !asked_first {
+                    p.forwarded = true;
+                }
                 self.observe_answer(from, issued, asked_first);
                 Some(op)
             }

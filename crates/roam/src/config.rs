@@ -150,6 +150,15 @@ pub struct Config {
     /// Record every change of where a key is held and sample the access counters
     /// ([`crate::NodeHandle::take_allocation_trace`]); off by default.
     pub trace_allocation: bool,
+    /// Serve Prometheus metrics at `http://HOST:PORT/metrics` (see `docs/metrics.md`); `None`
+    /// reads `ROAM_METRICS_ADDR`, else no endpoint. `roam launch --metrics-addr` gives each
+    /// node the port plus its rank.
+    pub metrics_addr: Option<String>,
+    /// At the end of [`crate::NodeHandle::shutdown`] (links closed, so no peer waits), keep
+    /// answering `/metrics` until a Prometheus server has scraped this node this many times in
+    /// all (at most `rendezvous_timeout` longer), so that a short job's final figures are
+    /// collected; `None` reads `ROAM_METRICS_HOLD`, else 0 (no hold).
+    pub metrics_hold_scrapes: Option<u64>,
 }
 
 /// The cluster this process joins, resolved from the [`Config`] and the environment exactly as
@@ -278,6 +287,8 @@ impl Config {
             share_sync_every: Duration::from_nanos(roam_core::share::DEFAULT_SHARE_SYNC_NS),
             print_stats: true,
             trace_allocation: false,
+            metrics_addr: None,
+            metrics_hold_scrapes: None,
         }
     }
 

@@ -104,6 +104,9 @@ pub enum StartError {
     /// An OS resource (thread, socket) could not be created.
     #[error("I/O error during start: {0}")]
     Io(#[from] std::io::Error),
+    /// The metrics endpoint could not be set up (`metrics_addr`, `ROAM_METRICS_ADDR`).
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
     /// The checkpoint named by `restore_from` was refused.
     #[error("restore: {0}")]
     Restore(#[from] crate::checkpoint::RestoreError),

@@ -3,7 +3,8 @@
 //! This module owns the local launcher. It picks a free loopback port for the coordinator and a
 //! fresh random cluster token, starts one child per rank with the `ROAM_*` variables that
 //! [`crate::cluster_env`] reads, relays every child's output line by line with a `[node R] `
-//! prefix, and turns the children's fate into one exit code.
+//! prefix, and turns the children's fate into one exit code. A `ROAM_METRICS_ADDR` in the
+//! launcher's environment reaches node (or joiner) `i` with its port plus `i`.
 //!
 //! Invariants:
 //! - Output: each relayed line is written to the sink with a single `write_all` under the sink's
@@ -205,6 +206,8 @@ where
             args.nodes
         );
     }
+    // Every node's (and joiner's) metrics port must exist before any starts.
+    crate::metrics::launch_addr(args.nodes + joiners - 1)?;
     let schedule = Schedule::new(&args.slow_node, args.nodes)?;
     let token: String =
         rand::random::<[u8; 32]>()
@@ -354,6 +357,9 @@ where
         }
         if let Some(b) = &args.balancer {
             cmd.env(crate::cluster_env::ROAM_BALANCER, b);
+        }
+        if let Ok(Some(addr)) = crate::metrics::launch_addr(rank) {
+            cmd.env(crate::metrics::ROAM_METRICS_ADDR, addr);
         }
         if let Some(b) = net.rate(rank) {
             cmd.env(ROAM_NETWORK_BANDWIDTH, b.to_string());

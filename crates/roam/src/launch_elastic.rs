@@ -378,6 +378,9 @@ where
         if let Some(b) = self.net.rate(slot) {
             cmd.env(ROAM_NETWORK_BANDWIDTH, b.to_string());
         }
+        if let Ok(Some(addr)) = crate::metrics::launch_addr(slot) {
+            cmd.env(crate::metrics::ROAM_METRICS_ADDR, addr);
+        }
         let name = format!("joiner {k}");
         let mut child = match cmd.spawn() {
             Ok(c) => c,

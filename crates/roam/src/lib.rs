@@ -20,6 +20,8 @@
 //!   end (`roam_core::access`); tickets, and owned pending pulls.
 //! - `slot`: each worker's results and outstanding operations, for tickets and `wait_all`.
 //! - `stats`: counters as a JSON-serialisable snapshot.
+//! - `events`: debug events for relocations and forwarding (`RUST_LOG=roam::protocol=debug`).
+//! - `metrics`: the node's Prometheus `/metrics` endpoint (`--metrics-addr`).
 //! - `bench`, `check`: the `roam bench ops` benchmark and the end-to-end self-checks.
 //!
 //! # Example
@@ -46,7 +48,9 @@ pub mod cluster_env;
 pub mod config;
 pub mod elastic;
 pub mod error;
+mod events;
 pub mod launch;
+pub mod metrics;
 pub mod netns;
 mod peers;
 pub mod rendezvous;

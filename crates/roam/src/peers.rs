@@ -42,7 +42,12 @@ impl Shared {
             return;
         }
         if !state.departed.load(Ordering::Acquire) && !self.elastic.is_drained() {
-            tracing::warn!(node = self.rank.0, "{peer} lost: {reason}");
+            tracing::warn!(
+                node = self.rank.0,
+                peer = peer.0,
+                reason,
+                "{peer} lost: {reason}"
+            );
         }
         self.end_reader(peer);
         self.with_node(|node, now| node.handle_peer_lost(now, peer));
@@ -64,7 +69,12 @@ impl Shared {
                 continue;
             };
             if !state.lost.swap(true, Ordering::AcqRel) {
-                tracing::warn!(node = self.rank.0, "{peer} lost: silent or reported lost");
+                tracing::warn!(
+                    node = self.rank.0,
+                    peer = peer.0,
+                    reason = "silent or reported lost",
+                    "{peer} lost: silent or reported lost"
+                );
             }
             self.end_reader(peer);
             self.elastic.notify();
@@ -238,12 +248,18 @@ pub(crate) fn spawn_reader(
     spawn_named(format!("roam-read-{}", peer.0), slow.as_ref(), move || {
         let mut reader = BufReader::with_capacity(1 << 16, stream);
         let mut debt = Duration::ZERO;
+        // The peer's link exists before its reader starts (`add_peer`, start-up).
+        let link = shared.peer(peer).map(|p| p.link.clone());
         loop {
             match read_frame(&mut reader, &shared.limits) {
                 Ok(frame) => {
                     roam_core::stats::add(&shared.counters.messages_received, 1);
                     roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
+                    if let Some(link) = &link {
+                        link.traffic.received(frame.wire_len());
+                    }
                     if frame.header.kind == Kind::Goodbye {
+                        tracing::debug!(node = shared.rank.0, peer = peer.0, "peer said goodbye");
                         if let Some(state) = shared.peer(peer) {
                             state.departed.store(true, Ordering::Release);
                             state.lost.store(true, Ordering::Release);
@@ -257,14 +273,11 @@ pub(crate) fn spawn_reader(
                         .as_ref()
                         .filter(|_| ServiceSlowdown::slows(frame.header.kind));
                     let Some(service) = slowed else {
-                        shared.with_node(|node, now| node.handle_frame(now, peer, frame));
+                        crate::events::handle_frame(&shared, peer, frame, false);
                         continue;
                     };
-                    let took = shared.with_node(|node, now| {
-                        let start = Instant::now();
-                        node.handle_frame(now, peer, frame);
-                        start.elapsed()
-                    });
+                    let took =
+                        crate::events::handle_frame(&shared, peer, frame, true).unwrap_or_default();
                     let sleep = service.owe(&mut debt, took);
                     if !sleep.is_zero() {
                         std::thread::sleep(sleep);
@@ -341,8 +354,7 @@ pub(crate) fn spawn_loopback(
                 Ok(frame) => {
                     roam_core::stats::add(&shared.counters.messages_received, 1);
                     roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
-                    let rank = shared.rank;
-                    shared.with_node(|node, now| node.handle_frame(now, rank, frame));
+                    crate::events::handle_frame(&shared, shared.rank, frame, false);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) if !*stop.0.lock() => {}
                 Err(_) => return,

@@ -254,6 +254,13 @@ pub fn rendezvous(
         });
     }
     let deadline = Instant::now() + timeout;
+    let span = tracing::info_span!(
+        "rendezvous",
+        node = env.rank,
+        nodes = env.num_nodes,
+        coordinator = %env.coordinator
+    );
+    let _entered = span.enter();
     if env.rank == 0 {
         coordinate(env, token, timeout, deadline)
     } else {
@@ -310,6 +317,12 @@ fn coordinate(
         .map_err(io_err("reading the coordinator listener's address"))?
         .ip();
     let listener = bind_data(coordinator_ip)?;
+    tracing::debug!(
+        node = 0,
+        nodes = env.num_nodes,
+        coordinator,
+        "rendezvous: coordinator listening for registrations"
+    );
     // Polled, so the deadline is checked even when nobody connects.
     rendezvous_listener
         .set_nonblocking(true)
@@ -382,6 +395,14 @@ fn coordinate(
                 "rendezvous: rejected a duplicate registration for an already registered rank"
             );
         } else {
+            tracing::debug!(
+                node = 0,
+                peer = reg.rank,
+                addr = %reg.data_addr,
+                registered = registered + 1,
+                nodes = n,
+                "rendezvous: node registered"
+            );
             peers[rank] = Some(reg.data_addr);
             streams[rank] = Some((reg.stream, from));
             registered += 1;
@@ -401,6 +422,11 @@ fn coordinate(
             })?;
         }
     }
+    tracing::info!(
+        node = 0,
+        nodes = n,
+        "rendezvous: node table sent to every node"
+    );
     Ok(Rendezvous {
         listener,
         peers,
@@ -561,6 +587,12 @@ fn join(
             error,
         }
     })?;
+    tracing::debug!(
+        node = env.rank,
+        coordinator,
+        addr = %data_addr,
+        "rendezvous: registered with the coordinator"
+    );
 
     let no_table = |error: io::Error| RendezvousError::NoTable {
         coordinator: coordinator.to_owned(),
@@ -602,6 +634,11 @@ fn join(
             peers[env.rank as usize], env.rank
         )));
     }
+    tracing::info!(
+        node = env.rank,
+        nodes = count,
+        "rendezvous: received the node table"
+    );
     Ok(Rendezvous {
         listener,
         peers,

@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     pub(crate) slow_tasks: Option<Arc<SlowTasks>>,
     /// The service delay of `roam launch --slow-scope service` (`ROAM_SLOW_SERVICE`), if set.
     pub(crate) service: Option<Arc<ServiceSlowdown>>,
+    /// Durations of the checkpoints this node took part in (for the metrics).
+    pub(crate) checkpoints: crate::metrics::CheckpointTimes,
 }
 
 /// The shell's state for one linked node: its link, and whether it left or was lost.
@@ -219,6 +221,9 @@ pub struct NodeHandle {
     print_stats: bool,
     /// The access samples of the allocation trace ([`Config::trace_allocation`]).
     pub(crate) trace_samples: Option<Arc<Mutex<Vec<crate::alloc_trace::AccessSample>>>>,
+    /// The `/metrics` endpoint ([`Config::metrics_addr`]), with the scrapes to wait for at
+    /// shutdown and for how long at most.
+    metrics: Option<(crate::metrics::MetricsServer, u64, Duration)>,
 }
 
 impl NodeHandle {
@@ -294,6 +299,13 @@ impl NodeHandle {
             min_delta_norm: cfg.replica_min_delta_norm,
             sync_after_updates: cfg.replica_sync_after_updates,
         });
+        let (metrics_addr, metrics_hold) =
+            crate::metrics::settings(cfg.metrics_addr.as_deref(), cfg.metrics_hold_scrapes)?;
+        // Bound before the rendezvous: an address in use fails this node before peers wait.
+        let metrics_listener = metrics_addr
+            .as_deref()
+            .map(crate::metrics::bind)
+            .transpose()?;
         let latency = Duration::from_micros(latency_us);
         let deadline = Instant::now() + cfg.rendezvous_timeout;
         let stopping = Arc::new(AtomicBool::new(false));
@@ -358,6 +370,7 @@ impl NodeHandle {
                 } else {
                     connect_peer(rank, peer, addr, &token, deadline)?
                 };
+                tracing::debug!(node = rank.0, peer, %addr, "data link to the peer connected");
                 net.outgoing.insert(peer, stream);
             }
         }
@@ -442,6 +455,7 @@ impl NodeHandle {
             latency_us,
             slow_tasks,
             service,
+            checkpoints: Default::default(),
         });
 
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -472,7 +486,12 @@ impl NodeHandle {
             finished: false,
             print_stats: cfg.print_stats,
             trace_samples: None,
+            metrics: None,
         };
+        if let Some(bound) = metrics_listener {
+            let server = crate::metrics::spawn(&handle.shared, bound)?;
+            handle.metrics = Some((server, metrics_hold, cfg.rendezvous_timeout));
+        }
         if cfg.trace_allocation {
             handle.shared.with_node(|node, _| node.trace_allocation());
             let samples = Arc::default();
@@ -524,6 +543,12 @@ impl NodeHandle {
                 Ok(Incoming {
                     rank: peer, stream, ..
                 }) if missing.remove(&peer) => {
+                    tracing::debug!(
+                        node = rank.0,
+                        peer,
+                        missing = missing.len(),
+                        "data link from the peer accepted"
+                    );
                     let reader = spawn_reader(&self.shared, NodeId(peer), stream)?;
                     self.readers.push(reader);
                 }
@@ -541,6 +566,11 @@ impl NodeHandle {
                 }
             }
         }
+        tracing::info!(
+            node = rank.0,
+            peers = expected.len(),
+            "every peer connected: the node runs"
+        );
         self.shared.with_node(|node, now| node.start_liveness(now));
         let timers = spawn_timers(&self.shared, self.stop.clone())?;
         self.threads.push(timers);
@@ -565,6 +595,12 @@ impl NodeHandle {
     /// The address this node accepts peer connections on (`None` for a single node).
     pub fn data_addr(&self) -> Option<SocketAddr> {
         self.acceptor_addr
+    }
+
+    /// The address this node serves Prometheus metrics on (`None` without
+    /// [`Config::metrics_addr`]).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(m, _, _)| m.addr())
     }
 
     /// The key space.
@@ -656,6 +692,24 @@ impl NodeHandle {
             println!("{}", stats.to_json_line());
         }
         self.close();
+        if let Some((server, hold, limit)) = self.metrics.as_ref().filter(|m| m.1 > 0) {
+            // Links are closed (peers need not wait for this node) and the figures are final:
+            // let Prometheus collect them before the process exits.
+            let rank = self.shared.rank.0;
+            tracing::info!(
+                node = rank,
+                scrapes = hold,
+                "metrics: holding until scraped"
+            );
+            let seen = server.hold(*hold, *limit);
+            if seen < *hold {
+                tracing::warn!(
+                    node = rank,
+                    "metrics: scraped {seen} of {hold} times within {} s; exiting anyway",
+                    limit.as_secs()
+                );
+            }
+        }
         barrier.map(|()| stats)
     }
 

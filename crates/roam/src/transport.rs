@@ -33,6 +33,8 @@ use roam_core::NodeId;
 use roam_core::stats::{NodeCounters, add};
 use roam_core::wire::{DecodeError, Frame, HEADER_LEN, Header, Limits};
 
+use crate::metrics::PeerTraffic;
+
 /// Where a link's frames go.
 pub(crate) enum Sink {
     /// A TCP connection to a peer (set to non-blocking by [`Link::new`]).
@@ -71,6 +73,8 @@ pub(crate) struct Link {
     broken: AtomicBool,
     closed: AtomicBool,
     counters: Arc<NodeCounters>,
+    /// Frames and bytes exchanged with this peer (the reader adds what it receives).
+    pub(crate) traffic: PeerTraffic,
 }
 
 impl Link {
@@ -97,6 +101,7 @@ impl Link {
             broken: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             counters,
+            traffic: PeerTraffic::default(),
         })
     }
 
@@ -104,6 +109,13 @@ impl Link {
     /// written by the enqueuing thread.
     pub(crate) fn delayed(&self) -> bool {
         !self.latency.is_zero()
+    }
+
+    /// Frames queued or partly written and not yet out (for the metrics; takes the link's
+    /// locks briefly, skipping the backlog while a writer holds it).
+    pub(crate) fn queued(&self) -> usize {
+        let backlog = self.writer.try_lock().map_or(0, |w| w.backlog.len());
+        self.queue.lock().len() + backlog
     }
 
     /// Queues a frame; call with the node lock held so that queue order is protocol order.
@@ -255,6 +267,7 @@ impl Link {
         let sent = |frame: &Frame| {
             add(&self.counters.messages_sent, 1);
             add(&self.counters.bytes_sent, frame.wire_len() as u64);
+            self.traffic.sent(frame.wire_len());
         };
         let result = match sink {
             Sink::Tcp(stream) => write_some(stream, backlog, written, sent),

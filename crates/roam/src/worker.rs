@@ -606,6 +606,7 @@ impl Worker {
     ) -> Result<(), CheckpointError> {
         let writer = self.owner.id.0 == 0;
         let shared = self.shared();
+        let started = std::time::Instant::now();
         let (rank, nodes) = (shared.rank.0, shared.num_nodes);
         let id = writer.then(|| crate::checkpoint::next_id(dir));
         if let Some(parent) = writer.then_some(dir) {
@@ -633,6 +634,9 @@ impl Worker {
         });
         // Nobody returns before the manifest is in place.
         self.collective(Node::issue_barrier)?;
+        if writer {
+            shared.checkpoints.observe(started.elapsed().as_secs_f64());
+        }
         outcome
     }
 

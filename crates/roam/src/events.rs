@@ -1,0 +1,79 @@
+//! Log events for what the protocol core did with a received frame: keys that arrived or left
+//! by relocation, and requests forwarded towards a key's owner, each with the node, the peer
+//! the frame came from and the key or frame count (target `roam::protocol`, level debug).
+//!
+//! The core does no I/O; the shell reads the core's counters before and after the frame,
+//! under the node lock (so the differences are that frame's alone), and only when the
+//! target's debug level is enabled: otherwise the cost is one check of the callsite's cached
+//! interest per received frame. Local accesses never get here.
+
+use std::time::{Duration, Instant};
+
+use roam_core::stats::NodeCounters;
+use roam_core::wire::Frame;
+use roam_core::{Node, NodeId};
+use std::sync::atomic::Ordering;
+
+use crate::runtime::Shared;
+
+/// The target of these events (`RUST_LOG=roam::protocol=debug`; `roam=debug` includes it).
+const TARGET: &str = "roam::protocol";
+
+/// The counters the events are about: relocations in, relocations out, forwards.
+fn snapshot(c: &NodeCounters) -> [u64; 3] {
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    [
+        get(&c.relocations_in),
+        get(&c.relocations_out),
+        get(&c.forwards),
+    ]
+}
+
+/// Feeds `frame` from `from` to the core, logging what it moved or forwarded. With `timed`,
+/// returns how long the core took (under the node lock, without waiting for it).
+pub(crate) fn handle_frame(
+    shared: &Shared,
+    from: NodeId,
+    frame: Frame,
+    timed: bool,
+) -> Option<Duration> {
+    let core = |node: &mut Node, now, frame| {
+        let start = timed.then(Instant::now);
+        node.handle_frame(now, from, frame);
+        start.map(|s| s.elapsed())
+    };
+    if !tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
+        return shared.with_node(|node, now| core(node, now, frame));
+    }
+    let kind = frame.header.kind;
+    let (before, took, after) = shared.with_node(|node, now| {
+        let before = snapshot(node.counters());
+        let took = core(node, now, frame);
+        (before, took, snapshot(node.counters()))
+    });
+    let [keys_in, keys_out, forwards] = [0, 1, 2].map(|i| after[i] - before[i]);
+    let (node, peer) = (shared.rank.0, from.0);
+    if keys_in > 0 {
+        tracing::debug!(target: TARGET, node, peer, keys = keys_in, "relocation: keys arrived");
+    }
+    if keys_out > 0 {
+        tracing::debug!(
+            target: TARGET,
+            node,
+            peer,
+            keys = keys_out,
+            "relocation: keys moved away on the peer's request"
+        );
+    }
+    if forwards > 0 {
+        tracing::debug!(
+            target: TARGET,
+            node,
+            peer,
+            frames = forwards,
+            kind = ?kind,
+            "forwarded the peer's request towards the keys' owner"
+        );
+    }
+    took
+}

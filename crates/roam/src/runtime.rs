@@ -261,6 +261,9 @@ impl NodeHandle {
             watch.validate()?;
         }
         let mut cfg = cfg;
+        if let Some(t) = cluster_env::peer_timeout(cluster_env::process_lookup)? {
+            cfg.peer_timeout = t;
+        }
         let asked = cluster_env::balancer(cluster_env::process_lookup)?;
         match asked {
             Some(false) => cfg.balancer = None,

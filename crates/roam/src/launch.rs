@@ -188,12 +188,9 @@ where
     // Held across the attempts, so that a signal between two of them is seen (each attempt
     // installs its own guard for the signals during it).
     let signals = signals::Guard::install().context("installing SIGINT/SIGTERM handlers")?;
-    launch_restart::run(
-        args,
-        &err,
-        &|| signals.received().0 > 0,
-        &mut |program| run_attempt(args, network, program, &out, &err),
-    )
+    launch_restart::run(args, &err, &|| signals.received().0 > 0, &mut |program| {
+        run_attempt(args, network, program, &out, &err)
+    })
 }
 
 /// One run of the job, with `program` as the node command: the whole launch, from checking the

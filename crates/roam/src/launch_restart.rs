@@ -168,7 +168,15 @@ mod tests {
 
     #[test]
     fn the_checkpoint_dir_is_read_from_the_node_command() {
-        let cmd = os(&["roam", "train", "mf", "--checkpoint-dir", "/d", "--epochs", "3"]);
+        let cmd = os(&[
+            "roam",
+            "train",
+            "mf",
+            "--checkpoint-dir",
+            "/d",
+            "--epochs",
+            "3",
+        ]);
         assert_eq!(checkpoint_dir(&cmd), Some(PathBuf::from("/d")));
         let cmd = os(&["roam", "train", "mf", "--checkpoint-dir=/e"]);
         assert_eq!(checkpoint_dir(&cmd), Some(PathBuf::from("/e")));
@@ -179,7 +187,15 @@ mod tests {
 
     #[test]
     fn resume_replaces_any_resume_of_the_command() {
-        let cmd = os(&["roam", "train", "--resume", "/old", "--resume=/x", "--epochs", "3"]);
+        let cmd = os(&[
+            "roam",
+            "train",
+            "--resume",
+            "/old",
+            "--resume=/x",
+            "--epochs",
+            "3",
+        ]);
         assert_eq!(
             with_resume(&cmd, OsStr::new("/d")),
             os(&["roam", "train", "--epochs", "3", "--resume", "/d"])

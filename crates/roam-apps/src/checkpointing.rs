@@ -83,8 +83,8 @@ impl Options {
             .with_context(|| format!("--resume {}", dir.display()))?;
         cfg.restore_from = Some(dir.clone());
         // The samplers' streams (negatives) start from the seed on every start: a resumed run
-        // would draw again the negatives of the interrupted run's first epochs (measured: KGE
-        // MRR ~0.02 lower after a resume). Another seed per resume point gives fresh ones.
+        // would draw again the negatives of the interrupted run's first epochs. Another seed
+        // per resume point gives fresh ones.
         cfg.sampling_seed = crate::kge::train::mix(cfg.sampling_seed, manifest.epoch);
         let start = Start {
             resumed: true,

@@ -323,6 +323,18 @@ class Worker:
     def intent_window(self) -> int:
         """How many clocks before their start intents are acted on now (measured;
         ``2**64 - 1`` with ``intent_timing="immediate"``)."""
+    def close(self) -> None:
+        """Retires this worker, as a dropped Rust ``Worker``: completes its operations (as
+        :meth:`wait_all`; their first error is raised after retiring it), then counts it as
+        arrived at every later barrier of its node, so its sibling workers do not wait for it.
+        Call it when the worker's thread is done, or use the worker as a context manager
+        (``with node.worker(i) as w:``), which closes it also when the block raises. Later
+        operations raise :class:`OpError`; closing again does nothing."""
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+    def __enter__(self) -> Worker: ...
+    def __exit__(self, *exc: object) -> bool: ...
     def barrier(self) -> None:
         """Waits for this worker's operations (as ``wait_all``), then for every worker of every
         node to reach the barrier. Everything issued before it by any worker has then been

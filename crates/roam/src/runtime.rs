@@ -394,6 +394,9 @@ impl NodeHandle {
                 .share_sync_every
                 .as_nanos()
                 .clamp(1, u128::from(u64::MAX)) as u64,
+            barrier_warn_every: cfg
+                .barrier_warning
+                .map(|d| d.as_nanos().clamp(1, u128::from(u64::MAX)) as u64),
         };
         let mut node = if joining {
             Node::joining(node_cfg)

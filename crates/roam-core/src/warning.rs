@@ -182,8 +182,8 @@ impl fmt::Display for Warning {
             } => {
                 write!(
                     f,
-                    "barrier {generation} has waited {:.1} s; still waiting for",
-                    *waited_ns as f64 / 1e9
+                    "barrier {generation} has waited {:?}; still waiting for",
+                    std::time::Duration::from_nanos(*waited_ns)
                 )?;
                 let mut sep = " ";
                 for (node, worker) in workers {

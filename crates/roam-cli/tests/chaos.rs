@@ -25,7 +25,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,13 @@ const KGE_DATA: &str =
 const PEER_TIMEOUT_S: &str = "1";
 /// Bound on any wait of the harness: far beyond any run here; reaching it is a hang.
 const HANG: Duration = Duration::from_secs(300);
+
+/// Runs the tests of this file one at a time: parallel 3-node jobs on a small machine could
+/// starve a live node past the 1 s peer timeout of the SIGSTOP and partition tests.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// A small seeded generator (splitmix64): the same seed gives the same faults.
 struct Rng(u64);
@@ -334,6 +341,7 @@ fn assert_restarts(log: &str, expected: usize) {
 /// `kill -9` of a random node at a random epoch, `ROAM_CHAOS_KILLS` times per run: the run
 /// completes every epoch with one restart per kill and the quality of an uninterrupted run.
 fn kills(app: &str) {
+    let _serial = one_at_a_time();
     let seed = seed(&format!("chaos kill -9 {app}"));
     let mut rng = Rng(seed);
     let epochs = env_or("ROAM_CHAOS_EPOCHS", 6);
@@ -423,6 +431,7 @@ fn kge_survives_kill_9_of_random_nodes() {
 /// the others after the peer timeout, they fail naming it, and the launcher restarts the job,
 /// which completes.
 fn silent_node(kind: &str, launch_args: &[&str], fault: &dyn Fn(i32)) {
+    let _serial = one_at_a_time();
     let seed = seed(&format!("chaos {kind}"));
     let mut rng = Rng(seed);
     let epochs = env_or("ROAM_CHAOS_EPOCHS", 6);

@@ -21,8 +21,11 @@ fn sim(seed: u64, workers: u32) -> Sim {
     )
 }
 
-/// The barrier wait warnings of `node`: (generation, waited ns, workers, nodes).
-fn waits(sim: &Sim, node: u32) -> Vec<(u64, u64, Vec<(NodeId, WorkerId)>, Vec<NodeId>)> {
+/// One barrier wait warning: generation, waited ns, workers named, nodes named.
+type Wait = (u64, u64, Vec<(NodeId, WorkerId)>, Vec<NodeId>);
+
+/// The barrier wait warnings of `node`.
+fn waits(sim: &Sim, node: u32) -> Vec<Wait> {
     sim.warnings()
         .iter()
         .filter(|w| w.node == NodeId(node))

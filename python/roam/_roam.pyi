@@ -85,6 +85,9 @@ class Node:
         emulate_latency_us: emulated one-way link latency; ``None`` reads
             ``ROAM_EMULATE_LATENCY_US``.
         peer_timeout: seconds of silence after which a peer is declared gone.
+        barrier_warning: a barrier that waits this many seconds logs (a warning on stderr)
+            which workers (node, worker id) it still waits for, and again after every further
+            such interval; ``None``: never.
         rendezvous_timeout: seconds allowed for finding and connecting all peers.
         replicated_keys: keys held as a replica on every node (NuPS), read and pushed
             locally, synchronised in the background every ``replica_sync_every`` seconds;
@@ -142,6 +145,7 @@ class Node:
         token: str | None = None,
         emulate_latency_us: int | None = None,
         peer_timeout: float = 5.0,
+        barrier_warning: float | None = 30.0,
         rendezvous_timeout: float = 60.0,
         replicated_keys: Sequence[int] | None = None,
         replica_sync_every: float = 0.01,

@@ -6,9 +6,11 @@ barrier, silently. Each scenario runs in a subprocess with a timeout, so a hang 
 (naming the scenario) instead of hanging the suite.
 """
 
+import re
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -108,3 +110,65 @@ def test_a_closed_worker_refuses_operations_and_closes_once():
                 call()
         # The same (closed) object comes back.
         assert node.worker(0).closed
+
+
+def test_a_waiting_barrier_names_the_missing_worker_and_repeats():
+    # Worker 1 stays away until the parent has seen two warnings naming it (read from the
+    # child's stderr), then arrives: the warnings come from the barrier's own timer, with no
+    # sleep on either side.
+    code = textwrap.dedent(
+        """
+        import sys, threading
+        import roam
+        with roam.Node(num_keys=4, value_lengths=1, workers=2, barrier_warning=0.2) as node:
+            def late():
+                sys.stdin.readline()
+                with node.worker(1) as w:
+                    w.barrier()
+            t = threading.Thread(target=late)
+            t.start()
+            with node.worker(0) as w:
+                w.barrier()
+            t.join()
+        print("done", flush=True)
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    timer = threading.Timer(HANG_S, child.kill)
+    timer.start()
+    try:
+        seen = []
+        for line in child.stderr:
+            if "still waiting for worker 1 of node 0" in line:
+                seen.append(line.strip())
+                if len(seen) == 2:
+                    break
+        assert len(seen) == 2, f"warnings seen before the child ended: {seen}"
+        # Repeated: a later warning reports a longer wait (multiples of 200 ms; a timer thread
+        # woken late reports the intervals passed at once).
+        waited = [waited_ms(line) for line in seen]
+        assert all(round(w) % 200 == 0 for w in waited) and 200 <= waited[0] < waited[1], seen
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out, err = child.communicate()
+    finally:
+        timer.cancel()
+    assert child.returncode == 0 and "done" in out, f"exit {child.returncode}\n{out}\n{err}"
+
+
+def waited_ms(line: str) -> float:
+    """The wait a barrier warning reports (Rust's Duration format: 200ms, 1s, 1.2s), in ms."""
+    m = re.search(r"waited ([0-9.]+)(ms|s);", line)
+    assert m, line
+    return float(m.group(1)) * (1 if m.group(2) == "ms" else 1000)
+
+
+def test_barrier_warning_must_be_positive():
+    with pytest.raises(ValueError, match="barrier_warning"):
+        roam.Node(num_keys=4, value_lengths=1, barrier_warning=0)

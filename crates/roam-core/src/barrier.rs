@@ -43,6 +43,8 @@ pub(crate) struct Barriers {
     waiting_since: Option<Time>,
     /// Wait warnings given for `generation`.
     warned: u64,
+    /// A wait began, so the next timer deadline may be earlier than the shell last read.
+    rearm: bool,
 }
 
 impl Node {
@@ -67,6 +69,7 @@ impl Node {
         if b.local_waiters.is_empty() {
             b.waiting_since = Some(now);
             b.warned = 0;
+            b.rearm = self.cfg.barrier_warn_every.is_some();
         }
         if weight == 1 {
             b.arrived.insert(worker);
@@ -231,6 +234,13 @@ impl Node {
 }
 
 impl Node {
+    /// Whether the next timer deadline ([`Node::poll_timeout`]) may have moved earlier since
+    /// the last call: a barrier began to wait. A shell that sleeps until the deadline it read
+    /// reads it again when this is true. Clears the flag.
+    pub fn take_timer_rearm(&mut self) -> bool {
+        std::mem::take(&mut self.barriers.rearm)
+    }
+
     /// When the next barrier wait warning is due, if a barrier waits and warnings are on.
     pub(crate) fn barrier_wait_timeout(&self) -> Option<Time> {
         let every = self.cfg.barrier_warn_every?;

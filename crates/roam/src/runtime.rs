@@ -89,6 +89,9 @@ pub(crate) struct Shared {
     pub(crate) slow_tasks: Option<Arc<SlowTasks>>,
     /// The service delay of `roam launch --slow-scope service` (`ROAM_SLOW_SERVICE`), if set.
     pub(crate) service: Option<Arc<ServiceSlowdown>>,
+    /// Wakes the timer thread: set (and notified) when the core's next deadline may have
+    /// moved earlier (a barrier began to wait) and when the node stops.
+    pub(crate) timer_wake: (Mutex<bool>, Condvar),
 }
 
 /// The shell's state for one linked node: its link, and whether it left or was lost.
@@ -174,6 +177,9 @@ impl Shared {
             while let Some(warning) = node.poll_warning() {
                 tracing::warn!(node = self.rank.0, "{warning}");
             }
+            if node.take_timer_rearm() {
+                self.wake_timers();
+            }
         }
         for link in touched {
             if let Err(err) = link.flush() {
@@ -185,6 +191,12 @@ impl Shared {
             self.on_membership(events);
         }
         result
+    }
+
+    /// Makes the timer thread read the core's next deadline again.
+    pub(crate) fn wake_timers(&self) {
+        *self.timer_wake.0.lock() = true;
+        self.timer_wake.1.notify_all();
     }
 
     fn deliver(&self, completions: Vec<Completion>) {
@@ -448,6 +460,7 @@ impl NodeHandle {
             latency_us,
             slow_tasks,
             service,
+            timer_wake: (Mutex::new(false), Condvar::new()),
         });
 
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -500,6 +513,11 @@ impl NodeHandle {
                 let service = elastic::spawn_join_service(&handle.shared, listener)?;
                 handle.threads.push(service);
             }
+        } else {
+            // A single node has no peers to wait for, but its timers (barrier wait warnings)
+            // still run.
+            let timers = spawn_timers(&handle.shared, handle.stop.clone())?;
+            handle.threads.push(timers);
         }
         if let Some(stream) = net.join_stream.take() {
             elastic::await_admission(&handle.shared, stream, deadline, cfg.rendezvous_timeout)?;
@@ -701,6 +719,7 @@ impl NodeHandle {
         }
         *self.stop.0.lock() = true;
         self.stop.1.notify_all();
+        self.shared.wake_timers();
         for link in &links {
             link.shutdown_socket();
         }
@@ -721,8 +740,10 @@ impl Drop for NodeHandle {
 }
 
 /// Runs the core's timers: sleeps until the deadline the core names (or until stopped), then
-/// lets the core act (heartbeats, silence timeouts, replica sync rounds, load reports). Activity only moves deadlines later, so
-/// sleeping until the one read before is never late.
+/// lets the core act (heartbeats, silence timeouts, replica sync rounds, load reports, barrier
+/// wait warnings). Activity only moves deadlines later, except a barrier that begins to wait,
+/// which wakes this thread ([`Shared::wake_timers`]), so sleeping until the deadline read
+/// before is never late.
 fn spawn_timers(
     shared: &Arc<Shared>,
     stop: Arc<(Mutex<bool>, Condvar)>,
@@ -737,14 +758,15 @@ fn spawn_timers(
                 Some(at) => Duration::from_nanos(at.0.saturating_sub(shared.now().0)),
                 None => Duration::from_secs(1),
             };
-            let mut stopped = stop.0.lock();
-            if !*stopped && !wait.is_zero() {
-                stop.1.wait_for(&mut stopped, wait);
+            let mut woken = shared.timer_wake.0.lock();
+            if !*woken && !*stop.0.lock() && !wait.is_zero() {
+                shared.timer_wake.1.wait_for(&mut woken, wait);
             }
-            if *stopped {
+            *woken = false;
+            drop(woken);
+            if *stop.0.lock() {
                 return;
             }
-            drop(stopped);
             let (found, decided) = shared.with_node(|node, now| {
                 let before = node.straggler_events().len();
                 let decided_before =

@@ -40,6 +40,11 @@
 //!   quota it cannot change, makes a run that would have exited 0 exit 1.
 //! - Membership: `--join-at` and `--drain-at` start joining nodes and drain nodes during the
 //!   run ([`launch_elastic`]); joiners are supervised like the nodes.
+//! - Restarts: with `--max-restarts K` a run is a sequence of attempts, each a whole launch as
+//!   above (namespaces and cgroups made and removed per attempt); after a node failure the
+//!   next attempt resumes from the latest complete checkpoint ([`launch_restart`]). When one
+//!   poll finds several nodes ended, a node killed by a signal is reported as the failure
+//!   before nodes that exited with an error (they are usually its peers, failing because of it).
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read, Write};

@@ -185,6 +185,126 @@ mod tests {
         assert_eq!(checkpoint_dir(&os(&["--checkpoint-dir", "x"])), None);
     }
 
+    fn args(program: &[&str], max: u32) -> LaunchArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            launch: LaunchArgs,
+        }
+        let mut argv = vec!["roam", "--nodes", "2", "--max-restarts"];
+        let max = max.to_string();
+        argv.push(&max);
+        argv.push("--");
+        argv.extend_from_slice(program);
+        Cli::try_parse_from(argv).unwrap().launch
+    }
+
+    fn killed(node: &str) -> Attempt {
+        use std::os::unix::process::ExitStatusExt;
+        Attempt {
+            code: 137,
+            failed: Some((node.to_owned(), ExitStatus::from_raw(libc::SIGKILL))),
+            interrupted: false,
+        }
+    }
+
+    /// Runs [`run`] over scripted attempt outcomes; returns the code, the node commands of
+    /// the attempts and the notices.
+    fn scripted(
+        args: &LaunchArgs,
+        mut outcomes: Vec<Attempt>,
+        before: &dyn Fn(usize),
+    ) -> (i32, Vec<Vec<OsString>>, String) {
+        let err = Mutex::new(Vec::new());
+        let mut commands = Vec::new();
+        outcomes.reverse();
+        let code = run(args, &err, &|| false, &mut |program| {
+            before(commands.len());
+            commands.push(program.to_vec());
+            Ok(outcomes.pop().expect("no more attempts scripted"))
+        })
+        .unwrap();
+        (code, commands, String::from_utf8(err.into_inner()).unwrap())
+    }
+
+    #[test]
+    fn a_failed_attempt_restarts_from_the_checkpoint_once_complete() {
+        let dir = std::env::temp_dir().join(format!("roam-restart-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.to_str().unwrap();
+        let args = args(&["roam", "train", "--checkpoint-dir", d], 2);
+        let ok = Attempt {
+            code: 0,
+            failed: None,
+            interrupted: false,
+        };
+        // The first attempt dies before any checkpoint, the second after one.
+        let manifest = serde_json::json!({
+            "format": "roam-checkpoint", "version": 1, "id": 3, "epoch": 2,
+            "created_unix_ms": 0, "num_nodes": 2,
+            "key_space": {"num_keys": 4, "sparse": false, "value_len": 1,
+                          "lengths_crc32": null, "hidden_per_value": 0, "hidden_per_key": 0},
+            "shards": [], "app": null
+        });
+        let write = |attempt: usize| {
+            if attempt == 1 {
+                std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+            }
+        };
+        let (code, commands, log) =
+            scripted(&args, vec![killed("node 1"), killed("node 0"), ok], &write);
+        assert_eq!(code, 0, "{log}");
+        assert_eq!(
+            commands[0], commands[1],
+            "no checkpoint yet: the command as given"
+        );
+        assert_eq!(
+            commands[2],
+            os(&["roam", "train", "--checkpoint-dir", d, "--resume", d])
+        );
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 3, "{log}");
+        assert!(
+            lines[0].starts_with(
+                "[launch] restart 1 of at most 2: node 1 was killed by signal 9; no complete \
+                 checkpoint ("
+            ) && lines[0].ends_with("so the job starts over from scratch"),
+            "{log}"
+        );
+        assert_eq!(
+            lines[1],
+            format!(
+                "[launch] restart 2 of at most 2: node 0 was killed by signal 9; resuming from \
+                 checkpoint {d} (id 3, taken after epoch 2)"
+            )
+        );
+        assert_eq!(lines[2], "[launch] restarts: 2");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn restarts_stop_at_the_limit_and_never_follow_an_interruption() {
+        let args = args(&["sh", "-c", "exit 1"], 1);
+        let (code, commands, log) =
+            scripted(&args, vec![killed("node 0"), killed("node 1")], &|_| {});
+        assert_eq!((code, commands.len()), (137, 2), "{log}");
+        assert!(log.contains("no --checkpoint-dir"), "{log}");
+        assert!(
+            log.contains("node 1 was killed by signal 9; no restarts left (1 made), giving up"),
+            "{log}"
+        );
+        assert!(log.ends_with("[launch] restarts: 1\n"), "{log}");
+
+        let mut interrupted = killed("node 0");
+        interrupted.interrupted = true;
+        interrupted.code = 130;
+        let (code, commands, log) = scripted(&args, vec![interrupted], &|_| {});
+        assert_eq!((code, commands.len()), (130, 1), "{log}");
+        assert_eq!(log, "[launch] restarts: 0\n");
+    }
+
     #[test]
     fn resume_replaces_any_resume_of_the_command() {
         let cmd = os(&[

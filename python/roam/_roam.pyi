@@ -85,6 +85,9 @@ class Node:
         emulate_latency_us: emulated one-way link latency; ``None`` reads
             ``ROAM_EMULATE_LATENCY_US``.
         peer_timeout: seconds of silence after which a peer is declared gone.
+        barrier_warning: a barrier that waits this many seconds logs (a warning on stderr)
+            which workers (node, worker id) it still waits for, and again after every further
+            such interval; ``None``: never.
         rendezvous_timeout: seconds allowed for finding and connecting all peers.
         replicated_keys: keys held as a replica on every node (NuPS), read and pushed
             locally, synchronised in the background every ``replica_sync_every`` seconds;
@@ -142,6 +145,7 @@ class Node:
         token: str | None = None,
         emulate_latency_us: int | None = None,
         peer_timeout: float = 5.0,
+        barrier_warning: float | None = 30.0,
         rendezvous_timeout: float = 60.0,
         replicated_keys: Sequence[int] | None = None,
         replica_sync_every: float = 0.01,
@@ -323,6 +327,18 @@ class Worker:
     def intent_window(self) -> int:
         """How many clocks before their start intents are acted on now (measured;
         ``2**64 - 1`` with ``intent_timing="immediate"``)."""
+    def close(self) -> None:
+        """Retires this worker, as a dropped Rust ``Worker``: completes its operations (as
+        :meth:`wait_all`; their first error is raised after retiring it), then counts it as
+        arrived at every later barrier of its node, so its sibling workers do not wait for it.
+        Call it when the worker's thread is done, or use the worker as a context manager
+        (``with node.worker(i) as w:``), which closes it also when the block raises. Later
+        operations raise :class:`OpError`; closing again does nothing."""
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+    def __enter__(self) -> Worker: ...
+    def __exit__(self, *exc: object) -> bool: ...
     def barrier(self) -> None:
         """Waits for this worker's operations (as ``wait_all``), then for every worker of every
         node to reach the barrier. Everything issued before it by any worker has then been

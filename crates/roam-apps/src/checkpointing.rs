@@ -6,7 +6,9 @@
 //!
 //! Invariant: a resumed run never re-initialises its parameters (they come from the
 //! checkpoint), and its epoch numbers continue the interrupted run's, so the data order of
-//! each epoch (seeded by epoch) is the one the uninterrupted run would have used.
+//! each epoch (seeded by epoch) is the one the uninterrupted run would have used; its sampling
+//! seed is mixed with the checkpoint's epoch, so its samplers do not repeat the interrupted
+//! run's first draws.
 
 use std::path::PathBuf;
 
@@ -80,6 +82,10 @@ impl Options {
         let manifest = roam::checkpoint::manifest_of(dir)
             .with_context(|| format!("--resume {}", dir.display()))?;
         cfg.restore_from = Some(dir.clone());
+        // The samplers' streams (negatives) start from the seed on every start: a resumed run
+        // would draw again the negatives of the interrupted run's first epochs. Another seed
+        // per resume point gives fresh ones.
+        cfg.sampling_seed = crate::kge::train::mix(cfg.sampling_seed, manifest.epoch);
         let start = Start {
             resumed: true,
             epoch: u32::try_from(manifest.epoch).context("checkpoint epoch")?,

@@ -284,6 +284,7 @@ fn demo(args: &DemoArgs) -> anyhow::Result<i32> {
         balancer: None,
         network: Default::default(),
         membership: Default::default(),
+        restarts: Default::default(),
         program,
     })?;
     if code == 0 {

@@ -9,6 +9,11 @@
 //! arrived at every later barrier of its node, so its siblings are not left waiting for an
 //! arrival that cannot come. A node whose workers are all retired arrives only through its
 //! node-wide (shutdown) barrier, so a shutdown never completes against a training barrier.
+//!
+//! A barrier that has waited for [`crate::NodeConfig::barrier_warn_every`] warns (a timer,
+//! [`Warning::BarrierWait`]) which of this node's workers have not arrived, and at the
+//! coordinator which members have not, and again after every further interval until it is
+//! released or fails. The interval counts from the first local arrival of the generation.
 
 use std::collections::BTreeSet;
 
@@ -32,6 +37,14 @@ pub(crate) struct Barriers {
     node_arrived: bool,
     /// Coordinator only: nodes that reached `generation`.
     nodes_arrived: BTreeSet<NodeId>,
+    /// This node's workers that arrived at `generation` one by one.
+    arrived: BTreeSet<WorkerId>,
+    /// When the first of this node's workers arrived at `generation` (while one waits).
+    waiting_since: Option<Time>,
+    /// Wait warnings given for `generation`.
+    warned: u64,
+    /// A wait began, so the next timer deadline may be earlier than the shell last read.
+    rearm: bool,
 }
 
 impl Node {
@@ -52,8 +65,17 @@ impl Node {
         if self.fail_collective_after_loss(op) {
             return ReqId(op);
         }
-        self.barriers.local_waiters.push(op);
-        self.barriers.local_arrivals += weight;
+        let b = &mut self.barriers;
+        if b.local_waiters.is_empty() {
+            b.waiting_since = Some(now);
+            b.warned = 0;
+            b.rearm = self.cfg.barrier_warn_every.is_some();
+        }
+        if weight == 1 {
+            b.arrived.insert(worker);
+        }
+        b.local_waiters.push(op);
+        b.local_arrivals += weight;
         self.arrive_if_complete();
         ReqId(op)
     }
@@ -187,6 +209,8 @@ impl Node {
         self.barriers.generation += 1;
         self.barriers.local_arrivals = 0;
         self.barriers.node_arrived = false;
+        self.barriers.arrived.clear();
+        self.barriers.waiting_since = None;
         for op in std::mem::take(&mut self.barriers.local_waiters) {
             self.answer(op, 0);
             self.settle(op);
@@ -199,10 +223,72 @@ impl Node {
     pub(crate) fn fail_barriers(&mut self, peer: NodeId) {
         self.barriers.local_arrivals = 0;
         self.barriers.node_arrived = false;
+        self.barriers.arrived.clear();
+        self.barriers.waiting_since = None;
         for op in std::mem::take(&mut self.barriers.local_waiters) {
             self.answer(op, 0);
             self.fail(op, OpError::PeerGone { peer });
             self.settle(op);
         }
+    }
+}
+
+impl Node {
+    /// Whether the next timer deadline ([`Node::poll_timeout`]) may have moved earlier since
+    /// the last call: a barrier began to wait. A shell that sleeps until the deadline it read
+    /// reads it again when this is true. Clears the flag.
+    pub fn take_timer_rearm(&mut self) -> bool {
+        std::mem::take(&mut self.barriers.rearm)
+    }
+
+    /// When the next barrier wait warning is due, if a barrier waits and warnings are on.
+    pub(crate) fn barrier_wait_timeout(&self) -> Option<Time> {
+        let every = self.cfg.barrier_warn_every?;
+        let since = self.barriers.waiting_since?;
+        let k = self.barriers.warned.saturating_add(1);
+        Some(Time(since.0.saturating_add(every.saturating_mul(k))))
+    }
+
+    /// Warns (once per interval passed) which workers and members the barrier still waits for.
+    pub(crate) fn barrier_wait_handle_timeout(&mut self, now: Time) {
+        let (Some(every), Some(since)) = (self.cfg.barrier_warn_every, self.barriers.waiting_since)
+        else {
+            return;
+        };
+        let passed = now.0.saturating_sub(since.0) / every.max(1);
+        if passed <= self.barriers.warned {
+            return;
+        }
+        self.barriers.warned = passed;
+        let b = &self.barriers;
+        let me = self.cfg.id;
+        let workers: Vec<(NodeId, WorkerId)> = if b.node_arrived {
+            Vec::new()
+        } else {
+            (0..self.cfg.workers_per_node)
+                .map(WorkerId)
+                .filter(|w| !b.arrived.contains(w) && !self.is_retired(*w))
+                .map(|w| (me, w))
+                .collect()
+        };
+        let nodes: Vec<NodeId> = if b.node_arrived && me == self.dir.coordinator() {
+            self.dir
+                .worker_members()
+                .filter(|m| !b.nodes_arrived.contains(m))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if workers.is_empty() && nodes.is_empty() {
+            // A member that arrived waits for the coordinator, which names who is missing.
+            return;
+        }
+        let generation = b.generation;
+        self.warn(Warning::BarrierWait {
+            generation,
+            waited_ns: passed * every,
+            workers,
+            nodes,
+        });
     }
 }

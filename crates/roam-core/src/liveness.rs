@@ -107,6 +107,7 @@ impl Node {
             self.defer_timeout(),
             self.liveness_timeout(),
             self.load_timeout(),
+            self.barrier_wait_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -135,6 +136,7 @@ impl Node {
         self.share_handle_timeout(now);
         self.defer_handle_timeout(now);
         self.load_handle_timeout(now);
+        self.barrier_wait_handle_timeout(now);
         self.recheck_cut();
         let Some(liveness) = self.cfg.liveness else {
             return;

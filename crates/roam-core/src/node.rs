@@ -102,6 +102,10 @@ pub struct NodeConfig {
     pub intent_techniques: IntentTechniques,
     /// Time between share-sync rounds of keys shared by intent (ns).
     pub share_sync_ns: u64,
+    /// A barrier that waits this long (ns) warns which workers it still waits for
+    /// ([`crate::Warning::BarrierWait`]), and again after every further such interval; `None`:
+    /// never.
+    pub barrier_warn_every: Option<u64>,
 }
 
 impl NodeConfig {
@@ -130,6 +134,7 @@ impl NodeConfig {
             intent_timing: IntentTiming::Timed,
             intent_techniques: IntentTechniques::All,
             share_sync_ns: DEFAULT_SHARE_SYNC_NS,
+            barrier_warn_every: None,
         }
     }
 }

@@ -110,12 +110,27 @@ pub enum Warning {
         /// The worker.
         worker: WorkerId,
     },
+    /// A barrier this node's workers wait in has waited `waited_ns` (a multiple of the
+    /// configured interval), not an anomaly: a worker may be slow, stuck, or finished without
+    /// being retired.
+    BarrierWait {
+        /// The barrier's generation.
+        generation: u64,
+        /// How long the first of this node's workers has waited in it (ns).
+        waited_ns: u64,
+        /// This node's workers that have not arrived (and are not retired), ascending.
+        workers: Vec<(NodeId, WorkerId)>,
+        /// At the coordinator, once this node has arrived: the members that have not, whose
+        /// missing workers they name themselves (a member none of whose workers arrived is
+        /// named only here). Ascending.
+        nodes: Vec<NodeId>,
+    },
 }
 
 impl Warning {
     /// Whether this warning means a protocol violation (see the module docs).
     pub fn is_anomaly(&self) -> bool {
-        !matches!(self, Self::UnknownSender { .. })
+        !matches!(self, Self::UnknownSender { .. } | Self::BarrierWait { .. })
     }
 }
 
@@ -159,6 +174,28 @@ impl fmt::Display for Warning {
             }
             Self::LoadReport { from, what } => write!(f, "load report from {from}: {what}"),
             Self::Worker { worker } => write!(f, "{worker:?} retired twice or unknown"),
+            Self::BarrierWait {
+                generation,
+                waited_ns,
+                workers,
+                nodes,
+            } => {
+                write!(
+                    f,
+                    "barrier {generation} has waited {:?}; still waiting for",
+                    std::time::Duration::from_nanos(*waited_ns)
+                )?;
+                let mut sep = " ";
+                for (node, worker) in workers {
+                    write!(f, "{sep}worker {} of {node}", worker.0)?;
+                    sep = ", ";
+                }
+                for node in nodes {
+                    write!(f, "{sep}{node} (no arrival yet)")?;
+                    sep = ", ";
+                }
+                Ok(())
+            }
         }
     }
 }

@@ -259,6 +259,7 @@ impl PyNode {
         token = None,
         emulate_latency_us = None,
         peer_timeout = 5.0,
+        barrier_warning = Some(30.0),
         rendezvous_timeout = 60.0,
         replicated_keys = None,
         replica_sync_every = 0.01,
@@ -289,6 +290,7 @@ impl PyNode {
         token: Option<String>,
         emulate_latency_us: Option<u64>,
         peer_timeout: f64,
+        barrier_warning: Option<f64>,
         rendezvous_timeout: f64,
         replicated_keys: Option<Vec<u64>>,
         replica_sync_every: f64,
@@ -338,6 +340,15 @@ impl PyNode {
         cfg.token = token;
         cfg.emulate_latency_us = emulate_latency_us;
         cfg.peer_timeout = seconds("peer_timeout", peer_timeout)?;
+        cfg.barrier_warning = match barrier_warning {
+            None => None,
+            Some(s) if s > 0.0 => Some(seconds("barrier_warning", s)?),
+            Some(s) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "barrier_warning must be a positive number of seconds (or None), not {s}"
+                )));
+            }
+        };
         cfg.rendezvous_timeout = seconds("rendezvous_timeout", rendezvous_timeout)?;
         cfg.replicated_keys = replicated_keys.unwrap_or_default();
         cfg.replica_sync_every = seconds("replica_sync_every", replica_sync_every)?;

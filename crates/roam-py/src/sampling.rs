@@ -382,7 +382,7 @@ impl PySample {
     fn finish(&self, py: Python<'_>) -> PyResult<usize> {
         let mut taken = self.take()?;
         let handle = taken.handle.take().expect("just taken");
-        let left = self.cell.run(py, |worker| worker.finish_sample(handle));
+        let left = self.cell.run(py, |worker| worker.finish_sample(handle))?;
         *self.state.lock() = SampleState::Finished(left);
         Ok(left)
     }
@@ -483,7 +483,7 @@ pub(crate) fn prepare(
                 .sample_value_len(id)
                 .expect("a prepared sampler exists");
             Ok((handle, value_len))
-        })
+        })?
         .map_err(|err| match err {
             // `preloc` and `pool` draw every sample here: say so.
             SampleError::TooManyPrepared { max, .. }
@@ -551,7 +551,7 @@ pub(crate) fn pull(
     });
     drop(taken);
     drop((keys_buf, vals_buf));
-    match result {
+    match result? {
         Ok(()) => Ok((keys.unbind(), vals.unbind())),
         Err(PullFailed::Sample(err)) => Err(errors::sample_error(&err)),
         Err(PullFailed::Op(err)) => Err(errors::op_error(&err, false)),

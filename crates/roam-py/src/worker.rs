@@ -47,7 +47,29 @@ struct Registry {
     /// reported by the next `wait_all` or `barrier`.
     orphan_error: Option<(OpError, bool)>,
     /// Declared last, so that it is retired only after the pending operations were finished.
-    worker: roam::Worker,
+    /// `None` once closed (`worker.close()`): the Rust worker was dropped, which retired it.
+    worker: Option<roam::Worker>,
+}
+
+impl Registry {
+    /// The worker, unless it was closed.
+    fn worker(&self) -> Result<&roam::Worker, Closed> {
+        self.worker.as_ref().ok_or(Closed)
+    }
+}
+
+/// The worker was closed (retired) by `worker.close()` or the end of its `with` block.
+#[derive(Debug)]
+struct Closed;
+
+impl From<Closed> for PyErr {
+    fn from(_: Closed) -> Self {
+        errors::op_error_msg(
+            "this worker was closed (worker.close() or the end of its with block); a closed \
+             worker accepts no more operations"
+                .to_owned(),
+        )
+    }
 }
 
 /// Output exports whose operations are over, to be dropped (released, unpinned) once the
@@ -187,7 +209,7 @@ impl WorkerCell {
             lock: Mutex::new(Registry {
                 pending: Vec::new(),
                 orphan_error: None,
-                worker,
+                worker: Some(worker),
             }),
             node,
         }
@@ -204,18 +226,21 @@ impl WorkerCell {
     }
 
     /// Runs `f` on the worker with the GIL released and the worker's lock held (for calls
-    /// that create no pending operation: sampling).
+    /// that create no pending operation: sampling); an error if the worker was closed.
     pub(crate) fn run<R: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&roam::Worker) -> R + Send,
-    ) -> R {
-        py.detach(|| f(&self.lock.lock().worker))
+    ) -> PyResult<R> {
+        Ok(py.detach(|| self.lock.lock().worker().map(f))?)
     }
 
-    /// Runs `f` on the worker if its lock is free right now; `None` otherwise. Never blocks.
+    /// Runs `f` on the worker if its lock is free right now and it is not closed; `None`
+    /// otherwise. Never blocks.
     pub(crate) fn try_run<R>(&self, f: impl FnOnce(&roam::Worker) -> R) -> Option<R> {
-        self.lock.try_lock().map(|reg| f(&reg.worker))
+        self.lock
+            .try_lock()
+            .and_then(|reg| reg.worker().ok().map(f))
     }
 
     pub(crate) fn check_open(&self) -> PyResult<()> {
@@ -236,7 +261,7 @@ impl WorkerCell {
         f: impl FnOnce(&roam::Worker) -> R + Send,
     ) -> PyResult<R> {
         self.check_open()?;
-        Ok(py.detach(|| f(&self.lock.lock().worker)))
+        Ok(py.detach(|| self.lock.lock().worker().map(f))?)
     }
 
     /// Runs `f` with the lock held: taken at once if free, else waited for with the GIL
@@ -285,9 +310,12 @@ impl WorkerCell {
             let mut released = Released::new();
             let mut reg = self.lock.lock();
             Self::reap(&mut reg, &mut released);
-            let issued = match op(&reg.worker, &mut released) {
+            let Ok(worker) = reg.worker() else {
+                return (Err(None), released);
+            };
+            let issued = match op(worker, &mut released) {
                 Ok(issued) => issued,
-                Err(err) => return (Err(err), released),
+                Err(err) => return (Err(Some(err)), released),
             };
             if issued.is_finished() {
                 // All keys were local (or the answers are already in): nothing to keep.
@@ -303,7 +331,10 @@ impl WorkerCell {
             (Ok(op), released)
         });
         drop(released);
-        result.map_err(|err| errors::access_error(&err, signed_keys))
+        result.map_err(|err| match err {
+            Some(err) => errors::access_error(&err, signed_keys),
+            None => Closed.into(),
+        })
     }
 
     /// Waits for `op` with the GIL released (unless it is already done).
@@ -333,7 +364,9 @@ impl WorkerCell {
                 first_error.get_or_insert((err, op.signed_keys));
             }
         }
-        if let Err(err) = reg.worker.wait_all() {
+        if let Ok(worker) = reg.worker()
+            && let Err(err) = worker.wait_all()
+        {
             first_error.get_or_insert((err, false));
         }
         first_error.map_or(Ok(()), Err)
@@ -379,6 +412,16 @@ pub(crate) struct PyTicket {
     kind: &'static str,
 }
 
+/// Why a collective failed.
+enum Failed<E> {
+    /// One of the worker's own operations, completed first.
+    Op(OpError, bool),
+    /// The worker was closed.
+    Closed,
+    /// The collective itself.
+    Own(E),
+}
+
 impl PyWorker {
     pub(crate) fn new(cell: WorkerCell) -> Self {
         Self {
@@ -401,15 +444,17 @@ impl PyWorker {
             let mut released = Released::new();
             let mut reg = cell.lock.lock();
             let result = WorkerCell::finish_all(&mut reg, &mut released)
-                .map_err(Ok)
-                .and_then(|()| arrive(&reg.worker).map_err(Err));
+                .map_err(|(err, signed)| Failed::Op(err, signed))
+                .and_then(|()| reg.worker().map_err(|Closed| Failed::Closed))
+                .and_then(|worker| arrive(worker).map_err(Failed::Own));
             drop(reg);
             (result, released)
         });
         drop(released);
         result.map_err(|err| match err {
-            Ok((err, signed)) => errors::op_error(&err, signed),
-            Err(err) => to_py(err),
+            Failed::Op(err, signed) => errors::op_error(&err, signed),
+            Failed::Closed => Closed.into(),
+            Failed::Own(err) => to_py(err),
         })
     }
 
@@ -647,10 +692,11 @@ impl PyWorker {
         let result = self.cell.with_lock(py, |reg| {
             // SAFETY: `buf` outlives this call and no other Rust slice of it exists (it does not
             // overlap a pending pull's output).
-            reg.worker.pull_if_local(key, unsafe { buf.as_mut_slice() })
+            reg.worker()
+                .map(|w| w.pull_if_local(key, unsafe { buf.as_mut_slice() }))
         });
         drop(buf);
-        result.map_err(|err| errors::access_error(&err, true))
+        result?.map_err(|err| errors::access_error(&err, true))
     }
 
     /// Signals that this worker will access `keys` while its clock (`advance_clock`) is in
@@ -684,14 +730,68 @@ impl PyWorker {
     }
 
     /// This worker's clock: how many times it called `advance_clock`.
-    fn current_clock(&self, py: Python<'_>) -> u64 {
-        self.cell.with_lock(py, |reg| reg.worker.current_clock())
+    fn current_clock(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self
+            .cell
+            .with_lock(py, |reg| reg.worker().map(roam::Worker::current_clock))?)
     }
 
     /// How many clocks before their start intents are acted on now (measured from this
     /// worker's clock rate and the node's relocation times).
-    fn intent_window(&self, py: Python<'_>) -> u64 {
-        self.cell.with_lock(py, |reg| reg.worker.intent_window())
+    fn intent_window(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self
+            .cell
+            .with_lock(py, |reg| reg.worker().map(roam::Worker::intent_window))?)
+    }
+
+    /// Retires this worker, as a Rust `Worker` that is dropped: completes its operations (as
+    /// `wait_all`, raising the first error among them after retiring it), then counts it as
+    /// arrived at every later barrier of its node, so that its sibling workers do not wait for
+    /// it. Call it when the worker's thread is done (or use the worker as a context manager:
+    /// `with node.worker(i) as w:`). Later operations on it raise `OpError`; closing again does
+    /// nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let cell = &self.cell;
+        let (result, released) = py.detach(|| {
+            let mut released = Released::new();
+            let mut reg = cell.lock.lock();
+            let result = WorkerCell::finish_all(&mut reg, &mut released);
+            let worker = reg.worker.take();
+            drop(reg);
+            // Retired here, without the worker's lock: the drop tells the node.
+            drop(worker);
+            (result, released)
+        });
+        drop(released);
+        result.map_err(|(err, signed)| errors::op_error(&err, signed))
+    }
+
+    /// Whether the worker was closed.
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> bool {
+        self.cell.with_lock(py, |reg| reg.worker.is_none())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Closes the worker at the end of a `with` block, also when the block raised (then an
+    /// error of the close itself is logged, not raised over the block's).
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        match self.close(py) {
+            Err(err) if exc_type.is_some() => {
+                tracing::warn!("closing worker {} after an error: {err}", self.cell.id);
+                Ok(false)
+            }
+            other => other.map(|()| false),
+        }
     }
 
     /// Waits for this worker's operations (as `wait_all`), then for every worker of every node

@@ -41,6 +41,9 @@ pub struct SimConfig {
     /// The core's heartbeats and silence timeouts (`None`: only broken links reveal a lost
     /// peer). With it, nodes' timers are events of the run while any worker has work left.
     pub liveness: Option<roam_core::Liveness>,
+    /// Barrier wait warnings every this many ns (`None`: off); timer events of the run like
+    /// `liveness`'s.
+    pub barrier_warn_every: Option<u64>,
     /// Keys replicated on every node and their sync period (`None`: nothing replicated). With
     /// it, nodes' sync rounds are timer events of the run while any worker has work left.
     pub replication: Option<roam_core::Replication>,
@@ -102,6 +105,7 @@ impl SimConfig {
             dynamic: false,
             location_caches: false,
             liveness: None,
+            barrier_warn_every: None,
             replication: None,
             samplers: Vec::new(),
             load: None,
@@ -145,6 +149,12 @@ impl SimConfig {
     /// Turns on the core's failure detection (heartbeats, silence timeouts) in virtual time.
     pub fn with_liveness(mut self, liveness: roam_core::Liveness) -> Self {
         self.liveness = Some(liveness);
+        self
+    }
+
+    /// Turns on barrier wait warnings ([`roam_core::Warning::BarrierWait`]) every `ns`.
+    pub fn with_barrier_warning(mut self, ns: u64) -> Self {
+        self.barrier_warn_every = Some(ns);
         self
     }
 

@@ -129,3 +129,49 @@ fn without_liveness_a_silent_peer_is_never_suspected() {
     assert_eq!(sim.unfinished_workers(), [w(0)], "the pull waits forever");
     assert_eq!(sim.node(NodeId(0)).poll_timeout(), None);
 }
+
+/// Nothing waits forever on a silent peer (frozen, no connection breaks): a localize of a key
+/// it holds (dynamic allocation: the key would come from it), a `WaitAll` on an asynchronous
+/// pull from it, and the barriers after them all fail with `PeerGone` naming it.
+#[test]
+fn localize_wait_all_and_barrier_on_a_silent_peer_fail_naming_it() {
+    for_each_seed(30, |seed| {
+        let cfg = SimConfig::new(3, 1, KeySpace::uniform(6, 1).unwrap())
+            .with_seed(seed)
+            .with_delay(10_000, 50_000)
+            .with_think(0, 0)
+            .with_dynamic(true)
+            .with_liveness(Liveness {
+                heartbeat_every: MS,
+                silent_after: 4 * MS,
+            });
+        let mut sim = Sim::new(cfg);
+        sim.freeze(NodeId(2));
+        // Keys 4 and 5 start at node 2.
+        sim.add_script(w(0), [Op::localize(vec![4]), Op::Barrier]);
+        sim.add_script(w(1), [Op::pull_async(vec![5]), Op::WaitAll, Op::Barrier]);
+        sim.run_until_idle().unwrap();
+        assert!(sim.unfinished_workers().is_empty(), "seed {seed}");
+        let mut kinds = Vec::new();
+        for node in [0, 1] {
+            for op in sim.history().of_worker(w(node)) {
+                assert_eq!(
+                    op.outcome,
+                    Outcome::Failed(OpError::PeerGone { peer: NodeId(2) }),
+                    "seed {seed}: {op}"
+                );
+                kinds.push(op.kind);
+            }
+        }
+        assert_eq!(
+            kinds,
+            [
+                OpKind::Localize,
+                OpKind::Barrier,
+                OpKind::Pull,
+                OpKind::Barrier
+            ],
+            "seed {seed}"
+        );
+    });
+}

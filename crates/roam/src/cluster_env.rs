@@ -40,6 +40,8 @@ pub const ROAM_BALANCER: &str = "ROAM_BALANCER";
 /// taking part in the start-up rendezvous (elastic membership; see `elastic`). It needs only the
 /// coordinator address and the cluster token: the coordinator assigns its rank.
 pub const ROAM_JOIN: &str = "ROAM_JOIN";
+/// Seconds of silence after which a peer is declared lost (overrides `Config::peer_timeout`).
+pub const ROAM_PEER_TIMEOUT: &str = "ROAM_PEER_TIMEOUT";
 
 /// Coordinator value of a single-node run: port 0 means no socket is ever opened to it.
 pub const SINGLE_NODE_COORDINATOR: &str = "127.0.0.1:0";
@@ -571,6 +573,26 @@ pub fn balancer(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<bool>,
     }
 }
 
+/// The peer silence timeout from `ROAM_PEER_TIMEOUT` (seconds, e.g. `5` or `0.5`; overrides
+/// `Config::peer_timeout`); `None` if unset or blank.
+pub fn peer_timeout(
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<std::time::Duration>, SettingError> {
+    let Some(value) = lookup(ROAM_PEER_TIMEOUT).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match value.trim().parse::<f64>() {
+        Ok(s) if s > 0.0 && s.is_finite() && s < 1e9 => {
+            Ok(Some(std::time::Duration::from_secs_f64(s)))
+        }
+        _ => Err(SettingError::InvalidNumber {
+            var: ROAM_PEER_TIMEOUT,
+            value,
+            expected: "positive number of seconds",
+        }),
+    }
+}
+
 /// [`emulate_latency_us`] against the process environment.
 pub fn emulate_latency_us_from_process_env() -> Result<Option<u64>, SettingError> {
     emulate_latency_us(process_lookup)
@@ -936,6 +958,15 @@ mod tests {
         assert_eq!(balancer(env(&[("ROAM_BALANCER", " on ")])), Ok(Some(true)));
         let err = balancer(env(&[("ROAM_BALANCER", "no")])).unwrap_err();
         assert!(err.to_string().contains("ROAM_BALANCER=\"no\""), "{err}");
+        assert_eq!(peer_timeout(env(&[])), Ok(None));
+        assert_eq!(
+            peer_timeout(env(&[("ROAM_PEER_TIMEOUT", " 0.5 ")])),
+            Ok(Some(std::time::Duration::from_millis(500)))
+        );
+        for bad in ["0", "-1", "soon", "inf"] {
+            let err = peer_timeout(env(&[("ROAM_PEER_TIMEOUT", bad)])).unwrap_err();
+            assert!(err.to_string().contains("ROAM_PEER_TIMEOUT="), "{err}");
+        }
         assert_eq!(emulate_latency_us(env(&[])), Ok(None));
         assert_eq!(
             emulate_latency_us(env(&[("ROAM_EMULATE_LATENCY_US", "0")])),

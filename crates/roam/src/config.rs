@@ -93,8 +93,13 @@ pub struct Config {
     pub token: Option<String>,
     /// Emulated one-way link latency in µs; `None` reads `ROAM_EMULATE_LATENCY_US`, else 0.
     pub emulate_latency_us: Option<u64>,
-    /// A peer silent for this long is declared gone and every operation waiting on it fails.
+    /// A peer silent for this long is declared gone and every operation waiting on it fails
+    /// (default 5 s; `ROAM_PEER_TIMEOUT=SECONDS` overrides it).
     pub peer_timeout: Duration,
+    /// A barrier that waits this long logs (a tracing warning) which workers (node, worker id)
+    /// it still waits for, and again after every further such interval; default 30 s, `None`
+    /// never.
+    pub barrier_warning: Option<Duration>,
     /// Response-time reports between the nodes and straggler detection (PSLD; see
     /// `roam_core::load`): on by default (one small frame per peer every 500 ms); `None`
     /// turns it off.
@@ -271,6 +276,7 @@ impl Config {
             token: None,
             emulate_latency_us: None,
             peer_timeout: Duration::from_secs(5),
+            barrier_warning: Some(Duration::from_secs(30)),
             rendezvous_timeout: Duration::from_secs(60),
             restore_from: None,
             limits: Limits::default(),

@@ -41,6 +41,11 @@
 //!   quota it cannot change, makes a run that would have exited 0 exit 1.
 //! - Membership: `--join-at` and `--drain-at` start joining nodes and drain nodes during the
 //!   run ([`launch_elastic`]); joiners are supervised like the nodes.
+//! - Restarts: with `--max-restarts K` a run is a sequence of attempts, each a whole launch as
+//!   above (namespaces and cgroups made and removed per attempt); after a node failure the
+//!   next attempt resumes from the latest complete checkpoint ([`launch_restart`]). When one
+//!   poll finds several nodes ended, a node killed by a signal is reported as the failure
+//!   before nodes that exited with an error (they are usually its peers, failing because of it).
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -79,6 +84,9 @@ const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 #[path = "launch_elastic.rs"]
 pub mod launch_elastic;
 pub use launch_elastic::{DrainAt, MembershipArgs, Secs};
+#[path = "launch_restart.rs"]
+pub mod launch_restart;
+pub use launch_restart::RestartArgs;
 
 /// Arguments of `roam launch`.
 #[derive(Clone, Debug, clap::Args)]
@@ -115,6 +123,9 @@ pub struct LaunchArgs {
     /// Nodes joining and drained during the run (default: none).
     #[command(flatten)]
     pub membership: MembershipArgs,
+    /// Restarting the job when a node dies (default: no restart).
+    #[command(flatten)]
+    pub restarts: RestartArgs,
     /// The program every node runs, followed by its arguments (put `--` before it so that its
     /// options are not taken for the launcher's).
     #[arg(
@@ -174,10 +185,37 @@ where
     O: Write + Send + 'static,
     E: Write + Send + 'static,
 {
+    args.restarts.check(args)?;
+    let out = Arc::new(Mutex::new(stdout));
+    let err = Arc::new(Mutex::new(stderr));
+    if args.restarts.max_restarts == 0 {
+        return run_attempt(args, network, &args.program, &out, &err).map(|a| a.code);
+    }
+    // Held across the attempts, so that a signal between two of them is seen (each attempt
+    // installs its own guard for the signals during it).
+    let signals = signals::Guard::install().context("installing SIGINT/SIGTERM handlers")?;
+    launch_restart::run(args, &err, &|| signals.received().0 > 0, &mut |program| {
+        run_attempt(args, network, program, &out, &err)
+    })
+}
+
+/// One run of the job, with `program` as the node command: the whole launch, from checking the
+/// options to removing the namespaces and cgroups.
+fn run_attempt<O, E>(
+    args: &LaunchArgs,
+    network: &NetworkArgs,
+    program: &[OsString],
+    out: &Arc<Mutex<O>>,
+    err: &Arc<Mutex<E>>,
+) -> anyhow::Result<launch_restart::Attempt>
+where
+    O: Write + Send + 'static,
+    E: Write + Send + 'static,
+{
     if args.nodes == 0 || args.nodes > MAX_NODES {
         bail!("--nodes must be in 1..={MAX_NODES}, got {}", args.nodes);
     }
-    let Some((program, program_args)) = args.program.split_first() else {
+    let Some((program, program_args)) = program.split_first() else {
         bail!("no program given: usage is roam launch --nodes N -- PROGRAM [ARGS]...");
     };
     let net = Network::resolve(
@@ -218,8 +256,7 @@ where
                 hex
             });
 
-    let out = Arc::new(Mutex::new(stdout));
-    let err = Arc::new(Mutex::new(stderr));
+    let (out, err) = (Arc::clone(out), Arc::clone(err));
     // Installed before the first child or namespace exists, so no signal can slip between
     // creating them and watching for it.
     let signals = signals::Guard::install().context("installing SIGINT/SIGTERM handlers")?;
@@ -322,7 +359,11 @@ where
         );
         finish_network(cluster.as_mut(), &err);
         finish_cgroups(groups.as_mut(), &err, false);
-        return Ok(128 + sig);
+        return Ok(launch_restart::Attempt {
+            code: 128 + sig,
+            failed: None,
+            interrupted: true,
+        });
     }
 
     let (done_tx, done_rx) = mpsc::channel::<()>();
@@ -435,7 +476,8 @@ where
             schedule_ok = false;
         }
     };
-    let code = supervise(&mut nodes, &signals, &err, &mut tick);
+    let ending = supervise(&mut nodes, &signals, &err, &mut tick);
+    let code = ending.code;
     pumps += membership.pumps;
     let changed = membership.finish();
     wait_for_output(&done_rx, pumps, &err);
@@ -443,13 +485,14 @@ where
     let ungrouped = finish_cgroups(groups.as_mut(), &err, true);
     // A run that leaves namespaces or cgroups behind, or missed a quota change or a membership
     // change, did not succeed, whatever its nodes did.
-    Ok(
-        if code == 0 && !(cleaned && ungrouped && schedule_ok && changed) {
+    Ok(launch_restart::Attempt {
+        code: if code == 0 && !(cleaned && ungrouped && schedule_ok && changed) {
             1
         } else {
             code
         },
-    )
+        ..ending
+    })
 }
 
 /// Writes the quota changes due at `t` after the nodes started, with a notice for each;
@@ -588,16 +631,16 @@ fn notice<E: Write>(err: &Mutex<E>, msg: &str) {
     let _ = e.write_all(line.as_bytes()).and_then(|()| e.flush());
 }
 
-/// Waits for every child, stopping the rest on the first failure or a signal; returns the code.
-/// `tick` runs once per poll, while any child runs, and may add children (joiners); it is told
-/// whether the run is stopping (after a failure or a signal).
+/// Waits for every child, stopping the rest on the first failure or a signal; returns the code
+/// and what ended the run. `tick` runs once per poll, while any child runs, and may add
+/// children (joiners); it is told whether the run is stopping (after a failure or a signal).
 fn supervise<E: Write>(
     nodes: &mut Vec<Node>,
     signals: &signals::Guard,
     err: &Mutex<E>,
     tick: &mut dyn FnMut(&mut Vec<Node>, bool),
-) -> i32 {
-    let mut failure: Option<i32> = None;
+) -> launch_restart::Attempt {
+    let mut failure: Option<(String, ExitStatus)> = None;
     let mut interrupted: Option<i32> = None;
     let mut signals_seen = 0;
     let mut kill_at: Option<Instant> = None;
@@ -622,7 +665,9 @@ fn supervise<E: Write>(
             }
         }
 
-        let mut newly_failed = false;
+        // The failure this poll reports: a node killed by a signal before one that exited with
+        // an error, since the peers of a killed node fail (naming it) moments after it.
+        let mut first: Option<(String, ExitStatus)> = None;
         for n in nodes.iter_mut().filter(|n| n.status.is_none()) {
             let status = match n.child.try_wait() {
                 Ok(Some(s)) => s,
@@ -634,17 +679,22 @@ fn supervise<E: Write>(
                 }
             };
             n.status = Some(status);
-            if !status.success() && failure.is_none() && kill_at.is_none() {
-                failure = Some(exit_code(status));
-                notice(
-                    err,
-                    &format!("{} {}; stopping the other nodes", n.name, describe(status)),
-                );
-                kill_at = Some(Instant::now() + GRACE);
-                newly_failed = true;
+            let signalled = |s: &ExitStatus| s.signal().is_some();
+            if !status.success()
+                && first
+                    .as_ref()
+                    .is_none_or(|(_, f)| !signalled(f) && signalled(&status))
+            {
+                first = Some((n.name.clone(), status));
             }
         }
-        if newly_failed {
+        if let Some((name, status)) = first.filter(|_| failure.is_none() && kill_at.is_none()) {
+            notice(
+                err,
+                &format!("{name} {}; stopping the other nodes", describe(status)),
+            );
+            failure = Some((name, status));
+            kill_at = Some(Instant::now() + GRACE);
             nodes.iter().for_each(|n| n.signal(libc::SIGTERM));
         }
         if nodes.iter().all(|n| n.status.is_some()) {
@@ -657,7 +707,15 @@ fn supervise<E: Write>(
         }
         thread::sleep(POLL_INTERVAL);
     }
-    failure.or(interrupted.map(|s| 128 + s)).unwrap_or(0)
+    launch_restart::Attempt {
+        code: failure
+            .as_ref()
+            .map(|(_, s)| exit_code(*s))
+            .or(interrupted.map(|s| 128 + s))
+            .unwrap_or(0),
+        interrupted: interrupted.is_some(),
+        failed: failure,
+    }
 }
 
 /// Waits (briefly) until the pumps have relayed everything the children wrote.
@@ -920,6 +978,7 @@ mod tests {
             balancer: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
+            restarts: RestartArgs::default(),
             program: vec!["true".into()],
         };
         let loopback_netns = NetworkArgs {
@@ -985,6 +1044,7 @@ mod tests {
             balancer: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
+            restarts: RestartArgs::default(),
             program: vec!["/nonexistent/roam-test-program".into()],
         };
         let with = |specs: &[&str], profile: Option<Profile>| NetworkArgs {
@@ -1044,6 +1104,7 @@ mod tests {
             balancer: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
+            restarts: RestartArgs::default(),
             program: vec!["/nonexistent/roam-test-program".into()],
         };
         let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
@@ -1117,6 +1178,7 @@ mod tests {
             balancer: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
+            restarts: RestartArgs::default(),
             program: vec!["/nonexistent/roam-test-program".into()],
         };
         let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();

@@ -91,6 +91,9 @@ pub(crate) struct Shared {
     pub(crate) service: Option<Arc<ServiceSlowdown>>,
     /// Durations of the checkpoints this node took part in (for the metrics).
     pub(crate) checkpoints: crate::metrics::CheckpointTimes,
+    /// Wakes the timer thread: set (and notified) when the core's next deadline may have
+    /// moved earlier (a barrier began to wait) and when the node stops.
+    pub(crate) timer_wake: (Mutex<bool>, Condvar),
 }
 
 /// The shell's state for one linked node: its link, and whether it left or was lost.
@@ -176,6 +179,9 @@ impl Shared {
             while let Some(warning) = node.poll_warning() {
                 tracing::warn!(node = self.rank.0, "{warning}");
             }
+            if node.take_timer_rearm() {
+                self.wake_timers();
+            }
         }
         for link in touched {
             if let Err(err) = link.flush() {
@@ -187,6 +193,12 @@ impl Shared {
             self.on_membership(events);
         }
         result
+    }
+
+    /// Makes the timer thread read the core's next deadline again.
+    pub(crate) fn wake_timers(&self) {
+        *self.timer_wake.0.lock() = true;
+        self.timer_wake.1.notify_all();
     }
 
     fn deliver(&self, completions: Vec<Completion>) {
@@ -266,6 +278,9 @@ impl NodeHandle {
             watch.validate()?;
         }
         let mut cfg = cfg;
+        if let Some(t) = cluster_env::peer_timeout(cluster_env::process_lookup)? {
+            cfg.peer_timeout = t;
+        }
         let asked = cluster_env::balancer(cluster_env::process_lookup)?;
         match asked {
             Some(false) => cfg.balancer = None,
@@ -404,6 +419,9 @@ impl NodeHandle {
                 .share_sync_every
                 .as_nanos()
                 .clamp(1, u128::from(u64::MAX)) as u64,
+            barrier_warn_every: cfg
+                .barrier_warning
+                .map(|d| d.as_nanos().clamp(1, u128::from(u64::MAX)) as u64),
         };
         let mut node = if joining {
             Node::joining(node_cfg)
@@ -456,6 +474,7 @@ impl NodeHandle {
             slow_tasks,
             service,
             checkpoints: Default::default(),
+            timer_wake: (Mutex::new(false), Condvar::new()),
         });
 
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -513,6 +532,11 @@ impl NodeHandle {
                 let service = elastic::spawn_join_service(&handle.shared, listener)?;
                 handle.threads.push(service);
             }
+        } else {
+            // A single node has no peers to wait for, but its timers (barrier wait warnings)
+            // still run.
+            let timers = spawn_timers(&handle.shared, handle.stop.clone())?;
+            handle.threads.push(timers);
         }
         if let Some(stream) = net.join_stream.take() {
             elastic::await_admission(&handle.shared, stream, deadline, cfg.rendezvous_timeout)?;
@@ -749,6 +773,7 @@ impl NodeHandle {
         }
         *self.stop.0.lock() = true;
         self.stop.1.notify_all();
+        self.shared.wake_timers();
         for link in &links {
             link.shutdown_socket();
         }
@@ -769,8 +794,10 @@ impl Drop for NodeHandle {
 }
 
 /// Runs the core's timers: sleeps until the deadline the core names (or until stopped), then
-/// lets the core act (heartbeats, silence timeouts, replica sync rounds, load reports). Activity only moves deadlines later, so
-/// sleeping until the one read before is never late.
+/// lets the core act (heartbeats, silence timeouts, replica sync rounds, load reports, barrier
+/// wait warnings). Activity only moves deadlines later, except a barrier that begins to wait,
+/// which wakes this thread ([`Shared::wake_timers`]), so sleeping until the deadline read
+/// before is never late.
 fn spawn_timers(
     shared: &Arc<Shared>,
     stop: Arc<(Mutex<bool>, Condvar)>,
@@ -785,14 +812,15 @@ fn spawn_timers(
                 Some(at) => Duration::from_nanos(at.0.saturating_sub(shared.now().0)),
                 None => Duration::from_secs(1),
             };
-            let mut stopped = stop.0.lock();
-            if !*stopped && !wait.is_zero() {
-                stop.1.wait_for(&mut stopped, wait);
+            let mut woken = shared.timer_wake.0.lock();
+            if !*woken && !*stop.0.lock() && !wait.is_zero() {
+                shared.timer_wake.1.wait_for(&mut woken, wait);
             }
-            if *stopped {
+            *woken = false;
+            drop(woken);
+            if *stop.0.lock() {
                 return;
             }
-            drop(stopped);
             let (found, decided) = shared.with_node(|node, now| {
                 let before = node.straggler_events().len();
                 let decided_before =

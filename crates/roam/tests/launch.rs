@@ -25,6 +25,7 @@ fn sh(nodes: u32, script: &str) -> LaunchArgs {
         balancer: None,
         network: Default::default(),
         membership: Default::default(),
+        restarts: Default::default(),
         program: vec!["sh".into(), "-c".into(), script.into()],
     }
 }
@@ -169,6 +170,7 @@ fn a_missing_program_is_an_error_not_a_hang() {
         balancer: None,
         network: Default::default(),
         membership: Default::default(),
+        restarts: Default::default(),
         program: vec!["/nonexistent/roam-test-program".into()],
     };
     let _serial = serial();

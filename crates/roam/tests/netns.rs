@@ -48,6 +48,7 @@ fn sh(nodes: u32, script: &str) -> LaunchArgs {
         balancer: None,
         network: NetworkArgs::default(),
         membership: Default::default(),
+        restarts: Default::default(),
         program: vec!["sh".into(), "-c".into(), script.into()],
     }
 }

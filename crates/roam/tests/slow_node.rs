@@ -52,6 +52,7 @@ fn sh(nodes: u32, slow: &[&str], script: &str) -> LaunchArgs {
         balancer: None,
         network: Default::default(),
         membership: Default::default(),
+        restarts: Default::default(),
         program: vec!["sh".into(), "-c".into(), script.into()],
     }
 }
@@ -242,6 +243,7 @@ fn protocol_scope_slows_only_the_protocol_threads() {
         balancer: None,
         network: Default::default(),
         membership: Default::default(),
+        restarts: Default::default(),
         program: [
             exe.as_os_str(),
             "node_reports_its_slowed_threads".as_ref(),

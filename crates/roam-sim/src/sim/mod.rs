@@ -231,6 +231,7 @@ impl Sim {
                     intent_timing: cfg.intent_timing,
                     intent_techniques: cfg.intent_techniques,
                     share_sync_ns: cfg.share_sync_ns,
+                    barrier_warn_every: cfg.barrier_warn_every,
                 };
                 let node = if joiner {
                     Node::joining(node_cfg)

@@ -34,11 +34,10 @@ pub(crate) fn frame(data: &[u8]) {
             "consumed {used} of {}",
             rest.len()
         );
-        assert_eq!(
-            frame.to_bytes(),
-            rest[..used],
-            "a decoded frame re-encodes to its bytes"
-        );
+        // Byte for byte, but for the header's reserved bytes, which the decoder ignores.
+        let mut sent = rest[..used].to_vec();
+        sent[36..HEADER_LEN].fill(0);
+        assert_eq!(frame.to_bytes(), sent, "a decoded frame re-encodes to its bytes");
         typed(&frame);
         rest = &rest[used..];
     }

@@ -754,6 +754,46 @@ mod tests {
         ));
     }
 
+    /// The socket-free checks the `handshake` fuzz target drives: a signed hello says what
+    /// was signed; a short, unsigned or wrongly purposed one is refused saying why.
+    #[test]
+    fn hellos_are_parsed_without_a_socket() {
+        let (ns, nc) = ([1u8; NONCE_LEN], [2u8; NONCE_LEN]);
+        let hello = hello_bytes(b"t", &ns, &nc, 7, Purpose::Data.as_byte());
+        let (said, nonce) = verify_hello(b"t", &ns, &hello).unwrap();
+        assert_eq!((said.rank, said.purpose, nonce), (7, Purpose::Data, nc));
+        assert!(proof_is_valid(
+            b"t",
+            &ns,
+            &nc,
+            7,
+            &proof_bytes(b"t", &ns, &nc, 7)
+        ));
+        assert!(!proof_is_valid(
+            b"t",
+            &ns,
+            &nc,
+            8,
+            &proof_bytes(b"t", &ns, &nc, 7)
+        ));
+        assert_eq!(
+            verify_hello(b"t", &ns, &hello[..10]),
+            Err(HelloError::Length {
+                len: 10,
+                claimed_rank: 7
+            })
+        );
+        assert_eq!(
+            verify_hello(b"other", &ns, &hello),
+            Err(HelloError::BadMac { claimed_rank: 7 })
+        );
+        let odd = hello_bytes(b"t", &ns, &nc, 7, 99);
+        assert_eq!(
+            verify_hello(b"t", &ns, &odd),
+            Err(HelloError::UnknownPurpose { rank: 7, byte: 99 })
+        );
+    }
+
     #[test]
     fn purpose_bytes_round_trip() {
         for p in [

@@ -381,8 +381,8 @@ pub(crate) fn write_frames(stream: &mut impl Write, frames: &[Frame]) -> io::Res
 }
 
 /// Bodies up to this many bytes are allocated at once (every ordinary frame); larger ones grow
-/// as their bytes arrive, so a peer that announces a large body and sends less makes us
-/// allocate no more than about twice what it sent.
+/// as their bytes arrive (doubling from 64 KiB), so a peer that announces a large body and
+/// sends less makes us allocate no more than about twice what it sent.
 const EAGER_BODY_BYTES: usize = 1 << 20;
 
 /// Why a frame could not be read.
@@ -424,7 +424,8 @@ pub fn read_frame(reader: &mut impl Read, limits: &Limits) -> Result<Frame, Read
         body = Vec::new();
         while body.len() < words {
             let at = body.len();
-            let step = (words - at).min(at.max(EAGER_BODY_BYTES / 8));
+            // Doubling from 64 KiB: a few copies of what arrived, never more than it.
+            let step = (words - at).min(at.max(8 << 10));
             body.resize(at + step, 0);
             reader.read_exact(bytemuck::cast_slice_mut(&mut body[at..]))?;
         }

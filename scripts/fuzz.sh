@@ -37,7 +37,7 @@ for target in ${FUZZ_TARGETS:-frame handshake}; do
   found=$(find "fuzz/artifacts/$target" -type f | wc -l)
   echo "$target: $execs executions in ${secs} s ($rate exec/s), corpus $(ls "$work" | wc -l) inputs, exit $rc, $found finding(s) in fuzz/artifacts/$target"
   if [ "$rc" -ne 0 ]; then
-    grep -aE 'ERROR|SUMMARY|panicked' "$log" | head -5
+    grep -aE 'ERROR|SUMMARY|panicked' "$log" | head -5 || true
     findings=$((findings + 1))
   fi
   if [ "$update" = "--update-corpus" ]; then

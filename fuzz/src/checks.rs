@@ -37,7 +37,11 @@ pub(crate) fn frame(data: &[u8]) {
         // Byte for byte, but for the header's reserved bytes, which the decoder ignores.
         let mut sent = rest[..used].to_vec();
         sent[36..HEADER_LEN].fill(0);
-        assert_eq!(frame.to_bytes(), sent, "a decoded frame re-encodes to its bytes");
+        assert_eq!(
+            frame.to_bytes(),
+            sent,
+            "a decoded frame re-encodes to its bytes"
+        );
         typed(&frame);
         rest = &rest[used..];
     }
@@ -55,14 +59,14 @@ fn typed(frame: &wire::Frame) {
         ..
     }) = msg
     {
-        // A joining node's table (the fuzzer learns the bucket counts from the comparisons).
-        for partitioning in [Partitioning::Range, Partitioning::Hash] {
-            let mut dir = Directory::new(64, 2, partitioning);
-            let before = dir.to_words();
-            match dir.restore_words(epoch, table) {
-                Ok(()) => assert_eq!(dir.to_words(), table, "an applied table reads back"),
-                Err(_) => assert_eq!(dir.to_words(), before, "a refused table changes nothing"),
-            }
+        // A joining node's table, against a range-partitioned directory of 64 buckets (a
+        // hash-partitioned one has thousands, a table too large for the fuzzer's inputs and
+        // too slow to compare on every input).
+        let mut dir = Directory::new(64, 2, Partitioning::Range);
+        let before = dir.to_words();
+        match dir.restore_words(epoch, table) {
+            Ok(()) => assert_eq!(dir.to_words(), table, "an applied table reads back"),
+            Err(_) => assert_eq!(dir.to_words(), before, "a refused table changes nothing"),
         }
     }
 }

@@ -6,8 +6,8 @@
 //! table size, both times and both rates as one JSON line. `--drop-caches` (root) syncs and
 //! drops the page cache before each restore, so that it reads the disk; `--ranks M` also
 //! restores the checkpoint into each rank of an M-node cluster in turn (the restore alone, on
-//! an unstarted core node) and prints each rank's time and bytes read. `scripts/checkpoint-
-//! speed.sh` runs it beside `dd` for the reference rates.
+//! an unstarted core node) and prints each rank's time and bytes read.
+//! `scripts/checkpoint-speed.sh` runs it beside `dd` for the reference rates.
 
 use std::time::Instant;
 

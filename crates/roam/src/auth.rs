@@ -7,6 +7,9 @@
 //! verifies it in constant time and answers `HMAC(token, "roam-accept-v1" || nonce_c || nonce_s
 //! || rank)`, which the connector verifies in turn. Integers are little-endian.
 //!
+//! The checks of the peer's bytes are pure functions ([`verify_hello`], [`proof_is_valid`])
+//! that the socket code calls and the `handshake` fuzz target drives without a socket.
+//!
 //! Invariants: every message has a fixed size, so a peer can never make us allocate or wait for
 //! a length it chose; every read and write is bounded by one overall deadline (not a per-call
 //! timeout, which a peer trickling one byte at a time could extend indefinitely); the stream's
@@ -379,14 +382,25 @@ pub fn proof_bytes(
     nonce_c: &[u8; NONCE_LEN],
     rank: u32,
 ) -> [u8; MAC_LEN] {
+    proof_mac(token, nonce_s, nonce_c, rank)
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// The acceptor's MAC state before finalizing: what [`proof_bytes`] and [`proof_is_valid`]
+/// both hash.
+fn proof_mac(
+    token: &[u8],
+    nonce_s: &[u8; NONCE_LEN],
+    nonce_c: &[u8; NONCE_LEN],
+    rank: u32,
+) -> HmacSha256 {
     keyed(token)
         .chain_update(ACCEPT_DOMAIN)
         .chain_update(nonce_c)
         .chain_update(nonce_s)
         .chain_update(rank.to_le_bytes())
-        .finalize()
-        .into_bytes()
-        .into()
 }
 
 /// Whether `proof` (peer bytes, any length) is the acceptor's proof for our hello; compared
@@ -398,11 +412,7 @@ pub fn proof_is_valid(
     rank: u32,
     proof: &[u8],
 ) -> bool {
-    keyed(token)
-        .chain_update(ACCEPT_DOMAIN)
-        .chain_update(nonce_c)
-        .chain_update(nonce_s)
-        .chain_update(rank.to_le_bytes())
+    proof_mac(token, nonce_s, nonce_c, rank)
         .verify_slice(proof)
         .is_ok()
 }

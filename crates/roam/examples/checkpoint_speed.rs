@@ -1,20 +1,47 @@
 //! Checkpoint and restore speed of one node's table against the disk (docs/reliability.md):
-//! `cargo run --release -p roam --example checkpoint_speed -- DIR [keys] [value_len]`.
+//! `cargo run --release -p roam --example checkpoint_speed -- DIR [keys] [value_len]
+//! [--drop-caches] [--ranks M]`.
 //! Fills `keys` keys of `value_len` floats (default 4 Mi × 64: 1 GiB), writes a checkpoint
 //! into DIR (which must not hold one), then starts a second node restoring it; prints the
-//! table size, both times and both rates as one JSON line. Run `dd` on the same disk beside
-//! it for the reference rates.
+//! table size, both times and both rates as one JSON line. `--drop-caches` (root) syncs and
+//! drops the page cache before each restore, so that it reads the disk; `--ranks M` also
+//! restores the checkpoint into each rank of an M-node cluster in turn (the restore alone, on
+//! an unstarted core node) and prints each rank's time and bytes read.
+//! `scripts/checkpoint-speed.sh` runs it beside `dd` for the reference rates.
 
 use std::time::Instant;
 
 use roam::{Config, NodeHandle};
+use roam_core::node::{Node, NodeConfig};
+use roam_core::{NodeId, Partitioning};
+
+fn drop_caches() -> anyhow::Result<()> {
+    std::process::Command::new("sync").status()?;
+    std::fs::write("/proc/sys/vm/drop_caches", "3")
+        .map_err(|e| anyhow::anyhow!("--drop-caches needs root: /proc/sys/vm/drop_caches: {e}"))
+}
 
 fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let dir = std::path::PathBuf::from(
-        args.next()
-            .expect("usage: checkpoint_speed DIR [keys] [value_len]"),
-    );
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let uncached = if let Some(i) = args.iter().position(|a| a == "--drop-caches") {
+        args.remove(i);
+        true
+    } else {
+        false
+    };
+    let ranks: u32 = match args.iter().position(|a| a == "--ranks") {
+        Some(i) => {
+            args.remove(i);
+            args.remove(i).parse()?
+        }
+        None => 0,
+    };
+    let mut args = args.into_iter();
+    let dir = std::path::PathBuf::from(args.next().ok_or_else(|| {
+        anyhow::anyhow!(
+            "usage: checkpoint_speed DIR [keys] [value_len] [--drop-caches] [--ranks M]"
+        )
+    })?);
     let keys: u64 = args.next().map_or(Ok(4 << 20), |a| a.parse())?;
     let len: u32 = args.next().map_or(Ok(64), |a| a.parse())?;
     let config = || {
@@ -23,7 +50,10 @@ fn main() -> anyhow::Result<()> {
         cfg
     };
     let bytes = keys * u64::from(len) * 4;
+    let start = Instant::now();
     let node = NodeHandle::start(config())?;
+    // A node's start without a restore, to tell the restore's own time apart.
+    let empty_start = start.elapsed().as_secs_f64();
     let worker = node.worker(0)?;
     let batch: Vec<u64> = (0..4096).collect();
     let mut vals = vec![0f32; batch.len() * len as usize];
@@ -43,16 +73,41 @@ fn main() -> anyhow::Result<()> {
     let write = start.elapsed().as_secs_f64();
     drop(worker);
     node.shutdown()?;
+    if uncached {
+        drop_caches()?;
+    }
     let start = Instant::now();
     let restored = NodeHandle::start(config().restore_from(&dir))?;
     let read = start.elapsed().as_secs_f64();
     drop(restored);
+    let mut per_rank = Vec::new();
+    for rank in 0..ranks {
+        if uncached {
+            drop_caches()?;
+        }
+        let space = config().key_space()?;
+        let mut node = Node::new(NodeConfig::new(
+            NodeId(rank),
+            ranks,
+            1,
+            space,
+            Partitioning::Range,
+        ));
+        let start = Instant::now();
+        let stats = roam::checkpoint::restore_into(&mut node, &dir)?;
+        let s = start.elapsed().as_secs_f64();
+        per_rank.push(serde_json::json!({
+            "rank": rank, "restore_s": s, "bytes_read": stats.bytes_read,
+            "records": stats.loaded, "mb_s_of_its_part": bytes as f64 / f64::from(ranks) / 1e6 / s,
+        }));
+    }
     let mb = bytes as f64 / 1e6;
     println!(
         "{}",
         serde_json::json!({
             "table_bytes": bytes, "checkpoint_s": write, "checkpoint_mb_s": mb / write,
-            "restore_s": read, "restore_mb_s": mb / read,
+            "restore_s": read, "restore_mb_s": mb / read, "empty_start_s": empty_start, "caches_dropped": uncached,
+            "ranks": per_rank,
         })
     );
     Ok(())

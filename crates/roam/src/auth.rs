@@ -7,6 +7,9 @@
 //! verifies it in constant time and answers `HMAC(token, "roam-accept-v1" || nonce_c || nonce_s
 //! || rank)`, which the connector verifies in turn. Integers are little-endian.
 //!
+//! The checks of the peer's bytes are pure functions ([`verify_hello`], [`proof_is_valid`])
+//! that the socket code calls and the `handshake` fuzz target drives without a socket.
+//!
 //! Invariants: every message has a fixed size, so a peer can never make us allocate or wait for
 //! a length it chose; every read and write is bounded by one overall deadline (not a per-call
 //! timeout, which a peer trickling one byte at a time could extend indefinitely); the stream's
@@ -33,9 +36,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Length of each side's random nonce.
 pub const NONCE_LEN: usize = 32;
-const MAC_LEN: usize = 32;
-/// rank (4) + purpose (1) + nonce_c + mac.
-const HELLO_LEN: usize = 4 + 1 + NONCE_LEN + MAC_LEN;
+/// Length of a MAC (HMAC-SHA256).
+pub const MAC_LEN: usize = 32;
+/// Length of a connector's hello: rank (4) + purpose (1) + nonce_c + mac.
+pub const HELLO_LEN: usize = 4 + 1 + NONCE_LEN + MAC_LEN;
 const CONNECT_DOMAIN: &[u8] = b"roam-connect-v1";
 const ACCEPT_DOMAIN: &[u8] = b"roam-accept-v1";
 
@@ -229,22 +233,7 @@ pub fn connect_handshake_with_timeout(
     let mut nonce_s = [0u8; NONCE_LEN];
     io.read(&mut nonce_s, Step::ReadChallenge)?;
     let nonce_c: [u8; NONCE_LEN] = rand::random();
-    let rank_bytes = rank.to_le_bytes();
-    let purpose_byte = purpose.as_byte();
-    let mac = keyed(token)
-        .chain_update(CONNECT_DOMAIN)
-        .chain_update(nonce_s)
-        .chain_update(nonce_c)
-        .chain_update(rank_bytes)
-        .chain_update([purpose_byte])
-        .finalize()
-        .into_bytes();
-
-    let mut hello = [0u8; HELLO_LEN];
-    hello[..4].copy_from_slice(&rank_bytes);
-    hello[4] = purpose_byte;
-    hello[5..5 + NONCE_LEN].copy_from_slice(&nonce_c);
-    hello[5 + NONCE_LEN..].copy_from_slice(&mac);
+    let hello = hello_bytes(token, &nonce_s, &nonce_c, rank, purpose.as_byte());
     io.write(&hello, Step::SendHello)?;
 
     let mut proof = [0u8; MAC_LEN];
@@ -254,15 +243,11 @@ pub fn connect_handshake_with_timeout(
         Err(AuthError::Closed { peer, .. }) => return Err(AuthError::Rejected { peer }),
         Err(e) => return Err(e),
     }
-    keyed(token)
-        .chain_update(ACCEPT_DOMAIN)
-        .chain_update(nonce_c)
-        .chain_update(nonce_s)
-        .chain_update(rank_bytes)
-        .verify_slice(&proof)
-        .map_err(|_| AuthError::BadAcceptorProof {
+    if !proof_is_valid(token, &nonce_s, &nonce_c, rank, &proof) {
+        return Err(AuthError::BadAcceptorProof {
             peer: io.peer.clone(),
-        })?;
+        });
+    }
     io.finish()
 }
 
@@ -284,12 +269,97 @@ pub fn accept_handshake_with_timeout(
     let mut hello = [0u8; HELLO_LEN];
     io.read(&mut hello, Step::ReadHello)?;
 
+    let (hello, nonce_c) = verify_hello(token, &nonce_s, &hello).map_err(|e| match e {
+        HelloError::BadMac { claimed_rank } | HelloError::Length { claimed_rank, .. } => {
+            AuthError::BadMac {
+                peer: io.peer.clone(),
+                claimed_rank,
+            }
+        }
+        HelloError::UnknownPurpose { rank, byte } => AuthError::UnknownPurpose {
+            peer: io.peer.clone(),
+            rank,
+            byte,
+        },
+    })?;
+    let proof = proof_bytes(token, &nonce_s, &nonce_c, hello.rank);
+    io.write(&proof, Step::SendProof)?;
+    io.finish()?;
+    Ok(hello)
+}
+
+/// Why a connector's hello was refused (the socket-free part of the acceptor's checks; the
+/// handshake turns it into an [`AuthError`] naming the peer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HelloError {
+    /// The hello is not [`HELLO_LEN`] bytes (the socket path always reads exactly that many).
+    #[error("hello of {len} bytes, expected {HELLO_LEN}")]
+    Length {
+        /// Bytes received.
+        len: usize,
+        /// The rank in its first four bytes, if it has them (0 otherwise).
+        claimed_rank: u32,
+    },
+    /// The MAC does not match: the connector does not hold our token.
+    #[error("bad MAC (claimed rank {claimed_rank})")]
+    BadMac {
+        /// The rank it claimed.
+        claimed_rank: u32,
+    },
+    /// An authenticated hello with a purpose this version does not know.
+    #[error("rank {rank} asked for unknown connection purpose {byte}")]
+    UnknownPurpose {
+        /// The rank.
+        rank: u32,
+        /// The purpose byte received.
+        byte: u8,
+    },
+}
+
+/// The connector's hello for challenge `nonce_s`: rank, purpose byte, its nonce and its MAC.
+pub fn hello_bytes(
+    token: &[u8],
+    nonce_s: &[u8; NONCE_LEN],
+    nonce_c: &[u8; NONCE_LEN],
+    rank: u32,
+    purpose_byte: u8,
+) -> [u8; HELLO_LEN] {
+    let rank_bytes = rank.to_le_bytes();
+    let mac = keyed(token)
+        .chain_update(CONNECT_DOMAIN)
+        .chain_update(nonce_s)
+        .chain_update(nonce_c)
+        .chain_update(rank_bytes)
+        .chain_update([purpose_byte])
+        .finalize()
+        .into_bytes();
+    let mut hello = [0u8; HELLO_LEN];
+    hello[..4].copy_from_slice(&rank_bytes);
+    hello[4] = purpose_byte;
+    hello[5..5 + NONCE_LEN].copy_from_slice(nonce_c);
+    hello[5 + NONCE_LEN..].copy_from_slice(&mac);
+    hello
+}
+
+/// Checks a connector's `hello` (peer bytes, any length) against our challenge `nonce_s`;
+/// returns what it said and its nonce. The MAC is compared in constant time and checked
+/// before the purpose, so strangers learn nothing about which purposes exist.
+pub fn verify_hello(
+    token: &[u8],
+    nonce_s: &[u8; NONCE_LEN],
+    hello: &[u8],
+) -> Result<(Hello, [u8; NONCE_LEN]), HelloError> {
+    let claimed_rank = |b: &[u8]| b.first_chunk::<4>().map_or(0, |r| u32::from_le_bytes(*r));
+    let Ok(hello) = <&[u8; HELLO_LEN]>::try_from(hello) else {
+        return Err(HelloError::Length {
+            len: hello.len(),
+            claimed_rank: claimed_rank(hello),
+        });
+    };
     let (rank_bytes, rest) = hello.split_at(4);
     let (purpose_byte, rest) = rest.split_at(1);
     let (nonce_c, mac) = rest.split_at(NONCE_LEN);
-    let mut rank_le = [0u8; 4];
-    rank_le.copy_from_slice(rank_bytes);
-    let rank = u32::from_le_bytes(rank_le);
+    let rank = claimed_rank(rank_bytes);
     keyed(token)
         .chain_update(CONNECT_DOMAIN)
         .chain_update(nonce_s)
@@ -297,27 +367,54 @@ pub fn accept_handshake_with_timeout(
         .chain_update(rank_bytes)
         .chain_update(purpose_byte)
         .verify_slice(mac)
-        .map_err(|_| AuthError::BadMac {
-            peer: io.peer.clone(),
-            claimed_rank: rank,
-        })?;
-    // Checked only after the MAC, so strangers learn nothing about which purposes exist.
-    let purpose = Purpose::from_byte(purpose_byte[0]).ok_or_else(|| AuthError::UnknownPurpose {
-        peer: io.peer.clone(),
-        rank,
-        byte: purpose_byte[0],
-    })?;
+        .map_err(|_| HelloError::BadMac { claimed_rank: rank })?;
+    let byte = purpose_byte[0];
+    let purpose = Purpose::from_byte(byte).ok_or(HelloError::UnknownPurpose { rank, byte })?;
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce.copy_from_slice(nonce_c);
+    Ok((Hello { rank, purpose }, nonce))
+}
 
-    let proof = keyed(token)
+/// The acceptor's proof for a verified hello.
+pub fn proof_bytes(
+    token: &[u8],
+    nonce_s: &[u8; NONCE_LEN],
+    nonce_c: &[u8; NONCE_LEN],
+    rank: u32,
+) -> [u8; MAC_LEN] {
+    proof_mac(token, nonce_s, nonce_c, rank)
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// The acceptor's MAC state before finalizing: what [`proof_bytes`] and [`proof_is_valid`]
+/// both hash.
+fn proof_mac(
+    token: &[u8],
+    nonce_s: &[u8; NONCE_LEN],
+    nonce_c: &[u8; NONCE_LEN],
+    rank: u32,
+) -> HmacSha256 {
+    keyed(token)
         .chain_update(ACCEPT_DOMAIN)
         .chain_update(nonce_c)
         .chain_update(nonce_s)
-        .chain_update(rank_bytes)
-        .finalize()
-        .into_bytes();
-    io.write(&proof, Step::SendProof)?;
-    io.finish()?;
-    Ok(Hello { rank, purpose })
+        .chain_update(rank.to_le_bytes())
+}
+
+/// Whether `proof` (peer bytes, any length) is the acceptor's proof for our hello; compared
+/// in constant time.
+pub fn proof_is_valid(
+    token: &[u8],
+    nonce_s: &[u8; NONCE_LEN],
+    nonce_c: &[u8; NONCE_LEN],
+    rank: u32,
+    proof: &[u8],
+) -> bool {
+    proof_mac(token, nonce_s, nonce_c, rank)
+        .verify_slice(proof)
+        .is_ok()
 }
 
 fn keyed(token: &[u8]) -> HmacSha256 {
@@ -665,6 +762,46 @@ mod tests {
             connect_handshake(&mut client, b"", 0, Purpose::Data),
             Err(AuthError::EmptyToken { .. })
         ));
+    }
+
+    /// The socket-free checks the `handshake` fuzz target drives: a signed hello says what
+    /// was signed; a short, unsigned or wrongly purposed one is refused saying why.
+    #[test]
+    fn hellos_are_parsed_without_a_socket() {
+        let (ns, nc) = ([1u8; NONCE_LEN], [2u8; NONCE_LEN]);
+        let hello = hello_bytes(b"t", &ns, &nc, 7, Purpose::Data.as_byte());
+        let (said, nonce) = verify_hello(b"t", &ns, &hello).unwrap();
+        assert_eq!((said.rank, said.purpose, nonce), (7, Purpose::Data, nc));
+        assert!(proof_is_valid(
+            b"t",
+            &ns,
+            &nc,
+            7,
+            &proof_bytes(b"t", &ns, &nc, 7)
+        ));
+        assert!(!proof_is_valid(
+            b"t",
+            &ns,
+            &nc,
+            8,
+            &proof_bytes(b"t", &ns, &nc, 7)
+        ));
+        assert_eq!(
+            verify_hello(b"t", &ns, &hello[..10]),
+            Err(HelloError::Length {
+                len: 10,
+                claimed_rank: 7
+            })
+        );
+        assert_eq!(
+            verify_hello(b"other", &ns, &hello),
+            Err(HelloError::BadMac { claimed_rank: 7 })
+        );
+        let odd = hello_bytes(b"t", &ns, &nc, 7, 99);
+        assert_eq!(
+            verify_hello(b"t", &ns, &odd),
+            Err(HelloError::UnknownPurpose { rank: 7, byte: 99 })
+        );
     }
 
     #[test]

@@ -74,4 +74,5 @@ pub use roam_core::{
 pub use roam_core::{KeySpace, NodeId, Partitioning, RecordLayout};
 pub use runtime::NodeHandle;
 pub use stats::NodeStats;
+pub use transport::{ReadError, read_frame};
 pub use worker::{PendingPull, Ticket, Worker};

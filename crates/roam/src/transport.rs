@@ -393,9 +393,14 @@ pub(crate) fn write_frames(stream: &mut impl Write, frames: &[Frame]) -> io::Res
     Ok(())
 }
 
+/// Bodies up to this many bytes are allocated at once (every ordinary frame); larger ones grow
+/// as their bytes arrive (doubling from 64 KiB), so a peer that announces a large body and
+/// sends less makes us allocate no more than about twice what it sent.
+const EAGER_BODY_BYTES: usize = 1 << 20;
+
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ReadError {
+pub enum ReadError {
     /// The peer closed the connection at a frame boundary.
     #[error("connection closed")]
     Closed,
@@ -407,8 +412,10 @@ pub(crate) enum ReadError {
     Io(#[from] io::Error),
 }
 
-/// Reads one frame: header first, validated and bounded, then an aligned body.
-pub(crate) fn read_frame(reader: &mut impl Read, limits: &Limits) -> Result<Frame, ReadError> {
+/// Reads one frame from a peer's byte stream: header first, validated and bounded by `limits`,
+/// then an aligned body, allocated as its bytes arrive once it is larger than
+/// [`EAGER_BODY_BYTES`].
+pub fn read_frame(reader: &mut impl Read, limits: &Limits) -> Result<Frame, ReadError> {
     let mut head = [0u8; HEADER_LEN];
     let mut filled = 0;
     while filled < HEADER_LEN {
@@ -421,8 +428,21 @@ pub(crate) fn read_frame(reader: &mut impl Read, limits: &Limits) -> Result<Fram
         }
     }
     let header = Header::decode(&head, limits)?;
-    let mut body = Frame::body_buffer(&header);
-    reader.read_exact(bytemuck::cast_slice_mut(&mut body))?;
+    let words = header.body_words();
+    let mut body;
+    if words * 8 <= EAGER_BODY_BYTES {
+        body = Frame::body_buffer(&header);
+        reader.read_exact(bytemuck::cast_slice_mut(&mut body))?;
+    } else {
+        body = Vec::new();
+        while body.len() < words {
+            let at = body.len();
+            // Doubling from 64 KiB: a few copies of what arrived, never more than it.
+            let step = (words - at).min(at.max(8 << 10));
+            body.resize(at + step, 0);
+            reader.read_exact(bytemuck::cast_slice_mut(&mut body[at..]))?;
+        }
+    }
     Ok(Frame::from_parts(header, body).expect("body sized from the header"))
 }
 
@@ -549,6 +569,70 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    /// A reader that sends `sent` bytes then ends, recording the largest buffer it was asked
+    /// to fill: the body buffer the frame reader allocated for what was still to come.
+    struct Short {
+        sent: Vec<u8>,
+        at: usize,
+        largest_ask: usize,
+    }
+
+    impl Read for Short {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.largest_ask = self.largest_ask.max(buf.len());
+            let n = buf.len().min(self.sent.len() - self.at);
+            buf[..n].copy_from_slice(&self.sent[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    /// Fuzzing finding (docs/reliability.md): a 40-byte header announcing the largest body the
+    /// limits allow (16 Mi keys, 256 Mi values) made the reader allocate 1.1 GiB before a
+    /// single body byte arrived. Now the allocation follows the bytes received.
+    #[test]
+    fn a_huge_announced_body_is_allocated_as_it_arrives() {
+        let limits = Limits::default();
+        let mut header = Frame::new(Kind::Push, NodeId(0), ReqId(0), 0, &[], 0).header;
+        header.n_keys = limits.max_keys;
+        header.n_vals = limits.max_values;
+        header.flags = roam_core::wire::FLAG_POSITIONS;
+        let mut sent = header.encode().to_vec();
+        sent.extend(std::iter::repeat_n(7u8, 3 << 20));
+        let mut reader = Short {
+            sent,
+            at: 0,
+            largest_ask: 0,
+        };
+        let err = read_frame(&mut reader, &limits).unwrap_err();
+        assert!(
+            matches!(&err, ReadError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof),
+            "{err}"
+        );
+        assert!(
+            header.body_len() > 1 << 30,
+            "the header announces over 1 GiB"
+        );
+        assert!(
+            reader.largest_ask <= 4 << 20,
+            "asked to fill {} bytes after 3 MiB were sent",
+            reader.largest_ask
+        );
+    }
+
+    #[test]
+    fn a_large_body_read_in_steps_is_the_frame_sent() {
+        let keys: Vec<u64> = (0..300_000).collect();
+        let mut frame = Frame::new(Kind::Transfer, NodeId(1), ReqId(2), 0, &keys, 300_001);
+        for (i, v) in frame.values_mut().iter_mut().enumerate() {
+            *v = i as f32;
+        }
+        let bytes = frame.to_bytes();
+        assert!(bytes.len() > 2 * EAGER_BODY_BYTES);
+        let back = read_frame(&mut &bytes[..], &Limits::default()).unwrap();
+        assert_eq!(back, frame);
     }
 
     proptest::proptest! {

@@ -15,7 +15,8 @@
 //!     `hidden_per_value` per value, then `hidden_per_key`); replicated keys have zero hidden
 //!     state.
 //! - `manifest.json` (see [`Manifest`]): node count, key space, value layout, the caller's
-//!   epoch, and each shard's size and CRC-32 (of the whole file). It is written last, by rank
+//!   epoch, and each shard's size, CRC-32 (of the whole file) and chunk CRC-32s (of each
+//!   `chunk_bytes` piece, see `chunks.rs`: what a restore verifies). It is written last, by rank
 //!   0, to a temporary file that is fsynced and renamed over the previous manifest: a
 //!   checkpoint without its manifest does not exist, and a crash while writing leaves the
 //!   previous checkpoint (its manifest and its shards, which have another id) intact. Shards
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 use roam_core::{KeySpace, ValueLengths};
 use serde::{Deserialize, Serialize};
 
+mod chunks;
 mod read;
 mod write;
 
@@ -143,6 +145,13 @@ pub struct ShardInfo {
     pub bytes: u64,
     /// CRC-32 of the whole file.
     pub crc32: u32,
+    /// Bytes per chunk of `chunk_crc32` (a power of two).
+    #[serde(default)]
+    pub chunk_bytes: u64,
+    /// CRC-32 of each `chunk_bytes` piece of the file, in order (the last piece may be
+    /// shorter): a restoring node verifies the chunks it reads and skips the rest.
+    #[serde(default)]
+    pub chunk_crc32: Vec<u32>,
 }
 
 /// The name of rank `rank`'s shard of checkpoint `id` of `nodes` nodes.

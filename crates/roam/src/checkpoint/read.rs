@@ -1,21 +1,26 @@
 //! Restoring a checkpoint into a node that has not started serving: every node reads every
-//! shard and keeps the records of the keys its directory homes at it (and every replicated
-//! key, as a replica), so a checkpoint of N nodes restores into any M.
+//! shard's key index and keeps the records of the keys its directory homes at it (and every
+//! replicated key, as a replica), so a checkpoint of N nodes restores into any M. Of the
+//! values (nearly all of a shard's bytes) a node reads only the chunks that hold records it
+//! keeps, in file order: under range partitioning each of M nodes reads about 1/M of them.
 //!
 //! Invariants: everything checkable without reading the data (manifest, key space, each
-//! shard's size and header against the manifest) is checked for every shard before any
-//! record is loaded; every length from a file is bounded by the file's size before it is
-//! allocated; a record is loaded only after its key and length were checked; a shard whose
-//! CRC-32 does not match fails the restore after its records were read, and then the node is
-//! dropped unstarted (`NodeHandle::start` returns the error), so no half-loaded node serves.
+//! shard's size, header and chunk list against the manifest) is checked for every shard
+//! before any record is loaded; every length from a file is bounded by the file's size before
+//! it is allocated; no byte is used before the CRC-32 of its chunk matched (`chunks.rs`), and
+//! a record is loaded only after its key and length were checked. A damaged chunk fails the
+//! restore of every node that reads it (a node reads every chunk holding a record it keeps,
+//! so every damaged chunk fails some node); the node is then dropped unstarted
+//! (`NodeHandle::start` returns the error), so no half-loaded node serves.
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use roam_core::{Key, Node};
 use serde_json::Value;
 
+use super::chunks::{ChunkReader, MAX_CHUNK, MIN_CHUNK};
 use super::{FORMAT, MANIFEST, MAX_HEADER, Manifest, RestoreError, ShardInfo, SpaceInfo, VERSION};
 
 /// What a restore loaded.
@@ -27,6 +32,8 @@ pub struct RestoreStats {
     pub read: u64,
     /// The checkpoint's epoch.
     pub epoch: u64,
+    /// Bytes read from shard files (whole chunks; a chunk two regions share counts twice).
+    pub bytes_read: u64,
 }
 
 /// A shard whose size and header were checked.
@@ -104,6 +111,19 @@ fn plan(dir: &Path, info: &ShardInfo) -> Result<Plan, RestoreError> {
             format!(
                 "{size} bytes, the manifest says {} (truncated or replaced)",
                 info.bytes
+            ),
+        ));
+    }
+    let chunk = info.chunk_bytes;
+    if !(chunk.is_power_of_two() && (MIN_CHUNK..=MAX_CHUNK).contains(&chunk))
+        || info.chunk_crc32.len() as u64 != size.div_ceil(chunk)
+    {
+        return Err(shard_err(
+            &path,
+            format!(
+                "the manifest lists {} chunk checksums of {chunk} bytes for its {size} bytes \
+                 (a checkpoint of an earlier roam, or a damaged manifest)",
+                info.chunk_crc32.len()
             ),
         ));
     }
@@ -186,71 +206,60 @@ fn plan(dir: &Path, info: &ShardInfo) -> Result<Plan, RestoreError> {
     })
 }
 
-/// A sequential reader of one region of a shard that keeps the CRC of what it read.
-struct Region {
-    reader: BufReader<File>,
-    crc: crc32fast::Hasher,
-}
-
-impl Region {
-    fn open(path: &Path, at: u64) -> std::io::Result<Self> {
-        let mut f = File::open(path)?;
-        f.seek(SeekFrom::Start(at))?;
-        Ok(Self {
-            reader: BufReader::with_capacity(1 << 20, f),
-            crc: crc32fast::Hasher::new(),
-        })
-    }
-
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
-        self.reader.read_exact(buf)?;
-        self.crc.update(buf);
-        Ok(())
-    }
-
-    fn u64(&mut self) -> std::io::Result<u64> {
-        let mut b = [0u8; 8];
-        self.read(&mut b)?;
-        Ok(u64::from_le_bytes(b))
-    }
-}
-
-/// Loads one checked shard's records for this node; returns (read, loaded).
-fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64), RestoreError> {
-    let io = |e: std::io::Error| shard_err(&p.path, format!("read: {e}"));
+/// Loads one checked shard's records for this node: reads its key index (and offsets) whole
+/// and, of its values, only the chunks holding records this node loads; returns (records
+/// read, records loaded, bytes read).
+fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
     let space = node.store().space().clone();
     let me = node.config().id;
     let n = p.info.keys;
-    let data = p.head.len() as u64;
-    let mut keys = Region::open(&p.path, data).map_err(io)?;
-    let values_at = data + 8 * n + if p.uniform.is_some() { 0 } else { 8 * (n + 1) };
-    let mut offsets = Region::open(&p.path, data + 8 * n).map_err(io)?;
-    let mut values = Region::open(&p.path, values_at).map_err(io)?;
+    let file = File::open(&p.path).map_err(|e| shard_err(&p.path, format!("open: {e}")))?;
+    let reader = || {
+        ChunkReader::new(
+            &file,
+            &p.path,
+            p.info.bytes,
+            p.info.chunk_bytes,
+            &p.info.chunk_crc32,
+        )
+    };
+    let (mut index, mut lengths, mut values) = (reader(), reader(), reader());
+    // `plan` checked the header unverified; these are the bytes the chunk CRCs cover.
+    let mut head = vec![0u8; p.head.len()];
+    index.read_at(0, &mut head)?;
+    if head != p.head {
+        return Err(shard_err(&p.path, "header changed while being read"));
+    }
+    let word = |r: &mut ChunkReader<'_>, at: u64| -> Result<u64, RestoreError> {
+        let mut b = [0u8; 8];
+        r.read_at(at, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    };
+    let keys_at = p.head.len() as u64;
+    let offsets_at = keys_at + 8 * n;
+    let values_at = offsets_at + if p.uniform.is_some() { 0 } else { 8 * (n + 1) };
     let mut start = match p.uniform {
         Some(_) => 0,
-        None => offsets.u64().map_err(io)?,
+        None => word(&mut lengths, offsets_at)?,
     };
     if start != 0 {
         return Err(shard_err(&p.path, "offsets do not start at 0"));
     }
     let (mut loaded, mut last) = (0u64, None::<Key>);
-    let mut bytes = Vec::new();
     let mut record: Vec<f32> = Vec::new();
-    for _ in 0..n {
-        let key = keys.u64().map_err(io)?;
+    for i in 0..n {
+        let key = word(&mut index, keys_at + 8 * i)?;
         let len = match p.uniform {
             Some(r) => r,
             None => {
-                let end = offsets.u64().map_err(io)?;
+                let end = word(&mut lengths, offsets_at + 8 * (i + 1))?;
                 if end < start || end > p.total {
                     return Err(shard_err(
                         &p.path,
                         format!("offset {end} of key {key} out of bounds"),
                     ));
                 }
-                let len = end - start;
-                start = end;
-                len
+                end - start
             }
         };
         if !space.contains(key) || last.is_some_and(|l| l >= key) {
@@ -269,37 +278,19 @@ fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64), RestoreError> {
                 ),
             ));
         }
-        bytes.resize(4 * len as usize, 0);
-        values.read(&mut bytes).map_err(io)?;
         if node.store().has_replica(key) || node.directory().home(key) == me {
-            record.clear();
-            record.extend(
-                bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))),
-            );
+            record.resize(len as usize, 0.0);
+            // Little-endian on disk and in memory (the wire format requires such a target).
+            values.read_at(values_at + 4 * start, bytemuck::cast_slice_mut(&mut record))?;
             if !node.restore_record(key, &record) {
                 return Err(shard_err(&p.path, format!("key {key}: record refused")));
             }
             loaded += 1;
         }
+        start += len;
     }
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&p.head);
-    for region in [&keys, &offsets, &values] {
-        crc.combine(&region.crc);
-    }
-    let crc = crc.finalize();
-    if crc != p.info.crc32 {
-        return Err(shard_err(
-            &p.path,
-            format!(
-                "checksum {crc:08x}, the manifest says {:08x} (file damaged)",
-                p.info.crc32
-            ),
-        ));
-    }
-    Ok((n, loaded))
+    let bytes = index.bytes_read + lengths.bytes_read + values.bytes_read;
+    Ok((n, loaded, bytes))
 }
 
 /// Restores the checkpoint in `dir` into `node`, which must not have started serving (see
@@ -317,9 +308,10 @@ pub fn restore_into(node: &mut Node, dir: &Path) -> Result<RestoreStats, Restore
         ..RestoreStats::default()
     };
     for p in &plans {
-        let (read, loaded) = load(node, p)?;
+        let (read, loaded, bytes) = load(node, p)?;
         stats.read += read;
         stats.loaded += loaded;
+        stats.bytes_read += bytes;
     }
     Ok(stats)
 }

@@ -20,6 +20,7 @@ use std::path::Path;
 use roam_core::store::{Holding, Store};
 use roam_core::{Key, KeySpace};
 
+use super::chunks::{ChunkHasher, chunk_bytes};
 use super::{
     CheckpointError, FORMAT, MANIFEST, Manifest, ShardInfo, SpaceInfo, VERSION, io_at, shard_name,
 };
@@ -36,15 +37,17 @@ struct Region<'f> {
     offset: u64,
     buf: Vec<u8>,
     crc: crc32fast::Hasher,
+    chunks: ChunkHasher,
 }
 
 impl<'f> Region<'f> {
-    fn new(file: &'f File, offset: u64) -> Self {
+    fn new(file: &'f File, offset: u64, chunk: u64) -> Self {
         Self {
             file,
             offset,
             buf: Vec::with_capacity(BUF),
             crc: crc32fast::Hasher::new(),
+            chunks: ChunkHasher::new(chunk, offset),
         }
     }
 
@@ -59,6 +62,7 @@ impl<'f> Region<'f> {
     fn flush(&mut self) -> io::Result<()> {
         self.file.write_all_at(&self.buf, self.offset)?;
         self.crc.update(&self.buf);
+        self.chunks.update(&self.buf);
         self.offset += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
@@ -203,10 +207,12 @@ pub(crate) fn write_shard(
     let head = header(n, total, uniform);
     let file = File::create(&tmp).map_err(io_at(&tmp))?;
     let data = head.len() as u64;
-    let mut keys = Region::new(&file, data);
-    let mut offsets = Region::new(&file, data + 8 * n);
     let values_at = data + 8 * n + if uniform.is_some() { 0 } else { 8 * (n + 1) };
-    let mut values = Region::new(&file, values_at);
+    let size = values_at + 4 * total;
+    let chunk = chunk_bytes(size);
+    let mut keys = Region::new(&file, data, chunk);
+    let mut offsets = Region::new(&file, data + 8 * n, chunk);
+    let mut values = Region::new(&file, values_at, chunk);
     let (mut seen, mut at) = (0u64, 0u64);
     let zeros = vec![0u8; 4096];
     visit(store, space, primaries, |key, record, len| {
@@ -238,12 +244,20 @@ pub(crate) fn write_shard(
     }
     let mut crc = crc32fast::Hasher::new();
     crc.update(&head);
+    let mut head_chunks = ChunkHasher::new(chunk, 0);
+    head_chunks.update(&head);
     file.write_all_at(&head, 0).map_err(io_at(&tmp))?;
     for region in [&mut keys, &mut offsets, &mut values] {
         region.flush().map_err(io_at(&tmp))?;
         crc.combine(&region.crc);
     }
     let bytes = values.offset;
+    debug_assert_eq!(bytes, size);
+    let chunk_crc32 = ChunkHasher::combine(
+        &[&head_chunks, &keys.chunks, &offsets.chunks, &values.chunks],
+        bytes,
+        chunk,
+    );
     file.sync_all().map_err(io_at(&tmp))?;
     drop(file);
     fs::rename(&tmp, &path).map_err(io_at(&path))?;
@@ -253,6 +267,8 @@ pub(crate) fn write_shard(
         keys: n,
         bytes,
         crc32: crc.finalize(),
+        chunk_bytes: chunk,
+        chunk_crc32,
     };
     let report = dir.join(format!("{}.json", info.file));
     write_atomic(&report, &serde_json::to_vec(&info).expect("plain struct"))?;

@@ -1,0 +1,232 @@
+//! Chunk checksums of a shard file: the CRC-32 of every `chunk_bytes` piece of the file,
+//! listed in the manifest, so that a restoring node verifies exactly the parts of a shard it
+//! reads and skips the rest (the values of keys homed elsewhere).
+//!
+//! Invariants: chunk `i` covers the file's bytes `[i * chunk, min((i + 1) * chunk, size))`;
+//! the writer hashes each region's bytes at their file offsets and combines a chunk's pieces in
+//! file order (the regions are contiguous and in file order), so the list equals what hashing
+//! the finished file chunk by chunk gives; the reader hands out no byte of a chunk before the
+//! chunk's CRC matched, and reads whole chunks only (large sequential reads).
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use super::RestoreError;
+
+/// Smallest chunk (small shards, as in tests, still get several chunks).
+pub(crate) const MIN_CHUNK: u64 = 256;
+/// Largest chunk: the unit of a restore's reads.
+pub(crate) const MAX_CHUNK: u64 = 4 << 20;
+
+/// The chunk size of a shard of `size` bytes: about 64 chunks, a power of two within
+/// [`MIN_CHUNK`]..=[`MAX_CHUNK`].
+pub(crate) fn chunk_bytes(size: u64) -> u64 {
+    (size / 64)
+        .max(1)
+        .next_power_of_two()
+        .clamp(MIN_CHUNK, MAX_CHUNK)
+}
+
+/// The chunk CRCs of one region of a file being written, from its first byte's offset on.
+pub(crate) struct ChunkHasher {
+    chunk: u64,
+    /// File offset of the next byte.
+    at: u64,
+    /// Index of `crcs[0]`'s chunk.
+    first: u64,
+    crcs: Vec<crc32fast::Hasher>,
+}
+
+impl ChunkHasher {
+    /// A region starting at file offset `at`, in chunks of `chunk` bytes.
+    pub(crate) fn new(chunk: u64, at: u64) -> Self {
+        Self {
+            chunk,
+            at,
+            first: at / chunk,
+            crcs: Vec::new(),
+        }
+    }
+
+    /// Hashes the region's next bytes.
+    pub(crate) fn update(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let index = (self.at / self.chunk - self.first) as usize;
+            if index == self.crcs.len() {
+                self.crcs.push(crc32fast::Hasher::new());
+            }
+            let room = (self.chunk - self.at % self.chunk) as usize;
+            let (piece, rest) = bytes.split_at(room.min(bytes.len()));
+            self.crcs[index].update(piece);
+            self.at += piece.len() as u64;
+            bytes = rest;
+        }
+    }
+
+    /// The CRCs of a file of `size` bytes made of `regions` (in file order, together covering
+    /// it).
+    pub(crate) fn combine(regions: &[&Self], size: u64, chunk: u64) -> Vec<u32> {
+        (0..size.div_ceil(chunk))
+            .map(|i| {
+                let mut crc = crc32fast::Hasher::new();
+                for r in regions {
+                    if let Some(part) = i.checked_sub(r.first).and_then(|j| r.crcs.get(j as usize))
+                    {
+                        crc.combine(part);
+                    }
+                }
+                crc.finalize()
+            })
+            .collect()
+    }
+}
+
+/// Reads a shard by verified chunks, keeping the last one read: a forward cursor over the
+/// file (each region of a shard gets its own).
+pub(crate) struct ChunkReader<'a> {
+    file: &'a File,
+    path: &'a Path,
+    size: u64,
+    chunk: u64,
+    crcs: &'a [u32],
+    /// The chunk in `buf`.
+    held: Option<u64>,
+    buf: Vec<u8>,
+    /// Bytes read from the file so far.
+    pub(crate) bytes_read: u64,
+}
+
+impl<'a> ChunkReader<'a> {
+    /// A reader of `file` (`size` bytes) whose chunks of `chunk` bytes have the CRCs `crcs`
+    /// (checked against each other by the caller).
+    pub(crate) fn new(
+        file: &'a File,
+        path: &'a Path,
+        size: u64,
+        chunk: u64,
+        crcs: &'a [u32],
+    ) -> Self {
+        Self {
+            file,
+            path,
+            size,
+            chunk,
+            crcs,
+            held: None,
+            buf: Vec::new(),
+            bytes_read: 0,
+        }
+    }
+
+    /// Copies the file's bytes `[at, at + out.len())` into `out`, reading and verifying the
+    /// chunks they lie in (the caller checked that the range lies in the file).
+    pub(crate) fn read_at(&mut self, mut at: u64, mut out: &mut [u8]) -> Result<(), RestoreError> {
+        while !out.is_empty() {
+            let index = at / self.chunk;
+            if self.held != Some(index) {
+                self.load(index)?;
+            }
+            let from = (at - index * self.chunk) as usize;
+            let n = out.len().min(self.buf.len() - from);
+            let (now, rest) = out.split_at_mut(n);
+            now.copy_from_slice(&self.buf[from..from + n]);
+            out = rest;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Asks the kernel to start reading the chunk at `at` (the next one, which a forward
+    /// reader most likely needs), so that the disk works while this chunk's records are
+    /// loaded. Advice only: its failure changes nothing.
+    fn read_ahead(&self, at: u64) {
+        if at >= self.size {
+            return;
+        }
+        let len = self.chunk.min(self.size - at);
+        // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open for
+        // as long as `self.file` is borrowed.
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                at as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+
+    fn load(&mut self, index: u64) -> Result<(), RestoreError> {
+        let start = index * self.chunk;
+        let end = (start + self.chunk).min(self.size);
+        let err = |reason: String| RestoreError::Shard {
+            path: self.path.to_path_buf(),
+            reason,
+        };
+        let Some(&expected) = self.crcs.get(index as usize).filter(|_| start < end) else {
+            return Err(err(format!("byte {start} lies outside the file")));
+        };
+        self.held = None;
+        self.buf.resize((end - start) as usize, 0);
+        self.file
+            .read_exact_at(&mut self.buf, start)
+            .map_err(|e| err(format!("read at byte {start}: {e}")))?;
+        self.bytes_read += end - start;
+        self.read_ahead(end);
+        let crc = crc32fast::hash(&self.buf);
+        if crc != expected {
+            return Err(err(format!(
+                "chunk {index} (bytes {start}..{end}): checksum {crc:08x}, the manifest says \
+                 {expected:08x} (file damaged)"
+            )));
+        }
+        self.held = Some(index);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Regions hashed piecewise at their offsets give the CRCs of the whole file's chunks.
+        #[test]
+        fn region_hashes_combine_into_the_files_chunk_crcs(
+            file in proptest::collection::vec(any::<u8>(), 1..3000),
+            cuts in proptest::collection::vec(0usize..3000, 0..4),
+            pieces in 1usize..50,
+            chunk_log in 0u32..10,
+        ) {
+            let chunk = 1u64 << chunk_log;
+            let mut bounds: Vec<usize> = cuts.into_iter().map(|c| c % file.len()).collect();
+            bounds.extend([0, file.len()]);
+            bounds.sort_unstable();
+            bounds.dedup();
+            let regions: Vec<ChunkHasher> = bounds
+                .windows(2)
+                .map(|w| {
+                    let mut h = ChunkHasher::new(chunk, w[0] as u64);
+                    for piece in file[w[0]..w[1]].chunks(pieces) {
+                        h.update(piece);
+                    }
+                    h
+                })
+                .collect();
+            let refs: Vec<&ChunkHasher> = regions.iter().collect();
+            let expected: Vec<u32> = file.chunks(chunk as usize).map(crc32fast::hash).collect();
+            prop_assert_eq!(ChunkHasher::combine(&refs, file.len() as u64, chunk), expected);
+        }
+    }
+
+    #[test]
+    fn chunk_sizes_are_powers_of_two_within_bounds() {
+        assert_eq!(chunk_bytes(0), MIN_CHUNK);
+        assert_eq!(chunk_bytes(6_000), MIN_CHUNK);
+        assert_eq!(chunk_bytes(64 << 10), 1 << 10);
+        assert_eq!(chunk_bytes(1 << 30), MAX_CHUNK);
+    }
+}

@@ -253,7 +253,8 @@ impl Front {
         }))
     }
 
-    /// Applies `vals` to `keys` (added, or overwriting with [`UpdateMode::Set`]): local keys
+    /// Applies `vals` to `keys` (added, overwriting with [`UpdateMode::Set`], or as gradients
+    /// with [`UpdateMode::Gradient`], see [`Front::push_gradients`]): local keys
     /// now, after the whole batch was validated; `None` if that was all, else the rest.
     // Inlined so that each caller gets a loop specialised to its mode.
     #[inline(always)]
@@ -286,6 +287,22 @@ impl Front {
             vals,
             mode,
         }))
+    }
+
+    /// Applies gradients `grads` to `keys` with the key space's optimizer (`optim.rs`), where
+    /// each record lives: local keys now, on the same latched fast path as [`Front::push`]; the
+    /// rest is handed off, and their owners apply the optimizer. A key named twice gets two
+    /// steps. Fails, changing nothing, without an optimizer or on bad input.
+    #[inline]
+    pub fn push_gradients<'a>(
+        &'a mut self,
+        keys: &[Key],
+        grads: &'a [f32],
+    ) -> Result<Option<Handoff<'a>>, AccessError> {
+        if self.space().optimizer().is_none() {
+            return Err(AccessError::NoOptimizer);
+        }
+        self.push(keys, grads, UpdateMode::Gradient)
     }
 
     /// Counts the keys of a batch of `batch` keys that the fast path served, and the operation

@@ -549,6 +549,41 @@ mod tests {
     }
 
     #[test]
+    fn gradients_need_an_optimizer_and_step_local_keys_without_the_node() {
+        let space = KeySpace::uniform(64, 2).unwrap();
+        let plain = node(space.clone(), true, PolicyKind::Static);
+        let mut front = Front::new(&plain, WorkerId(0), Arc::default());
+        assert_eq!(
+            front.push_gradients(&[1], &[1.0, 1.0]).unwrap_err(),
+            AccessError::NoOptimizer
+        );
+        let space = space
+            .with_optimizer(crate::optim::Optimizer::sgd(0.5))
+            .unwrap();
+        let mut node = node(space, true, PolicyKind::Static);
+        let (local, remote) = local_and_remote(&node);
+        let mut front = Front::new(&node, WorkerId(0), Arc::default());
+        let refused = front.push_gradients(&[local, 64], &[1.0; 4]);
+        assert!(matches!(
+            refused,
+            Err(AccessError::KeyOutOfRange { key: 64, .. })
+        ));
+        let handoff = front
+            .push_gradients(&[local, remote], &[2.0, 4.0, 1.0, 1.0])
+            .unwrap()
+            .expect("the remote key is handed off");
+        assert!(matches!(
+            handoff,
+            Handoff::Push {
+                mode: UpdateMode::Gradient,
+                ..
+            }
+        ));
+        handoff.issue(&mut node, Time(1), WorkerId(0));
+        assert_eq!(snapshot(&node, &[local]), [-1.0, -2.0]);
+    }
+
+    #[test]
     fn local_keys_are_served_without_the_node() {
         let mut node = node(KeySpace::uniform(64, 2).unwrap(), true, PolicyKind::Static);
         let (local, _) = local_and_remote(&node);

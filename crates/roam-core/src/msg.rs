@@ -996,6 +996,29 @@ mod tests {
     }
 
     #[test]
+    fn push_modes_roundtrip_and_set_with_gradient_is_refused() {
+        let request = Request {
+            origin: NodeId(1),
+            req: ReqId(4),
+            hops: 0,
+            keys: &[7, 8],
+            positions: &[0, 1],
+            values: &[0.5, -1.5],
+        };
+        for mode in [UpdateMode::Add, UpdateMode::Set, UpdateMode::Gradient] {
+            let frame = encode::request(Kind::Push, &request, mode);
+            let (back, _) = crate::wire::decode(&frame.to_bytes(), &Default::default()).unwrap();
+            assert_eq!(Msg::decode(&back).unwrap(), Msg::Push { request, mode });
+        }
+        let mut frame = encode::request(Kind::Push, &request, UpdateMode::Gradient);
+        frame.header.flags |= FLAG_SET;
+        assert!(matches!(
+            Msg::decode(&frame),
+            Err(MsgError::BadShape { .. })
+        ));
+    }
+
+    #[test]
     fn requests_without_positions_do_not_decode() {
         let frame = Frame::new(Kind::Pull, NodeId(0), ReqId(1), 0, &[4, 5], 0);
         assert_eq!(

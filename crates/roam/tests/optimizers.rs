@@ -101,7 +101,11 @@ fn adam_over_tcp_with_relocations_and_checkpoint_restore() {
     w.pull(&all, &mut out).unwrap().wait().unwrap();
     for (k, got) in out.chunks(LEN).enumerate() {
         let want = reference(&opt, seed, k as u64, ROUNDS + 1);
-        assert_eq!(got, &want[..LEN], "key {k} after the restore and one more step");
+        assert_eq!(
+            got,
+            &want[..LEN],
+            "key {k} after the restore and one more step"
+        );
     }
     drop(w);
     for node in restored {

@@ -112,6 +112,8 @@ const _: () = assert!(
     MAX_OPTIMISTIC_LEN == 16,
     "by_len! lists the optimistic lengths"
 );
+// After `by_len!`, which it uses.
+mod grad;
 
 /// How an update combines with the stored value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,14 +298,7 @@ impl Store {
             return false;
         };
         if mode == UpdateMode::Gradient {
-            return self.space.optimizer().is_some_and(|opt| {
-                latched_as(state, grad_accept(opt), |s| {
-                    // SAFETY: latched and held.
-                    let record = unsafe { self.record(key, s) };
-                    step_record(opt, record, s, update, self.plain());
-                    dirtied(s)
-                })
-            });
+            return self.step_local(key, state, update);
         }
         let accept = if mode == UpdateMode::Add { HELD } else { LOCAL };
         latched_as(state, accept, |s| {
@@ -312,73 +307,6 @@ impl Store {
             apply_to_record(record, update, mode, self.plain());
             dirtied(s)
         })
-    }
-
-    /// Applies the key space's optimizer to a batch of gradients of the uniform length `len`
-    /// (`keys.len() * len` values), under each key's latch exactly like
-    /// [`Store::push_batch_local`]; `miss(i)` for each key `i` not updated here (not owned here,
-    /// a replica under a stateful optimizer, or no optimizer at all).
-    #[inline]
-    pub fn push_gradients_local(
-        &self,
-        keys: &[Key],
-        grads: &[f32],
-        len: usize,
-        miss: impl FnMut(usize),
-    ) {
-        self.assert_uniform(len);
-        debug_assert_eq!(grads.len(), keys.len() * len);
-        let Some(opt) = self.space.optimizer() else {
-            (0..keys.len()).for_each(miss);
-            return;
-        };
-        // One loop per optimizer and short length: no per-key dispatch on either.
-        match opt {
-            Optimizer::Sgd { .. } => by_len!(len, self.grad_batch(keys, grads, len, opt, miss)),
-            Optimizer::Adagrad { .. } => {
-                by_len!(len, self.grad_batch(keys, grads, len, opt, miss))
-            }
-            Optimizer::Adam { .. } => by_len!(len, self.grad_batch(keys, grads, len, opt, miss)),
-            Optimizer::Ftrl { .. } => by_len!(len, self.grad_batch(keys, grads, len, opt, miss)),
-        }
-    }
-
-    #[inline(always)]
-    fn grad_batch<const L: usize>(
-        &self,
-        keys: &[Key],
-        grads: &[f32],
-        len: usize,
-        opt: &Optimizer,
-        mut miss: impl FnMut(usize),
-    ) {
-        let len = if L > 0 { L } else { len };
-        let plain = self.plain();
-        let accept = grad_accept(opt);
-        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
-        let record_len = self.space.layout().record_len(len);
-        for (i, (&key, g)) in keys.iter().zip(grads.chunks_exact(len)).enumerate() {
-            self.prefetch_ahead(values, replicas, keys, i);
-            let hit = self.index.get(key).is_some_and(|state| {
-                latched_as(state, accept, |s| {
-                    let slot = (s & SLOT_MASK) as u32;
-                    // SAFETY: latched and held, in the area of its flag; uniform records are
-                    // `record_len` long (owned) or start with the replica's `len` values.
-                    let record = unsafe {
-                        if s & REPLICA == 0 {
-                            values.prefix(slot, record_len)
-                        } else {
-                            replicas.prefix(slot, len)
-                        }
-                    };
-                    step_record(opt, record, s, g, plain);
-                    s | DIRTY
-                })
-            });
-            if !hit {
-                miss(i);
-            }
-        }
     }
 
     /// Pulls a batch of keys of the uniform length `len` into `out` (`keys.len() * len` values),
@@ -1096,54 +1024,6 @@ fn apply_to_record(record: &[AtomicU32], update: &[f32], mode: UpdateMode, plain
         UpdateMode::Set => store_values(values, update, plain),
         UpdateMode::Gradient => unreachable!("gradients go through step_record"),
     }
-}
-
-/// Which holdings a gradient updates here: owned records always; replicas only under a linear
-/// optimizer (SGD), whose step `−lr·g` is summed into the replica's delta like a push. A
-/// stateful optimizer's step needs the state, which only the owned record has.
-#[inline(always)]
-fn grad_accept(opt: &Optimizer) -> u64 {
-    if opt.is_linear() { HELD } else { LOCAL }
-}
-
-/// Longest record that [`step_record`] updates in a stack copy (Adam's, of the longest
-/// optimistic value).
-const MAX_STEP_RECORD: usize = 3 * MAX_OPTIMISTIC_LEN + 1;
-
-/// Applies gradient `g` with `opt` to a held record whose word is `s` (the caller holds the
-/// latch): an owned record is visible values then the optimizer's state; a replica's step
-/// (SGD only, see [`grad_accept`]) touches its value only, so that it lands in the delta.
-/// With optimistic readers the record is stepped in a stack copy and stored back with atomic
-/// stores (readers may copy it meanwhile); plain stores step it in place.
-#[inline(always)]
-fn step_record(opt: &Optimizer, record: &[AtomicU32], s: u64, g: &[f32], plain: bool) {
-    let len = g.len();
-    let record = if s & REPLICA != 0 {
-        &record[..len]
-    } else {
-        record
-    };
-    if plain {
-        // SAFETY: the latch holder in a store without optimistic readers.
-        let (w, state) = unsafe { as_plain(record) }.split_at_mut(len);
-        opt.step(w, state, g);
-        return;
-    }
-    let mut stack = [0.0f32; MAX_STEP_RECORD];
-    let mut heap = Vec::new();
-    let copy = if record.len() <= MAX_STEP_RECORD {
-        &mut stack[..record.len()]
-    } else {
-        heap.resize(record.len(), 0.0);
-        &mut heap[..]
-    };
-    for (c, v) in copy.iter_mut().zip(record) {
-        // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the latch.
-        *c = f32::from_bits(unsafe { v.as_ptr().read() });
-    }
-    let (w, state) = copy.split_at_mut(len);
-    opt.step(w, state, g);
-    store_values(record, copy, false);
 }
 
 /// Combines `update` into a whole record (visible values then hidden state) held outside the

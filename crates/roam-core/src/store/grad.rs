@@ -24,7 +24,8 @@ impl Store {
             latched_as(state, grad_accept(opt), |s| {
                 // SAFETY: latched and held.
                 let record = unsafe { self.record(key, s) };
-                step_record(opt, record, s, g, self.plain());
+                let mut scratch = Scratch::new(record.len(), self.plain());
+                step_record::<0>(opt, record, s, g, self.plain(), scratch.get());
                 dirtied(s)
             })
         })
@@ -73,6 +74,9 @@ impl Store {
         let accept = grad_accept(opt);
         let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
         let record_len = self.space.layout().record_len(len);
+        // Once per batch, not per row.
+        let mut scratch = Scratch::new(record_len, plain);
+        let scratch = scratch.get();
         for (i, (&key, g)) in keys.iter().zip(grads.chunks_exact(len)).enumerate() {
             self.prefetch_ahead(values, replicas, keys, i);
             let hit = self.index.get(key).is_some_and(|state| {
@@ -87,7 +91,7 @@ impl Store {
                             replicas.prefix(slot, len)
                         }
                     };
-                    step_record(opt, record, s, g, plain);
+                    step_record::<L>(opt, record, s, g, plain, scratch);
                     s | DIRTY
                 })
             });
@@ -110,14 +114,55 @@ fn grad_accept(opt: &Optimizer) -> u64 {
 /// optimistic value).
 const MAX_STEP_RECORD: usize = 3 * MAX_OPTIMISTIC_LEN + 1;
 
+/// Where [`step_record`] steps records of stores with optimistic readers: on the stack for the
+/// records of every optimizer's layout, on the heap for longer (hand-made) layouts; nothing
+/// for plain stores, which step records in place.
+struct Scratch {
+    stack: [f32; MAX_STEP_RECORD],
+    heap: Vec<f32>,
+}
+
+impl Scratch {
+    #[inline(always)]
+    fn new(record_len: usize, plain: bool) -> Self {
+        let heap = if !plain && record_len > MAX_STEP_RECORD {
+            vec![0.0; record_len]
+        } else {
+            Vec::new()
+        };
+        Self {
+            stack: [0.0; MAX_STEP_RECORD],
+            heap,
+        }
+    }
+
+    #[inline(always)]
+    fn get(&mut self) -> &mut [f32] {
+        if self.heap.is_empty() {
+            &mut self.stack
+        } else {
+            &mut self.heap
+        }
+    }
+}
+
 /// Applies gradient `g` with `opt` to a held record whose word is `s` (the caller holds the
 /// latch): an owned record is visible values then the optimizer's state; a replica's step
 /// (SGD only, see [`grad_accept`]) touches its value only, so that it lands in the delta.
-/// With optimistic readers the record is stepped in a stack copy and stored back with atomic
-/// stores (readers may copy it meanwhile); plain stores step it in place.
+/// With optimistic readers the record is stepped in `scratch` (at least the record's length)
+/// and stored back with atomic stores (readers may copy it meanwhile); plain stores step it in
+/// place.
 #[inline(always)]
-fn step_record(opt: &Optimizer, record: &[AtomicU32], s: u64, g: &[f32], plain: bool) {
-    let len = g.len();
+fn step_record<const L: usize>(
+    opt: &Optimizer,
+    record: &[AtomicU32],
+    s: u64,
+    g: &[f32],
+    plain: bool,
+    scratch: &mut [f32],
+) {
+    // The length known at compile time (> 0) unrolls the short loops, as for a push.
+    let (len, g) = if L > 0 { (L, &g[..L]) } else { (g.len(), g) };
     let record = if s & REPLICA != 0 {
         &record[..len]
     } else {
@@ -129,17 +174,34 @@ fn step_record(opt: &Optimizer, record: &[AtomicU32], s: u64, g: &[f32], plain: 
         opt.step(w, state, g);
         return;
     }
-    let mut stack = [0.0f32; MAX_STEP_RECORD];
-    let mut heap = Vec::new();
-    let copy = if record.len() <= MAX_STEP_RECORD {
-        &mut stack[..record.len()]
-    } else {
-        heap.resize(record.len(), 0.0);
-        &mut heap[..]
-    };
+    // SAFETY (both reads): a valid, aligned `u32` that no other thread writes while we hold
+    // the latch (optimistic readers only read).
+    let read = |v: &AtomicU32| f32::from_bits(unsafe { v.as_ptr().read() });
+    // SGD and Adagrad: the same arithmetic as `step`, in the same order, without the copy.
+    match *opt {
+        Optimizer::Sgd { lr } => {
+            for (v, &g) in record[..len].iter().zip(g) {
+                v.store((read(v) - lr * g).to_bits(), Ordering::Relaxed);
+            }
+            return;
+        }
+        Optimizer::Adagrad { lr, eps } => {
+            let (w, acc) = record.split_at(len);
+            for ((w, a), &g) in w.iter().zip(&acc[..len]).zip(g) {
+                let sum = read(a) + g * g;
+                a.store(sum.to_bits(), Ordering::Relaxed);
+                w.store(
+                    (read(w) - lr * g / (sum + eps).sqrt()).to_bits(),
+                    Ordering::Relaxed,
+                );
+            }
+            return;
+        }
+        Optimizer::Adam { .. } | Optimizer::Ftrl { .. } => {}
+    }
+    let copy = &mut scratch[..record.len()];
     for (c, v) in copy.iter_mut().zip(record) {
-        // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the latch.
-        *c = f32::from_bits(unsafe { v.as_ptr().read() });
+        *c = read(v);
     }
     let (w, state) = copy.split_at_mut(len);
     opt.step(w, state, g);
@@ -155,12 +217,20 @@ mod tests {
     /// the visible part; removal (a relocation) carries the whole record.
     #[test]
     fn every_path_steps_the_whole_record_like_the_optimizer() {
-        let opt = Optimizer::adam(0.1);
-        for space in [
-            KeySpace::uniform(4, 3).unwrap(),
-            KeySpace::uniform(4, 20).unwrap(),
-            KeySpace::per_key(vec![1, 3, 2, 2]).unwrap(),
-        ] {
+        let optimizers = [
+            Optimizer::sgd(0.1),
+            Optimizer::adagrad(0.1),
+            Optimizer::adam(0.1),
+            Optimizer::ftrl(0.1),
+        ];
+        for (opt, space) in optimizers.into_iter().flat_map(|opt| {
+            [
+                KeySpace::uniform(4, 3).unwrap(),
+                KeySpace::uniform(4, 20).unwrap(),
+                KeySpace::per_key(vec![1, 3, 2, 2]).unwrap(),
+            ]
+            .map(|space| (opt, space))
+        }) {
             let space = space.with_optimizer(opt).unwrap();
             let store = Store::new(space.clone());
             let len = space.len(1);

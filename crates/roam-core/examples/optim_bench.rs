@@ -63,8 +63,9 @@ fn gradients(batch: usize, len: usize) -> Vec<f32> {
 
 fn via_front(opt: Optimizer, keys: u64, len: usize, batch: usize, drawn: &[u64]) -> f64 {
     let space = KeySpace::uniform(keys, len as u32)
-        .and_then(|s| Ok(s.with_optimizer(opt).expect("valid optimizer")))
-        .expect("valid key space");
+        .expect("valid key space")
+        .with_optimizer(opt)
+        .expect("valid optimizer");
     let node = Node::new(NodeConfig::new(NodeId(0), 1, 1, space, Partitioning::Range));
     let mut front = Front::new(&node, WorkerId(0), Arc::default());
     let grads = gradients(batch, len);

@@ -133,7 +133,7 @@ fn one_writer_per_key(
                         wait: true,
                     }
                 }
-                0..5 | 5..7 => Op::Localize {
+                0..7 => Op::Localize {
                     keys: any,
                     wait: rng.random_bool(0.5),
                 },

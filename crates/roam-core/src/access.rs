@@ -104,7 +104,7 @@ pub enum Handoff<'a> {
         offsets: &'a [usize],
         /// The whole batch's values.
         vals: &'a [f32],
-        /// Add or overwrite.
+        /// Add, overwrite, or apply as gradients.
         mode: UpdateMode,
     },
     /// Keys to move to this node (all of the batch: the node skips those already here).

@@ -672,7 +672,7 @@ impl Node {
         ReqId(op)
     }
 
-    /// Issues a push (`mode` add or set) of `values` for `keys` (validated by the caller); key
+    /// Issues a push (`mode` add, set or gradient; gradients the node cannot apply fail the op) of `values` for `keys` (validated by the caller); key
     /// `i`'s update is at `values[offsets[i]..]`.
     pub fn issue_push(
         &mut self,

@@ -672,8 +672,9 @@ impl Node {
         ReqId(op)
     }
 
-    /// Issues a push (`mode` add, set or gradient; gradients the node cannot apply fail the op) of `values` for `keys` (validated by the caller); key
-    /// `i`'s update is at `values[offsets[i]..]`.
+    /// Issues a push (`mode` add, set or gradient) of `values` for `keys` (validated by the
+    /// caller); key `i`'s update is at `values[offsets[i]..]`. Gradients that cannot be applied
+    /// (no optimizer; a replicated key under a stateful one) fail the operation.
     pub fn issue_push(
         &mut self,
         now: Time,

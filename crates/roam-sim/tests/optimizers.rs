@@ -68,6 +68,7 @@ fn sgd_gradients_with_relocations_and_home_moves_keep_exact_sums() {
 fn one_writer_per_key(
     seed: u64,
     optimizer: Optimizer,
+    intents: bool,
 ) -> (
     SimConfig,
     Vec<(roam_sim::WorkerRef, Vec<Op>)>,
@@ -97,7 +98,15 @@ fn one_writer_per_key(
         .with_dynamic(true)
         .with_location_caches(rng.random_bool(0.5))
         .with_delay(min_delay, min_delay + rng.random_range(1..=80_000))
-        .with_think(0, rng.random_range(0..=20_000));
+        .with_think(0, rng.random_range(0..=20_000))
+        .with_intent_techniques(
+            if intents {
+                roam_core::IntentTechniques::All
+            } else {
+                roam_core::IntentTechniques::RelocateOnly
+            },
+            roam_core::share::DEFAULT_SHARE_SYNC_NS,
+        );
     let workers = workers_of(&cfg);
     let mut sequences: Vec<Vec<Vec<f32>>> = vec![Vec::new(); num_keys as usize];
     let mut scripts = Vec::new();
@@ -133,6 +142,18 @@ fn one_writer_per_key(
                         wait: true,
                     }
                 }
+                0..7 if intents => {
+                    let clock = script
+                        .iter()
+                        .filter(|op| matches!(op, Op::AdvanceClock))
+                        .count() as u64;
+                    let start = clock + rng.random_range(0..=3);
+                    Op::Intent {
+                        keys: any,
+                        start,
+                        end: start + rng.random_range(1..=4),
+                    }
+                }
                 0..7 => Op::Localize {
                     keys: any,
                     wait: rng.random_bool(0.5),
@@ -148,6 +169,13 @@ fn one_writer_per_key(
                 },
             };
             script.push(op);
+            if intents {
+                script.push(Op::AdvanceClock);
+            }
+        }
+        if intents {
+            // Past every intent's end: shares are dropped, keys settle at their owners.
+            script.extend((0..8).map(|_| Op::AdvanceClock));
         }
         script.extend([Op::WaitAll, Op::Barrier]);
         script.push(Op::pull((0..num_keys).collect::<Vec<_>>()));
@@ -157,13 +185,21 @@ fn one_writer_per_key(
 }
 
 fn stateful_optimizers_match_a_sequential_application(optimizer: Optimizer) {
-    let (mut steps, mut moved, mut homes, mut runs) = (0usize, 0, 0, 0);
+    match_a_sequential_application(optimizer, false);
+}
+
+/// With `intents`, workers signal intents instead of localizing (relocation and, while several
+/// nodes want a key, shares: replicas by intent, whose gradients go to the owner); the final
+/// pulls are not checked then (a share may still serve them, bounded-stale).
+fn match_a_sequential_application(optimizer: Optimizer, intents: bool) {
+    let (mut steps, mut moved, mut homes, mut shares, mut runs) = (0usize, 0, 0, 0, 0);
     for_each_seed(default_seeds(), |seed| {
-        let (cfg, scripts, sequences) = one_writer_per_key(seed, optimizer);
+        let (cfg, scripts, sequences) = one_writer_per_key(seed, optimizer, intents);
         let space = cfg.space.clone();
         let sim = run_fault_free(seed, cfg, scripts);
         moved += total(&sim, |c| &c.relocations_in);
         homes += total(&sim, |c| &c.homes_moved_in);
+        shares += total(&sim, |c| &c.shares_in);
         runs += 1;
         let mut visible_all = Vec::new();
         for (key, sequence) in sequences.iter().enumerate() {
@@ -193,7 +229,7 @@ fn stateful_optimizers_match_a_sequential_application(optimizer: Optimizer) {
             );
             visible_all.extend_from_slice(&want[..len]);
         }
-        for w in sim.workers() {
+        for w in sim.workers().into_iter().filter(|_| !intents) {
             let last = sim.history().of_worker(w).last().unwrap();
             assert_eq!(
                 last.outcome,
@@ -203,11 +239,15 @@ fn stateful_optimizers_match_a_sequential_application(optimizer: Optimizer) {
         }
     });
     eprintln!(
-        "{}: {runs} runs, {steps} gradient steps checked, {moved} relocations, {homes} home moves",
+        "{}: {runs} runs, {steps} gradient steps checked, {moved} relocations, {homes} home \
+         moves, {shares} shares",
         optimizer.name()
     );
     assert!(steps > 0, "no gradient was applied");
-    if runs >= 100 {
+    if runs >= 100 && intents {
+        assert!(shares > 0, "keys must be shared while they are stepped");
+    }
+    if runs >= 100 && !intents {
         assert!(
             moved > 0 && homes > 0,
             "records must move while they are stepped"
@@ -233,6 +273,11 @@ fn ftrl_with_relocations_and_home_moves_matches_a_sequential_application() {
         l1: 0.05,
         l2: 0.01,
     });
+}
+
+#[test]
+fn adagrad_with_intents_and_shares_matches_a_sequential_application() {
+    match_a_sequential_application(Optimizer::adagrad(0.1), true);
 }
 
 #[test]

@@ -116,12 +116,19 @@ class Node:
             :meth:`Worker.checkpoint`, on any number of nodes): each node loads the keys it is
             home of. A damaged checkpoint, or one of another key space, raises ``StartError``
             naming the file.
+        optimizer: the server-side optimizer :meth:`Worker.push_gradients` applies where each
+            row lives: a name (``"sgd"``, ``"adagrad"``, ``"adam"``, ``"ftrl"``; default
+            hyper-parameters) or a dict with ``"kind"`` and any of ``lr``, ``eps``, ``beta1``,
+            ``beta2`` (Adam), ``alpha``, ``beta``, ``l1``, ``l2`` (FTRL). Its state is hidden in
+            the rows (never pulled, moved and checkpointed with them). See
+            ``docs/embeddings.md``.
 
     Raises:
         StartError: invalid key space, cluster configuration, missing token, rendezvous or
             connection failure (the Rust ``StartError`` message).
         ValueError: unknown ``allocation``, ``home``, ``intent_timing`` or
-            ``intent_techniques``, bad timeouts or lengths, a sampler
+            ``intent_techniques``, an unknown optimizer, parameter or an invalid value (named),
+            bad timeouts or lengths, a sampler
             whose keys are outside the key space or have different value lengths (the
             message names it: ``samplers[i] = Sampler...``).
         TypeError: ``value_lengths`` missing or of the wrong type, ``samplers`` not a list
@@ -158,6 +165,7 @@ class Node:
         intent_techniques: Literal["all", "relocate-only", "replicate-only"] = "all",
         share_sync_every: float | None = None,
         restore_from: str | os.PathLike[str] | None = None,
+        optimizer: str | dict[str, Any] | None = None,
     ) -> None: ...
     @property
     def rank(self) -> int:
@@ -281,6 +289,12 @@ class Worker:
         """Adds ``vals`` to the values of ``keys`` (e.g. a gradient step). Raises as ``pull``."""
     def set(self, keys: Keys, vals: Values) -> Ticket:
         """Overwrites the values of ``keys`` with ``vals``. Raises as ``pull``."""
+    def push_gradients(self, keys: Keys, grads: Values) -> Ticket:
+        """Applies ``grads`` (the keys' gradients, concatenated) with the node's optimizer
+        (``Node(optimizer=...)``) where each row lives: local rows at once, remote rows at
+        their owner. A key named twice gets two steps. Raises as ``push``, and
+        ``AccessError`` without an optimizer; the ticket fails with ``AccessError`` for a
+        replicated key under an optimizer other than SGD."""
     def localize(self, keys: Keys) -> Ticket:
         """Moves ``keys`` to this node (dynamic allocation; a no-op otherwise). The ticket
         completes once all of them have arrived; accesses stay correct while they move."""

@@ -104,7 +104,7 @@ pub enum Handoff<'a> {
         offsets: &'a [usize],
         /// The whole batch's values.
         vals: &'a [f32],
-        /// Add or overwrite.
+        /// Add, overwrite, or apply as gradients.
         mode: UpdateMode,
     },
     /// Keys to move to this node (all of the batch: the node skips those already here).
@@ -253,7 +253,8 @@ impl Front {
         }))
     }
 
-    /// Applies `vals` to `keys` (added, or overwriting with [`UpdateMode::Set`]): local keys
+    /// Applies `vals` to `keys` (added, overwriting with [`UpdateMode::Set`], or as gradients
+    /// with [`UpdateMode::Gradient`], see [`Front::push_gradients`]): local keys
     /// now, after the whole batch was validated; `None` if that was all, else the rest.
     // Inlined so that each caller gets a loop specialised to its mode.
     #[inline(always)]
@@ -286,6 +287,22 @@ impl Front {
             vals,
             mode,
         }))
+    }
+
+    /// Applies gradients `grads` to `keys` with the key space's optimizer (`optim.rs`), where
+    /// each record lives: local keys now, on the same latched fast path as [`Front::push`]; the
+    /// rest is handed off, and their owners apply the optimizer. A key named twice gets two
+    /// steps. Fails, changing nothing, without an optimizer or on bad input.
+    #[inline]
+    pub fn push_gradients<'a>(
+        &'a mut self,
+        keys: &[Key],
+        grads: &'a [f32],
+    ) -> Result<Option<Handoff<'a>>, AccessError> {
+        if self.space().optimizer().is_none() {
+            return Err(AccessError::NoOptimizer);
+        }
+        self.push(keys, grads, UpdateMode::Gradient)
     }
 
     /// Counts the keys of a batch of `batch` keys that the fast path served, and the operation
@@ -529,6 +546,41 @@ mod tests {
             assert_eq!(load(&front.counters().local_push_keys), 0);
             assert_eq!(load(&front.counters().local_pull_keys), 0);
         }
+    }
+
+    #[test]
+    fn gradients_need_an_optimizer_and_step_local_keys_without_the_node() {
+        let space = KeySpace::uniform(64, 2).unwrap();
+        let plain = node(space.clone(), true, PolicyKind::Static);
+        let mut front = Front::new(&plain, WorkerId(0), Arc::default());
+        assert_eq!(
+            front.push_gradients(&[1], &[1.0, 1.0]).unwrap_err(),
+            AccessError::NoOptimizer
+        );
+        let space = space
+            .with_optimizer(crate::optim::Optimizer::sgd(0.5))
+            .unwrap();
+        let mut node = node(space, true, PolicyKind::Static);
+        let (local, remote) = local_and_remote(&node);
+        let mut front = Front::new(&node, WorkerId(0), Arc::default());
+        let refused = front.push_gradients(&[local, 64], &[1.0; 4]);
+        assert!(matches!(
+            refused,
+            Err(AccessError::KeyOutOfRange { key: 64, .. })
+        ));
+        let handoff = front
+            .push_gradients(&[local, remote], &[2.0, 4.0, 1.0, 1.0])
+            .unwrap()
+            .expect("the remote key is handed off");
+        assert!(matches!(
+            handoff,
+            Handoff::Push {
+                mode: UpdateMode::Gradient,
+                ..
+            }
+        ));
+        handoff.issue(&mut node, Time(1), WorkerId(0));
+        assert_eq!(snapshot(&node, &[local]), [-1.0, -2.0]);
     }
 
     #[test]

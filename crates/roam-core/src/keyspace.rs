@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::error::AccessError;
 use crate::id::Key;
+use crate::optim::{Optimizer, OptimizerError};
 
 /// Value lengths of the keys: one length for all, or one per key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +27,7 @@ pub enum ValueLengths {
 }
 
 /// Why a key space could not be built.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error, PartialEq)]
 pub enum KeySpaceError {
     /// `num_keys` was zero.
     #[error("the key space must hold at least one key")]
@@ -48,6 +49,9 @@ pub enum KeySpaceError {
         /// Largest supported key count.
         max: u64,
     },
+    /// The optimizer's configuration is invalid.
+    #[error(transparent)]
+    Optimizer(#[from] OptimizerError),
 }
 
 /// The hidden part of a key's record: `per_value × len + per_key` values after the `len`
@@ -77,6 +81,8 @@ pub struct KeySpace {
     /// `offsets[k]` is the sum of the lengths of keys `0..k`; only for per-key lengths.
     offsets: Option<Arc<[u64]>>,
     layout: RecordLayout,
+    /// What `push_gradients` applies (it chose `layout`); `None`: gradients are refused.
+    optimizer: Option<Optimizer>,
 }
 
 /// The largest dense key count (a node addresses at most 2^32 local records; larger or
@@ -96,6 +102,7 @@ impl KeySpace {
             lengths: ValueLengths::Uniform(len),
             offsets: None,
             layout: RecordLayout::default(),
+            optimizer: None,
         })
     }
 
@@ -111,6 +118,7 @@ impl KeySpace {
             lengths: ValueLengths::Uniform(len),
             offsets: None,
             layout: RecordLayout::default(),
+            optimizer: None,
         })
     }
 
@@ -118,6 +126,25 @@ impl KeySpace {
     pub fn with_layout(mut self, layout: RecordLayout) -> Self {
         self.layout = layout;
         self
+    }
+
+    /// This space with `optimizer` applied by `push_gradients`, its state in the records'
+    /// hidden part (the optimizer's layout). Fails if a hyper-parameter is invalid or a layout
+    /// was already set by hand.
+    pub fn with_optimizer(mut self, optimizer: Optimizer) -> Result<Self, OptimizerError> {
+        optimizer.validate()?;
+        if self.layout != RecordLayout::default() && self.layout != optimizer.layout() {
+            return Err(OptimizerError::LayoutConflict);
+        }
+        self.layout = optimizer.layout();
+        self.optimizer = Some(optimizer);
+        Ok(self)
+    }
+
+    /// The optimizer `push_gradients` applies, if any.
+    #[inline]
+    pub fn optimizer(&self) -> Option<&Optimizer> {
+        self.optimizer.as_ref()
     }
 
     /// A key space whose key `k` holds `lengths[k]` values.
@@ -140,6 +167,7 @@ impl KeySpace {
             lengths: ValueLengths::PerKey(lengths.into()),
             offsets: Some(offsets.into()),
             layout: RecordLayout::default(),
+            optimizer: None,
         })
     }
 

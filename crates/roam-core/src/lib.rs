@@ -49,6 +49,7 @@ pub mod load;
 pub mod membership;
 pub mod msg;
 pub mod node;
+pub mod optim;
 pub mod placement;
 pub mod policy;
 mod relocate;
@@ -75,6 +76,7 @@ pub use load::{LoadWatch, StragglerEvent};
 pub use membership::{JoinRefusal, MembershipEvent};
 pub use msg::Msg;
 pub use node::{Completion, Node, NodeConfig, Output, PullPart, Time};
+pub use optim::{Optimizer, OptimizerError};
 pub use policy::{Policy, PolicyKind};
 pub use replica::Replication;
 pub use sampling::{

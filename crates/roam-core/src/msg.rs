@@ -13,7 +13,7 @@
 
 use crate::id::{Key, NodeId, ReqId};
 use crate::store::UpdateMode;
-use crate::wire::{FLAG_POSITIONS, FLAG_SET, Frame, Kind, RejectCode};
+use crate::wire::{FLAG_GRADIENT, FLAG_POSITIONS, FLAG_SET, Frame, Kind, RejectCode};
 
 /// A request to read or update keys, as it travels requester → (home →) owner.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -41,7 +41,7 @@ pub enum Msg<'a> {
     Push {
         /// The request.
         request: Request<'a>,
-        /// Add or overwrite.
+        /// Add, overwrite, or apply as gradients.
         mode: UpdateMode,
     },
     /// Values of some keys of pull `req`, in the order of `keys`.
@@ -482,10 +482,11 @@ impl<'a> Msg<'a> {
             }
             Kind::Push => Self::Push {
                 request: request()?,
-                mode: if h.flags & FLAG_SET != 0 {
-                    UpdateMode::Set
-                } else {
-                    UpdateMode::Add
+                mode: match (h.flags & FLAG_SET != 0, h.flags & FLAG_GRADIENT != 0) {
+                    (false, false) => UpdateMode::Add,
+                    (true, false) => UpdateMode::Set,
+                    (false, true) => UpdateMode::Gradient,
+                    (true, true) => return Err(shape("either set or gradient, not both")),
                 },
             },
             Kind::PullReply => Self::PullReply {
@@ -784,9 +785,11 @@ pub mod encode {
             request.values.len(),
         );
         frame.values_mut().copy_from_slice(request.values);
-        if mode == UpdateMode::Set {
-            frame.header.flags |= FLAG_SET;
-        }
+        frame.header.flags |= match mode {
+            UpdateMode::Add => 0,
+            UpdateMode::Set => FLAG_SET,
+            UpdateMode::Gradient => FLAG_GRADIENT,
+        };
         frame
     }
 
@@ -990,6 +993,29 @@ mod tests {
                 positions: &[3],
             }
         );
+    }
+
+    #[test]
+    fn push_modes_roundtrip_and_set_with_gradient_is_refused() {
+        let request = Request {
+            origin: NodeId(1),
+            req: ReqId(4),
+            hops: 0,
+            keys: &[7, 8],
+            positions: &[0, 1],
+            values: &[0.5, -1.5],
+        };
+        for mode in [UpdateMode::Add, UpdateMode::Set, UpdateMode::Gradient] {
+            let frame = encode::request(Kind::Push, &request, mode);
+            let (back, _) = crate::wire::decode(&frame.to_bytes(), &Default::default()).unwrap();
+            assert_eq!(Msg::decode(&back).unwrap(), Msg::Push { request, mode });
+        }
+        let mut frame = encode::request(Kind::Push, &request, UpdateMode::Gradient);
+        frame.header.flags |= FLAG_SET;
+        assert!(matches!(
+            Msg::decode(&frame),
+            Err(MsgError::BadShape { .. })
+        ));
     }
 
     #[test]

@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use crate::balance::{Balance, Balancer};
 use crate::directory::{Directory, Partitioning};
-use crate::error::OpError;
+use crate::error::{AccessError, OpError};
 use crate::home_move::HomeMoves;
 use crate::id::{Key, NodeId, ReqId, WorkerId};
 use crate::intent::IntentTiming;
@@ -689,8 +689,9 @@ impl Node {
         ReqId(op)
     }
 
-    /// Issues a push (`mode` add or set) of `values` for `keys` (validated by the caller); key
-    /// `i`'s update is at `values[offsets[i]..]`.
+    /// Issues a push (`mode` add, set or gradient) of `values` for `keys` (validated by the
+    /// caller); key `i`'s update is at `values[offsets[i]..]`. Gradients that cannot be applied
+    /// (no optimizer; a replicated key under a stateful one) fail the operation.
     pub fn issue_push(
         &mut self,
         now: Time,
@@ -709,6 +710,13 @@ impl Node {
         for (pos, (&key, &offset)) in keys.iter().zip(offsets).enumerate() {
             let pos = pos as u32;
             let update = &values[offset..offset + self.cfg.space.len(key)];
+            if mode == UpdateMode::Gradient
+                && let Some(err) = self.gradient_refused(key)
+            {
+                self.answer(op, pos);
+                self.fail(op, OpError::Access(err));
+                continue;
+            }
             if mode == UpdateMode::Set && self.replicas.contains(key) {
                 let hub = self.hub(key);
                 if hub == me {
@@ -748,6 +756,21 @@ impl Node {
         }
         self.settle(op);
         ReqId(op)
+    }
+
+    /// Why a gradient for `key` cannot be applied: no optimizer, or a replicated key under an
+    /// optimizer with per-key state (that state would have to live in every replica).
+    fn gradient_refused(&self, key: Key) -> Option<AccessError> {
+        match self.cfg.space.optimizer() {
+            None => Some(AccessError::NoOptimizer),
+            Some(opt) if !opt.is_linear() && self.replicas.contains(key) => {
+                Some(AccessError::OptimizerOnReplica {
+                    key,
+                    optimizer: opt.name(),
+                })
+            }
+            Some(_) => None,
+        }
     }
 
     /// Sends one request frame per non-empty batch, or fails its keys if the destination is

@@ -421,11 +421,11 @@ impl Node {
                 &self.counters.relocation_wait_ns,
                 now.0.saturating_sub(transit.since.0),
             );
-            let value = &mut record[..len];
+            let optimizer = self.cfg.space.optimizer().copied();
             for queued in transit.queue {
                 match queued {
                     Queued::LocalPull { op, pos } => {
-                        entry(&mut local_pulls, op).push(key, pos, value);
+                        entry(&mut local_pulls, op).push(key, pos, &record[..len]);
                         touched_ops.push(op);
                     }
                     Queued::LocalPush {
@@ -434,7 +434,7 @@ impl Node {
                         update,
                         mode,
                     } => {
-                        apply(value, &update, mode);
+                        apply(&mut record, &update, mode, optimizer.as_ref());
                         self.answer(op, pos);
                         touched_ops.push(op);
                     }
@@ -443,7 +443,11 @@ impl Node {
                         touched_ops.push(op);
                     }
                     Queued::RemotePull { origin, req, pos } => {
-                        entry(&mut replies, (origin, req, Kind::PullReply)).push(key, pos, value);
+                        entry(&mut replies, (origin, req, Kind::PullReply)).push(
+                            key,
+                            pos,
+                            &record[..len],
+                        );
                     }
                     Queued::RemotePush {
                         origin,
@@ -452,7 +456,7 @@ impl Node {
                         update,
                         mode,
                     } => {
-                        apply(value, &update, mode);
+                        apply(&mut record, &update, mode, optimizer.as_ref());
                         entry(&mut replies, (origin, req, Kind::PushReply)).push(key, pos, &[]);
                     }
                 }

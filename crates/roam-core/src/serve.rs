@@ -45,6 +45,29 @@ impl Node {
         Ok(())
     }
 
+    /// Gradients need an optimizer, and a stateful one cannot step a replica: fails with the
+    /// first key that cannot take its gradient here.
+    pub(crate) fn check_gradients(
+        &self,
+        request: &Request<'_>,
+        mode: Option<UpdateMode>,
+    ) -> Result<(), Key> {
+        if mode != Some(UpdateMode::Gradient) {
+            return Ok(());
+        }
+        let first = request.keys.first().copied().unwrap_or(0);
+        match self.cfg.space.optimizer() {
+            None => Err(first),
+            Some(opt) if !opt.is_linear() => {
+                match request.keys.iter().find(|&&k| self.replicas.contains(k)) {
+                    Some(&key) => Err(key),
+                    None => Ok(()),
+                }
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
     /// Refuses the given keys of a request; the origin's operation fails with the reason.
     fn reject(&mut self, origin: NodeId, req: ReqId, batch: Batch, code: RejectCode, culprit: Key) {
         let frame = encode::reject(
@@ -75,7 +98,13 @@ impl Node {
         if !self.dir.is_member(origin) {
             return self.warn(Warning::UnknownSender { from: origin });
         }
-        if let Err((code, culprit)) = self.validate_request(&request, mode.is_some()) {
+        let checked = self
+            .validate_request(&request, mode.is_some())
+            .and_then(|()| {
+                self.check_gradients(&request, mode)
+                    .map_err(|key| (RejectCode::GradientRefused, key))
+            });
+        if let Err((code, culprit)) = checked {
             let all = Batch {
                 keys: request.keys.to_vec(),
                 positions: request.positions.to_vec(),
@@ -338,6 +367,10 @@ impl Node {
                 format!("bucket {culprit} cannot move there (no such bucket or member)")
             }
             RejectCode::CannotDrain => crate::drain::DrainRefusal::describe(culprit),
+            RejectCode::GradientRefused => format!(
+                "gradients for key {culprit} cannot be applied there (no optimizer, or a \
+                 replicated key under an optimizer with per-key state)"
+            ),
         };
         if positions.is_empty() {
             // A request refused as a whole: nothing of it will be answered.

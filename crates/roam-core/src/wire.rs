@@ -37,7 +37,8 @@ pub enum Kind {
     Pull = 1,
     /// Values of a [`Kind::Pull`], in the request's key order.
     PullReply = 2,
-    /// Apply values to the keys (add, or overwrite with [`FLAG_SET`]); answered by
+    /// Apply values to the keys (add, overwrite with [`FLAG_SET`], or apply as gradients with
+    /// [`FLAG_GRADIENT`]); answered by
     /// [`Kind::PushReply`].
     Push = 3,
     /// Acknowledges a [`Kind::Push`]; `aux` holds the number of keys applied.
@@ -194,6 +195,9 @@ impl Kind {
 
 /// [`Kind::Push`] flag: overwrite instead of add.
 pub const FLAG_SET: u8 = 1;
+/// [`Kind::Push`] flag: the values are gradients for the key space's optimizer (never together
+/// with [`FLAG_SET`]).
+pub const FLAG_GRADIENT: u8 = 4;
 /// The body holds one `u32` position per key after the keys: the key's index in the operation
 /// that first issued it, so that partial answers from several nodes can be put in place.
 pub const FLAG_POSITIONS: u8 = 2;
@@ -217,6 +221,9 @@ pub enum RejectCode {
     /// A drain was refused (the culprit: the node in its low 32 bits, the
     /// `membership::DrainRefusal` code above them).
     CannotDrain = 7,
+    /// Gradients the receiver cannot apply to the culprit key: it has no optimizer, or the key
+    /// is replicated under an optimizer with per-key state.
+    GradientRefused = 8,
 }
 
 impl RejectCode {
@@ -230,6 +237,7 @@ impl RejectCode {
             5 => Self::RoutingLoop,
             6 => Self::InvalidMove,
             7 => Self::CannotDrain,
+            8 => Self::GradientRefused,
             _ => return None,
         })
     }

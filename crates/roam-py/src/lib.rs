@@ -18,6 +18,7 @@
 mod buffers;
 mod errors;
 mod node;
+mod optimizer;
 mod sampling;
 mod worker;
 

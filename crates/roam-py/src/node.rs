@@ -272,6 +272,7 @@ impl PyNode {
         intent_techniques = "all",
         share_sync_every = None,
         restore_from = None,
+        optimizer = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -303,6 +304,7 @@ impl PyNode {
         intent_techniques: &str,
         share_sync_every: Option<f64>,
         restore_from: Option<std::path::PathBuf>,
+        optimizer: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
@@ -385,6 +387,9 @@ impl PyNode {
             cfg.share_sync_every = seconds("share_sync_every", every)?;
         }
         cfg.restore_from = restore_from;
+        cfg.optimizer = optimizer
+            .map(crate::optimizer::optimizer_config)
+            .transpose()?;
         let samplers = cfg.samplers.clone();
         let allocation = cfg.allocation.name();
         let handle = py

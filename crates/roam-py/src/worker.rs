@@ -34,6 +34,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use roam::{AccessError, OpError};
+use roam_core::UpdateMode;
 
 use crate::buffers::{F32Buffer, Keys, PinnedOut, numpy};
 use crate::errors;
@@ -481,26 +482,36 @@ impl PyWorker {
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         vals: &Bound<'_, PyAny>,
-        set: bool,
+        mode: UpdateMode,
     ) -> PyResult<PyTicket> {
         let keys = Keys::get(keys)?;
-        let vals = F32Buffer::get(vals, "vals", false)?;
+        let name = if mode == UpdateMode::Gradient {
+            "grads"
+        } else {
+            "vals"
+        };
+        let vals = F32Buffer::get(vals, name, false)?;
         keys.check_unpinned()?;
-        vals.check_unpinned("vals")?;
+        vals.check_unpinned(name)?;
         let (keys, vals) = (&keys, &vals);
         let op = self.cell.issue(py, keys.signed(), move |worker, _| {
             // SAFETY: `vals` outlives this call, which only reads the slice (a push copies the
             // values before returning); no mutable slice of it exists (it does not overlap the
             // output of a pending pull, checked above).
             let vals = unsafe { vals.as_slice() };
-            let ticket = if set {
-                worker.set(keys.as_slice(), vals)
-            } else {
-                worker.push(keys.as_slice(), vals)
+            let ticket = match mode {
+                UpdateMode::Add => worker.push(keys.as_slice(), vals),
+                UpdateMode::Set => worker.set(keys.as_slice(), vals),
+                UpdateMode::Gradient => worker.push_gradients(keys.as_slice(), vals),
             };
             ticket.map(Issued::Other)
         })?;
-        Ok(self.ticket(op, None, if set { "set" } else { "push" }))
+        let what = match mode {
+            UpdateMode::Add => "push",
+            UpdateMode::Set => "set",
+            UpdateMode::Gradient => "push_gradients",
+        };
+        Ok(self.ticket(op, None, what))
     }
 }
 
@@ -622,7 +633,21 @@ impl PyWorker {
         keys: &Bound<'_, PyAny>,
         vals: &Bound<'_, PyAny>,
     ) -> PyResult<PyTicket> {
-        self.update(py, keys, vals, false)
+        self.update(py, keys, vals, UpdateMode::Add)
+    }
+
+    /// Applies `grads` (a float32 buffer, the keys' gradients concatenated) to `keys` with the
+    /// node's optimizer (`Node(optimizer=...)`), where each key's row lives; returns a
+    /// `Ticket`. The optimizer's state stays hidden in the rows: pulls never return it.
+    /// Raises `roam.AccessError` (a `ValueError`) without an optimizer. `grads` may be reused
+    /// as soon as this returns.
+    fn push_gradients(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        grads: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTicket> {
+        self.update(py, keys, grads, UpdateMode::Gradient)
     }
 
     /// Overwrites the values of `keys` with `vals`; returns a `Ticket`. `vals` may be reused as
@@ -633,7 +658,7 @@ impl PyWorker {
         keys: &Bound<'_, PyAny>,
         vals: &Bound<'_, PyAny>,
     ) -> PyResult<PyTicket> {
-        self.update(py, keys, vals, true)
+        self.update(py, keys, vals, UpdateMode::Set)
     }
 
     /// Moves `keys` to this node (dynamic allocation; a no-op otherwise); returns a `Ticket`

@@ -42,6 +42,10 @@ pub enum OpKind {
     Push,
     /// An overwrite.
     Set,
+    /// Gradients for the key space's optimizer (`push_gradients`): a write whose effect the
+    /// linearizability and final-sum checkers do not model (optimizer tests check final
+    /// values against a sequential application themselves).
+    Gradient,
     /// A global barrier.
     Barrier,
     /// A relocation request (reads and writes nothing).
@@ -115,7 +119,7 @@ impl OpRecord {
         space: &'a KeySpace,
     ) -> impl Iterator<Item = (Key, &'a [f32])> + 'a {
         let input: &[f32] = match self.kind {
-            OpKind::Push | OpKind::Set => &self.input,
+            OpKind::Push | OpKind::Set | OpKind::Gradient => &self.input,
             OpKind::Pull
             | OpKind::Barrier
             | OpKind::Localize

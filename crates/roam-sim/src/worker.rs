@@ -73,6 +73,15 @@ pub enum Op {
         /// Block until acknowledged or only issue.
         wait: bool,
     },
+    /// Apply `grads` to `keys` with the key space's optimizer (`Front::push_gradients`).
+    PushGradients {
+        /// Keys to update.
+        keys: Vec<Key>,
+        /// The gradients, concatenated in key order.
+        grads: Vec<f32>,
+        /// Block until acknowledged or only issue.
+        wait: bool,
+    },
     /// Move ownership of `keys` to this worker's node (dynamic allocation). Like the real shell,
     /// the worker first checks the store: if allocation is static or every key is already local
     /// (or a replica) it completes at once without involving the node; otherwise it hands the

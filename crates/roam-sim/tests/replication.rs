@@ -413,7 +413,11 @@ fn subset_sum(items: &[u32], target: f32) -> bool {
 /// Runs one random case and checks everything (see the module docs). Returns the finished run
 /// and the number of reads of replicated keys checked.
 fn run_replication_case(seed: u64) -> (Sim, usize) {
-    let case = replication_case(seed);
+    run_case(seed, replication_case(seed))
+}
+
+/// Runs `case` (a [`replication_case`], possibly transformed) and checks it.
+fn run_case(seed: u64, case: Case) -> (Sim, usize) {
     let sim = run_fault_free(seed, case.cfg, case.scripts);
     let (cfg, history) = (sim.config(), sim.history());
     for n in 0..cfg.nodes {
@@ -520,6 +524,35 @@ fn random_runs_sum_replicated_keys_exactly_after_a_sync_and_keep_the_others_line
         );
         assert!(sent > 0 && received > 0, "replicas must sync through hubs");
     }
+}
+
+/// SGD's `push_gradients` on replicated keys steps each replica and travels in its delta like
+/// a push: the random runs above, with every push turned into the gradient whose SGD step it is
+/// (`lr = 0.5`, `g = −2·v`, exact), pass the same checks (exact sums after each sync in every
+/// replica, reads explained by the pushes, the other keys linearizable).
+#[test]
+fn sgd_gradients_on_replicated_keys_sum_like_pushes() {
+    for_each_seed(default_seeds() / 4, |seed| {
+        let mut case = replication_case(seed);
+        case.cfg.space = case
+            .cfg
+            .space
+            .clone()
+            .with_optimizer(roam_core::Optimizer::sgd(0.5))
+            .unwrap();
+        for (_, script) in &mut case.scripts {
+            for op in script.iter_mut() {
+                if let Op::Push { keys, vals, wait } = op {
+                    *op = Op::PushGradients {
+                        keys: std::mem::take(keys),
+                        grads: vals.iter().map(|v| -2.0 * v).collect(),
+                        wait: *wait,
+                    };
+                }
+            }
+        }
+        run_case(seed, case);
+    });
 }
 
 /// Sets of replicated keys racing with pushes and with each other: a set overwrites the

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use roam_core::wire::Limits;
 use roam_core::{
-    Balancer, IntentTechniques, IntentTiming, Key, KeySpace, KeySpaceError, LoadWatch,
+    Balancer, IntentTechniques, IntentTiming, Key, KeySpace, KeySpaceError, LoadWatch, Optimizer,
     Partitioning, RecordLayout, SamplerId, SamplerSpec, ValueLengths,
 };
 
@@ -71,6 +71,10 @@ pub struct Config {
     /// Hidden state stored after each key's values (e.g. optimizer moments): never pulled,
     /// moved with the key.
     pub record_layout: RecordLayout,
+    /// What `push_gradients` applies where each record lives (SGD, Adagrad, Adam, FTRL; see
+    /// `docs/embeddings.md`). It sets the record layout to its own state, so leave
+    /// `record_layout` at its default. `None`: gradients are refused.
+    pub optimizer: Option<Optimizer>,
     /// Worker threads per node; `None` reads `ROAM_WORKERS_PER_NODE`, else 1.
     pub workers_per_node: Option<u32>,
     /// Key placement.
@@ -257,7 +261,11 @@ impl Config {
         } else {
             KeySpace::new(self.num_keys, self.value_lengths.clone())?
         };
-        Ok(space.with_layout(self.record_layout))
+        let space = space.with_layout(self.record_layout);
+        Ok(match self.optimizer {
+            Some(optimizer) => space.with_optimizer(optimizer)?,
+            None => space,
+        })
     }
 
     fn with_lengths(num_keys: u64, value_lengths: ValueLengths) -> Self {
@@ -266,6 +274,7 @@ impl Config {
             value_lengths,
             sparse_keys: false,
             record_layout: RecordLayout::default(),
+            optimizer: None,
             workers_per_node: None,
             allocation: Allocation::StaticRange,
             home: Partitioning::Range,

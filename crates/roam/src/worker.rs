@@ -353,6 +353,26 @@ impl Worker {
         self.update(keys, vals, UpdateMode::Set)
     }
 
+    /// Applies `grads` to `keys` as gradients of the configured optimizer
+    /// ([`crate::Config::optimizer`]), where each key's record lives: local keys now, under
+    /// their latch like a push; remote keys at their owner. The optimizer's state (Adagrad's
+    /// accumulator, Adam's moments and step count, FTRL's `z` and `n`) stays hidden in the
+    /// record: it moves with the key and is checkpointed, and pulls never return it. A key
+    /// named twice gets two steps. Fails, changing nothing, without an optimizer; fails the
+    /// ticket for a replicated key under an optimizer other than SGD.
+    pub fn push_gradients(
+        &self,
+        keys: &[Key],
+        grads: &[f32],
+    ) -> Result<Ticket<'static>, AccessError> {
+        let mut front = self.front.borrow_mut();
+        let inflight = self.hand_off(front.push_gradients(keys, grads)?);
+        Ok(Ticket {
+            inflight,
+            out: None,
+        })
+    }
+
     // Inlined into `push` and `set` so that each gets a loop specialised to its mode.
     #[inline(always)]
     fn update(

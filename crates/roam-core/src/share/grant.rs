@@ -32,7 +32,9 @@ impl Node {
         }
         let mut at = 0;
         let mut touched = Vec::new();
-        let mut sets: Vec<(u64, Batch)> = Vec::new();
+        // Local sets and gradients of shared keys, by operation and mode: they apply at the
+        // owner (a replica has no optimizer state, and a set's meaning is the owner's).
+        let mut at_owner: Vec<((u64, UpdateMode), Batch)> = Vec::new();
         let mut remote: Vec<((NodeId, ReqId, Kind, UpdateMode), Batch)> = Vec::new();
         let mut local_pulls: Vec<(u64, Batch)> = Vec::new();
         let mut unexpected: Vec<(Key, u64)> = Vec::new();
@@ -96,10 +98,12 @@ impl Node {
                         touched.push(op);
                     }
                     Queued::LocalPush {
-                        op, pos, update, ..
+                        op,
+                        pos,
+                        update,
+                        mode,
                     } => {
-                        // A set of a shared key applies at its owner.
-                        entry(&mut sets, op).push(key, pos, &update);
+                        entry(&mut at_owner, (op, mode)).push(key, pos, &update);
                     }
                     Queued::Localize { op, pos } => {
                         self.answer(op, pos);
@@ -156,10 +160,10 @@ impl Node {
             let reply = batch.into_reply(Kind::PullReply, self.cfg.id, ReqId(op));
             self.accept_pull_answer(op, reply);
         }
-        for (op, batch) in sets {
+        for ((op, mode), batch) in at_owner {
             let mut batches = Batches::new();
             batches.insert(from, batch);
-            self.send_batches(op, Kind::Push, UpdateMode::Set, batches);
+            self.send_batches(op, Kind::Push, mode, batches);
             touched.push(op);
         }
         for ((origin, req, kind, mode), batch) in remote {

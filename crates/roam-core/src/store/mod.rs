@@ -59,6 +59,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::id::Key;
 use crate::keyspace::{KeySpace, ValueLengths};
+use crate::optim::Optimizer;
 use crate::stats::WorkerCounters;
 use area::{Area, Scale, UniformView};
 use index::Index;
@@ -111,6 +112,8 @@ const _: () = assert!(
     MAX_OPTIMISTIC_LEN == 16,
     "by_len! lists the optimistic lengths"
 );
+// After `by_len!`, which it uses.
+mod grad;
 
 /// How an update combines with the stored value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +122,9 @@ pub enum UpdateMode {
     Add,
     /// `value = update` (an overwrite).
     Set,
+    /// The key space's optimizer applies `update` as a gradient to the whole record (visible
+    /// values and the optimizer's hidden state; `optim.rs`).
+    Gradient,
 }
 
 /// Residency of a key's owned copy in this store. (A replica held here is reported by
@@ -291,6 +297,9 @@ impl Store {
         let Some(state) = self.index.get(key) else {
             return false;
         };
+        if mode == UpdateMode::Gradient {
+            return self.step_local(key, state, update);
+        }
         let accept = if mode == UpdateMode::Add { HELD } else { LOCAL };
         latched_as(state, accept, |s| {
             // SAFETY: latched and held.
@@ -377,6 +386,7 @@ impl Store {
         match mode {
             UpdateMode::Add => by_len!(len, self.push_batch::<false>(keys, update, len, miss)),
             UpdateMode::Set => by_len!(len, self.push_batch::<true>(keys, update, len, miss)),
+            UpdateMode::Gradient => self.push_gradients_local(keys, update, len, miss),
         }
     }
 
@@ -983,7 +993,8 @@ fn store_values(values: &[AtomicU32], new: &[f32], plain: bool) {
 fn add_values<const L: usize>(values: &[AtomicU32], update: &[f32], plain: bool) {
     if plain {
         // SAFETY: the latch holder in a store without optimistic readers.
-        apply(unsafe { as_plain(values) }, update, UpdateMode::Add);
+        let values = unsafe { as_plain(values) };
+        values.iter_mut().zip(update).for_each(|(v, u)| *v += u);
         return;
     }
     let add = |v: &AtomicU32, u: f32| {
@@ -1003,22 +1014,32 @@ fn add_values<const L: usize>(values: &[AtomicU32], update: &[f32], plain: bool)
     }
 }
 
-/// Combines `update` into the visible values of a held record (owned, or a replica's value).
+/// Combines `update` into the visible values of a held record (owned, or a replica's value);
+/// never a gradient (the store's gradient paths call [`step_record`]).
 #[inline(always)]
 fn apply_to_record(record: &[AtomicU32], update: &[f32], mode: UpdateMode, plain: bool) {
     let values = &record[..update.len()];
     match mode {
         UpdateMode::Add => add_values::<0>(values, update, plain),
         UpdateMode::Set => store_values(values, update, plain),
+        UpdateMode::Gradient => unreachable!("gradients go through step_record"),
     }
 }
 
-/// Combines `update` into `vals`.
+/// Combines `update` into a whole record (visible values then hidden state) held outside the
+/// store (a record in transit): `optimizer` is the key space's, used by gradients only.
 #[inline]
-pub fn apply(vals: &mut [f32], update: &[f32], mode: UpdateMode) {
+pub fn apply(record: &mut [f32], update: &[f32], mode: UpdateMode, optimizer: Option<&Optimizer>) {
+    let vals = &mut record[..update.len()];
     match mode {
         UpdateMode::Add => vals.iter_mut().zip(update).for_each(|(v, u)| *v += u),
         UpdateMode::Set => vals.copy_from_slice(update),
+        UpdateMode::Gradient => {
+            if let Some(opt) = optimizer {
+                let (w, state) = record.split_at_mut(update.len());
+                opt.step(w, state, update);
+            }
+        }
     }
 }
 

@@ -137,6 +137,11 @@ pub fn check_linearizable(
                     });
                 }
             }
+            OpKind::Gradient => panic!(
+                "op #{}: gradients of a stateful optimizer are not modelled by this checker \
+                 (SGD's are recorded as pushes)",
+                op.id
+            ),
             OpKind::Pull => {
                 for (key, vals) in op.reads(space) {
                     if history.is_replicated(key) {

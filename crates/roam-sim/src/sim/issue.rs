@@ -111,6 +111,14 @@ impl Sim {
             Op::Set { keys, vals, wait } => {
                 self.issue_push(n, w, keys, vals, UpdateMode::Set, Pace { wait, think })
             }
+            Op::PushGradients { keys, grads, wait } => self.issue_push(
+                n,
+                w,
+                keys,
+                grads,
+                UpdateMode::Gradient,
+                Pace { wait, think },
+            ),
             Op::Localize { keys, wait } => self.issue_localize(n, w, keys, Pace { wait, think }),
             Op::MoveHome { key, to, wait } => {
                 self.issue_move_home(n, w, key, NodeId(to), Pace { wait, think })
@@ -344,15 +352,25 @@ impl Sim {
         mode: UpdateMode,
         pace: Pace,
     ) {
-        let kind = if mode == UpdateMode::Set {
-            OpKind::Set
-        } else {
-            OpKind::Push
+        // SGD's step `w -= lr·g` is the addition of `−(lr·g)`, bit for bit (the product rounds
+        // the same whatever its sign): recorded as that push, so every checker covers it.
+        // Stateful optimizers' gradients are recorded as such (see `OpKind::Gradient`).
+        let (kind, input) = match (mode, self.cfg.space.optimizer()) {
+            (UpdateMode::Add, _) => (OpKind::Push, vals.clone()),
+            (UpdateMode::Set, _) => (OpKind::Set, vals.clone()),
+            (UpdateMode::Gradient, Some(roam_core::Optimizer::Sgd { lr })) => {
+                (OpKind::Push, vals.iter().map(|g| -(lr * g)).collect())
+            }
+            (UpdateMode::Gradient, _) => (OpKind::Gradient, vals.clone()),
         };
-        let record = self.invoke(n, w, kind, keys.clone(), vals.clone(), pace.wait);
+        let record = self.invoke(n, w, kind, keys.clone(), input, pace.wait);
         let now = self.now;
         let (front, node, id) = self.front_of(n, w);
-        let issued = issue(front.push(&keys, &vals, mode), node, now, id);
+        let pushed = match mode {
+            UpdateMode::Gradient => front.push_gradients(&keys, &vals),
+            _ => front.push(&keys, &vals, mode),
+        };
+        let issued = issue(pushed, node, now, id);
         self.after_front((n, w, record), issued, Vec::new(), pace);
     }
 

@@ -361,7 +361,12 @@ pub(crate) fn run_fault_free(seed: u64, cfg: SimConfig, scripts: Vec<(WorkerRef,
 
 /// Runs one random case and checks everything a fault-free run must satisfy.
 pub(crate) fn run_case(seed: u64, shape: DynShape) -> (Sim, bool, bool) {
-    let case = dynamic_case(seed, shape);
+    run_dyn_case(seed, dynamic_case(seed, shape), shape.home_moves)
+}
+
+/// Runs `case` (a [`dynamic_case`], possibly transformed) and checks everything a fault-free
+/// run must satisfy; `home_moves` if its scripts move homes.
+pub(crate) fn run_dyn_case(seed: u64, case: DynCase, home_moves: bool) -> (Sim, bool, bool) {
     let (caches, fast) = (case.cfg.location_caches, case.cfg.fast_local_access);
     let sim = run_fault_free(seed, case.cfg, case.scripts);
     let history = sim.history();
@@ -394,7 +399,7 @@ pub(crate) fn run_case(seed: u64, shape: DynShape) -> (Sim, bool, bool) {
     }
     // Per-key linearizability (with every worker's program order where it is guaranteed), the
     // final values included.
-    let opts = consistency(sim.config(), shape.home_moves);
+    let opts = consistency(sim.config(), home_moves);
     check_linearizable(history, opts, Some(&finals)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
     (sim, caches, fast)
 }

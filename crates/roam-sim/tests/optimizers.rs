@@ -1,0 +1,323 @@
+//! Server-side optimizers (`push_gradients`) under relocation and home moves.
+//!
+//! - SGD is linear: the random dynamic cases of `home_moves.rs` with every push turned into the
+//!   gradient whose SGD step is that push (`lr = 0.5`, `g = −2·v`, exact in `f32`) must end with
+//!   the same exact sums and stay linearizable (the simulator records an SGD gradient as the
+//!   push it is, so every checker covers it).
+//! - Adagrad, Adam and FTRL are order-sensitive and stateful: each key's gradients come from one
+//!   worker, synchronously, so each key sees one sequence; while every worker also pulls,
+//!   relocates and moves homes of any keys, each key's whole record (visible values and hidden
+//!   state) must end bit-exact equal to that sequence applied by `Optimizer::step` from zeros,
+//!   and pulls must return the visible part only.
+
+mod common;
+
+use common::{DynShape, dynamic_case, run_dyn_case, run_fault_free, test_rng, total, workers_of};
+use rand::Rng;
+use rand::seq::index::sample;
+use roam_core::{AccessError, Key, KeySpace, NodeId, OpError, Optimizer, Partitioning};
+use roam_sim::{Op, Outcome, SimConfig, for_each_seed};
+
+fn default_seeds() -> u64 {
+    if cfg!(debug_assertions) { 100 } else { 2_000 }
+}
+
+#[test]
+fn sgd_gradients_with_relocations_and_home_moves_keep_exact_sums() {
+    let shape = DynShape {
+        ops_per_phase: 12,
+        home_moves: true,
+        ..DynShape::default()
+    };
+    for_each_seed(default_seeds(), |seed| {
+        let mut case = dynamic_case(seed, shape);
+        case.cfg.space = case
+            .cfg
+            .space
+            .clone()
+            .with_optimizer(Optimizer::sgd(0.5))
+            .unwrap();
+        let mut gradients = 0;
+        for (_, script) in &mut case.scripts {
+            for op in script.iter_mut() {
+                if let Op::Push { keys, vals, wait } = op {
+                    gradients += 1;
+                    *op = Op::PushGradients {
+                        keys: std::mem::take(keys),
+                        grads: vals.iter().map(|v| -2.0 * v).collect(),
+                        wait: *wait,
+                    };
+                }
+            }
+        }
+        let (sim, _, _) = run_dyn_case(seed, case, true);
+        let pushes = sim
+            .history()
+            .ops()
+            .iter()
+            .filter(|op| op.kind == roam_sim::OpKind::Push)
+            .count();
+        assert_eq!(pushes, gradients, "seed {seed}: every gradient recorded");
+    });
+}
+
+/// A random run where worker `k % workers` alone sends key `k`'s gradients (synchronously),
+/// and every worker pulls, localizes and moves homes of random keys; returns the config, the
+/// scripts and each key's gradient sequence.
+#[allow(clippy::type_complexity)]
+fn one_writer_per_key(
+    seed: u64,
+    optimizer: Optimizer,
+    intents: bool,
+) -> (
+    SimConfig,
+    Vec<(roam_sim::WorkerRef, Vec<Op>)>,
+    Vec<Vec<Vec<f32>>>,
+) {
+    let mut rng = test_rng(seed ^ 0x0971);
+    let nodes = rng.random_range(2..=4);
+    let workers_per_node = rng.random_range(1..=2);
+    let num_keys: u64 = rng.random_range(2..=8);
+    // Short uniform values take the batched (optimistic-store) path, 17 values the plain one,
+    // per-key lengths the per-key path.
+    let space = match rng.random_range(0..4) {
+        0 => KeySpace::uniform(num_keys, rng.random_range(1..=4)).unwrap(),
+        1 => KeySpace::uniform(num_keys, 17).unwrap(),
+        _ => KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=3)).collect()).unwrap(),
+    };
+    let space = space.with_optimizer(optimizer).unwrap();
+    let min_delay = rng.random_range(0..=2_000);
+    let cfg = SimConfig::new(nodes, workers_per_node, space.clone())
+        .with_seed(seed)
+        .with_partitioning(if rng.random_bool(0.5) {
+            Partitioning::Range
+        } else {
+            Partitioning::Hash
+        })
+        .with_fast_local_access(rng.random_bool(0.75))
+        .with_dynamic(true)
+        .with_location_caches(rng.random_bool(0.5))
+        .with_delay(min_delay, min_delay + rng.random_range(1..=80_000))
+        .with_think(0, rng.random_range(0..=20_000))
+        .with_intent_techniques(
+            if intents {
+                roam_core::IntentTechniques::All
+            } else {
+                roam_core::IntentTechniques::RelocateOnly
+            },
+            roam_core::share::DEFAULT_SHARE_SYNC_NS,
+        );
+    let workers = workers_of(&cfg);
+    let mut sequences: Vec<Vec<Vec<f32>>> = vec![Vec::new(); num_keys as usize];
+    let mut scripts = Vec::new();
+    for (w, &worker) in workers.iter().enumerate() {
+        let mine: Vec<Key> = (0..num_keys)
+            .filter(|k| *k as usize % workers.len() == w)
+            .collect();
+        let mut script = Vec::new();
+        for _ in 0..20 {
+            let n = rng.random_range(1..=num_keys.min(3) as usize);
+            let any: Vec<Key> = sample(&mut rng, num_keys as usize, n)
+                .into_iter()
+                .map(|k| k as Key)
+                .collect();
+            let op = match rng.random_range(0..10) {
+                0..5 if !mine.is_empty() => {
+                    let n = rng.random_range(1..=mine.len());
+                    let keys: Vec<Key> = sample(&mut rng, mine.len(), n)
+                        .into_iter()
+                        .map(|i| mine[i])
+                        .collect();
+                    let mut grads = Vec::new();
+                    for &k in &keys {
+                        let g: Vec<f32> = (0..space.len(k))
+                            .map(|_| rng.random_range(-8i8..=8) as f32 / 4.0)
+                            .collect();
+                        grads.extend_from_slice(&g);
+                        sequences[k as usize].push(g);
+                    }
+                    Op::PushGradients {
+                        keys,
+                        grads,
+                        wait: true,
+                    }
+                }
+                0..7 if intents => {
+                    let clock = script
+                        .iter()
+                        .filter(|op| matches!(op, Op::AdvanceClock))
+                        .count() as u64;
+                    let start = clock + rng.random_range(0..=3);
+                    Op::Intent {
+                        keys: any,
+                        start,
+                        end: start + rng.random_range(1..=4),
+                    }
+                }
+                0..7 => Op::Localize {
+                    keys: any,
+                    wait: rng.random_bool(0.5),
+                },
+                7 => Op::MoveHome {
+                    key: any[0],
+                    to: rng.random_range(0..nodes),
+                    wait: rng.random_bool(0.5),
+                },
+                _ => Op::Pull {
+                    keys: any,
+                    wait: rng.random_bool(0.5),
+                },
+            };
+            script.push(op);
+            if intents {
+                script.push(Op::AdvanceClock);
+            }
+        }
+        if intents {
+            // Past every intent's end: shares are dropped, keys settle at their owners.
+            script.extend((0..8).map(|_| Op::AdvanceClock));
+        }
+        script.extend([Op::WaitAll, Op::Barrier]);
+        script.push(Op::pull((0..num_keys).collect::<Vec<_>>()));
+        scripts.push((worker, script));
+    }
+    (cfg, scripts, sequences)
+}
+
+fn stateful_optimizers_match_a_sequential_application(optimizer: Optimizer) {
+    match_a_sequential_application(optimizer, false);
+}
+
+/// With `intents`, workers signal intents instead of localizing (relocation and, while several
+/// nodes want a key, shares: replicas by intent, whose gradients go to the owner); the final
+/// pulls are not checked then (a share may still serve them, bounded-stale).
+fn match_a_sequential_application(optimizer: Optimizer, intents: bool) {
+    let (mut steps, mut moved, mut homes, mut shares, mut runs) = (0usize, 0, 0, 0, 0);
+    for_each_seed(default_seeds(), |seed| {
+        let (cfg, scripts, sequences) = one_writer_per_key(seed, optimizer, intents);
+        let space = cfg.space.clone();
+        let sim = run_fault_free(seed, cfg, scripts);
+        moved += total(&sim, |c| &c.relocations_in);
+        homes += total(&sim, |c| &c.homes_moved_in);
+        shares += total(&sim, |c| &c.shares_in);
+        runs += 1;
+        let mut visible_all = Vec::new();
+        for (key, sequence) in sequences.iter().enumerate() {
+            let key = key as Key;
+            let len = space.len(key);
+            let mut want = vec![0.0f32; space.record_len(key)];
+            for g in sequence {
+                let (w, state) = want.split_at_mut(len);
+                optimizer.step(w, state, g);
+            }
+            steps += sequence.len();
+            let mut got = Vec::new();
+            let holders: Vec<u32> = (0..sim.config().nodes)
+                .filter(|&n| sim.node(NodeId(n)).store().read_record(key, &mut got))
+                .collect();
+            assert_eq!(
+                holders.len(),
+                1,
+                "seed {seed}: key {key} held by {holders:?}"
+            );
+            assert_eq!(
+                got,
+                want,
+                "seed {seed}: {} record of key {key} after {} steps (visible then state)",
+                optimizer.name(),
+                sequence.len()
+            );
+            visible_all.extend_from_slice(&want[..len]);
+        }
+        for w in sim.workers().into_iter().filter(|_| !intents) {
+            let last = sim.history().of_worker(w).last().unwrap();
+            assert_eq!(
+                last.outcome,
+                Outcome::Pulled(visible_all.clone()),
+                "seed {seed}: {w}'s final pull returns the visible values only"
+            );
+        }
+    });
+    eprintln!(
+        "{}: {runs} runs, {steps} gradient steps checked, {moved} relocations, {homes} home \
+         moves, {shares} shares",
+        optimizer.name()
+    );
+    assert!(steps > 0, "no gradient was applied");
+    if runs >= 100 && intents {
+        assert!(shares > 0, "keys must be shared while they are stepped");
+    }
+    if runs >= 100 && !intents {
+        assert!(
+            moved > 0 && homes > 0,
+            "records must move while they are stepped"
+        );
+    }
+}
+
+#[test]
+fn adagrad_with_relocations_and_home_moves_matches_a_sequential_application() {
+    stateful_optimizers_match_a_sequential_application(Optimizer::adagrad(0.1));
+}
+
+#[test]
+fn adam_with_relocations_and_home_moves_matches_a_sequential_application() {
+    stateful_optimizers_match_a_sequential_application(Optimizer::adam(0.05));
+}
+
+#[test]
+fn ftrl_with_relocations_and_home_moves_matches_a_sequential_application() {
+    stateful_optimizers_match_a_sequential_application(Optimizer::Ftrl {
+        alpha: 0.1,
+        beta: 1.0,
+        l1: 0.05,
+        l2: 0.01,
+    });
+}
+
+#[test]
+fn adagrad_with_intents_and_shares_matches_a_sequential_application() {
+    match_a_sequential_application(Optimizer::adagrad(0.1), true);
+}
+
+#[test]
+fn gradients_of_stateful_optimizers_are_refused_on_replicated_keys() {
+    let w = roam_sim::WorkerRef::new(0, 0);
+    // Adagrad on a replicated key: the operation fails naming the key, the key is unchanged.
+    let space = KeySpace::uniform(4, 1)
+        .unwrap()
+        .with_optimizer(Optimizer::adagrad(0.1))
+        .unwrap();
+    let cfg = SimConfig::new(2, 1, space)
+        .with_seed(1)
+        .with_replication(vec![3], 1_000_000);
+    let scripts = vec![(
+        w,
+        vec![
+            Op::PushGradients {
+                keys: vec![0, 3],
+                grads: vec![1.0, 1.0],
+                wait: true,
+            },
+            Op::pull(vec![0, 3]),
+        ],
+    )];
+    let mut sim = roam_sim::Sim::new(cfg);
+    for (w, script) in scripts {
+        sim.add_script(w, script);
+    }
+    sim.run_until_idle().unwrap();
+    let ops = sim.history().ops();
+    assert_eq!(
+        ops[0].error(),
+        Some(&OpError::Access(AccessError::OptimizerOnReplica {
+            key: 3,
+            optimizer: "adagrad"
+        }))
+    );
+    let Outcome::Pulled(vals) = &ops[1].outcome else {
+        panic!("pull: {:?}", ops[1].outcome)
+    };
+    assert_eq!(vals[1], 0.0, "the replicated key is unchanged");
+    assert!(vals[0] < 0.0, "the other key took its step");
+}

@@ -3,8 +3,9 @@
 This module owns the bridge between PyTorch autograd and roam's workers: forward pulls the
 batch's *unique* ids straight into a preallocated tensor (zero-copy, through the tensor's
 ``__dlpack__``), and backward pushes the gradient of those rows only (sparse). How a gradient
-becomes an update lives in one function, :func:`_apply_gradients`, so that moving to server-side
-optimizers is a one-line change there. Importing it needs PyTorch; ``import roam`` does not.
+becomes an update lives in one function, :func:`_apply_gradients`: SGD pushed as ``-lr * grad``,
+or with ``lr=None`` the node's server-side optimizer (``roam.Node(optimizer=...)``: SGD, Adagrad,
+Adam, FTRL) applied by ``push_gradients`` where each row lives. Importing it needs PyTorch; ``import roam`` does not.
 
 Example::
 
@@ -56,17 +57,22 @@ def current_worker() -> Optional[Worker]:
     return getattr(_thread, "worker", None)
 
 
-def _apply_gradients(worker: Worker, keys: torch.Tensor, grads: torch.Tensor, lr: float) -> None:
+def _apply_gradients(
+    worker: Worker, keys: torch.Tensor, grads: torch.Tensor, lr: Optional[float]
+) -> None:
     """Applies the gradient ``grads`` (one row per key of ``keys``; consumed) to the rows in roam.
 
-    Today: SGD as an additive push of ``-lr * grads`` (applied where each row lives). Once
-    server-side optimizers exist this becomes ``worker.push_gradients(keys, grads)`` and ``lr``
-    moves into the table's optimizer. The push is not waited: the worker's later pulls of the
-    same keys see it (roam orders one worker's operations per key), and an error surfaces at
-    the worker's next ``wait_all``/``barrier``. roam reads the pushed values during the call, so
-    they may be freed as soon as it returns.
+    With a learning rate: SGD as an additive push of ``-lr * grads``. With ``lr=None``: the
+    gradients themselves, through ``push_gradients``, so that the node's optimizer steps each
+    row (and its hidden state) where the row lives. Either is not waited: the worker's later
+    pulls of the same keys see it (roam orders one worker's operations per key), and an error
+    surfaces at the worker's next ``wait_all``/``barrier``. roam reads the pushed values during
+    the call, so they may be freed as soon as it returns.
     """
-    worker.push(keys.numpy(), grads.mul_(-lr).numpy())
+    if lr is None:
+        worker.push_gradients(keys.numpy(), grads.numpy())
+    else:
+        worker.push(keys.numpy(), grads.mul_(-lr).numpy())
 
 
 class _PullRows(torch.autograd.Function):
@@ -158,7 +164,7 @@ class _RoamRows(torch.nn.Module):
         source: Union[Node, Worker],
         *,
         key_offset: int,
-        lr: float,
+        lr: Optional[float],
         padding_idx: Optional[int] = None,
     ) -> None:
         super().__init__()
@@ -170,6 +176,8 @@ class _RoamRows(torch.nn.Module):
             raise ValueError(f"num_embeddings must be positive or None, got {num_embeddings}")
         if key_offset < 0:
             raise ValueError(f"key_offset must be >= 0, got {key_offset}")
+        if lr is not None and not lr > 0:
+            raise ValueError(f"lr must be positive, or None for the node's optimizer; got {lr}")
         space = source.num_keys
         if num_embeddings is None:
             if space is not None:
@@ -204,7 +212,7 @@ class _RoamRows(torch.nn.Module):
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.key_offset = key_offset
-        self.lr = float(lr)
+        self.lr = None if lr is None else float(lr)
         self.padding_idx = padding_idx
         self.padding_key = None if padding_idx is None else padding_idx + key_offset
         self._source = source
@@ -340,11 +348,14 @@ class Embedding(_RoamRows):
         source: a ``roam.Node`` (each thread's worker: :func:`set_worker`, or worker 0 on a
             one-worker node) or one ``roam.Worker``.
         key_offset: the roam key of row 0 (several tables in one key space).
-        lr: the learning rate of the SGD update applied in roam on backward.
+        lr: the learning rate of the SGD update applied in roam on backward; ``None``: the
+            gradients go to the node's server-side optimizer (``roam.Node(optimizer=...)``)
+            through ``push_gradients``, which steps each row where it lives.
         padding_idx: as in torch: this row receives no gradient.
 
     forward(ids) takes int64/int32 ids of any shape and returns ``ids.shape + (dim,)``.
-    Backward pushes ``-lr * grad`` for the batch's unique rows at once: there is no
+    Backward pushes ``-lr * grad`` (or, with ``lr=None``, the gradient to the node's optimizer)
+    for the batch's unique rows at once: there is no
     ``.grad`` to step, and ``zero_grad`` does not concern these rows.
     """
 
@@ -355,7 +366,7 @@ class Embedding(_RoamRows):
         source: Union[Node, Worker],
         *,
         key_offset: int = 0,
-        lr: float = 0.01,
+        lr: Optional[float] = 0.01,
         padding_idx: Optional[int] = None,
     ) -> None:
         super().__init__(
@@ -384,7 +395,7 @@ class EmbeddingBag(_RoamRows):
         *,
         mode: str = "mean",
         key_offset: int = 0,
-        lr: float = 0.01,
+        lr: Optional[float] = 0.01,
         include_last_offset: bool = False,
     ) -> None:
         if mode not in ("sum", "mean"):

@@ -175,6 +175,43 @@ def test_embedding_training_matches_torch_sparse_sgd(seed):
         assert torch.allclose(heads[0].weight, heads[1].weight, atol=1e-5)
 
 
+def test_lr_none_steps_rows_with_the_nodes_adagrad_like_torch_sparse_adagrad(seed):
+    # lr=None: backward hands the gradients to roam's server-side optimizer (push_gradients);
+    # roam's Adagrad keeps eps under the root, torch's adds it after, so they agree
+    # to float rounding only while eps is far below every g², so eps is 1e-30 here (eps 1e-10
+    # damped the first step of rows whose gradient is below 1e-5: 0.04 apart after 20 steps).
+    num, dim, lr, steps = 50, 4, 0.1, 20
+    optimizer = {"kind": "adagrad", "lr": lr, "eps": 1e-30}
+    with roam.Node(num_keys=num, value_lengths=dim, optimizer=optimizer) as node:
+        w = node.worker(0)
+        plain, ours = _sgd_pair(
+            seed, num, dim, lambda: torch.nn.Embedding(num, dim, sparse=True),
+            lambda: rt.Embedding(num, dim, node, lr=None), w,
+        )
+        opt = torch.optim.Adagrad(plain.parameters(), lr=lr, eps=1e-30)
+        gen = torch.Generator().manual_seed(seed)
+        for _ in range(steps):
+            ids = torch.randint(0, num, (8, 3), generator=gen)  # duplicates across the batch
+            y = torch.randn(8, 3, dim, generator=gen)
+            for emb in (plain, ours):
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(torch.tanh(emb(ids)), y).backward()
+                opt.step()
+        table = torch.from_numpy(w.pull(torch.arange(num)).wait())
+        assert torch.allclose(table, plain.weight.detach(), atol=1e-5), (
+            (table - plain.weight).abs().max()
+        )
+
+
+def test_lr_none_without_an_optimizer_fails_naming_it():
+    with roam.Node(num_keys=10, value_lengths=2) as node:
+        emb = rt.Embedding(10, 2, node, lr=None)
+        with pytest.raises(Exception, match="optimizer"):
+            emb(torch.tensor([1, 2])).sum().backward()
+        with pytest.raises(ValueError, match="lr must be positive"):
+            rt.Embedding(10, 2, node, lr=0.0)
+
+
 @pytest.mark.parametrize(
     "mode,layout,weighted",
     [("sum", "offsets", False), ("mean", "offsets", False), ("sum", "offsets", True),

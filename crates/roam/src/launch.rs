@@ -79,6 +79,10 @@ pub const MAX_LINE: usize = 1 << 20;
 /// How long to wait, after every child is gone, for output still held by their leftovers.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// How long a node's error exit waits for the launcher to see a node killed by a signal before
+/// it is named as the failure: the peers of a killed node fail (naming it) as soon as its
+/// sockets close, which on a loaded machine can come before the killed process is reaped.
+const BLAME_SETTLE: Duration = Duration::from_millis(300);
 const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 #[path = "launch_elastic.rs"]
@@ -645,6 +649,8 @@ fn supervise<E: Write>(
     let mut signals_seen = 0;
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
+    // The failure to name, and until when an error exit may still give way to a signalled node.
+    let mut blame: Option<(String, ExitStatus, Instant)> = None;
 
     loop {
         tick(nodes, kill_at.is_some());
@@ -665,9 +671,9 @@ fn supervise<E: Write>(
             }
         }
 
-        // The failure this poll reports: a node killed by a signal before one that exited with
-        // an error, since the peers of a killed node fail (naming it) moments after it.
-        let mut first: Option<(String, ExitStatus)> = None;
+        // The failure to report: a node killed by a signal before one that exited with an error,
+        // since the peers of a killed node fail (naming it) moments after it.
+        let signalled = |s: &ExitStatus| s.signal().is_some();
         for n in nodes.iter_mut().filter(|n| n.status.is_none()) {
             let status = match n.child.try_wait() {
                 Ok(Some(s)) => s,
@@ -679,16 +685,22 @@ fn supervise<E: Write>(
                 }
             };
             n.status = Some(status);
-            let signalled = |s: &ExitStatus| s.signal().is_some();
             if !status.success()
-                && first
+                && blame
                     .as_ref()
-                    .is_none_or(|(_, f)| !signalled(f) && signalled(&status))
+                    .is_none_or(|(_, f, _)| !signalled(f) && signalled(&status))
             {
-                first = Some((n.name.clone(), status));
+                blame = Some((n.name.clone(), status, Instant::now() + BLAME_SETTLE));
             }
         }
-        if let Some((name, status)) = first.filter(|_| failure.is_none() && kill_at.is_none()) {
+        let all_ended = nodes.iter().all(|n| n.status.is_some());
+        let settled = blame.as_ref().is_some_and(|(_, status, until)| {
+            signalled(status) || all_ended || Instant::now() >= *until
+        });
+        if let Some((name, status, _)) = blame
+            .take_if(|_| settled)
+            .filter(|_| failure.is_none() && kill_at.is_none())
+        {
             notice(
                 err,
                 &format!("{name} {}; stopping the other nodes", describe(status)),

@@ -775,16 +775,15 @@ pub mod encode {
 
     /// A request (pull, or push with its values and `mode`).
     pub fn request(kind: Kind, request: &Request<'_>, mode: UpdateMode) -> Frame {
-        let mut frame = Frame::with_positions(
+        let mut frame = Frame::with_contents(
             kind,
             request.origin,
             request.req,
             u64::from(request.hops),
             request.keys,
-            request.positions,
-            request.values.len(),
+            Some(request.positions),
+            request.values,
         );
-        frame.values_mut().copy_from_slice(request.values);
         frame.header.flags |= match mode {
             UpdateMode::Add => 0,
             UpdateMode::Set => FLAG_SET,
@@ -802,9 +801,7 @@ pub mod encode {
         positions: &[u32],
         values: &[f32],
     ) -> Frame {
-        let mut frame = Frame::with_positions(kind, from, req, 0, keys, positions, values.len());
-        frame.values_mut().copy_from_slice(values);
-        frame
+        Frame::with_contents(kind, from, req, 0, keys, Some(positions), values)
     }
 
     /// Refuses `positions` of `req` (all of it when empty) because of `culprit`.
@@ -837,9 +834,7 @@ pub mod encode {
 
     /// Records moving to their new owner.
     pub fn transfer(from: NodeId, keys: &[Key], values: &[f32]) -> Frame {
-        let mut frame = Frame::new(Kind::Transfer, from, ReqId(0), 0, keys, values.len());
-        frame.values_mut().copy_from_slice(values);
-        frame
+        Frame::with_contents(Kind::Transfer, from, ReqId(0), 0, keys, None, values)
     }
 
     /// Old home → new home: the keys of `bucket` it held, and their records (concatenated).

@@ -36,6 +36,7 @@ pub mod balance;
 mod barrier;
 mod checkpoint;
 pub mod directory;
+mod dispatch;
 mod drain;
 pub mod error;
 mod home_move;

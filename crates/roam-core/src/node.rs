@@ -2,9 +2,10 @@
 //! runs barriers.
 //!
 //! `Node` is sans-IO. Inputs are the `issue_*` calls of local workers (for keys the fast path
-//! could not serve) and the `handle_*` calls of the shell (frames received, peers lost). Outputs
-//! are drained with `poll_transmit` (frames to send, in order, per destination) and then
-//! `poll_completion` (finished operations for the shell to hand to waiting workers).
+//! could not serve) and the `handle_*` calls of the shell (frames received, peers lost: see
+//! `dispatch.rs`). Outputs are drained with `poll_transmit` (frames to send, in order, per
+//! destination) and then `poll_completion` (finished operations for the shell to hand to
+//! waiting workers).
 //!
 //! Every key has a *home node* (from the epoch-numbered [`Directory`]) and one *owner*, the only
 //! node holding its value. Under static allocation the owner is the key's first home. Under
@@ -21,9 +22,9 @@
 //! - A key's value exists in at most one store; it is removed before it is sent and inserted
 //!   only when it lands, and every operation that reaches a node while the key is on its way
 //!   there is queued and applied in arrival order before the key is used or moved on.
-//! - A request from a peer is decoded ([`Msg`]) and validated in full (range, lengths,
+//! - A request from a peer is decoded ([`Msg`](crate::msg::Msg)) and validated in full (range, lengths,
 //!   positions) before any parameter is touched; an invalid one is rejected with a
-//!   [`Msg::Reject`] naming the culprit key.
+//!   [`Msg::Reject`](crate::msg::Msg::Reject) naming the culprit key.
 //! - Per-destination state is keyed by node id from the directory's member set; nothing is
 //!   sized by a node count.
 //! - Frames for one destination leave in the order they were produced; the protocol relies on
@@ -46,7 +47,7 @@ use crate::latency::{LatencyOp, LatencyPath, OpLatency};
 use crate::liveness::{Liveness, Timers};
 use crate::load::{Load, LoadWatch};
 use crate::membership::Membership;
-use crate::msg::{Msg, MsgError, Request, encode};
+use crate::msg::{Request, encode};
 use crate::placement::BucketRecords;
 use crate::policy::{Policy, PolicyKind};
 use crate::relocate::{Queued, Transit};
@@ -56,7 +57,7 @@ use crate::share::{DEFAULT_SHARE_SYNC_NS, IntentTechniques, Shares};
 use crate::stats::{NodeCounters, add};
 use crate::store::{Residency, Store, UpdateMode};
 use crate::warning::Warning;
-use crate::wire::{Frame, Kind, RejectCode};
+use crate::wire::{Frame, Kind};
 
 pub(crate) use crate::barrier::Barriers;
 
@@ -297,7 +298,7 @@ pub struct Node {
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) lost: BTreeSet<NodeId>,
     /// Lost peers in the order they were lost, and whether each left cleanly (goodbye).
-    lost_order: Vec<(NodeId, bool)>,
+    pub(crate) lost_order: Vec<(NodeId, bool)>,
     pub(crate) barriers: Barriers,
     /// The checkpoint cut (`checkpoint.rs`).
     pub(crate) cut: crate::checkpoint::Cut,
@@ -915,265 +916,6 @@ impl Node {
                 req: ReqId(op),
                 result,
             });
-        }
-    }
-
-    /// A frame arrived from `from` (possibly this node itself, without fast local access).
-    pub fn handle_frame(&mut self, now: Time, from: NodeId, frame: Frame) {
-        let Some(frame) = self.intercept_membership(now, from, frame) else {
-            return;
-        };
-        if !self.accepts_from(from, frame.header.kind) {
-            // A joiner times and reports on the members from its welcome on, so its first
-            // heartbeats and load reports may arrive before the member change that admits it
-            // here: no warning for those.
-            if !matches!(frame.header.kind, Kind::Heartbeat | Kind::LoadReport) {
-                self.warn(Warning::UnknownSender { from });
-            }
-            return;
-        }
-        self.tick(now);
-        self.timers.heard(from, now);
-        let msg = match Msg::decode(&frame) {
-            Ok(msg) => msg,
-            Err(error) => return self.handle_undecodable(from, &frame, error),
-        };
-        match msg {
-            Msg::Pull(request) => self.serve_request(now, from, request, None, &frame),
-            Msg::Push { request, mode } => {
-                self.serve_request(now, from, request, Some(mode), &frame)
-            }
-            Msg::PullReply { req, .. } => self.handle_pull_reply(now, from, req, frame),
-            Msg::PushReply { req, positions } => self.handle_push_reply(from, req, positions),
-            Msg::Reject {
-                req,
-                code,
-                culprit,
-                positions,
-            } => self.handle_reject(from, req, code, culprit, positions),
-            Msg::Barrier { generation } => self.handle_barrier_arrival(from, generation),
-            Msg::BarrierRelease { generation } => self.handle_barrier_release(from, generation),
-            Msg::Localize { new_owner, keys } => self.handle_localize(now, from, new_owner, keys),
-            Msg::HandOver { new_owner, keys } => {
-                self.handle_hand_over(now, from, new_owner, keys);
-                self.check_evacuated();
-            }
-            Msg::Transfer { keys, values } => self.handle_transfer(now, from, keys, values),
-            // A node that left has no say about the members' liveness.
-            Msg::PeerLost { .. } if !self.dir.is_member(from) => {}
-            Msg::PeerLost { peer } => {
-                if self.dir.is_member(peer) {
-                    self.handle_peer_lost(now, peer);
-                } else {
-                    self.warn(Warning::UnknownSender { from: peer });
-                }
-            }
-            Msg::MoveHome {
-                origin,
-                req,
-                bucket,
-                to,
-            } => self.handle_move_home(now, origin, req, bucket, to),
-            Msg::HomeHandOff { bucket, to, epoch } => {
-                self.handle_home_hand_off(now, from, bucket, to, epoch)
-            }
-            Msg::HomeTransfer {
-                bucket,
-                epoch,
-                default_owner,
-                keys,
-                owners,
-            } => self.handle_home_transfer(now, from, bucket, epoch, default_owner, keys, owners),
-            Msg::HomeReady { bucket, epoch } => self.handle_home_ready(now, from, bucket, epoch),
-            Msg::EpochChange {
-                bucket,
-                home,
-                epoch,
-            } => self.handle_epoch_change(now, from, bucket, home, epoch),
-            Msg::EpochAck {
-                node,
-                bucket,
-                epoch,
-            } => self.handle_epoch_ack(now, from, node, bucket, epoch),
-            Msg::OpDone { req } => self.handle_op_done(from, req),
-            Msg::Want {
-                wanter,
-                generation,
-                need,
-                keys,
-            } => self.handle_want(now, from, wanter, generation, need, keys),
-            Msg::Offer {
-                wanter,
-                generation,
-                need,
-                keys,
-            } => self.handle_offer(now, from, wanter, generation, need, keys),
-            Msg::Decided {
-                wanter,
-                released,
-                keys,
-            } => self.handle_decided(now, from, wanter, released, keys),
-            Msg::Grant {
-                generation,
-                keys,
-                values,
-            } => self.handle_grant(now, from, generation, keys, values),
-            Msg::ShareDeltas {
-                round,
-                keys,
-                values,
-            } => self.handle_share_deltas(from, round, keys, values),
-            Msg::ShareValues { ack, keys, values } => {
-                self.handle_share_values(from, ack, keys, values)
-            }
-            Msg::Leave {
-                generations,
-                keys,
-                values,
-            } => self.handle_leave(now, from, generations, keys, values),
-            Msg::Revoke { generations, keys } => self.handle_revoke(now, from, generations, keys),
-            Msg::Promote { generations, keys } => self.handle_promote(now, from, generations, keys),
-            Msg::ReplicaDeltas {
-                round,
-                since_ns,
-                keys,
-                values,
-            } => self.handle_replica_deltas(from, round, Time(since_ns), keys, values),
-            Msg::ReplicaValues {
-                ack,
-                since_ns,
-                keys,
-                values,
-            } => self.handle_replica_values(now, from, ack, Time(since_ns), keys, values),
-            Msg::ReplicaFlush { generation } => self.handle_replica_flush(from, generation),
-            Msg::ReplicaFlushed { generation } => self.handle_replica_flushed(from, generation),
-            Msg::CutQuiet { generation } => self.handle_cut_quiet(from, generation),
-            Msg::CutRelease { generation } => self.handle_cut_release(from, generation),
-            Msg::LoadReport { ops, peers, values } => {
-                self.handle_load_report(from, ops, peers, values)
-            }
-            Msg::BucketKeys {
-                bucket,
-                epoch,
-                keys,
-                values,
-            } => self.handle_bucket_keys(now, from, bucket, epoch, keys, values),
-            Msg::Member(msg) => self.handle_member_msg(now, from, msg),
-            Msg::Heartbeat | Msg::Goodbye => {}
-        }
-        // A landing key or a finished move may be what a checkpoint cut waits for.
-        self.recheck_cut();
-    }
-
-    /// A frame that does not decode as its kind: a request is refused as a whole to the node
-    /// it names (refusing is a server's normal answer to bad input); anything else is reported
-    /// and dropped — an unreadable answer neither completes nor breaks the operation it names,
-    /// whose real answers still count.
-    fn handle_undecodable(&mut self, from: NodeId, frame: &Frame, error: MsgError) {
-        let h = &frame.header;
-        match h.kind {
-            Kind::Pull | Kind::Push if self.dir.is_member(h.origin) => {
-                let culprit = frame.keys().first().copied().unwrap_or(0);
-                let reject =
-                    encode::reject(self.cfg.id, h.req, RejectCode::Malformed, culprit, &[], &[]);
-                self.send(h.origin, reject);
-            }
-            Kind::PullReply | Kind::PushReply | Kind::Reject
-                if !self.pending.contains_key(&h.req.0) =>
-            {
-                self.warn(Warning::UnknownRequest {
-                    from,
-                    kind: h.kind,
-                    req: h.req,
-                })
-            }
-            _ => self.warn(Warning::Malformed { from, error }),
-        }
-    }
-
-    /// `peer` disconnected or stopped answering: fail everything that may wait on it.
-    ///
-    /// Under static allocation that is every operation with a frame sent to `peer`. Under dynamic
-    /// allocation any key may have been on `peer` or be routed through it, so every operation
-    /// waiting for an answer fails, as does every later access that needs another node.
-    pub fn handle_peer_lost(&mut self, now: Time, peer: NodeId) {
-        self.lose_peer(now, peer, false);
-    }
-
-    /// `peer` left cleanly (it said goodbye after the final node-wide barrier): later accesses
-    /// that need it fail, but the barrier it passed is not failed and no loss is broadcast.
-    pub fn handle_peer_departed(&mut self, now: Time, peer: NodeId) {
-        self.lose_peer(now, peer, true);
-    }
-
-    fn lose_peer(&mut self, now: Time, peer: NodeId, departed: bool) {
-        if !self.dir.is_member(peer) || self.lost.contains(&peer) || peer == self.cfg.id {
-            return;
-        }
-        self.tick(now);
-        self.lost.insert(peer);
-        self.lost_order.push((peer, departed));
-        self.timers.forget(peer);
-        self.fail_pending_after_loss(peer, self.keys_may_be_anywhere());
-        self.home_moves_lose_peer(now, peer);
-        self.membership_lose_peer(now, peer);
-        if !departed {
-            // Its replicas' deltas are gone with it; keys waiting for its leave go on.
-            self.forget_sharer(peer);
-        }
-        if departed || !self.is_member() {
-            // A node that left (or is not admitted yet) tells nobody: it is no member of theirs.
-            return;
-        }
-        self.fail_barriers(peer);
-        self.fail_cut();
-        // Tell every other node, so that no one waits for a barrier or a key that depends on
-        // the lost node without knowing it (the loss may be of one link only).
-        let others: Vec<NodeId> = self
-            .dir
-            .members()
-            .iter()
-            .copied()
-            .filter(|&other| other != self.cfg.id && !self.lost.contains(&other))
-            .collect();
-        for other in others {
-            let notice = encode::control(Kind::PeerLost, self.cfg.id, u64::from(peer.0));
-            self.send(other, notice);
-        }
-    }
-
-    /// Fails the pending operations that depend on lost `peer`: those whose frames went to it
-    /// first, or with `anywhere` (keys may be anywhere) every remote one.
-    fn fail_pending_after_loss(&mut self, peer: NodeId, anywhere: bool) {
-        let mut doomed: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| {
-                matches!(p.kind, OpKind::SyncReplicas | OpKind::Checkpoint)
-                    || (p.kind != OpKind::Barrier && (anywhere || p.first_hops.contains(&peer)))
-            })
-            .map(|(&op, _)| op)
-            .collect();
-        // Completions must come out in an order that depends only on the inputs.
-        doomed.sort_unstable();
-        for op in doomed {
-            let p = self.pending.get_mut(&op).expect("collected above");
-            p.remaining = 0;
-            p.error.get_or_insert(OpError::PeerGone { peer });
-            self.settle(op);
-        }
-    }
-
-    /// This node learnt of its first home move (its table's epoch left 0) after a peer was
-    /// lost: operations issued when no request was ever forwarded may now be on their way
-    /// through the lost peer, so they fail as they would have, had the move been known then.
-    pub(crate) fn note_first_move(&mut self, epoch_before: u32) {
-        if epoch_before == 0
-            && self.dir.epoch() > 0
-            && !self.policy.keys_move()
-            && let Some(peer) = self.first_lost()
-        {
-            self.fail_pending_after_loss(peer, true);
         }
     }
 

@@ -43,6 +43,7 @@ mod home_move;
 pub mod id;
 pub mod intent;
 pub mod interest;
+mod issue;
 pub mod keyspace;
 pub mod latency;
 pub mod liveness;

@@ -145,6 +145,8 @@ enum TrainCommand {
     Kge(roam_apps::kge::Args),
     /// Skip-gram word vectors with negative sampling.
     W2v(roam_apps::w2v::Args),
+    /// Click-through-rate prediction: sparse id fields, embeddings and an MLP.
+    Ctr(roam_apps::ctr::Args),
 }
 
 #[derive(Subcommand)]
@@ -223,6 +225,9 @@ fn run(command: Command) -> anyhow::Result<i32> {
             }
             TrainCommand::W2v(args) => {
                 plot::after_training(&args.output, roam_apps::w2v::run(&args)?)?
+            }
+            TrainCommand::Ctr(args) => {
+                plot::after_training(&args.output, roam_apps::ctr::run(&args)?)?
             }
         },
         Command::Plot(args) => plot::run(&args)?,

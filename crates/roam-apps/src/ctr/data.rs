@@ -104,6 +104,9 @@ pub struct Dataset {
     pub train: Examples,
     /// Test examples.
     pub test: Examples,
+    /// Synthetic data only: the test AUC of the hidden model that drew the labels (the best
+    /// a model can expect).
+    pub oracle_test_auc: Option<f64>,
 }
 
 /// Reads `dir/train.tsv` and `dir/test.tsv`.
@@ -120,6 +123,7 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Dataset> {
         field_names: names,
         train,
         test,
+        oracle_test_auc: None,
     })
 }
 

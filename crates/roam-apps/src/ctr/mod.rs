@@ -73,7 +73,7 @@ pub struct Args {
     /// Examples per batch (per worker).
     #[arg(long, default_value_t = 256)]
     pub batch: usize,
-    /// Server-side optimizer of every parameter: adagrad, adam, sgd or ftrl.
+    /// Server-side optimizer of every parameter: adagrad, adam or sgd.
     #[arg(long, default_value = "adagrad")]
     pub optimizer: String,
     /// Learning rate (FTRL: alpha).
@@ -135,10 +135,18 @@ impl Args {
     fn optimizer(&self) -> anyhow::Result<Optimizer> {
         let opt = Optimizer::from_parts(&self.optimizer, &[("lr", self.lr)]).with_context(|| {
                 format!(
-                    "--optimizer {:?} (expected adagrad, adam, sgd or ftrl)",
+                    "--optimizer {:?} (expected adagrad, adam or sgd)",
                     self.optimizer
                 )
             })?;
+        // FTRL computes a row's weights from its state (z, n), which starts at zero, so the
+        // MLP would start (and stay) at the symmetric all-zero point and not learn.
+        ensure!(
+            opt.name() != "ftrl",
+            "--optimizer ftrl: FTRL sets every weight from its state, which starts at zero, and an \
+             MLP cannot train from all-zero weights; use adagrad, adam or sgd (FTRL suits the \
+             linear part of a Wide&Deep model, which `ctr` does not have)"
+        );
         Ok(opt)
     }
 
@@ -196,6 +204,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         "optimizer": optimizer.name(), "lr": short(args.lr),
         "fields": data.field_names, "train_rows": data.train.len(), "test_rows": data.test.len(),
         "train_click_rate": data.train.click_rate(), "test_click_rate": data.test.click_rate(),
+        "oracle_test_auc": data.oracle_test_auc,
         "dense_params": shape.dense_len(), "dense_keys": shape.dense_keys(),
         "model": "mean-pooled field embeddings, concatenated, MLP F*dim-hidden-1 (ReLU), logistic loss",
         "dense": "roam keys with the same server-side optimizer, gradients applied as they arrive, pulled every batch",

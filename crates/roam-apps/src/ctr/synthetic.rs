@@ -146,6 +146,7 @@ pub fn generate(spec: &Spec) -> anyhow::Result<Dataset> {
     let scale = spec.signal / (spec.fields as f64).sqrt();
     let test_rows = (spec.rows as f64 * spec.test) as u64;
     let mut splits = [Examples::new(spec.fields), Examples::new(spec.fields)];
+    let mut test_logits = Vec::with_capacity(test_rows as usize);
     // The label's own stream, so that the ids do not depend on the labels drawn.
     let mut label_rng = ChaCha8Rng::seed_from_u64(mix(spec.seed ^ 0x6c61_6265_6c73));
     for row in 0..spec.rows {
@@ -158,14 +159,19 @@ pub fn generate(spec: &Spec) -> anyhow::Result<Dataset> {
             out.end_bag()?;
         }
         let p = 1.0 / (1.0 + (-scale * logit).exp());
+        if row >= spec.rows - test_rows {
+            test_logits.push(logit as f32);
+        }
         let u: f64 = rand::Rng::random(&mut label_rng);
         out.labels.push(u8::from(u < p));
     }
     let [train, test] = splits;
+    let oracle_test_auc = super::model::auc(&test_logits, &test.labels);
     Ok(Dataset {
         field_names: (0..spec.fields).map(|f| format!("f{f}")).collect(),
         train,
         test,
+        oracle_test_auc,
     })
 }
 

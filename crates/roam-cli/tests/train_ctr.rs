@@ -147,7 +147,13 @@ fn two_nodes_in_every_mode_learn_like_single() {
         }
         local.push((mode, last_epoch(&r, "local_fraction")));
     }
-    let of = |m: &str| local.iter().find(|(n, _)| *n == m).map(|(_, f)| *f).unwrap();
+    let of = |m: &str| {
+        local
+            .iter()
+            .find(|(n, _)| *n == m)
+            .map(|(_, f)| *f)
+            .unwrap()
+    };
     assert_eq!(of("classic-nolocal"), 0.0, "{local:?}");
     assert!(of("lapse") > of("classic"), "{local:?}");
 }
@@ -234,11 +240,25 @@ fn bad_input_fails_with_a_message() {
             "FTRL",
         ),
         (
-            vec!["train", "ctr", "--mode", "single", "--synthetic", "fields=0"],
+            vec![
+                "train",
+                "ctr",
+                "--mode",
+                "single",
+                "--synthetic",
+                "fields=0",
+            ],
             "fields must be in",
         ),
         (
-            vec!["train", "ctr", "--mode", "single", "--data", "/nonexistent/ctr"],
+            vec![
+                "train",
+                "ctr",
+                "--mode",
+                "single",
+                "--data",
+                "/nonexistent/ctr",
+            ],
             "not a directory",
         ),
         (

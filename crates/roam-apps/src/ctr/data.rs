@@ -129,7 +129,8 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Dataset> {
 
 /// Reads one split file: its field names and examples.
 pub fn load_file(path: &Path) -> anyhow::Result<(Vec<String>, Examples)> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     parse(&text).with_context(|| format!("{}", path.display()))
 }
 

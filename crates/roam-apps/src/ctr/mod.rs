@@ -133,7 +133,8 @@ impl Args {
 
     /// The optimizer every key uses.
     fn optimizer(&self) -> anyhow::Result<Optimizer> {
-        let opt = Optimizer::from_parts(&self.optimizer, &[("lr", self.lr)]).with_context(|| {
+        let opt =
+            Optimizer::from_parts(&self.optimizer, &[("lr", self.lr)]).with_context(|| {
                 format!(
                     "--optimizer {:?} (expected adagrad, adam or sgd)",
                     self.optimizer
@@ -175,7 +176,10 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     args.validate()?;
     let optimizer = args.optimizer()?;
     let (data, dataset) = args.load()?;
-    ensure!(!data.train.is_empty(), "{dataset}: the training set is empty");
+    ensure!(
+        !data.train.is_empty(),
+        "{dataset}: the training set is empty"
+    );
     ensure!(!data.test.is_empty(), "{dataset}: the test set is empty");
     let dim = args.dim as usize;
     let shape = Shape {

@@ -91,7 +91,10 @@ impl FromStr for Spec {
             (1..=1024).contains(&spec.fields),
             "synthetic spec {s:?}: fields must be in 1..=1024"
         );
-        ensure!(spec.ids >= 1, "synthetic spec {s:?}: ids must be at least 1");
+        ensure!(
+            spec.ids >= 1,
+            "synthetic spec {s:?}: ids must be at least 1"
+        );
         ensure!(
             spec.zipf.is_finite() && spec.zipf >= 0.0,
             "synthetic spec {s:?}: zipf must be >= 0"
@@ -182,7 +185,10 @@ mod tests {
     #[test]
     fn spec_parses_and_names_bad_keys() {
         let spec: Spec = "fields=3,ids=1e8,rows=1000,seed=7".parse().unwrap();
-        assert_eq!((spec.fields, spec.ids, spec.rows, spec.seed), (3, 100_000_000, 1000, 7));
+        assert_eq!(
+            (spec.fields, spec.ids, spec.rows, spec.seed),
+            (3, 100_000_000, 1000, 7)
+        );
         assert!(Spec::EMBEDDED.parse::<Spec>().is_ok());
         for (text, needle) in [
             ("colour=1", "unknown key"),
@@ -198,7 +204,9 @@ mod tests {
 
     #[test]
     fn same_spec_same_rows_and_skewed_ids() {
-        let spec: Spec = "fields=4,ids=1e8,rows=2000,zipf=1.1,seed=3".parse().unwrap();
+        let spec: Spec = "fields=4,ids=1e8,rows=2000,zipf=1.1,seed=3"
+            .parse()
+            .unwrap();
         let (a, b) = (generate(&spec).unwrap(), generate(&spec).unwrap());
         assert_eq!(a.train.keys, b.train.keys);
         assert_eq!(a.test.labels, b.test.labels);

@@ -126,12 +126,9 @@ impl Job<'_> {
         for epoch in 0..args.epochs {
             let clock = Stopwatch::start();
             let cpu_start = common::process_cpu_micros();
-            let bar = self.console.bar(
-                w,
-                train.len() as u64,
-                (epoch + 1, args.epochs),
-                previous,
-            );
+            let bar = self
+                .console
+                .bar(w, train.len() as u64, (epoch + 1, args.epochs), previous);
             let mut order = mine.clone();
             let seed = mix(args.seed ^ (u64::from(epoch) << 32) ^ gid as u64);
             order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
@@ -187,7 +184,11 @@ impl Job<'_> {
             let epoch_intents = &sums[INTENTS_AT..ACCESSES_AT];
             for (i, (t, e)) in intent_total.iter_mut().zip(epoch_intents).enumerate() {
                 // Counts add up over the epochs; the window is the latest.
-                *t = if i + 1 == intents::COUNTERS { *e } else { *t + e };
+                *t = if i + 1 == intents::COUNTERS {
+                    *e
+                } else {
+                    *t + e
+                };
             }
             if args.mode.signals_intents() {
                 record["intents"] = intents::report(epoch_intents, parts as u64);

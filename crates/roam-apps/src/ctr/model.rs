@@ -97,6 +97,25 @@ impl Batch {
     }
 }
 
+/// The parameters a batch reads: its embedding rows (`unique × dim`, in [`Batch::unique`]
+/// order) and the dense vector.
+#[derive(Clone, Copy, Debug)]
+pub struct Params<'a> {
+    /// The batch's embedding rows.
+    pub emb: &'a [f32],
+    /// The dense parameters ([`Shape::dense_len`], padded to whole keys).
+    pub dense: &'a [f32],
+}
+
+/// Gradients in the shapes of [`Params`].
+#[derive(Debug, Default)]
+pub struct Grads {
+    /// Of the batch's embedding rows.
+    pub emb: Vec<f32>,
+    /// Of the dense parameters.
+    pub dense: Vec<f32>,
+}
+
 /// Forward and backward work buffers (reused across batches).
 #[derive(Debug, Default)]
 pub struct Scratch {
@@ -124,10 +143,10 @@ fn forward_row(
     row: usize,
     slots: &[u32],
     cursor: &mut usize,
-    emb: &[f32],
-    dense: &[f32],
+    p: Params<'_>,
     s: &mut Scratch,
 ) -> f32 {
+    let (emb, dense) = (p.emb, p.dense);
     let (d, n_in, hid) = (shape.dim, shape.input(), shape.hidden);
     s.x.clear();
     s.x.resize(n_in, 0.0);
@@ -168,13 +187,12 @@ pub fn train_step(
     shape: &Shape,
     ex: &Examples,
     batch: &Batch,
-    emb: &[f32],
-    dense: &[f32],
-    grad_emb: &mut Vec<f32>,
-    grad_dense: &mut Vec<f32>,
+    p: Params<'_>,
+    g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
     let (d, n_in, hid) = (shape.dim, shape.input(), shape.hidden);
+    let (dense, grad_emb, grad_dense) = (p.dense, &mut g.emb, &mut g.dense);
     grad_emb.clear();
     grad_emb.resize(batch.unique.len() * d, 0.0);
     grad_dense.clear();
@@ -186,7 +204,7 @@ pub fn train_step(
     let mut cursor = 0;
     for &row in &batch.rows {
         let start = cursor;
-        let z = forward_row(shape, ex, row, &batch.slots, &mut cursor, emb, dense, s);
+        let z = forward_row(shape, ex, row, &batch.slots, &mut cursor, p, s);
         let y = f32::from(ex.labels[row]);
         loss += log_loss(z, y);
         let dz = (sigmoid(z) - y) * scale;
@@ -236,23 +254,13 @@ pub fn predict(
     shape: &Shape,
     ex: &Examples,
     batch: &Batch,
-    emb: &[f32],
-    dense: &[f32],
+    p: Params<'_>,
     out: &mut Vec<f32>,
     s: &mut Scratch,
 ) {
     let mut cursor = 0;
     for &row in &batch.rows {
-        out.push(forward_row(
-            shape,
-            ex,
-            row,
-            &batch.slots,
-            &mut cursor,
-            emb,
-            dense,
-            s,
-        ));
+        out.push(forward_row(shape, ex, row, &batch.slots, &mut cursor, p, s));
     }
 }
 
@@ -323,27 +331,36 @@ mod tests {
             .find(|(emb, dense)| {
                 let mut cursor = 0;
                 batch.rows.iter().all(|&row| {
-                    forward_row(
-                        &shape,
-                        &ex,
-                        row,
-                        &batch.slots,
-                        &mut cursor,
-                        emb,
-                        dense,
-                        &mut s,
-                    );
+                    let p = Params { emb, dense };
+                    forward_row(&shape, &ex, row, &batch.slots, &mut cursor, p, &mut s);
                     s.h.iter().all(|p| p.abs() > 0.02)
                 })
             })
             .expect("a seed without pre-activations near zero");
-        let (mut ge, mut gd) = (Vec::new(), Vec::new());
+        let mut g = Grads::default();
         let n = batch.rows.len() as f64;
         let loss = |emb: &[f32], dense: &[f32], s: &mut Scratch| {
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            train_step(&shape, &ex, &batch, emb, dense, &mut a, &mut b, s) / n
+            train_step(
+                &shape,
+                &ex,
+                &batch,
+                Params { emb, dense },
+                &mut Grads::default(),
+                s,
+            ) / n
         };
-        train_step(&shape, &ex, &batch, &emb, &dense, &mut ge, &mut gd, &mut s);
+        train_step(
+            &shape,
+            &ex,
+            &batch,
+            Params {
+                emb: &emb,
+                dense: &dense,
+            },
+            &mut g,
+            &mut s,
+        );
+        let (ge, gd) = (g.emb, g.dense);
         let h = 1e-3f32;
         let mut check = |params: &mut Vec<f32>,
                          grads: &[f32],

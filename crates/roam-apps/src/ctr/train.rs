@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::Args;
 use super::data::{Dataset, mix};
-use super::model::{self, Batch, Scratch, Shape};
+use super::model::{self, Batch, Grads, Params, Scratch, Shape};
 use crate::common::{self, ClusterCounters, Stopwatch, SumKeys};
 use crate::intents::{self, NodeIntents};
 use crate::output::{self, Console, LocalFraction};
@@ -69,8 +69,7 @@ struct Trainer {
     ahead: Batch,
     emb: Vec<f32>,
     dense: Vec<f32>,
-    grad_emb: Vec<f32>,
-    grad_dense: Vec<f32>,
+    grads: Grads,
     scratch: Scratch,
     pending: VecDeque<Ticket<'static>>,
 }
@@ -82,6 +81,13 @@ impl Trainer {
             self.pending.pop_front().expect("not empty").wait()?;
         }
         Ok(())
+    }
+
+    fn params(&self) -> Params<'_> {
+        Params {
+            emb: &self.emb,
+            dense: &self.dense,
+        }
     }
 
     fn drain(&mut self) -> anyhow::Result<()> {
@@ -249,24 +255,26 @@ impl Job<'_> {
                 signal(t, i + ahead)?;
             }
             t.pull(w, &self.dense_keys, dim)?;
+            let mut grads = std::mem::take(&mut t.grads);
+            let mut scratch = std::mem::take(&mut t.scratch);
             let l = model::train_step(
                 &self.shape,
                 train,
                 &t.cur,
-                &t.emb,
-                &t.dense,
-                &mut t.grad_emb,
-                &mut t.grad_dense,
-                &mut t.scratch,
+                t.params(),
+                &mut grads,
+                &mut scratch,
             );
+            t.grads = grads;
+            t.scratch = scratch;
             if l.is_finite() {
                 loss += l;
             } else {
                 bad += 1;
             }
-            let a = w.push_gradients(&t.cur.unique, &t.grad_emb)?;
+            let a = w.push_gradients(&t.cur.unique, &t.grads.emb)?;
             t.hold(a)?;
-            let b = w.push_gradients(&self.dense_keys, &t.grad_dense)?;
+            let b = w.push_gradients(&self.dense_keys, &t.grads.dense)?;
             t.hold(b)?;
             if intents {
                 w.advance_clock();
@@ -292,15 +300,16 @@ impl Job<'_> {
         for chunk in rows.chunks(EVAL_BATCH) {
             t.cur.fill(test, chunk);
             t.pull(w, &self.dense_keys, self.shape.dim)?;
+            let mut scratch = std::mem::take(&mut t.scratch);
             model::predict(
                 &self.shape,
                 test,
                 &t.cur,
-                &t.emb,
-                &t.dense,
+                t.params(),
                 &mut logits,
-                &mut t.scratch,
+                &mut scratch,
             );
+            t.scratch = scratch;
         }
         let logloss = logits
             .iter()

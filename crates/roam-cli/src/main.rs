@@ -243,7 +243,7 @@ fn join(args: JoinArgs) -> anyhow::Result<i32> {
     let job = Cli::try_parse_from(std::iter::once(OsString::from("roam")).chain(args.job))?;
     anyhow::ensure!(
         matches!(job.command, Command::Train(_)),
-        "roam join runs a training job (`train mf|kge|w2v ...`)"
+        "roam join runs a training job (`train mf|kge|w2v|ctr ...`)"
     );
     // SAFETY: no other thread runs yet (the node starts in `run`), and nothing else reads or
     // writes the environment concurrently.

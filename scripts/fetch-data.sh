@@ -2,10 +2,12 @@
 # Fetch the real datasets used by roam's example workloads from package
 # registries (PyPI via pip, Debian via apt-get) and convert them into data/.
 #
-#   scripts/fetch-data.sh [--force] [ml-100k|umls|wn18rr|gcide|gensim-eval|all]...
+#   scripts/fetch-data.sh [--force] [ml-100k|ml-100k-ctr|umls|wn18rr|gcide|gensim-eval|all]...
 #
 # Datasets (see docs/data.md):
 #   ml-100k  MovieLens-100k ratings, 90/10 split   (PyPI recbole wheel)       -> mf
+#   ml-100k-ctr  MovieLens-100k as clicks (rating >= 4), 7 id fields, 80/20
+#            split                                  (PyPI recbole wheel)       -> ctr
 #   umls     UMLS knowledge graph                   (PyPI pykeen wheel)        -> kge
 #   wn18rr   WN18RR-style graph from WordNet 3.0    (Debian wordnet-base)      -> kge
 #   gcide    English corpus + WordNet synonym pairs (Debian dict-gcide,
@@ -58,7 +60,7 @@ GENSIM_FILE=gensim-4.4.0-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64
 GENSIM_SHA256=91a7fa5e814e7b1bad4b2dffa8d62c1e55410d5cbdf930714c1997ffb4404db8
 GENSIM_PIP_ARGS=(--platform manylinux_2_28_x86_64 --python-version 3.11 --implementation cp --abi cp311)
 
-ALL_DATASETS=(ml-100k umls wn18rr gcide gensim-eval)
+ALL_DATASETS=(ml-100k ml-100k-ctr umls wn18rr gcide gensim-eval)
 FORMAT_VERSION=1
 
 # ---- helpers ---------------------------------------------------------------
@@ -66,7 +68,7 @@ log() { printf '[fetch-data] %s\n' "$*" >&2; }
 die() { printf '[fetch-data] error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
@@ -205,6 +207,16 @@ spec_ml-100k() {
     "$PYTHON" "$HELPERS/ml100k.py" --describe
 }
 
+spec_ml-100k-ctr() {
+    spec_header ml-100k-ctr
+    printf 'artifact: PyPI recbole %s %s sha256=%s\n' "$RECBOLE_VERSION" "$RECBOLE_FILE" "$RECBOLE_SHA256"
+    printf 'member: recbole/dataset_example/ml-100k/ml-100k.{inter,user,item}\n'
+    printf 'seed: %s\n' "$SEED"
+    converter_lines ml100k_ctr.py cli.py
+    printf '## steps\n'
+    "$PYTHON" "$HELPERS/ml100k_ctr.py" --describe
+}
+
 spec_umls() {
     spec_header umls
     printf 'artifact: PyPI pykeen %s %s sha256=%s\n' "$PYKEEN_VERSION" "$PYKEEN_FILE" "$PYKEEN_SHA256"
@@ -247,6 +259,7 @@ spec_gensim-eval() {
 outputs_of() {
     case "$1" in
         ml-100k) echo "train.tsv test.tsv" ;;
+        ml-100k-ctr) echo "train.tsv test.tsv fields.tsv" ;;
         umls | wn18rr) echo "train.txt valid.txt test.txt" ;;
         gcide) echo "corpus.txt similar_pairs.tsv" ;;
         gensim-eval) echo "wordsim353.tsv simlex999.txt questions-words.txt" ;;
@@ -276,6 +289,11 @@ is_current() {
 convert_ml-100k() { # out
     fetch_wheel recbole "$RECBOLE_VERSION" "$RECBOLE_FILE" "$RECBOLE_SHA256"
     "$PYTHON" "$HELPERS/ml100k.py" --wheel "$FETCHED" --out "$1" --seed "$SEED"
+}
+
+convert_ml-100k-ctr() { # out
+    fetch_wheel recbole "$RECBOLE_VERSION" "$RECBOLE_FILE" "$RECBOLE_SHA256"
+    "$PYTHON" "$HELPERS/ml100k_ctr.py" --wheel "$FETCHED" --out "$1" --seed "$SEED"
 }
 
 convert_umls() {
@@ -341,8 +359,8 @@ main() {
             -f | --force) force=1 ;;
             -h | --help) usage; exit 0 ;;
             all) names+=("${ALL_DATASETS[@]}") ;;
-            ml-100k | umls | wn18rr | gcide | gensim-eval) names+=("$a") ;;
-            *) usage >&2; die "unknown argument '$a' (expected ml-100k, umls, wn18rr, gcide, gensim-eval, all or --force)" ;;
+            ml-100k | ml-100k-ctr | umls | wn18rr | gcide | gensim-eval) names+=("$a") ;;
+            *) usage >&2; die "unknown argument '$a' (expected ml-100k, ml-100k-ctr, umls, wn18rr, gcide, gensim-eval, all or --force)" ;;
         esac
     done
     [[ ${#names[@]} -gt 0 ]] || names=("${ALL_DATASETS[@]}")

@@ -341,7 +341,7 @@ impl Stopwatch {
 /// The report rank 0 makes at the end of a training job ([`crate::output`] prints or writes it).
 #[derive(Clone, Debug, Serialize)]
 pub struct TrainReport {
-    /// `mf`, `kge` or `w2v`.
+    /// `mf`, `kge`, `w2v` or `ctr`.
     pub app: &'static str,
     /// The mode's name.
     pub mode: &'static str,

@@ -10,12 +10,15 @@
 //! - `kge`: knowledge-graph embeddings (ComplEx, RESCAL) with AdaGrad and filtered ranking.
 //! - [`sampling`]: negatives through roam's sampling API: `--sampling` and its defaults.
 //! - `w2v`: skip-gram word vectors with negative sampling.
+//! - `ctr`: click-through-rate prediction (sparse id fields, embeddings, an MLP) with
+//!   server-side optimizers.
 //!
 //! `anyhow` is used here because these are applications (their errors end up printed by the
 //! `roam` binary), not library code.
 
 pub mod checkpointing;
 pub mod common;
+pub mod ctr;
 pub mod intents;
 pub mod kge;
 pub mod mf;

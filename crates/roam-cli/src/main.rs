@@ -145,6 +145,8 @@ enum TrainCommand {
     Kge(roam_apps::kge::Args),
     /// Skip-gram word vectors with negative sampling.
     W2v(roam_apps::w2v::Args),
+    /// Click-through-rate prediction: sparse id fields, embeddings and an MLP.
+    Ctr(roam_apps::ctr::Args),
 }
 
 #[derive(Subcommand)]
@@ -224,6 +226,9 @@ fn run(command: Command) -> anyhow::Result<i32> {
             TrainCommand::W2v(args) => {
                 plot::after_training(&args.output, roam_apps::w2v::run(&args)?)?
             }
+            TrainCommand::Ctr(args) => {
+                plot::after_training(&args.output, roam_apps::ctr::run(&args)?)?
+            }
         },
         Command::Plot(args) => plot::run(&args)?,
         Command::Check(command) => check::run(&command).map(|()| 0)?,
@@ -238,7 +243,7 @@ fn join(args: JoinArgs) -> anyhow::Result<i32> {
     let job = Cli::try_parse_from(std::iter::once(OsString::from("roam")).chain(args.job))?;
     anyhow::ensure!(
         matches!(job.command, Command::Train(_)),
-        "roam join runs a training job (`train mf|kge|w2v ...`)"
+        "roam join runs a training job (`train mf|kge|w2v|ctr ...`)"
     );
     // SAFETY: no other thread runs yet (the node starts in `run`), and nothing else reads or
     // writes the environment concurrently.

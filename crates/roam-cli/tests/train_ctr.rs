@@ -1,0 +1,277 @@
+//! End-to-end runs of `roam train ctr`: synthetic Zipf clicks over 10^8-id fields in single mode
+//! (one and two worker threads) and with 2 nodes × 1 worker in classic, classic-nolocal, lapse
+//! and adapm. They check that the model learns (test AUC clearly above 0.5, loss falls in the
+//! first epochs), that the 2-node runs' losses and AUCs are close to single's (the same model
+//! trained asynchronously by two workers), that lapse serves more accesses locally than
+//! classic, the report's fields, the MovieLens click data when `scripts/fetch-data.sh
+//! ml-100k-ctr` has been run (skipped with a message otherwise), and that bad input fails with
+//! a message naming it. Every run uses a fixed `--seed` and a seeded synthetic spec, printed
+//! with the arguments on failure.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{epochs, fails, json_with, last_epoch, launch, losses, run, scratch};
+use serde_json::Value;
+
+/// Small enough for about a second per run; 10^8 ids per field, most of them seen once.
+const SYNTHETIC: &str = "fields=6,ids=1e8,zipf=1.1,rows=30000,test=0.2,signal=2,seed=3";
+const ARGS: [&str; 10] = [
+    "--synthetic",
+    SYNTHETIC,
+    "--epochs",
+    "2",
+    "--seed",
+    "5",
+    "--lr",
+    "0.02",
+    "--batch",
+    "128",
+];
+
+fn report(stdout: &str) -> Value {
+    json_with(stdout, "app", "ctr")
+}
+
+/// The job's arguments: [`ARGS`], each option of `extra` replacing the one of the same name.
+fn train(mode: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["train", "ctr", "--mode", mode]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for pair in ARGS.chunks(2) {
+        if !extra.contains(&pair[0]) {
+            args.extend(pair.iter().map(|s| s.to_string()));
+        }
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn single(extra: &[&str]) -> Value {
+    let args = train("single", extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    report(&run(&args))
+}
+
+fn two_nodes(mode: &str) -> Value {
+    let args = train(mode, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    report(&launch(2, 1, &args))
+}
+
+/// The model learns: finite losses that fall, test AUC clearly above chance.
+fn assert_learns(r: &Value) {
+    let l = losses(r);
+    assert!(l.iter().all(|x| x.is_finite()), "{l:?}: {r}");
+    assert!(l[1] < l[0], "loss did not fall: {l:?}: {r}");
+    let auc = last_epoch(r, "test_auc");
+    assert!(auc > 0.65, "test AUC {auc} is not clearly above 0.5: {r}");
+    let oracle = r["settings"]["oracle_test_auc"].as_f64().expect("oracle");
+    assert!(auc < oracle, "AUC {auc} above the hidden model's {oracle}");
+}
+
+#[test]
+fn single_mode_learns_the_synthetic_clicks_and_reports_every_field() {
+    let r = single(&[]);
+    assert_learns(&r);
+    assert_eq!(r["settings"]["metric"], "test_auc");
+    assert_eq!(r["settings"]["optimizer"], "adagrad");
+    assert_eq!(r["settings"]["train_rows"], 24000);
+    for e in epochs(&r) {
+        for field in [
+            "seconds",
+            "loss",
+            "test_auc",
+            "test_logloss",
+            "rows_per_second",
+            "cpu_seconds",
+            "local_fraction",
+        ] {
+            assert!(e[field].as_f64().is_some(), "{field} missing in {e}");
+        }
+        assert_eq!(e["local_fraction"].as_f64(), Some(1.0), "{e}");
+    }
+    assert!(r["bytes_sent"].as_u64().is_some(), "{r}");
+}
+
+#[test]
+fn two_workers_in_one_process_learn_like_one() {
+    let one = single(&[]);
+    let two = single(&["--workers", "2"]);
+    assert_eq!(two["workers_per_node"], 2);
+    assert_learns(&two);
+    let (a, b) = (last_epoch(&one, "test_auc"), last_epoch(&two, "test_auc"));
+    assert!((a - b).abs() < 0.02, "AUC 1 worker {a}, 2 workers {b}");
+}
+
+/// Two nodes train the same model as one node, asynchronously: every epoch's loss within
+/// 0.03 of single's and the final AUC within 0.02 (adapm: only the AUC, within 0.03).
+///
+/// adapm's loss is not compared: when both nodes signal intents for the same hot row, roam
+/// replicates it (a share); the share's gradients go to the owner, and the share is read as of
+/// its last sync, so hot rows are read staler than in the other modes (epoch 2's online loss
+/// was 0.42–0.52 against single's 0.36; `adapm-relocate-only`, compared here, 0.38).
+#[test]
+fn two_nodes_in_every_mode_learn_like_single() {
+    let base = single(&[]);
+    let base_losses = losses(&base);
+    let base_auc = last_epoch(&base, "test_auc");
+    let mut local = Vec::new();
+    for mode in [
+        "classic",
+        "classic-nolocal",
+        "lapse",
+        "adapm-relocate-only",
+        "adapm",
+    ] {
+        let r = two_nodes(mode);
+        assert_eq!(r["nodes"], 2, "{r}");
+        assert_learns(&r);
+        for (e, (a, b)) in base_losses.iter().zip(losses(&r)).enumerate() {
+            assert!(
+                mode == "adapm" || (a - b).abs() < 0.03,
+                "{mode} epoch {}: loss {b}, single {a}",
+                e + 1
+            );
+        }
+        let auc = last_epoch(&r, "test_auc");
+        let tolerance = if mode == "adapm" { 0.03 } else { 0.02 };
+        assert!(
+            (auc - base_auc).abs() < tolerance,
+            "{mode}: AUC {auc}, single {base_auc}"
+        );
+        if mode.starts_with("adapm") {
+            assert!(r["intents"].is_object(), "{r}");
+        }
+        local.push((mode, last_epoch(&r, "local_fraction")));
+    }
+    let of = |m: &str| {
+        local
+            .iter()
+            .find(|(n, _)| *n == m)
+            .map(|(_, f)| *f)
+            .unwrap()
+    };
+    assert_eq!(of("classic-nolocal"), 0.0, "{local:?}");
+    assert!(of("lapse") > of("classic"), "{local:?}");
+}
+
+#[test]
+fn adam_and_sgd_train_too() {
+    for (opt, lr) in [("adam", "0.002"), ("sgd", "0.5")] {
+        let r = single(&["--optimizer", opt, "--lr", lr]);
+        assert_eq!(r["settings"]["optimizer"], opt);
+        let auc = last_epoch(&r, "test_auc");
+        assert!(auc > 0.6, "{opt}: AUC {auc}: {r}");
+    }
+}
+
+#[test]
+fn a_data_directory_in_the_tsv_format_trains() {
+    let dir = scratch("ctr", "tsv");
+    // Two fields, the second a bag; field 0's id decides the label. Every user is in both
+    // splits (7 is prime to 50).
+    let mut train = String::from("label\tuser\ttags\n");
+    let mut test = train.clone();
+    for i in 0..4000u64 {
+        let user = i % 50;
+        let line = format!("{}\t{user}\t{},{}\n", u8::from(user < 25), i % 7, i % 3);
+        if i % 7 == 0 {
+            test.push_str(&line);
+        } else {
+            train.push_str(&line);
+        }
+    }
+    test.push_str("0\t9999\t\n"); // an unseen id and an empty bag
+    std::fs::write(dir.join("train.tsv"), train).unwrap();
+    std::fs::write(dir.join("test.tsv"), test).unwrap();
+    let d = dir.to_string_lossy().into_owned();
+    let r = report(&run(&[
+        "train", "ctr", "--mode", "single", "--data", &d, "--epochs", "2", "--seed", "1",
+    ]));
+    assert_eq!(r["settings"]["fields"], serde_json::json!(["user", "tags"]));
+    let auc = last_epoch(&r, "test_auc");
+    assert!(auc > 0.95, "a separable task: AUC {auc}: {r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// MovieLens-100k as clicks (`scripts/fetch-data.sh ml-100k-ctr`), when it is there.
+#[test]
+fn movielens_clicks_when_fetched() {
+    let dir = std::env::var_os("ROAM_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data"))
+        .join("ml-100k-ctr");
+    if !dir.join("train.tsv").is_file() {
+        eprintln!(
+            "skipping: {} is absent (scripts/fetch-data.sh ml-100k-ctr)",
+            dir.display()
+        );
+        return;
+    }
+    let d = dir.to_string_lossy().into_owned();
+    let r = report(&run(&[
+        "train", "ctr", "--mode", "single", "--data", &d, "--epochs", "1", "--seed", "1",
+    ]));
+    assert_eq!(r["settings"]["train_rows"], 80000);
+    let auc = last_epoch(&r, "test_auc");
+    assert!(auc > 0.75, "MovieLens clicks: AUC {auc}: {r}");
+}
+
+#[test]
+fn bad_input_fails_with_a_message() {
+    let dir = scratch("ctr", "bad");
+    std::fs::write(dir.join("train.tsv"), "label\ta\n1\t1\n3\t2\n").unwrap();
+    std::fs::write(dir.join("test.tsv"), "label\ta\n1\t1\n").unwrap();
+    let d = dir.to_string_lossy().into_owned();
+    for (args, needle) in [
+        (
+            vec!["train", "ctr", "--mode", "nups"],
+            "replicas cannot keep the state",
+        ),
+        (
+            vec!["train", "ctr", "--mode", "single", "--optimizer", "rmsprop"],
+            "--optimizer \"rmsprop\"",
+        ),
+        (
+            vec!["train", "ctr", "--mode", "single", "--optimizer", "ftrl"],
+            "FTRL",
+        ),
+        (
+            vec![
+                "train",
+                "ctr",
+                "--mode",
+                "single",
+                "--synthetic",
+                "fields=0",
+            ],
+            "fields must be in",
+        ),
+        (
+            vec![
+                "train",
+                "ctr",
+                "--mode",
+                "single",
+                "--data",
+                "/nonexistent/ctr",
+            ],
+            "not a directory",
+        ),
+        (
+            vec!["train", "ctr", "--mode", "single", "--data", &d],
+            "line 3: the label must be 0 or 1",
+        ),
+        (
+            vec!["train", "ctr", "--mode", "single", "--lr", "0"],
+            "--lr 0 must be > 0",
+        ),
+    ] {
+        let err = fails(&args);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,8 +3,9 @@
 //! This module owns the local launcher. It picks a free loopback port for the coordinator and a
 //! fresh random cluster token, starts one child per rank with the `ROAM_*` variables that
 //! [`crate::cluster_env`] reads, relays every child's output line by line with a `[node R] `
-//! prefix, and turns the children's fate into one exit code. A `ROAM_METRICS_ADDR` in the
-//! launcher's environment reaches node (or joiner) `i` with its port plus `i`.
+//! prefix, and turns the children's fate into one exit code. A metrics address
+//! (`--metrics-addr`, else `ROAM_METRICS_ADDR` in the launcher's environment) reaches node (or
+//! joiner) `i` with its port plus `i`; every such port is checked before any node starts.
 //!
 //! Invariants:
 //! - Output: each relayed line is written to the sink with a single `write_all` under the sink's
@@ -121,6 +122,11 @@ pub struct LaunchArgs {
     /// program's own configuration decides (on by default).
     #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
     pub balancer: Option<String>,
+    /// Serve Prometheus metrics from every node: node R at http://HOST:(PORT+R)/metrics,
+    /// joiners (--join-at) on the ports after the last rank (default: $ROAM_METRICS_ADDR, else
+    /// none). Port 0 is refused; every port is checked free before any node starts.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
     /// Network namespaces, bandwidth shaping and profiles (default: plain loopback).
     #[command(flatten)]
     pub network: NetworkArgs,
@@ -248,8 +254,8 @@ where
             args.nodes
         );
     }
-    // Every node's (and joiner's) metrics port must exist before any starts.
-    crate::metrics::launch_addr(args.nodes + joiners - 1)?;
+    // Every node's (and joiner's) metrics port must exist, and be free, before any starts.
+    check_metrics_ports(args.metrics_addr.as_deref(), args.nodes, joiners, net.netns)?;
     let schedule = Schedule::new(&args.slow_node, args.nodes)?;
     let token: String =
         rand::random::<[u8; 32]>()
@@ -403,7 +409,7 @@ where
         if let Some(b) = &args.balancer {
             cmd.env(crate::cluster_env::ROAM_BALANCER, b);
         }
-        if let Ok(Some(addr)) = crate::metrics::launch_addr(rank) {
+        if let Ok(Some(addr)) = crate::metrics::launch_addr(args.metrics_addr.as_deref(), rank) {
             cmd.env(crate::metrics::ROAM_METRICS_ADDR, addr);
         }
         if let Some(b) = net.rate(rank) {
@@ -497,6 +503,43 @@ where
         },
         ..ending
     })
+}
+
+/// The metrics addresses of the `nodes` ranks and `joiners` joiners (`--metrics-addr`, else
+/// `ROAM_METRICS_ADDR`; port plus slot), checked before anything starts: each must be a valid
+/// address with its port in range, and, on loopback, free: a port taken by another process
+/// would fail that one node after its peers started, with only its own output to say why. In
+/// namespaces (`netns`) each node binds inside its own, so there is nothing to try from here.
+/// The check binds and releases each port; a process that takes one in between still fails
+/// its node with a bind error naming the address.
+fn check_metrics_ports(
+    base: Option<&str>,
+    nodes: u32,
+    joiners: u32,
+    netns: bool,
+) -> anyhow::Result<()> {
+    for slot in 0..nodes + joiners {
+        let Some(addr) = crate::metrics::launch_addr(base, slot)? else {
+            return Ok(());
+        };
+        if netns {
+            continue;
+        }
+        let who = if slot < nodes {
+            format!("node {slot}")
+        } else {
+            format!("joiner {} (slot {slot})", slot - nodes)
+        };
+        let resolved = crate::metrics::parse_addr(&addr)?;
+        if let Err(e) = std::net::TcpListener::bind(resolved) {
+            bail!(
+                "{who}: metrics address {addr} (the base port + {slot}) cannot be bound: {e}; \
+                 node r serves on PORT + r, so ports PORT to PORT + {} must be free",
+                nodes + joiners - 1
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Writes the quota changes due at `t` after the nodes started, with a notice for each;
@@ -988,6 +1031,7 @@ mod tests {
             slow_node: Vec::new(),
             slow_scope: Scope::Process,
             balancer: None,
+            metrics_addr: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
             restarts: RestartArgs::default(),
@@ -1054,6 +1098,7 @@ mod tests {
             slow_node: Vec::new(),
             slow_scope: Scope::Process,
             balancer: None,
+            metrics_addr: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
             restarts: RestartArgs::default(),
@@ -1114,6 +1159,7 @@ mod tests {
             slow_node: vec!["2:4".parse().unwrap()],
             slow_scope: Scope::Process,
             balancer: None,
+            metrics_addr: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
             restarts: RestartArgs::default(),
@@ -1188,6 +1234,7 @@ mod tests {
             slow_node: vec!["2:4".parse().unwrap()],
             slow_scope: Scope::Protocol,
             balancer: None,
+            metrics_addr: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
             restarts: RestartArgs::default(),

@@ -7,6 +7,7 @@
 //!   `roam::Worker`'s owned pending operations (a pull owns its output's export).
 //! - `sampling`: `roam.Sampler` (a sampler registered with `Node(samplers=...)`) and
 //!   `roam.Sample` (one `Worker.prepare_sample`, owning the Rust `SampleHandle`).
+//! - `metrics`: the `/metrics` endpoint's arguments of `roam.Node` and `Node.metrics_addr`.
 //! - `buffers`: zero-copy views of NumPy arrays, buffer-protocol and `__dlpack__` objects.
 //!
 //! The crate's only `unsafe` is raw slices of buffer exports (made in `buffers`, used by
@@ -17,6 +18,7 @@
 
 mod buffers;
 mod errors;
+mod metrics;
 mod node;
 mod optimizer;
 mod sampling;

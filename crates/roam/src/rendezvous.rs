@@ -191,8 +191,7 @@ pub enum RendezvousError {
     Auth {
         /// The coordinator `host:port`.
         coordinator: String,
-        /// The handshake error.
-        #[source]
+        /// The handshake error (shown in the message, so not also the `source()`).
         error: AuthError,
     },
     /// Sending our registration failed.

@@ -24,6 +24,39 @@ pub(crate) fn random_space(rng: &mut ChaCha8Rng, num_keys: usize) -> KeySpace {
     KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=3)).collect()).unwrap()
 }
 
+/// 1 to 3 distinct random keys of `0..num_keys` (all of them when there are fewer), in
+/// random order: the key batch of one random operation.
+pub(crate) fn random_keys(rng: &mut impl Rng, num_keys: Key) -> Vec<Key> {
+    let n = rng.random_range(1..=num_keys.min(3) as usize);
+    rand::seq::index::sample(rng, num_keys as usize, n)
+        .into_iter()
+        .map(|k| k as Key)
+        .collect()
+}
+
+/// A push of small integer values (1 to 4, so `f32` sums stay exact) to `keys`, its values
+/// also added into `sums`, the keys' expected totals.
+pub(crate) fn counted_push(
+    rng: &mut impl Rng,
+    space: &KeySpace,
+    keys: Vec<Key>,
+    wait: bool,
+    sums: &mut [Vec<f32>],
+) -> Op {
+    let len: usize = keys.iter().map(|&k| space.len(k)).sum();
+    let vals: Vec<f32> = (0..len)
+        .map(|_| f32::from(rng.random_range(1u8..=4)))
+        .collect();
+    let mut at = 0;
+    for &k in &keys {
+        for slot in &mut sums[k as usize] {
+            *slot += vals[at];
+            at += 1;
+        }
+    }
+    Op::Push { keys, vals, wait }
+}
+
 /// All keys of the space, in order.
 pub(crate) fn all_keys(space: &KeySpace) -> Vec<Key> {
     (0..space.num_keys()).collect()
@@ -142,7 +175,6 @@ pub(crate) struct DynCase {
 ///
 /// A key's final value is therefore its fence value plus every push of phase 3.
 pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
-    use rand::seq::index::sample;
     let mut rng = test_rng(seed ^ 0xd1a);
     let nodes = rng.random_range(2..=4);
     let workers_per_node = rng.random_range(1..=3);
@@ -193,11 +225,7 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
                         counted: Option<&mut Vec<Vec<f32>>>| {
         let mut counted = counted;
         for _ in 0..shape.ops_per_phase {
-            let n = rng.random_range(1..=num_keys.min(3) as usize);
-            let keys: Vec<Key> = sample(rng, num_keys as usize, n)
-                .into_iter()
-                .map(|k| k as Key)
-                .collect();
+            let keys = random_keys(rng, num_keys);
             let len: usize = keys.iter().map(|&k| space.len(k)).sum();
             let wait = rng.random_bool(0.5);
             let op = match rng.random_range(0..20) {

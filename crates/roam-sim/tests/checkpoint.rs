@@ -14,9 +14,12 @@
 
 mod common;
 
-use common::{counted_push, random_keys, run_fault_free, test_rng, workers_of};
+use common::{
+    counted_push, random_delays, random_keys, random_partitioning, run_fault_free, test_rng,
+    workers_of,
+};
 use rand::Rng;
-use roam_core::{IntentTechniques, Key, KeySpace, Partitioning};
+use roam_core::{IntentTechniques, Key, KeySpace};
 use roam_sim::{Op, SimConfig, for_each_seed, seeds};
 
 fn default_seeds() -> u64 {
@@ -47,13 +50,8 @@ fn checkpoint_case(seed: u64) -> Case {
     } else {
         Vec::new()
     };
-    let partitioning = if rng.random_bool(0.5) {
-        Partitioning::Range
-    } else {
-        Partitioning::Hash
-    };
-    let min_delay = rng.random_range(0..=2_000);
-    let max_delay = min_delay + rng.random_range(1..=80_000);
+    let partitioning = random_partitioning(&mut rng);
+    let (min_delay, max_delay) = random_delays(&mut rng);
     let mut cfg = SimConfig::new(nodes, workers_per_node, space.clone())
         .with_seed(seed)
         .with_partitioning(partitioning)

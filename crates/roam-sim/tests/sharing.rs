@@ -12,7 +12,10 @@ mod common;
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use common::{counted_push, random_keys, run_fault_free, test_rng, total, workers_of};
+use common::{
+    counted_push, random_delays, random_keys, random_partitioning, run_fault_free, test_rng, total,
+    workers_of,
+};
 use rand::Rng;
 use roam_core::{IntentTechniques, Key, KeySpace, NodeId, Partitioning};
 use roam_sim::{Op, Outcome, SimConfig, WorkerRef, for_each_seed, seeds};
@@ -38,13 +41,8 @@ fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
         0 => IntentTechniques::ReplicateOnly,
         _ => IntentTechniques::All,
     };
-    let partitioning = if rng.random_bool(0.5) {
-        Partitioning::Range
-    } else {
-        Partitioning::Hash
-    };
-    let min_delay = rng.random_range(0..=2_000);
-    let max_delay = min_delay + rng.random_range(1..=80_000);
+    let partitioning = random_partitioning(&mut rng);
+    let (min_delay, max_delay) = random_delays(&mut rng);
     // Slow workers in some runs: a run then spans several of the workers' rate measurements
     // (1 ms each), so their intents carry leads and ends, and owners defer.
     let max_think = if rng.random_bool(0.3) {

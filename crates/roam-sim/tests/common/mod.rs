@@ -24,6 +24,21 @@ pub(crate) fn random_space(rng: &mut ChaCha8Rng, num_keys: usize) -> KeySpace {
     KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=3)).collect()).unwrap()
 }
 
+/// Range or hash home partitioning, with even odds.
+pub(crate) fn random_partitioning(rng: &mut impl Rng) -> roam_core::Partitioning {
+    if rng.random_bool(0.5) {
+        roam_core::Partitioning::Range
+    } else {
+        roam_core::Partitioning::Hash
+    }
+}
+
+/// Message delay bounds in ns: a minimum up to 2 µs and a maximum up to 80 µs above it.
+pub(crate) fn random_delays(rng: &mut impl Rng) -> (u64, u64) {
+    let min_delay = rng.random_range(0..=2_000);
+    (min_delay, min_delay + rng.random_range(1..=80_000))
+}
+
 /// 1 to 3 distinct random keys of `0..num_keys` (all of them when there are fewer), in
 /// random order: the key batch of one random operation.
 pub(crate) fn random_keys(rng: &mut impl Rng, num_keys: Key) -> Vec<Key> {
@@ -184,13 +199,9 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
     } else {
         KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=2)).collect()).unwrap()
     };
-    let partitioning = shape.partitioning.unwrap_or(if rng.random_bool(0.5) {
-        roam_core::Partitioning::Range
-    } else {
-        roam_core::Partitioning::Hash
-    });
-    let min_delay = rng.random_range(0..=2_000);
-    let max_delay = min_delay + rng.random_range(1..=80_000);
+    // Drawn even when the shape fixes it, so that every shape keeps its seeds' workloads.
+    let partitioning = shape.partitioning.unwrap_or(random_partitioning(&mut rng));
+    let (min_delay, max_delay) = random_delays(&mut rng);
     let max_think = rng.random_range(0..=20_000);
     // Drawn only with intents, so that other shapes keep their seeds' workloads.
     let timing = if shape.intents && rng.random_bool(0.5) {

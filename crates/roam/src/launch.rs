@@ -773,4 +773,40 @@ mod tests {
         args.program = vec!["true".into()];
         assert_eq!(run_with_output(&args, io::sink(), io::sink()).unwrap(), 0);
     }
+
+    #[test]
+    fn metrics_ports_are_checked_for_every_node_and_joiner() {
+        // Two consecutive free ports; the second is then held, as another process would.
+        let (base, taken) = loop {
+            let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = first.local_addr().unwrap().port();
+            drop(first);
+            if port < u16::MAX
+                && let Ok(next) = std::net::TcpListener::bind(("127.0.0.1", port + 1))
+            {
+                break (port, next);
+            }
+        };
+        let addr = format!("127.0.0.1:{base}");
+        assert!(check_metrics_ports(Some(&addr), 1, 0, false).is_ok());
+        let err = check_metrics_ports(Some(&addr), 2, 0, false).unwrap_err();
+        let held = format!("127.0.0.1:{}", base + 1);
+        assert!(
+            err.to_string()
+                .starts_with(&format!("node 1: metrics address {held} ")),
+            "{err}"
+        );
+        let err = check_metrics_ports(Some(&addr), 1, 1, false).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("joiner 0 (slot 1): metrics address {held} ")),
+            "{err}"
+        );
+        // In namespaces every node binds in its own: nothing to try from the launcher's.
+        assert!(check_metrics_ports(Some(&addr), 2, 0, true).is_ok());
+        // A bad base is refused either way, naming it.
+        let err = check_metrics_ports(Some("127.0.0.1:0"), 2, 0, true).unwrap_err();
+        assert!(err.to_string().contains("port 0"), "{err}");
+        drop(taken);
+    }
 }

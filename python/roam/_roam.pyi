@@ -122,10 +122,19 @@ class Node:
             ``beta2`` (Adam), ``alpha``, ``beta``, ``l1``, ``l2`` (FTRL). Its state is hidden in
             the rows (never pulled, moved and checkpointed with them). See
             ``docs/embeddings.md``.
+        metrics_addr: serve Prometheus metrics at ``http://HOST:PORT/metrics`` from this
+            node (``"127.0.0.1:9100"``; port 0 is refused, a scraper must know the port);
+            ``None`` reads ``ROAM_METRICS_ADDR``, which ``roam launch --metrics-addr`` sets per
+            node (the port plus the rank), else no endpoint. See ``docs/metrics.md``.
+        metrics_hold_scrapes: at the end of :meth:`shutdown` (links closed, so no peer waits),
+            keep answering ``/metrics`` until a Prometheus server has scraped this node this
+            many times in all (at most ``rendezvous_timeout`` longer); ``None`` reads
+            ``ROAM_METRICS_HOLD``, else 0.
 
     Raises:
         StartError: invalid key space, cluster configuration, missing token, rendezvous or
-            connection failure (the Rust ``StartError`` message).
+            connection failure, a metrics address that cannot be served (the Rust ``StartError``
+            message).
         ValueError: unknown ``allocation``, ``home``, ``intent_timing`` or
             ``intent_techniques``, an unknown optimizer, parameter or an invalid value (named),
             bad timeouts or lengths, a sampler
@@ -166,6 +175,8 @@ class Node:
         share_sync_every: float | None = None,
         restore_from: str | os.PathLike[str] | None = None,
         optimizer: str | dict[str, Any] | None = None,
+        metrics_addr: str | None = None,
+        metrics_hold_scrapes: int | None = None,
     ) -> None: ...
     @property
     def rank(self) -> int:
@@ -211,6 +222,10 @@ class Node:
     @property
     def data_addr(self) -> str | None:
         """The address this node accepts peer connections on (``None`` for a single node)."""
+    @property
+    def metrics_addr(self) -> str | None:
+        """Where this node serves Prometheus metrics (``"HOST:PORT"``, as bound), or ``None``
+        without an endpoint or once the node has left."""
     def value_len(self, key: int) -> int:
         """The value length of ``key`` (raises :class:`AccessError` if out of range)."""
     def worker(self, index: int) -> Worker:

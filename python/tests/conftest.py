@@ -40,6 +40,8 @@ def single_node_env(monkeypatch):
         "ROAM_COORDINATOR",
         "ROAM_WORKERS_PER_NODE",
         "ROAM_EMULATE_LATENCY_US",
+        "ROAM_METRICS_ADDR",
+        "ROAM_METRICS_HOLD",
         "RANK",
         "WORLD_SIZE",
         "MASTER_ADDR",

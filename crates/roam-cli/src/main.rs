@@ -287,6 +287,7 @@ fn demo(args: &DemoArgs) -> anyhow::Result<i32> {
         slow_node: Vec::new(),
         slow_scope: Default::default(),
         balancer: None,
+        metrics_addr: None,
         network: Default::default(),
         membership: Default::default(),
         restarts: Default::default(),

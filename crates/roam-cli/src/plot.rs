@@ -14,7 +14,7 @@ use plotters::prelude::*;
 use roam_apps::output::{OutputArgs, lower_is_better, quality_metric, read_report};
 use serde_json::Value;
 
-use crate::suite::plots::{FAMILY, FONT, canvas, fit, log_label, plot_err};
+use crate::suite::plots::{FAMILY, FONT, canvas, draw_legend, fit, log_label, plot_err};
 
 /// `roam plot REPORT.json... -o FILE.png [--title TEXT]` or `roam plot --trace TRACE -o
 /// FILE.png`.
@@ -291,14 +291,7 @@ fn draw(path: &Path, title: &str, runs: &[Run]) -> anyhow::Result<()> {
             // One legend, in the loss panel, whose falling curves leave its upper right free.
             continue;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font((FAMILY, 12))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(plot_err)?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight, 12)?;
     }
     root.present().map_err(plot_err)?;
     Ok(())

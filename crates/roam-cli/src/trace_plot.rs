@@ -15,7 +15,7 @@ use anyhow::{Context, anyhow, bail};
 use plotters::prelude::*;
 use serde::Deserialize;
 
-use crate::suite::plots::{FAMILY, FONT, canvas, plot_err};
+use crate::suite::plots::{FAMILY, FONT, canvas, draw_legend, plot_err};
 
 /// Keys drawn at most (every k-th key beyond): one pixel row each is plenty.
 const MAX_KEYS: usize = 4000;
@@ -219,14 +219,7 @@ fn draw(path: &Path, title: &str, nodes: &[NodeTrace]) -> anyhow::Result<()> {
             .draw_series(points.iter().map(|&p| Circle::new(p, 2, c.filled())))
             .map_err(plot_err)?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font((FAMILY, 12))
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(plot_err)?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight, 12)?;
     root.present().map_err(plot_err)?;
     Ok(())
 }

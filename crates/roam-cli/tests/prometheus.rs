@@ -10,12 +10,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::http::{free_ports, get};
 use serde_json::Value;
 
 const POLL: Duration = Duration::from_millis(200);
@@ -41,42 +41,6 @@ fn on_path(tool: &str) -> PathBuf {
         .unwrap_or_else(|| {
             panic!("{tool} is not installed: run scripts/setup-prometheus.sh (Debian's prometheus)")
         })
-}
-
-/// Two consecutive free loopback ports (node 0's metrics port and node 1's, its port + 1).
-fn free_port_pair() -> u16 {
-    for _ in 0..100 {
-        let first = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = first.local_addr().unwrap().port();
-        if port < u16::MAX && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no two consecutive free ports on loopback");
-}
-
-/// `GET path` on `addr` over HTTP/1.0: the status code and body, or why not.
-fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")
-        .map_err(|e| format!("write to {addr}: {e}"))?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| format!("read from {addr}: {e}"))?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{addr}: no header end in {response:?}"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("{addr}: bad status line {head:?}"))?;
-    Ok((status, body.to_string()))
 }
 
 /// Percent-encodes a PromQL query for a URL.
@@ -147,7 +111,7 @@ fn prometheus_scrapes_both_nodes_of_a_launched_job() {
     let dir = std::env::temp_dir().join(format!("roam-prometheus-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let base = free_port_pair();
+    let base = free_ports(2);
     let nodes: Vec<SocketAddr> = (0..2)
         .map(|r| format!("127.0.0.1:{}", base + r).parse().unwrap())
         .collect();
@@ -198,7 +162,7 @@ fn prometheus_scrapes_both_nodes_of_a_launched_job() {
     }
 
     // A Prometheus server with a generated scrape config for the two nodes.
-    let api: SocketAddr = format!("127.0.0.1:{}", free_port_pair()).parse().unwrap();
+    let api: SocketAddr = format!("127.0.0.1:{}", free_ports(2)).parse().unwrap();
     let targets = nodes
         .iter()
         .map(|n| format!("'{n}'"))

@@ -5,8 +5,11 @@
 //! - `node`: `roam.Node` — one node per process; configuration, rendezvous, shutdown, stats.
 //! - `worker`: `roam.Worker` and `roam.Ticket` — pull/push/set/localize, waits, barrier, on
 //!   `roam::Worker`'s owned pending operations (a pull owns its output's export).
+//! - `worker_cell`: the Rust worker behind its mutex and the registry of its pending
+//!   operations (the lock and GIL discipline of `worker`).
 //! - `sampling`: `roam.Sampler` (a sampler registered with `Node(samplers=...)`) and
 //!   `roam.Sample` (one `Worker.prepare_sample`, owning the Rust `SampleHandle`).
+//! - `metrics`: the `/metrics` endpoint's arguments of `roam.Node` and `Node.metrics_addr`.
 //! - `buffers`: zero-copy views of NumPy arrays, buffer-protocol and `__dlpack__` objects.
 //!
 //! The crate's only `unsafe` is raw slices of buffer exports (made in `buffers`, used by
@@ -17,10 +20,12 @@
 
 mod buffers;
 mod errors;
+mod metrics;
 mod node;
 mod optimizer;
 mod sampling;
 mod worker;
+mod worker_cell;
 
 use pyo3::prelude::*;
 

@@ -273,6 +273,8 @@ impl PyNode {
         share_sync_every = None,
         restore_from = None,
         optimizer = None,
+        metrics_addr = None,
+        metrics_hold_scrapes = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -305,6 +307,8 @@ impl PyNode {
         share_sync_every: Option<f64>,
         restore_from: Option<std::path::PathBuf>,
         optimizer: Option<&Bound<'_, PyAny>>,
+        metrics_addr: Option<String>,
+        metrics_hold_scrapes: Option<u64>,
     ) -> PyResult<Self> {
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
@@ -390,6 +394,7 @@ impl PyNode {
         cfg.optimizer = optimizer
             .map(crate::optimizer::optimizer_config)
             .transpose()?;
+        crate::metrics::configure(&mut cfg, metrics_addr, metrics_hold_scrapes);
         let samplers = cfg.samplers.clone();
         let allocation = cfg.allocation.name();
         let handle = py
@@ -532,6 +537,12 @@ impl PyNode {
             .as_ref()
             .and_then(NodeHandle::data_addr)
             .map(|a| a.to_string())
+    }
+
+    /// Where this node serves Prometheus metrics (`HOST:PORT`), or `None`.
+    #[getter]
+    fn metrics_addr(&self) -> Option<String> {
+        crate::metrics::bound_addr(self.shared.handle.lock().as_ref())
     }
 
     /// The value length of `key`.

@@ -14,10 +14,12 @@
 
 mod common;
 
-use common::{run_fault_free, test_rng, workers_of};
+use common::{
+    counted_push, random_delays, random_keys, random_partitioning, run_fault_free, test_rng,
+    workers_of,
+};
 use rand::Rng;
-use rand::seq::index::sample;
-use roam_core::{IntentTechniques, Key, KeySpace, Partitioning};
+use roam_core::{IntentTechniques, Key, KeySpace};
 use roam_sim::{Op, SimConfig, for_each_seed, seeds};
 
 fn default_seeds() -> u64 {
@@ -48,13 +50,8 @@ fn checkpoint_case(seed: u64) -> Case {
     } else {
         Vec::new()
     };
-    let partitioning = if rng.random_bool(0.5) {
-        Partitioning::Range
-    } else {
-        Partitioning::Hash
-    };
-    let min_delay = rng.random_range(0..=2_000);
-    let max_delay = min_delay + rng.random_range(1..=80_000);
+    let partitioning = random_partitioning(&mut rng);
+    let (min_delay, max_delay) = random_delays(&mut rng);
     let mut cfg = SimConfig::new(nodes, workers_per_node, space.clone())
         .with_seed(seed)
         .with_partitioning(partitioning)
@@ -86,28 +83,11 @@ fn checkpoint_case(seed: u64) -> Case {
     for phase in 0..phases {
         for ((_, script), clock) in scripts.iter_mut().zip(&mut clocks) {
             for _ in 0..rng.random_range(0..=12) {
-                let n = rng.random_range(1..=num_keys.min(3) as usize);
-                let keys: Vec<Key> = sample(&mut rng, num_keys as usize, n)
-                    .into_iter()
-                    .map(|k| k as Key)
-                    .collect();
+                let keys = random_keys(&mut rng, num_keys);
                 let wait = rng.random_bool(0.5);
                 match rng.random_range(0..12) {
                     0..3 => script.push(Op::Pull { keys, wait }),
-                    3..8 => {
-                        let len: usize = keys.iter().map(|&k| space.len(k)).sum();
-                        let vals: Vec<f32> = (0..len)
-                            .map(|_| f32::from(rng.random_range(1u8..=4)))
-                            .collect();
-                        let mut at = 0;
-                        for &k in &keys {
-                            for slot in &mut sums[k as usize] {
-                                *slot += vals[at];
-                                at += 1;
-                            }
-                        }
-                        script.push(Op::Push { keys, vals, wait });
-                    }
+                    3..8 => script.push(counted_push(&mut rng, &space, keys, wait, &mut sums)),
                     8..9 if dynamic => script.push(Op::Localize { keys, wait }),
                     _ if intents => {
                         let start = *clock + rng.random_range(0..=4);

@@ -12,9 +12,11 @@ mod common;
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use common::{run_fault_free, test_rng, total, workers_of};
+use common::{
+    counted_push, random_delays, random_keys, random_partitioning, run_fault_free, test_rng, total,
+    workers_of,
+};
 use rand::Rng;
-use rand::seq::index::sample;
 use roam_core::{IntentTechniques, Key, KeySpace, NodeId, Partitioning};
 use roam_sim::{Op, Outcome, SimConfig, WorkerRef, for_each_seed, seeds};
 
@@ -39,13 +41,8 @@ fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
         0 => IntentTechniques::ReplicateOnly,
         _ => IntentTechniques::All,
     };
-    let partitioning = if rng.random_bool(0.5) {
-        Partitioning::Range
-    } else {
-        Partitioning::Hash
-    };
-    let min_delay = rng.random_range(0..=2_000);
-    let max_delay = min_delay + rng.random_range(1..=80_000);
+    let partitioning = random_partitioning(&mut rng);
+    let (min_delay, max_delay) = random_delays(&mut rng);
     // Slow workers in some runs: a run then spans several of the workers' rate measurements
     // (1 ms each), so their intents carry leads and ends, and owners defer.
     let max_think = if rng.random_bool(0.3) {
@@ -76,28 +73,11 @@ fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
         let mut script = Vec::new();
         let mut clock = 0u64;
         for _ in 0..rng.random_range(10..=30) {
-            let n = rng.random_range(1..=num_keys.min(3) as usize);
-            let keys: Vec<Key> = sample(&mut rng, num_keys as usize, n)
-                .into_iter()
-                .map(|k| k as Key)
-                .collect();
+            let keys = random_keys(&mut rng, num_keys);
             let wait = rng.random_bool(0.5);
             match rng.random_range(0..20) {
                 0..5 => script.push(Op::Pull { keys, wait }),
-                5..11 => {
-                    let len: usize = keys.iter().map(|&k| space.len(k)).sum();
-                    let vals: Vec<f32> = (0..len)
-                        .map(|_| f32::from(rng.random_range(1u8..=4)))
-                        .collect();
-                    let mut at = 0;
-                    for &k in &keys {
-                        for slot in &mut expected[k as usize] {
-                            *slot += vals[at];
-                            at += 1;
-                        }
-                    }
-                    script.push(Op::Push { keys, vals, wait });
-                }
+                5..11 => script.push(counted_push(&mut rng, &space, keys, wait, &mut expected)),
                 11..12 => script.push(Op::Localize { keys, wait }),
                 12..13 if home_moves => script.push(Op::MoveHome {
                     key: keys[0],

@@ -78,14 +78,15 @@ pub enum CgroupError {
         parent: PathBuf,
     },
     /// A cgroup file could not be written.
-    #[error("writing {value:?} to {}: {source}", path.display())]
+    #[error("writing {value:?} to {}: {error}", path.display())]
     Write {
         /// The file.
         path: PathBuf,
         /// What was written.
         value: String,
-        /// The error.
-        source: io::Error,
+        /// The error (shown in the message, so not also the `source()`: a field named
+        /// `source` would be).
+        error: io::Error,
     },
 }
 
@@ -450,10 +451,10 @@ fn read(path: impl AsRef<Path>) -> String {
 }
 
 fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
-    fs::write(path, value).map_err(|source| CgroupError::Write {
+    fs::write(path, value).map_err(|error| CgroupError::Write {
         path: path.to_owned(),
         value: value.to_owned(),
-        source,
+        error,
     })
 }
 

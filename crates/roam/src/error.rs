@@ -1,5 +1,11 @@
 //! Errors of the node's life cycle (start and shutdown), and of an owned pull refused at issue.
 //! Access errors come from `roam-core`.
+//!
+//! Invariant: an error prints each cause once, also through a chain printer (anyhow's `{:#}`
+//! and `Caused by:` in the `roam` binary). A variant that shows the inner error in its message
+//! does not also expose it as [`std::error::Error::source`]: its `From` conversion is written
+//! out ([`embedded_from!`]) instead of thiserror's `#[from]`, which would expose it. A variant
+//! that only forwards the inner error is `#[error(transparent)]`.
 
 use roam_core::KeySpaceError;
 use roam_core::sampling::SamplerSetupError;
@@ -12,7 +18,7 @@ use crate::rendezvous::RendezvousError;
 pub enum StartError {
     /// The key space is invalid.
     #[error("invalid key space: {0}")]
-    KeySpace(#[from] KeySpaceError),
+    KeySpace(KeySpaceError),
     /// A replicated key is not in the key space.
     #[error("replicated key {key} is outside the key space ({num_keys} keys)")]
     ReplicatedKeyOutOfRange {
@@ -37,25 +43,25 @@ pub enum StartError {
     },
     /// `load_watch` settings that cannot work.
     #[error("load_watch: {0}")]
-    LoadWatch(#[from] roam_core::load::LoadWatchError),
+    LoadWatch(roam_core::load::LoadWatchError),
     /// `balancer` settings that cannot work (or a balancer without load watching).
     #[error("balancer: {0}")]
-    Balancer(#[from] roam_core::balance::BalancerError),
+    Balancer(roam_core::balance::BalancerError),
     /// Rank, size, coordinator or another environment setting is missing or malformed.
     #[error("cluster configuration: {0}")]
-    ClusterEnv(#[from] ClusterEnvError),
+    ClusterEnv(ClusterEnvError),
     /// The cluster token is missing.
     #[error("{0}")]
-    Token(#[from] TokenError),
+    Token(TokenError),
     /// A numeric setting from the environment is malformed.
     #[error("{0}")]
-    Setting(#[from] SettingError),
+    Setting(SettingError),
     /// `ROAM_SLOW_SERVICE` (`roam launch --slow-scope service`) is malformed.
     #[error("{0}")]
     SlowService(String),
     /// The nodes could not find each other.
     #[error("rendezvous failed: {0}")]
-    Rendezvous(#[from] RendezvousError),
+    Rendezvous(RendezvousError),
     /// A data connection to a peer could not be established in time.
     #[error("could not connect to {peer} at {addr}: {reason}")]
     Connect {
@@ -103,14 +109,41 @@ pub enum StartError {
     },
     /// An OS resource (thread, socket) could not be created.
     #[error("I/O error during start: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The metrics endpoint could not be set up (`metrics_addr`, `ROAM_METRICS_ADDR`).
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
     /// The checkpoint named by `restore_from` was refused.
     #[error("restore: {0}")]
-    Restore(#[from] crate::checkpoint::RestoreError),
+    Restore(crate::checkpoint::RestoreError),
 }
+
+/// `From` conversions, for `?`, into variants of `$enum` that show the inner error in their
+/// message and therefore do not expose it as their `source()` (see the file comment).
+macro_rules! embedded_from {
+    ($enum:ty { $($variant:ident($inner:ty)),+ $(,)? }) => {
+        $(
+            impl From<$inner> for $enum {
+                fn from(inner: $inner) -> Self {
+                    Self::$variant(inner)
+                }
+            }
+        )+
+    };
+}
+pub(crate) use embedded_from;
+
+embedded_from!(StartError {
+    KeySpace(KeySpaceError),
+    LoadWatch(roam_core::load::LoadWatchError),
+    Balancer(roam_core::balance::BalancerError),
+    ClusterEnv(ClusterEnvError),
+    Token(TokenError),
+    Setting(SettingError),
+    Rendezvous(RendezvousError),
+    Io(std::io::Error),
+    Restore(crate::checkpoint::RestoreError),
+});
 
 /// Why a worker handle could not be taken.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -161,5 +194,63 @@ impl<B> From<PullRefused<B>> for roam_core::AccessError {
 impl<B> From<PullRefused<B>> for roam_core::OpError {
     fn from(refused: PullRefused<B>) -> Self {
         Self::Access(refused.error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+    use crate::auth::AuthError;
+    use crate::cgroup::CgroupError;
+    use crate::transport::ReadError;
+
+    /// Renders `err` as the `roam` binary does (a context on top, then `Error: ...` and
+    /// `Caused by:` from `main`'s `Debug`, or `{:#}` on one line) and asserts that `inner`,
+    /// the innermost message, appears exactly once in each rendering, and that no error of
+    /// the chain shows its own `source()` in its message.
+    fn printed_once(err: impl Error + Send + Sync + 'static, inner: &str) {
+        let mut link: Option<&(dyn Error + 'static)> = Some(&err);
+        while let Some(e) = link {
+            if let Some(source) = e.source() {
+                assert!(
+                    !e.to_string().contains(&source.to_string()),
+                    "{e:?} shows its source in its message and exposes it as source()"
+                );
+            }
+            link = e.source();
+        }
+        let err = anyhow::Error::new(err).context("starting the roam node");
+        for text in [format!("{err:?}"), format!("{err:#}")] {
+            assert_eq!(text.matches(inner).count(), 1, "{inner:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn errors_print_their_cause_once_through_anyhow() {
+        let token = TokenError::Missing { num_nodes: 2 };
+        printed_once(StartError::from(token), "ROAM_CLUSTER_TOKEN is not set");
+        printed_once(
+            StartError::from(KeySpaceError::Empty),
+            "the key space must hold at least one key",
+        );
+        printed_once(StartError::from(std::io::Error::other("boom")), "boom");
+        let auth = RendezvousError::Auth {
+            coordinator: "10.0.0.1:7000".into(),
+            error: AuthError::EmptyToken {
+                peer: "10.0.0.1:7000".into(),
+            },
+        };
+        printed_once(StartError::from(auth), "the cluster token is empty");
+        printed_once(ReadError::from(std::io::Error::other("reset")), "reset");
+        printed_once(
+            CgroupError::Write {
+                path: "/sys/fs/cgroup/x/cpu.max".into(),
+                value: "1000 100000".into(),
+                error: std::io::Error::other("read-only file system"),
+            },
+            "read-only file system",
+        );
     }
 }

@@ -3,25 +3,13 @@
 //! This module owns the local launcher. It picks a free loopback port for the coordinator and a
 //! fresh random cluster token, starts one child per rank with the `ROAM_*` variables that
 //! [`crate::cluster_env`] reads, relays every child's output line by line with a `[node R] `
-//! prefix, and turns the children's fate into one exit code. A `ROAM_METRICS_ADDR` in the
-//! launcher's environment reaches node (or joiner) `i` with its port plus `i`.
+//! prefix, and turns the children's fate into one exit code. A metrics address
+//! (`--metrics-addr`, else `ROAM_METRICS_ADDR` in the launcher's environment) reaches node (or
+//! joiner) `i` with its port plus `i`; every such port is checked before any node starts.
 //!
 //! Invariants:
-//! - Output: each relayed line is written to the sink with a single `write_all` under the sink's
-//!   lock, so lines from different nodes never interleave mid-line; a final line without a newline
-//!   gets one, and a line longer than [`MAX_LINE`] is split rather than buffered without bound.
-//!   A failing sink (e.g. a closed pipe) does not stop the draining, so children never block on a
-//!   full pipe.
-//! - Exit code: 0 only if every child exits 0. Otherwise the first failure observed: the child's
-//!   exit code, or 128 + signal if it died from a signal; if the launcher itself was interrupted
-//!   first, 128 + that signal.
-//! - Shutdown: on the first failure (or a SIGINT/SIGTERM to the launcher, which is forwarded) every
-//!   remaining child gets that signal (SIGTERM for a failure), then SIGKILL after [`GRACE`]; a
-//!   second SIGINT/SIGTERM sends SIGKILL at once. Each child runs in its own process group and
-//!   signals go to the whole group, so helpers a child forked (e.g. the commands of an `sh -c`
-//!   script) go with it. Only children not yet reaped are signalled, so a reused pid is never hit.
-//!   The separate groups also mean a terminal's Ctrl-C reaches only the launcher, which forwards
-//!   it once; children get no stdin (`/dev/null`), so they never contend for the terminal.
+//! - Supervision (output relaying, the exit code, stopping the children, signals) is
+//!   `launch_supervise.rs`'s, with its own invariants.
 //! - Network: loopback unless asked otherwise. With `--netns` (or a profile or bandwidth that
 //!   needs it) every node runs in its own network namespace ([`crate::netns`]), created after the
 //!   signal handlers are installed and deleted after every child has been reaped — on success,
@@ -43,17 +31,14 @@
 //!   run ([`launch_elastic`]); joiners are supervised like the nodes.
 //! - Restarts: with `--max-restarts K` a run is a sequence of attempts, each a whole launch as
 //!   above (namespaces and cgroups made and removed per attempt); after a node failure the
-//!   next attempt resumes from the latest complete checkpoint ([`launch_restart`]). When one
-//!   poll finds several nodes ended, a node killed by a signal is reported as the failure
-//!   before nodes that exited with an error (they are usually its peers, failing because of it).
+//!   next attempt resumes from the latest complete checkpoint ([`launch_restart`]).
 
 use std::ffi::OsString;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::io::{self, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -65,102 +50,27 @@ use crate::cluster_env::{
     ROAM_WORKERS_PER_NODE,
 };
 use crate::netns::{
-    self, Cluster, Network, NodeRate, Profile, ROAM_NETNS, ROAM_NETWORK_BANDWIDTH,
-    ROAM_NETWORK_PROFILE, Rate,
+    self, Cluster, Network, ROAM_NETNS, ROAM_NETWORK_BANDWIDTH, ROAM_NETWORK_PROFILE,
 };
 use crate::rendezvous::MAX_NODES;
-use crate::slow_node::{Schedule, SlowNode, Tracker};
+use crate::slow_node::{Schedule, Tracker};
 use crate::slowing::{ROAM_SLOW_SERVICE, ServiceSlowdown};
 
-/// How long children get between SIGTERM and SIGKILL.
-pub const GRACE: Duration = Duration::from_secs(3);
-/// Longest relayed line; longer output is split into lines of this size.
-pub const MAX_LINE: usize = 1 << 20;
-/// How long to wait, after every child is gone, for output still held by their leftovers.
-const DRAIN_GRACE: Duration = Duration::from_secs(2);
-const POLL_INTERVAL: Duration = Duration::from_millis(20);
-/// How long a node's error exit waits for the launcher to see a node killed by a signal before
-/// it is named as the failure: the peers of a killed node fail (naming it) as soon as its
-/// sockets close, which on a loaded machine can come before the killed process is reaped.
-const BLAME_SETTLE: Duration = Duration::from_millis(300);
 const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 
+#[path = "launch_args.rs"]
+mod args;
+pub use args::{LaunchArgs, NetworkArgs};
 #[path = "launch_elastic.rs"]
 pub mod launch_elastic;
 pub use launch_elastic::{DrainAt, MembershipArgs, Secs};
 #[path = "launch_restart.rs"]
 pub mod launch_restart;
 pub use launch_restart::RestartArgs;
-
-/// Arguments of `roam launch`.
-#[derive(Clone, Debug, clap::Args)]
-pub struct LaunchArgs {
-    /// Number of node processes to start on this machine.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NODES)))]
-    pub nodes: u32,
-    /// Worker threads per node (exported to every node as ROAM_WORKERS_PER_NODE).
-    #[arg(long)]
-    pub workers_per_node: Option<u32>,
-    /// Emulated one-way network latency in microseconds (exported as ROAM_EMULATE_LATENCY_US);
-    /// overrides the latency of a network profile.
-    #[arg(long)]
-    pub latency_us: Option<u64>,
-    /// Slow node RANK down to 1/FACTOR of one CPU (a cpu cgroup quota; needs root), from START
-    /// to END seconds after the nodes start, or for the whole run without `@`. Repeatable, also
-    /// for one rank with disjoint windows: `--slow-node 1:4`, `--slow-node 2:2.5@10-30`.
-    #[arg(long, value_name = "RANK:FACTOR[@START[-END]]")]
-    pub slow_node: Vec<SlowNode>,
-    /// What every --slow-node slows: `process`, the node's whole process, as if its machine
-    /// were slow; `protocol`, only its protocol threads (which serve its peers and read the
-    /// replies to its own requests), its worker threads at full speed (needs cgroup v1); or
-    /// `service`, only its serving of peers' pulls and pushes, FACTOR times slower by a delay
-    /// in its transport (no cgroup, no root).
-    #[arg(long, value_enum, value_name = "SCOPE", default_value_t = Scope::Process)]
-    pub slow_scope: Scope,
-    /// The load balancer on every node (exported as ROAM_BALANCER): `on` or `off`; unset, the
-    /// program's own configuration decides (on by default).
-    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
-    pub balancer: Option<String>,
-    /// Network namespaces, bandwidth shaping and profiles (default: plain loopback).
-    #[command(flatten)]
-    pub network: NetworkArgs,
-    /// Nodes joining and drained during the run (default: none).
-    #[command(flatten)]
-    pub membership: MembershipArgs,
-    /// Restarting the job when a node dies (default: no restart).
-    #[command(flatten)]
-    pub restarts: RestartArgs,
-    /// The program every node runs, followed by its arguments (put `--` before it so that its
-    /// options are not taken for the launcher's).
-    #[arg(
-        required = true,
-        num_args = 1..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM [ARGS]..."
-    )]
-    pub program: Vec<OsString>,
-}
-
-/// The network options of `roam launch` (see [`Network::resolve`] for how they combine).
-#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
-pub struct NetworkArgs {
-    /// Run every node in its own network namespace, joined by a bridge (needs root, `ip`).
-    #[arg(long)]
-    pub netns: bool,
-    /// Network profile (default loopback); 10gbe and 1gbe imply --netns.
-    #[arg(long, value_enum)]
-    pub profile: Option<Profile>,
-    /// Per-node link bandwidth in each direction, tc syntax (e.g. 10gbit, 500mbit); implies
-    /// --netns and --profile custom; shaped with tc tbf.
-    #[arg(long, value_name = "RATE")]
-    pub bandwidth: Option<Rate>,
-    /// Link bandwidth of node RANK in each direction, tc syntax, overriding --bandwidth (or the
-    /// profile's rate) for that node: `--node-bandwidth 1:250mbit`. Repeatable, once per rank;
-    /// implies --netns. Without --bandwidth or a shaping profile the other nodes stay unshaped.
-    #[arg(long, value_name = "RANK:RATE")]
-    pub node_bandwidth: Vec<NodeRate>,
-}
+#[path = "launch_supervise.rs"]
+mod supervise;
+pub use supervise::{GRACE, MAX_LINE};
+use supervise::{Node, describe, notice, signals, spawn_pump, supervise, wait_for_output};
 
 /// Runs the cluster with the children's output relayed to this process's stdout and stderr;
 /// returns the exit code the launcher should exit with.
@@ -248,8 +158,8 @@ where
             args.nodes
         );
     }
-    // Every node's (and joiner's) metrics port must exist before any starts.
-    crate::metrics::launch_addr(args.nodes + joiners - 1)?;
+    // Every node's (and joiner's) metrics port must exist, and be free, before any starts.
+    check_metrics_ports(args.metrics_addr.as_deref(), args.nodes, joiners, net.netns)?;
     let schedule = Schedule::new(&args.slow_node, args.nodes)?;
     let token: String =
         rand::random::<[u8; 32]>()
@@ -403,7 +313,7 @@ where
         if let Some(b) = &args.balancer {
             cmd.env(crate::cluster_env::ROAM_BALANCER, b);
         }
-        if let Ok(Some(addr)) = crate::metrics::launch_addr(rank) {
+        if let Ok(Some(addr)) = crate::metrics::launch_addr(args.metrics_addr.as_deref(), rank) {
             cmd.env(crate::metrics::ROAM_METRICS_ADDR, addr);
         }
         if let Some(b) = net.rate(rank) {
@@ -499,6 +409,43 @@ where
     })
 }
 
+/// The metrics addresses of the `nodes` ranks and `joiners` joiners (`--metrics-addr`, else
+/// `ROAM_METRICS_ADDR`; port plus slot), checked before anything starts: each must be a valid
+/// address with its port in range, and, on loopback, free: a port taken by another process
+/// would fail that one node after its peers started, with only its own output to say why. In
+/// namespaces (`netns`) each node binds inside its own, so there is nothing to try from here.
+/// The check binds and releases each port; a process that takes one in between still fails
+/// its node with a bind error naming the address.
+fn check_metrics_ports(
+    base: Option<&str>,
+    nodes: u32,
+    joiners: u32,
+    netns: bool,
+) -> anyhow::Result<()> {
+    for slot in 0..nodes + joiners {
+        let Some(addr) = crate::metrics::launch_addr(base, slot)? else {
+            return Ok(());
+        };
+        if netns {
+            continue;
+        }
+        let who = if slot < nodes {
+            format!("node {slot}")
+        } else {
+            format!("joiner {} (slot {slot})", slot - nodes)
+        };
+        let resolved = crate::metrics::parse_addr(&addr)?;
+        if let Err(e) = std::net::TcpListener::bind(resolved) {
+            bail!(
+                "{who}: metrics address {addr} (the base port + {slot}) cannot be bound: {e}; \
+                 node r serves on PORT + r, so ports PORT to PORT + {} must be free",
+                nodes + joiners - 1
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Writes the quota changes due at `t` after the nodes started, with a notice for each;
 /// returns the changes that failed (each is tried once).
 fn apply_schedule<E: Write>(
@@ -585,398 +532,17 @@ fn finish_network<E: Write>(cluster: Option<&mut Cluster>, err: &Mutex<E>) -> bo
     problems.is_empty()
 }
 
-/// One child and, once reaped, how it ended.
-struct Node {
-    /// `node R`, or `joiner K` for the K-th node started by `--join-at`.
-    name: String,
-    child: Child,
-    status: Option<ExitStatus>,
-}
-
-impl Node {
-    /// Signals the child's process group, or the child alone if it left its group.
-    fn signal(&self, sig: libc::c_int) {
-        if self.status.is_some() {
-            // Reaped: the pid may already belong to an unrelated process.
-            return;
-        }
-        let Ok(pid) = libc::pid_t::try_from(self.child.id()) else {
-            return;
-        };
-        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child, so
-        // it (and the group it leads) cannot have been recycled.
-        unsafe {
-            if libc::kill(-pid, sig) != 0 {
-                libc::kill(pid, sig);
-            }
-        }
-    }
-}
-
-/// The shell convention for an exit status: the code, or 128 + the terminating signal.
-fn exit_code(status: ExitStatus) -> i32 {
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
-}
-
-fn describe(status: ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(c), _) => format!("exited with code {c}"),
-        (None, Some(s)) => format!("was killed by signal {s}"),
-        (None, None) => "ended".to_owned(),
-    }
-}
-
-fn notice<E: Write>(err: &Mutex<E>, msg: &str) {
-    let line = format!("[launch] {msg}\n");
-    let mut e = err.lock();
-    // A broken stderr must not abort supervision.
-    let _ = e.write_all(line.as_bytes()).and_then(|()| e.flush());
-}
-
-/// Waits for every child, stopping the rest on the first failure or a signal; returns the code
-/// and what ended the run. `tick` runs once per poll, while any child runs, and may add
-/// children (joiners); it is told whether the run is stopping (after a failure or a signal).
-fn supervise<E: Write>(
-    nodes: &mut Vec<Node>,
-    signals: &signals::Guard,
-    err: &Mutex<E>,
-    tick: &mut dyn FnMut(&mut Vec<Node>, bool),
-) -> launch_restart::Attempt {
-    let mut failure: Option<(String, ExitStatus)> = None;
-    let mut interrupted: Option<i32> = None;
-    let mut signals_seen = 0;
-    let mut kill_at: Option<Instant> = None;
-    let mut killed = false;
-    // The failure to name, and until when an error exit may still give way to a signalled node.
-    let mut blame: Option<(String, ExitStatus, Instant)> = None;
-
-    loop {
-        tick(nodes, kill_at.is_some());
-        let (count, sig) = signals.received();
-        if count > signals_seen {
-            signals_seen = count;
-            if interrupted.is_none() && failure.is_none() {
-                interrupted = Some(sig);
-                notice(
-                    err,
-                    &format!("received signal {sig}; forwarding it to the nodes"),
-                );
-                nodes.iter().for_each(|n| n.signal(sig));
-                kill_at = Some(Instant::now() + GRACE);
-            } else {
-                // Asked again: the user does not want to wait out the grace period.
-                kill_at = Some(Instant::now());
-            }
-        }
-
-        // The failure to report: a node killed by a signal before one that exited with an error,
-        // since the peers of a killed node fail (naming it) moments after it.
-        let signalled = |s: &ExitStatus| s.signal().is_some();
-        for n in nodes.iter_mut().filter(|n| n.status.is_none()) {
-            let status = match n.child.try_wait() {
-                Ok(Some(s)) => s,
-                Ok(None) => continue,
-                Err(e) => {
-                    // Cannot happen for our own unreaped child; treat it as lost, not as a hang.
-                    notice(err, &format!("cannot wait for {}: {e}", n.name));
-                    ExitStatus::from_raw(libc::SIGKILL)
-                }
-            };
-            n.status = Some(status);
-            if !status.success()
-                && blame
-                    .as_ref()
-                    .is_none_or(|(_, f, _)| !signalled(f) && signalled(&status))
-            {
-                blame = Some((n.name.clone(), status, Instant::now() + BLAME_SETTLE));
-            }
-        }
-        let all_ended = nodes.iter().all(|n| n.status.is_some());
-        let settled = blame.as_ref().is_some_and(|(_, status, until)| {
-            signalled(status) || all_ended || Instant::now() >= *until
-        });
-        if let Some((name, status, _)) = blame
-            .take_if(|_| settled)
-            .filter(|_| failure.is_none() && kill_at.is_none())
-        {
-            notice(
-                err,
-                &format!("{name} {}; stopping the other nodes", describe(status)),
-            );
-            failure = Some((name, status));
-            kill_at = Some(Instant::now() + GRACE);
-            nodes.iter().for_each(|n| n.signal(libc::SIGTERM));
-        }
-        if nodes.iter().all(|n| n.status.is_some()) {
-            break;
-        }
-        if !killed && kill_at.is_some_and(|t| Instant::now() >= t) {
-            killed = true;
-            notice(err, "grace period over; killing the remaining nodes");
-            nodes.iter().for_each(|n| n.signal(libc::SIGKILL));
-        }
-        thread::sleep(POLL_INTERVAL);
-    }
-    launch_restart::Attempt {
-        code: failure
-            .as_ref()
-            .map(|(_, s)| exit_code(*s))
-            .or(interrupted.map(|s| 128 + s))
-            .unwrap_or(0),
-        interrupted: interrupted.is_some(),
-        failed: failure,
-    }
-}
-
-/// Waits (briefly) until the pumps have relayed everything the children wrote.
-fn wait_for_output<E: Write>(done: &mpsc::Receiver<()>, pumps: usize, err: &Mutex<E>) {
-    let deadline = Instant::now() + DRAIN_GRACE;
-    for _ in 0..pumps {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if done.recv_timeout(left).is_err() {
-            // A background process a node left behind still holds the pipe; stop waiting for it.
-            notice(
-                err,
-                "some node output is still open after every node exited; not waiting for it",
-            );
-            return;
-        }
-    }
-}
-
-/// Relays `pipe` on its own thread; returns whether the thread (and so its `done` message)
-/// exists. Without a thread the pipe is dropped, so the child sees a closed pipe, not a full one.
-fn spawn_pump<R, W, E>(
-    pipe: R,
-    prefix: Vec<u8>,
-    sink: &Arc<Mutex<W>>,
-    err: &Mutex<E>,
-    done: &mpsc::Sender<()>,
-) -> bool
-where
-    R: Read + Send + 'static,
-    W: Write + Send + 'static,
-    E: Write,
-{
-    let (sink, done) = (Arc::clone(sink), done.clone());
-    let spawned = thread::Builder::new()
-        .name("roam-launch-output".into())
-        .spawn(move || {
-            pump(pipe, &prefix, &sink);
-            let _ = done.send(());
-        });
-    if let Err(e) = spawned {
-        notice(
-            err,
-            &format!("cannot start a thread to relay node output: {e}"),
-        );
-        return false;
-    }
-    true
-}
-
-/// Relays `pipe` to `sink` line by line, each line prefixed, until end of file.
-fn pump<R: Read, W: Write>(pipe: R, prefix: &[u8], sink: &Mutex<W>) {
-    let mut reader = BufReader::new(pipe);
-    let mut line = Vec::with_capacity(prefix.len() + 256);
-    let mut sink_ok = true;
-    loop {
-        line.clear();
-        line.extend_from_slice(prefix);
-        match (&mut reader)
-            .take(MAX_LINE as u64)
-            .read_until(b'\n', &mut line)
-        {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        if line.last() != Some(&b'\n') {
-            line.push(b'\n');
-        }
-        if sink_ok {
-            let mut w = sink.lock();
-            sink_ok = w.write_all(&line).and_then(|()| w.flush()).is_ok();
-        }
-    }
-}
-
-/// Process-wide SIGINT/SIGTERM handling shared by concurrent launches.
-mod signals {
-    use std::io;
-    use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-
-    use parking_lot::Mutex;
-
-    const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
-
-    static COUNT: AtomicUsize = AtomicUsize::new(0);
-    static LAST: AtomicI32 = AtomicI32::new(0);
-    /// Number of live guards, and the dispositions to restore when it drops to zero.
-    static STATE: Mutex<(usize, Vec<libc::sigaction>)> = Mutex::new((0, Vec::new()));
-
-    extern "C" fn on_signal(sig: libc::c_int) {
-        // Only lock-free atomics: anything else is not async-signal-safe.
-        LAST.store(sig, Ordering::SeqCst);
-        COUNT.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Keeps the handlers installed; the previous dispositions return when the last guard drops.
-    pub(super) struct Guard {
-        base: usize,
-    }
-
-    impl Guard {
-        pub(super) fn install() -> io::Result<Self> {
-            let mut state = STATE.lock();
-            if state.0 == 0 {
-                let mut saved = Vec::with_capacity(SIGNALS.len());
-                for sig in SIGNALS {
-                    // SAFETY: sigaction is plain data, valid when zeroed; the handler only
-                    // touches atomics, which is async-signal-safe.
-                    let old = unsafe {
-                        let mut act: libc::sigaction = std::mem::zeroed();
-                        act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-                        act.sa_flags = libc::SA_RESTART;
-                        libc::sigemptyset(&mut act.sa_mask);
-                        let mut old: libc::sigaction = std::mem::zeroed();
-                        if libc::sigaction(sig, &act, &mut old) != 0 {
-                            let e = io::Error::last_os_error();
-                            restore(&saved);
-                            return Err(e);
-                        }
-                        old
-                    };
-                    saved.push(old);
-                }
-                state.1 = saved;
-            }
-            state.0 += 1;
-            Ok(Self {
-                base: COUNT.load(Ordering::SeqCst),
-            })
-        }
-
-        /// Signals received since this guard was installed, and the latest one.
-        pub(super) fn received(&self) -> (usize, libc::c_int) {
-            let count = COUNT.load(Ordering::SeqCst) - self.base;
-            (count, LAST.load(Ordering::SeqCst))
-        }
-    }
-
-    fn restore(saved: &[libc::sigaction]) {
-        for (sig, old) in SIGNALS.iter().zip(saved) {
-            // SAFETY: `old` was filled in by a successful sigaction call for this signal.
-            unsafe {
-                libc::sigaction(*sig, old, std::ptr::null_mut());
-            }
-        }
-    }
-
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            let mut state = STATE.lock();
-            state.0 -= 1;
-            if state.0 == 0 {
-                restore(&state.1);
-                state.1.clear();
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netns::{NodeRate, Profile};
+    use crate::slow_node::SlowNode;
     use clap::Parser;
 
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
         launch: LaunchArgs,
-    }
-
-    #[test]
-    fn parses_the_documented_command_line() {
-        let cli = Cli::try_parse_from([
-            "roam",
-            "--nodes",
-            "3",
-            "--workers-per-node",
-            "4",
-            "--latency-us",
-            "50",
-            "--",
-            "sh",
-            "-c",
-            "echo --nodes",
-        ])
-        .unwrap();
-        let a = cli.launch;
-        assert_eq!(
-            (a.nodes, a.workers_per_node, a.latency_us),
-            (3, Some(4), Some(50))
-        );
-        assert_eq!(a.program, ["sh", "-c", "echo --nodes"]);
-
-        let a = Cli::try_parse_from(["roam", "--nodes", "2", "prog", "-x", "--y"])
-            .unwrap()
-            .launch;
-        assert_eq!(a.program, ["prog", "-x", "--y"]);
-
-        assert!(Cli::try_parse_from(["roam", "--nodes", "0", "--", "sh"]).is_err());
-        assert!(Cli::try_parse_from(["roam", "--nodes", "2"]).is_err());
-    }
-
-    #[test]
-    fn network_options_are_parsed_with_the_launch_options() {
-        let a = Cli::try_parse_from([
-            "roam",
-            "--nodes",
-            "2",
-            "--profile",
-            "1gbe",
-            "--latency-us",
-            "20",
-            "--",
-            "prog",
-            "--netns",
-        ])
-        .unwrap()
-        .launch;
-        assert_eq!((a.latency_us, a.program.len()), (Some(20), 2));
-        assert_eq!(
-            a.network,
-            NetworkArgs {
-                netns: false,
-                profile: Some(Profile::OneGbe),
-                bandwidth: None,
-                node_bandwidth: Vec::new(),
-            }
-        );
-        let n = Cli::try_parse_from([
-            "roam",
-            "--nodes",
-            "2",
-            "--netns",
-            "--bandwidth",
-            "5gbit",
-            "p",
-        ])
-        .unwrap()
-        .launch
-        .network;
-        assert!(n.netns);
-        assert_eq!(n.bandwidth, Some("5gbit".parse().unwrap()));
-        assert_eq!(n.profile, None);
-
-        for bad in [
-            ["roam", "--nodes", "2", "--profile", "100gbe", "p"],
-            ["roam", "--nodes", "2", "--bandwidth", "fast", "p"],
-        ] {
-            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]
@@ -988,6 +554,7 @@ mod tests {
             slow_node: Vec::new(),
             slow_scope: Scope::Process,
             balancer: None,
+            metrics_addr: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
             restarts: RestartArgs::default(),
@@ -1054,6 +621,7 @@ mod tests {
             slow_node: Vec::new(),
             slow_scope: Scope::Process,
             balancer: None,
+            metrics_addr: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
             restarts: RestartArgs::default(),
@@ -1114,6 +682,7 @@ mod tests {
             slow_node: vec!["2:4".parse().unwrap()],
             slow_scope: Scope::Process,
             balancer: None,
+            metrics_addr: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
             restarts: RestartArgs::default(),
@@ -1188,6 +757,7 @@ mod tests {
             slow_node: vec!["2:4".parse().unwrap()],
             slow_scope: Scope::Protocol,
             balancer: None,
+            metrics_addr: None,
             network: NetworkArgs::default(),
             membership: MembershipArgs::default(),
             restarts: RestartArgs::default(),
@@ -1205,32 +775,38 @@ mod tests {
     }
 
     #[test]
-    fn pump_prefixes_splits_and_terminates_lines() {
-        let sink = Mutex::new(Vec::new());
-        let input: &[u8] = b"one\ntwo\n\nlast without newline";
-        pump(input, b"[node 4] ", &sink);
-        assert_eq!(
-            String::from_utf8(sink.into_inner()).unwrap(),
-            "[node 4] one\n[node 4] two\n[node 4] \n[node 4] last without newline\n"
+    fn metrics_ports_are_checked_for_every_node_and_joiner() {
+        // Two consecutive free ports; the second is then held, as another process would.
+        let (base, taken) = loop {
+            let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = first.local_addr().unwrap().port();
+            drop(first);
+            if port < u16::MAX
+                && let Ok(next) = std::net::TcpListener::bind(("127.0.0.1", port + 1))
+            {
+                break (port, next);
+            }
+        };
+        let addr = format!("127.0.0.1:{base}");
+        assert!(check_metrics_ports(Some(&addr), 1, 0, false).is_ok());
+        let err = check_metrics_ports(Some(&addr), 2, 0, false).unwrap_err();
+        let held = format!("127.0.0.1:{}", base + 1);
+        assert!(
+            err.to_string()
+                .starts_with(&format!("node 1: metrics address {held} ")),
+            "{err}"
         );
-
-        let sink = Mutex::new(Vec::new());
-        let long = vec![b'x'; MAX_LINE + 10];
-        pump(&long[..], b"> ", &sink);
-        let out = sink.into_inner();
-        let lines: Vec<&[u8]> = out
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .collect();
-        assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0].len(), 2 + MAX_LINE);
-        assert_eq!(lines[1], b"> xxxxxxxxxx");
-    }
-
-    #[test]
-    fn exit_codes_follow_the_shell_convention() {
-        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
-        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
-        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 128 + 9);
+        let err = check_metrics_ports(Some(&addr), 1, 1, false).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("joiner 0 (slot 1): metrics address {held} ")),
+            "{err}"
+        );
+        // In namespaces every node binds in its own: nothing to try from the launcher's.
+        assert!(check_metrics_ports(Some(&addr), 2, 0, true).is_ok());
+        // A bad base is refused either way, naming it.
+        let err = check_metrics_ports(Some("127.0.0.1:0"), 2, 0, true).unwrap_err();
+        assert!(err.to_string().contains("port 0"), "{err}");
+        drop(taken);
     }
 }

@@ -378,7 +378,8 @@ where
         if let Some(b) = self.net.rate(slot) {
             cmd.env(ROAM_NETWORK_BANDWIDTH, b.to_string());
         }
-        if let Ok(Some(addr)) = crate::metrics::launch_addr(slot) {
+        if let Ok(Some(addr)) = crate::metrics::launch_addr(self.args.metrics_addr.as_deref(), slot)
+        {
             cmd.env(crate::metrics::ROAM_METRICS_ADDR, addr);
         }
         let name = format!("joiner {k}");

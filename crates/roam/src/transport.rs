@@ -406,11 +406,17 @@ pub enum ReadError {
     Closed,
     /// The bytes are not a valid frame.
     #[error("invalid frame: {0}")]
-    Decode(#[from] DecodeError),
+    Decode(DecodeError),
     /// The connection failed (reset, timeout).
     #[error("{0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
 }
+
+// Shown in the messages, so not also exposed as `source()` (see `crate::error`).
+crate::error::embedded_from!(ReadError {
+    Decode(DecodeError),
+    Io(io::Error),
+});
 
 /// Reads one frame from a peer's byte stream: header first, validated and bounded by `limits`,
 /// then an aligned body, allocated as its bytes arrive once it is larger than

@@ -46,6 +46,7 @@ fn sh(nodes: u32, script: &str) -> LaunchArgs {
         slow_node: Vec::new(),
         slow_scope: Default::default(),
         balancer: None,
+        metrics_addr: None,
         network: NetworkArgs::default(),
         membership: Default::default(),
         restarts: Default::default(),

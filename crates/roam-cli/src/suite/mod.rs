@@ -4,7 +4,7 @@
 //! writes `bench-results/<UTC time>/results.json`, `summary.md` and PNG figures, then prints
 //! the summary tables. `--from RESULTS.json` redraws the tables and figures of an earlier suite.
 //!
-//! Files: [`plan`] (what runs), [`runner`] (one child run), [`record`] (the results file),
+//! Files: [`workload`] (apps, modes, presets), [`plan`] (what runs), [`runner`] (one child run), [`record`] (the results file),
 //! [`summary`] (medians, ratios, tables), [`plots`] (PNG figures).
 
 pub(crate) mod data;
@@ -13,6 +13,7 @@ pub(crate) mod plots;
 pub(crate) mod record;
 pub(crate) mod runner;
 pub(crate) mod summary;
+pub(crate) mod workload;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;

@@ -564,6 +564,28 @@ pub(crate) fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("{e}")
 }
 
+/// Draws `chart`'s legend at `position` in the style every figure shares (suite figures,
+/// `roam plot` reports and allocation traces): a white box at 85 % opacity that lets the grid
+/// show through, a grey border, and labels in [`FAMILY`] at `size` px.
+pub(crate) fn draw_legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+    size: u32,
+) -> anyhow::Result<()>
+where
+    DB: DrawingBackend + 'a,
+    CT: plotters::coord::CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font((FAMILY, size))
+        .position(position)
+        .draw()
+        .map_err(plot_err)
+}
+
 /// The drawing areas of a white `width` × `height` image at `path` with `title` on top: the
 /// whole (to present when drawn) and the panels below the title, `rows` × `columns`. The title
 /// is 20 px, smaller if it would not fit the width (a monospace glyph is about 0.6 of the font
@@ -687,14 +709,7 @@ fn draw(
                 .map_err(plot_err)?;
         }
         if !panel.series.is_empty() {
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.4))
-                .label_font((FAMILY, 11))
-                .position(SeriesLabelPosition::UpperLeft)
-                .draw()
-                .map_err(plot_err)?;
+            draw_legend(&mut chart, SeriesLabelPosition::UpperLeft, 11)?;
         }
     }
     root.present().map_err(plot_err)?;

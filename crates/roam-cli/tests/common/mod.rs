@@ -3,6 +3,8 @@
 //! every node's counters on stdout).
 #![allow(dead_code, unreachable_pub)]
 
+pub mod http;
+
 use std::process::{Command, Output};
 
 /// Path of the `roam` binary under test.

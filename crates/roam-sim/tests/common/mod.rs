@@ -24,6 +24,54 @@ pub(crate) fn random_space(rng: &mut ChaCha8Rng, num_keys: usize) -> KeySpace {
     KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=3)).collect()).unwrap()
 }
 
+/// Range or hash home partitioning, with even odds.
+pub(crate) fn random_partitioning(rng: &mut impl Rng) -> roam_core::Partitioning {
+    if rng.random_bool(0.5) {
+        roam_core::Partitioning::Range
+    } else {
+        roam_core::Partitioning::Hash
+    }
+}
+
+/// Message delay bounds in ns: a minimum up to 2 µs and a maximum up to 80 µs above it.
+pub(crate) fn random_delays(rng: &mut impl Rng) -> (u64, u64) {
+    let min_delay = rng.random_range(0..=2_000);
+    (min_delay, min_delay + rng.random_range(1..=80_000))
+}
+
+/// 1 to 3 distinct random keys of `0..num_keys` (all of them when there are fewer), in
+/// random order: the key batch of one random operation.
+pub(crate) fn random_keys(rng: &mut impl Rng, num_keys: Key) -> Vec<Key> {
+    let n = rng.random_range(1..=num_keys.min(3) as usize);
+    rand::seq::index::sample(rng, num_keys as usize, n)
+        .into_iter()
+        .map(|k| k as Key)
+        .collect()
+}
+
+/// A push of small integer values (1 to 4, so `f32` sums stay exact) to `keys`, its values
+/// also added into `sums`, the keys' expected totals.
+pub(crate) fn counted_push(
+    rng: &mut impl Rng,
+    space: &KeySpace,
+    keys: Vec<Key>,
+    wait: bool,
+    sums: &mut [Vec<f32>],
+) -> Op {
+    let len: usize = keys.iter().map(|&k| space.len(k)).sum();
+    let vals: Vec<f32> = (0..len)
+        .map(|_| f32::from(rng.random_range(1u8..=4)))
+        .collect();
+    let mut at = 0;
+    for &k in &keys {
+        for slot in &mut sums[k as usize] {
+            *slot += vals[at];
+            at += 1;
+        }
+    }
+    Op::Push { keys, vals, wait }
+}
+
 /// All keys of the space, in order.
 pub(crate) fn all_keys(space: &KeySpace) -> Vec<Key> {
     (0..space.num_keys()).collect()
@@ -142,7 +190,6 @@ pub(crate) struct DynCase {
 ///
 /// A key's final value is therefore its fence value plus every push of phase 3.
 pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
-    use rand::seq::index::sample;
     let mut rng = test_rng(seed ^ 0xd1a);
     let nodes = rng.random_range(2..=4);
     let workers_per_node = rng.random_range(1..=3);
@@ -152,13 +199,9 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
     } else {
         KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=2)).collect()).unwrap()
     };
-    let partitioning = shape.partitioning.unwrap_or(if rng.random_bool(0.5) {
-        roam_core::Partitioning::Range
-    } else {
-        roam_core::Partitioning::Hash
-    });
-    let min_delay = rng.random_range(0..=2_000);
-    let max_delay = min_delay + rng.random_range(1..=80_000);
+    // Drawn even when the shape fixes it, so that every shape keeps its seeds' workloads.
+    let partitioning = shape.partitioning.unwrap_or(random_partitioning(&mut rng));
+    let (min_delay, max_delay) = random_delays(&mut rng);
     let max_think = rng.random_range(0..=20_000);
     // Drawn only with intents, so that other shapes keep their seeds' workloads.
     let timing = if shape.intents && rng.random_bool(0.5) {
@@ -193,11 +236,7 @@ pub(crate) fn dynamic_case(seed: u64, shape: DynShape) -> DynCase {
                         counted: Option<&mut Vec<Vec<f32>>>| {
         let mut counted = counted;
         for _ in 0..shape.ops_per_phase {
-            let n = rng.random_range(1..=num_keys.min(3) as usize);
-            let keys: Vec<Key> = sample(rng, num_keys as usize, n)
-                .into_iter()
-                .map(|k| k as Key)
-                .collect();
+            let keys = random_keys(rng, num_keys);
             let len: usize = keys.iter().map(|&k| space.len(k)).sum();
             let wait = rng.random_bool(0.5);
             let op = match rng.random_range(0..20) {

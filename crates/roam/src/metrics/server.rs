@@ -105,13 +105,17 @@ pub fn with_rank_offset(addr: &str, rank: u32) -> Result<String, MetricsError> {
 }
 
 /// For `roam launch`: the metrics address of node `slot` (its rank; joiners follow the
-/// initial nodes) when the launcher's environment sets `ROAM_METRICS_ADDR`, its port offset by
-/// `slot`.
-pub fn launch_addr(slot: u32) -> Result<Option<String>, MetricsError> {
-    match std::env::var(ROAM_METRICS_ADDR) {
-        Ok(addr) if !addr.is_empty() => with_rank_offset(&addr, slot).map(Some),
-        _ => Ok(None),
-    }
+/// initial nodes), its port offset by `slot`, from `base` (`roam launch --metrics-addr`), else
+/// from `ROAM_METRICS_ADDR` in the launcher's environment; `None` when neither is set.
+pub fn launch_addr(base: Option<&str>, slot: u32) -> Result<Option<String>, MetricsError> {
+    let base = match base {
+        Some(b) => b.to_string(),
+        None => match std::env::var(ROAM_METRICS_ADDR) {
+            Ok(addr) if !addr.is_empty() => addr,
+            _ => return Ok(None),
+        },
+    };
+    with_rank_offset(&base, slot).map(Some)
 }
 
 /// Counts of Prometheus scrapes, and the wakeup of a node holding for them.
@@ -366,6 +370,12 @@ mod tests {
         );
         assert_eq!(with_rank_offset("[::1]:9400", 1).unwrap(), "[::1]:9401");
         assert_eq!(with_rank_offset("node-a:80", 0).unwrap(), "node-a:80");
+        // `roam launch --metrics-addr` gives the base, whatever the environment says.
+        assert_eq!(
+            launch_addr(Some("127.0.0.1:9400"), 2).unwrap().as_deref(),
+            Some("127.0.0.1:9402")
+        );
+        assert!(launch_addr(Some("127.0.0.1:0"), 0).is_err());
         for (addr, rank, says) in [
             ("127.0.0.1:65535", 1, "above 65535"),
             ("127.0.0.1:0", 0, "port 0"),

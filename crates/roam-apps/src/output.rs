@@ -50,12 +50,14 @@ pub struct OutputArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     /// The file could not be read or written.
-    #[error("{path}: {source}")]
+    /// (The cause is in the message and not exposed as `source()`, so that a binary's
+    /// `Caused by:` does not print it twice: the repo's convention, `roam::error`.)
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
         /// What failed.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file holds no roam training report.
     #[error(
@@ -69,10 +71,10 @@ pub enum ReportError {
 }
 
 impl ReportError {
-    fn io(path: &Path, source: std::io::Error) -> Self {
+    fn io(path: &Path, error: std::io::Error) -> Self {
         Self::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         }
     }
 }
@@ -431,6 +433,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The binary prints errors with anyhow's `{:?}` (message, then `Caused by:`): the I/O
+    /// cause of an unreadable report must appear once.
+    #[test]
+    fn an_unreadable_report_names_its_cause_once() {
+        let err = ReportError::io(
+            Path::new("/nonexistent/report.json"),
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file here"),
+        );
+        let shown = format!("{:?}", anyhow::Error::new(err));
+        assert_eq!(shown.matches("no such file here").count(), 1, "{shown}");
+        assert!(shown.contains("/nonexistent/report.json"), "{shown}");
+    }
 
     #[test]
     fn reports_are_found_in_files_json_output_and_launch_prefixed_output() {

@@ -47,7 +47,7 @@ impl Store {
                 miss(i);
                 continue;
             };
-            let copy = |s: u64| {
+            let mut copy = |s: u64| {
                 let area = if s & REPLICA == 0 { values } else { replicas };
                 // SAFETY: held when observed, so the slot was allocated in this area; uniform
                 // records start with `len` visible values.
@@ -55,9 +55,12 @@ impl Store {
                 load_values::<L>(here, visible, L == 0);
             };
             let hit = if L > 0 {
-                read_consistent(state, copy)
+                read_consistent::<true>(state, copy)
             } else {
-                latched(state, HELD, copy)
+                latched_as(state, HELD, |s| {
+                    copy(s);
+                    s | REFERENCED
+                })
             };
             if !hit {
                 miss(i);
@@ -117,13 +120,13 @@ impl Store {
                         } else {
                             add_values::<L>(visible, vals, plain);
                         }
-                        s | DIRTY
+                        dirtied(s)
                     } else {
                         // SAFETY: latched and a replica: the slot is in the replica area, and
                         // replica records start with the `len` values of the replica.
                         let value = unsafe { replicas.prefix(slot, len) };
                         add_values::<L>(value, vals, plain);
-                        s | DIRTY
+                        dirtied(s)
                     }
                 })
             });

@@ -13,7 +13,14 @@
 //!  bit 35     DIRTY     a push reached the record since the protocol last looked (set by
 //!                       pushes; cleared by `take_delta` on replicas, `take_dirty` on owned
 //!                       records): sync rounds skip the others unlatched
-//!  bits 32-34 CLOCK     an access clock for eviction policies (kept across latching)
+//!  bit 34     GONE      the key's row was evicted here (`evict.rs`): at its creator, "not
+//!                       created" again (a state word without a record and without GONE, at
+//!                       the creator, means the row lives elsewhere)
+//!  bit 33     AGED      a TTL sweep found the row unreferenced once (the next one evicts it)
+//!  bit 32     REFERENCED  accessed since the clock hand last cleared it: set by the release
+//!                       store of every latched worker access, and by an optimistic pull that
+//!                       finds it clear (one extra atomic per row per sweep, none in stores
+//!                       nobody sweeps: the bit is never cleared there)
 //!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
 //! ```
 //!
@@ -64,6 +71,8 @@ use crate::stats::WorkerCounters;
 use area::{Area, Scale, UniformView};
 use index::Index;
 
+pub use evict::{Sweep, Visit};
+
 const LATCH: u64 = 1 << 63;
 const LOCAL: u64 = 1 << 62;
 const TRANSIT: u64 = 1 << 61;
@@ -73,6 +82,9 @@ const VERSION_ONE: u64 = 1 << 36;
 const VERSION_MASK: u64 = ((1 << 24) - 1) << 36;
 const DIRTY: u64 = 1 << 35;
 const CLOCK_MASK: u64 = 0x7 << 32;
+const REFERENCED: u64 = 1 << 32;
+const AGED: u64 = 1 << 33;
+const GONE: u64 = 1 << 34;
 /// Longest uniform value that pulls read optimistically. Optimistic readers need every value
 /// access to be atomic, and atomic accesses are not vectorised: longer values are copied and
 /// added faster under the latch with plain vector loads and stores (measured: the quick suite's
@@ -114,6 +126,7 @@ const _: () = assert!(
 );
 // After `by_len!`, which it uses.
 mod batch;
+mod evict;
 mod grad;
 mod replica_ops;
 
@@ -284,7 +297,7 @@ impl Store {
         let Some(state) = self.index.get(key) else {
             return false;
         };
-        self.read(state, |s| {
+        self.read::<true>(state, |s| {
             // SAFETY: held when observed, so the slot was allocated for this key.
             let record = unsafe { self.record(key, s) };
             load_values::<0>(out, &record[..out.len()], self.plain());
@@ -314,11 +327,14 @@ impl Store {
     /// Runs `read` on the record held under `state` consistently: optimistically (see
     /// [`read_consistent`]) or under the latch, as this store reads.
     #[inline(always)]
-    fn read(&self, state: &AtomicU64, read: impl FnMut(u64)) -> bool {
+    fn read<const TOUCH: bool>(&self, state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
         if self.optimistic {
-            read_consistent(state, read)
+            read_consistent::<TOUCH>(state, read)
         } else {
-            latched(state, HELD, read)
+            latched_as(state, HELD, |s| {
+                read(s);
+                if TOUCH { s | REFERENCED } else { s }
+            })
         }
     }
 
@@ -410,7 +426,7 @@ impl Store {
     /// whether it is owned or a replica (`None`: not held here).
     fn copy_record(&self, key: Key, state: &AtomicU64, out: &mut Vec<f32>) -> Option<Holding> {
         let mut holding = Holding::Owned;
-        let held = self.read(state, |s| {
+        let held = self.read::<false>(state, |s| {
             // SAFETY: held when observed (a torn copy is retried by `read`).
             let record = unsafe { self.record(key, s) };
             out.resize(record.len(), 0.0);
@@ -456,7 +472,9 @@ impl Store {
         let slot = area.allocate(key);
         // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
         fill(unsafe { area.record(key, slot) });
-        state.store(bumped(s & KEPT) | flag | u64::from(slot), Ordering::Release);
+        // A new row counts as referenced (the clock passes it over once), and is no longer gone.
+        let kept = (s & KEPT & !(GONE | AGED)) | REFERENCED;
+        state.store(bumped(kept) | flag | u64::from(slot), Ordering::Release);
         if flag == LOCAL {
             self.owned.fetch_add(1, Ordering::Relaxed);
         }
@@ -574,14 +592,15 @@ fn latched(state: &AtomicU64, accept: u64, f: impl FnOnce(u64)) -> bool {
     })
 }
 
-/// `s` with DIRTY set: a push reached the record (a replica's delta, or an owned value).
+/// `s` with DIRTY set: a push reached the record (a replica's delta, or an owned value); and
+/// REFERENCED, for the eviction clock (free: the release store writes the word anyway).
 #[inline(always)]
 fn dirtied(s: u64) -> u64 {
-    s | DIRTY
+    s | DIRTY | REFERENCED
 }
 
 /// [`latched`] where `f` returns the word to release (before the version bump): the word
-/// observed with flags of its own changed (DIRTY only: the latch holder never changes what
+/// observed with flags of its own changed (DIRTY and REFERENCED only: the latch holder never changes what
 /// the word says about where the record is).
 #[inline(always)]
 fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> u64) -> bool {
@@ -602,7 +621,11 @@ fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> u64) -> boo
             // We hold the latch and the record is here, so the slot is valid and no other
             // thread writes the record until we release.
             let release = f(s);
-            debug_assert_eq!(release & !DIRTY, s & !DIRTY, "only DIRTY may change");
+            debug_assert_eq!(
+                release & !(DIRTY | REFERENCED),
+                s & !(DIRTY | REFERENCED),
+                "only DIRTY and REFERENCED may change"
+            );
             state.store(bumped(release), Ordering::Release);
             return true;
         }
@@ -612,7 +635,8 @@ fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> u64) -> boo
 
 /// Runs `read` with the word observed while it shows the record held here and unlatched, until
 /// the word is unchanged after the read (a sequence lock: see the module docs). Returns false,
-/// running nothing more, once the record is not held here.
+/// running nothing more, once the record is not held here. `TOUCH`: a worker's read, which
+/// marks the row REFERENCED for the eviction clock.
 ///
 /// Why it is exact: a writer latches (`Acquire` CAS, then a `Release` fence) before its first
 /// value store. If `read` saw any of those stores, the fences synchronise, so the reload after
@@ -620,7 +644,7 @@ fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> u64) -> boo
 /// release bumps the version) and the read is retried. If it saw none, it copied the values as
 /// of the word, which were published by that word's `Release` store.
 #[inline(always)]
-fn read_consistent(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
+fn read_consistent<const TOUCH: bool>(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
     let mut spins = 0u32;
     loop {
         let s = state.load(Ordering::Acquire);
@@ -631,6 +655,11 @@ fn read_consistent(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
             read(s);
             fence(Ordering::Acquire);
             if state.load(Ordering::Relaxed) == s {
+                if TOUCH && s & REFERENCED == 0 {
+                    // Once per row per clock sweep (see the module docs); a word that changed
+                    // meanwhile still gets the bit, which says nothing about the values.
+                    state.fetch_or(REFERENCED, Ordering::Relaxed);
+                }
                 return true;
             }
         }

@@ -7,6 +7,7 @@
 //!   `roam::Worker`'s owned pending operations (a pull owns its output's export).
 //! - `sampling`: `roam.Sampler` (a sampler registered with `Node(samplers=...)`) and
 //!   `roam.Sample` (one `Worker.prepare_sample`, owning the Rust `SampleHandle`).
+//! - `tables`: `Node(initializer=..., dynamic=...)`: row initializers, admission and eviction.
 //! - `buffers`: zero-copy views of NumPy arrays, buffer-protocol and `__dlpack__` objects.
 //!
 //! The crate's only `unsafe` is raw slices of buffer exports (made in `buffers`, used by
@@ -20,6 +21,7 @@ mod errors;
 mod node;
 mod optimizer;
 mod sampling;
+mod tables;
 mod worker;
 
 use pyo3::prelude::*;

@@ -273,6 +273,8 @@ impl PyNode {
         share_sync_every = None,
         restore_from = None,
         optimizer = None,
+        initializer = None,
+        dynamic = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -305,7 +307,11 @@ impl PyNode {
         share_sync_every: Option<f64>,
         restore_from: Option<std::path::PathBuf>,
         optimizer: Option<&Bound<'_, PyAny>>,
+        initializer: Option<&Bound<'_, PyAny>>,
+        dynamic: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        // A dynamic key space is a sparse one (any u64 id).
+        let sparse_keys = sparse_keys || dynamic.is_some_and(|d| !d.is_none());
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
         } else {
@@ -389,6 +395,13 @@ impl PyNode {
         cfg.restore_from = restore_from;
         cfg.optimizer = optimizer
             .map(crate::optimizer::optimizer_config)
+            .transpose()?;
+        if let Some(init) = initializer.filter(|i| !i.is_none()) {
+            cfg.initializer = crate::tables::initializer_config(init)?;
+        }
+        cfg.dynamic = dynamic
+            .filter(|d| !d.is_none())
+            .map(crate::tables::dynamic_config)
             .transpose()?;
         let samplers = cfg.samplers.clone();
         let allocation = cfg.allocation.name();

@@ -224,3 +224,95 @@ fn admit_all_without_budget_keeps_every_exact_check() {
         assert_eq!(total(&sim, |c| &c.rows_evicted), 0);
     });
 }
+
+/// Every node creates bit-identical rows: 3 nodes with hash homes, each id created by its
+/// creator and read by every node's worker equals `Initializer::fill` of (seed, id).
+#[test]
+fn every_node_reads_the_same_initial_rows() {
+    use roam_sim::{Op, SimConfig, WorkerRef};
+    let init = init(11);
+    let space = KeySpace::sparse(3)
+        .and_then(|s| s.with_initializer(init))
+        .and_then(|s| s.with_dynamic(DynamicPolicy::default()))
+        .unwrap();
+    let keys: Vec<u64> = (0..40u64).map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
+    let cfg = SimConfig::new(3, 1, space)
+        .with_seed(5)
+        .with_partitioning(roam_core::Partitioning::Hash);
+    let mut sim = Sim::new(cfg);
+    for n in 0..3 {
+        sim.add_script(WorkerRef::new(n, 0), vec![Op::pull(keys.clone())]);
+    }
+    sim.run_until_idle().unwrap();
+    let want: Vec<f32> = keys
+        .iter()
+        .flat_map(|&k| {
+            let mut row = [0.0; 3];
+            init.fill(k, &mut row);
+            row
+        })
+        .collect();
+    for op in sim.history().ops() {
+        assert_eq!(op.outcome, Outcome::Pulled(want.clone()), "{op}");
+    }
+    assert_eq!(total(&sim, |c| &c.keys_created), keys.len() as u64);
+}
+
+/// TTL: rows untouched for 1.5 × the TTL are evicted by the nodes' timers, rows touched within
+/// the TTL stay; a later pull creates an evicted row again, with its initial values.
+#[test]
+fn ttl_evicts_untouched_rows_and_a_pull_creates_them_again() {
+    use roam_sim::{Op, SimConfig, WorkerRef};
+    const TTL: u64 = 10_000_000;
+    let init = init(3);
+    let policy = DynamicPolicy {
+        ttl_ns: Some(TTL),
+        ..DynamicPolicy::default()
+    };
+    let space = KeySpace::sparse(2)
+        .and_then(|s| s.with_initializer(init))
+        .and_then(|s| s.with_dynamic(policy))
+        .unwrap();
+    let cold: Vec<u64> = (100..120).collect();
+    let hot: Vec<u64> = (0..20).collect();
+    let ones = |keys: &[u64]| vec![1.0f32; keys.len() * 2];
+    let mut script = vec![
+        Op::push(cold.clone(), ones(&cold)),
+        Op::push(hot.clone(), ones(&hot)),
+    ];
+    // The hot keys are touched every TTL / 4 for 3 TTLs; the cold ones never again.
+    for _ in 0..12 {
+        script.push(Op::Sleep(TTL / 4));
+        script.push(Op::pull(hot.clone()));
+    }
+    script.push(Op::pull(cold.clone()));
+    let cfg = SimConfig::new(2, 1, space)
+        .with_seed(9)
+        .with_partitioning(roam_core::Partitioning::Hash);
+    let mut sim = Sim::new(cfg);
+    sim.add_script(WorkerRef::new(0, 0), script);
+    while !(sim.unfinished_workers().is_empty() && quiet(&sim)) {
+        assert!(sim.run_steps(1_000) > 0);
+    }
+    let ops = sim.history().ops();
+    let last = ops.last().unwrap();
+    let fresh: Vec<f32> = cold
+        .iter()
+        .flat_map(|&k| {
+            let mut row = [0.0; 2];
+            init.fill(k, &mut row);
+            row
+        })
+        .collect();
+    assert_eq!(last.outcome, Outcome::Pulled(fresh), "cold rows were evicted");
+    let hot_pull = &ops[ops.len() - 2];
+    let Outcome::Pulled(values) = &hot_pull.outcome else {
+        panic!("{hot_pull}")
+    };
+    for (i, &k) in hot.iter().enumerate() {
+        let mut row = [0.0; 2];
+        init.fill(k, &mut row);
+        assert_eq!(values[2 * i..2 * i + 2], [row[0] + 1.0, row[1] + 1.0], "hot key {k}");
+    }
+    assert_eq!(total(&sim, |c| &c.rows_evicted), cold.len() as u64);
+}

@@ -53,7 +53,7 @@ fn policy(seed: u64) -> DynamicPolicy {
     DynamicPolicy {
         admission,
         max_rows: Some(1 + (seed / 3) % 2),
-        ttl_ns: (seed % 2 == 0).then_some(300_000 + (seed % 7) * 100_000),
+        ttl_ns: seed.is_multiple_of(2).then_some(300_000 + (seed % 7) * 100_000),
     }
 }
 
@@ -235,7 +235,9 @@ fn every_node_reads_the_same_initial_rows() {
         .and_then(|s| s.with_initializer(init))
         .and_then(|s| s.with_dynamic(DynamicPolicy::default()))
         .unwrap();
-    let keys: Vec<u64> = (0..40u64).map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
+    let keys: Vec<u64> = (0..40u64)
+        .map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .collect();
     let cfg = SimConfig::new(3, 1, space)
         .with_seed(5)
         .with_partitioning(roam_core::Partitioning::Hash);
@@ -304,7 +306,11 @@ fn ttl_evicts_untouched_rows_and_a_pull_creates_them_again() {
             row
         })
         .collect();
-    assert_eq!(last.outcome, Outcome::Pulled(fresh), "cold rows were evicted");
+    assert_eq!(
+        last.outcome,
+        Outcome::Pulled(fresh),
+        "cold rows were evicted"
+    );
     let hot_pull = &ops[ops.len() - 2];
     let Outcome::Pulled(values) = &hot_pull.outcome else {
         panic!("{hot_pull}")
@@ -312,7 +318,11 @@ fn ttl_evicts_untouched_rows_and_a_pull_creates_them_again() {
     for (i, &k) in hot.iter().enumerate() {
         let mut row = [0.0; 2];
         init.fill(k, &mut row);
-        assert_eq!(values[2 * i..2 * i + 2], [row[0] + 1.0, row[1] + 1.0], "hot key {k}");
+        assert_eq!(
+            values[2 * i..2 * i + 2],
+            [row[0] + 1.0, row[1] + 1.0],
+            "hot key {k}"
+        );
     }
     assert_eq!(total(&sim, |c| &c.rows_evicted), cold.len() as u64);
 }

@@ -126,7 +126,12 @@ fn auc(scored: &mut [(f64, bool)]) -> f64 {
 }
 
 /// Trains one table and prints its report as one JSON line.
-fn child(examples: u64, stream: &Stream, max_rows: Option<u64>, min_count: u32) -> anyhow::Result<()> {
+fn child(
+    examples: u64,
+    stream: &Stream,
+    max_rows: Option<u64>,
+    min_count: u32,
+) -> anyhow::Result<()> {
     let mut cfg = Config::sparse(DIM as u32);
     cfg.workers_per_node = Some(1);
     cfg.print_stats = false;
@@ -189,7 +194,12 @@ fn child(examples: u64, stream: &Stream, max_rows: Option<u64>, min_count: u32) 
         for (i, &click) in clicks.iter().enumerate() {
             let rows: Vec<Vec<f64>> = slots[i * per..(i + 1) * per]
                 .iter()
-                .map(|&s| vals[s * DIM..(s + 1) * DIM].iter().map(|&v| f64::from(v)).collect())
+                .map(|&s| {
+                    vals[s * DIM..(s + 1) * DIM]
+                        .iter()
+                        .map(|&v| f64::from(v))
+                        .collect()
+                })
                 .collect();
             // The bias row's w is the bias; its v is unused (kept at its init).
             let logit = fm_logit(0.0, rows[..per - 1].iter().map(|r| &r[..])) + rows[per - 1][0];
@@ -252,7 +262,10 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--child") {
         let num = |i: usize| -> anyhow::Result<u64> {
-            args.get(i).context("child argument")?.parse().context("child argument")
+            args.get(i)
+                .context("child argument")?
+                .parse()
+                .context("child argument")
         };
         let stream = Stream {
             fields: num(2)? as usize,
@@ -296,7 +309,11 @@ fn main() -> anyhow::Result<()> {
     for (max_rows, min_count) in [(0, 1), (budget, 1), (budget, min_count.max(2))] {
         let out = Command::new(&exe)
             .args(["--child", &examples.to_string(), &fields.to_string()])
-            .args([ids_per_field.to_string(), max_rows.to_string(), min_count.to_string()])
+            .args([
+                ids_per_field.to_string(),
+                max_rows.to_string(),
+                min_count.to_string(),
+            ])
             .output()?;
         if !out.status.success() {
             bail!("child failed: {}", String::from_utf8_lossy(&out.stderr));

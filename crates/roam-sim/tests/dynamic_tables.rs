@@ -53,7 +53,9 @@ fn policy(seed: u64) -> DynamicPolicy {
     DynamicPolicy {
         admission,
         max_rows: Some(1 + (seed / 3) % 2),
-        ttl_ns: seed.is_multiple_of(2).then_some(300_000 + (seed % 7) * 100_000),
+        ttl_ns: seed
+            .is_multiple_of(2)
+            .then_some(300_000 + (seed % 7) * 100_000),
     }
 }
 

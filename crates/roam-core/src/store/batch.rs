@@ -21,13 +21,19 @@ impl Store {
     ) -> Result<(), Key> {
         self.assert_uniform(len);
         debug_assert_eq!(out.len(), keys.len() * len);
-        by_len!(len, self.pull_batch(keys, out, len, miss))
+        // Only stores that an eviction clock sweeps pay for marking pulled rows REFERENCED.
+        if self.clocked {
+            by_len!(len, self.pull_batch::<true>(keys, out, len, miss))
+        } else {
+            by_len!(len, self.pull_batch::<false>(keys, out, len, miss))
+        }
     }
 
     /// [`Store::pull_batch_local`] with the length `L` known at compile time (0: only at run
-    /// time), so that the copy of a short value is a few unrolled moves.
+    /// time), so that the copy of a short value is a few unrolled moves; `TOUCH`: mark the rows
+    /// read REFERENCED for the eviction clock.
     #[inline(always)]
-    fn pull_batch<const L: usize>(
+    fn pull_batch<const TOUCH: bool, const L: usize>(
         &self,
         keys: &[Key],
         out: &mut [f32],
@@ -55,11 +61,11 @@ impl Store {
                 load_values::<L>(here, visible, L == 0);
             };
             let hit = if L > 0 {
-                read_consistent::<true>(state, copy)
+                read_consistent::<TOUCH>(state, copy)
             } else {
                 latched_as(state, HELD, |s| {
                     copy(s);
-                    s | REFERENCED
+                    if TOUCH { s | REFERENCED } else { s }
                 })
             };
             if !hit {

@@ -112,8 +112,13 @@ impl Store {
 mod tests {
     use super::*;
 
+    /// A store of a dynamic space with a budget (so that pulls mark rows REFERENCED).
     fn sparse_store(rows: &[Key]) -> Store {
-        let store = Store::new(KeySpace::sparse(2).unwrap());
+        let policy = crate::dynamic::DynamicPolicy {
+            max_rows: Some(100),
+            ..Default::default()
+        };
+        let store = Store::new(KeySpace::sparse(2).unwrap().with_dynamic(policy).unwrap());
         for &key in rows {
             assert!(store.insert(key, &[key as f32, 1.0]));
         }

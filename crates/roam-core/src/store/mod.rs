@@ -18,9 +18,10 @@
 //!                       the creator, means the row lives elsewhere)
 //!  bit 33     AGED      a TTL sweep found the row unreferenced once (the next one evicts it)
 //!  bit 32     REFERENCED  accessed since the clock hand last cleared it: set by the release
-//!                       store of every latched worker access, and by an optimistic pull that
-//!                       finds it clear (one extra atomic per row per sweep, none in stores
-//!                       nobody sweeps: the bit is never cleared there)
+//!                       store of every latched worker access (free: the store happens
+//!                       anyway), and, in stores an eviction clock sweeps (`clocked`), by a
+//!                       pull that finds it clear (one extra atomic per row per sweep); other
+//!                       stores' pulls never test it
 //!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
 //! ```
 //!
@@ -174,6 +175,9 @@ pub struct Store {
     /// Whether pulls read without the latch (a sequence lock; see the module docs). Chosen
     /// once per store, so that readers and writers of one store never mix protocols.
     optimistic: bool,
+    /// Whether an eviction clock sweeps this store (a dynamic space with a row budget or a
+    /// TTL): only then do pulls mark rows REFERENCED.
+    clocked: bool,
     /// Keys owned here, kept by the protocol's inserts and removes (read by stats from any
     /// thread, so never computed by walking the index).
     owned: AtomicU64,
@@ -219,6 +223,9 @@ impl Store {
             },
             areas: [values, replicas],
             uniform_len: space.uniform_len().unwrap_or(0),
+            clocked: space
+                .dynamic()
+                .is_some_and(|p| p.max_rows.is_some() || p.ttl_ns.is_some()),
             optimistic: space
                 .uniform_len()
                 .is_some_and(|len| len <= MAX_OPTIMISTIC_LEN),
@@ -297,11 +304,16 @@ impl Store {
         let Some(state) = self.index.get(key) else {
             return false;
         };
-        self.read::<true>(state, |s| {
+        let copy = |s| {
             // SAFETY: held when observed, so the slot was allocated for this key.
             let record = unsafe { self.record(key, s) };
             load_values::<0>(out, &record[..out.len()], self.plain());
-        })
+        };
+        if self.clocked {
+            self.read::<true>(state, copy)
+        } else {
+            self.read::<false>(state, copy)
+        }
     }
 
     /// Applies `update` to `key`'s visible values if the key is held here; a `Set` applies only

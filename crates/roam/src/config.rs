@@ -65,8 +65,9 @@ pub struct Config {
     pub num_keys: u64,
     /// Values per key: uniform or per key (sparse keys need a uniform length).
     pub value_lengths: ValueLengths,
-    /// Every `u64` is a key (hashed feature ids, user ids): keys are created, with zero
-    /// values, where they are first used, and nodes hold state only for keys they have seen.
+    /// Every `u64` is a key (hashed feature ids, user ids): keys are created, with the
+    /// [`Config::initializer`]'s values, where they are first used, and nodes hold state only
+    /// for keys they have seen.
     /// Set by [`Config::sparse`].
     pub sparse_keys: bool,
     /// Hidden state stored after each key's values (e.g. optimizer moments): never pulled,

@@ -130,13 +130,25 @@ class Node:
             keep answering ``/metrics`` until a Prometheus server has scraped this node this
             many times in all (at most ``rendezvous_timeout`` longer); ``None`` reads
             ``ROAM_METRICS_HOLD``, else 0.
+        initializer: how new rows are filled: ``"zeros"`` (the default), or a dict
+            ``{"kind": "uniform", "low": a, "high": b, "seed": s}`` or ``{"kind": "normal",
+            "mean": m, "std": s, "seed": s}``. A row's values are a pure function of (seed,
+            key): every node creates the same row. Optimizer state starts at zero.
+        dynamic: a dynamic key space (implies ``sparse_keys``): a dict with any of
+            ``"admission"`` (``"all"``, ``{"kind": "count", "min_count": K, "sketch_width":
+            W}`` or ``{"kind": "probability", "p": p, "seed": s}``), ``"max_rows"`` (rows per
+            node; the LRU clock evicts to stay under it) and ``"ttl"`` (seconds untouched
+            before a row is evicted). An id without a row reads the initializer's value and its
+            updates are dropped (``stats()["rows_rejected"]``, ``["grads_dropped"]``,
+            ``["rows_evicted"]``). See ``docs/embeddings.md``.
 
     Raises:
         StartError: invalid key space, cluster configuration, missing token, rendezvous or
             connection failure, a metrics address that cannot be served (the Rust ``StartError``
             message).
         ValueError: unknown ``allocation``, ``home``, ``intent_timing`` or
-            ``intent_techniques``, an unknown optimizer, parameter or an invalid value (named),
+            ``intent_techniques``, an unknown optimizer, initializer, admission or dynamic
+            parameter or an invalid value (named),
             bad timeouts or lengths, a sampler
             whose keys are outside the key space or have different value lengths (the
             message names it: ``samplers[i] = Sampler...``).
@@ -177,6 +189,8 @@ class Node:
         optimizer: str | dict[str, Any] | None = None,
         metrics_addr: str | None = None,
         metrics_hold_scrapes: int | None = None,
+        initializer: str | dict[str, Any] | None = None,
+        dynamic: dict[str, Any] | None = None,
     ) -> None: ...
     @property
     def rank(self) -> int:

@@ -51,6 +51,11 @@ impl Node {
                 Route::Transit => self.queue_local(now, key, Queued::LocalPull { op, pos }),
                 Route::Remote(dest) => batches.entry(dest).or_default().push(key, pos, &[]),
                 Route::Held(bucket) => held.entry(bucket).or_default().push(key, pos, &[]),
+                Route::Unadmitted => {
+                    value.resize(self.cfg.space.len(key), 0.0);
+                    self.cfg.space.initializer().fill(key, &mut value);
+                    here.push(key, pos, &value);
+                }
             }
         }
         if !here.keys.is_empty() {
@@ -124,6 +129,10 @@ impl Node {
                 }
                 Route::Remote(dest) => batches.entry(dest).or_default().push(key, pos, update),
                 Route::Held(bucket) => held.entry(bucket).or_default().push(key, pos, update),
+                Route::Unadmitted => {
+                    add(&self.counters.grads_dropped, 1);
+                    self.answer(op, pos);
+                }
             }
         }
         self.send_batches(op, Kind::Push, mode, batches);

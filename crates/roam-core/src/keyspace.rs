@@ -13,8 +13,10 @@
 
 use std::sync::Arc;
 
+use crate::dynamic::{DynamicError, DynamicPolicy};
 use crate::error::AccessError;
 use crate::id::Key;
+use crate::init::{Initializer, InitializerError};
 use crate::optim::{Optimizer, OptimizerError};
 
 /// Value lengths of the keys: one length for all, or one per key.
@@ -52,6 +54,12 @@ pub enum KeySpaceError {
     /// The optimizer's configuration is invalid.
     #[error(transparent)]
     Optimizer(#[from] OptimizerError),
+    /// The initializer's parameters are invalid.
+    #[error(transparent)]
+    Initializer(#[from] InitializerError),
+    /// The admission or eviction policy is invalid.
+    #[error(transparent)]
+    Dynamic(#[from] DynamicError),
 }
 
 /// The hidden part of a key's record: `per_value × len + per_key` values after the `len`
@@ -83,6 +91,11 @@ pub struct KeySpace {
     layout: RecordLayout,
     /// What `push_gradients` applies (it chose `layout`); `None`: gradients are refused.
     optimizer: Option<Optimizer>,
+    /// How new rows are filled (`init.rs`).
+    initializer: Initializer,
+    /// Admission and eviction of a sparse space's rows (`dynamic.rs`); `None`: every id gets
+    /// a row on first use and keeps it.
+    dynamic: Option<DynamicPolicy>,
 }
 
 /// The largest dense key count (a node addresses at most 2^32 local records; larger or
@@ -103,6 +116,8 @@ impl KeySpace {
             offsets: None,
             layout: RecordLayout::default(),
             optimizer: None,
+            initializer: Initializer::Zeros,
+            dynamic: None,
         })
     }
 
@@ -119,6 +134,8 @@ impl KeySpace {
             offsets: None,
             layout: RecordLayout::default(),
             optimizer: None,
+            initializer: Initializer::Zeros,
+            dynamic: None,
         })
     }
 
@@ -139,6 +156,41 @@ impl KeySpace {
         self.layout = optimizer.layout();
         self.optimizer = Some(optimizer);
         Ok(self)
+    }
+
+    /// This space with new rows filled by `initializer` (see `init.rs`).
+    pub fn with_initializer(mut self, initializer: Initializer) -> Result<Self, KeySpaceError> {
+        initializer.validate()?;
+        self.initializer = initializer;
+        Ok(self)
+    }
+
+    /// How new rows are filled.
+    #[inline]
+    pub fn initializer(&self) -> &Initializer {
+        &self.initializer
+    }
+
+    /// This sparse space with admission and eviction (see `dynamic.rs`).
+    pub fn with_dynamic(mut self, policy: DynamicPolicy) -> Result<Self, KeySpaceError> {
+        if !self.sparse {
+            return Err(DynamicError::Dense.into());
+        }
+        policy.validate()?;
+        self.dynamic = Some(policy);
+        Ok(self)
+    }
+
+    /// The admission and eviction policy of a dynamic space.
+    #[inline]
+    pub fn dynamic(&self) -> Option<&DynamicPolicy> {
+        self.dynamic.as_ref()
+    }
+
+    /// Row `key`'s initial record: the initializer's visible values, zero hidden state.
+    pub fn initial_record(&self, key: Key) -> Vec<f32> {
+        self.initializer
+            .record(key, self.len(key), self.record_len(key))
     }
 
     /// The optimizer `push_gradients` applies, if any.
@@ -168,6 +220,8 @@ impl KeySpace {
             offsets: Some(offsets.into()),
             layout: RecordLayout::default(),
             optimizer: None,
+            initializer: Initializer::Zeros,
+            dynamic: None,
         })
     }
 

@@ -9,6 +9,8 @@
 //! # Layout
 //! - [`id`]: node, worker and request identifiers.
 //! - [`keyspace`]: the dense key range and per-key value lengths; input validation.
+//! - [`init`]: row initializers, a pure function of (seed, key).
+//! - [`dynamic`]: admission and eviction of rows in dynamic (sparse) key spaces.
 //! - [`directory`]: the epoch-numbered key → bucket → home table, members and coordinator.
 //! - [`placement`]: placement records at a key's home (who holds it).
 //! - [`policy`]: placement policies (static, Lapse) behind one interface.
@@ -38,9 +40,11 @@ mod checkpoint;
 pub mod directory;
 mod dispatch;
 mod drain;
+pub mod dynamic;
 pub mod error;
 mod home_move;
 pub mod id;
+pub mod init;
 pub mod intent;
 pub mod interest;
 mod issue;
@@ -69,8 +73,10 @@ pub use access::{Front, Handoff};
 pub use balance::{BalanceDecision, Balancer, DecisionKind};
 pub use directory::{Directory, Partitioning};
 pub use drain::DrainRefusal;
+pub use dynamic::{Admission, DynamicError, DynamicPolicy};
 pub use error::{AccessError, IntentError, OpError};
 pub use id::{Key, NodeId, ReqId, WorkerId};
+pub use init::{Initializer, InitializerError};
 pub use intent::{IntentTiming, Need};
 pub use keyspace::{KeySpace, KeySpaceError, RecordLayout, ValueLengths};
 pub use liveness::Liveness;
@@ -85,5 +91,5 @@ pub use sampling::{
     Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support,
 };
 pub use share::IntentTechniques;
-pub use store::{Holding, Residency, Store, UpdateMode};
+pub use store::{Holding, Residency, Store, Sweep, UpdateMode, Visit};
 pub use warning::Warning;

@@ -108,6 +108,7 @@ impl Node {
             self.liveness_timeout(),
             self.load_timeout(),
             self.barrier_wait_timeout(),
+            self.dynamic_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -137,6 +138,7 @@ impl Node {
         self.defer_handle_timeout(now);
         self.load_handle_timeout(now);
         self.barrier_wait_handle_timeout(now);
+        self.dynamic_handle_timeout(now);
         self.recheck_cut();
         let Some(liveness) = self.cfg.liveness else {
             return;

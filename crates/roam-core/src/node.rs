@@ -283,6 +283,9 @@ pub(crate) enum Route {
     /// This node is the key's new home and the bucket's move is completing: hold the access
     /// until it is (see `home_move.rs`).
     Held(u32),
+    /// A dynamic space's id without a row that may not get one now (`dynamic.rs`): a pull
+    /// reads the initializer's value, an update is dropped.
+    Unadmitted,
 }
 
 /// The protocol state machine of one node. See the module docs for the contract.
@@ -335,6 +338,8 @@ pub struct Node {
     pub(crate) membership: Membership,
     /// The allocation trace, when on ([`Node::trace_allocation`]).
     pub(crate) trace: Option<crate::trace::Trace>,
+    /// Admission and eviction of a dynamic key space (`dynamic.rs`).
+    pub(crate) dynamic: crate::dynamic::DynamicState,
 }
 
 impl Node {
@@ -351,11 +356,14 @@ impl Node {
         let store = Arc::new(Store::new(cfg.space.clone()));
         let replicas = Replicas::new(cfg.replication.as_ref(), cfg.id, &dir, &cfg.space);
         if member && !cfg.space.is_sparse() {
-            let mut zeros = Vec::new();
+            let init = *cfg.space.initializer();
+            let mut record = Vec::new();
             for key in dir.keys_of(cfg.id) {
                 if !replicas.contains(key) {
-                    zeros.resize(cfg.space.record_len(key), 0.0);
-                    store.insert(key, &zeros);
+                    record.clear();
+                    record.resize(cfg.space.record_len(key), 0.0);
+                    init.fill(key, &mut record[..cfg.space.len(key)]);
+                    store.insert(key, &record);
                 }
             }
         }
@@ -402,6 +410,7 @@ impl Node {
             balance: Balance::new(cfg.balancer.filter(|_| cfg.load.is_some())),
             membership: Membership::default(),
             trace: None,
+            dynamic: crate::dynamic::DynamicState::new(cfg.space.dynamic()),
             samplers: Arc::new(samplers),
             cfg,
         }
@@ -487,19 +496,24 @@ impl Node {
             .map(|records| records.owner(key))
     }
 
-    /// Residency of `key`'s owned copy here, creating the key first if this node is its
-    /// creator and it does not exist yet (sparse key spaces). The creator keeps the key's state
-    /// word from then on, even once the key moves away, so "no state word at the creator" means
-    /// exactly "never created" and a key is created once in the whole cluster.
-    pub(crate) fn residency(&self, key: Key) -> Residency {
+    /// Residency of `key`'s owned copy here, creating the key first (with the space's
+    /// initializer) if this node is its creator and it does not exist yet (sparse key spaces).
+    /// The creator keeps the key's state word from then on, even once the key moves away, so
+    /// "no state word at the creator" means exactly "never created" and a key is created once
+    /// in the whole cluster; a row evicted at its creator (`dynamic.rs`) is marked GONE in that
+    /// word, which means "not created" again.
+    pub(crate) fn residency(&mut self, key: Key) -> Residency {
         let residency = self.store.residency(key);
         if residency == Residency::Remote
             && self.cfg.space.is_sparse()
-            && !self.store.is_known(key)
+            && !self.store.is_created(key)
             && self.dir.creator(self.dir.bucket(key)) == self.cfg.id
         {
-            self.store
-                .insert(key, &vec![0.0; self.cfg.space.record_len(key)]);
+            // Under a row budget, room first (a relocation or share creating the row has not
+            // asked admission; if nothing can be evicted, the row is made anyway: see
+            // `dynamic.rs`).
+            self.make_room_for_one();
+            self.store.insert(key, &self.cfg.space.initial_record(key));
             add(&self.counters.keys_created, 1);
             return Residency::Local;
         }
@@ -521,6 +535,9 @@ impl Node {
             if self.records.get(&bucket).is_some_and(|r| !r.is_live()) {
                 return Route::Held(bucket);
             }
+        }
+        if self.unadmitted(key) {
+            return Route::Unadmitted;
         }
         match self.residency(key) {
             Residency::Local => Route::Local,

@@ -150,6 +150,20 @@ impl Node {
                 }
                 continue;
             }
+            if !replicated && self.unadmitted(key) {
+                // No row, and none may be made now (`dynamic.rs`).
+                if is_pull {
+                    let start = answered.values.len();
+                    answered.values.resize(start + len, 0.0);
+                    (self.cfg.space.initializer()).fill(key, &mut answered.values[start..]);
+                    answered.keys.push(key);
+                    answered.positions.push(pos);
+                } else {
+                    add(&self.counters.grads_dropped, 1);
+                    answered.push(key, pos, &[]);
+                }
+                continue;
+            }
             let residency = if replicated {
                 Residency::Local
             } else {

@@ -50,6 +50,13 @@ counters! {
         forwards,
         /// Keys of a sparse key space created here on first use.
         keys_created,
+        /// Accesses of a dynamic key space refused a row here (not admitted, or no room under
+        /// the budget): they read the initializer's value.
+        rows_rejected,
+        /// Updates (pushes, sets, gradients) of one key dropped because its id has no row.
+        grads_dropped,
+        /// Rows of a dynamic key space evicted here (budget or TTL).
+        rows_evicted,
         /// Keys that moved to this node (relocations in).
         relocations_in,
         /// Keys that moved away from this node (relocations out).

@@ -10,6 +10,7 @@
 //! - `sampling`: `roam.Sampler` (a sampler registered with `Node(samplers=...)`) and
 //!   `roam.Sample` (one `Worker.prepare_sample`, owning the Rust `SampleHandle`).
 //! - `metrics`: the `/metrics` endpoint's arguments of `roam.Node` and `Node.metrics_addr`.
+//! - `tables`: `Node(initializer=..., dynamic=...)`: row initializers, admission and eviction.
 //! - `buffers`: zero-copy views of NumPy arrays, buffer-protocol and `__dlpack__` objects.
 //!
 //! The crate's only `unsafe` is raw slices of buffer exports (made in `buffers`, used by
@@ -24,6 +25,7 @@ mod metrics;
 mod node;
 mod optimizer;
 mod sampling;
+mod tables;
 mod worker;
 mod worker_cell;
 

@@ -275,6 +275,8 @@ impl PyNode {
         optimizer = None,
         metrics_addr = None,
         metrics_hold_scrapes = None,
+        initializer = None,
+        dynamic = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -309,7 +311,11 @@ impl PyNode {
         optimizer: Option<&Bound<'_, PyAny>>,
         metrics_addr: Option<String>,
         metrics_hold_scrapes: Option<u64>,
+        initializer: Option<&Bound<'_, PyAny>>,
+        dynamic: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        // A dynamic key space is a sparse one (any u64 id).
+        let sparse_keys = sparse_keys || dynamic.is_some_and(|d| !d.is_none());
         let mut cfg = if sparse_keys {
             sparse_config(num_keys, value_lengths)?
         } else {
@@ -395,6 +401,13 @@ impl PyNode {
             .map(crate::optimizer::optimizer_config)
             .transpose()?;
         crate::metrics::configure(&mut cfg, metrics_addr, metrics_hold_scrapes);
+        if let Some(init) = initializer.filter(|i| !i.is_none()) {
+            cfg.initializer = crate::tables::initializer_config(init)?;
+        }
+        cfg.dynamic = dynamic
+            .filter(|d| !d.is_none())
+            .map(crate::tables::dynamic_config)
+            .transpose()?;
         let samplers = cfg.samplers.clone();
         let allocation = cfg.allocation.name();
         let handle = py

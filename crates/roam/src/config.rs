@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use roam_core::wire::Limits;
 use roam_core::{
-    Balancer, IntentTechniques, IntentTiming, Key, KeySpace, KeySpaceError, LoadWatch, Optimizer,
-    Partitioning, RecordLayout, SamplerId, SamplerSpec, ValueLengths,
+    Balancer, DynamicPolicy, Initializer, IntentTechniques, IntentTiming, Key, KeySpace,
+    KeySpaceError, LoadWatch, Optimizer, Partitioning, RecordLayout, SamplerId, SamplerSpec,
+    ValueLengths,
 };
 
 use crate::cluster_env::{self, ClusterOverrides};
@@ -64,8 +65,9 @@ pub struct Config {
     pub num_keys: u64,
     /// Values per key: uniform or per key (sparse keys need a uniform length).
     pub value_lengths: ValueLengths,
-    /// Every `u64` is a key (hashed feature ids, user ids): keys are created, with zero
-    /// values, where they are first used, and nodes hold state only for keys they have seen.
+    /// Every `u64` is a key (hashed feature ids, user ids): keys are created, with the
+    /// [`Config::initializer`]'s values, where they are first used, and nodes hold state only
+    /// for keys they have seen.
     /// Set by [`Config::sparse`].
     pub sparse_keys: bool,
     /// Hidden state stored after each key's values (e.g. optimizer moments): never pulled,
@@ -75,6 +77,12 @@ pub struct Config {
     /// `docs/embeddings.md`). It sets the record layout to its own state, so leave
     /// `record_layout` at its default. `None`: gradients are refused.
     pub optimizer: Option<Optimizer>,
+    /// How new rows are filled: zeros (the default), uniform or normal, a pure function of
+    /// (seed, key) so that every node creates the same row (see `docs/embeddings.md`).
+    pub initializer: Initializer,
+    /// Admission and eviction of a sparse key space's rows (see [`Config::dynamic`] and
+    /// `docs/embeddings.md`); `None`: every id gets a row on first use and keeps it.
+    pub dynamic: Option<DynamicPolicy>,
     /// Worker threads per node; `None` reads `ROAM_WORKERS_PER_NODE`, else 1.
     pub workers_per_node: Option<u32>,
     /// Key placement.
@@ -251,6 +259,14 @@ impl Config {
         cfg
     }
 
+    /// A configuration for a *dynamic* key space: sparse keys (any `u64` id) of `value_len`
+    /// values, rows created on first use under `policy` (admission, row budget, TTL).
+    pub fn dynamic(value_len: u32, policy: DynamicPolicy) -> Self {
+        let mut cfg = Self::sparse(value_len);
+        cfg.dynamic = Some(policy);
+        cfg
+    }
+
     /// The key space this configuration describes.
     pub fn key_space(&self) -> Result<KeySpace, KeySpaceError> {
         let space = if self.sparse_keys {
@@ -261,7 +277,13 @@ impl Config {
         } else {
             KeySpace::new(self.num_keys, self.value_lengths.clone())?
         };
-        let space = space.with_layout(self.record_layout);
+        let space = space
+            .with_layout(self.record_layout)
+            .with_initializer(self.initializer)?;
+        let space = match self.dynamic {
+            Some(policy) => space.with_dynamic(policy)?,
+            None => space,
+        };
         Ok(match self.optimizer {
             Some(optimizer) => space.with_optimizer(optimizer)?,
             None => space,
@@ -275,6 +297,8 @@ impl Config {
             sparse_keys: false,
             record_layout: RecordLayout::default(),
             optimizer: None,
+            initializer: Initializer::Zeros,
+            dynamic: None,
             workers_per_node: None,
             allocation: Allocation::StaticRange,
             home: Partitioning::Range,

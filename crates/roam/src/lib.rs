@@ -69,9 +69,12 @@ pub use roam_core::{
     AccessError, Directory, IntentError, IntentTechniques, IntentTiming, Key, OpError, ValueLengths,
 };
 pub use roam_core::{
+    Admission, DynamicError, DynamicPolicy, Initializer, InitializerError, KeySpace, NodeId,
+    Optimizer, OptimizerError, Partitioning, RecordLayout,
+};
+pub use roam_core::{
     Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support,
 };
-pub use roam_core::{KeySpace, NodeId, Optimizer, OptimizerError, Partitioning, RecordLayout};
 pub use runtime::NodeHandle;
 pub use stats::NodeStats;
 pub use transport::{ReadError, read_frame};

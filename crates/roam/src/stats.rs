@@ -111,6 +111,13 @@ pub struct NodeStats {
     pub keys_held: u64,
     /// Keys of a sparse key space created here on first use.
     pub keys_created: u64,
+    /// Accesses of a dynamic key space refused a row here (not admitted, or no room under the
+    /// row budget); they read the initializer's value.
+    pub rows_rejected: u64,
+    /// Updates (pushes, sets, gradients) of one key dropped because its id had no row.
+    pub grads_dropped: u64,
+    /// Rows of a dynamic key space evicted here (row budget or TTL).
+    pub rows_evicted: u64,
     /// Fraction of accessed keys that were served locally.
     pub local_fraction: f64,
     /// Keys replicated on every node.
@@ -231,6 +238,9 @@ impl NodeStats {
             cache_misses: get(&node.cache_misses),
             keys_held: shared.store.count_local(),
             keys_created: get(&node.keys_created),
+            rows_rejected: get(&node.rows_rejected),
+            grads_dropped: get(&node.grads_dropped),
+            rows_evicted: get(&node.rows_evicted),
             replica_rounds: get(&node.replica_rounds),
             replica_keys_sent: get(&node.replica_keys_sent),
             replica_keys_received: get(&node.replica_keys_received),

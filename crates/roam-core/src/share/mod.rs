@@ -246,6 +246,12 @@ impl Node {
     }
 
     /// Whether `key` has an open share decision at this home.
+    /// Owner: whether `key` is shared out by intent, or being given away once its sharers
+    /// leave (such a row must stay where it is: eviction skips it).
+    pub(crate) fn shared_out(&self, key: Key) -> bool {
+        self.shares.owned.contains_key(&key) || self.shares.revoking.contains_key(&key)
+    }
+
     pub(crate) fn is_deciding(&self, key: Key) -> bool {
         !self.shares.deciding.is_empty() && self.shares.deciding.contains_key(&key)
     }

@@ -92,7 +92,7 @@ impl Store {
                         }
                     };
                     step_record::<L>(opt, record, s, g, plain, scratch);
-                    s | DIRTY
+                    dirtied(s)
                 })
             });
             if !hit {

@@ -13,7 +13,15 @@
 //!  bit 35     DIRTY     a push reached the record since the protocol last looked (set by
 //!                       pushes; cleared by `take_delta` on replicas, `take_dirty` on owned
 //!                       records): sync rounds skip the others unlatched
-//!  bits 32-34 CLOCK     an access clock for eviction policies (kept across latching)
+//!  bit 34     GONE      the key's row was evicted here (`evict.rs`): at its creator, "not
+//!                       created" again (a state word without a record and without GONE, at
+//!                       the creator, means the row lives elsewhere)
+//!  bit 33     AGED      a TTL sweep found the row unreferenced once (the next one evicts it)
+//!  bit 32     REFERENCED  accessed since the clock hand last cleared it: set by the release
+//!                       store of every latched worker access (free: the store happens
+//!                       anyway), and, in stores an eviction clock sweeps (`clocked`), by a
+//!                       pull that finds it clear (one extra atomic per row per sweep); other
+//!                       stores' pulls never test it
 //!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
 //! ```
 //!
@@ -50,6 +58,11 @@
 //! two loads around a copy (short values) or the push's latch around a copy: no message, no
 //! protocol lock, no allocation. Background work visits the store's keys in
 //! bounded chunks through [`Store::scan`].
+//!
+//! Files: this one holds the state word, the latch and the per-key and protocol paths;
+//! `batch.rs` the workers' batch paths; `grad.rs` the optimizer steps; `replica_ops.rs` the
+//! replica operations; `evict.rs` the eviction clock; `values.rs` plain and atomic value
+//! access; `area.rs` and `index.rs` where records and state words live.
 
 mod area;
 mod index;
@@ -64,6 +77,8 @@ use crate::stats::WorkerCounters;
 use area::{Area, Scale, UniformView};
 use index::Index;
 
+pub use evict::{Sweep, Visit};
+
 const LATCH: u64 = 1 << 63;
 const LOCAL: u64 = 1 << 62;
 const TRANSIT: u64 = 1 << 61;
@@ -73,6 +88,9 @@ const VERSION_ONE: u64 = 1 << 36;
 const VERSION_MASK: u64 = ((1 << 24) - 1) << 36;
 const DIRTY: u64 = 1 << 35;
 const CLOCK_MASK: u64 = 0x7 << 32;
+const REFERENCED: u64 = 1 << 32;
+const AGED: u64 = 1 << 33;
+const GONE: u64 = 1 << 34;
 /// Longest uniform value that pulls read optimistically. Optimistic readers need every value
 /// access to be atomic, and atomic accesses are not vectorised: longer values are copied and
 /// added faster under the latch with plain vector loads and stores (measured: the quick suite's
@@ -113,7 +131,14 @@ const _: () = assert!(
     "by_len! lists the optimistic lengths"
 );
 // After `by_len!`, which it uses.
+mod batch;
+mod evict;
 mod grad;
+mod replica_ops;
+mod values;
+
+pub use values::apply;
+use values::{add_values, apply_to_record, as_plain, load_values, store_values};
 
 /// How an update combines with the stored value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,6 +184,9 @@ pub struct Store {
     /// Whether pulls read without the latch (a sequence lock; see the module docs). Chosen
     /// once per store, so that readers and writers of one store never mix protocols.
     optimistic: bool,
+    /// Whether an eviction clock sweeps this store (a dynamic space with a row budget or a
+    /// TTL): only then do pulls mark rows REFERENCED.
+    clocked: bool,
     /// Keys owned here, kept by the protocol's inserts and removes (read by stats from any
     /// thread, so never computed by walking the index).
     owned: AtomicU64,
@@ -204,6 +232,9 @@ impl Store {
             },
             areas: [values, replicas],
             uniform_len: space.uniform_len().unwrap_or(0),
+            clocked: space
+                .dynamic()
+                .is_some_and(|p| p.max_rows.is_some() || p.ttl_ns.is_some()),
             optimistic: space
                 .uniform_len()
                 .is_some_and(|len| len <= MAX_OPTIMISTIC_LEN),
@@ -282,11 +313,16 @@ impl Store {
         let Some(state) = self.index.get(key) else {
             return false;
         };
-        self.read(state, |s| {
+        let copy = |s| {
             // SAFETY: held when observed, so the slot was allocated for this key.
             let record = unsafe { self.record(key, s) };
             load_values::<0>(out, &record[..out.len()], self.plain());
-        })
+        };
+        if self.clocked {
+            self.read::<true>(state, copy)
+        } else {
+            self.read::<false>(state, copy)
+        }
     }
 
     /// Applies `update` to `key`'s visible values if the key is held here; a `Set` applies only
@@ -309,191 +345,17 @@ impl Store {
         })
     }
 
-    /// Pulls a batch of keys of the uniform length `len` into `out` (`keys.len() * len` values),
-    /// calling `miss(i)` for each key `i` that is not held here. Prefetches a few keys ahead, so
-    /// that the cache misses of a random batch overlap instead of queuing behind each latch.
-    /// Stops at the first key outside the key space and returns it (reads change nothing, so
-    /// checking while copying saves the caller a separate pass over the batch).
-    #[inline]
-    pub fn pull_batch_local(
-        &self,
-        keys: &[Key],
-        out: &mut [f32],
-        len: usize,
-        miss: impl FnMut(usize),
-    ) -> Result<(), Key> {
-        self.assert_uniform(len);
-        debug_assert_eq!(out.len(), keys.len() * len);
-        by_len!(len, self.pull_batch(keys, out, len, miss))
-    }
-
-    /// [`Store::pull_batch_local`] with the length `L` known at compile time (0: only at run
-    /// time), so that the copy of a short value is a few unrolled moves.
-    #[inline(always)]
-    fn pull_batch<const L: usize>(
-        &self,
-        keys: &[Key],
-        out: &mut [f32],
-        len: usize,
-        mut miss: impl FnMut(usize),
-    ) -> Result<(), Key> {
-        // Compile-time lengths are exactly the optimistic ones (see `by_len!`).
-        debug_assert_eq!(L > 0, self.optimistic);
-        let len = if L > 0 { L } else { len };
-        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
-        for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
-            self.prefetch_ahead(values, replicas, keys, i);
-            let Some(state) = self.index.get(key) else {
-                if !self.space.contains(key) {
-                    return Err(key);
-                }
-                miss(i);
-                continue;
-            };
-            let copy = |s: u64| {
-                let area = if s & REPLICA == 0 { values } else { replicas };
-                // SAFETY: held when observed, so the slot was allocated in this area; uniform
-                // records start with `len` visible values.
-                let visible = unsafe { area.prefix((s & SLOT_MASK) as u32, len) };
-                load_values::<L>(here, visible, L == 0);
-            };
-            let hit = if L > 0 {
-                read_consistent(state, copy)
-            } else {
-                latched(state, HELD, copy)
-            };
-            if !hit {
-                miss(i);
-            }
-        }
-        Ok(())
-    }
-
-    /// Applies a batch of updates of the uniform length `len`; like [`Store::pull_batch_local`].
-    #[inline]
-    pub fn push_batch_local(
-        &self,
-        keys: &[Key],
-        update: &[f32],
-        len: usize,
-        mode: UpdateMode,
-        miss: impl FnMut(usize),
-    ) {
-        self.assert_uniform(len);
-        debug_assert_eq!(update.len(), keys.len() * len);
-        // One loop per mode and short length, so that neither the mode nor the accepted flags
-        // are tested per key, and short values are added with unrolled moves.
-        match mode {
-            UpdateMode::Add => by_len!(len, self.push_batch::<false>(keys, update, len, miss)),
-            UpdateMode::Set => by_len!(len, self.push_batch::<true>(keys, update, len, miss)),
-            UpdateMode::Gradient => self.push_gradients_local(keys, update, len, miss),
-        }
-    }
-
-    #[inline(always)]
-    fn push_batch<const SET: bool, const L: usize>(
-        &self,
-        keys: &[Key],
-        update: &[f32],
-        len: usize,
-        mut miss: impl FnMut(usize),
-    ) {
-        debug_assert_eq!(L > 0, self.optimistic);
-        let (len, plain) = if L > 0 {
-            (L, false)
-        } else {
-            (len, self.plain())
-        };
-        let accept = if SET { LOCAL } else { HELD };
-        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
-        for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
-            self.prefetch_ahead(values, replicas, keys, i);
-            let hit = self.index.get(key).is_some_and(|state| {
-                latched_as(state, accept, |s| {
-                    let slot = (s & SLOT_MASK) as u32;
-                    if s & REPLICA == 0 {
-                        // SAFETY: latched and owned: the slot is in the value area, and
-                        // records start with `len` visible values.
-                        let visible = unsafe { values.prefix(slot, len) };
-                        if SET {
-                            store_values(visible, vals, plain);
-                        } else {
-                            add_values::<L>(visible, vals, plain);
-                        }
-                        s | DIRTY
-                    } else {
-                        // SAFETY: latched and a replica: the slot is in the replica area, and
-                        // replica records start with the `len` values of the replica.
-                        let value = unsafe { replicas.prefix(slot, len) };
-                        add_values::<L>(value, vals, plain);
-                        s | DIRTY
-                    }
-                })
-            });
-            if !hit {
-                miss(i);
-            }
-        }
-    }
-
-    /// The batch paths address slots by the uniform length: any other length would address
-    /// the wrong values, so it is refused outright (once per batch).
-    #[inline(always)]
-    fn assert_uniform(&self, len: usize) {
-        assert!(
-            len != 0 && len == self.uniform_len,
-            "batch of length {len} on a store of uniform length {}",
-            self.uniform_len
-        );
-    }
-
-    /// Prefetches the state word of key `i + 2 * D` and the record of key `i + D` (dense
-    /// spaces; a sparse lookup is a hash probe that a prefetch of the word cannot hide).
-    #[inline(always)]
-    fn prefetch_ahead(
-        &self,
-        values: UniformView<'_>,
-        replicas: UniformView<'_>,
-        keys: &[Key],
-        i: usize,
-    ) {
-        const D: usize = 8;
-        let words = self.index.dense_words();
-        if let Some(&far) = keys.get(i + 2 * D)
-            && let Some(state) = words.get(far as usize)
-        {
-            prefetch(state.as_ptr().cast());
-        }
-        if let Some(&near) = keys.get(i + D)
-            && let Some(state) = words.get(near as usize)
-        {
-            let s = state.load(Ordering::Relaxed);
-            // Owned records and replicas (the hot keys of NuPS runs); other keys are not here.
-            let area = if s & LOCAL != 0 {
-                Some(values)
-            } else if s & REPLICA != 0 {
-                Some(replicas)
-            } else {
-                None
-            };
-            if let Some(area) = area {
-                let (base, offset) = area.locate((s & SLOT_MASK) as u32);
-                if !base.is_null() {
-                    // Only an address for the prefetch hint: never dereferenced here.
-                    prefetch(base.wrapping_add(offset).cast());
-                }
-            }
-        }
-    }
-
     /// Runs `read` on the record held under `state` consistently: optimistically (see
     /// [`read_consistent`]) or under the latch, as this store reads.
     #[inline(always)]
-    fn read(&self, state: &AtomicU64, read: impl FnMut(u64)) -> bool {
+    fn read<const TOUCH: bool>(&self, state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
         if self.optimistic {
-            read_consistent(state, read)
+            read_consistent::<TOUCH>(state, read)
         } else {
-            latched(state, HELD, read)
+            latched_as(state, HELD, |s| {
+                read(s);
+                if TOUCH { s | REFERENCED } else { s }
+            })
         }
     }
 
@@ -585,7 +447,7 @@ impl Store {
     /// whether it is owned or a replica (`None`: not held here).
     fn copy_record(&self, key: Key, state: &AtomicU64, out: &mut Vec<f32>) -> Option<Holding> {
         let mut holding = Holding::Owned;
-        let held = self.read(state, |s| {
+        let held = self.read::<false>(state, |s| {
             // SAFETY: held when observed (a torn copy is retried by `read`).
             let record = unsafe { self.record(key, s) };
             out.resize(record.len(), 0.0);
@@ -618,31 +480,6 @@ impl Store {
         })
     }
 
-    /// Protocol only: makes this node hold a replica of `key` with `value` (visible values) and
-    /// an empty delta. Returns false, changing nothing, if the key was already held here.
-    pub fn insert_replica(&self, key: Key, value: &[f32]) -> bool {
-        self.insert_replica_with(key, value, value)
-    }
-
-    /// Protocol only: as [`Store::insert_replica`], with the synced base `base` and the value
-    /// `value` (their difference is the pending delta: pushes applied before it was inserted).
-    pub fn insert_replica_with(&self, key: Key, value: &[f32], base: &[f32]) -> bool {
-        assert_eq!(value.len(), self.space.len(key), "replica of key {key}");
-        assert_eq!(base.len(), value.len(), "replica base of key {key}");
-        let inserted = self.insert_held(key, REPLICA, |record| {
-            let (stored, synced) = record.split_at(value.len());
-            store_values(stored, value, self.plain());
-            store_values(synced, base, self.plain());
-        });
-        if inserted && value != base {
-            // The delta is pending: the next sync round must take it.
-            if let Some(state) = self.index.get(key) {
-                latched_as(state, REPLICA, |s| s | DIRTY);
-            }
-        }
-        inserted
-    }
-
     /// Latches `key`; unless it is held here already, allocates a slot in the area of `flag`,
     /// lets `fill` write the record and publishes it with `flag`.
     fn insert_held(&self, key: Key, flag: u64, fill: impl FnOnce(&[AtomicU32])) -> bool {
@@ -656,7 +493,9 @@ impl Store {
         let slot = area.allocate(key);
         // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
         fill(unsafe { area.record(key, slot) });
-        state.store(bumped(s & KEPT) | flag | u64::from(slot), Ordering::Release);
+        // A new row counts as referenced (the clock passes it over once), and is no longer gone.
+        let kept = (s & KEPT & !(GONE | AGED)) | REFERENCED;
+        state.store(bumped(kept) | flag | u64::from(slot), Ordering::Release);
         if flag == LOCAL {
             self.owned.fetch_add(1, Ordering::Relaxed);
         }
@@ -668,12 +507,6 @@ impl Store {
     /// [`Residency::Remote`].
     pub fn remove(&self, key: Key, out: &mut Vec<f32>) -> bool {
         self.remove_held(key, LOCAL, out)
-    }
-
-    /// Protocol only: drops this node's replica of `key`, appending its value and then its
-    /// synced base to `out`. Returns false if there was no replica here.
-    pub fn remove_replica(&self, key: Key, out: &mut Vec<f32>) -> bool {
-        self.remove_held(key, REPLICA, out)
     }
 
     fn remove_held(&self, key: Key, flag: u64, out: &mut Vec<f32>) -> bool {
@@ -701,63 +534,6 @@ impl Store {
         true
     }
 
-    /// Protocol only: appends the replica's pending delta of `key` to `out` and clears it.
-    /// Returns false, appending nothing, if there is no replica here or no push reached it
-    /// since the delta was last taken (checked without the latch: a push still under way is
-    /// taken next time).
-    pub fn take_delta(&self, key: Key, out: &mut Vec<f32>) -> bool {
-        self.take_delta_above(key, out, 0.0)
-    }
-
-    /// [`Store::take_delta`], but a delta whose L2 norm is below `min_norm` stays pending (and
-    /// the replica marked) for a later round: nothing is appended and false is returned.
-    pub fn take_delta_above(&self, key: Key, out: &mut Vec<f32>, min_norm: f32) -> bool {
-        let Some(state) = self.index.get(key) else {
-            return false;
-        };
-        if state.load(Ordering::Relaxed) & DIRTY == 0 {
-            return false;
-        }
-        let start = out.len();
-        let mut taken = false;
-        latched_as(state, REPLICA, |s| {
-            // SAFETY: latched and held as a replica.
-            let record = unsafe { self.record(key, s) };
-            let (value, base) = record.split_at(record.len() / 2);
-            let plain = self.plain();
-            if plain {
-                // SAFETY: the latch holder in a store without optimistic readers.
-                let (value, base) = unsafe { (as_plain(value), as_plain(base)) };
-                out.extend(value.iter().zip(base.iter()).map(|(v, b)| v - b));
-            } else {
-                let read = |v: &AtomicU32| {
-                    // SAFETY: a valid, aligned `u32` that no other thread writes while we hold
-                    // the latch (optimistic readers only read).
-                    f32::from_bits(unsafe { v.as_ptr().read() })
-                };
-                out.extend(value.iter().zip(base).map(|(v, b)| read(v) - read(b)));
-            }
-            if min_norm > 0.0 {
-                let squared: f32 = out[start..].iter().map(|d| d * d).sum();
-                if squared < min_norm * min_norm {
-                    out.truncate(start);
-                    return s;
-                }
-            }
-            if plain {
-                // SAFETY: as above.
-                unsafe { as_plain(base) }.copy_from_slice(unsafe { as_plain(value) });
-            } else {
-                for (v, b) in value.iter().zip(base) {
-                    b.store(v.load(Ordering::Relaxed), Ordering::Relaxed);
-                }
-            }
-            taken = true;
-            s & !DIRTY
-        });
-        taken
-    }
-
     /// Protocol only: whether a push reached `key`'s owned record since the last call
     /// (checked without the latch, cleared under it; a push still under way shows next time).
     pub fn take_dirty(&self, key: Key) -> bool {
@@ -773,43 +549,6 @@ impl Store {
             s & !DIRTY
         });
         was
-    }
-
-    /// Protocol only: sets the replica's value of `key` to `base` plus its pending delta (the
-    /// pushes made here since the protocol last took it), atomically with respect to pushes.
-    /// Returns false if there is no replica here.
-    pub fn rebase_replica(&self, key: Key, base: &[f32]) -> bool {
-        self.rebase_replica_with(key, base, &[])
-    }
-
-    /// Protocol only: as [`Store::rebase_replica`], on the base `base` plus the deltas `extra`
-    /// (added in order), without copying them into one buffer first.
-    pub fn rebase_replica_with(&self, key: Key, base: &[f32], extra: &[&[f32]]) -> bool {
-        let Some(state) = self.index.get(key) else {
-            return false;
-        };
-        let plain = self.plain();
-        latched(state, REPLICA, |s| {
-            // SAFETY: latched and held as a replica.
-            let record = unsafe { self.record(key, s) };
-            let (value, old) = record.split_at(record.len() / 2);
-            if plain {
-                // SAFETY: the latch holder in a store without optimistic readers.
-                let (value, old) = unsafe { (as_plain(value), as_plain(old)) };
-                rebase_plain(value, old, base, extra);
-                return;
-            }
-            for (i, ((v, o), &b)) in value.iter().zip(old).zip(base).enumerate() {
-                let b = extra.iter().fold(b, |sum, delta| sum + delta[i]);
-                // SAFETY: valid, aligned `u32`s that no other thread writes while we hold the
-                // latch (optimistic readers only read).
-                let pending = unsafe {
-                    f32::from_bits(v.as_ptr().read()) - f32::from_bits(o.as_ptr().read())
-                };
-                v.store((b + pending).to_bits(), Ordering::Relaxed);
-                o.store(b.to_bits(), Ordering::Relaxed);
-            }
-        })
     }
 
     /// Protocol only: marks a key not owned here as in transit (or clears the mark).
@@ -874,14 +613,15 @@ fn latched(state: &AtomicU64, accept: u64, f: impl FnOnce(u64)) -> bool {
     })
 }
 
-/// `s` with DIRTY set: a push reached the record (a replica's delta, or an owned value).
+/// `s` with DIRTY set: a push reached the record (a replica's delta, or an owned value); and
+/// REFERENCED, for the eviction clock (free: the release store writes the word anyway).
 #[inline(always)]
 fn dirtied(s: u64) -> u64 {
-    s | DIRTY
+    s | DIRTY | REFERENCED
 }
 
 /// [`latched`] where `f` returns the word to release (before the version bump): the word
-/// observed with flags of its own changed (DIRTY only: the latch holder never changes what
+/// observed with flags of its own changed (DIRTY and REFERENCED only: the latch holder never changes what
 /// the word says about where the record is).
 #[inline(always)]
 fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> u64) -> bool {
@@ -902,7 +642,11 @@ fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> u64) -> boo
             // We hold the latch and the record is here, so the slot is valid and no other
             // thread writes the record until we release.
             let release = f(s);
-            debug_assert_eq!(release & !DIRTY, s & !DIRTY, "only DIRTY may change");
+            debug_assert_eq!(
+                release & !(DIRTY | REFERENCED),
+                s & !(DIRTY | REFERENCED),
+                "only DIRTY and REFERENCED may change"
+            );
             state.store(bumped(release), Ordering::Release);
             return true;
         }
@@ -912,7 +656,8 @@ fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> u64) -> boo
 
 /// Runs `read` with the word observed while it shows the record held here and unlatched, until
 /// the word is unchanged after the read (a sequence lock: see the module docs). Returns false,
-/// running nothing more, once the record is not held here.
+/// running nothing more, once the record is not held here. `TOUCH`: a worker's read, which
+/// marks the row REFERENCED for the eviction clock.
 ///
 /// Why it is exact: a writer latches (`Acquire` CAS, then a `Release` fence) before its first
 /// value store. If `read` saw any of those stores, the fences synchronise, so the reload after
@@ -920,7 +665,7 @@ fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> u64) -> boo
 /// release bumps the version) and the read is retried. If it saw none, it copied the values as
 /// of the word, which were published by that word's `Release` store.
 #[inline(always)]
-fn read_consistent(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
+fn read_consistent<const TOUCH: bool>(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
     let mut spins = 0u32;
     loop {
         let s = state.load(Ordering::Acquire);
@@ -931,134 +676,16 @@ fn read_consistent(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
             read(s);
             fence(Ordering::Acquire);
             if state.load(Ordering::Relaxed) == s {
+                if TOUCH && s & REFERENCED == 0 {
+                    // Once per row per clock sweep (see the module docs); a word that changed
+                    // meanwhile still gets the bit, which says nothing about the values.
+                    state.fetch_or(REFERENCED, Ordering::Relaxed);
+                }
                 return true;
             }
         }
         spins = backoff(spins);
     }
-}
-
-/// Record values as plain floats.
-///
-/// # Safety
-/// The caller holds the record's latch in a store without optimistic readers (`plain`), so no
-/// other thread accesses these values meanwhile.
-#[inline(always)]
-#[allow(clippy::mut_from_ref)]
-unsafe fn as_plain(values: &[AtomicU32]) -> &mut [f32] {
-    // SAFETY: `AtomicU32` and `f32` have the same layout, the atomics' interior mutability
-    // permits writes through this pointer, and the contract gives us exclusive access.
-    unsafe { std::slice::from_raw_parts_mut(values.as_ptr() as *mut f32, values.len()) }
-}
-
-/// Copies record values out: with plain (vectorised) loads under the latch when `plain`,
-/// else with atomic loads (an optimistic read), unrolled when the length `L` is known (> 0).
-#[inline(always)]
-fn load_values<const L: usize>(out: &mut [f32], values: &[AtomicU32], plain: bool) {
-    if plain {
-        // SAFETY: `plain` reads happen under the latch in stores without optimistic readers.
-        out.copy_from_slice(unsafe { as_plain(values) });
-        return;
-    }
-    if L > 0 {
-        let (out, values) = (&mut out[..L], &values[..L]);
-        for j in 0..L {
-            out[j] = f32::from_bits(values[j].load(Ordering::Relaxed));
-        }
-        return;
-    }
-    for (o, v) in out.iter_mut().zip(values) {
-        *o = f32::from_bits(v.load(Ordering::Relaxed));
-    }
-}
-
-/// Overwrites record values (the caller holds the latch or owns the slot).
-#[inline(always)]
-fn store_values(values: &[AtomicU32], new: &[f32], plain: bool) {
-    if plain {
-        // SAFETY: the latch holder in a store without optimistic readers.
-        unsafe { as_plain(values) }.copy_from_slice(new);
-        return;
-    }
-    for (v, n) in values.iter().zip(new) {
-        v.store(n.to_bits(), Ordering::Relaxed);
-    }
-}
-
-/// Adds into record values (the caller holds the latch), unrolled when the length `L` is known
-/// (> 0). With optimistic readers the values are still read with plain loads: only the latch
-/// holder writes them, so those reads race with no write (optimistic readers only read), and
-/// only the stores need to be atomic.
-#[inline(always)]
-fn add_values<const L: usize>(values: &[AtomicU32], update: &[f32], plain: bool) {
-    if plain {
-        // SAFETY: the latch holder in a store without optimistic readers.
-        let values = unsafe { as_plain(values) };
-        values.iter_mut().zip(update).for_each(|(v, u)| *v += u);
-        return;
-    }
-    let add = |v: &AtomicU32, u: f32| {
-        // SAFETY: a valid, aligned `u32` that no other thread writes while we hold the latch.
-        let sum = f32::from_bits(unsafe { v.as_ptr().read() }) + u;
-        v.store(sum.to_bits(), Ordering::Relaxed);
-    };
-    if L > 0 {
-        let (values, update) = (&values[..L], &update[..L]);
-        for j in 0..L {
-            add(&values[j], update[j]);
-        }
-        return;
-    }
-    for (v, &u) in values.iter().zip(update) {
-        add(v, u);
-    }
-}
-
-/// Combines `update` into the visible values of a held record (owned, or a replica's value);
-/// never a gradient (the store's gradient paths call [`step_record`]).
-#[inline(always)]
-fn apply_to_record(record: &[AtomicU32], update: &[f32], mode: UpdateMode, plain: bool) {
-    let values = &record[..update.len()];
-    match mode {
-        UpdateMode::Add => add_values::<0>(values, update, plain),
-        UpdateMode::Set => store_values(values, update, plain),
-        UpdateMode::Gradient => unreachable!("gradients go through step_record"),
-    }
-}
-
-/// Combines `update` into a whole record (visible values then hidden state) held outside the
-/// store (a record in transit): `optimizer` is the key space's, used by gradients only.
-#[inline]
-pub fn apply(record: &mut [f32], update: &[f32], mode: UpdateMode, optimizer: Option<&Optimizer>) {
-    let vals = &mut record[..update.len()];
-    match mode {
-        UpdateMode::Add => vals.iter_mut().zip(update).for_each(|(v, u)| *v += u),
-        UpdateMode::Set => vals.copy_from_slice(update),
-        UpdateMode::Gradient => {
-            if let Some(opt) = optimizer {
-                let (w, state) = record.split_at_mut(update.len());
-                opt.step(w, state, update);
-            }
-        }
-    }
-}
-
-/// A replica's `value` and `old` halves rebased on `base` plus the deltas `extra`: the pending
-/// delta `value - old` is kept on top of the new base. Every step is a whole-slice pass, so it
-/// vectorises; the sums are the same, bit for bit, as the element-wise atomic path's
-/// (`(base + extra...) + pending`, and float addition commutes).
-#[inline]
-fn rebase_plain(value: &mut [f32], old: &mut [f32], base: &[f32], extra: &[&[f32]]) {
-    debug_assert!(base.len() == value.len() && extra.iter().all(|d| d.len() == base.len()));
-    let (value, old) = (&mut value[..base.len()], &mut old[..base.len()]);
-    value.iter_mut().zip(old.iter()).for_each(|(v, o)| *v -= o);
-    old.copy_from_slice(base);
-    for delta in extra {
-        old.iter_mut()
-            .zip(&delta[..base.len()])
-            .for_each(|(o, d)| *o += d);
-    }
-    value.iter_mut().zip(old.iter()).for_each(|(v, o)| *v += o);
 }
 
 /// A cache prefetch hint (no effect on other targets).
@@ -1086,444 +713,4 @@ fn backoff(spins: u32) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::keyspace::RecordLayout;
-
-    #[test]
-    fn insert_pull_push_remove_roundtrip() {
-        let store = Store::new(KeySpace::uniform(4, 2).unwrap());
-        let mut out = [0.0; 2];
-        assert!(!store.pull_local(1, &mut out));
-        assert!(store.insert(1, &[1.0, 2.0]));
-        assert!(
-            !store.insert(1, &[9.0, 9.0]),
-            "second insert must not overwrite"
-        );
-        assert!(store.push_local(1, &[0.5, 0.5], UpdateMode::Add));
-        assert!(store.pull_local(1, &mut out));
-        assert_eq!(out, [1.5, 2.5]);
-        assert!(store.push_local(1, &[7.0, 8.0], UpdateMode::Set));
-        let mut moved = Vec::new();
-        assert!(store.remove(1, &mut moved));
-        assert_eq!(moved, [7.0, 8.0]);
-        assert_eq!(store.residency(1), Residency::Remote);
-        assert!(!store.push_local(1, &[1.0, 1.0], UpdateMode::Add));
-    }
-
-    #[test]
-    fn freed_slots_are_reused_without_mixing_values() {
-        let store = Store::new(KeySpace::uniform(3, 1).unwrap());
-        store.insert(0, &[1.0]);
-        store.insert(1, &[2.0]);
-        let mut moved = Vec::new();
-        store.remove(0, &mut moved);
-        store.insert(2, &[3.0]);
-        let mut out = [0.0];
-        assert!(store.pull_local(1, &mut out));
-        assert_eq!(out, [2.0]);
-        assert!(store.pull_local(2, &mut out));
-        assert_eq!(out, [3.0]);
-    }
-
-    /// The batch paths are compiled once per short length (`by_len!`): every one of them, and
-    /// the run-time-length path above them, adds, sets and reads exactly, for owned records and
-    /// replicas, and reports misses in batch order.
-    #[test]
-    fn batch_paths_are_exact_for_every_short_length() {
-        for len in 1..=MAX_OPTIMISTIC_LEN + 2 {
-            let store = Store::new(KeySpace::uniform(8, len as u32).unwrap());
-            let zeros = vec![0f32; len];
-            for key in [0, 2, 4, 6] {
-                store.insert(key, &zeros);
-            }
-            store.insert_replica(5, &zeros);
-            let keys = [0, 1, 2, 5, 6, 0];
-            let update: Vec<f32> = (0..keys.len() * len).map(|v| v as f32).collect();
-            let mut missed = Vec::new();
-            store.push_batch_local(&keys, &update, len, UpdateMode::Add, |i| missed.push(i));
-            assert_eq!(missed, [1], "len {len}");
-            let mut out = vec![-1f32; keys.len() * len];
-            missed.clear();
-            store
-                .pull_batch_local(&keys, &mut out, len, |i| missed.push(i))
-                .unwrap();
-            assert_eq!(missed, [1], "len {len}");
-            let row = |i: usize| &update[i * len..(i + 1) * len];
-            let twice: Vec<f32> = row(0).iter().zip(row(5)).map(|(a, b)| a + b).collect();
-            for (i, expected) in [(0, &twice[..]), (2, row(2)), (3, row(3)), (4, row(4))] {
-                assert_eq!(
-                    &out[i * len..(i + 1) * len],
-                    expected,
-                    "len {len}, key {}",
-                    keys[i]
-                );
-            }
-            let mut delta = Vec::new();
-            assert!(store.take_delta(5, &mut delta));
-            assert_eq!(
-                delta,
-                row(3),
-                "len {len}: a replica push lands in its delta too"
-            );
-            missed.clear();
-            store.push_batch_local(&keys[..3], &update[..3 * len], len, UpdateMode::Set, |i| {
-                missed.push(i)
-            });
-            assert_eq!(missed, [1], "len {len}");
-            store
-                .pull_batch_local(&[0], &mut out[..len], len, |_| unreachable!())
-                .unwrap();
-            assert_eq!(&out[..len], row(0), "len {len}");
-        }
-    }
-
-    #[test]
-    fn per_key_lengths_are_stored_apart() {
-        let store = Store::new(KeySpace::per_key(vec![1, 3, 2]).unwrap());
-        store.insert(2, &[5.0, 6.0]);
-        store.insert(1, &[1.0, 2.0, 3.0]);
-        let mut out = [0.0; 2];
-        assert!(store.pull_local(2, &mut out));
-        assert_eq!(out, [5.0, 6.0]);
-        assert_eq!(store.count_local(), 2);
-    }
-
-    #[test]
-    fn transit_mark_is_visible_and_cleared_by_insert() {
-        let store = Store::new(KeySpace::uniform(2, 1).unwrap());
-        store.set_in_transit(0, true);
-        assert_eq!(store.residency(0), Residency::InTransit);
-        store.insert(0, &[1.0]);
-        assert_eq!(store.residency(0), Residency::Local);
-    }
-
-    #[test]
-    fn concurrent_pushes_are_never_lost() {
-        let store = std::sync::Arc::new(Store::new(KeySpace::uniform(8, 4).unwrap()));
-        for k in 0..8 {
-            store.insert(k, &[0.0; 4]);
-        }
-        let threads: Vec<_> = (0..4)
-            .map(|t| {
-                let store = store.clone();
-                std::thread::Builder::new()
-                    .spawn(move || {
-                        for i in 0..20_000u64 {
-                            let key = (i + t) % 8;
-                            assert!(store.push_local(key, &[1.0, 2.0, 3.0, 4.0], UpdateMode::Add));
-                        }
-                    })
-                    .unwrap()
-            })
-            .collect();
-        threads.into_iter().for_each(|t| t.join().unwrap());
-        let mut out = [0.0; 4];
-        for k in 0..8 {
-            store.pull_local(k, &mut out);
-            assert_eq!(out, [10_000.0, 20_000.0, 30_000.0, 40_000.0]);
-        }
-    }
-
-    #[test]
-    fn replicas_are_read_and_pushed_on_the_fast_path_with_a_separate_delta() {
-        let store = Store::new(KeySpace::uniform(4, 2).unwrap());
-        assert!(store.insert_replica(3, &[1.0, 2.0]));
-        assert!(
-            !store.insert(3, &[0.0, 0.0]),
-            "a key is owned or replicated, not both"
-        );
-        assert_eq!(store.residency(3), Residency::Remote);
-        assert!(store.has_replica(3));
-        let mut out = [0.0; 2];
-        assert!(store.pull_local(3, &mut out));
-        assert_eq!(out, [1.0, 2.0]);
-        let mut misses = Vec::new();
-        store.push_batch_local(&[3, 3, 1], &[1.0; 6], 2, UpdateMode::Add, |i| {
-            misses.push(i)
-        });
-        assert_eq!(misses, [2], "only the key held nowhere here misses");
-        assert!(
-            !store.push_local(3, &[9.0, 9.0], UpdateMode::Set),
-            "overwriting a replica is the protocol's decision"
-        );
-        // Others' updates arrive as a new base (the hub's primary, without this node's pending
-        // pushes): the value becomes base + pending.
-        assert!(store.rebase_replica(3, &[11.0, 12.0]));
-        assert!(store.pull_local(3, &mut out));
-        assert_eq!(
-            out,
-            [13.0, 14.0],
-            "the new base plus this node's two pushes"
-        );
-        let mut delta = Vec::new();
-        assert!(store.take_delta(3, &mut delta));
-        assert_eq!(delta, [2.0, 2.0], "the delta holds this node's pushes only");
-        delta.clear();
-        assert!(
-            !store.take_delta(3, &mut delta) && delta.is_empty(),
-            "taking the delta clears it, and a round skips the replica until the next push"
-        );
-        store.push_local(3, &[0.5, 0.5], UpdateMode::Add);
-        assert!(store.take_delta(3, &mut delta));
-        assert_eq!(
-            delta,
-            [0.5, 0.5],
-            "a push marks the replica for the next round again"
-        );
-        assert!(
-            store.rebase_replica(3, &[13.0, 14.0]),
-            "nothing pending: the value is the base"
-        );
-        // A threshold on the delta's L2 norm leaves small deltas pending, still marked.
-        delta.clear();
-        store.push_local(3, &[3.0, 4.0], UpdateMode::Add);
-        assert!(!store.take_delta_above(3, &mut delta, 6.0) && delta.is_empty());
-        store.push_local(3, &[3.0, 4.0], UpdateMode::Add);
-        assert!(store.take_delta_above(3, &mut delta, 6.0), "norm 10 now");
-        assert_eq!(delta, [6.0, 8.0]);
-        delta.clear();
-        store.rebase_replica(3, &[13.0, 14.0]);
-        let mut batch = [0.0; 2];
-        store
-            .pull_batch_local(&[3], &mut batch, 2, |_| panic!("replica misses"))
-            .unwrap();
-        assert_eq!(batch, [13.0, 14.0]);
-        let mut removed = Vec::new();
-        assert!(store.remove_replica(3, &mut removed));
-        assert_eq!(
-            removed,
-            [13.0, 14.0, 13.0, 14.0],
-            "value, then the synced base"
-        );
-        assert!(!store.has_replica(3));
-        assert!(!store.pull_local(3, &mut out));
-    }
-
-    /// The replica operations compute the same floats, bit for bit, on both paths: atomic
-    /// element-wise (short values, optimistic readers) and plain vectorised (long values).
-    #[test]
-    fn replica_sync_arithmetic_is_identical_on_the_atomic_and_the_plain_path() {
-        use rand::{Rng, SeedableRng};
-        let seed = 0x5eed_0fba;
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-        for len in [3, MAX_OPTIMISTIC_LEN, MAX_OPTIMISTIC_LEN + 1, 40] {
-            let store = Store::new(KeySpace::uniform(2, len as u32).unwrap());
-            assert_eq!(store.plain(), len > MAX_OPTIMISTIC_LEN, "len {len}");
-            // Magnitudes spread over 2^±12, so that the order of additions shows in the bits.
-            let mut draw = || -> Vec<f32> {
-                (0..len)
-                    .map(|_| (rng.random::<f32>() - 0.5) * 2f32.powi(rng.random_range(-12..12)))
-                    .collect()
-            };
-            let (init, push, base, e1, e2, push2) =
-                (draw(), draw(), draw(), draw(), draw(), draw());
-            assert!(store.insert_replica(1, &init));
-            store.push_local(1, &push, UpdateMode::Add);
-            let value: Vec<f32> = init.iter().zip(&push).map(|(i, p)| i + p).collect();
-            let mut delta = Vec::new();
-            assert!(store.take_delta(1, &mut delta));
-            let want: Vec<f32> = value.iter().zip(&init).map(|(v, i)| v - i).collect();
-            assert_eq!(delta, want, "delta, len {len}, seed {seed:#x}");
-            store.push_local(1, &push2, UpdateMode::Add);
-            let value: Vec<f32> = value.iter().zip(&push2).map(|(v, p)| v + p).collect();
-            assert!(store.rebase_replica_with(1, &base, &[&e1, &e2]));
-            let new_base: Vec<f32> = (0..len).map(|i| base[i] + e1[i] + e2[i]).collect();
-            let mut out = vec![0.0; len];
-            assert!(store.pull_local(1, &mut out));
-            // The pending delta is `value - synced base`, where the synced base is the value at
-            // the last take (init + push).
-            let pending: Vec<f32> = (0..len).map(|i| value[i] - (init[i] + push[i])).collect();
-            let want: Vec<f32> = (0..len).map(|i| new_base[i] + pending[i]).collect();
-            assert_eq!(out, want, "rebased value, len {len}, seed {seed:#x}");
-            let mut removed = Vec::new();
-            assert!(store.remove_replica(1, &mut removed));
-            assert_eq!(removed[len..], new_base[..], "synced base, len {len}");
-        }
-    }
-
-    #[test]
-    fn local_updates_sum_the_registered_workers_once_each() {
-        let store = Store::new(KeySpace::uniform(2, 1).unwrap());
-        let (a, b) = (
-            Arc::new(WorkerCounters::default()),
-            Arc::new(WorkerCounters::default()),
-        );
-        store.register_worker(a.clone());
-        store.register_worker(b.clone());
-        store.register_worker(a.clone());
-        a.local_push_keys.store(3, Ordering::Relaxed);
-        b.local_push_keys.store(4, Ordering::Relaxed);
-        a.local_pull_keys.store(100, Ordering::Relaxed);
-        assert_eq!(store.local_updates(), 7, "pushes only, each worker once");
-    }
-
-    #[test]
-    fn hidden_state_moves_with_the_record_but_is_never_pulled() {
-        let layout = RecordLayout {
-            hidden_per_value: 2,
-            hidden_per_key: 1,
-        };
-        for space in [
-            KeySpace::uniform(4, 2).unwrap().with_layout(layout),
-            KeySpace::per_key(vec![1, 2, 3, 2])
-                .unwrap()
-                .with_layout(layout),
-        ] {
-            let store = Store::new(space);
-            assert_eq!(store.space().record_len(3), 7);
-            let record = [1.0, 2.0, 10.0, 20.0, 30.0, 40.0, 99.0];
-            assert!(store.insert(3, &record));
-            assert!(store.insert(1, &[5.0; 7]), "a neighbour must not overlap");
-            assert!(store.push_local(3, &[1.0, 1.0], UpdateMode::Add));
-            let mut out = [0.0; 2];
-            assert!(store.pull_local(3, &mut out));
-            assert_eq!(out, [2.0, 3.0]);
-            let mut moved = Vec::new();
-            assert!(store.remove(3, &mut moved));
-            assert_eq!(moved, [2.0, 3.0, 10.0, 20.0, 30.0, 40.0, 99.0]);
-            assert!(store.pull_local(1, &mut out));
-            assert_eq!(out, [5.0, 5.0]);
-        }
-    }
-
-    #[test]
-    fn sparse_keys_anywhere_in_u64_get_state_only_when_the_protocol_creates_it() {
-        let store = Store::new(KeySpace::sparse(2).unwrap());
-        let keys = [u64::MAX, 0, 1 << 63, 0x9e37_79b9_7f4a_7c15];
-        let mut out = [0.0; 8];
-        let mut misses = Vec::new();
-        store
-            .pull_batch_local(&keys, &mut out, 2, |i| misses.push(i))
-            .expect("every u64 is a key");
-        assert_eq!(misses, [0, 1, 2, 3]);
-        assert!(!store.is_known(u64::MAX));
-        for (i, &key) in keys.iter().enumerate() {
-            assert!(store.insert(key, &[i as f32, 1.0]));
-        }
-        store.push_batch_local(&keys, &[1.0; 8], 2, UpdateMode::Add, |_| panic!("miss"));
-        store
-            .pull_batch_local(&keys, &mut out, 2, |_| panic!("miss"))
-            .unwrap();
-        assert_eq!(out, [1.0, 2.0, 2.0, 2.0, 3.0, 2.0, 4.0, 2.0]);
-        let mut moved = Vec::new();
-        assert!(store.remove(1 << 63, &mut moved));
-        assert!(store.is_known(1 << 63), "a key's word outlives its record");
-        assert_eq!(store.residency(1 << 63), Residency::Remote);
-        assert_eq!(store.count_local(), 3);
-    }
-
-    #[test]
-    fn scan_visits_every_held_record_once_in_bounded_steps() {
-        for space in [
-            KeySpace::uniform(1000, 1).unwrap(),
-            KeySpace::sparse(1).unwrap(),
-        ] {
-            let store = Store::new(space);
-            for key in (0..1000u64).step_by(7) {
-                let key = key * 1_000_003;
-                if store.space().contains(key) {
-                    store.insert(key, &[key as f32]);
-                }
-            }
-            store.insert_replica(999, &[5.0]);
-            store.set_in_transit(998, true);
-            let mut seen = Vec::new();
-            let mut cursor = Some(0);
-            let mut steps = 0;
-            while let Some(at) = cursor {
-                cursor = store.scan(at, 64, |key, holding, record| {
-                    seen.push((key, holding, record[0]));
-                });
-                steps += 1;
-            }
-            seen.sort_by_key(|&(k, _, _)| k);
-            let mut expected: Vec<_> = (0..1000u64)
-                .step_by(7)
-                .map(|k| k * 1_000_003)
-                .filter(|&k| store.space().contains(k))
-                .map(|k| (k, Holding::Owned, k as f32))
-                .collect();
-            expected.push((999, Holding::Replica, 5.0));
-            expected.sort_by_key(|&(k, _, _)| k);
-            assert_eq!(seen, expected);
-            assert!(steps > 1, "a scan is bounded per step");
-        }
-    }
-
-    fn spawn<T: Send + 'static>(
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> std::thread::JoinHandle<T> {
-        std::thread::Builder::new()
-            .spawn(f)
-            .expect("spawning a test thread")
-    }
-
-    /// Optimistic reads never return a torn value: every write keeps all components of a key
-    /// equal, and readers check that whatever they read is uniform, while the protocol thread
-    /// also removes and re-inserts the keys (moving their slots) underneath them.
-    #[test]
-    fn optimistic_reads_never_see_a_torn_or_moved_record() {
-        reads_never_see_a_torn_or_moved_record::<16>();
-    }
-
-    /// Long values are read under the latch, with plain copies: the same guarantee.
-    #[test]
-    fn latched_reads_of_long_values_never_see_a_torn_or_moved_record() {
-        reads_never_see_a_torn_or_moved_record::<64>();
-    }
-
-    fn reads_never_see_a_torn_or_moved_record<const LEN: usize>() {
-        let store = std::sync::Arc::new(Store::new(KeySpace::uniform(4, LEN as u32).unwrap()));
-        assert_eq!(store.optimistic, LEN <= MAX_OPTIMISTIC_LEN);
-        for k in 0..4 {
-            store.insert(k, &[0.0; LEN]);
-        }
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let readers: Vec<_> = (0..2)
-            .map(|_| {
-                let (store, stop) = (store.clone(), stop.clone());
-                spawn(move || {
-                    let mut out = vec![0.0; 4 * LEN];
-                    let mut seen = 0u64;
-                    // At least 1,000 reads each, and on until the writers are done.
-                    while seen < 1_000 || !stop.load(Ordering::Relaxed) {
-                        store
-                            .pull_batch_local(&[0, 1, 2, 3], &mut out, LEN, |_| {})
-                            .unwrap();
-                        for value in out.chunks(LEN) {
-                            assert!(value.iter().all(|&v| v == value[0]), "torn: {value:?}");
-                        }
-                        seen += 1;
-                    }
-                    seen
-                })
-            })
-            .collect();
-        let writer = {
-            let store = store.clone();
-            spawn(move || {
-                for i in 0..20_000u32 {
-                    let key = u64::from(i % 4);
-                    store.push_local(key, &[1.0; LEN], UpdateMode::Add);
-                    store.push_local(key, &[i as f32; LEN], UpdateMode::Set);
-                }
-            })
-        };
-        // The protocol's moves: out and back in, into whatever slot is free.
-        let mut moved = Vec::new();
-        for round in 0..5_000u64 {
-            let key = round % 4;
-            moved.clear();
-            if store.remove(key, &mut moved) {
-                assert!(moved.iter().all(|&v| v == moved[0]));
-                store.insert(key, &moved);
-            }
-        }
-        writer.join().unwrap();
-        stop.store(true, Ordering::Relaxed);
-        for reader in readers {
-            assert!(reader.join().unwrap() >= 1_000);
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,383 @@
+//! Dynamic key spaces: admission of new rows, and eviction under a per-node row budget and a
+//! time-to-live (issue #17).
+//!
+//! A *dynamic* space is a sparse one (every `u64` is an id) with a [`DynamicPolicy`]. Rows are
+//! still created on first use by the key's bucket creator (`Node::residency`), filled by the
+//! space's initializer (`init.rs`), but:
+//!
+//! - **Admission.** A worker's access that would create a row first asks the creator's
+//!   admission ([`Admission`]): `Count` admits an id once the creator has seen it `min_count`
+//!   times, counted in a count-min sketch of fixed size (`depth × width` 16-bit saturating
+//!   counters, conservative update: an estimate is never below the true count, and it exceeds
+//!   it only through collisions, so an id may be admitted early, never late); `Probability`
+//!   admits a fixed fraction `p` of the ids, chosen by a hash of `(seed, id)`, so the decision
+//!   is the same at every node, before and after an eviction. An id that is not admitted has no
+//!   row: a pull reads the initializer's value (zeros for `Zeros`), and a push, set or gradient
+//!   is dropped and counted (`rows_rejected` per refused access, `grads_dropped` per dropped
+//!   update of one key). A relocation or a share of an uncreated id creates it without asking
+//!   (a worker asked for the row explicitly).
+//! - **Budget (LRU).** With `max_rows`, creating a row while this node owns `max_rows` rows
+//!   first evicts one by a clock over the store's index (`store/evict.rs`: a REFERENCED bit in
+//!   the key's state word, set by the workers' accesses; the hand clears it, and evicts the
+//!   first row found clear). If no row can be evicted (every owned row is one this node may
+//!   not evict, see below), the access is refused as unadmitted: the budget is never exceeded
+//!   by creation. The budget counts rows (records), per node.
+//! - **TTL.** With `ttl_ns`, the node's timer sweeps the store every `ttl_ns / 2` (in bounded
+//!   chunks, off the hot path); a row found unreferenced by two consecutive sweeps is evicted,
+//!   so a row untouched for `1.5 × ttl_ns` is gone, and one touched within the last `ttl_ns`
+//!   stays. Time is the core's `now`, an input: no clock is read here.
+//!
+//! Which rows this node may evict: rows it owns **at their creator** (the default owner, which
+//! its home records as "no record" or as owned by it), not statically replicated, not shared
+//! out by an intent, not in transit. Evicting such a row changes no placement record: the key
+//! becomes GONE in the creator's state word, which reads as "not created", and the next access
+//! anywhere is routed to the creator as before and creates it again through admission, with
+//! the initializer's values (evicted values are not kept: no spill file yet). A request already
+//! on its way (a pull, a push, a localize's hand-over) re-creates it the same way. Rows that
+//! moved to another node under dynamic allocation are not evicted there (that would need the
+//! home's record changed by message), so such a node can hold more than `max_rows` by the rows
+//! relocated to it; the budget then holds for the rows it created.
+//!
+//! Memory beyond rows: the sparse index keeps a state word (about 40 bytes with the map entry)
+//! for every id this node ever created or routed, evicted or not; an id that was never admitted
+//! leaves none. The sketch is `depth × width × 2` bytes.
+
+use crate::directory::mix64;
+use crate::id::Key;
+use crate::node::{Node, Time};
+use crate::stats::add;
+use crate::store::{Sweep, Visit};
+
+/// Admission of new rows in a dynamic key space. See the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Admission {
+    /// Every id gets a row on first use.
+    #[default]
+    All,
+    /// An id gets a row once its creator has seen it `min_count` times (count-min sketch of
+    /// `SKETCH_DEPTH × sketch_width` counters).
+    Count {
+        /// Sightings needed (1: admit at once).
+        min_count: u32,
+        /// Counters per sketch row (rounded up to a power of two).
+        sketch_width: u32,
+    },
+    /// A fixed fraction `p` of the ids gets a row, chosen by a hash of `(seed, id)`.
+    Probability {
+        /// Fraction admitted, in `(0, 1]`.
+        p: f64,
+        /// Seed of the hash.
+        seed: u64,
+    },
+}
+
+/// Rows of the count-min sketch.
+pub const SKETCH_DEPTH: usize = 4;
+/// The largest sketch width (2^24 counters per row: 128 MiB in all).
+pub const MAX_SKETCH_WIDTH: u32 = 1 << 24;
+
+/// Admission and eviction of a dynamic key space. See the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DynamicPolicy {
+    /// Which ids get a row.
+    pub admission: Admission,
+    /// The most rows this node creates and holds (`None`: unbounded).
+    pub max_rows: Option<u64>,
+    /// Rows untouched this long (ns of the core's time) are evicted (`None`: never).
+    pub ttl_ns: Option<u64>,
+}
+
+/// Why a dynamic policy is invalid.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum DynamicError {
+    /// Admission and eviction need a sparse key space.
+    #[error("admission and eviction need a sparse (dynamic) key space, not a dense one")]
+    Dense,
+    /// `min_count` must be at least 1 and the sketch width in `1..=MAX_SKETCH_WIDTH`.
+    #[error(
+        "admission by count: min_count = {min_count} and sketch_width = {sketch_width} are invalid; \
+         min_count must be >= 1 and sketch_width in 1..={MAX_SKETCH_WIDTH}"
+    )]
+    BadCount {
+        /// Given count.
+        min_count: u32,
+        /// Given width.
+        sketch_width: u32,
+    },
+    /// `p` must be in `(0, 1]`.
+    #[error("admission probability p = {0} is invalid; it must be in (0, 1]")]
+    BadProbability(f64),
+    /// A budget of zero rows admits nothing.
+    #[error("max_rows = 0 is invalid; the budget must allow at least one row")]
+    ZeroBudget,
+    /// A TTL below 2 ns cannot be swept in halves.
+    #[error("ttl = {0} ns is invalid; it must be at least 2 ns")]
+    BadTtl(u64),
+}
+
+impl DynamicPolicy {
+    /// Fails if a parameter is not usable.
+    pub fn validate(&self) -> Result<(), DynamicError> {
+        match self.admission {
+            Admission::All => {}
+            Admission::Count {
+                min_count,
+                sketch_width,
+            } => {
+                if min_count == 0 || sketch_width == 0 || sketch_width > MAX_SKETCH_WIDTH {
+                    return Err(DynamicError::BadCount {
+                        min_count,
+                        sketch_width,
+                    });
+                }
+            }
+            Admission::Probability { p, .. } => {
+                if !(p > 0.0 && p <= 1.0) {
+                    return Err(DynamicError::BadProbability(p));
+                }
+            }
+        }
+        if self.max_rows == Some(0) {
+            return Err(DynamicError::ZeroBudget);
+        }
+        if let Some(ttl) = self.ttl_ns
+            && ttl < 2
+        {
+            return Err(DynamicError::BadTtl(ttl));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `Probability { p, seed }` admits `key`: the same answer at every node, every time.
+pub fn admitted_by_hash(p: f64, seed: u64, key: Key) -> bool {
+    let h = mix64(mix64(seed ^ 0xa076_1d64_78bd_642f) ^ key);
+    ((h >> 11) as f64) < p * (1u64 << 53) as f64
+}
+
+/// A count-min sketch with conservative update and saturating 16-bit counters.
+struct CountMin {
+    counters: Vec<u16>,
+    mask: u64,
+}
+
+impl CountMin {
+    fn new(width: u32) -> Self {
+        let width = u64::from(width).next_power_of_two();
+        Self {
+            counters: vec![0; SKETCH_DEPTH * width as usize],
+            mask: width - 1,
+        }
+    }
+
+    /// Counts one sighting of `key` and returns its estimated count.
+    fn add(&mut self, key: Key) -> u32 {
+        let width = self.mask + 1;
+        let mut h = mix64(key ^ 0x2545_f491_4f6c_dd1d);
+        let mut slots = [0usize; SKETCH_DEPTH];
+        for (row, slot) in slots.iter_mut().enumerate() {
+            *slot = (row as u64 * width + (h & self.mask)) as usize;
+            h = mix64(h);
+        }
+        let min = slots.iter().map(|&s| self.counters[s]).min().unwrap_or(0);
+        let next = min.saturating_add(1);
+        // Conservative update: raise only the counters below the new estimate.
+        for &s in &slots {
+            self.counters[s] = self.counters[s].max(next);
+        }
+        u32::from(next)
+    }
+}
+
+/// Entries one timer call visits while a TTL sweep is under way (bounds the node-lock hold).
+const SWEEP_CHUNK: u64 = 4096;
+
+/// A node's admission and eviction state (protocol-only, under the node lock).
+#[derive(Default)]
+pub(crate) struct DynamicState {
+    sketch: Option<CountMin>,
+    /// The LRU clock's hand: an index entry.
+    hand: u64,
+    /// The TTL sweep under way: the next entry, and the entry count when it began.
+    sweep: Option<(u64, u64)>,
+    next_sweep_at: u64,
+    /// Scratch for evicted records (not kept: no spill file yet).
+    evicted: Vec<f32>,
+}
+
+impl DynamicState {
+    pub(crate) fn new(policy: Option<&DynamicPolicy>) -> Self {
+        let Some(policy) = policy else {
+            return Self::default();
+        };
+        Self {
+            sketch: match policy.admission {
+                Admission::Count { sketch_width, .. } => Some(CountMin::new(sketch_width)),
+                _ => None,
+            },
+            next_sweep_at: policy.ttl_ns.map_or(u64::MAX, |ttl| ttl / 2),
+            ..Self::default()
+        }
+    }
+}
+
+impl Node {
+    /// Whether a worker's access to `key` finds no row and may not create one here (see the
+    /// module docs). Counts the sighting (count admission) and the refusal. Only the key's
+    /// creator decides; elsewhere, and for rows that exist, false.
+    pub(crate) fn unadmitted(&mut self, key: Key) -> bool {
+        let Some(policy) = self.cfg.space.dynamic().copied() else {
+            return false;
+        };
+        if self.store.is_created(key) || self.dir.creator(self.dir.bucket(key)) != self.cfg.id {
+            return false;
+        }
+        let admitted = match policy.admission {
+            Admission::All => true,
+            Admission::Count { min_count, .. } => self
+                .dynamic
+                .sketch
+                .as_mut()
+                .is_none_or(|sketch| sketch.add(key) >= min_count),
+            Admission::Probability { p, seed } => admitted_by_hash(p, seed, key),
+        };
+        let admitted = admitted && self.make_room(policy.max_rows);
+        if !admitted {
+            add(&self.counters.rows_rejected, 1);
+        }
+        !admitted
+    }
+
+    /// Makes room for one new row under the budget, if there is one; false if none could go.
+    pub(crate) fn make_room_for_one(&mut self) -> bool {
+        let max_rows = self.cfg.space.dynamic().and_then(|p| p.max_rows);
+        self.make_room(max_rows)
+    }
+
+    /// Evicts rows by the clock until a new row fits in `max_rows`; false if none could go.
+    fn make_room(&mut self, max_rows: Option<u64>) -> bool {
+        let Some(max) = max_rows else {
+            return true;
+        };
+        // Two passes: the first may only clear REFERENCED bits.
+        let mut visits = 2 * self.store.entries() + 1;
+        while self.store.count_local() >= max {
+            if visits == 0 {
+                return false;
+            }
+            visits -= 1;
+            self.clock_step(Sweep::Lru);
+        }
+        true
+    }
+
+    /// One visit of the LRU hand.
+    fn clock_step(&mut self, sweep: Sweep) {
+        let entries = self.store.entries();
+        if entries == 0 {
+            return;
+        }
+        let i = self.dynamic.hand % entries;
+        self.dynamic.hand = i + 1;
+        self.visit(i, sweep);
+    }
+
+    fn visit(&mut self, i: u64, sweep: Sweep) {
+        let mut evicted = std::mem::take(&mut self.dynamic.evicted);
+        evicted.clear();
+        let visit = self
+            .store
+            .clock_visit(i, sweep, |key| self.evictable(key), &mut evicted);
+        self.dynamic.evicted = evicted;
+        if let Visit::Evicted(_) = visit {
+            add(&self.counters.rows_evicted, 1);
+        }
+    }
+
+    /// Whether this node may evict its owned row of `key` (see the module docs).
+    fn evictable(&self, key: Key) -> bool {
+        self.dir.creator(self.dir.bucket(key)) == self.cfg.id
+            && !self.replicas.contains(key)
+            && !self.transit.contains_key(&key)
+            && !self.shared_out(key)
+    }
+
+    /// When the TTL sweep next needs the timer.
+    pub(crate) fn dynamic_timeout(&self) -> Option<Time> {
+        self.cfg.space.dynamic()?.ttl_ns?;
+        Some(Time(if self.dynamic.sweep.is_some() {
+            self.clock.0
+        } else {
+            self.dynamic.next_sweep_at
+        }))
+    }
+
+    /// Runs the TTL sweep (one chunk per call) and trims rows above the budget.
+    pub(crate) fn dynamic_handle_timeout(&mut self, now: Time) {
+        let Some(policy) = self.cfg.space.dynamic().copied() else {
+            return;
+        };
+        if let Some(ttl) = policy.ttl_ns {
+            if self.dynamic.sweep.is_none() && now.0 >= self.dynamic.next_sweep_at {
+                self.dynamic.sweep = Some((0, self.store.entries()));
+                self.dynamic.next_sweep_at = now.0.saturating_add(ttl / 2);
+            }
+            if let Some((from, end)) = self.dynamic.sweep {
+                let to = end.min(from + SWEEP_CHUNK);
+                for i in from..to {
+                    self.visit(i, Sweep::Ttl);
+                }
+                self.dynamic.sweep = (to < end).then_some((to, end));
+            }
+        }
+        if let Some(max) = policy.max_rows
+            && self.store.count_local() > max
+        {
+            self.make_room(Some(max + 1));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sketch_never_underestimates() {
+        let mut sketch = CountMin::new(64);
+        let mut truth = std::collections::HashMap::new();
+        for i in 0..5_000u64 {
+            let key = mix64(i % 300);
+            let n = truth.entry(key).or_insert(0u32);
+            *n += 1;
+            assert!(sketch.add(key) >= *n);
+        }
+    }
+
+    #[test]
+    fn probability_admission_is_a_fixed_fraction() {
+        let admitted = (0..100_000u64)
+            .filter(|&k| admitted_by_hash(0.25, 9, k))
+            .count();
+        assert!((24_000..26_000).contains(&admitted), "{admitted}");
+        assert!((0..1000u64).all(|k| admitted_by_hash(0.25, 9, k) == admitted_by_hash(0.25, 9, k)));
+        assert!((0..1000u64).all(|k| admitted_by_hash(1.0, 9, k)));
+    }
+
+    #[test]
+    fn bad_policies_are_named() {
+        let bad = DynamicPolicy {
+            admission: Admission::Probability { p: 0.0, seed: 0 },
+            ..Default::default()
+        };
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            "admission probability p = 0 is invalid; it must be in (0, 1]"
+        );
+        let bad = DynamicPolicy {
+            max_rows: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(bad.validate(), Err(DynamicError::ZeroBudget));
+    }
+}

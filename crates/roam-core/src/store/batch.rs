@@ -1,0 +1,194 @@
+//! The store's batch paths: a worker's pull or push of many keys of the uniform length, one
+//! loop per mode and compile-time short length (`by_len!`), prefetching a few keys ahead so that
+//! the cache misses of a random batch overlap. Same invariants as the per-key paths (`mod.rs`):
+//! a record is written only under its key's latch, and short values are read optimistically.
+
+use super::*;
+
+impl Store {
+    /// Pulls a batch of keys of the uniform length `len` into `out` (`keys.len() * len` values),
+    /// calling `miss(i)` for each key `i` that is not held here. Prefetches a few keys ahead, so
+    /// that the cache misses of a random batch overlap instead of queuing behind each latch.
+    /// Stops at the first key outside the key space and returns it (reads change nothing, so
+    /// checking while copying saves the caller a separate pass over the batch).
+    #[inline]
+    pub fn pull_batch_local(
+        &self,
+        keys: &[Key],
+        out: &mut [f32],
+        len: usize,
+        miss: impl FnMut(usize),
+    ) -> Result<(), Key> {
+        self.assert_uniform(len);
+        debug_assert_eq!(out.len(), keys.len() * len);
+        // Only stores that an eviction clock sweeps pay for marking pulled rows REFERENCED.
+        if self.clocked {
+            by_len!(len, self.pull_batch::<true>(keys, out, len, miss))
+        } else {
+            by_len!(len, self.pull_batch::<false>(keys, out, len, miss))
+        }
+    }
+
+    /// [`Store::pull_batch_local`] with the length `L` known at compile time (0: only at run
+    /// time), so that the copy of a short value is a few unrolled moves; `TOUCH`: mark the rows
+    /// read REFERENCED for the eviction clock.
+    #[inline(always)]
+    fn pull_batch<const TOUCH: bool, const L: usize>(
+        &self,
+        keys: &[Key],
+        out: &mut [f32],
+        len: usize,
+        mut miss: impl FnMut(usize),
+    ) -> Result<(), Key> {
+        // Compile-time lengths are exactly the optimistic ones (see `by_len!`).
+        debug_assert_eq!(L > 0, self.optimistic);
+        let len = if L > 0 { L } else { len };
+        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
+        for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
+            self.prefetch_ahead(values, replicas, keys, i);
+            let Some(state) = self.index.get(key) else {
+                if !self.space.contains(key) {
+                    return Err(key);
+                }
+                miss(i);
+                continue;
+            };
+            let mut copy = |s: u64| {
+                let area = if s & REPLICA == 0 { values } else { replicas };
+                // SAFETY: held when observed, so the slot was allocated in this area; uniform
+                // records start with `len` visible values.
+                let visible = unsafe { area.prefix((s & SLOT_MASK) as u32, len) };
+                load_values::<L>(here, visible, L == 0);
+            };
+            let hit = if L > 0 {
+                read_consistent::<TOUCH>(state, copy)
+            } else {
+                latched_as(state, HELD, |s| {
+                    copy(s);
+                    if TOUCH { s | REFERENCED } else { s }
+                })
+            };
+            if !hit {
+                miss(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a batch of updates of the uniform length `len`; like [`Store::pull_batch_local`].
+    #[inline]
+    pub fn push_batch_local(
+        &self,
+        keys: &[Key],
+        update: &[f32],
+        len: usize,
+        mode: UpdateMode,
+        miss: impl FnMut(usize),
+    ) {
+        self.assert_uniform(len);
+        debug_assert_eq!(update.len(), keys.len() * len);
+        // One loop per mode and short length, so that neither the mode nor the accepted flags
+        // are tested per key, and short values are added with unrolled moves.
+        match mode {
+            UpdateMode::Add => by_len!(len, self.push_batch::<false>(keys, update, len, miss)),
+            UpdateMode::Set => by_len!(len, self.push_batch::<true>(keys, update, len, miss)),
+            UpdateMode::Gradient => self.push_gradients_local(keys, update, len, miss),
+        }
+    }
+
+    #[inline(always)]
+    fn push_batch<const SET: bool, const L: usize>(
+        &self,
+        keys: &[Key],
+        update: &[f32],
+        len: usize,
+        mut miss: impl FnMut(usize),
+    ) {
+        debug_assert_eq!(L > 0, self.optimistic);
+        let (len, plain) = if L > 0 {
+            (L, false)
+        } else {
+            (len, self.plain())
+        };
+        let accept = if SET { LOCAL } else { HELD };
+        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
+        for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
+            self.prefetch_ahead(values, replicas, keys, i);
+            let hit = self.index.get(key).is_some_and(|state| {
+                latched_as(state, accept, |s| {
+                    let slot = (s & SLOT_MASK) as u32;
+                    if s & REPLICA == 0 {
+                        // SAFETY: latched and owned: the slot is in the value area, and
+                        // records start with `len` visible values.
+                        let visible = unsafe { values.prefix(slot, len) };
+                        if SET {
+                            store_values(visible, vals, plain);
+                        } else {
+                            add_values::<L>(visible, vals, plain);
+                        }
+                        dirtied(s)
+                    } else {
+                        // SAFETY: latched and a replica: the slot is in the replica area, and
+                        // replica records start with the `len` values of the replica.
+                        let value = unsafe { replicas.prefix(slot, len) };
+                        add_values::<L>(value, vals, plain);
+                        dirtied(s)
+                    }
+                })
+            });
+            if !hit {
+                miss(i);
+            }
+        }
+    }
+
+    /// The batch paths address slots by the uniform length: any other length would address
+    /// the wrong values, so it is refused outright (once per batch).
+    #[inline(always)]
+    pub(super) fn assert_uniform(&self, len: usize) {
+        assert!(
+            len != 0 && len == self.uniform_len,
+            "batch of length {len} on a store of uniform length {}",
+            self.uniform_len
+        );
+    }
+
+    /// Prefetches the state word of key `i + 2 * D` and the record of key `i + D` (dense
+    /// spaces; a sparse lookup is a hash probe that a prefetch of the word cannot hide).
+    #[inline(always)]
+    pub(super) fn prefetch_ahead(
+        &self,
+        values: UniformView<'_>,
+        replicas: UniformView<'_>,
+        keys: &[Key],
+        i: usize,
+    ) {
+        const D: usize = 8;
+        let words = self.index.dense_words();
+        if let Some(&far) = keys.get(i + 2 * D)
+            && let Some(state) = words.get(far as usize)
+        {
+            prefetch(state.as_ptr().cast());
+        }
+        if let Some(&near) = keys.get(i + D)
+            && let Some(state) = words.get(near as usize)
+        {
+            let s = state.load(Ordering::Relaxed);
+            // Owned records and replicas (the hot keys of NuPS runs); other keys are not here.
+            let area = if s & LOCAL != 0 {
+                Some(values)
+            } else if s & REPLICA != 0 {
+                Some(replicas)
+            } else {
+                None
+            };
+            if let Some(area) = area {
+                let (base, offset) = area.locate((s & SLOT_MASK) as u32);
+                if !base.is_null() {
+                    // Only an address for the prefetch hint: never dereferenced here.
+                    prefetch(base.wrapping_add(offset).cast());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,102 @@
+"""Row initializers and dynamic key spaces (issue #17): `Node(initializer=..., dynamic=...)` on
+one in-process node. Initial rows are a pure function of (seed, key); admission by count and
+probability; the row budget holds under a stream of new ids; bad settings raise naming them."""
+
+import numpy as np
+import pytest
+
+import roam
+
+DIM = 4
+
+
+def u64(*keys):
+    return np.array(keys, dtype=np.uint64)
+
+
+def pull(w, keys):
+    out = np.zeros(len(keys) * DIM, np.float32)
+    w.pull(u64(*keys), out).wait()
+    return out.reshape(len(keys), DIM)
+
+
+NORMAL = {"kind": "normal", "mean": 0.5, "std": 0.1, "seed": 7}
+
+
+def test_initializer_rows_are_a_function_of_seed_and_key():
+    with roam.Node(value_lengths=DIM, sparse_keys=True, initializer=NORMAL) as a:
+        first = pull(a.worker(0), [3, 2**63 + 5])
+    with roam.Node(value_lengths=DIM, sparse_keys=True, initializer=NORMAL) as b:
+        again = pull(b.worker(0), [3, 2**63 + 5])
+    assert first.tobytes() == again.tobytes(), "another node creates the same rows"
+    assert not np.array_equal(first[0], first[1])
+    assert abs(first.mean() - 0.5) < 0.3
+
+
+def test_uniform_initializer_on_a_dense_space():
+    init = {"kind": "uniform", "low": -1.0, "high": 1.0, "seed": 3}
+    with roam.Node(num_keys=100, value_lengths=DIM, initializer=init) as node:
+        rows = pull(node.worker(0), list(range(100)))
+    assert rows.min() >= -1.0 and rows.max() < 1.0
+    assert rows.std() > 0.3
+
+
+def test_count_admission_reads_the_initializer_and_drops_updates():
+    dynamic = {"admission": {"kind": "count", "min_count": 3, "sketch_width": 1024}}
+    with roam.Node(value_lengths=DIM, dynamic=dynamic, initializer=NORMAL) as node:
+        w = node.worker(0)
+        init = pull(w, [42])  # sighting 1: no row
+        w.push(u64(42), np.ones(DIM, np.float32)).wait()  # sighting 2: dropped
+        stats = node.stats()
+        assert stats["rows_rejected"] == 2 and stats["grads_dropped"] == 1
+        assert stats["keys_created"] == 0
+        np.testing.assert_array_equal(pull(w, [42]), init)  # sighting 3: created
+        w.push(u64(42), np.ones(DIM, np.float32)).wait()
+        np.testing.assert_allclose(pull(w, [42]), init + 1)
+        assert node.stats()["keys_created"] == 1
+
+
+def test_probability_admission_is_fixed_per_id():
+    dynamic = {"admission": {"kind": "probability", "p": 0.5, "seed": 1}}
+    with roam.Node(value_lengths=DIM, dynamic=dynamic) as node:
+        w = node.worker(0)
+        keys = list(range(1000))
+        pull(w, keys)
+        created = node.stats()["keys_created"]
+        pull(w, keys)
+        assert node.stats()["keys_created"] == created, "the same ids again: no new row"
+    assert 400 < created < 600
+
+
+def test_row_budget_holds_and_evicts():
+    dynamic = {"max_rows": 50}
+    with roam.Node(value_lengths=DIM, dynamic=dynamic, optimizer="adagrad") as node:
+        w = node.worker(0)
+        for start in range(0, 2000, 100):
+            keys = list(range(start, start + 100))
+            pull(w, keys)
+            w.push_gradients(u64(*keys), np.ones(100 * DIM, np.float32)).wait()
+            assert node.stats()["keys_held"] <= 50
+        stats = node.stats()
+    assert stats["rows_evicted"] >= 2000 - 50
+    assert stats["keys_held"] == 50
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"initializer": "ones"}, ValueError, "unknown initializer"),
+        ({"initializer": {"kind": "uniform", "low": 1, "high": 0}}, ValueError, "uniform(1, 0)"),
+        ({"initializer": {"kind": "normal", "sd": 1}}, ValueError, "unknown initializer key"),
+        ({"dynamic": {"max_rows": 0}}, ValueError, "max_rows = 0"),
+        ({"dynamic": {"admission": {"kind": "probability", "p": 2}}}, ValueError, "p = 2"),
+        ({"dynamic": {"admission": "lru"}}, ValueError, "unknown admission"),
+        ({"dynamic": {"budget": 3}}, ValueError, "unknown dynamic key"),
+        ({"dynamic": {"ttl": -1}}, ValueError, "ttl"),
+        ({"dynamic": 5}, TypeError, "dynamic must be a dict"),
+    ],
+)
+def test_bad_settings_are_named(kwargs, error, message):
+    with pytest.raises(error) as info:
+        roam.Node(value_lengths=DIM, sparse_keys=True, **kwargs)
+    assert message in str(info.value)

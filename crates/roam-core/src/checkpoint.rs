@@ -216,7 +216,39 @@ impl Node {
             self.store.insert_replica_with(key, visible, visible);
             return true;
         }
-        self.store.overwrite(key, record) || self.store.insert(key, record)
+        // Insert first: a node built by `Node::unfilled` holds none of its keys yet.
+        self.store.insert(key, record) || self.store.overwrite(key, record)
+    }
+
+    /// Restore, after the last [`Node::restore_record`]: every home key of a dense key space
+    /// that the checkpoint did not hold gets a zero record, as in [`Node::new`] (so a node
+    /// built by [`Node::unfilled`] ends with every home key held; a complete checkpoint holds
+    /// every key, so this normally inserts nothing). Returns how many were created.
+    pub fn finish_restore(&mut self) -> u64 {
+        if self.cfg.space.is_sparse() {
+            return 0;
+        }
+        let me = self.cfg.id;
+        let replicated_here = self
+            .replicas
+            .keys()
+            .iter()
+            .filter(|&&k| self.dir.home(k) == me)
+            .count() as u64;
+        let expected = self.dir.keys_of(me).count() as u64 - replicated_here;
+        if self.store.count_local() == expected {
+            // Every home key is held (it holds only home keys before it serves).
+            return 0;
+        }
+        let (mut zeros, mut created) = (Vec::new(), 0);
+        for key in self.dir.keys_of(me) {
+            // `insert` changes nothing where the key is held already.
+            if !self.replicas.contains(key) {
+                zeros.resize(self.cfg.space.record_len(key), 0.0);
+                created += u64::from(self.store.insert(key, &zeros));
+            }
+        }
+        created
     }
 
     /// A peer is lost: no cut can complete any more (its keys are gone with it).

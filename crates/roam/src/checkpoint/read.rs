@@ -230,64 +230,77 @@ fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
     if head != p.head {
         return Err(shard_err(&p.path, "header changed while being read"));
     }
-    let word = |r: &mut ChunkReader<'_>, at: u64| -> Result<u64, RestoreError> {
-        let mut b = [0u8; 8];
-        r.read_at(at, &mut b)?;
-        Ok(u64::from_le_bytes(b))
-    };
     let keys_at = p.head.len() as u64;
     let offsets_at = keys_at + 8 * n;
     let values_at = offsets_at + if p.uniform.is_some() { 0 } else { 8 * (n + 1) };
+    // Keys and offsets are copied out in batches (one bounds check and copy per batch, not per
+    // key); records are used in place in their chunk.
+    const BATCH: usize = 1024;
+    let (mut keys, mut ends) = ([0u64; BATCH], [0u64; BATCH]);
     let mut start = match p.uniform {
         Some(_) => 0,
-        None => word(&mut lengths, offsets_at)?,
+        None => {
+            lengths.read_at(offsets_at, bytemuck::bytes_of_mut(&mut ends[0]))?;
+            u64::from_le(ends[0])
+        }
     };
     if start != 0 {
         return Err(shard_err(&p.path, "offsets do not start at 0"));
     }
     let (mut loaded, mut last) = (0u64, None::<Key>);
-    let mut record: Vec<f32> = Vec::new();
-    for i in 0..n {
-        let key = word(&mut index, keys_at + 8 * i)?;
-        let len = match p.uniform {
-            Some(r) => r,
-            None => {
-                let end = word(&mut lengths, offsets_at + 8 * (i + 1))?;
-                if end < start || end > p.total {
-                    return Err(shard_err(
-                        &p.path,
-                        format!("offset {end} of key {key} out of bounds"),
-                    ));
+    let mut scratch: Vec<f32> = Vec::new();
+    let mut i = 0u64;
+    while i < n {
+        let m = (n - i).min(BATCH as u64) as usize;
+        index.read_at(keys_at + 8 * i, bytemuck::cast_slice_mut(&mut keys[..m]))?;
+        if p.uniform.is_none() {
+            lengths.read_at(
+                offsets_at + 8 * (i + 1),
+                bytemuck::cast_slice_mut(&mut ends[..m]),
+            )?;
+        }
+        for j in 0..m {
+            // Little-endian on disk (and in memory: the wire format requires such a target).
+            let key = u64::from_le(keys[j]);
+            let len = match p.uniform {
+                Some(r) => r,
+                None => {
+                    let end = u64::from_le(ends[j]);
+                    if end < start || end > p.total {
+                        return Err(shard_err(
+                            &p.path,
+                            format!("offset {end} of key {key} out of bounds"),
+                        ));
+                    }
+                    end - start
                 }
-                end - start
+            };
+            if !space.contains(key) || last.is_some_and(|l| l >= key) {
+                return Err(shard_err(
+                    &p.path,
+                    format!("key {key} out of range or out of order"),
+                ));
             }
-        };
-        if !space.contains(key) || last.is_some_and(|l| l >= key) {
-            return Err(shard_err(
-                &p.path,
-                format!("key {key} out of range or out of order"),
-            ));
-        }
-        last = Some(key);
-        if len != space.record_len(key) as u64 {
-            return Err(shard_err(
-                &p.path,
-                format!(
-                    "key {key}: record of {len} values, the key space says {}",
-                    space.record_len(key)
-                ),
-            ));
-        }
-        if node.store().has_replica(key) || node.directory().home(key) == me {
-            record.resize(len as usize, 0.0);
-            // Little-endian on disk and in memory (the wire format requires such a target).
-            values.read_at(values_at + 4 * start, bytemuck::cast_slice_mut(&mut record))?;
-            if !node.restore_record(key, &record) {
-                return Err(shard_err(&p.path, format!("key {key}: record refused")));
+            last = Some(key);
+            if len != space.record_len(key) as u64 {
+                return Err(shard_err(
+                    &p.path,
+                    format!(
+                        "key {key}: record of {len} values, the key space says {}",
+                        space.record_len(key)
+                    ),
+                ));
             }
-            loaded += 1;
+            if node.store().has_replica(key) || node.directory().home(key) == me {
+                let record = values.floats(values_at + 4 * start, len as usize, &mut scratch)?;
+                if !node.restore_record(key, record) {
+                    return Err(shard_err(&p.path, format!("key {key}: record refused")));
+                }
+                loaded += 1;
+            }
+            start += len;
         }
-        start += len;
+        i += m as u64;
     }
     let bytes = index.bytes_read + lengths.bytes_read + values.bytes_read;
     Ok((n, loaded, bytes))
@@ -313,5 +326,6 @@ pub fn restore_into(node: &mut Node, dir: &Path) -> Result<RestoreStats, Restore
         stats.loaded += loaded;
         stats.bytes_read += bytes;
     }
+    node.finish_restore();
     Ok(stats)
 }

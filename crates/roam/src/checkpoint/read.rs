@@ -17,11 +17,14 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use roam_core::{Key, Node};
+use roam_core::{Key, KeySpace, Node};
 use serde_json::Value;
 
 use super::chunks::{ChunkReader, MAX_CHUNK, MIN_CHUNK};
-use super::{FORMAT, MANIFEST, MAX_HEADER, Manifest, RestoreError, ShardInfo, SpaceInfo, VERSION};
+use super::{
+    FORMAT, MANIFEST, MAX_HEADER, Manifest, OptimizerInfo, RestoreError, ShardInfo, SpaceInfo,
+    VERSION,
+};
 
 /// What a restore loaded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,8 +57,14 @@ fn shard_err(path: &Path, reason: impl Into<String>) -> RestoreError {
     }
 }
 
-/// Reads and checks `dir`'s manifest against `node`'s key space.
-pub fn read_manifest(dir: &Path, space: &SpaceInfo) -> Result<Manifest, RestoreError> {
+/// Reads and checks `dir`'s manifest against `space` (a node's key space, with its optimizer):
+/// the optimizer's kind (if the manifest records it), then the row layout (visible and hidden
+/// lengths), then the rest of the key space must match. A manifest of an earlier roam, without
+/// the optimizer, is accepted when the layout matches: every optimizer's state has its own
+/// layout (SGD and none have no state), so the layout is what decides whether the records fit.
+pub fn read_manifest(dir: &Path, space: &KeySpace) -> Result<Manifest, RestoreError> {
+    let optimizer = OptimizerInfo::of(space.optimizer());
+    let space = &SpaceInfo::of(space);
     let path = dir.join(MANIFEST);
     let bad = |reason: String| RestoreError::Manifest {
         path: path.clone(),
@@ -82,6 +91,32 @@ pub fn read_manifest(dir: &Path, space: &SpaceInfo) -> Result<Manifest, RestoreE
             "{} nodes but shards of ranks {ranks:?}",
             m.num_nodes
         )));
+    }
+    if let Some(found) = m.optimizer.as_ref().filter(|o| o.kind != optimizer.kind) {
+        return Err(RestoreError::Optimizer {
+            path,
+            found: found.to_string(),
+            expected: optimizer.to_string(),
+        });
+    }
+    let k = &m.key_space;
+    if (k.value_len, k.hidden_per_value, k.hidden_per_key)
+        != (
+            space.value_len,
+            space.hidden_per_value,
+            space.hidden_per_key,
+        )
+    {
+        return Err(RestoreError::Layout {
+            path,
+            found: k.describe_rows(),
+            found_optimizer: m
+                .optimizer
+                .as_ref()
+                .map_or("unrecorded".to_owned(), ToString::to_string),
+            expected: space.describe_rows(),
+            expected_optimizer: optimizer.to_string(),
+        });
     }
     if &m.key_space != space {
         return Err(RestoreError::KeySpace {
@@ -309,7 +344,7 @@ fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
 /// Restores the checkpoint in `dir` into `node`, which must not have started serving (see
 /// the module docs). On error the node must be dropped.
 pub fn restore_into(node: &mut Node, dir: &Path) -> Result<RestoreStats, RestoreError> {
-    let space = SpaceInfo::of(node.store().space());
+    let space = node.store().space().clone();
     let manifest = read_manifest(dir, &space)?;
     let plans = manifest
         .shards

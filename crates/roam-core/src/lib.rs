@@ -38,6 +38,8 @@ mod checkpoint;
 pub mod directory;
 mod drain;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod home_move;
 pub mod id;
 pub mod intent;

@@ -263,3 +263,35 @@ impl Node {
         c.frozen = false;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::directory::Partitioning;
+    use crate::id::NodeId;
+    use crate::keyspace::{KeySpace, ValueLengths};
+    use crate::node::{Node, NodeConfig};
+
+    /// A node built for a restore holds none of its keys until restored; `finish_restore`
+    /// gives the keys the checkpoint lacked zeros, and leaves the restored ones alone.
+    #[test]
+    fn an_unfilled_node_holds_what_was_restored_and_zeros_for_the_rest() {
+        let space = KeySpace::new(10, ValueLengths::Uniform(2)).unwrap();
+        // Rank 1 of 2 under range partitioning homes keys 5..10.
+        let cfg = NodeConfig::new(NodeId(1), 2, 1, space, Partitioning::Range);
+        let mut node = Node::unfilled(cfg);
+        let mut out = [0f32; 2];
+        assert!(!node.store().pull_local(7, &mut out), "nothing held yet");
+        assert!(node.restore_record(7, &[1.0, 2.0]));
+        assert!(!node.restore_record(7, &[1.0]), "wrong length refused");
+        assert_eq!(node.finish_restore(), 4, "keys 5, 6, 8, 9");
+        assert_eq!(node.finish_restore(), 0, "idempotent");
+        assert!(node.store().pull_local(7, &mut out));
+        assert_eq!(out, [1.0, 2.0]);
+        for key in [5, 6, 8, 9] {
+            assert!(node.store().pull_local(key, &mut out));
+            assert_eq!(out, [0.0, 0.0]);
+        }
+        assert!(!node.store().pull_local(2, &mut out), "not a home key here");
+        assert_eq!(node.store().count_local(), 5);
+    }
+}

@@ -58,8 +58,8 @@ fn shard_err(path: &Path, reason: impl Into<String>) -> RestoreError {
 }
 
 /// Reads and checks `dir`'s manifest against `space` (a node's key space, with its optimizer):
-/// the optimizer's kind (if the manifest records it), then the row layout (visible and hidden
-/// lengths), then the rest of the key space must match. A manifest of an earlier roam, without
+/// the optimizer's kind (if the manifest records it), then the row layout's hidden lengths,
+/// then the rest of the key space (key count, visible lengths) must match. A manifest of an earlier roam, without
 /// the optimizer, is accepted when the layout matches: every optimizer's state has its own
 /// layout (SGD and none have no state), so the layout is what decides whether the records fit.
 pub fn read_manifest(dir: &Path, space: &KeySpace) -> Result<Manifest, RestoreError> {
@@ -100,13 +100,8 @@ pub fn read_manifest(dir: &Path, space: &KeySpace) -> Result<Manifest, RestoreEr
         });
     }
     let k = &m.key_space;
-    if (k.value_len, k.hidden_per_value, k.hidden_per_key)
-        != (
-            space.value_len,
-            space.hidden_per_value,
-            space.hidden_per_key,
-        )
-    {
+    // Hidden lengths here (the optimizer's state); visible ones are the key space's (below).
+    if (k.hidden_per_value, k.hidden_per_key) != (space.hidden_per_value, space.hidden_per_key) {
         return Err(RestoreError::Layout {
             path,
             found: k.describe_rows(),

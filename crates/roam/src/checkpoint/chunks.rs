@@ -281,6 +281,41 @@ mod tests {
         }
     }
 
+    /// Floats inside one chunk are used in place, floats across a chunk boundary are copied,
+    /// and both are the file's; a damaged chunk is refused before any of its floats is used.
+    #[test]
+    fn floats_within_and_across_chunks_are_the_files() {
+        let floats: Vec<f32> = (0..1000).map(|i| i as f32 * 0.5).collect();
+        let bytes: Vec<u8> = bytemuck::cast_slice(&floats).to_vec();
+        let chunk = 256u64;
+        let crcs: Vec<u32> = bytes.chunks(chunk as usize).map(crc32fast::hash).collect();
+        let path = std::env::temp_dir().join(format!("roam-chunks-{}", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let size = bytes.len() as u64;
+        let mut reader = ChunkReader::new(&file, &path, size, chunk, &crcs);
+        let mut scratch = Vec::new();
+        // Floats 10..20 lie in chunk 0; 60..70 straddle chunks 0 and 1 (64 floats a chunk).
+        for (first, count) in [(10usize, 10usize), (60, 10), (63, 1), (64, 64), (990, 10)] {
+            let got = reader
+                .floats(4 * first as u64, count, &mut scratch)
+                .unwrap();
+            assert_eq!(
+                got,
+                &floats[first..first + count],
+                "floats {first}..+{count}"
+            );
+        }
+        assert!(reader.floats(0, 0, &mut scratch).unwrap().is_empty());
+        let mut damaged = crcs.clone();
+        damaged[2] ^= 1;
+        let mut reader = ChunkReader::new(&file, &path, size, chunk, &damaged);
+        let err = reader.floats(4 * 130, 4, &mut scratch).unwrap_err();
+        assert!(err.to_string().contains("chunk 2"), "{err}");
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
+    }
+
     #[test]
     fn chunk_sizes_are_powers_of_two_within_bounds() {
         assert_eq!(chunk_bytes(0), MIN_CHUNK);

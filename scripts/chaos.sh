@@ -7,6 +7,8 @@
 #
 # Usage: scripts/chaos.sh [RUNS] [KILLS] [EPOCHS]   (default 5 runs, 3 kills, 10 epochs)
 # Replay one test's faults: ROAM_CHAOS_SEED=S scripts/chaos.sh 1 ...
+# Peer timeout of the SIGSTOP and partition runs: 1 s, or ROAM_CHAOS_PEER_TIMEOUT=SECONDS
+# (`default`: the nodes' default, 5 s), e.g. ROAM_CHAOS_PEER_TIMEOUT=default scripts/chaos.sh 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-5}

@@ -46,6 +46,12 @@ show("dd write (conv=fsync)", [mb / r["dd_write_s"] for r in runs])
 show("checkpoint", [r["roam"]["checkpoint_mb_s"] for r in runs])
 show("dd read", [mb / r["dd_read_s"] for r in runs])
 show("restore into 1 node", [r["roam"]["restore_mb_s"] for r in runs])
+def secs(name, key):
+    values = [r["roam"][key] for r in runs if r["roam"].get(key) is not None]
+    if values:
+        print(f"{name}: median {statistics.median(values):.2f} s (range {min(values):.2f}-{max(values):.2f})")
+secs("restore into 1 node, CPU (user + system)", "restore_cpu_s")
+secs("fresh memory of the table's size, written once", "fresh_memory_s")
 ranks = [k for r in runs for k in r["roam"]["ranks"]]
 if ranks:
     n = len(runs[0]["roam"]["ranks"])

@@ -9,10 +9,12 @@
 
 #![allow(dead_code)]
 
-use roam::auth::{self, HELLO_LEN, MAC_LEN, NONCE_LEN};
-use roam::rendezvous::{ENTRY_LEN, decode_entry, encode_entry};
+use roam::fuzzing::{
+    self as auth, ENTRY_LEN, HELLO_LEN, MAC_LEN, NONCE_LEN, decode_entry, encode_entry,
+};
 use roam_core::Partitioning;
 use roam_core::directory::Directory;
+use roam_core::fuzzing::{apply_directory_table, directory_table};
 use roam_core::msg::{Member, Msg};
 use roam_core::wire::{self, HEADER_LEN, Limits};
 
@@ -46,7 +48,7 @@ pub(crate) fn frame(data: &[u8]) {
         rest = &rest[used..];
     }
     let mut stream = data;
-    while let Ok(frame) = roam::read_frame(&mut stream, &Limits::default()) {
+    while let Ok(frame) = roam::fuzzing::read_frame(&mut stream, &Limits::default()) {
         typed(&frame);
     }
 }
@@ -63,10 +65,14 @@ fn typed(frame: &wire::Frame) {
         // hash-partitioned one has thousands, a table too large for the fuzzer's inputs and
         // too slow to compare on every input).
         let mut dir = Directory::new(64, 2, Partitioning::Range);
-        let before = dir.to_words();
-        match dir.restore_words(epoch, table) {
-            Ok(()) => assert_eq!(dir.to_words(), table, "an applied table reads back"),
-            Err(_) => assert_eq!(dir.to_words(), before, "a refused table changes nothing"),
+        let before = directory_table(&dir);
+        match apply_directory_table(&mut dir, epoch, table) {
+            Ok(()) => assert_eq!(directory_table(&dir), table, "an applied table reads back"),
+            Err(_) => assert_eq!(
+                directory_table(&dir),
+                before,
+                "a refused table changes nothing"
+            ),
         }
     }
 }

@@ -2,7 +2,12 @@
 //! checkpoint (`roam::Worker::checkpoint_with`) after every that many epochs, with the app's
 //! schedule state (e.g. the learning rate) in its manifest; `--resume D` starts the nodes from
 //! the checkpoint in `D` (`roam::Config::restore_from`, any node count) and continues at the
-//! epoch after the one it was taken at, with the schedule state it recorded.
+//! epoch after the one it was taken at, with the schedule state it recorded. A checkpoint that
+//! already covers every epoch asked for (taken after the last one: a node died while the job
+//! shut down, and `roam launch --max-restarts` or the cluster manager restarted it) leaves
+//! nothing to train: the resumed run trains no epoch and reports the last epoch's figures as
+//! the checkpoint recorded them (`last_epoch` in its application state, marked
+//! `"from_checkpoint": true`), and exits successfully.
 //!
 //! Invariant: a resumed run never re-initialises its parameters (they come from the
 //! checkpoint), and its epoch numbers continue the interrupted run's, so the data order of
@@ -39,9 +44,25 @@ pub struct Start {
     pub epoch: u32,
     /// The app's state recorded with the checkpoint (`null` for a fresh run).
     pub app: serde_json::Value,
+    /// The checkpoint covers every epoch asked for: nothing is left to train.
+    pub complete: bool,
 }
 
 impl Start {
+    /// The epoch rows a run that trained no epoch reports: if the checkpoint covers every
+    /// epoch, the last epoch's row as recorded with it ([`with_last_epoch`]), marked
+    /// `"from_checkpoint": true`; else (or for a checkpoint of an earlier roam, which recorded
+    /// none) nothing.
+    pub fn recorded_epochs(&self) -> Vec<serde_json::Value> {
+        let row = &self.app["last_epoch"];
+        if !self.complete || !row.is_object() {
+            return Vec::new();
+        }
+        let mut row = row.clone();
+        row["from_checkpoint"] = true.into();
+        vec![row]
+    }
+
     /// The `f32` recorded under `name` by [`bits_f32`], if any.
     pub fn f32(&self, name: &str) -> Option<f32> {
         self.app[name].as_u64().map(|b| f32::from_bits(b as u32))
@@ -51,6 +72,18 @@ impl Start {
     pub fn f64(&self, name: &str) -> Option<f64> {
         self.app[name].as_u64().map(f64::from_bits)
     }
+}
+
+/// `state` (an object, or `null`) with `row`, the epoch's report row, recorded as its
+/// `last_epoch`: what a resume that finds nothing left to train reports
+/// ([`Start::recorded_epochs`]).
+pub fn with_last_epoch(state: serde_json::Value, row: &serde_json::Value) -> serde_json::Value {
+    let mut state = match state {
+        serde_json::Value::Null => serde_json::json!({}),
+        other => other,
+    };
+    state["last_epoch"] = row.clone();
+    state
 }
 
 /// `v` as JSON exactly (its bits: decimal text need not round-trip), for [`Start::f32`].
@@ -73,8 +106,10 @@ impl Options {
         Ok(())
     }
 
-    /// Sets up a resume in `cfg` (if asked) and returns where a run of `epochs` epochs starts
-    /// (an error if the checkpoint leaves none of them to run).
+    /// Sets up a resume in `cfg` (if asked) and returns where a run of `epochs` epochs starts.
+    /// A checkpoint taken after epoch `epochs` or later leaves nothing to train: that is not an
+    /// error (a job restarted after its final checkpoint must succeed), it is said on stderr
+    /// and [`Start::complete`] is set.
     pub fn configure(&self, cfg: &mut Config, epochs: u32) -> anyhow::Result<Start> {
         let Some(dir) = &self.resume else {
             return Ok(Start::default());
@@ -86,17 +121,21 @@ impl Options {
         // would draw again the negatives of the interrupted run's first epochs. Another seed
         // per resume point gives fresh ones.
         cfg.sampling_seed = crate::kge::train::mix(cfg.sampling_seed, manifest.epoch);
-        let start = Start {
+        let epoch = u32::try_from(manifest.epoch).context("checkpoint epoch")?;
+        let complete = epoch >= epochs;
+        if complete {
+            eprintln!(
+                "--resume {}: the checkpoint covers all {epochs} epochs; nothing left to train \
+                 (it was taken after epoch {epoch})",
+                dir.display()
+            );
+        }
+        Ok(Start {
             resumed: true,
-            epoch: u32::try_from(manifest.epoch).context("checkpoint epoch")?,
+            epoch,
             app: manifest.app,
-        };
-        anyhow::ensure!(
-            start.epoch < epochs,
-            "the checkpoint was taken after epoch {}; --epochs {epochs} leaves nothing to run",
-            start.epoch,
-        );
-        Ok(start)
+            complete,
+        })
     }
 
     /// After epoch `done` (1-based count of epochs done): writes a checkpoint if one is due,

@@ -39,7 +39,9 @@ const MF_DATA: &str = "rows=4000,cols=3000,rank=4,nnz=1000000,zipf=0.8,noise=0.1
 /// ~0.01 (with the 200 of the KGE tests' graph: 0.409-0.451 over 8 runs).
 const KGE_DATA: &str =
     "entities=300,relations=12,triples=8000,clusters=15,test=1500,valid=10,seed=3";
-/// Silence timeout for the SIGSTOP and partition runs (the default is 5 s).
+/// Silence timeout for the SIGSTOP and partition runs (the default is 5 s); overridden by
+/// `ROAM_CHAOS_PEER_TIMEOUT` (seconds, or `default`: the nodes' own default), which
+/// `scripts/chaos.sh` passes on to measure detection at other timeouts.
 const PEER_TIMEOUT_S: &str = "1";
 /// Bound on any wait of the harness: far beyond any run here; reaching it is a hang.
 const HANG: Duration = Duration::from_secs(300);
@@ -440,7 +442,12 @@ fn silent_node(kind: &str, launch_args: &[&str], fault: &dyn Fn(i32)) {
         let dir = scratch(kind);
         let mut launch = vec!["--max-restarts", "1"];
         launch.extend_from_slice(launch_args);
-        let env = [("ROAM_PEER_TIMEOUT", PEER_TIMEOUT_S)];
+        let timeout =
+            std::env::var("ROAM_CHAOS_PEER_TIMEOUT").unwrap_or_else(|_| PEER_TIMEOUT_S.into());
+        let env: Vec<(&str, &str)> = match timeout.as_str() {
+            "default" => Vec::new(),
+            t => vec![("ROAM_PEER_TIMEOUT", t)],
+        };
         let mut job = Job::start(&launch, &env, &args, &dir);
         let victim = rng.range(0, u64::from(NODES) - 1) as u32;
         let epoch = rng.range(1, epochs - 2);

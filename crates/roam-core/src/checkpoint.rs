@@ -216,7 +216,43 @@ impl Node {
             self.store.insert_replica_with(key, visible, visible);
             return true;
         }
-        self.store.overwrite(key, record) || self.store.insert(key, record)
+        // Insert first: a node built by `Node::unfilled` holds none of its keys yet.
+        self.store.insert(key, record) || self.store.overwrite(key, record)
+    }
+
+    /// Restore, after the last [`Node::restore_record`]: every home key of a dense key space
+    /// that the checkpoint did not hold gets the space's initial record (the initializer's
+    /// values, zero optimizer state), as in [`Node::new`] (so a node
+    /// built by [`Node::unfilled`] ends with every home key held; a complete checkpoint holds
+    /// every key, so this normally inserts nothing). Returns how many were created.
+    pub fn finish_restore(&mut self) -> u64 {
+        if self.cfg.space.is_sparse() {
+            return 0;
+        }
+        let me = self.cfg.id;
+        let replicated_here = self
+            .replicas
+            .keys()
+            .iter()
+            .filter(|&&k| self.dir.home(k) == me)
+            .count() as u64;
+        let expected = self.dir.keys_of(me).count() as u64 - replicated_here;
+        if self.store.count_local() == expected {
+            // Every home key is held (it holds only home keys before it serves).
+            return 0;
+        }
+        let init = *self.cfg.space.initializer();
+        let (mut record, mut created) = (Vec::new(), 0);
+        for key in self.dir.keys_of(me) {
+            // `insert` changes nothing where the key is held already.
+            if !self.replicas.contains(key) {
+                record.clear();
+                record.resize(self.cfg.space.record_len(key), 0.0);
+                init.fill(key, &mut record[..self.cfg.space.len(key)]);
+                created += u64::from(self.store.insert(key, &record));
+            }
+        }
+        created
     }
 
     /// A peer is lost: no cut can complete any more (its keys are gone with it).
@@ -229,5 +265,37 @@ impl Node {
         c.quiet_sent = false;
         c.quiet.clear();
         c.frozen = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::directory::Partitioning;
+    use crate::id::NodeId;
+    use crate::keyspace::{KeySpace, ValueLengths};
+    use crate::node::{Node, NodeConfig};
+
+    /// A node built for a restore holds none of its keys until restored; `finish_restore`
+    /// gives the keys the checkpoint lacked zeros, and leaves the restored ones alone.
+    #[test]
+    fn an_unfilled_node_holds_what_was_restored_and_zeros_for_the_rest() {
+        let space = KeySpace::new(10, ValueLengths::Uniform(2)).unwrap();
+        // Rank 1 of 2 under range partitioning homes keys 5..10.
+        let cfg = NodeConfig::new(NodeId(1), 2, 1, space, Partitioning::Range);
+        let mut node = Node::unfilled(cfg);
+        let mut out = [0f32; 2];
+        assert!(!node.store().pull_local(7, &mut out), "nothing held yet");
+        assert!(node.restore_record(7, &[1.0, 2.0]));
+        assert!(!node.restore_record(7, &[1.0]), "wrong length refused");
+        assert_eq!(node.finish_restore(), 4, "keys 5, 6, 8, 9");
+        assert_eq!(node.finish_restore(), 0, "idempotent");
+        assert!(node.store().pull_local(7, &mut out));
+        assert_eq!(out, [1.0, 2.0]);
+        for key in [5, 6, 8, 9] {
+            assert!(node.store().pull_local(key, &mut out));
+            assert_eq!(out, [0.0, 0.0]);
+        }
+        assert!(!node.store().pull_local(2, &mut out), "not a home key here");
+        assert_eq!(node.store().count_local(), 5);
     }
 }

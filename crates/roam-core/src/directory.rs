@@ -176,7 +176,7 @@ impl Directory {
     /// The table as words, for a joining node: the member count, each member (with
     /// [`SERVER_FLAG`] if it hosts no workers), then per bucket `home | creator << 32` and the
     /// bucket's epoch.
-    pub fn to_words(&self) -> Vec<u64> {
+    pub(crate) fn to_words(&self) -> Vec<u64> {
         let mut words = Vec::with_capacity(1 + self.members.len() + 2 * self.homes.len());
         words.push(self.members.len() as u64);
         for &m in &self.members {
@@ -198,7 +198,7 @@ impl Directory {
     /// [`Directory::to_words`]) at `epoch`, after checking all of it: the bucket count must be
     /// this table's, members increasing, and every home and creator a member. On error nothing
     /// changes. A joining node applies the coordinator's `Welcome` table with it.
-    pub fn restore_words(&mut self, epoch: u32, words: &[u64]) -> Result<(), &'static str> {
+    pub(crate) fn restore_words(&mut self, epoch: u32, words: &[u64]) -> Result<(), &'static str> {
         let (&count, rest) = words.split_first().ok_or("no member count")?;
         let count = usize::try_from(count).map_err(|_| "member count too large")?;
         if count == 0 || count > rest.len() {

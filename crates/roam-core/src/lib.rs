@@ -42,6 +42,8 @@ mod dispatch;
 mod drain;
 pub mod dynamic;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod home_move;
 pub mod id;
 pub mod init;

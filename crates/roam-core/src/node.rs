@@ -343,19 +343,34 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node with its home keys in its store, zero-initialised (in a sparse key space, keys
-    /// are created on first use instead; see [`Node::residency`]).
+    /// A node with its home keys in its store, with the space's initial records (the
+    /// initializer's values, zeros by default; in a sparse key space, keys are created on
+    /// first use instead; see [`Node::residency`]).
     pub fn new(cfg: NodeConfig) -> Self {
         Self::build(cfg, true)
+    }
+
+    /// A node of the initial cluster whose home records are not created yet, for a restore
+    /// ([`Node::restore_record`], then [`Node::finish_restore`], before it serves anything):
+    /// zero-initialising a table only to overwrite it doubled the cost of a large restore
+    /// (every key inserted and then overwritten; measured in docs/reliability.md, "Speed").
+    pub fn unfilled(cfg: NodeConfig) -> Self {
+        Self::build_with(cfg, true, false)
     }
 
     /// A node of the initial cluster (`member`: with its home keys and records) or one that
     /// joins later (empty, see [`Node::joining`]).
     pub(crate) fn build(cfg: NodeConfig, member: bool) -> Self {
+        Self::build_with(cfg, member, true)
+    }
+
+    /// [`Node::build`], with `fill`: whether a member's home records are created (initial
+    /// records).
+    fn build_with(cfg: NodeConfig, member: bool, fill: bool) -> Self {
         let dir = Directory::new(cfg.space.num_keys(), cfg.num_nodes, cfg.partitioning);
         let store = Arc::new(Store::new(cfg.space.clone()));
         let replicas = Replicas::new(cfg.replication.as_ref(), cfg.id, &dir, &cfg.space);
-        if member && !cfg.space.is_sparse() {
+        if member && fill && !cfg.space.is_sparse() {
             let init = *cfg.space.initializer();
             let mut record = Vec::new();
             for key in dir.keys_of(cfg.id) {

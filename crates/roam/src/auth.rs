@@ -317,7 +317,7 @@ pub enum HelloError {
 }
 
 /// The connector's hello for challenge `nonce_s`: rank, purpose byte, its nonce and its MAC.
-pub fn hello_bytes(
+pub(crate) fn hello_bytes(
     token: &[u8],
     nonce_s: &[u8; NONCE_LEN],
     nonce_c: &[u8; NONCE_LEN],
@@ -344,7 +344,7 @@ pub fn hello_bytes(
 /// Checks a connector's `hello` (peer bytes, any length) against our challenge `nonce_s`;
 /// returns what it said and its nonce. The MAC is compared in constant time and checked
 /// before the purpose, so strangers learn nothing about which purposes exist.
-pub fn verify_hello(
+pub(crate) fn verify_hello(
     token: &[u8],
     nonce_s: &[u8; NONCE_LEN],
     hello: &[u8],
@@ -376,7 +376,7 @@ pub fn verify_hello(
 }
 
 /// The acceptor's proof for a verified hello.
-pub fn proof_bytes(
+pub(crate) fn proof_bytes(
     token: &[u8],
     nonce_s: &[u8; NONCE_LEN],
     nonce_c: &[u8; NONCE_LEN],
@@ -405,7 +405,7 @@ fn proof_mac(
 
 /// Whether `proof` (peer bytes, any length) is the acceptor's proof for our hello; compared
 /// in constant time.
-pub fn proof_is_valid(
+pub(crate) fn proof_is_valid(
     token: &[u8],
     nonce_s: &[u8; NONCE_LEN],
     nonce_c: &[u8; NONCE_LEN],

@@ -49,6 +49,8 @@ pub mod config;
 pub mod elastic;
 pub mod error;
 mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod launch;
 pub mod metrics;
 pub mod netns;
@@ -77,5 +79,4 @@ pub use roam_core::{
 };
 pub use runtime::NodeHandle;
 pub use stats::NodeStats;
-pub use transport::{ReadError, read_frame};
 pub use worker::{PendingPull, Ticket, Worker};

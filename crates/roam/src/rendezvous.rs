@@ -37,7 +37,7 @@ use crate::cluster_env::ClusterEnv;
 pub const MAX_NODES: u32 = 1 << 16;
 
 /// Length of an address entry (family, 16 address bytes, port).
-pub const ENTRY_LEN: usize = 19;
+pub(crate) const ENTRY_LEN: usize = 19;
 const FAMILY_V4: u8 = 4;
 const FAMILY_V6: u8 = 6;
 /// Bound on one connection attempt, so a black-holed address still leaves time for retries.
@@ -459,7 +459,7 @@ pub(crate) fn connect_coordinator(
 }
 
 /// An address as the fixed-size entry peers exchange during rendezvous and joins.
-pub fn encode_entry(addr: SocketAddr) -> [u8; ENTRY_LEN] {
+pub(crate) fn encode_entry(addr: SocketAddr) -> [u8; ENTRY_LEN] {
     let mut entry = [0u8; ENTRY_LEN];
     match addr.ip() {
         IpAddr::V4(ip) => {
@@ -476,7 +476,7 @@ pub fn encode_entry(addr: SocketAddr) -> [u8; ENTRY_LEN] {
 }
 
 /// Parses an address entry (peer bytes, any length); errors say what is wrong.
-pub fn decode_entry(entry: &[u8]) -> Result<SocketAddr, String> {
+pub(crate) fn decode_entry(entry: &[u8]) -> Result<SocketAddr, String> {
     let entry: &[u8; ENTRY_LEN] = entry
         .try_into()
         .map_err(|_| format!("entry is {} bytes, expected {ENTRY_LEN}", entry.len()))?;

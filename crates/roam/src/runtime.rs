@@ -423,12 +423,16 @@ impl NodeHandle {
                 .barrier_warning
                 .map(|d| d.as_nanos().clamp(1, u128::from(u64::MAX)) as u64),
         };
+        let restore = cfg.restore_from.as_deref().filter(|_| !joining);
         let mut node = if joining {
             Node::joining(node_cfg)
+        } else if restore.is_some() {
+            // The restore creates the home records (no zeros written first).
+            Node::unfilled(node_cfg)
         } else {
             Node::new(node_cfg)
         };
-        if let Some(dir) = cfg.restore_from.as_deref().filter(|_| !joining) {
+        if let Some(dir) = restore {
             // Before any frame is served: on error the node is dropped unstarted.
             crate::checkpoint::restore_into(&mut node, dir)?;
         }

@@ -400,7 +400,7 @@ const EAGER_BODY_BYTES: usize = 1 << 20;
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// The peer closed the connection at a frame boundary.
     #[error("connection closed")]
     Closed,
@@ -421,7 +421,7 @@ crate::error::embedded_from!(ReadError {
 /// Reads one frame from a peer's byte stream: header first, validated and bounded by `limits`,
 /// then an aligned body, allocated as its bytes arrive once it is larger than
 /// [`EAGER_BODY_BYTES`].
-pub fn read_frame(reader: &mut impl Read, limits: &Limits) -> Result<Frame, ReadError> {
+pub(crate) fn read_frame(reader: &mut impl Read, limits: &Limits) -> Result<Frame, ReadError> {
     let mut head = [0u8; HEADER_LEN];
     let mut filled = 0;
     while filled < HEADER_LEN {

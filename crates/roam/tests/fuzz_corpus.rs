@@ -86,7 +86,7 @@ fn write_seeds() {
         }
     }
     for partitioning in [Partitioning::Range, Partitioning::Hash] {
-        let table = Directory::new(64, 2, partitioning).to_words();
+        let table = roam_core::fuzzing::directory_table(&Directory::new(64, 2, partitioning));
         let mut welcome = Frame::new(Kind::Welcome, NodeId(0), ReqId(0), 0, &table, 0);
         welcome.header.epoch = 3;
         write(
@@ -99,23 +99,23 @@ fn write_seeds() {
     stream.extend_from_slice(&shapes[1]);
     write("frame", "stream".into(), &stream);
 
-    let nonce = [7u8; roam::auth::NONCE_LEN];
+    let nonce = [7u8; roam::fuzzing::NONCE_LEN];
     let mut signed = vec![1u8];
     signed.extend_from_slice(&nonce);
     signed.extend_from_slice(&3u32.to_le_bytes());
     signed.push(2);
-    signed.extend_from_slice(&[9u8; roam::auth::NONCE_LEN]);
+    signed.extend_from_slice(&[9u8; roam::fuzzing::NONCE_LEN]);
     write("handshake", "signed".into(), &signed);
     let mut hello = vec![0u8];
     hello.extend_from_slice(&nonce);
-    hello.extend_from_slice(&roam::auth::hello_bytes(b"x", &nonce, &nonce, 1, 2));
+    hello.extend_from_slice(&roam::fuzzing::hello_bytes(b"x", &nonce, &nonce, 1, 2));
     write("handshake", "hello".into(), &hello);
     for (i, addr) in ["127.0.0.1:7000", "[::1]:9", "10.1.2.3:65535"]
         .iter()
         .enumerate()
     {
-        let mut entry = vec![0u8; 1 + roam::auth::NONCE_LEN];
-        entry.extend_from_slice(&roam::rendezvous::encode_entry(addr.parse().unwrap()));
+        let mut entry = vec![0u8; 1 + roam::fuzzing::NONCE_LEN];
+        entry.extend_from_slice(&roam::fuzzing::encode_entry(addr.parse().unwrap()));
         write("handshake", format!("entry-{i}"), &entry);
     }
 }

@@ -257,14 +257,25 @@ impl Shared<'_> {
                 }
                 worker.barrier()?;
             }
+            // AdaGrad's state is in the records; the learning rate is fixed. The manifest
+            // keeps global worker 0's state: the epoch's row.
+            let state = match gid {
+                0 => crate::checkpointing::with_last_epoch(serde_json::Value::Null, &row),
+                _ => serde_json::Value::Null,
+            };
             if gid == 0 {
                 tracing::info!("kge epoch {epoch}: {row}");
                 self.console.epoch(worker, &row, self.epochs);
                 epochs.push(row);
             }
-            // AdaGrad's state is in the records; the learning rate is fixed.
-            self.checkpoint
-                .after_epoch(worker, epoch, serde_json::Value::Null)?;
+            self.checkpoint.after_epoch(worker, epoch, state)?;
+        }
+        if gid == 0 && epochs.is_empty() {
+            // Resumed from a checkpoint that covers every epoch: its recorded figures.
+            epochs = self.start.recorded_epochs();
+            for row in &epochs {
+                self.console.epoch(worker, row, self.epochs);
+            }
         }
 
         if worker.id() == 0 {

@@ -479,7 +479,15 @@ impl Shared<'_> {
                 "lr": lr, "lr_bits": checkpointing::bits_f32(lr),
                 "previous": objective, "previous_bits": checkpointing::bits_f64(objective),
             });
+            let state = checkpointing::with_last_epoch(state, &records[records.len() - 1]);
             args.checkpoint.after_epoch(worker, epoch + 1, state)?;
+        }
+        if records.is_empty() {
+            // Resumed from a checkpoint that covers every epoch: its recorded figures.
+            records = self.start.recorded_epochs();
+            for record in &records {
+                self.console.epoch(worker, record, args.epochs);
+            }
         }
         worker.barrier()?;
         if worker.id() == 0 {

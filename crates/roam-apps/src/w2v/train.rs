@@ -607,7 +607,8 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
     let mut processed = my_words * f64::from(first);
     let mut epochs = Vec::new();
     let mut counters = ClusterCounters::default();
-    let mut replicas = Vec::new();
+    // Sized as every epoch's sums are: a resume with nothing left to train reports these.
+    let mut replicas = vec![0u64; INTENTS_AT - REPLICATION_AT];
     let mut intent_total = vec![0u64; intents::COUNTERS];
     let mut intents_before = [0u64; intents::COUNTERS];
     let mut cpu_before = 0.0;
@@ -770,8 +771,19 @@ pub fn run_worker(job: &Job<'_>, w: &Worker) -> anyhow::Result<Option<Outcome>> 
             job.console.epoch(w, &row, a.epochs);
             epochs.push(row);
         }
-        a.checkpoint
-            .after_epoch(w, epoch, serde_json::Value::Null)?;
+        // The manifest keeps global worker 0's state: the epoch's row.
+        let state = match (gid, epochs.last()) {
+            (0, Some(row)) => crate::checkpointing::with_last_epoch(Value::Null, row),
+            _ => Value::Null,
+        };
+        a.checkpoint.after_epoch(w, epoch, state)?;
+    }
+    if gid == 0 && epochs.is_empty() {
+        // Resumed from a checkpoint that covers every epoch: its recorded figures.
+        epochs = job.start.recorded_epochs();
+        for row in &epochs {
+            job.console.epoch(w, row, a.epochs);
+        }
     }
     Ok((gid == 0).then_some(Outcome {
         epochs,

@@ -83,6 +83,14 @@ impl ChunkHasher {
     }
 }
 
+/// How far ahead of the chunk just read a reader asks the kernel to read (at least this many
+/// bytes, and at least [`AHEAD_CHUNKS`] chunks): a restore used to advise only the next chunk,
+/// so the disk idled while a chunk's records were loaded and the CPU idled while the next one
+/// arrived; with a window of several chunks in flight the two overlap.
+const AHEAD_BYTES: u64 = 32 << 20;
+/// See [`AHEAD_BYTES`].
+const AHEAD_CHUNKS: u64 = 4;
+
 /// Reads a shard by verified chunks, keeping the last one read: a forward cursor over the
 /// file (each region of a shard gets its own).
 pub(crate) struct ChunkReader<'a> {
@@ -93,7 +101,13 @@ pub(crate) struct ChunkReader<'a> {
     crcs: &'a [u32],
     /// The chunk in `buf`.
     held: Option<u64>,
-    buf: Vec<u8>,
+    /// The held chunk's bytes (the first `len`), in 8-byte words so that the values in it can
+    /// be used in place as `f32`s (a chunk starts at a multiple of 256 in the file, and the
+    /// values region at a multiple of 8).
+    buf: Vec<u64>,
+    len: usize,
+    /// The file offset up to which read-ahead was asked for.
+    advised: u64,
     /// Bytes read from the file so far.
     pub(crate) bytes_read: u64,
 }
@@ -116,8 +130,14 @@ impl<'a> ChunkReader<'a> {
             crcs,
             held: None,
             buf: Vec::new(),
+            len: 0,
+            advised: 0,
             bytes_read: 0,
         }
+    }
+
+    fn held_bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.buf)[..self.len]
     }
 
     /// Copies the file's bytes `[at, at + out.len())` into `out`, reading and verifying the
@@ -129,30 +149,63 @@ impl<'a> ChunkReader<'a> {
                 self.load(index)?;
             }
             let from = (at - index * self.chunk) as usize;
-            let n = out.len().min(self.buf.len() - from);
+            let n = out.len().min(self.len - from);
             let (now, rest) = out.split_at_mut(n);
-            now.copy_from_slice(&self.buf[from..from + n]);
+            now.copy_from_slice(&self.held_bytes()[from..from + n]);
             out = rest;
             at += n as u64;
         }
         Ok(())
     }
 
-    /// Asks the kernel to start reading the chunk at `at` (the next one, which a forward
-    /// reader most likely needs), so that the disk works while this chunk's records are
-    /// loaded. Advice only: its failure changes nothing.
-    fn read_ahead(&self, at: u64) {
-        if at >= self.size {
+    /// The `count` little-endian `f32`s at file offset `at` (a multiple of 4; the caller
+    /// checked that they lie in the file): used in place when they lie in one chunk (nearly
+    /// always: records are much shorter than chunks), else copied into `scratch`.
+    pub(crate) fn floats<'s>(
+        &'s mut self,
+        at: u64,
+        count: usize,
+        scratch: &'s mut Vec<f32>,
+    ) -> Result<&'s [f32], RestoreError> {
+        if count == 0 {
+            return Ok(&[]);
+        }
+        let index = at / self.chunk;
+        let from = (at - index * self.chunk) as usize;
+        let bytes = 4 * count;
+        if from + bytes <= self.chunk as usize {
+            if self.held != Some(index) {
+                self.load(index)?;
+            }
+            if from + bytes <= self.len {
+                // Aligned: `buf` is 8-aligned and `from` a multiple of 4.
+                return Ok(bytemuck::cast_slice(&self.held_bytes()[from..from + bytes]));
+            }
+        }
+        scratch.resize(count, 0.0);
+        self.read_at(at, bytemuck::cast_slice_mut(scratch))?;
+        Ok(scratch)
+    }
+
+    /// Asks the kernel to start reading the file from `from` to a window ahead (the chunks a
+    /// forward reader most likely needs next), so that the disk works while this chunk's
+    /// records are loaded. Advice only: its failure changes nothing.
+    fn read_ahead(&mut self, from: u64) {
+        let window = AHEAD_BYTES.max(AHEAD_CHUNKS * self.chunk);
+        let start = from.max(self.advised);
+        let end = from.saturating_add(window).min(self.size);
+        // Ask in pieces of a quarter window, so that the advice keeps ahead as chunks are read.
+        if end <= start || (end - start < window / 4 && end < self.size) {
             return;
         }
-        let len = self.chunk.min(self.size - at);
+        self.advised = end;
         // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open for
         // as long as `self.file` is borrowed.
         unsafe {
             libc::posix_fadvise(
                 self.file.as_raw_fd(),
-                at as libc::off_t,
-                len as libc::off_t,
+                start as libc::off_t,
+                (end - start) as libc::off_t,
                 libc::POSIX_FADV_WILLNEED,
             );
         }
@@ -169,13 +222,19 @@ impl<'a> ChunkReader<'a> {
             return Err(err(format!("byte {start} lies outside the file")));
         };
         self.held = None;
-        self.buf.resize((end - start) as usize, 0);
+        let len = (end - start) as usize;
+        if self.buf.len() * 8 < len {
+            // Once per reader (every chunk but the last has the full size); no zeroing after.
+            self.buf = vec![0u64; (self.chunk as usize).div_ceil(8)];
+        }
+        self.len = len;
+        let bytes = &mut bytemuck::cast_slice_mut(&mut self.buf)[..len];
         self.file
-            .read_exact_at(&mut self.buf, start)
+            .read_exact_at(bytes, start)
             .map_err(|e| err(format!("read at byte {start}: {e}")))?;
         self.bytes_read += end - start;
         self.read_ahead(end);
-        let crc = crc32fast::hash(&self.buf);
+        let crc = crc32fast::hash(self.held_bytes());
         if crc != expected {
             return Err(err(format!(
                 "chunk {index} (bytes {start}..{end}): checksum {crc:08x}, the manifest says \
@@ -220,6 +279,41 @@ mod tests {
             let expected: Vec<u32> = file.chunks(chunk as usize).map(crc32fast::hash).collect();
             prop_assert_eq!(ChunkHasher::combine(&refs, file.len() as u64, chunk), expected);
         }
+    }
+
+    /// Floats inside one chunk are used in place, floats across a chunk boundary are copied,
+    /// and both are the file's; a damaged chunk is refused before any of its floats is used.
+    #[test]
+    fn floats_within_and_across_chunks_are_the_files() {
+        let floats: Vec<f32> = (0..1000).map(|i| i as f32 * 0.5).collect();
+        let bytes: Vec<u8> = bytemuck::cast_slice(&floats).to_vec();
+        let chunk = 256u64;
+        let crcs: Vec<u32> = bytes.chunks(chunk as usize).map(crc32fast::hash).collect();
+        let path = std::env::temp_dir().join(format!("roam-chunks-{}", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let size = bytes.len() as u64;
+        let mut reader = ChunkReader::new(&file, &path, size, chunk, &crcs);
+        let mut scratch = Vec::new();
+        // Floats 10..20 lie in chunk 0; 60..70 straddle chunks 0 and 1 (64 floats a chunk).
+        for (first, count) in [(10usize, 10usize), (60, 10), (63, 1), (64, 64), (990, 10)] {
+            let got = reader
+                .floats(4 * first as u64, count, &mut scratch)
+                .unwrap();
+            assert_eq!(
+                got,
+                &floats[first..first + count],
+                "floats {first}..+{count}"
+            );
+        }
+        assert!(reader.floats(0, 0, &mut scratch).unwrap().is_empty());
+        let mut damaged = crcs.clone();
+        damaged[2] ^= 1;
+        let mut reader = ChunkReader::new(&file, &path, size, chunk, &damaged);
+        let err = reader.floats(4 * 130, 4, &mut scratch).unwrap_err();
+        assert!(err.to_string().contains("chunk 2"), "{err}");
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!   - a record is the key's visible values, then its hidden state (`RecordLayout`:
 //!     `hidden_per_value` per value, then `hidden_per_key`); replicated keys have zero hidden
 //!     state.
-//! - `manifest.json` (see [`Manifest`]): node count, key space, value layout, the caller's
+//! - `manifest.json` (see [`Manifest`]): node count, key space, value layout (visible and
+//!   hidden lengths), the server-side optimizer whose state the hidden part is, the caller's
 //!   epoch, and each shard's size, CRC-32 (of the whole file) and chunk CRC-32s (of each
 //!   `chunk_bytes` piece, see `chunks.rs`: what a restore verifies). It is written last, by rank
 //!   0, to a temporary file that is fsynced and renamed over the previous manifest: a
@@ -30,7 +31,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use roam_core::{KeySpace, ValueLengths};
+use roam_core::{KeySpace, Optimizer, ValueLengths};
 use serde::{Deserialize, Serialize};
 
 mod chunks;
@@ -76,8 +77,12 @@ pub struct Manifest {
     pub created_unix_ms: u64,
     /// Nodes that wrote it (one shard each).
     pub num_nodes: u32,
-    /// The key space it was taken in.
+    /// The key space it was taken in (with the row layout: visible and hidden lengths).
     pub key_space: SpaceInfo,
+    /// The server-side optimizer it was taken with: the meaning of the records' hidden part.
+    /// Absent in manifests written before it was recorded (then only the layout is checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer: Option<OptimizerInfo>,
     /// The shards, by rank.
     pub shards: Vec<ShardInfo>,
     /// The application's own state at the checkpoint (e.g. a learning-rate schedule's), as
@@ -129,6 +134,80 @@ impl SpaceInfo {
             hidden_per_value: layout.hidden_per_value,
             hidden_per_key: layout.hidden_per_key,
         }
+    }
+}
+
+/// The server-side optimizer of a checkpoint ([`Manifest::optimizer`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OptimizerInfo {
+    /// `none` (no optimizer: `push_gradients` refused), `sgd`, `adagrad`, `adam` or `ftrl`.
+    pub kind: String,
+    /// Its hyper-parameters by name (informative: a resume may change them, e.g. the learning
+    /// rate; only the kind must match, as it fixes what the hidden state means).
+    pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+impl OptimizerInfo {
+    /// The description of `optimizer` (`None`: no optimizer).
+    pub fn of(optimizer: Option<&Optimizer>) -> Self {
+        let params: &[(&str, f32)] = match optimizer {
+            None => &[],
+            Some(&Optimizer::Sgd { lr }) => &[("lr", lr)],
+            Some(&Optimizer::Adagrad { lr, eps }) => &[("lr", lr), ("eps", eps)],
+            Some(&Optimizer::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+            }) => &[("lr", lr), ("beta1", beta1), ("beta2", beta2), ("eps", eps)],
+            Some(&Optimizer::Ftrl {
+                alpha,
+                beta,
+                l1,
+                l2,
+            }) => &[("alpha", alpha), ("beta", beta), ("l1", l1), ("l2", l2)],
+        };
+        Self {
+            kind: optimizer.map_or("none", Optimizer::name).to_owned(),
+            params: params
+                .iter()
+                // The `f32`'s shortest decimal (0.9, not 0.8999999761581421): it reads back
+                // as the same `f32`.
+                .map(|&(name, v)| {
+                    let shortest: f64 = v.to_string().parse().unwrap_or(f64::NAN);
+                    (name.to_owned(), shortest.into())
+                })
+                .collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for OptimizerInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.kind)?;
+        if !self.params.is_empty() {
+            let params: Vec<String> = self
+                .params
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            write!(f, " ({})", params.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl SpaceInfo {
+    /// The row layout, for errors: visible length and hidden values.
+    pub fn describe_rows(&self) -> String {
+        let visible = match self.value_len {
+            Some(len) => format!("{len} visible values"),
+            None => "per-key visible lengths".to_owned(),
+        };
+        format!(
+            "{visible}, then {} hidden per value and {} hidden per key",
+            self.hidden_per_value, self.hidden_per_key
+        )
     }
 }
 
@@ -216,6 +295,38 @@ pub enum RestoreError {
         found: String,
         /// This node's.
         expected: String,
+    },
+    /// The checkpoint was taken with another server-side optimizer than this node's: its
+    /// records' hidden state is that optimizer's.
+    #[error(
+        "{path}: checkpoint taken with optimizer {found}, this node's is {expected}; restore \
+         it with the same optimizer kind (its hyper-parameters may change)"
+    )]
+    Optimizer {
+        /// The manifest.
+        path: PathBuf,
+        /// The checkpoint's optimizer.
+        found: String,
+        /// This node's.
+        expected: String,
+    },
+    /// The checkpoint's rows have another layout (visible or hidden lengths) than this
+    /// node's, e.g. another optimizer's state.
+    #[error(
+        "{path}: checkpoint rows of {found} (optimizer {found_optimizer}), this node's are \
+         {expected} (optimizer {expected_optimizer})"
+    )]
+    Layout {
+        /// The manifest.
+        path: PathBuf,
+        /// The checkpoint's row layout.
+        found: String,
+        /// Its optimizer (`unrecorded` in a manifest of an earlier roam).
+        found_optimizer: String,
+        /// This node's row layout.
+        expected: String,
+        /// This node's optimizer.
+        expected_optimizer: String,
     },
     /// A shard is missing, truncated, corrupt or inconsistent with the manifest.
     #[error("{path}: {reason}")]

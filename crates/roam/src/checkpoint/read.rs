@@ -17,11 +17,14 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use roam_core::{Key, Node};
+use roam_core::{Key, KeySpace, Node};
 use serde_json::Value;
 
 use super::chunks::{ChunkReader, MAX_CHUNK, MIN_CHUNK};
-use super::{FORMAT, MANIFEST, MAX_HEADER, Manifest, RestoreError, ShardInfo, SpaceInfo, VERSION};
+use super::{
+    FORMAT, MANIFEST, MAX_HEADER, Manifest, OptimizerInfo, RestoreError, ShardInfo, SpaceInfo,
+    VERSION,
+};
 
 /// What a restore loaded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,8 +57,14 @@ fn shard_err(path: &Path, reason: impl Into<String>) -> RestoreError {
     }
 }
 
-/// Reads and checks `dir`'s manifest against `node`'s key space.
-pub fn read_manifest(dir: &Path, space: &SpaceInfo) -> Result<Manifest, RestoreError> {
+/// Reads and checks `dir`'s manifest against `space` (a node's key space, with its optimizer):
+/// the optimizer's kind (if the manifest records it), then the row layout's hidden lengths,
+/// then the rest of the key space (key count, visible lengths) must match. A manifest of an earlier roam, without
+/// the optimizer, is accepted when the layout matches: every optimizer's state has its own
+/// layout (SGD and none have no state), so the layout is what decides whether the records fit.
+pub fn read_manifest(dir: &Path, space: &KeySpace) -> Result<Manifest, RestoreError> {
+    let optimizer = OptimizerInfo::of(space.optimizer());
+    let space = &SpaceInfo::of(space);
     let path = dir.join(MANIFEST);
     let bad = |reason: String| RestoreError::Manifest {
         path: path.clone(),
@@ -82,6 +91,27 @@ pub fn read_manifest(dir: &Path, space: &SpaceInfo) -> Result<Manifest, RestoreE
             "{} nodes but shards of ranks {ranks:?}",
             m.num_nodes
         )));
+    }
+    if let Some(found) = m.optimizer.as_ref().filter(|o| o.kind != optimizer.kind) {
+        return Err(RestoreError::Optimizer {
+            path,
+            found: found.to_string(),
+            expected: optimizer.to_string(),
+        });
+    }
+    let k = &m.key_space;
+    // Hidden lengths here (the optimizer's state); visible ones are the key space's (below).
+    if (k.hidden_per_value, k.hidden_per_key) != (space.hidden_per_value, space.hidden_per_key) {
+        return Err(RestoreError::Layout {
+            path,
+            found: k.describe_rows(),
+            found_optimizer: m
+                .optimizer
+                .as_ref()
+                .map_or("unrecorded".to_owned(), ToString::to_string),
+            expected: space.describe_rows(),
+            expected_optimizer: optimizer.to_string(),
+        });
     }
     if &m.key_space != space {
         return Err(RestoreError::KeySpace {
@@ -230,64 +260,77 @@ fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
     if head != p.head {
         return Err(shard_err(&p.path, "header changed while being read"));
     }
-    let word = |r: &mut ChunkReader<'_>, at: u64| -> Result<u64, RestoreError> {
-        let mut b = [0u8; 8];
-        r.read_at(at, &mut b)?;
-        Ok(u64::from_le_bytes(b))
-    };
     let keys_at = p.head.len() as u64;
     let offsets_at = keys_at + 8 * n;
     let values_at = offsets_at + if p.uniform.is_some() { 0 } else { 8 * (n + 1) };
+    // Keys and offsets are copied out in batches (one bounds check and copy per batch, not per
+    // key); records are used in place in their chunk.
+    const BATCH: usize = 1024;
+    let (mut keys, mut ends) = ([0u64; BATCH], [0u64; BATCH]);
     let mut start = match p.uniform {
         Some(_) => 0,
-        None => word(&mut lengths, offsets_at)?,
+        None => {
+            lengths.read_at(offsets_at, bytemuck::bytes_of_mut(&mut ends[0]))?;
+            u64::from_le(ends[0])
+        }
     };
     if start != 0 {
         return Err(shard_err(&p.path, "offsets do not start at 0"));
     }
     let (mut loaded, mut last) = (0u64, None::<Key>);
-    let mut record: Vec<f32> = Vec::new();
-    for i in 0..n {
-        let key = word(&mut index, keys_at + 8 * i)?;
-        let len = match p.uniform {
-            Some(r) => r,
-            None => {
-                let end = word(&mut lengths, offsets_at + 8 * (i + 1))?;
-                if end < start || end > p.total {
-                    return Err(shard_err(
-                        &p.path,
-                        format!("offset {end} of key {key} out of bounds"),
-                    ));
+    let mut scratch: Vec<f32> = Vec::new();
+    let mut i = 0u64;
+    while i < n {
+        let m = (n - i).min(BATCH as u64) as usize;
+        index.read_at(keys_at + 8 * i, bytemuck::cast_slice_mut(&mut keys[..m]))?;
+        if p.uniform.is_none() {
+            lengths.read_at(
+                offsets_at + 8 * (i + 1),
+                bytemuck::cast_slice_mut(&mut ends[..m]),
+            )?;
+        }
+        for j in 0..m {
+            // Little-endian on disk (and in memory: the wire format requires such a target).
+            let key = u64::from_le(keys[j]);
+            let len = match p.uniform {
+                Some(r) => r,
+                None => {
+                    let end = u64::from_le(ends[j]);
+                    if end < start || end > p.total {
+                        return Err(shard_err(
+                            &p.path,
+                            format!("offset {end} of key {key} out of bounds"),
+                        ));
+                    }
+                    end - start
                 }
-                end - start
+            };
+            if !space.contains(key) || last.is_some_and(|l| l >= key) {
+                return Err(shard_err(
+                    &p.path,
+                    format!("key {key} out of range or out of order"),
+                ));
             }
-        };
-        if !space.contains(key) || last.is_some_and(|l| l >= key) {
-            return Err(shard_err(
-                &p.path,
-                format!("key {key} out of range or out of order"),
-            ));
-        }
-        last = Some(key);
-        if len != space.record_len(key) as u64 {
-            return Err(shard_err(
-                &p.path,
-                format!(
-                    "key {key}: record of {len} values, the key space says {}",
-                    space.record_len(key)
-                ),
-            ));
-        }
-        if node.store().has_replica(key) || node.directory().home(key) == me {
-            record.resize(len as usize, 0.0);
-            // Little-endian on disk and in memory (the wire format requires such a target).
-            values.read_at(values_at + 4 * start, bytemuck::cast_slice_mut(&mut record))?;
-            if !node.restore_record(key, &record) {
-                return Err(shard_err(&p.path, format!("key {key}: record refused")));
+            last = Some(key);
+            if len != space.record_len(key) as u64 {
+                return Err(shard_err(
+                    &p.path,
+                    format!(
+                        "key {key}: record of {len} values, the key space says {}",
+                        space.record_len(key)
+                    ),
+                ));
             }
-            loaded += 1;
+            if node.store().has_replica(key) || node.directory().home(key) == me {
+                let record = values.floats(values_at + 4 * start, len as usize, &mut scratch)?;
+                if !node.restore_record(key, record) {
+                    return Err(shard_err(&p.path, format!("key {key}: record refused")));
+                }
+                loaded += 1;
+            }
+            start += len;
         }
-        start += len;
+        i += m as u64;
     }
     let bytes = index.bytes_read + lengths.bytes_read + values.bytes_read;
     Ok((n, loaded, bytes))
@@ -296,7 +339,7 @@ fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
 /// Restores the checkpoint in `dir` into `node`, which must not have started serving (see
 /// the module docs). On error the node must be dropped.
 pub fn restore_into(node: &mut Node, dir: &Path) -> Result<RestoreStats, RestoreError> {
-    let space = SpaceInfo::of(node.store().space());
+    let space = node.store().space().clone();
     let manifest = read_manifest(dir, &space)?;
     let plans = manifest
         .shards
@@ -313,5 +356,6 @@ pub fn restore_into(node: &mut Node, dir: &Path) -> Result<RestoreStats, Restore
         stats.loaded += loaded;
         stats.bytes_read += bytes;
     }
+    node.finish_restore();
     Ok(stats)
 }

@@ -22,7 +22,8 @@ use roam_core::{Key, KeySpace};
 
 use super::chunks::{ChunkHasher, chunk_bytes};
 use super::{
-    CheckpointError, FORMAT, MANIFEST, Manifest, ShardInfo, SpaceInfo, VERSION, io_at, shard_name,
+    CheckpointError, FORMAT, MANIFEST, Manifest, OptimizerInfo, ShardInfo, SpaceInfo, VERSION,
+    io_at, shard_name,
 };
 
 /// Bytes buffered per region before a positioned write.
@@ -338,6 +339,7 @@ pub(crate) fn finish_manifest(
             .map_or(0, |d| d.as_millis() as u64),
         num_nodes: nodes,
         key_space: SpaceInfo::of(space),
+        optimizer: Some(OptimizerInfo::of(space.optimizer())),
         shards,
         app,
     };

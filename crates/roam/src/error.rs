@@ -252,5 +252,18 @@ mod tests {
             },
             "read-only file system",
         );
+        printed_once(
+            crate::checkpoint::CheckpointError::Io {
+                path: "/ckpt/shard-0.safetensors".into(),
+                error: std::io::Error::other("no space left on device"),
+            },
+            "no space left on device",
+        );
+        printed_once(
+            crate::checkpoint::CheckpointError::from(roam_core::OpError::PeerGone {
+                peer: roam_core::NodeId(3),
+            }),
+            "is gone",
+        );
     }
 }

@@ -241,16 +241,18 @@ pub(crate) fn shard_name(id: u64, rank: u32, nodes: u32) -> String {
 /// Writing a checkpoint failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    /// The cut or a barrier around it failed (a peer was lost).
+    /// The cut or a barrier around it failed (a peer was lost). (Causes are in the messages
+    /// and not exposed as `source()`, so that a binary's `Caused by:` does not repeat them: the
+    /// convention of `crate::error`.)
     #[error("checkpoint collective: {0}")]
-    Collective(#[from] roam_core::OpError),
+    Collective(roam_core::OpError),
     /// A file could not be written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
     /// A node's shard is missing or unreadable when rank 0 writes the manifest.
     #[error("{path}: shard report missing or unreadable ({reason}); no manifest written")]
@@ -262,10 +264,14 @@ pub enum CheckpointError {
     },
 }
 
+crate::error::embedded_from!(CheckpointError {
+    Collective(roam_core::OpError),
+});
+
 pub(crate) fn io_at(path: &Path) -> impl FnOnce(io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
+    move |error| CheckpointError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 

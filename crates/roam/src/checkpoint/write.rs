@@ -237,7 +237,7 @@ pub(crate) fn write_shard(
     if seen != n || at != total {
         return Err(CheckpointError::Io {
             path,
-            source: io::Error::other("the store changed while the checkpoint was written"),
+            error: io::Error::other("the store changed while the checkpoint was written"),
         });
     }
     if uniform.is_none() {

@@ -371,6 +371,24 @@ impl TrainReport {
     }
 }
 
+/// Parses a `--synthetic` spec, comma-separated `key=value` pairs (blanks around either
+/// ignored), handing each to `set`, which parses the value and refuses unknown keys; every
+/// error names the spec and the pair.
+pub fn parse_spec_pairs(
+    spec: &str,
+    mut set: impl FnMut(&str, &str) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = part.split_once('=') else {
+            anyhow::bail!("synthetic spec {spec:?}: {part:?} is not key=value");
+        };
+        let (key, value) = (key.trim(), value.trim());
+        set(key, value).with_context(|| format!("synthetic spec {spec:?}: {key}={value:?}"))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,25 +68,21 @@ impl FromStr for Spec {
     /// Parses `key=value` pairs separated by commas; unnamed keys keep [`Spec::default`].
     fn from_str(s: &str) -> anyhow::Result<Self> {
         let mut spec = Self::default();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let Some((key, value)) = part.split_once('=') else {
-                bail!("synthetic spec {s:?}: {part:?} is not key=value");
-            };
-            let value = value.trim();
-            let ctx = || format!("synthetic spec {s:?}: bad value {value:?} for {key}");
-            match key.trim() {
-                "fields" => spec.fields = count(value).with_context(ctx)? as usize,
-                "ids" => spec.ids = count(value).with_context(ctx)?,
-                "zipf" => spec.zipf = value.parse().with_context(ctx)?,
-                "rows" => spec.rows = count(value).with_context(ctx)?,
-                "test" => spec.test = value.parse().with_context(ctx)?,
-                "signal" => spec.signal = value.parse().with_context(ctx)?,
-                "seed" => spec.seed = value.parse().with_context(ctx)?,
+        crate::common::parse_spec_pairs(s, |key, value| {
+            match key {
+                "fields" => spec.fields = count(value)? as usize,
+                "ids" => spec.ids = count(value)?,
+                "zipf" => spec.zipf = value.parse()?,
+                "rows" => spec.rows = count(value)?,
+                "test" => spec.test = value.parse()?,
+                "signal" => spec.signal = value.parse()?,
+                "seed" => spec.seed = value.parse()?,
                 other => bail!(
-                    "synthetic spec {s:?}: unknown key {other:?} (known: fields, ids, zipf, rows, test, signal, seed)"
+                    "unknown key {other:?} (known: fields, ids, zipf, rows, test, signal, seed)"
                 ),
             }
-        }
+            Ok(())
+        })?;
         ensure!(
             (1..=1024).contains(&spec.fields),
             "synthetic spec {s:?}: fields must be in 1..=1024"
@@ -195,7 +191,7 @@ mod tests {
             ("fields=0", "fields must be"),
             ("rows=1", "no training or no test row"),
             ("zipf=-1", "zipf must be"),
-            ("ids=x", "bad value"),
+            ("ids=x", "ids=\"x\""),
         ] {
             let err = format!("{:#}", text.parse::<Spec>().unwrap_err());
             assert!(err.contains(needle), "{text}: {err}");

@@ -16,7 +16,7 @@
 
 use std::str::FromStr;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{bail, ensure};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -71,25 +71,22 @@ impl FromStr for Spec {
     /// Parses `key=value` pairs separated by commas; unnamed keys keep [`Spec::default`].
     fn from_str(s: &str) -> anyhow::Result<Self> {
         let mut spec = Self::default();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let Some((key, value)) = part.split_once('=') else {
-                bail!("synthetic spec {s:?}: {part:?} is not key=value");
-            };
-            let ctx = || format!("synthetic spec {s:?}: bad value {value:?} for {key}");
-            match key.trim() {
-                "rows" => spec.rows = value.trim().parse().with_context(ctx)?,
-                "cols" => spec.cols = value.trim().parse().with_context(ctx)?,
-                "rank" => spec.rank = value.trim().parse().with_context(ctx)?,
-                "nnz" => spec.nnz = parse_count(value).with_context(ctx)?,
-                "zipf" => spec.zipf = value.trim().parse().with_context(ctx)?,
-                "noise" => spec.noise = value.trim().parse().with_context(ctx)?,
-                "test" => spec.test = value.trim().parse().with_context(ctx)?,
-                "seed" => spec.seed = value.trim().parse().with_context(ctx)?,
+        crate::common::parse_spec_pairs(s, |key, value| {
+            match key {
+                "rows" => spec.rows = value.parse()?,
+                "cols" => spec.cols = value.parse()?,
+                "rank" => spec.rank = value.parse()?,
+                "nnz" => spec.nnz = parse_count(value)?,
+                "zipf" => spec.zipf = value.parse()?,
+                "noise" => spec.noise = value.parse()?,
+                "test" => spec.test = value.parse()?,
+                "seed" => spec.seed = value.parse()?,
                 other => bail!(
-                    "synthetic spec {s:?}: unknown key {other:?} (known: rows, cols, rank, nnz, zipf, noise, test, seed)"
+                    "unknown key {other:?} (known: rows, cols, rank, nnz, zipf, noise, test, seed)"
                 ),
             }
-        }
+            Ok(())
+        })?;
         ensure!(
             spec.rows >= 1 && spec.cols >= 1,
             "synthetic spec {s:?}: rows and cols must be at least 1"

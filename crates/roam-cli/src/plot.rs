@@ -204,9 +204,29 @@ impl Axis {
             } else {
                 mantissa
             };
-            match exponent {
+            let short = match exponent {
                 Some(e) => format!("{mantissa}e{e}"),
                 None => mantissa.to_string(),
+            };
+            // Ticks of a narrow axis (a quality of 1.0106 to 1.0114) need more digits than a
+            // value's usual four significant ones, or two ticks print the same label; ticks
+            // are about a sixth of the axis apart, so one digit below that step tells them
+            // apart. Plain decimals only where the short form has no exponent and |v| < 1e4.
+            let step = (self.range.1 - self.range.0) / 6.0;
+            if exponent.is_some() || !(step > 0.0 && step.is_finite()) || v.abs() >= 1e4 {
+                return short;
+            }
+            let decimals = (1.0 - step.log10().floor()).clamp(0.0, 9.0) as usize;
+            let fixed = format!("{v:.decimals$}");
+            let fixed = if fixed.contains('.') {
+                fixed.trim_end_matches('0').trim_end_matches('.')
+            } else {
+                &fixed
+            };
+            if fixed.len() > short.len() {
+                fixed.to_string()
+            } else {
+                short
             }
         }
     }
@@ -302,6 +322,31 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A narrow axis (e.g. test RMSE 1.0105 to 1.0115 over epochs) gets one label per tick;
+    /// four significant digits printed 1.011 for two of them.
+    #[test]
+    fn ticks_of_a_narrow_axis_have_distinct_labels() {
+        let axis = Axis::of([1.0105, 1.0109, 1.0115].into_iter());
+        let ticks = [1.0106, 1.0108, 1.0110, 1.0112, 1.0114];
+        let labels: Vec<String> = ticks.iter().map(|&t| axis.label(t)).collect();
+        let mut distinct = labels.clone();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ticks.len(), "{labels:?}");
+        let axis = Axis::of([0.25301, 0.25319].into_iter());
+        let labels: Vec<String> = [0.25303, 0.25306, 0.25309]
+            .iter()
+            .map(|&t| axis.label(t))
+            .collect();
+        assert!(
+            labels[0] != labels[1] && labels[1] != labels[2],
+            "{labels:?}"
+        );
+        // A wide axis keeps the short labels.
+        let wide = Axis::of([0.0, 3.0].into_iter());
+        assert_eq!(wide.label(1.5), "1.5");
+        assert_eq!(wide.label(2.0), "2");
+    }
 
     #[test]
     fn runs_take_loss_every_epoch_and_quality_where_evaluated() {

@@ -2,9 +2,9 @@
 //! every epoch, while nodes are killed (`kill -9`), frozen (`SIGSTOP` for longer than the peer
 //! timeout) or cut off (their network namespace's link set down). Every run must complete all
 //! its epochs, restart exactly once per fault (the launcher's `[launch] restart` and
-//! `[launch] restarts: N` lines), name the node at fault, and (after kills) reach the quality
-//! of uninterrupted runs within the issue-4 bounds (MF test RMSE within 2 %, KGE filtered MRR
-//! within 0.02) of their range.
+//! `[launch] restarts: N` lines), name the node at fault, and (after kills) lose no more
+//! quality than the issue-4 bounds allow against the range of uninterrupted runs (MF test RMSE
+//! at most 2 % above the worst, KGE filtered MRR at most 0.02 below the worst).
 //!
 //! Faults are injected at states, not after sleeps: a fault waits until the checkpoint of a
 //! (seeded) random epoch is complete on disk; then every node is stopped (`SIGSTOP`), the state
@@ -362,11 +362,15 @@ fn kills(app: &str) {
     let (lo, hi) = refs
         .iter()
         .fold((f64::MAX, f64::MIN), |(lo, hi), &q| (lo.min(q), hi.max(q)));
-    // Issue 4: MF test RMSE within 2 %, KGE filtered MRR within 0.02 absolute.
+    // Issue 4: MF test RMSE within 2 %, KGE filtered MRR within 0.02 absolute, on the side
+    // where quality is lost. A restart may end better: a resumed run draws other negatives
+    // and samples (its seed is mixed with the epoch), and KGE's MRR moves by ±0.03 between
+    // streams (docs/workloads-kge.md); a CI run resumed to 0.447 against uninterrupted
+    // 0.416-0.426, which a two-sided bound refused.
     let (lo, hi) = if app == "mf" {
-        (lo * 0.98, hi * 1.02)
+        (0.0, hi * 1.02)
     } else {
-        (lo - 0.02, hi + 0.02)
+        (lo - 0.02, 1.0)
     };
     for run in 0..env_or("ROAM_CHAOS_RUNS", 1) {
         // Kill epochs: distinct, ascending, each leaving at least one epoch after it.
@@ -405,7 +409,7 @@ fn kills(app: &str) {
         println!("{app} run {run}: quality {got} (uninterrupted {refs:?})");
         assert!(
             (lo..=hi).contains(&got),
-            "{app}: quality {got} outside [{lo}, {hi}], the issue-4 bound around the \
+            "{app}: quality {got} outside [{lo}, {hi}], the issue-4 bound on quality lost against the \
              uninterrupted runs' {refs:?}"
         );
         let _ = fs::remove_dir_all(&dir);

@@ -29,6 +29,24 @@ fn snapshot(c: &NodeCounters) -> [u64; 3] {
     ]
 }
 
+/// Feeds `frames` from `from` to the core in order, under one hold of the node lock when no
+/// events are logged, so that their outputs leave in one write per link (the reader found them
+/// all buffered: a burst needs one wake-up of the peer, not one per frame). Leaves `frames`
+/// empty.
+pub(crate) fn handle_frames(shared: &Shared, from: NodeId, frames: &mut Vec<Frame>) {
+    if frames.len() == 1 || tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
+        for frame in frames.drain(..) {
+            handle_frame(shared, from, frame, false);
+        }
+        return;
+    }
+    shared.with_node(|node, now| {
+        for frame in frames.drain(..) {
+            node.handle_frame(now, from, frame);
+        }
+    });
+}
+
 /// Feeds `frame` from `from` to the core, logging what it moved or forwarded. With `timed`,
 /// returns how long the core took (under the node lock, without waiting for it).
 pub(crate) fn handle_frame(

@@ -3,6 +3,11 @@
 //! `spawn_loopback` for the frames a node sends itself), declaring peers lost, and adding a
 //! peer while the node runs (`add_peer`, for nodes that join; see `elastic`).
 //!
+//! A reader hands the core every frame that arrived together (all of it already in the
+//! reader's buffer, up to [`MAX_READ_BATCH`]) under one hold of the node lock, so their answers
+//! leave in one write per link: a burst costs the peer one wake-up, not one per frame. Frames
+//! are still handled one by one and in arrival order, so batching changes no protocol step.
+//!
 //! Invariants:
 //! - Every connection is authenticated with the cluster token before a frame crosses it; a
 //!   node joining at run time sends its data address right after its handshake
@@ -30,7 +35,7 @@ use crate::error::StartError;
 use crate::rendezvous::{ENTRY_LEN, decode_entry};
 use crate::runtime::{Peer, Shared};
 use crate::slowing::{ServiceSlowdown, SlowTasks, spawn_named};
-use crate::transport::{Link, Sink, read_frame};
+use crate::transport::{Link, Sink, buffered_frame, read_frame};
 
 impl Shared {
     /// Declares `peer` gone: every operation waiting on it fails.
@@ -250,46 +255,81 @@ pub(crate) fn spawn_reader(
         let mut debt = Duration::ZERO;
         // The peer's link exists before its reader starts (`add_peer`, start-up).
         let link = shared.peer(peer).map(|p| p.link.clone());
+        let mut batch: Vec<Frame> = Vec::new();
         loop {
-            match read_frame(&mut reader, &shared.limits) {
-                Ok(frame) => {
-                    roam_core::stats::add(&shared.counters.messages_received, 1);
-                    roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
-                    if let Some(link) = &link {
-                        link.traffic.received(frame.wire_len());
-                    }
-                    if frame.header.kind == Kind::Goodbye {
-                        tracing::debug!(node = shared.rank.0, peer = peer.0, "peer said goodbye");
-                        if let Some(state) = shared.peer(peer) {
-                            state.departed.store(true, Ordering::Release);
-                            state.lost.store(true, Ordering::Release);
-                        }
-                        shared.with_node(|node, now| node.handle_peer_departed(now, peer));
-                        shared.elastic.notify();
-                        return;
-                    }
-                    let slowed = shared
-                        .service
-                        .as_ref()
-                        .filter(|_| ServiceSlowdown::slows(frame.header.kind));
-                    let Some(service) = slowed else {
-                        crate::events::handle_frame(&shared, peer, frame, false);
-                        continue;
-                    };
-                    let took =
-                        crate::events::handle_frame(&shared, peer, frame, true).unwrap_or_default();
-                    let sleep = service.owe(&mut debt, took);
-                    if !sleep.is_zero() {
-                        std::thread::sleep(sleep);
-                    }
-                }
+            let frame = match read_frame(&mut reader, &shared.limits) {
+                Ok(frame) => frame,
                 Err(err) => {
                     shared.peer_lost(peer, &err.to_string());
                     return;
                 }
+            };
+            let count = |frame: &Frame| {
+                roam_core::stats::add(&shared.counters.messages_received, 1);
+                roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
+                if let Some(link) = &link {
+                    link.traffic.received(frame.wire_len());
+                }
+            };
+            count(&frame);
+            if frame.header.kind == Kind::Goodbye {
+                say_goodbye(&shared, peer);
+                return;
             }
+            let slowed = shared
+                .service
+                .as_ref()
+                .filter(|_| ServiceSlowdown::slows(frame.header.kind));
+            if let Some(service) = slowed {
+                let took =
+                    crate::events::handle_frame(&shared, peer, frame, true).unwrap_or_default();
+                let sleep = service.owe(&mut debt, took);
+                if !sleep.is_zero() {
+                    std::thread::sleep(sleep);
+                }
+                continue;
+            }
+            // The frames that arrived with this one are handled together (one lock, one write
+            // per link for all their answers); a slowed request or a goodbye ends the batch, and
+            // is read next on its own.
+            batch.push(frame);
+            while batch.len() < MAX_READ_BATCH
+                && buffered_frame(reader.buffer(), &shared.limits)
+                    .is_some_and(|kind| !ends_batch(&shared, kind))
+            {
+                match read_frame(&mut reader, &shared.limits) {
+                    Ok(frame) => {
+                        count(&frame);
+                        batch.push(frame);
+                    }
+                    // Not reached: the whole frame was buffered and its header decoded.
+                    Err(_) => break,
+                }
+            }
+            crate::events::handle_frames(&shared, peer, &mut batch);
         }
     })
+}
+
+/// Most frames a reader hands the core under one hold of the node lock: bounds how long a
+/// burst keeps workers from the lock.
+const MAX_READ_BATCH: usize = 64;
+
+/// Whether a frame of wire kind `kind` must be handled on its own, after the batch before it:
+/// a goodbye ends the reader, and a request the service slowdown delays owes its own sleep.
+fn ends_batch(shared: &Shared, kind: Kind) -> bool {
+    kind == Kind::Goodbye || (shared.service.is_some() && ServiceSlowdown::slows(kind))
+}
+
+/// The peer said goodbye: it sends nothing more, and leaving is not a failure.
+fn say_goodbye(shared: &Arc<Shared>, peer: NodeId) {
+    tracing::debug!(node = shared.rank.0, peer = peer.0, "peer said goodbye");
+    if let Some(state) = shared.peer(peer) {
+        state.departed.store(true, Ordering::Release);
+        state.lost.store(true, Ordering::Release);
+    }
+    shared.with_node(|node, now| node.handle_peer_departed(now, peer));
+    shared.elastic.notify();
 }
 
 /// Adds node `peer` while this node runs: a link on `outgoing` (with its sender thread), then

@@ -3,7 +3,8 @@
 //! Threads of one node process:
 //! - worker threads (the user's), which access local keys in the store directly and enter the
 //!   protocol only for remote keys;
-//! - one reader per peer, feeding received frames to the core;
+//! - one reader per peer, feeding received frames to the core (those that arrived together
+//!   under one lock hold, `peers.rs`);
 //! - one loopback server, feeding frames a node sends itself (without fast local access);
 //! - one timer thread, which runs the core's timers (`poll_timeout`/`handle_timeout`): the core
 //!   sends heartbeats on idle links and declares silent peers lost;

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use roam_core::NodeId;
 use roam_core::stats::{NodeCounters, add};
-use roam_core::wire::{DecodeError, Frame, HEADER_LEN, Header, Limits};
+use roam_core::wire::{DecodeError, Frame, HEADER_LEN, Header, Kind, Limits};
 
 use crate::metrics::PeerTraffic;
 
@@ -418,6 +418,14 @@ crate::error::embedded_from!(ReadError {
     Io(io::Error),
 });
 
+/// The kind of the frame that `buffered` (bytes a reader holds but has not parsed) starts with,
+/// if the whole frame is there, so that [`read_frame`] would return it without touching the
+/// socket. A header that does not decode answers `None`: the next [`read_frame`] reports it.
+pub(crate) fn buffered_frame(buffered: &[u8], limits: &Limits) -> Option<Kind> {
+    let header = Header::decode(buffered.first_chunk::<HEADER_LEN>()?, limits).ok()?;
+    (buffered.len() - HEADER_LEN >= header.body_words() * 8).then_some(header.kind)
+}
+
 /// Reads one frame from a peer's byte stream: header first, validated and bounded by `limits`,
 /// then an aligned body, allocated as its bytes arrive once it is larger than
 /// [`EAGER_BODY_BYTES`].
@@ -557,6 +565,40 @@ mod tests {
             read_frame(&mut reader, &Limits::default()),
             Err(ReadError::Closed)
         ));
+    }
+
+    /// A reader batches only frames it can return without the socket: every prefix of two
+    /// frames' bytes is answered with the kind of the first frame exactly when it holds all of
+    /// that frame, and bytes that are no header never count as a frame.
+    #[test]
+    fn a_frame_counts_as_buffered_only_when_all_of_it_is() {
+        let mut first = Frame::new(Kind::Push, NodeId(1), ReqId(7), 0, &[3, 4], 5);
+        first
+            .values_mut()
+            .copy_from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0]);
+        let second = Frame::control(Kind::Goodbye, NodeId(1), ReqId(8), 0);
+        let mut wire = Vec::new();
+        write_frames(&mut wire, &[first.clone(), second]).unwrap();
+        let limits = Limits::default();
+        let first_len = first.wire_len();
+        for end in 0..=wire.len() {
+            let expected = (end >= first_len).then_some(Kind::Push);
+            assert_eq!(
+                buffered_frame(&wire[..end], &limits),
+                expected,
+                "{end} bytes"
+            );
+        }
+        assert_eq!(
+            buffered_frame(&wire[first_len..], &limits),
+            Some(Kind::Goodbye)
+        );
+        let mut garbage = wire.clone();
+        garbage[2] ^= 0xff;
+        assert_eq!(buffered_frame(&garbage, &limits), None);
+        // What it answers for is what `read_frame` returns.
+        let mut reader = &wire[..];
+        assert_eq!(read_frame(&mut reader, &limits).unwrap(), first);
     }
 
     #[test]

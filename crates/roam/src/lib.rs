@@ -46,6 +46,7 @@ pub mod checkpoint;
 pub mod choose;
 pub mod cluster_env;
 pub mod config;
+mod due_timer;
 pub mod elastic;
 pub mod error;
 mod events;

@@ -18,7 +18,9 @@
 //! - A frame enqueued is written by some thread without further calls: a flusher re-checks the
 //!   queue after releasing the writer, and the sender thread drains the queue after a backlog.
 //! - With latency emulation, a frame is written no earlier than its enqueue time plus the
-//!   latency, by the link's sender thread.
+//!   latency, by the link's sender thread. The sender sleeps on a timer that the thread queueing
+//!   a frame into the empty queue arms (`due_timer.rs`), so the emulation wakes it once per
+//!   burst of frames, when they are due, as a wire would cost nothing at all.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
@@ -28,11 +30,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use roam_core::NodeId;
 use roam_core::stats::{NodeCounters, add};
 use roam_core::wire::{DecodeError, Frame, HEADER_LEN, Header, Kind, Limits};
 
+use crate::due_timer::DueTimer;
 use crate::metrics::PeerTraffic;
 
 /// Where a link's frames go.
@@ -57,6 +60,9 @@ struct Writer {
     written: usize,
 }
 
+/// The longest a sender thread sleeps without looking at its queue and flags.
+const IDLE_WAIT: Duration = Duration::from_millis(200);
+
 /// How long a closing link keeps trying to deliver its last frames to a peer that reads
 /// nothing.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -67,8 +73,12 @@ pub(crate) struct Link {
     queue: Mutex<VecDeque<Outgoing>>,
     writer: Mutex<Writer>,
     latency: Duration,
-    /// Signalled (with `queue` held) when the sender thread has work.
+    /// Signalled (with `queue` held) when the sender thread has work (links without latency
+    /// emulation: backlogs and closing).
     wake: Condvar,
+    /// With latency emulation, the sender thread's clock: armed for the first queued frame's
+    /// due time, by the thread that queues it (see `due_timer.rs`).
+    timer: Option<DueTimer>,
     has_backlog: AtomicBool,
     broken: AtomicBool,
     closed: AtomicBool,
@@ -87,6 +97,11 @@ impl Link {
         if let Sink::Tcp(stream) = &sink {
             stream.set_nonblocking(true)?;
         }
+        let timer = if latency.is_zero() {
+            None
+        } else {
+            Some(DueTimer::new()?)
+        };
         Ok(Self {
             peer,
             queue: Mutex::new(VecDeque::new()),
@@ -97,6 +112,7 @@ impl Link {
             }),
             latency,
             wake: Condvar::new(),
+            timer,
             has_backlog: AtomicBool::new(false),
             broken: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -122,9 +138,17 @@ impl Link {
     pub(crate) fn enqueue(&self, frame: Frame) {
         let due = Instant::now() + self.latency;
         let mut queue = self.queue.lock();
+        let was_empty = queue.is_empty();
         queue.push_back(Outgoing { due, frame });
-        if self.delayed() {
-            self.wake.notify_one();
+        // With a frame queued before this one, the sender thread is already due to wake (at
+        // that frame's time, no later than this one's: the latency is constant) or busy, and
+        // looks at the queue again before it waits. Into an empty queue, the frame arms the
+        // sender's timer: no wake-up now, one when the frame is due.
+        if let (Some(timer), true) = (&self.timer, was_empty)
+            && let Err(err) = timer.arm(due)
+        {
+            // The sender still looks at the queue within its idle limit.
+            tracing::warn!(peer = self.peer.0, "arming the latency timer failed: {err}");
         }
     }
 
@@ -175,12 +199,6 @@ impl Link {
     /// latency emulation writes every frame once it is due. Returns when the link is closed and
     /// everything is written (or the peer stopped reading for [`CLOSE_GRACE`]).
     pub(crate) fn run_sender(&self) -> io::Result<()> {
-        if self.delayed() {
-            // Linux lets timed waits overshoot by the thread's timer slack (50 µs by default),
-            // which would add to every emulated latency; 1 µs keeps frames on time.
-            // SAFETY: PR_SET_TIMERSLACK takes one integer argument and affects this thread only.
-            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong) };
-        }
         let mut closing_since: Option<Instant> = None;
         loop {
             {
@@ -196,14 +214,14 @@ impl Link {
                     if backlog {
                         break;
                     }
-                    match queue.front() {
-                        Some(first) if self.delayed() && first.due <= Instant::now() => break,
-                        Some(first) if self.delayed() => {
-                            let due = first.due;
-                            self.wake.wait_until(&mut queue, due);
+                    match (queue.front(), &self.timer) {
+                        (Some(first), Some(_)) if first.due <= Instant::now() => break,
+                        (first, Some(timer)) => {
+                            let due = first.map(|f| f.due);
+                            Self::sleep_on(timer, &mut queue, due);
                         }
-                        _ => {
-                            self.wake.wait_for(&mut queue, Duration::from_millis(200));
+                        (_, None) => {
+                            self.wake.wait_for(&mut queue, IDLE_WAIT);
                         }
                     }
                 }
@@ -242,11 +260,34 @@ impl Link {
         }
     }
 
+    /// A delayed link's sender sleeps, with the queue unlocked, until `due` (with no frame
+    /// queued: until a frame queued into the empty queue arms the timer), or [`IDLE_WAIT`] at
+    /// most. A timer that cannot be armed or waited on degrades to sleeping until `due`.
+    fn sleep_on(
+        timer: &DueTimer,
+        queue: &mut MutexGuard<'_, VecDeque<Outgoing>>,
+        due: Option<Instant>,
+    ) {
+        let armed = due.is_none_or(|due| timer.arm(due).is_ok());
+        let waited = armed && MutexGuard::unlocked(queue, || timer.wait(IDLE_WAIT)).is_ok();
+        if !waited {
+            let until = due.unwrap_or_else(|| Instant::now() + IDLE_WAIT);
+            MutexGuard::unlocked(queue, || {
+                std::thread::sleep(until - Instant::now().min(until))
+            });
+        }
+    }
+
     /// Stops the sender thread once everything queued is written.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let _queue = self.queue.lock();
         self.wake.notify_all();
+        if let Some(timer) = &self.timer {
+            // Fires at once: the sender looks at `closed`. On failure it does within its idle
+            // limit.
+            let _ = timer.arm(Instant::now());
+        }
     }
 
     /// Writes as much of the backlog as the sink takes without blocking; true when all of it

@@ -211,7 +211,7 @@ impl Node {
         }
         let visible = &record[..space.len(key)];
         let mut old = Vec::new();
-        if self.replicas.restore_primary(key, visible) {
+        if self.replicas.restore_primary(space, key, record) {
             self.store.remove_replica(key, &mut old);
             self.store.insert_replica_with(key, visible, visible);
             return true;

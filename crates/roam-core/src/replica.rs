@@ -542,7 +542,11 @@ impl Node {
     /// changed (its own deltas are in its replica already), and a frame at all only if it has
     /// such a key or this broadcast acknowledges deltas of its.
     fn broadcast_primaries(&mut self) {
-        self.step_primaries();
+        // During a flush the hub steps once, when every node's gradients are in
+        // (`handle_replica_flush`): a `sync_replicas` is one step on everything before it.
+        if !self.replicas.sync.flushed {
+            self.step_primaries();
+        }
         if self.replicas.dirty.is_empty() {
             return;
         }

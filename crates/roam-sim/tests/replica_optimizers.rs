@@ -29,7 +29,7 @@ use roam_core::{Key, KeySpace, NodeId, Optimizer, Partitioning};
 use roam_sim::{Op, OpKind, Outcome, Sim, SimConfig, for_each_seed};
 
 fn default_seeds() -> u64 {
-    if cfg!(debug_assertions) { 100 } else { 1_500 }
+    if cfg!(debug_assertions) { 100 } else { 2_000 }
 }
 
 /// Most gradients one key gets (coordinate 0 tags them with distinct powers of two).

@@ -6,9 +6,12 @@
 //! replica's value does not change. Each sync round takes the accumulators along with the
 //! deltas: a hub adds its own into its per-key *gradient sum*, other nodes send theirs to the
 //! hub in a `ReplicaDeltas` frame whose round carries [`GRADIENT_ROUND`]. At the end of its
-//! own round (and at a `sync_replicas` flush, before it broadcasts) the hub steps each primary
-//! whose sum is non-zero **once**, with the sum, zeroes the sum, and broadcasts the new value
-//! to every node, its contributors included (their replicas do not hold their gradients).
+//! own round the hub steps each primary whose sum is non-empty **once**, with the sum, zeroes
+//! the sum, and broadcasts the new value to every node, its contributors included (their
+//! replicas do not hold their gradients). During a `sync_replicas` flush (or a checkpoint
+//! cut's) the hub steps only once every node's flush marker is in, so the flush is one step
+//! on everything pushed before it: with background rounds off, each `sync_replicas` is
+//! exactly one step per key with the sum of the gradients pushed since the previous one.
 //!
 //! Invariants: every gradient lands in exactly one accumulator take, one frame, one sum and one
 //! step (per-link FIFO, no node lost); a replica's value is always the primary as last
@@ -175,7 +178,8 @@ impl Node {
     }
 
     /// Hub: steps every primary with a pending gradient sum once, with the sum, and marks it
-    /// changed for every node. Runs before each broadcast of the primaries.
+    /// changed for every node. Runs before each broadcast of the primaries (outside a flush)
+    /// and when a flush has every node's marker.
     pub(super) fn step_primaries(&mut self) {
         let Some(opt) = self.replicas.grads.opt else {
             return;

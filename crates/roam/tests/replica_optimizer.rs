@@ -23,10 +23,7 @@ const PLAIN: u64 = 3;
 const ROUNDS: usize = 12;
 
 fn adagrad() -> Optimizer {
-    Optimizer::Adagrad {
-        lr: 0.5,
-        eps: 1e-6,
-    }
+    Optimizer::Adagrad { lr: 0.5, eps: 1e-6 }
 }
 
 fn config(sync_every: Duration) -> Config {
@@ -190,7 +187,10 @@ fn with_background_rounds_every_replica_converges_after_a_sync() {
     }
     // Adagrad moves against the gradient's sign, at most lr per step and coordinate.
     let v = &values[0];
-    assert!(v[0] < 0.0 && v[1] > 0.0 && v[2] > 0.0 && v[3] < 0.0, "{v:?}");
+    assert!(
+        v[0] < 0.0 && v[1] > 0.0 && v[2] > 0.0 && v[3] < 0.0,
+        "{v:?}"
+    );
     let stats: Vec<_> = nodes.iter().map(|n| n.stats()).collect();
     assert!(stats.iter().all(|s| s.replica_rounds > 0));
     assert!(stats.iter().any(|s| s.replica_keys_received > 0));

@@ -281,7 +281,8 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         replicate::Plan::none(&graph)
     };
     cfg.replicated_keys = plan.keys.clone();
-    args.replication.configure(&mut cfg, plan.keys.len());
+    let replication = replicate::with_sync_default(&args.replication);
+    replication.configure(&mut cfg, plan.keys.len());
     args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
     let node = args.mode.start(cfg).context("starting the roam node")?;
@@ -377,12 +378,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
             None => partition.triples.iter().map(Vec::len).collect(),
         };
         let replication = args.mode.replicates().then(|| {
-            replicate::report(
-                &plan,
-                &args.replication,
-                &outcome.replica_sums,
-                node.num_nodes(),
-            )
+            replicate::report(&plan, &replication, &outcome.replica_sums, node.num_nodes())
         });
         let report = TrainReport {
             app: "kge",

@@ -267,7 +267,10 @@ mod tests {
         assert_eq!(acc, [0.25, 4.0]);
         // A first step moves every coordinate by about eta against the gradient's sign.
         assert!((w[0] - 0.9).abs() < 1e-4);
-        assert!(super::super::train::optimizer(0.0).is_none(), "eta 0: no optimizer");
+        assert!(
+            super::super::train::optimizer(0.0).is_none(),
+            "eta 0: no optimizer"
+        );
     }
 
     #[test]

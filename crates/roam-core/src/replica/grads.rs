@@ -24,7 +24,8 @@ use crate::optim::Optimizer;
 use crate::stats::add;
 use crate::wire::Kind;
 
-use super::{EVERY_NODE, NOT_HUB, replica_frame};
+use super::{EVERY_NODE, NOT_HUB, Replicas, replica_frame};
+use crate::keyspace::KeySpace;
 
 /// Set in the round number of a `ReplicaDeltas` frame that carries accumulated gradients
 /// instead of additive deltas (rounds never get near it).
@@ -81,6 +82,46 @@ impl HubGrads {
             self.pending.push(pos);
         }
         self.since = Some(self.since.map_or(since, |t| t.min(since)));
+    }
+}
+
+impl Replicas {
+    /// The length of a primary of `key` here: its whole record under a stateful optimizer
+    /// (the state lives only at the hub), else its visible length.
+    fn primary_len(&self, space: &KeySpace, key: Key) -> usize {
+        if self.grads.opt.is_some() {
+            space.record_len(key)
+        } else {
+            space.len(key)
+        }
+    }
+
+    /// The keys this node is the hub of, in key order, with their primaries (a checkpoint's
+    /// copy of the replicated keys: the set is small, hot keys only): whole records, optimizer
+    /// state included, under a stateful optimizer.
+    pub(crate) fn hub_primaries(&self, space: &KeySpace) -> Vec<(Key, Vec<f32>)> {
+        let mut out = Vec::new();
+        for (pos, &key) in self.keys.iter().enumerate() {
+            let at = self.primary_at[pos];
+            if at != NOT_HUB {
+                let len = self.primary_len(space, key);
+                out.push((key, self.primary[at..at + len].to_vec()));
+            }
+        }
+        out
+    }
+
+    /// Sets `key`'s primary from its checkpointed `record` (visible values, then hidden
+    /// state) if this node is its hub (a restore); false if `key` is not replicated.
+    pub(crate) fn restore_primary(&mut self, space: &KeySpace, key: Key, record: &[f32]) -> bool {
+        let Some(&pos) = self.index.get(&key) else {
+            return false;
+        };
+        if self.primary_at[pos as usize] != NOT_HUB {
+            let len = self.primary_len(space, key).min(record.len());
+            self.primary_mut(pos, len).copy_from_slice(&record[..len]);
+        }
+        true
     }
 }
 

@@ -32,6 +32,9 @@
 //!   period until its node's round, a delivery to the hub, at most a period until the hub's
 //!   round, a delivery back. [`Node::issue_sync_replicas`] makes every earlier push visible
 //!   everywhere at once (a collective: flush markers to every hub, `ReplicaFlushed` back).
+//! - Under a stateful optimizer (Adagrad, Adam, FTRL) gradients of replicated keys accumulate
+//!   at each node and the hub steps its primary, the only copy of the optimizer state, once per
+//!   round with their sum (`replica/grads.rs`, which states the exact semantics).
 //! - Replicated keys are never owned, relocated or cached. A `set` of a replicated key goes to
 //!   its hub, overwrites the primary, and reaches the setter before its completion; pushes not
 //!   yet applied at the hub when the set lands there are added on top of it.

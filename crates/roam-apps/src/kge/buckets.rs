@@ -182,8 +182,9 @@ impl Epoch<'_> {
     /// while the barrier before the round waits; their gradients are summed meanwhile and
     /// pushed once when the round ends (one AdaGrad step per pooled key and round, where the
     /// key lives: the semantics of a replica under a stateful optimizer), and a pooled value is
-    /// the one read at the round's start, at most one round old. Without a pool every negative of a triple comes from its own two parts, and its
-    /// ranking against the rest is never trained: on the quick graph after 10 epochs at 4
+    /// the one read at the round's start, at most one round old. Without a pool every
+    /// negative of a triple comes from its own two parts, and its ranking against the rest is
+    /// never trained: on the quick graph after 10 epochs at 4
     /// nodes the MRR was 0.158 (0.149–0.191) without and 0.213 (0.188–0.237) with a pool as
     /// large as the parts held (`docs/workloads-kge.md`, "Bucket schedule").
     #[allow(clippy::too_many_arguments)]

@@ -102,3 +102,51 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::optim::Optimizer;
+
+    #[test]
+    fn gradients_of_replicas_accumulate_apart_from_the_value_and_are_taken_once() {
+        let space = KeySpace::uniform(6, 2)
+            .unwrap()
+            .with_optimizer(Optimizer::adagrad(0.1))
+            .unwrap();
+        let store = Store::new(space);
+        assert!(store.insert_replica(3, &[1.0, 2.0]));
+        assert!(store.insert(1, &[0.0; 4]));
+        // Not enabled yet: nothing accumulates.
+        assert!(!store.accumulate_replica_gradient(3, &[1.0, 1.0]));
+        store.enable_replica_gradients(&[3, 3, 5]);
+        // The store's own step refuses a replica under a stateful optimizer (a miss), and the
+        // accumulator takes the gradient instead; the value does not change.
+        let mut misses = Vec::new();
+        store.push_gradients_local(&[3, 1], &[0.5, -0.25, 1.0, 1.0], 2, |i| misses.push(i));
+        assert_eq!(misses, [0]);
+        assert!(store.accumulate_replica_gradient(3, &[0.5, -0.25]));
+        assert!(store.accumulate_replica_gradient(3, &[0.25, 0.25]));
+        let mut out = [0.0; 2];
+        assert!(store.pull_local(3, &mut out));
+        assert_eq!(out, [1.0, 2.0], "a replica's value never holds a gradient");
+        // An owned key, a key with an accumulator but no replica here, a key without one.
+        assert!(!store.accumulate_replica_gradient(1, &[1.0, 1.0]));
+        assert!(!store.accumulate_replica_gradient(5, &[1.0, 1.0]));
+        assert!(!store.accumulate_replica_gradient(4, &[1.0, 1.0]));
+        let mut sum = Vec::new();
+        assert!(store.take_replica_gradient(3, &mut sum));
+        assert_eq!(sum, [0.75, 0.0]);
+        sum.clear();
+        assert!(!store.take_replica_gradient(3, &mut sum), "taken once");
+        assert!(sum.is_empty());
+        assert!(store.accumulate_replica_gradient(3, &[1.0, 2.0]));
+        assert!(store.take_replica_gradient(3, &mut sum));
+        assert_eq!(sum, [1.0, 2.0], "the sum restarts from zero");
+        // The pending delta of additive pushes is separate.
+        assert!(store.push_local(3, &[1.0, 1.0], UpdateMode::Add));
+        let mut delta = Vec::new();
+        assert!(store.take_delta(3, &mut delta));
+        assert_eq!(delta, [1.0, 1.0]);
+    }
+}

@@ -229,7 +229,7 @@ fn bad_input_fails_with_a_message() {
     for (args, needle) in [
         (
             vec!["train", "ctr", "--mode", "nups"],
-            "replicas cannot keep the state",
+            "ctr does not choose keys to replicate",
         ),
         (
             vec!["train", "ctr", "--mode", "single", "--optimizer", "rmsprop"],

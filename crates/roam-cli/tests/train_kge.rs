@@ -54,8 +54,10 @@ fn baseline(workers: u32, data: &[&str]) -> f64 {
     last_epoch(&report, "mrr")
 }
 
-/// The NuPS modes replicate at least every relation, and the replicas were synchronised.
-fn assert_replicated(report: &Value) {
+/// The NuPS modes replicate at least every relation, and the replicas were synchronised every
+/// `sync_ms` (kge's default `kge::replicate::SYNC_EVERY_MS` is 1: one AdaGrad step per hub
+/// round).
+fn assert_replicated(report: &Value, sync_ms: f64) {
     let r = &report["settings"]["replication"];
     let relations = report["settings"]["relations"].as_u64().expect("relations");
     assert!(
@@ -69,7 +71,7 @@ fn assert_replicated(report: &Value) {
     );
     let fraction = r["access_fraction"].as_f64().expect("access_fraction");
     assert!(fraction > 0.0 && fraction <= 1.0, "{report}");
-    assert_eq!(r["sync_every_ms"].as_f64(), Some(10.0), "roam's default");
+    assert_eq!(r["sync_every_ms"].as_f64(), Some(sync_ms), "{report}");
 }
 
 /// The run used sampling scheme `scheme` for all its negatives: the settings echo it, and the
@@ -176,7 +178,7 @@ fn lapse_toy_complex_learns_in_every_mode_and_lapse_is_more_local_than_classic()
             report["local_fraction"].as_f64().expect("local_fraction"),
         );
         if mode.starts_with("nups") {
-            assert_replicated(&report);
+            assert_replicated(&report, 1.0);
         } else {
             assert!(report["settings"]["replication"].is_null(), "{report}");
         }
@@ -255,7 +257,7 @@ fn tiny_synthetic_graph_learns_on_two_nodes_with_one_worker_each() {
         &[&small[..], &["--replicate-alpha", "2"]].concat(),
     );
     assert_learned(&nups, baseline);
-    assert_replicated(&nups);
+    assert_replicated(&nups, 1.0);
     let r = &nups["settings"]["replication"];
     assert!(r["replicated_entities"].as_u64() > Some(0), "{nups}");
     assert_eq!(r["chooser"], "above_mean");
@@ -266,7 +268,7 @@ fn tiny_synthetic_graph_learns_on_two_nodes_with_one_worker_each() {
     .concat();
     let replicate_only = train("nups-replicate-only", 2, 1, &data, &top);
     assert_learned(&replicate_only, baseline);
-    assert_replicated(&replicate_only);
+    assert_replicated(&replicate_only, 10.0);
     let r = &replicate_only["settings"]["replication"];
     assert_eq!(
         (r["replicated_entities"].as_u64(), r["chooser"].as_str()),

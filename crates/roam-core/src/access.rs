@@ -269,12 +269,21 @@ impl Front {
         let misses = &mut self.misses;
         misses.keys.clear();
         misses.offsets.clear();
+        // A gradient of a replicated key under a stateful optimizer misses the store's step
+        // (a replica has no state) and accumulates for the key's hub (`replica/grads.rs`).
+        let grad = mode == UpdateMode::Gradient;
         match space.uniform_len() {
             Some(len) if fast => {
-                store.push_batch_local(keys, vals, len, mode, |i| misses.push(keys[i], i * len));
+                store.push_batch_local(keys, vals, len, mode, |i| {
+                    let at = i * len;
+                    if !(grad && store.accumulate_replica_gradient(keys[i], &vals[at..at + len])) {
+                        misses.push(keys[i], at);
+                    }
+                });
             }
             _ => misses.per_key(space, keys, |key, at| {
-                fast && store.push_local(key, &vals[at], mode)
+                fast && (store.push_local(key, &vals[at.clone()], mode)
+                    || grad && store.accumulate_replica_gradient(key, &vals[at]))
             }),
         }
         let c = &self.counters;

@@ -201,7 +201,8 @@ impl Node {
 
     /// Restore, before the node serves anything: `key`'s record (visible values, then hidden
     /// state) from a checkpoint. A static replicated key gets `record`'s visible values as its
-    /// replica (value and synced base) and, at its hub, as its primary; any other key becomes
+    /// replica (value and synced base) and, at its hub, as its primary (the whole record, state
+    /// included, under a stateful optimizer: `replica/grads.rs`); any other key becomes
     /// owned here (its home's default owner) with this record. Returns false, changing
     /// nothing, if `record` has the wrong length for `key` or `key` is outside the key space.
     pub fn restore_record(&mut self, key: Key, record: &[f32]) -> bool {
@@ -211,7 +212,7 @@ impl Node {
         }
         let visible = &record[..space.len(key)];
         let mut old = Vec::new();
-        if self.replicas.restore_primary(key, visible) {
+        if self.replicas.restore_primary(space, key, record) {
             self.store.remove_replica(key, &mut old);
             self.store.insert_replica_with(key, visible, visible);
             return true;

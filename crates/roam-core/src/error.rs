@@ -29,18 +29,6 @@ pub enum AccessError {
     /// `push_gradients` on a key space without an optimizer.
     #[error("push_gradients needs an optimizer, and none is configured for this key space")]
     NoOptimizer,
-    /// A gradient for a replicated key under an optimizer with per-key state (only SGD's
-    /// update can be summed in a replica's delta).
-    #[error(
-        "key {key} is replicated, and the {optimizer} optimizer's state cannot be kept in \
-         replicas; use sgd for replicated keys, or do not replicate them"
-    )]
-    OptimizerOnReplica {
-        /// The replicated key.
-        key: Key,
-        /// The configured optimizer.
-        optimizer: &'static str,
-    },
 }
 
 /// Bad input to `intent`: nothing was recorded.

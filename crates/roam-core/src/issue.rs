@@ -72,8 +72,8 @@ impl Node {
     }
 
     /// Issues a push (`mode` add, set or gradient) of `values` for `keys` (validated by the
-    /// caller); key `i`'s update is at `values[offsets[i]..]`. Gradients that cannot be applied
-    /// (no optimizer; a replicated key under a stateful one) fail the operation.
+    /// caller); key `i`'s update is at `values[offsets[i]..]`. Gradients without an optimizer fail
+    /// the operation; those of a replicated key under a stateful one accumulate for its hub.
     pub fn issue_push(
         &mut self,
         now: Time,
@@ -92,12 +92,17 @@ impl Node {
         for (pos, (&key, &offset)) in keys.iter().zip(offsets).enumerate() {
             let pos = pos as u32;
             let update = &values[offset..offset + self.cfg.space.len(key)];
-            if mode == UpdateMode::Gradient
-                && let Some(err) = self.gradient_refused(key)
-            {
-                self.answer(op, pos);
-                self.fail(op, OpError::Access(err));
-                continue;
+            if mode == UpdateMode::Gradient {
+                if self.cfg.space.optimizer().is_none() {
+                    self.answer(op, pos);
+                    self.fail(op, OpError::Access(AccessError::NoOptimizer));
+                    continue;
+                }
+                // A replicated key under a stateful optimizer: accumulated for its hub.
+                if self.store.accumulate_replica_gradient(key, update) {
+                    self.answer(op, pos);
+                    continue;
+                }
             }
             if mode == UpdateMode::Set && self.replicas.contains(key) {
                 let hub = self.hub(key);
@@ -142,21 +147,6 @@ impl Node {
         }
         self.settle(op);
         ReqId(op)
-    }
-
-    /// Why a gradient for `key` cannot be applied: no optimizer, or a replicated key under an
-    /// optimizer with per-key state (that state would have to live in every replica).
-    fn gradient_refused(&self, key: Key) -> Option<AccessError> {
-        match self.cfg.space.optimizer() {
-            None => Some(AccessError::NoOptimizer),
-            Some(opt) if !opt.is_linear() && self.replicas.contains(key) => {
-                Some(AccessError::OptimizerOnReplica {
-                    key,
-                    optimizer: opt.name(),
-                })
-            }
-            Some(_) => None,
-        }
     }
 
     /// Sends one request frame per non-empty batch, or fails its keys if the destination is

@@ -32,6 +32,9 @@
 //!   period until its node's round, a delivery to the hub, at most a period until the hub's
 //!   round, a delivery back. [`Node::issue_sync_replicas`] makes every earlier push visible
 //!   everywhere at once (a collective: flush markers to every hub, `ReplicaFlushed` back).
+//! - Under a stateful optimizer (Adagrad, Adam, FTRL) gradients of replicated keys accumulate
+//!   at each node and the hub steps its primary, the only copy of the optimizer state, once per
+//!   round with their sum (`replica/grads.rs`, which states the exact semantics).
 //! - Replicated keys are never owned, relocated or cached. A `set` of a replicated key goes to
 //!   its hub, overwrites the primary, and reaches the setter before its completion; pushes not
 //!   yet applied at the hub when the set lands there are added on top of it.
@@ -51,8 +54,11 @@ use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
 
 mod flush;
+mod grads;
 
 use flush::SyncState;
+pub(crate) use grads::GRADIENT_ROUND;
+use grads::HubGrads;
 
 /// Replicated keys scanned per timer call, so that a round never holds the node for long.
 const SCAN_CHUNK: usize = 4096;
@@ -138,6 +144,8 @@ struct Scan {
     /// Deltas below this L2 norm stay pending (0 in a `sync_replicas` flush).
     min_norm: f32,
     out: BTreeMap<NodeId, Deltas>,
+    /// Accumulated gradients for other hubs, by hub (stateful optimizers only).
+    grads: BTreeMap<NodeId, (Vec<Key>, Vec<f32>)>,
 }
 
 /// Replication state of one node (empty when nothing is replicated). Keys are addressed by
@@ -171,8 +179,12 @@ pub(crate) struct Replicas {
     in_flight: VecDeque<Deltas>,
     /// Hub: where each position's primary starts in `primary` (`NOT_HUB` elsewhere).
     primary_at: Vec<usize>,
-    /// Hub: the primaries of the keys this node is the hub of, concatenated.
+    /// Hub: the primaries of the keys this node is the hub of, concatenated: whole records
+    /// (visible values, then the optimizer's hidden state) under a stateful optimizer, else
+    /// visible values.
     primary: Vec<f32>,
+    /// Hub: gradient sums under a stateful optimizer (`replica/grads.rs`).
+    grads: HubGrads,
     /// Hub: the last round of each node applied here.
     applied: BTreeMap<NodeId, u64>,
     /// Hub: positions whose primary changed since the last broadcast (each once), and the
@@ -217,12 +229,19 @@ impl Replicas {
         let hubs: Vec<NodeId> = keys.iter().map(|&k| hub_of(dir, k)).collect();
         let mut primary_at = vec![NOT_HUB; keys.len()];
         let mut total = 0;
+        let stateful = space.optimizer().is_some_and(|o| !o.is_linear());
         for (pos, (&key, &hub)) in keys.iter().zip(&hubs).enumerate() {
             if hub == me {
                 primary_at[pos] = total;
-                total += space.len(key);
+                total += if stateful {
+                    space.record_len(key)
+                } else {
+                    space.len(key)
+                };
             }
         }
+        let lens: Vec<usize> = keys.iter().map(|&k| space.len(k)).collect();
+        let grads = HubGrads::new(space.optimizer().copied(), &primary_at, &lens);
         let remote_weight = sync_after_updates.div_ceil(keys.len().max(1) as u64);
         Self {
             index: keys
@@ -248,6 +267,7 @@ impl Replicas {
             in_flight: VecDeque::new(),
             primary_at,
             primary: vec![0.0; total],
+            grads,
             applied: BTreeMap::new(),
             dirty: Vec::new(),
             dirty_since: None,
@@ -291,31 +311,6 @@ impl Replicas {
         }
         let at = lo + keys[lo..hi].binary_search(&key).ok()?;
         Some(at as u32)
-    }
-
-    /// The keys this node is the hub of, in key order, with their primaries (a checkpoint's
-    /// copy of the replicated keys: the set is small, hot keys only).
-    pub(crate) fn hub_primaries(&self, space: &KeySpace) -> Vec<(Key, Vec<f32>)> {
-        let mut out = Vec::new();
-        for (pos, &key) in self.keys.iter().enumerate() {
-            let at = self.primary_at[pos];
-            if at != NOT_HUB {
-                out.push((key, self.primary[at..at + space.len(key)].to_vec()));
-            }
-        }
-        out
-    }
-
-    /// Sets `key`'s primary if this node is its hub (a restore); false if `key` is not
-    /// replicated.
-    pub(crate) fn restore_primary(&mut self, key: Key, value: &[f32]) -> bool {
-        let Some(&pos) = self.index.get(&key) else {
-            return false;
-        };
-        if self.primary_at[pos as usize] != NOT_HUB {
-            self.primary_mut(pos, value.len()).copy_from_slice(value);
-        }
-        true
     }
 
     /// The primary of position `pos` (this node is its hub).
@@ -426,6 +421,7 @@ impl Node {
             since: r.last_round_at,
             min_norm,
             out: BTreeMap::new(),
+            grads: BTreeMap::new(),
         });
         r.last_round_at = now;
         r.next_round_at = Time(now.0.saturating_add(r.sync_every));
@@ -444,6 +440,7 @@ impl Node {
             .min(self.replicas.keys.len());
         let mut delta = std::mem::take(&mut self.replicas.scratch);
         for pos in scan.cursor..end {
+            self.take_gradient(pos, scan.since, &mut scan.grads);
             let key = self.replicas.keys[pos];
             delta.clear();
             if !self.store.take_delta_above(key, &mut delta, scan.min_norm)
@@ -498,6 +495,8 @@ impl Node {
             self.send(hub, frame);
             self.replicas.in_flight.push_back(deltas);
         }
+        let grads = std::mem::take(&mut scan.grads);
+        self.send_gradients(round, scan.since, grads);
         self.replicas.round += 1;
         add(&self.counters.replica_rounds, 1);
         self.broadcast_primaries();
@@ -508,6 +507,11 @@ impl Node {
     /// changed (its own deltas are in its replica already), and a frame at all only if it has
     /// such a key or this broadcast acknowledges deltas of its.
     fn broadcast_primaries(&mut self) {
+        // During a flush the hub steps once, when every node's gradients are in
+        // (`handle_replica_flush`): a `sync_replicas` is one step on everything before it.
+        if !self.replicas.sync.flushed {
+            self.step_primaries();
+        }
         if self.replicas.dirty.is_empty() {
             return;
         }
@@ -644,8 +648,28 @@ impl Node {
         let Some(positions) = self.check_replica_frame(from, self.cfg.id, keys, values) else {
             return;
         };
+        if round & GRADIENT_ROUND != 0 {
+            self.handle_replica_gradients(from, since, keys, &positions, values);
+        } else {
+            self.add_replica_deltas(from, round, since, keys, &positions, values);
+        }
+        let weight = self.replicas.remote_weight;
+        self.replicas.remote_updates =
+            (self.replicas.remote_updates).saturating_add(weight.saturating_mul(keys.len() as u64));
+    }
+
+    /// Hub: adds a node's deltas of round `round` into the primaries.
+    fn add_replica_deltas(
+        &mut self,
+        from: NodeId,
+        round: u64,
+        since: Time,
+        keys: &[Key],
+        positions: &[u32],
+        values: &[f32],
+    ) {
         let mut at = 0;
-        for (&key, &pos) in keys.iter().zip(&positions) {
+        for (&key, &pos) in keys.iter().zip(positions) {
             let len = self.cfg.space.len(key);
             let primary = self.replicas.primary_mut(pos, len);
             primary
@@ -655,9 +679,6 @@ impl Node {
             self.replicas.mark_dirty(pos, since, contributor(from));
             at += len;
         }
-        let weight = self.replicas.remote_weight;
-        self.replicas.remote_updates =
-            (self.replicas.remote_updates).saturating_add(weight.saturating_mul(keys.len() as u64));
         let applied = self.replicas.applied.entry(from).or_insert(0);
         *applied = (*applied).max(round);
     }

@@ -45,8 +45,9 @@ impl Node {
         Ok(())
     }
 
-    /// Gradients need an optimizer, and a stateful one cannot step a replica: fails with the
-    /// first key that cannot take its gradient here.
+    /// Gradients need an optimizer; under a stateful one a replicated key is stepped only by
+    /// its hub's sync (its gradients accumulate where they are pushed and never travel in a
+    /// request), so a request with one is refused: fails with the first such key.
     pub(crate) fn check_gradients(
         &self,
         request: &Request<'_>,

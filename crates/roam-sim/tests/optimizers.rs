@@ -15,7 +15,7 @@ mod common;
 use common::{DynShape, dynamic_case, run_dyn_case, run_fault_free, test_rng, total, workers_of};
 use rand::Rng;
 use rand::seq::index::sample;
-use roam_core::{AccessError, Key, KeySpace, NodeId, OpError, Optimizer, Partitioning};
+use roam_core::{Key, KeySpace, NodeId, Optimizer, Partitioning};
 use roam_sim::{Op, Outcome, SimConfig, for_each_seed};
 
 fn default_seeds() -> u64 {
@@ -278,46 +278,4 @@ fn ftrl_with_relocations_and_home_moves_matches_a_sequential_application() {
 #[test]
 fn adagrad_with_intents_and_shares_matches_a_sequential_application() {
     match_a_sequential_application(Optimizer::adagrad(0.1), true);
-}
-
-#[test]
-fn gradients_of_stateful_optimizers_are_refused_on_replicated_keys() {
-    let w = roam_sim::WorkerRef::new(0, 0);
-    // Adagrad on a replicated key: the operation fails naming the key, the key is unchanged.
-    let space = KeySpace::uniform(4, 1)
-        .unwrap()
-        .with_optimizer(Optimizer::adagrad(0.1))
-        .unwrap();
-    let cfg = SimConfig::new(2, 1, space)
-        .with_seed(1)
-        .with_replication(vec![3], 1_000_000);
-    let scripts = vec![(
-        w,
-        vec![
-            Op::PushGradients {
-                keys: vec![0, 3],
-                grads: vec![1.0, 1.0],
-                wait: true,
-            },
-            Op::pull(vec![0, 3]),
-        ],
-    )];
-    let mut sim = roam_sim::Sim::new(cfg);
-    for (w, script) in scripts {
-        sim.add_script(w, script);
-    }
-    sim.run_until_idle().unwrap();
-    let ops = sim.history().ops();
-    assert_eq!(
-        ops[0].error(),
-        Some(&OpError::Access(AccessError::OptimizerOnReplica {
-            key: 3,
-            optimizer: "adagrad"
-        }))
-    );
-    let Outcome::Pulled(vals) = &ops[1].outcome else {
-        panic!("pull: {:?}", ops[1].outcome)
-    };
-    assert_eq!(vals[1], 0.0, "the replicated key is unchanged");
-    assert!(vals[0] < 0.0, "the other key took its step");
 }

@@ -22,7 +22,8 @@
 //! later pulls see its own pushes). Modes change only where rows live: `lapse` localizes the
 //! next batch's embedding rows while the current one computes; `adapm` signals them as
 //! intents a few batches ahead. The dense keys are never moved. The NuPS modes are refused:
-//! they replicate hot keys, and replicas cannot keep Adagrad/Adam/FTRL state.
+//! this app does not choose hot keys to replicate (replicated keys would take one step of the
+//! server-side optimizer per sync round at their hub, see docs/embeddings.md; not measured).
 //!
 //! Reported per epoch: `loss`, the mean training log-loss (online: each example's loss
 //! before its batch's update); `test_auc` and `test_logloss` of the model after the epoch,
@@ -51,7 +52,7 @@ use synthetic::Spec;
 /// Options of `roam train ctr`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Allocation mode (the nups modes are refused: replicas cannot keep optimizer state).
+    /// Allocation mode (the nups modes are refused: no hot-key choice for ctr yet).
     #[arg(long, value_enum)]
     pub mode: Mode,
     /// Directory with `train.tsv` and `test.tsv` (`scripts/fetch-data.sh ml-100k-ctr`).
@@ -123,8 +124,9 @@ impl Args {
         ensure!(self.workers != Some(0), "--workers must be at least 1");
         if self.mode.replicates() {
             bail!(
-                "mode {} replicates hot keys, and replicas cannot keep the state of the ctr model's \
-                 server-side optimizer; use single, classic, classic-nolocal, lapse or adapm",
+                "mode {} replicates hot keys, and ctr does not choose keys to replicate (its \
+                 server-side optimizer would step them once per sync round); use single, classic, \
+                 classic-nolocal, lapse or adapm",
                 self.mode.name()
             );
         }

@@ -179,11 +179,12 @@ impl Epoch<'_> {
     ///
     /// Negatives are drawn uniformly from the entities held and the round's *pool*: as many
     /// entities again (× [`Hyper::bucket_pool`]) drawn uniformly from the other parts, pulled
-    /// while the barrier before the round waits and written back once when it ends (their
-    /// updates summed
-    /// meanwhile; pushes add, so nothing is lost, and a pooled value is at most one round
-    /// old). Without a pool every negative of a triple comes from its own two parts, and its
-    /// ranking against the rest is never trained: on the quick graph after 10 epochs at 4
+    /// while the barrier before the round waits; their gradients are summed meanwhile and
+    /// pushed once when the round ends (one AdaGrad step per pooled key and round, where the
+    /// key lives: the semantics of a replica under a stateful optimizer), and a pooled value is
+    /// the one read at the round's start, at most one round old. Without a pool every
+    /// negative of a triple comes from its own two parts, and its ranking against the rest is
+    /// never trained: on the quick graph after 10 epochs at 4
     /// nodes the MRR was 0.158 (0.149–0.191) without and 0.213 (0.188–0.237) with a pool as
     /// large as the parts held (`docs/workloads-kge.md`, "Bucket schedule").
     #[allow(clippy::too_many_arguments)]
@@ -200,7 +201,7 @@ impl Epoch<'_> {
         let (hyper, graph) = (&self.hyper, self.graph);
         let w = gid as usize;
         let per = 2 * hyper.neg_ratio;
-        let entity_len = 2 * hyper.model.entity_len();
+        let entity_len = hyper.model.entity_len();
         let mut rng =
             SmallRng::seed_from_u64(mix(mix(hyper.seed, u64::from(gid)), u64::from(epoch)));
         let counters = worker.counters();
@@ -301,8 +302,8 @@ impl Epoch<'_> {
             }
             let since_tick = trainer.since_tick;
             tick(since_tick);
-            if !pool.keys.is_empty() {
-                pending.push_back(worker.push(&pool.keys, &pool.deltas)?);
+            if !pool.keys.is_empty() && hyper.eta > 0.0 {
+                pending.push_back(worker.push_gradients(&pool.keys, &pool.deltas)?);
             }
             // The round's updates land before its parts go to their next users.
             retire_pushes(&mut pending, 0)?;

@@ -140,7 +140,7 @@ impl Sums {
     }
 }
 
-/// Packed embeddings (accumulators dropped): entity `e` at `entities[e·E..(e+1)·E]`,
+/// Packed embeddings: entity `e` at `entities[e·E..(e+1)·E]`,
 /// relation `r` at `relations[r·R..(r+1)·R]`.
 #[derive(Clone, Debug)]
 pub struct Embeddings {

@@ -4,7 +4,8 @@
 //!
 //! Keys: entities `0..ne`, relations `ne..ne+nr` (one key each, also RESCAL's D×D matrices,
 //! through per-key value lengths), then the reserved [`SumKeys`] keys. Each key holds its
-//! embedding followed by its AdaGrad accumulator. Negatives come from one sampler registered
+//! embedding; its AdaGrad accumulator is the key space's optimizer state
+//! ([`train::optimizer`]), hidden in the record. Negatives come from one sampler registered
 //! here, uniform over the entity keys, under the `--sampling` scheme (default per mode,
 //! [`crate::sampling::default_scheme`]).
 //!
@@ -253,7 +254,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         dim: args.dim,
     };
     let mut lengths = train::key_lengths(&graph, model);
-    let sum_len = 2 * model.entity_len();
+    let sum_len = model.entity_len();
     let sum_base = lengths.len() as u64;
     let sum_keys = SumKeys::keys_needed(job::SUMS, sum_len);
     lengths.resize(lengths.len() + sum_keys, sum_len as u32);
@@ -264,6 +265,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         Config::per_key(lengths)
     };
     cfg.workers_per_node = args.workers_per_node;
+    cfg.optimizer = train::optimizer(args.eta);
     if args.schedule == Schedule::Buckets {
         cfg.share_sync_every = buckets::SHARE_SYNC_EVERY;
     }
@@ -279,7 +281,8 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         replicate::Plan::none(&graph)
     };
     cfg.replicated_keys = plan.keys.clone();
-    args.replication.configure(&mut cfg, plan.keys.len());
+    let replication = replicate::with_sync_default(&args.replication);
+    replication.configure(&mut cfg, plan.keys.len());
     args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
     let node = args.mode.start(cfg).context("starting the roam node")?;
@@ -375,12 +378,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
             None => partition.triples.iter().map(Vec::len).collect(),
         };
         let replication = args.mode.replicates().then(|| {
-            replicate::report(
-                &plan,
-                &args.replication,
-                &outcome.replica_sums,
-                node.num_nodes(),
-            )
+            replicate::report(&plan, &replication, &outcome.replica_sums, node.num_nodes())
         });
         let report = TrainReport {
             app: "kge",

@@ -1,4 +1,4 @@
-//! The scoring models (ComplEx, RESCAL), their parameter layout, and the AdaGrad step.
+//! The scoring models (ComplEx, RESCAL) and their parameter layout.
 //!
 //! Both models are bilinear: `score(s, r, o) = sᵀ M_r o` for a relation-specific matrix `M_r`.
 //! Training and evaluation use that through three primitives, so a positive triple and all its
@@ -7,11 +7,11 @@
 //! [`Model::head_query`] (`M_r b`, so `score(a, r, b) = a · head_query(r, b)`) and
 //! [`Model::add_relation_grad`] (`∂(aᵀ M_r b)/∂r`, which is linear in `a` and in `b`).
 //!
-//! Layout of a key's values (the AdaGrad accumulator lives in the same key, right after the
-//! embedding, so one pull brings everything one update needs):
-//! - ComplEx, `dim` = D complex components: entity and relation `[re(D), im(D), acc(2D)]`,
-//!   4D values. (Lapse's `--embed_dim 100` counts real values, i.e. 50 complex components.)
-//! - RESCAL: entity `[e(D), acc(D)]`, relation `[R(D×D) row-major, acc(D×D)]` as one key.
+//! Layout of a key's values (AdaGrad's accumulator is not among them: it is the key space's
+//! optimizer state, hidden in the same record, never pulled, see `train::optimizer`):
+//! - ComplEx, `dim` = D complex components: entity and relation `[re(D), im(D)]`, 2D values.
+//!   (Lapse's `--embed_dim 100` counts real values, i.e. 50 complex components.)
+//! - RESCAL: entity `e(D)`, relation `R(D×D)` row-major as one key.
 
 use rand::Rng;
 
@@ -138,42 +138,16 @@ impl Model {
         }
     }
 
-    /// Fills a key's initial values: uniform embedding in `±range`, zero accumulator.
+    /// Fills a key's initial embedding: uniform in `±range` (its AdaGrad accumulator is the
+    /// key space's optimizer state, zero in a new record).
     pub fn init_key(values: &mut [f32], range: f32, rng: &mut impl Rng) {
-        let (emb, acc) = values.split_at_mut(values.len() / 2);
-        for v in emb {
+        for v in values {
             *v = if range > 0.0 {
                 rng.random_range(-range..range)
             } else {
                 0.0
             };
         }
-        acc.fill(0.0);
-    }
-}
-
-/// AdaGrad as additive updates: for a key's pulled `[emb, acc]` and the gradient `g` of its
-/// embedding, writes `out = [−eta·g/√(acc+g²+eps), g²]`, to be pushed (added) to the key.
-pub fn adagrad_delta(pulled: &[f32], g: &[f32], eta: f32, out: &mut [f32]) {
-    let n = g.len();
-    let acc = &pulled[n..2 * n];
-    let (d_emb, d_acc) = out[..2 * n].split_at_mut(n);
-    for i in 0..n {
-        let g2 = g[i] * g[i];
-        d_acc[i] = g2;
-        d_emb[i] = -eta * g[i] / (acc[i] + g2 + ADAGRAD_EPS).sqrt();
-    }
-}
-
-/// AdaGrad applied in place to a key's `[emb, acc]` (the same arithmetic as
-/// [`adagrad_delta`] followed by adding the delta).
-pub fn adagrad_apply(values: &mut [f32], g: &[f32], eta: f32) {
-    let n = g.len();
-    let (emb, acc) = values[..2 * n].split_at_mut(n);
-    for i in 0..n {
-        let g2 = g[i] * g[i];
-        emb[i] -= eta * g[i] / (acc[i] + g2 + ADAGRAD_EPS).sqrt();
-        acc[i] += g2;
     }
 }
 
@@ -279,23 +253,24 @@ mod tests {
     }
 
     #[test]
-    fn adagrad_step_is_the_documented_formula() {
-        let pulled = [1.0, 2.0, /* acc */ 0.0, 3.0];
+    fn the_key_spaces_optimizer_is_the_documented_adagrad() {
+        let opt = super::super::train::optimizer(0.1).expect("eta > 0 has an optimizer");
+        let (mut w, mut acc) = ([1.0f32, 2.0], [0.0f32, 3.0]);
         let g = [0.5, -1.0];
-        let mut out = [0.0; 4];
-        adagrad_delta(&pulled, &g, 0.1, &mut out);
-        let expect0 = -0.1 * 0.5 / (0.25f32 + ADAGRAD_EPS).sqrt();
-        let expect1 = 0.1 * 1.0 / (3.0f32 + 1.0 + ADAGRAD_EPS).sqrt();
+        opt.step(&mut w, &mut acc, &g);
+        let expect0 = 1.0 - 0.1 * 0.5 / (0.25f32 + ADAGRAD_EPS).sqrt();
+        let expect1 = 2.0 + 0.1 * 1.0 / (3.0f32 + 1.0 + ADAGRAD_EPS).sqrt();
         assert!(
-            (out[0] - expect0).abs() < 1e-6 && (out[1] - expect1).abs() < 1e-6,
-            "{out:?}"
+            (w[0] - expect0).abs() < 1e-6 && (w[1] - expect1).abs() < 1e-6,
+            "{w:?}"
         );
-        assert_eq!(&out[2..], &[0.25, 1.0]);
+        assert_eq!(acc, [0.25, 4.0]);
         // A first step moves every coordinate by about eta against the gradient's sign.
-        assert!((out[0] + 0.1).abs() < 1e-4);
-        // Pushing the deltas additively gives the textbook AdaGrad state.
-        let applied: Vec<f32> = pulled.iter().zip(&out).map(|(p, d)| p + d).collect();
-        assert_eq!(applied[2..], [0.25, 4.0]);
+        assert!((w[0] - 0.9).abs() < 1e-4);
+        assert!(
+            super::super::train::optimizer(0.0).is_none(),
+            "eta 0: no optimizer"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! Per positive (s, r, o) with tails t₁..t_N and heads h₁..h_N (uniform random entities, drawn
 //! through roam's sampling API from the job's one sampler, [`Epoch::sampler`]):
-//! 1. one pull of s, o and r (embedding and accumulator together) and, at the same time, one
+//! 1. one pull of s, o and r (their embeddings only) and, at the same time, one
 //!    `pull_sample` of the 2N negatives (N tails, then N heads) into a buffer of their own;
 //!    the negatives are then merged into the step's slots: a negative equal to s, o or an
 //!    earlier negative shares that key's slot (and its values, those already in the slot);
@@ -12,8 +12,11 @@
 //!    with gradients summed per key: a key used by several of the scored triples (s, o, r,
 //!    or a repeated negative) gets one gradient, the sum, computed from the pulled values;
 //! 3. L2 regularisation `gamma/len · x` added once per use of the key (Lapse's per-update
-//!    weight), then one AdaGrad step per key, pushed additively as
-//!    `[−eta·g/√(acc+g²+eps), g²]` (one push of all keys, not waited for).
+//!    weight), then one `push_gradients` of all keys (not waited for): the key space's AdaGrad
+//!    ([`optimizer`]) steps each record where it lives, `acc += g²; w −= eta·g/√(acc+eps)`,
+//!    its accumulator hidden state in the record (moved with it, checkpointed, never pulled).
+//!    A replicated key's gradients accumulate until the sync, and its hub steps it once per
+//!    round with their sum (`roam_core::replica`).
 //!
 //! Summing before the step (instead of Lapse's 1 + 2N separate pull/update/push rounds) makes
 //! the whole positive one read and one write per key, which is what makes remote keys cheap
@@ -51,7 +54,7 @@ use roam::{Key, SampleHandle, SamplerId, Ticket, Worker};
 
 use super::buckets::Buckets;
 use super::data::{Graph, Triple};
-use super::model::{Model, adagrad_apply, adagrad_delta, axpy, dot, logistic};
+use super::model::{Model, axpy, dot, logistic};
 use super::partition::Partition;
 use super::replicate::Plan;
 
@@ -102,17 +105,16 @@ pub enum Negatives<'a> {
 }
 
 /// Copies of keys held elsewhere, read once and written back once (a bucket round's global
-/// negatives): values as pulled plus this worker's updates since, and the sum of those
-/// updates.
+/// negatives): values as pulled, and the sum of this worker's gradients since.
 #[derive(Debug, Default)]
 pub struct Pool {
     /// The keys, and where each one's values start in `values` and `deltas`.
     pub index: std::collections::HashMap<Key, usize>,
     /// The keys in pull order.
     pub keys: Vec<Key>,
-    /// Their values.
+    /// Their values, as read when the round started.
     pub values: Vec<f32>,
-    /// The updates made to them, summed.
+    /// Their gradients since, summed (pushed with `push_gradients` when the round ends).
     pub deltas: Vec<f32>,
 }
 
@@ -161,18 +163,25 @@ pub fn relation_key(graph: &Graph, r: u32) -> Key {
     u64::from(graph.num_entities) + u64::from(r)
 }
 
-/// Value lengths of the model keys: entities, then relations (embedding + accumulator).
+/// Value lengths of the model keys: entities, then relations (the embeddings; AdaGrad's
+/// accumulators are the key space's optimizer state, hidden, see [`optimizer`]).
 pub fn key_lengths(graph: &Graph, model: Model) -> Vec<u32> {
-    let (e, r) = (
-        2 * model.entity_len() as u32,
-        2 * model.relation_len() as u32,
-    );
+    let (e, r) = (model.entity_len() as u32, model.relation_len() as u32);
     let mut lengths = vec![e; graph.num_entities as usize];
     lengths.resize(
         graph.num_entities as usize + graph.num_relations as usize,
         r,
     );
     lengths
+}
+
+/// The key space's optimizer: AdaGrad with learning rate `eta` and eps under the root, as
+/// Lapse's KGE; `None` for `eta = 0` (the untrained baseline: nothing is pushed).
+pub fn optimizer(eta: f32) -> Option<roam::Optimizer> {
+    (eta > 0.0).then_some(roam::Optimizer::Adagrad {
+        lr: eta,
+        eps: super::model::ADAGRAD_EPS,
+    })
 }
 
 /// Sets the initial values of the model keys `k` with `k % workers == index`; each key's
@@ -206,7 +215,7 @@ pub fn init_params(
     Ok(())
 }
 
-/// Pulls every entity and relation embedding (without accumulators), in batches.
+/// Pulls every entity and relation embedding, in batches.
 pub fn gather(
     worker: &Worker,
     graph: &Graph,
@@ -232,7 +241,7 @@ pub fn gather(
             } else {
                 &mut relations
             };
-            target.extend_from_slice(&buf[offset..offset + len / 2]);
+            target.extend_from_slice(&buf[offset..offset + len]);
             offset += len;
         }
     }
@@ -250,7 +259,6 @@ pub struct Step {
     offsets: Vec<usize>,
     vals: Vec<f32>,
     grads: Vec<f32>,
-    deltas: Vec<f32>,
     slot_t: Vec<usize>,
     slot_h: Vec<usize>,
     neg_keys: Vec<Key>,
@@ -259,14 +267,13 @@ pub struct Step {
     fetch_at: Vec<usize>,
     fetch_vals: Vec<f32>,
     push_keys: Vec<Key>,
-    push_deltas: Vec<f32>,
+    push_grads: Vec<f32>,
     q: Vec<f32>,
     p: Vec<f32>,
     u: Vec<f32>,
     w: Vec<f32>,
     v: Vec<f32>,
     tmp: Vec<f32>,
-    work: Vec<f32>,
     end: usize,
 }
 
@@ -314,12 +321,12 @@ impl Step {
         self.keys.clear();
         self.offsets.clear();
         self.end = 0;
-        let slot_s = self.slot(u64::from(t.s), 2 * e);
-        let slot_o = self.slot(u64::from(t.o), 2 * e);
-        let slot_r = self.slot(relation_key(graph, t.r), 2 * rl);
+        let slot_s = self.slot(u64::from(t.s), e);
+        let slot_o = self.slot(u64::from(t.o), e);
+        let slot_r = self.slot(relation_key(graph, t.r), rl);
         self.vals.resize(self.end, 0.0);
         self.neg_keys.resize(2 * n, 0);
-        self.neg_vals.resize(2 * n * 2 * e, 0.0);
+        self.neg_vals.resize(2 * n * e, 0.0);
         {
             // Both reads in flight at once: s, o and r, and the negatives.
             let positive = worker.pull(&self.keys, &mut self.vals)?;
@@ -336,7 +343,7 @@ impl Step {
                     self.neg_keys.copy_from_slice(keys);
                     self.fetch_keys.clear();
                     self.fetch_at.clear();
-                    let len = 2 * e;
+                    let len = e;
                     for (i, &key) in keys.iter().enumerate() {
                         match pool.index.get(&key) {
                             Some(&at) => self.neg_vals[i * len..(i + 1) * len]
@@ -355,7 +362,7 @@ impl Step {
             pending.map(Ticket::wait).transpose()?;
         }
         if let Negatives::Pooled(..) = negatives {
-            let len = 2 * e;
+            let len = e;
             for (j, &i) in self.fetch_at.iter().enumerate() {
                 self.neg_vals[i * len..(i + 1) * len]
                     .copy_from_slice(&self.fetch_vals[j * len..(j + 1) * len]);
@@ -367,10 +374,10 @@ impl Step {
         self.slot_h.clear();
         for i in 0..2 * n {
             let before = self.keys.len();
-            let slot = self.slot(self.neg_keys[i], 2 * e);
+            let slot = self.slot(self.neg_keys[i], e);
             if self.keys.len() > before {
                 self.vals
-                    .extend_from_slice(&self.neg_vals[i * 2 * e..(i + 1) * 2 * e]);
+                    .extend_from_slice(&self.neg_vals[i * e..(i + 1) * e]);
             }
             if i < n {
                 self.slot_t.push(slot);
@@ -378,48 +385,51 @@ impl Step {
                 self.slot_h.push(slot);
             }
         }
-        let total = self.end;
-        debug_assert_eq!(self.vals.len(), total);
-        self.deltas.resize(total, 0.0);
+        debug_assert_eq!(self.vals.len(), self.end);
+        self.push_keys.clear();
+        self.push_grads.clear();
         let loss = match hyper.update {
             UpdateRule::Summed => self.summed(hyper, slot_s, slot_o, slot_r),
             UpdateRule::Sequential => self.sequential(hyper, slot_s, slot_o, slot_r),
         };
         sum.loss += loss;
         sum.scored += 1 + 2 * n as u64;
-        let Negatives::Pooled(_, pool) = negatives else {
-            return Ok(worker.push(&self.keys, &self.deltas)?);
-        };
-        // Updates of pooled keys stay in the pool until the round writes it back.
-        self.push_keys.clear();
-        self.push_deltas.clear();
-        for (i, &key) in self.keys.iter().enumerate() {
-            let from = self.offsets[i];
-            let to = self.offsets.get(i + 1).copied().unwrap_or(self.end);
-            match pool.index.get(&key) {
-                Some(&at) => {
-                    // Into the copy too, so the next reads see this update (as a replica).
-                    let span = at..at + (to - from);
-                    for ((d, v), x) in pool.deltas[span.clone()]
+        if hyper.eta == 0.0 {
+            // The untrained baseline: no optimizer, nothing to apply.
+            return Ok(worker.push(&[], &[])?);
+        }
+        if let Negatives::Pooled(_, pool) = negatives {
+            // Gradients of pooled keys are summed in the pool until the round pushes them
+            // (one AdaGrad step per round, as a replica's at its sync); the pooled values stay
+            // as read at the round's start.
+            let (keys, grads) = (&mut self.push_keys, &mut self.push_grads);
+            let ne = u64::from(graph.num_entities);
+            let (mut kept, mut read, mut write) = (0, 0, 0);
+            for i in 0..keys.len() {
+                let key = keys[i];
+                let len = if key < ne { e } else { rl };
+                match pool.index.get(&key) {
+                    Some(&at) => pool.deltas[at..at + len]
                         .iter_mut()
-                        .zip(&mut pool.values[span])
-                        .zip(&self.deltas[from..to])
-                    {
-                        *d += x;
-                        *v += x;
+                        .zip(&grads[read..read + len])
+                        .for_each(|(d, g)| *d += g),
+                    None => {
+                        keys[kept] = key;
+                        grads.copy_within(read..read + len, write);
+                        kept += 1;
+                        write += len;
                     }
                 }
-                None => {
-                    self.push_keys.push(key);
-                    self.push_deltas.extend_from_slice(&self.deltas[from..to]);
-                }
+                read += len;
             }
+            keys.truncate(kept);
+            grads.truncate(write);
         }
-        Ok(worker.push(&self.push_keys, &self.push_deltas)?)
+        Ok(worker.push_gradients(&self.push_keys, &self.push_grads)?)
     }
 
-    /// Gradients of all scored triples from the pulled values, summed per key, then one
-    /// AdaGrad step per key; returns the loss.
+    /// Gradients of all scored triples from the pulled values, summed per key, into the push
+    /// (one AdaGrad step per key where the key lives); returns the loss.
     fn summed(&mut self, hyper: &Hyper, slot_s: usize, slot_o: usize, slot_r: usize) -> f64 {
         let model = hyper.model;
         let (e, rl) = (model.entity_len(), model.relation_len());
@@ -497,27 +507,20 @@ impl Step {
             }
         }
 
-        for (slot, &off) in self.offsets.iter().enumerate() {
-            let len = if slot == slot_r { rl } else { e };
-            adagrad_delta(
-                &vals[off..off + 2 * len],
-                &grads[off..off + len],
-                hyper.eta,
-                &mut self.deltas[off..off + 2 * len],
-            );
-        }
+        self.push_keys.extend_from_slice(&self.keys);
+        self.push_grads.extend_from_slice(grads);
         loss
     }
 
-    /// Lapse's order of updates, applied to a local copy: the positive, then each corrupted
-    /// tail and head in turn, each scored with the values as updated so far and followed by
-    /// its AdaGrad step on its three keys; the pushed delta is the sum of those steps.
+    /// Lapse's order of updates: the positive, then each corrupted tail and head in turn, each
+    /// a gradient of its three keys, pushed in that order, so that the key's owner applies one
+    /// AdaGrad step per scored triple in Lapse's sequence. The gradients are taken at the
+    /// pulled values (the accumulators are not pulled, so the copy cannot be stepped here);
+    /// returns the loss.
     fn sequential(&mut self, hyper: &Hyper, slot_s: usize, slot_o: usize, slot_r: usize) -> f64 {
         let model = hyper.model;
         let (e, rl) = (model.entity_len(), model.relation_len());
         let (ge, gr) = (hyper.gamma / e as f32, hyper.gamma / rl as f32);
-        self.work.clear();
-        self.work.extend_from_slice(&self.vals);
         for buf in [&mut self.q, &mut self.p, &mut self.u, &mut self.w] {
             buf.clear();
             buf.resize(e, 0.0);
@@ -531,33 +534,30 @@ impl Step {
                 .zip(&self.slot_h)
                 .flat_map(|(&t, &h)| [(slot_s, t, 0.0), (h, slot_o, 0.0)]),
         );
-        let (oa_r, offsets) = (self.offsets[slot_r], &self.offsets);
+        let (oa_r, offsets, vals) = (self.offsets[slot_r], &self.offsets, &self.vals);
+        let key_r = self.keys[slot_r];
         for (a, b, label) in scored {
             let (oa, ob) = (offsets[a], offsets[b]);
-            {
-                let work = &self.work;
-                let (va, vb, vr) = (&work[oa..oa + e], &work[ob..ob + e], &work[oa_r..oa_r + rl]);
-                model.tail_query(va, vr, &mut self.q);
-                model.head_query(vr, vb, &mut self.p);
-                let f = dot(&self.q, vb);
-                let (dl, l) = logistic(f, label);
-                loss += f64::from(l);
-                for i in 0..e {
-                    self.u[i] = dl * self.p[i] + ge * va[i];
-                    self.w[i] = dl * self.q[i] + ge * vb[i];
-                }
-                self.v.fill(0.0);
-                model.add_relation_grad(va, vb, &mut self.v);
-                for (g, x) in self.v.iter_mut().zip(vr) {
-                    *g = dl * *g + gr * x;
-                }
+            let (va, vb, vr) = (&vals[oa..oa + e], &vals[ob..ob + e], &vals[oa_r..oa_r + rl]);
+            model.tail_query(va, vr, &mut self.q);
+            model.head_query(vr, vb, &mut self.p);
+            let f = dot(&self.q, vb);
+            let (dl, l) = logistic(f, label);
+            loss += f64::from(l);
+            for i in 0..e {
+                self.u[i] = dl * self.p[i] + ge * va[i];
+                self.w[i] = dl * self.q[i] + ge * vb[i];
             }
-            adagrad_apply(&mut self.work[oa..oa + 2 * e], &self.u, hyper.eta);
-            adagrad_apply(&mut self.work[ob..ob + 2 * e], &self.w, hyper.eta);
-            adagrad_apply(&mut self.work[oa_r..oa_r + 2 * rl], &self.v, hyper.eta);
-        }
-        for ((d, w), v) in self.deltas.iter_mut().zip(&self.work).zip(&self.vals) {
-            *d = w - v;
+            self.v.fill(0.0);
+            model.add_relation_grad(va, vb, &mut self.v);
+            for (g, x) in self.v.iter_mut().zip(vr) {
+                *g = dl * *g + gr * x;
+            }
+            self.push_keys
+                .extend_from_slice(&[self.keys[a], self.keys[b], key_r]);
+            self.push_grads.extend_from_slice(&self.u);
+            self.push_grads.extend_from_slice(&self.w);
+            self.push_grads.extend_from_slice(&self.v);
         }
         loss
     }

@@ -92,6 +92,7 @@ impl Node {
             return;
         }
         self.replicas.sync.markers.remove(&generation);
+        self.step_primaries();
         self.broadcast_primaries();
         self.control_to_members(
             Kind::ReplicaFlushed,

@@ -7,9 +7,10 @@
 //! under SGD, whose step `−lr·g` is an addition that the replica's delta carries like a push.
 //!
 //! Invariants: a stateful optimizer never steps a replica (it has no state there): such keys
-//! are misses, refused by the node (`AccessError::OptimizerOnReplica`); optimistic readers may
-//! copy the visible values while a step runs, so in such stores the record is stepped in a stack
-//! copy and stored back with atomic stores, and their copy is discarded by the version check.
+//! are misses, whose gradients accumulate for the key's hub (`replica_grad.rs`); optimistic
+//! readers may copy the visible values while a step runs, so in such stores the record is
+//! stepped in a stack copy and stored back with atomic stores, and their copy is discarded by
+//! the version check.
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
 

@@ -61,8 +61,9 @@
 //!
 //! Files: this one holds the state word, the latch and the per-key and protocol paths;
 //! `batch.rs` the workers' batch paths; `grad.rs` the optimizer steps; `replica_ops.rs` the
-//! replica operations; `evict.rs` the eviction clock; `values.rs` plain and atomic value
-//! access; `area.rs` and `index.rs` where records and state words live.
+//! replica operations; `replica_grad.rs` the gradient accumulators of replicated keys;
+//! `evict.rs` the eviction clock; `values.rs` plain and atomic value access; `area.rs` and
+//! `index.rs` where records and state words live.
 
 mod area;
 mod index;
@@ -134,6 +135,7 @@ const _: () = assert!(
 mod batch;
 mod evict;
 mod grad;
+mod replica_grad;
 mod replica_ops;
 mod values;
 
@@ -194,6 +196,8 @@ pub struct Store {
     /// fronts), so that the protocol can measure training progress without touching the hot
     /// path: each worker only bumps its own counters.
     workers: parking_lot::Mutex<Vec<Arc<WorkerCounters>>>,
+    /// Gradient accumulators of static replicated keys (`replica_grad.rs`), when enabled.
+    replica_grads: std::sync::OnceLock<replica_grad::ReplicaGrads>,
 }
 
 // SAFETY: records are only accessed under the per-key latch (see module invariants); the areas'
@@ -241,6 +245,7 @@ impl Store {
             space,
             owned: AtomicU64::new(0),
             workers: parking_lot::Mutex::default(),
+            replica_grads: std::sync::OnceLock::new(),
         }
     }
 

@@ -309,6 +309,12 @@ impl Sim {
         &self.nodes[id.index()].node
     }
 
+    /// Node `id`, mutable: for switches that tests turn on before a run (such as
+    /// [`Node::log_replica_steps`]), not for driving the protocol (events do that).
+    pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.nodes[id.index()].node
+    }
+
     /// Whether node `id` was crashed.
     pub fn is_crashed(&self, id: NodeId) -> bool {
         self.nodes[id.index()].crashed && !self.nodes[id.index()].exited

@@ -12,7 +12,7 @@
 //! `epoch` is the sender's directory epoch when it routed the frame (see `directory.rs`): a
 //! receiver with a different table still routes by its own, so a stale epoch costs a hop, never a
 //! lost or doubled request. What `flags`, `req` and `aux` mean per kind is known only to the
-//! typed codec in `msg.rs`; the protocol never reads them directly.
+//! typed codec in `msg/`; the protocol never reads them directly.
 //!
 //! Invariants: [`Header::decode`] bounds `n_keys` and `n_vals` by [`Limits`] *before* anything is
 //! allocated, and no function here panics on arbitrary input bytes.

@@ -137,6 +137,9 @@ pub enum Kind {
     CutQuiet = 45,
     /// Checkpoint cut: every member is quiet (`aux`: generation); from the coordinator.
     CutRelease = 46,
+    /// Keys a lost peer held or was sending (`aux`: the lost peer): to a node waiting for them
+    /// in a relocation, which stops waiting and fails their accesses naming the peer.
+    KeysLost = 47,
 }
 
 impl Kind {
@@ -188,6 +191,7 @@ impl Kind {
             44 => Self::Promote,
             45 => Self::CutQuiet,
             46 => Self::CutRelease,
+            47 => Self::KeysLost,
             _ => return None,
         })
     }
@@ -224,6 +228,9 @@ pub enum RejectCode {
     /// Gradients the receiver cannot apply to the culprit key: it has no optimizer, or the key
     /// is replicated under an optimizer with per-key state.
     GradientRefused = 8,
+    /// The keys (the frame's) needed a lost node, their owner or the next hop towards it (the
+    /// culprit is that node's id).
+    PeerLost = 9,
 }
 
 impl RejectCode {
@@ -238,6 +245,7 @@ impl RejectCode {
             6 => Self::InvalidMove,
             7 => Self::CannotDrain,
             8 => Self::GradientRefused,
+            9 => Self::PeerLost,
             _ => return None,
         })
     }

@@ -126,6 +126,15 @@ impl<'a> Msg<'a> {
                 }
             }
             Kind::Transfer => Self::Transfer { keys, values },
+            Kind::KeysLost => {
+                if !values.is_empty() {
+                    return Err(shape("no values"));
+                }
+                Self::KeysLost {
+                    peer: node(h.aux)?,
+                    keys,
+                }
+            }
             Kind::PeerLost => {
                 control(0)?;
                 Self::PeerLost { peer: node(h.aux)? }

@@ -69,6 +69,11 @@ pub fn keys(kind: Kind, owner: NodeId, keys: &[Key]) -> Frame {
     Frame::new(kind, owner, ReqId(0), 0, keys, 0)
 }
 
+/// `keys` were lost with `peer`; `from` is the sender.
+pub fn keys_lost(from: NodeId, peer: NodeId, keys: &[Key]) -> Frame {
+    Frame::new(Kind::KeysLost, from, ReqId(0), u64::from(peer.0), keys, 0)
+}
+
 /// Records moving to their new owner.
 pub fn transfer(from: NodeId, keys: &[Key], values: &[f32]) -> Frame {
     Frame::with_contents(Kind::Transfer, from, ReqId(0), 0, keys, None, values)

@@ -102,6 +102,14 @@ pub enum Msg<'a> {
         /// The keys.
         keys: &'a [Key],
     },
+    /// The keys were lost with `peer` (held by it, or on their way from it): stop waiting for
+    /// them in a relocation, and fail their accesses naming `peer`.
+    KeysLost {
+        /// The lost node.
+        peer: NodeId,
+        /// The keys.
+        keys: &'a [Key],
+    },
     /// At a key's owner: send the keys' records to `new_owner`.
     HandOver {
         /// The keys' next owner.

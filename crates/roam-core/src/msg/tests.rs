@@ -99,3 +99,17 @@ fn control_frames_with_a_body_do_not_decode() {
         Err(MsgError::BadShape { .. })
     ));
 }
+
+#[test]
+fn keys_lost_roundtrips_with_the_lost_node() {
+    let frame = encode::keys_lost(NodeId(1), NodeId(2), &[7, u64::MAX]);
+    let bytes = frame.to_bytes();
+    let (back, _) = crate::wire::decode(&bytes, &Default::default()).unwrap();
+    assert_eq!(
+        Msg::decode(&back).unwrap(),
+        Msg::KeysLost {
+            peer: NodeId(2),
+            keys: &[7, u64::MAX]
+        }
+    );
+}

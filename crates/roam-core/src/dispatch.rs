@@ -222,11 +222,12 @@ impl Node {
         if !departed {
             // Its replicas' deltas are gone with it; keys waiting for its leave go on.
             self.forget_sharer(peer);
-            // Relocations into this node may have been waiting for it (`peer_loss.rs`).
-            self.lose_transits(peer);
         }
         if departed || !self.is_member() {
             // A node that left (or is not admitted yet) tells nobody: it is no member of theirs.
+            if !departed {
+                self.lose_transits(peer);
+            }
             return;
         }
         self.fail_barriers(peer);
@@ -247,6 +248,9 @@ impl Node {
             let notice = encode::control(Kind::PeerLost, self.cfg.id, u64::from(peer.0));
             self.send(other, notice);
         }
+        // After the notices, so that whoever gets this node's rejects and `KeysLost` knows of
+        // the loss already: relocations into this node may have been waiting for the lost peer.
+        self.lose_transits(peer);
     }
 
     /// Fails the pending operations that depend on lost `peer`: those whose frames went to it

@@ -1,10 +1,11 @@
 //! What a lost peer takes with it: the keys it held or was sending, and nothing else.
 //!
 //! When a peer L is lost (`dispatch.rs`: its connection broke, or the core's timers found it
-//! silent), every node that learns it tells every other member (`PeerLost`). Links are FIFO, so
-//! any frame a node sends after it learned of the loss reaches a node that knows of it too: an
-//! operation issued after the loss is known is never routed to L. So later operations fail
-//! exactly when they need L:
+//! silent), every node that learns it tells every other member at once (`PeerLost`; also
+//! members it lost itself, since one cut off from a single peer still sends requests). Links
+//! are FIFO, so any request or forward a node sends after that reaches a node that knows of the
+//! loss too: an operation issued after the loss is known is never routed to L. So later
+//! operations fail exactly when they need L:
 //! - a key whose home is L, or whose home records L as its owner, is lost: a request for it is
 //!   rejected with [`RejectCode::PeerLost`] naming L by the first node that would send it to L
 //!   (the requester itself, the home, or a forwarder), and fails with `PeerGone { peer: L }`;

@@ -6,7 +6,9 @@
 //! Invariants (with `node.rs`'s): a frame is decoded and validated in full before anything is
 //! touched, and an undecodable one is answered with a reject naming its culprit when it had a
 //! requester; after a peer is lost no operation waits on it, including operations that may be
-//! forwarded through it once the first home move is known (`note_first_move`).
+//! forwarded through it once the first home move is known (`note_first_move`). What a loss
+//! takes with it, and why later operations fail exactly when they need the lost node, is
+//! `peer_loss.rs`'s.
 
 use crate::error::OpError;
 use crate::id::NodeId;
@@ -57,6 +59,7 @@ impl Node {
                 self.check_evacuated();
             }
             Msg::Transfer { keys, values } => self.handle_transfer(now, from, keys, values),
+            Msg::KeysLost { peer, keys } => self.handle_keys_lost(peer, keys),
             // A node that left has no say about the members' liveness.
             Msg::PeerLost { .. } if !self.dir.is_member(from) => {}
             Msg::PeerLost { peer } => {
@@ -192,8 +195,9 @@ impl Node {
     /// `peer` disconnected or stopped answering: fail everything that may wait on it.
     ///
     /// Under static allocation that is every operation with a frame sent to `peer`. Under dynamic
-    /// allocation any key may have been on `peer` or be routed through it, so every operation
-    /// waiting for an answer fails, as does every later access that needs another node.
+    /// allocation any request in flight may have been forwarded to `peer`, so every operation
+    /// waiting for an answer fails, and so does every relocation into this node in flight; later
+    /// accesses fail only if they need `peer` (`peer_loss.rs`).
     pub fn handle_peer_lost(&mut self, now: Time, peer: NodeId) {
         self.lose_peer(now, peer, false);
     }
@@ -221,23 +225,32 @@ impl Node {
         }
         if departed || !self.is_member() {
             // A node that left (or is not admitted yet) tells nobody: it is no member of theirs.
+            if !departed {
+                self.lose_transits(peer);
+            }
             return;
         }
         self.fail_barriers(peer);
         self.fail_cut();
         // Tell every other node, so that no one waits for a barrier or a key that depends on
-        // the lost node without knowing it (the loss may be of one link only).
+        // the lost node without knowing it (the loss may be of one link only). Peers this node
+        // already lost are told too: one that is only cut off from someone else still sends
+        // requests here, and may be waiting for a relocation that the loss cut
+        // (`peer_loss.rs`); to a peer that is really gone the notice is simply dropped.
         let others: Vec<NodeId> = self
             .dir
             .members()
             .iter()
             .copied()
-            .filter(|&other| other != self.cfg.id && !self.lost.contains(&other))
+            .filter(|&other| other != self.cfg.id && other != peer)
             .collect();
         for other in others {
             let notice = encode::control(Kind::PeerLost, self.cfg.id, u64::from(peer.0));
             self.send(other, notice);
         }
+        // After the notices, so that whoever gets this node's rejects and `KeysLost` knows of
+        // the loss already: relocations into this node may have been waiting for the lost peer.
+        self.lose_transits(peer);
     }
 
     /// Fails the pending operations that depend on lost `peer`: those whose frames went to it

@@ -158,7 +158,7 @@ impl Node {
                 Kind::Pull => add(&self.counters.remote_pull_keys, n),
                 _ => add(&self.counters.remote_push_keys, n),
             }
-            if let Some(peer) = self.unreachable(dest) {
+            if let Some(peer) = self.dest_lost(dest) {
                 for &pos in &batch.positions {
                     self.answer(op, pos);
                 }
@@ -176,7 +176,7 @@ impl Node {
     /// Queues a local worker's access to a key in transit here (or fails it if the key may
     /// never arrive).
     fn queue_local(&mut self, _now: Time, key: Key, queued: Queued) {
-        if let Some(peer) = self.unreachable(self.cfg.id) {
+        if let Some(peer) = self.key_lost(key) {
             let (op, pos) = queued.local_op().expect("local accesses name their op");
             self.answer(op, pos);
             self.fail(op, OpError::PeerGone { peer });

@@ -58,6 +58,7 @@ pub mod membership;
 pub mod msg;
 pub mod node;
 pub mod optim;
+mod peer_loss;
 pub mod placement;
 pub mod policy;
 mod relocate;

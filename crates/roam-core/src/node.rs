@@ -322,6 +322,9 @@ pub struct Node {
     pub(crate) policy: Box<dyn Policy>,
     /// Keys on their way to this node, with the operations waiting for them.
     pub(crate) transit: HashMap<Key, Transit>,
+    /// Keys lost with a peer while on their way here, and the peer (`peer_loss.rs`); each stays
+    /// in transit in the store.
+    pub(crate) lost_keys: BTreeMap<Key, NodeId>,
     /// Location cache: where keys were last seen (only with `location_caches`).
     pub(crate) cache: HashMap<Key, NodeId>,
     /// Replicated keys and their synchronisation.
@@ -421,6 +424,7 @@ impl Node {
             cut: Default::default(),
             warnings: VecDeque::new(),
             transit: HashMap::default(),
+            lost_keys: BTreeMap::new(),
             cache: HashMap::default(),
             replicas,
             shares: Shares::new(cfg.intent_techniques, cfg.share_sync_ns),
@@ -567,12 +571,13 @@ impl Node {
                     && !self.shares.left.is_empty()
                     && let Some(&owner) = self.shares.left.get(&key)
                     && self.dir.is_member(owner)
+                    && !self.lost.contains(&owner)
                 {
                     return Route::Remote(owner);
                 }
                 if self.policy.location_caches() && self.dir.home(key) != self.cfg.id {
                     if let Some(&owner) = self.cache.get(&key) {
-                        if self.dir.is_member(owner) {
+                        if self.dir.is_member(owner) && !self.lost.contains(&owner) {
                             add(&self.counters.cache_hits, 1);
                             return Route::Remote(owner);
                         }

@@ -139,10 +139,9 @@ impl Node {
             }
             match self.residency(key) {
                 Residency::Local => answer(self, pos),
-                // Once a peer is lost the key may never land (it may have been on that peer or in
-                // a transfer cut with it): fail rather than wait, like queued pulls and pushes.
-                Residency::InTransit if !self.lost.is_empty() => {
-                    let peer = self.first_lost().expect("checked");
+                // Lost with a peer on its way here (`peer_loss.rs`): it never lands.
+                Residency::InTransit if self.key_lost(key).is_some() => {
+                    let peer = self.key_lost(key).expect("checked");
                     answer(self, pos);
                     if let Some(op) = op {
                         self.fail(op, crate::OpError::PeerGone { peer });
@@ -161,7 +160,8 @@ impl Node {
                     }
                 },
                 Residency::Remote => {
-                    if let Some(peer) = self.first_lost() {
+                    // Its home, or the owner its home here records, is lost: so is the key.
+                    if let Some(peer) = self.dest_lost(self.server_route(key)) {
                         answer(self, pos);
                         if let Some(op) = op {
                             self.fail(op, crate::OpError::PeerGone { peer });
@@ -234,11 +234,17 @@ impl Node {
         let mut stale: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         let mut held: BTreeMap<u32, Vec<Key>> = BTreeMap::new();
         let mut moving = Vec::new();
+        // Keys whose owner, or whose home in this node's table, is lost (`peer_loss.rs`).
+        let mut lost: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         for &key in keys {
             match self.at_home(from, key, "localize of a key out of range") {
                 AtHome::Here => {}
                 AtHome::Held(bucket) => {
                     held.entry(bucket).or_default().push(key);
+                    continue;
+                }
+                AtHome::Onward(home) if self.lost.contains(&home) => {
+                    lost.entry(home).or_default().push(key);
                     continue;
                 }
                 AtHome::Onward(home) => {
@@ -256,7 +262,10 @@ impl Node {
                 continue;
             };
             let old = records.set_owner(key, new_owner);
-            if old == new_owner {
+            if self.lost.contains(&old) {
+                // The record now names the new owner, which keeps the key as lost.
+                lost.entry(old).or_default().push(key);
+            } else if old == new_owner {
                 self.warn(Warning::Relocation {
                     from: Some(from),
                     key,
@@ -271,6 +280,9 @@ impl Node {
         self.release_to(now, new_owner, &moving);
         for (dest, keys) in hand_over {
             self.send(dest, encode::keys(Kind::HandOver, new_owner, &keys));
+        }
+        for (peer, keys) in lost {
+            self.send_keys_lost(new_owner, peer, &keys);
         }
         for (dest, keys) in stale {
             add(&self.counters.forwards, 1);
@@ -314,7 +326,13 @@ impl Node {
     /// passed on when they land. (Shared keys go through [`Node::release_to`] first.)
     pub(crate) fn release_now(&mut self, _now: Time, new_owner: NodeId, keys: &[Key]) {
         let mut transfer = Batch::default();
+        let mut lost: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         for &key in keys {
+            if let Some(peer) = self.key_lost(key) {
+                // Lost on its way here: the new owner gets the loss instead of the value.
+                lost.entry(peer).or_default().push(key);
+                continue;
+            }
             match self.residency(key) {
                 Residency::Local => {
                     // Straight into the batch: no copy through a scratch vector.
@@ -339,6 +357,9 @@ impl Node {
             }
         }
         self.send_transfer(new_owner, transfer);
+        for (peer, keys) in lost {
+            self.send_keys_lost(new_owner, peer, &keys);
+        }
     }
 
     fn send_transfer(&mut self, to: NodeId, transfer: Batch) {
@@ -411,6 +432,11 @@ impl Node {
             let landed = &values[offset..offset + record_len];
             offset += record_len;
             let Some(transit) = self.transit.remove(&key) else {
+                if self.key_lost(key).is_some() {
+                    // Lost with a peer while on its way (`peer_loss.rs`): a record elsewhere
+                    // may name this node as the owner of a lost key, so it is not revived.
+                    continue;
+                }
                 // Not expected here: keep the value rather than lose it.
                 self.warn(Warning::Relocation {
                     from: Some(from),

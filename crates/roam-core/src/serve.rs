@@ -119,6 +119,8 @@ impl Node {
         let mut forward = Batches::new();
         let mut held: BTreeMap<u32, Batch> = BTreeMap::new();
         let mut unroutable = Batch::default();
+        // Keys that need a lost node, by that node (`peer_loss.rs`).
+        let mut lost: BTreeMap<NodeId, Batch> = BTreeMap::new();
         let mut replica_sets = Batch::default();
         let mut offset = 0;
         for (&key, &pos) in request.keys.iter().zip(request.positions) {
@@ -146,6 +148,8 @@ impl Node {
                 if hub == self.cfg.id {
                     replica_sets.push(key, pos, update);
                     answered.push(key, pos, &[]);
+                } else if let Some(peer) = self.dest_lost(hub) {
+                    lost.entry(peer).or_default().push(key, pos, &[]);
                 } else {
                     forward.entry(hub).or_default().push(key, pos, update);
                 }
@@ -183,6 +187,10 @@ impl Node {
                         answered.positions.push(pos);
                     }
                 }
+                Residency::InTransit if self.key_lost(key).is_some() => {
+                    let peer = self.key_lost(key).expect("checked");
+                    lost.entry(peer).or_default().push(key, pos, &[]);
+                }
                 Residency::InTransit => {
                     let queued = match mode {
                         None => Queued::RemotePull { origin, req, pos },
@@ -203,6 +211,8 @@ impl Node {
                     let next = self.server_route(key);
                     if next == self.cfg.id || hops >= MAX_HOPS {
                         unroutable.push(key, pos, &[]);
+                    } else if let Some(peer) = self.dest_lost(next) {
+                        lost.entry(peer).or_default().push(key, pos, &[]);
                     } else {
                         forward.entry(next).or_default().push(key, pos, update);
                     }
@@ -232,6 +242,9 @@ impl Node {
         for (bucket, batch) in held {
             let frame = batch.into_request(kind, origin, req, hops, mode);
             self.hold(now, bucket, from, frame);
+        }
+        for (peer, batch) in lost {
+            self.reject(origin, req, batch, RejectCode::PeerLost, u64::from(peer.0));
         }
         if !unroutable.keys.is_empty() {
             let culprit = unroutable.keys[0];
@@ -370,6 +383,16 @@ impl Node {
                 req,
             });
         }
+        if code == RejectCode::PeerLost
+            && let Ok(peer) = u32::try_from(culprit)
+        {
+            // The keys needed a node that is lost (`peer_loss.rs`): the error names it.
+            for &pos in positions {
+                self.answer(op, pos);
+            }
+            self.fail(op, OpError::PeerGone { peer: NodeId(peer) });
+            return self.settle(op);
+        }
         let reason = match code {
             RejectCode::KeyOutOfRange => format!("key {culprit} is out of range"),
             RejectCode::NotOwner => format!("key {culprit} could not be routed to its owner"),
@@ -378,6 +401,7 @@ impl Node {
             }
             RejectCode::Malformed => "the request's positions were malformed".to_string(),
             RejectCode::RoutingLoop => format!("key {culprit} was forwarded too often"),
+            RejectCode::PeerLost => format!("a lost node, {culprit}, which is no node id"),
             RejectCode::InvalidMove => {
                 format!("bucket {culprit} cannot move there (no such bucket or member)")
             }

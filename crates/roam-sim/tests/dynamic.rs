@@ -459,8 +459,9 @@ fn batched_pull_is_answered_in_parts_and_assembled_in_key_order() {
 }
 
 /// Faults under dynamic allocation: a connection breaks or a node crashes at a random point of a
-/// random run. Any loss fails every access that needs another node, everywhere (a key may have
-/// been anywhere), so nothing may hang; every failure is `PeerGone`; the history stays
+/// random run. A loss fails every remote access in flight (a request may have been forwarded to
+/// the lost node) and later the accesses that need it (`peer_loss.rs`), so nothing may hang;
+/// every failure is `PeerGone`; the history stays
 /// linearizable; and every key still held somewhere ends with its last set plus all successful
 /// pushes after it plus only some of those that failed with `PeerGone` (never a lost success or
 /// a double application). Keys that were on a crashed node or in a transfer cut by the break

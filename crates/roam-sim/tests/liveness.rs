@@ -175,3 +175,116 @@ fn localize_wait_all_and_barrier_on_a_silent_peer_fail_naming_it() {
         );
     });
 }
+
+/// Dynamic allocation, exact failure: a silent peer is detected after the timeout, and then
+/// exactly the operations that need it fail, naming it — keys homed on it, keys a survivor's
+/// home records it as owning, a localize of such a key, and the pull that was waiting on it
+/// when it froze. Keys that are local, or homed and owned on survivors (including one moved
+/// from its home to another survivor before the freeze), keep working, localize included, with
+/// exact values.
+#[test]
+fn under_dynamic_allocation_a_silent_peer_fails_exactly_the_operations_that_need_it() {
+    for_each_seed(50, |seed| {
+        // Keys 0-8, range homes: 0-2 at node 0, 3-5 at node 1, 6-8 at node 2.
+        let cfg = SimConfig::new(3, 1, KeySpace::uniform(9, 1).unwrap())
+            .with_seed(seed)
+            .with_delay(10_000, 50_000)
+            .with_think(0, 0)
+            .with_dynamic(true)
+            .with_liveness(Liveness {
+                heartbeat_every: MS,
+                silent_after: 4 * MS,
+            });
+        let mut sim = Sim::new(cfg);
+        // Before the fault: every key holds 1; key 3 (home 1) moves to node 0, keys 1 (home 0)
+        // and 4 (home 1) to node 2.
+        sim.add_script(
+            w(0),
+            [
+                Op::push((0..9).collect::<Vec<_>>(), vec![1.0; 9]),
+                Op::localize(vec![3]),
+                Op::Barrier,
+            ],
+        );
+        sim.add_script(w(1), [Op::Barrier]);
+        sim.add_script(w(2), [Op::localize(vec![1, 4]), Op::Barrier]);
+        sim.run_until_idle().unwrap();
+        let setup = sim.history().ops().len();
+        assert!(
+            sim.history().ops().iter().all(|op| op.succeeded()),
+            "seed {seed}: the setup failed"
+        );
+        let frozen_at = sim.now().0;
+        sim.freeze(NodeId(2));
+        let gone = || Outcome::Failed(OpError::PeerGone { peer: NodeId(2) });
+        let done = || Outcome::Done;
+        let pulled = |v: &[f32]| Outcome::Pulled(v.to_vec());
+        // Node 0: a pull of a key homed on node 2 waits for it until the timeout; then only
+        // what needs node 2 fails.
+        let w0 = [
+            (Op::pull(vec![6]), gone()),
+            (Op::pull(vec![0, 3, 5]), pulled(&[1.0, 1.0, 1.0])),
+            (Op::localize(vec![5]), done()),
+            (Op::pull(vec![5]), pulled(&[1.0])),
+            (Op::localize(vec![4]), gone()),
+            (Op::pull(vec![1]), gone()),
+            (Op::push(vec![8], vec![1.0]), gone()),
+            (Op::push(vec![2, 3], vec![1.0, 1.0]), done()),
+            (Op::pull(vec![2, 3]), pulled(&[2.0, 2.0])),
+            (Op::localize(vec![4]), gone()),
+        ];
+        // Node 1 starts after the timeout, so it knows of the loss (detected, or told by node
+        // 0) before its first op.
+        let w1 = [
+            (Op::pull(vec![0]), pulled(&[1.0])),
+            (Op::push(vec![0], vec![2.0]), done()),
+            (Op::pull(vec![0]), pulled(&[3.0])),
+            (Op::pull(vec![7]), gone()),
+            (Op::pull(vec![4]), gone()),
+            (Op::pull(vec![0, 4]), gone()),
+            (Op::localize(vec![1]), gone()),
+            (Op::localize(vec![0]), done()),
+            (Op::pull(vec![0]), pulled(&[3.0])),
+        ];
+        sim.add_script(w(0), w0.iter().map(|(op, _)| op.clone()));
+        sim.add_script(
+            w(1),
+            std::iter::once(Op::Sleep(8 * MS)).chain(w1.iter().map(|(op, _)| op.clone())),
+        );
+        sim.run_until_idle().unwrap();
+        assert!(sim.unfinished_workers().is_empty(), "seed {seed}: hung");
+        for (worker, expected) in [(w(0), &w0[..]), (w(1), &w1[..])] {
+            let ops: Vec<_> = sim
+                .history()
+                .of_worker(worker)
+                .filter(|op| op.id >= setup)
+                .collect();
+            assert_eq!(ops.len(), expected.len(), "seed {seed}");
+            for (op, (_, want)) in ops.iter().zip(expected) {
+                assert_eq!(&op.outcome, want, "seed {seed}: {op}");
+            }
+        }
+        // Detected by the timeout: node 2's last frame is at most a heartbeat period older
+        // than the freeze, and silence is checked as it becomes due.
+        let failed_at = sim
+            .history()
+            .of_worker(w(0))
+            .find(|op| op.id >= setup)
+            .and_then(|op| op.ret)
+            .unwrap()
+            .time
+            .0;
+        assert!(
+            (frozen_at + 3 * MS..=frozen_at + 4 * MS + 100_000).contains(&failed_at),
+            "seed {seed}: frozen at {frozen_at} ns, the waiting pull failed at {failed_at} ns"
+        );
+        for node in [0, 1] {
+            assert!(sim.node(NodeId(node)).is_lost(NodeId(2)), "seed {seed}");
+            assert!(
+                !sim.node(NodeId(node)).is_lost(NodeId(1 - node)),
+                "seed {seed}: a live peer was suspected"
+            );
+            assert_eq!(sim.node(NodeId(node)).pending_ops(), 0, "seed {seed}");
+        }
+    });
+}

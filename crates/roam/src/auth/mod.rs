@@ -21,12 +21,23 @@
 //! neither encrypted nor integrity-protected, so an active man-in-the-middle on the network path
 //! can still relay or alter traffic; the token keeps out strangers and stray processes, not an
 //! attacker who controls the network.
+//!
+//! Files: this one runs the handshake over a socket; `check.rs` holds the socket-free
+//! message builders and checks; `deadline_io.rs` the reads and writes under one deadline.
 
-use std::io::{self, Read, Write};
+mod check;
+mod deadline_io;
+
+pub use check::HelloError;
+pub(crate) use check::{hello_bytes, proof_bytes, proof_is_valid, verify_hello};
+use deadline_io::Guarded;
+pub(crate) use deadline_io::{is_closed, peer_name, read_exact_until, write_all_until};
+
+use std::io;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hmac::{Hmac, Mac};
+use hmac::Hmac;
 use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -288,298 +299,13 @@ pub fn accept_handshake_with_timeout(
     Ok(hello)
 }
 
-/// Why a connector's hello was refused (the socket-free part of the acceptor's checks; the
-/// handshake turns it into an [`AuthError`] naming the peer).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum HelloError {
-    /// The hello is not [`HELLO_LEN`] bytes (the socket path always reads exactly that many).
-    #[error("hello of {len} bytes, expected {HELLO_LEN}")]
-    Length {
-        /// Bytes received.
-        len: usize,
-        /// The rank in its first four bytes, if it has them (0 otherwise).
-        claimed_rank: u32,
-    },
-    /// The MAC does not match: the connector does not hold our token.
-    #[error("bad MAC (claimed rank {claimed_rank})")]
-    BadMac {
-        /// The rank it claimed.
-        claimed_rank: u32,
-    },
-    /// An authenticated hello with a purpose this version does not know.
-    #[error("rank {rank} asked for unknown connection purpose {byte}")]
-    UnknownPurpose {
-        /// The rank.
-        rank: u32,
-        /// The purpose byte received.
-        byte: u8,
-    },
-}
-
-/// The connector's hello for challenge `nonce_s`: rank, purpose byte, its nonce and its MAC.
-pub(crate) fn hello_bytes(
-    token: &[u8],
-    nonce_s: &[u8; NONCE_LEN],
-    nonce_c: &[u8; NONCE_LEN],
-    rank: u32,
-    purpose_byte: u8,
-) -> [u8; HELLO_LEN] {
-    let rank_bytes = rank.to_le_bytes();
-    let mac = keyed(token)
-        .chain_update(CONNECT_DOMAIN)
-        .chain_update(nonce_s)
-        .chain_update(nonce_c)
-        .chain_update(rank_bytes)
-        .chain_update([purpose_byte])
-        .finalize()
-        .into_bytes();
-    let mut hello = [0u8; HELLO_LEN];
-    hello[..4].copy_from_slice(&rank_bytes);
-    hello[4] = purpose_byte;
-    hello[5..5 + NONCE_LEN].copy_from_slice(nonce_c);
-    hello[5 + NONCE_LEN..].copy_from_slice(&mac);
-    hello
-}
-
-/// Checks a connector's `hello` (peer bytes, any length) against our challenge `nonce_s`;
-/// returns what it said and its nonce. The MAC is compared in constant time and checked
-/// before the purpose, so strangers learn nothing about which purposes exist.
-pub(crate) fn verify_hello(
-    token: &[u8],
-    nonce_s: &[u8; NONCE_LEN],
-    hello: &[u8],
-) -> Result<(Hello, [u8; NONCE_LEN]), HelloError> {
-    let claimed_rank = |b: &[u8]| b.first_chunk::<4>().map_or(0, |r| u32::from_le_bytes(*r));
-    let Ok(hello) = <&[u8; HELLO_LEN]>::try_from(hello) else {
-        return Err(HelloError::Length {
-            len: hello.len(),
-            claimed_rank: claimed_rank(hello),
-        });
-    };
-    let (rank_bytes, rest) = hello.split_at(4);
-    let (purpose_byte, rest) = rest.split_at(1);
-    let (nonce_c, mac) = rest.split_at(NONCE_LEN);
-    let rank = claimed_rank(rank_bytes);
-    keyed(token)
-        .chain_update(CONNECT_DOMAIN)
-        .chain_update(nonce_s)
-        .chain_update(nonce_c)
-        .chain_update(rank_bytes)
-        .chain_update(purpose_byte)
-        .verify_slice(mac)
-        .map_err(|_| HelloError::BadMac { claimed_rank: rank })?;
-    let byte = purpose_byte[0];
-    let purpose = Purpose::from_byte(byte).ok_or(HelloError::UnknownPurpose { rank, byte })?;
-    let mut nonce = [0u8; NONCE_LEN];
-    nonce.copy_from_slice(nonce_c);
-    Ok((Hello { rank, purpose }, nonce))
-}
-
-/// The acceptor's proof for a verified hello.
-pub(crate) fn proof_bytes(
-    token: &[u8],
-    nonce_s: &[u8; NONCE_LEN],
-    nonce_c: &[u8; NONCE_LEN],
-    rank: u32,
-) -> [u8; MAC_LEN] {
-    proof_mac(token, nonce_s, nonce_c, rank)
-        .finalize()
-        .into_bytes()
-        .into()
-}
-
-/// The acceptor's MAC state before finalizing: what [`proof_bytes`] and [`proof_is_valid`]
-/// both hash.
-fn proof_mac(
-    token: &[u8],
-    nonce_s: &[u8; NONCE_LEN],
-    nonce_c: &[u8; NONCE_LEN],
-    rank: u32,
-) -> HmacSha256 {
-    keyed(token)
-        .chain_update(ACCEPT_DOMAIN)
-        .chain_update(nonce_c)
-        .chain_update(nonce_s)
-        .chain_update(rank.to_le_bytes())
-}
-
-/// Whether `proof` (peer bytes, any length) is the acceptor's proof for our hello; compared
-/// in constant time.
-pub(crate) fn proof_is_valid(
-    token: &[u8],
-    nonce_s: &[u8; NONCE_LEN],
-    nonce_c: &[u8; NONCE_LEN],
-    rank: u32,
-    proof: &[u8],
-) -> bool {
-    proof_mac(token, nonce_s, nonce_c, rank)
-        .verify_slice(proof)
-        .is_ok()
-}
-
-fn keyed(token: &[u8]) -> HmacSha256 {
-    // HMAC hashes or pads keys of any length, so `new_from_slice` cannot fail for it.
-    <HmacSha256 as Mac>::new_from_slice(token).expect("HMAC accepts keys of any length")
-}
-
-/// The peer address as text for error messages; a stream whose peer is unknown is still usable.
-pub(crate) fn peer_name(stream: &TcpStream) -> String {
-    stream
-        .peer_addr()
-        .map_or_else(|_| "unknown peer".to_owned(), |a| a.to_string())
-}
-
-/// Reads exactly `buf.len()` bytes unless `deadline` passes first (`TimedOut`) or the peer
-/// closes (`UnexpectedEof`). Leaves the read timeout set; callers restore it.
-pub(crate) fn read_exact_until(
-    stream: &mut TcpStream,
-    mut buf: &mut [u8],
-    deadline: Instant,
-) -> io::Result<()> {
-    while !buf.is_empty() {
-        stream.set_read_timeout(Some(remaining(deadline)?))?;
-        match stream.read(buf) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => buf = &mut buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Writes all of `buf` unless `deadline` passes first (`TimedOut`). Leaves the write timeout
-/// set; callers restore it.
-pub(crate) fn write_all_until(
-    stream: &mut TcpStream,
-    mut buf: &[u8],
-    deadline: Instant,
-) -> io::Result<()> {
-    while !buf.is_empty() {
-        stream.set_write_timeout(Some(remaining(deadline)?))?;
-        match stream.write(buf) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-fn remaining(deadline: Instant) -> io::Result<Duration> {
-    // A zero timeout means "block forever" to the OS and is rejected by std, so stop before it.
-    match deadline.checked_duration_since(Instant::now()) {
-        Some(d) if !d.is_zero() => Ok(d),
-        _ => Err(io::ErrorKind::TimedOut.into()),
-    }
-}
-
-fn is_timeout(e: &io::Error) -> bool {
-    // Unix reports an expired socket timeout as WouldBlock, Windows as TimedOut.
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
-}
-
-/// Whether an I/O error means the peer went away rather than something local going wrong.
-pub(crate) fn is_closed(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-    )
-}
-
-/// A stream under one handshake deadline that puts the previous timeouts back when dropped.
-struct Guarded<'a> {
-    stream: &'a mut TcpStream,
-    peer: String,
-    deadline: Instant,
-    timeout: Duration,
-    saved: (Option<Duration>, Option<Duration>),
-    restored: bool,
-}
-
-impl<'a> Guarded<'a> {
-    fn new(stream: &'a mut TcpStream, timeout: Duration) -> Result<Self, AuthError> {
-        let peer = peer_name(stream);
-        let saved = stream
-            .read_timeout()
-            .and_then(|r| Ok((r, stream.write_timeout()?)))
-            .map_err(|error| AuthError::Io {
-                peer: peer.clone(),
-                step: Step::SocketOptions,
-                error,
-            })?;
-        Ok(Self {
-            stream,
-            peer,
-            deadline: Instant::now() + timeout,
-            timeout,
-            saved,
-            restored: false,
-        })
-    }
-
-    fn read(&mut self, buf: &mut [u8], step: Step) -> Result<(), AuthError> {
-        read_exact_until(self.stream, buf, self.deadline).map_err(|e| self.classify(e, step))
-    }
-
-    fn write(&mut self, buf: &[u8], step: Step) -> Result<(), AuthError> {
-        write_all_until(self.stream, buf, self.deadline).map_err(|e| self.classify(e, step))
-    }
-
-    fn classify(&self, error: io::Error, step: Step) -> AuthError {
-        let peer = self.peer.clone();
-        if error.kind() == io::ErrorKind::TimedOut {
-            AuthError::TimedOut {
-                peer,
-                step,
-                timeout: self.timeout,
-            }
-        } else if is_closed(&error) {
-            AuthError::Closed { peer, step }
-        } else {
-            AuthError::Io { peer, step, error }
-        }
-    }
-
-    /// Restores the timeouts, reporting failure (the drop path can only ignore it).
-    fn finish(mut self) -> Result<(), AuthError> {
-        self.restored = true;
-        self.restore().map_err(|error| AuthError::Io {
-            peer: self.peer.clone(),
-            step: Step::SocketOptions,
-            error,
-        })
-    }
-
-    fn restore(&self) -> io::Result<()> {
-        self.stream.set_read_timeout(self.saved.0)?;
-        self.stream.set_write_timeout(self.saved.1)
-    }
-}
-
-impl Drop for Guarded<'_> {
-    fn drop(&mut self) {
-        if !self.restored {
-            // On an error path the connection is about to be dropped anyway.
-            let _ = self.restore();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
     use std::net::{Shutdown, TcpListener};
     use std::thread;
+    use std::time::Instant;
 
     const TOKEN: &[u8] = b"0123456789abcdef0123456789abcdef";
     const SHORT: Duration = Duration::from_millis(300);

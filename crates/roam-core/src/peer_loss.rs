@@ -1,0 +1,146 @@
+//! What a lost peer takes with it: the keys it held or was sending, and nothing else.
+//!
+//! When a peer L is lost (`dispatch.rs`: its connection broke, or the core's timers found it
+//! silent), every node that learns it tells every other member at once (`PeerLost`; also
+//! members it lost itself, since one cut off from a single peer still sends requests). Links
+//! are FIFO, so any request or forward a node sends after that reaches a node that knows of the
+//! loss too: an operation issued after the loss is known is never routed to L. So later
+//! operations fail exactly when they need L:
+//! - a key whose home is L, or whose home records L as its owner, is lost: a request for it is
+//!   rejected with [`RejectCode::PeerLost`] naming L by the first node that would send it to L
+//!   (the requester itself, the home, or a forwarder), and fails with `PeerGone { peer: L }`;
+//! - a relocation whose key is lost ends with [`Kind::KeysLost`](crate::wire::Kind::KeysLost): the home (owner L) or a
+//!   holder that has the key as lost tells the new owner, which stops waiting, records the key
+//!   as lost, and fails accesses to it naming L;
+//! - keys that are local, or homed and owned on survivors, keep working.
+//!
+//! What the node cannot tell apart is failed conservatively, once, at the moment it learns of
+//! the loss: every operation in flight that may have been forwarded through L (all remote ones
+//! once keys can move, `dispatch.rs`), and every relocation into this node in flight (it does
+//! not know where the value was coming from). Their keys are recorded as lost, so a value that
+//! lands later is discarded rather than revived beside a record that names another node.
+//!
+//! Invariants: nothing waits on a lost peer; a key recorded as lost stays in transit in the
+//! store (so the fast path never serves it) and is answered with L's name on every path; a
+//! clean departure (goodbye) loses no key.
+
+use crate::error::OpError;
+use crate::id::{Key, NodeId, ReqId};
+use crate::msg::encode;
+use crate::node::{Batch, Node};
+use crate::relocate::Queued;
+use crate::wire::RejectCode;
+
+impl Node {
+    /// The lost peer a request for `dest` would need, if `dest` is lost.
+    pub(crate) fn dest_lost(&self, dest: NodeId) -> Option<NodeId> {
+        self.lost.contains(&dest).then_some(dest)
+    }
+
+    /// The peer `key` was lost with, if this node records it as lost.
+    pub(crate) fn key_lost(&self, key: Key) -> Option<NodeId> {
+        if self.lost_keys.is_empty() {
+            return None;
+        }
+        self.lost_keys.get(&key).copied()
+    }
+
+    /// `peer` was lost: every relocation into this node in flight ends, its keys lost with it.
+    /// (The value may have been coming from a survivor; this node cannot tell, and a later
+    /// landing is discarded, so that the key is lost in one way everywhere.)
+    pub(crate) fn lose_transits(&mut self, peer: NodeId) {
+        if self.transit.is_empty() {
+            return;
+        }
+        let mut keys: Vec<Key> = self.transit.keys().copied().collect();
+        // Frames must come out in an order that depends only on the inputs.
+        keys.sort_unstable();
+        self.end_transits(peer, &keys);
+    }
+
+    /// `from` says `keys` were lost with `peer`: stop waiting for them.
+    pub(crate) fn handle_keys_lost(&mut self, peer: NodeId, keys: &[Key]) {
+        let keys: Vec<Key> = keys
+            .iter()
+            .copied()
+            .filter(|&k| self.cfg.space.contains(k))
+            .collect();
+        self.end_transits(peer, &keys);
+    }
+
+    /// Ends the transits of `keys` here (if any): accesses queued on them fail naming `peer`,
+    /// a later owner already noted is told, and each key is recorded as lost.
+    fn end_transits(&mut self, peer: NodeId, keys: &[Key]) {
+        let me = self.cfg.id;
+        let mut rejects: Vec<((NodeId, ReqId), Batch)> = Vec::new();
+        let mut onward: Vec<(NodeId, Vec<Key>)> = Vec::new();
+        let mut touched = Vec::new();
+        for &key in keys {
+            let Some(transit) = self.transit.remove(&key) else {
+                // Not waited for here (answered already, or never asked): nothing to end, but
+                // a key in transit without a record is lost with `peer` too.
+                if self.store.residency(key) == crate::store::Residency::InTransit {
+                    self.lost_keys.entry(key).or_insert(peer);
+                }
+                continue;
+            };
+            self.lost_keys.insert(key, peer);
+            for queued in transit.queue {
+                match queued {
+                    Queued::LocalPull { op, pos }
+                    | Queued::LocalPush { op, pos, .. }
+                    | Queued::Localize { op, pos } => {
+                        self.answer(op, pos);
+                        self.fail(op, OpError::PeerGone { peer });
+                        touched.push(op);
+                    }
+                    Queued::RemotePull { origin, req, pos }
+                    | Queued::RemotePush {
+                        origin, req, pos, ..
+                    } => {
+                        crate::relocate::entry(&mut rejects, (origin, req)).push(key, pos, &[]);
+                    }
+                }
+            }
+            if let Some(next) = transit.then_to.filter(|&n| n != me) {
+                match onward.iter_mut().find(|(n, _)| *n == next) {
+                    Some((_, keys)) => keys.push(key),
+                    None => onward.push((next, vec![key])),
+                }
+            }
+        }
+        for ((origin, req), batch) in rejects {
+            let frame = encode::reject(
+                me,
+                req,
+                RejectCode::PeerLost,
+                u64::from(peer.0),
+                &batch.keys,
+                &batch.positions,
+            );
+            self.send(origin, frame);
+        }
+        for (next, keys) in onward {
+            self.send(next, encode::keys_lost(me, peer, &keys));
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for op in touched {
+            self.settle(op);
+        }
+    }
+
+    /// Tells `new_owner`, which waits for `keys` in a relocation, that they were lost with
+    /// `peer` (or records it here, if this node is the new owner).
+    pub(crate) fn send_keys_lost(&mut self, new_owner: NodeId, peer: NodeId, keys: &[Key]) {
+        if keys.is_empty() {
+            return;
+        }
+        if new_owner == self.cfg.id {
+            self.end_transits(peer, keys);
+        } else {
+            let frame = encode::keys_lost(self.cfg.id, peer, keys);
+            self.send(new_owner, frame);
+        }
+    }
+}

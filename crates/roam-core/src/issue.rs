@@ -53,7 +53,7 @@ impl Node {
                 Route::Held(bucket) => held.entry(bucket).or_default().push(key, pos, &[]),
                 Route::Unadmitted => {
                     value.resize(self.cfg.space.len(key), 0.0);
-                    self.cfg.space.initializer().fill(key, &mut value);
+                    self.cfg.space.initializer_for(key).fill(key, &mut value);
                     here.push(key, pos, &value);
                 }
             }
@@ -147,7 +147,7 @@ impl Node {
     /// Why a gradient for `key` cannot be applied: no optimizer, or a replicated key under an
     /// optimizer with per-key state (that state would have to live in every replica).
     fn gradient_refused(&self, key: Key) -> Option<AccessError> {
-        match self.cfg.space.optimizer() {
+        match self.cfg.space.optimizer_for(key) {
             None => Some(AccessError::NoOptimizer),
             Some(opt) if !opt.is_linear() && self.replicas.contains(key) => {
                 Some(AccessError::OptimizerOnReplica {

@@ -454,48 +454,51 @@ impl KeySpace {
     /// Validates a batch: every key in range, and `buf_len` equal to the sum of their lengths.
     /// Returns that sum.
     pub fn check_batch(&self, keys: &[Key], buf_len: usize) -> Result<usize, AccessError> {
-        let mut expected = 0usize;
-        match &self.lengths {
-            ValueLengths::Uniform(len) => {
-                // `max` vectorises; the culprit is only searched for when there is one.
-                if !self.sparse
-                    && keys
-                        .iter()
-                        .copied()
-                        .max()
-                        .is_some_and(|k| k >= self.num_keys)
-                {
-                    let key = keys
-                        .iter()
-                        .copied()
-                        .find(|&k| k >= self.num_keys)
-                        .unwrap_or(0);
-                    return Err(AccessError::KeyOutOfRange {
-                        key,
-                        num_keys: self.num_keys,
-                    });
-                }
-                expected = keys.len() * *len as usize;
+        // The uniform case first and alone: it is every push's check on the fast path.
+        let expected = if let ValueLengths::Uniform(len) = &self.lengths {
+            // `max` vectorises; the culprit is only searched for when there is one.
+            if !self.sparse
+                && keys
+                    .iter()
+                    .copied()
+                    .max()
+                    .is_some_and(|k| k >= self.num_keys)
+            {
+                let key = keys
+                    .iter()
+                    .copied()
+                    .find(|&k| k >= self.num_keys)
+                    .unwrap_or(0);
+                return Err(AccessError::KeyOutOfRange {
+                    key,
+                    num_keys: self.num_keys,
+                });
             }
-            ValueLengths::PerKey(lens) => {
-                for &key in keys {
-                    self.check_key(key)?;
-                    expected += lens[key as usize] as usize;
-                }
-            }
-            ValueLengths::PerTable(t) => {
-                for &key in keys {
-                    self.check_key(key)?;
-                    expected += t.of_valid(key).dim();
-                }
-            }
-        }
+            keys.len() * *len as usize
+        } else {
+            self.per_key_batch_len(keys)?
+        };
         if expected != buf_len {
             return Err(AccessError::LengthMismatch {
                 keys: keys.len(),
                 expected,
                 actual: buf_len,
             });
+        }
+        Ok(expected)
+    }
+
+    /// [`KeySpace::check_batch`]'s sum of lengths for per-key and per-table lengths.
+    #[inline(never)]
+    fn per_key_batch_len(&self, keys: &[Key]) -> Result<usize, AccessError> {
+        let mut expected = 0usize;
+        for &key in keys {
+            self.check_key(key)?;
+            expected += match &self.lengths {
+                ValueLengths::PerKey(lens) => lens[key as usize] as usize,
+                ValueLengths::PerTable(t) => t.of_valid(key).dim(),
+                ValueLengths::Uniform(len) => *len as usize,
+            };
         }
         Ok(expected)
     }

@@ -114,3 +114,22 @@ def test_bad_tables_ids_and_settings_raise_by_name():
     with roam.Node(num_keys=4, value_lengths=1) as plain:
         with pytest.raises(roam.AccessError, match="no named tables"):
             plain.worker(0).pull(u64(1), table="user")
+
+
+def test_torch_embedding_of_a_named_table():
+    torch = pytest.importorskip("torch")
+    import roam.torch as rt
+
+    with roam.Node(tables=tables(), workers=1) as node:
+        items = rt.Embedding(None, 2, node, table="item", lr=None)
+        out = items(torch.tensor([2**50, 3, 3]))
+        assert out.shape == (3, 2)
+        out.sum().backward()  # gradient 1 for 2**50, 2 for 3; the table's SGD (lr 0.5) steps them
+        rows = node.worker(0).pull(u64(2**50, 3), table="item").wait()
+        np.testing.assert_array_equal(rows, [[-0.5, -0.5], [-1.0, -1.0]])
+        with pytest.raises(ValueError, match="table 'user'"):
+            rt.Embedding(10, 3, node, table="user")
+        with pytest.raises(ValueError, match="no table named 'ads'"):
+            rt.Embedding(10, 4, node, table="ads")
+        with pytest.raises(IndexError, match="outside table 'item'"):
+            items(torch.tensor([-1]))

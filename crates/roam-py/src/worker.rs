@@ -238,6 +238,12 @@ impl PyWorker {
         self.cell.node.space.uniform_len()
     }
 
+    /// The named tables and their dimensions, in key order (see `Node.tables`).
+    #[getter]
+    fn tables(&self) -> Vec<(String, usize)> {
+        self.cell.node.table_dims()
+    }
+
     /// The value length of `key`.
     fn value_len(&self, key: u64) -> PyResult<usize> {
         self.cell.node.value_len(key)

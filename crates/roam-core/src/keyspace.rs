@@ -248,7 +248,8 @@ impl KeySpace {
             ValueLengths::PerTable(t) => (None, t.all()),
             _ => (self.dynamic.as_ref(), &[][..]),
         };
-        own.into_iter().chain(tables.iter().filter_map(Table::dynamic))
+        own.into_iter()
+            .chain(tables.iter().filter_map(Table::dynamic))
     }
 
     /// The layout of `key`'s record.

@@ -59,10 +59,13 @@ impl Node {
         // Named tables: every key's table needs an optimizer (a table without one refuses).
         if self.cfg.space.named_tables().is_some() {
             let space = &self.cfg.space;
-            return match request.keys.iter().find(|&&k| match space.optimizer_for(k) {
-                None => true,
-                Some(opt) => !opt.is_linear() && self.replicas.contains(k),
-            }) {
+            return match request
+                .keys
+                .iter()
+                .find(|&&k| match space.optimizer_for(k) {
+                    None => true,
+                    Some(opt) => !opt.is_linear() && self.replicas.contains(k),
+                }) {
                 Some(&key) => Err(key),
                 None => Ok(()),
             };

@@ -219,7 +219,11 @@ pub struct Tables {
 impl PartialEq for Tables {
     fn eq(&self, other: &Self) -> bool {
         self.tables.len() == other.tables.len()
-            && self.tables.iter().zip(other.tables.iter()).all(|(a, b)| a.spec == b.spec)
+            && self
+                .tables
+                .iter()
+                .zip(other.tables.iter())
+                .all(|(a, b)| a.spec == b.spec)
     }
 }
 
@@ -253,7 +257,9 @@ impl Tables {
             if spec.dim == 0 {
                 return Err(bad("dim = 0; every row needs at least one value".into()));
             }
-            spec.initializer.validate().map_err(|e| bad(e.to_string()))?;
+            spec.initializer
+                .validate()
+                .map_err(|e| bad(e.to_string()))?;
             let layout = match &spec.optimizer {
                 Some(opt) => {
                     opt.validate().map_err(|e| bad(e.to_string()))?;
@@ -359,6 +365,7 @@ impl Tables {
 mod tests {
     use super::*;
     use crate::dynamic::Admission;
+    use crate::keyspace::KeySpace;
 
     fn two() -> Tables {
         Tables::new(vec![
@@ -381,7 +388,11 @@ mod tests {
         assert!(tables.contains(9) && !tables.contains(10), "dense: 0..10");
         assert!(tables.contains(1 << ID_BITS | MAX_ID));
         assert!(!tables.contains(2 << ID_BITS), "no third table");
-        assert_eq!(user.record_len(), 4 * 3 + 1, "Adam: two moments and a step count");
+        assert_eq!(
+            user.record_len(),
+            4 * 3 + 1,
+            "Adam: two moments and a step count"
+        );
         assert_eq!(item.record_len(), 3);
     }
 
@@ -389,7 +400,12 @@ mod tests {
     fn bad_ids_and_names_are_named() {
         let tables = two();
         assert_eq!(
-            tables.by_name("user").unwrap().key(10).unwrap_err().to_string(),
+            tables
+                .by_name("user")
+                .unwrap()
+                .key(10)
+                .unwrap_err()
+                .to_string(),
             "id 10 is out of range for table \"user\" (ids are 0..10)"
         );
         assert_eq!(
@@ -429,7 +445,10 @@ mod tests {
             TableSpec::dense("o", 1, 1).with_optimizer(Optimizer::sgd(-1.0)),
         ])
         .unwrap_err();
-        assert!(bad_opt.to_string().starts_with("table \"o\": "), "{bad_opt}");
+        assert!(
+            bad_opt.to_string().starts_with("table \"o\": "),
+            "{bad_opt}"
+        );
         let bad_policy = DynamicPolicy {
             admission: Admission::Probability { p: 2.0, seed: 0 },
             ..Default::default()
@@ -445,6 +464,58 @@ mod tests {
             TableSpec::dynamic("b", 1, ttl(20)),
         ])
         .unwrap_err();
-        assert!(ttls.to_string().starts_with("table \"b\": its ttl"), "{ttls}");
+        assert!(
+            ttls.to_string().starts_with("table \"b\": its ttl"),
+            "{ttls}"
+        );
+    }
+
+    #[test]
+    fn the_space_and_the_store_hold_records_of_each_tables_length() {
+        use crate::store::{Store, UpdateMode};
+        let tables = two();
+        let (user, item) = (tables.all()[0].clone(), tables.all()[1].clone());
+        let space = KeySpace::tables(tables);
+        let (u, i) = (user.key(3).unwrap(), item.key(1 << 40).unwrap());
+        assert_eq!((space.len(u), space.record_len(u)), (4, 13));
+        assert_eq!((space.len(i), space.record_len(i)), (3, 3));
+        assert_eq!(space.uniform_len(), None, "batches take the per-key paths");
+        assert_eq!(space.check_batch(&[u, i, u], 11), Ok(11));
+        assert_eq!(
+            space.check_batch(&[u, 10], 8),
+            Err(crate::error::AccessError::KeyOutOfRange {
+                key: 10,
+                num_keys: u64::MAX
+            })
+        );
+        assert!(space.optimizer_for(u).is_some() && space.optimizer_for(i).is_none());
+        assert!(space.dynamic_for(i).is_some() && space.dynamic_for(u).is_none());
+
+        let store = Store::new(space.clone());
+        assert!(store.insert(u, &space.initial_record(u)));
+        assert!(store.insert(i, &[1.0, 2.0, 3.0]));
+        assert_eq!(
+            (store.count_local_in_table(0), store.count_local_in_table(1)),
+            (1, 1)
+        );
+        assert!(store.push_local(i, &[1.0, 1.0, 1.0], UpdateMode::Add));
+        assert!(store.push_local(u, &[1.0; 4], UpdateMode::Gradient));
+        assert!(
+            !store.push_local(i, &[1.0; 3], UpdateMode::Gradient),
+            "no optimizer: a miss, refused by the front and the node"
+        );
+        let mut out = [0.0; 3];
+        assert!(store.pull_local(i, &mut out));
+        assert_eq!(out, [2.0, 3.0, 4.0]);
+        // Adam's first step moves each value by about lr, and its state is in the record.
+        let mut record = Vec::new();
+        assert!(store.remove(u, &mut record));
+        assert_eq!(record.len(), 13);
+        let mut want = vec![0.0f32; 13];
+        let (w, state) = want.split_at_mut(4);
+        Optimizer::adam(0.1).step(w, state, &[1.0; 4]);
+        assert_eq!(record, want);
+        assert_eq!(store.count_local_in_table(0), 0);
+        assert_eq!(store.count_local(), 1);
     }
 }

@@ -378,7 +378,9 @@ impl PyNode {
             match self::value_lengths(num_keys, value_lengths)? {
                 (num_keys, ValueLengths::Uniform(len)) => Config::new(num_keys, len),
                 (_, ValueLengths::PerKey(lens)) => Config::per_key(lens.to_vec()),
-                (_, ValueLengths::PerTable(tables)) => Config::tables(tables.all().iter().map(|t| t.spec().clone()).collect()),
+                (_, ValueLengths::PerTable(tables)) => {
+                    Config::tables(tables.all().iter().map(|t| t.spec().clone()).collect())
+                }
             }
         };
         // Sparse ids are rarely uniform over their range: hash homes unless asked otherwise.

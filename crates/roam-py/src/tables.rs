@@ -240,12 +240,9 @@ pub(crate) fn tables_config(obj: &Bound<'_, PyAny>) -> PyResult<Vec<TableSpec>> 
             };
             match key.as_str() {
                 "dim" => dim = Some(number::<u32>(&format!("{what} \"dim\""), &value)?),
-                "num_ids" => {
-                    num_ids = Some(number::<u64>(&format!("{what} \"num_ids\""), &value)?)
-                }
+                "num_ids" => num_ids = Some(number::<u64>(&format!("{what} \"num_ids\""), &value)?),
                 "optimizer" if !value.is_none() => {
-                    spec.optimizer =
-                        Some(crate::optimizer::optimizer_config(&value).map_err(at)?)
+                    spec.optimizer = Some(crate::optimizer::optimizer_config(&value).map_err(at)?)
                 }
                 "initializer" if !value.is_none() => {
                     spec.initializer = initializer_config(&value).map_err(at)?

@@ -30,7 +30,8 @@ fn default_seeds() -> u64 {
 /// The tables of seed `rng`'s run and the rows its scripts use.
 fn space_and_rows(rng: &mut impl Rng) -> (KeySpace, Vec<Key>) {
     let tables = Tables::new(vec![
-        TableSpec::dense("user", 4, rng.random_range(1..=4)).with_optimizer(Optimizer::adagrad(0.1)),
+        TableSpec::dense("user", 4, rng.random_range(1..=4))
+            .with_optimizer(Optimizer::adagrad(0.1)),
         // Longer than the store's optimistic lengths, and seeded rows.
         TableSpec::dynamic("item", 17, DynamicPolicy::default())
             .with_optimizer(Optimizer::adam(0.05))
@@ -147,7 +148,11 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
             let holders: Vec<u32> = (0..sim.config().nodes)
                 .filter(|&n| sim.node(NodeId(n)).store().read_record(key, &mut got))
                 .collect();
-            assert_eq!(holders.len(), 1, "seed {seed}: key {key:#x} held by {holders:?}");
+            assert_eq!(
+                holders.len(),
+                1,
+                "seed {seed}: key {key:#x} held by {holders:?}"
+            );
             assert_eq!(
                 got,
                 want,
@@ -166,9 +171,14 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
             );
         }
     });
-    eprintln!("{runs} runs, {steps} gradient steps checked, {moved} relocations, {homes} home moves");
+    eprintln!(
+        "{runs} runs, {steps} gradient steps checked, {moved} relocations, {homes} home moves"
+    );
     assert!(steps > 0, "no gradient was applied");
     if runs >= 100 {
-        assert!(moved > 0 && homes > 0, "records must move while they are stepped");
+        assert!(
+            moved > 0 && homes > 0,
+            "records must move while they are stepped"
+        );
     }
 }

@@ -315,7 +315,10 @@ impl Config {
             ("optimizer", self.optimizer.is_some()),
             ("initializer", self.initializer != Initializer::Zeros),
             ("dynamic policy", self.dynamic.is_some()),
-            ("record layout", self.record_layout != RecordLayout::default()),
+            (
+                "record layout",
+                self.record_layout != RecordLayout::default(),
+            ),
             ("sparse keys", self.sparse_keys),
         ];
         if let Some((what, _)) = own.iter().find(|(_, set)| *set) {

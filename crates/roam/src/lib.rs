@@ -58,10 +58,10 @@ mod peers;
 pub mod rendezvous;
 mod runtime;
 mod slot;
-mod table;
 pub mod slow_node;
 pub mod slowing;
 pub mod stats;
+mod table;
 mod transport;
 mod worker;
 
@@ -73,8 +73,8 @@ pub use roam_core::{
 };
 pub use roam_core::{
     Admission, DynamicError, DynamicPolicy, Initializer, InitializerError, KeySpace, NodeId,
-    Optimizer, OptimizerError, Partitioning, RecordLayout, Table, TableError, TableKind,
-    TableSpec, Tables,
+    Optimizer, OptimizerError, Partitioning, RecordLayout, Table, TableError, TableKind, TableSpec,
+    Tables,
 };
 pub use roam_core::{
     Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support,

@@ -45,7 +45,10 @@ pub struct TableHandle<'w> {
 impl Worker {
     /// A handle on the named table `name` (see [`crate::Config::tables`]).
     pub fn table(&self, name: &str) -> Result<TableHandle<'_>, TableError> {
-        let tables = self.key_space().named_tables().ok_or(TableError::NoTables)?;
+        let tables = self
+            .key_space()
+            .named_tables()
+            .ok_or(TableError::NoTables)?;
         Ok(TableHandle {
             worker: self,
             table: tables.by_name(name)?.clone(),

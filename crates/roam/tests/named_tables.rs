@@ -77,7 +77,9 @@ fn reference(spec: &TableSpec, key: u64, seed: u64, t: u64, id: u64, rounds: usi
 fn three_tables_over_tcp_with_relocations_end_exact() {
     let seed = 23;
     println!("seed {seed} (replay: this test with that seed)");
-    let nodes = cluster(3, || config(vec![user_table(), item_table(3), bias_table()]));
+    let nodes = cluster(3, || {
+        config(vec![user_table(), item_table(3), bias_table()])
+    });
     let (user, item, bias) = (user_table(), item_table(3), bias_table());
     std::thread::scope(|scope| {
         for node in &nodes {
@@ -93,11 +95,14 @@ fn three_tables_over_tcp_with_relocations_end_exact() {
                 let rank = u64::from(node.rank());
                 let mut rng = ChaCha8Rng::seed_from_u64(seed + rank);
                 let my_users: Vec<u64> = (0..USERS).filter(|k| k % 3 == rank).collect();
-                let my_items: Vec<u64> = (0..ITEMS).filter(|k| k % 3 == rank).map(item_id).collect();
+                let my_items: Vec<u64> =
+                    (0..ITEMS).filter(|k| k % 3 == rank).map(item_id).collect();
                 let my_bias: Vec<u64> = (0..BIAS).filter(|k| k % 3 == rank).collect();
                 for round in 0..ROUNDS {
                     let u: Vec<u64> = (0..6).map(|_| rng.random_range(0..USERS)).collect();
-                    let i: Vec<u64> = (0..6).map(|_| item_id(rng.random_range(0..ITEMS))).collect();
+                    let i: Vec<u64> = (0..6)
+                        .map(|_| item_id(rng.random_range(0..ITEMS)))
+                        .collect();
                     let b: Vec<u64> = (0..3).map(|_| rng.random_range(0..BIAS)).collect();
                     users.localize(&u).unwrap().detach();
                     items.localize(&i).unwrap().detach();
@@ -140,7 +145,8 @@ fn three_tables_over_tcp_with_relocations_end_exact() {
                 biases.pull(&all, &mut out).unwrap().wait().unwrap();
                 for (id, got) in out.iter().enumerate() {
                     let mut want = [0.0];
-                    bias.initializer.fill(biases.key(id as u64).unwrap(), &mut want);
+                    bias.initializer
+                        .fill(biases.key(id as u64).unwrap(), &mut want);
                     // One push of 1 per round, added in order.
                     let want = (0..ROUNDS).fold(want[0], |v, _| v + 1.0);
                     assert_eq!(*got, want, "bias {id} on node {rank}");
@@ -201,7 +207,12 @@ fn bad_table_input_is_refused_by_name() {
     }
     let mut cfg = config(vec![user_table()]);
     cfg.optimizer = Some(Optimizer::sgd(0.1));
-    assert!(cfg.key_space().unwrap_err().to_string().contains("optimizer"));
+    assert!(
+        cfg.key_space()
+            .unwrap_err()
+            .to_string()
+            .contains("optimizer")
+    );
     drop(users);
     drop(biases);
     drop(w);
@@ -226,7 +237,8 @@ fn two_tables_checkpointed_by_two_nodes_restore_into_three() {
                 let users = w.table("user").unwrap();
                 let items = w.table("item").unwrap();
                 let my_users: Vec<u64> = (0..USERS).filter(|k| k % 2 == rank).collect();
-                let my_items: Vec<u64> = (0..ITEMS).filter(|k| k % 2 == rank).map(item_id).collect();
+                let my_items: Vec<u64> =
+                    (0..ITEMS).filter(|k| k % 2 == rank).map(item_id).collect();
                 for round in 0..ROUNDS {
                     let g: Vec<f32> = my_users
                         .iter()
@@ -267,7 +279,8 @@ fn two_tables_checkpointed_by_two_nodes_restore_into_three() {
                     .flat_map(|&id| gradient(seed, 0, id, ROUNDS, 4))
                     .collect();
                 users.push_gradients(&my_users, &g).unwrap().wait().unwrap();
-                let my_items: Vec<u64> = (0..ITEMS).filter(|k| k % 3 == rank).map(item_id).collect();
+                let my_items: Vec<u64> =
+                    (0..ITEMS).filter(|k| k % 3 == rank).map(item_id).collect();
                 let g: Vec<f32> = my_items
                     .iter()
                     .flat_map(|&id| gradient(seed, 1, id, ROUNDS, 3))
@@ -302,7 +315,10 @@ fn two_tables_checkpointed_by_two_nodes_restore_into_three() {
     cfg.cluster.rank = Some(0);
     let err = roam::NodeHandle::start(cfg).map(|_| ()).unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("table \"item\": the checkpoint's is dim 3"), "{text}");
+    assert!(
+        text.contains("table \"item\": the checkpoint's is dim 3"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

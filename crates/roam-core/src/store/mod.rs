@@ -632,7 +632,10 @@ impl Store {
             }
         };
         update(&self.owned);
-        if let Some(n) = self.owned_by_table.get(crate::tables::Tables::index_of(key)) {
+        if let Some(n) = self
+            .owned_by_table
+            .get(crate::tables::Tables::index_of(key))
+        {
             update(n);
         }
     }

@@ -188,10 +188,18 @@ impl TableInfo {
     /// Whether a checkpoint of table `self` restores into table `other` (the same rows; the
     /// optimizer's hyper-parameters may change, not its kind).
     pub fn fits(&self, other: &Self) -> bool {
-        (self.dim, self.num_ids, self.hidden_per_value, self.hidden_per_key)
-            == (other.dim, other.num_ids, other.hidden_per_value, other.hidden_per_key)
-            && (&self.name, &self.kind, &self.optimizer.kind)
-                == (&other.name, &other.kind, &other.optimizer.kind)
+        (
+            self.dim,
+            self.num_ids,
+            self.hidden_per_value,
+            self.hidden_per_key,
+        ) == (
+            other.dim,
+            other.num_ids,
+            other.hidden_per_value,
+            other.hidden_per_key,
+        ) && (&self.name, &self.kind, &self.optimizer.kind)
+            == (&other.name, &other.kind, &other.optimizer.kind)
     }
 
     /// The table, for errors.

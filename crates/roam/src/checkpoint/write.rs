@@ -23,8 +23,7 @@ use roam_core::{Key, KeySpace};
 use super::chunks::{ChunkHasher, chunk_bytes};
 use super::{
     CheckpointError, FORMAT, MANIFEST, Manifest, OptimizerInfo, ShardInfo, SpaceInfo, TableInfo,
-    VERSION,
-    io_at, shard_name,
+    VERSION, io_at, shard_name,
 };
 
 /// Bytes buffered per region before a positioned write.

@@ -38,6 +38,12 @@
 //! home's record changed by message), so such a node can hold more than `max_rows` by the rows
 //! relocated to it; the budget then holds for the rows it created.
 //!
+//! Named tables (`tables.rs`): each dynamic table has its own policy. Admission asks the key's
+//! table's; the count sketch is shared (as wide as the widest table asks; keys differ by table);
+//! the row budget counts and evicts the key's table's rows only (one clock serves every table,
+//! so a sweep for one table also advances the clock bits of the others' rows it passes); one
+//! TTL sweep serves the tables that set a TTL, which must share it.
+//!
 //! Memory beyond rows: the sparse index keeps a state word (about 40 bytes with the map entry)
 //! for every id this node ever created or routed, evicted or not; an id that was never admitted
 //! leaves none. The sketch is `depth × width × 2` bytes.

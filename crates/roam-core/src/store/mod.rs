@@ -25,6 +25,10 @@
 //!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
 //! ```
 //!
+//! A space of named tables (`tables.rs`) has one pair of areas (owned, replicas) per table, of
+//! that table's record length; a key's table (its top bits) picks the pair on the per-key
+//! paths, which are the only ones such a space uses (its lengths are not uniform).
+//!
 //! A record is the key's visible values followed by its hidden state (`RecordLayout`): pulls copy
 //! the visible part, pushes combine into it, relocation moves the whole record. A replica's
 //! record is its value followed by its *synced base*, the value as of the last synchronisation:

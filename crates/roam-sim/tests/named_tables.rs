@@ -182,3 +182,64 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
         );
     }
 }
+
+/// A peer's push whose frame names a key of no table, or a key of another table (so the
+/// values no longer match the tables' lengths), is rejected whole: nothing changes, no panic.
+#[test]
+fn frames_with_keys_of_no_table_or_the_wrong_table_are_rejected_whole() {
+    use roam_core::wire::{self, Frame, Kind, Limits};
+    for_each_seed(8, |seed| {
+        for bad in [7u64 << 56 | 1, 1 << 56 | 5] {
+            let tables = Tables::new(vec![
+                TableSpec::dense("user", 64, 2),
+                TableSpec::dynamic("item", 3, DynamicPolicy::default()),
+            ])
+            .unwrap();
+            let cfg = SimConfig::new(3, 1, KeySpace::tables(tables))
+                .with_seed(seed)
+                .with_partitioning(Partitioning::Hash);
+            let mut sim = roam_sim::Sim::new(cfg);
+            let tampered = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+            let seen = tampered.clone();
+            sim.set_tamper(move |from, _, bytes| {
+                if seen.borrow().is_empty() && from.0 == 1 && bytes[0] == Kind::Push as u8 {
+                    let frame = wire::decode(bytes, &Limits::default()).unwrap().0;
+                    let mut keys = frame.keys().to_vec();
+                    *seen.borrow_mut() = keys.clone();
+                    *keys.last_mut().unwrap() = bad;
+                    let h = frame.header;
+                    let n = frame.values().len();
+                    let mut out = if h.flags & wire::FLAG_POSITIONS != 0 {
+                        let positions = frame.positions().to_vec();
+                        Frame::with_positions(h.kind, h.origin, h.req, h.aux, &keys, &positions, n)
+                    } else {
+                        Frame::new(h.kind, h.origin, h.req, h.aux, &keys, n)
+                    };
+                    out.header.flags = h.flags;
+                    out.values_mut().copy_from_slice(frame.values());
+                    *bytes = out.to_bytes();
+                }
+            });
+            // 64 user rows: some are remote from node 1 whatever the hash.
+            let w = roam_sim::WorkerRef::new(1, 0);
+            sim.add_script(w, [Op::push((0..64).collect::<Vec<Key>>(), vec![1.0; 128])]);
+            sim.run_until_idle().unwrap();
+            let outcome = &sim.history().ops()[0].outcome;
+            assert!(
+                matches!(outcome, Outcome::Failed(roam_core::OpError::Rejected { .. })),
+                "seed {seed}, key {bad:#x}: {outcome:?}"
+            );
+            let tampered = tampered.borrow();
+            assert!(tampered.len() > 1, "seed {seed}: a remote push was tampered");
+            // The request was refused whole: none of its rows was created or changed (the
+            // culprit is last).
+            for &k in &tampered[..tampered.len() - 1] {
+                let row = sim.peek(k);
+                assert!(
+                    row.as_ref().is_none_or(|v| v == &[0.0, 0.0]),
+                    "seed {seed}: key {k} is {row:?}"
+                );
+            }
+        }
+    });
+}

@@ -243,3 +243,103 @@ fn frames_with_keys_of_no_table_or_the_wrong_table_are_rejected_whole() {
         }
     });
 }
+
+/// A dynamic table's row budget counts and evicts that table's rows only, while rows of both
+/// tables are relocated and homes move: after every run, each node holds at most `max_rows`
+/// rows of the dynamic table plus the rows relocated to it (rows are evicted only at their
+/// creator, `roam_core::dynamic`), every row is held once or, if evicted, by nobody and "not
+/// created" at its creator with its home recording the creator; and every row of the dense
+/// table, which no budget touches, ends exactly the sum of its pushes on every worker's pull.
+#[test]
+fn a_tables_budget_evicts_its_own_rows_only_under_relocation() {
+    const MAX_ROWS: u64 = 4;
+    let (mut evicted, mut moved) = (0, 0);
+    for_each_seed(default_seeds() / 2, |seed| {
+        let mut rng = test_rng(seed ^ 0xb0d9e7);
+        let policy = DynamicPolicy {
+            max_rows: Some(MAX_ROWS),
+            ..Default::default()
+        };
+        let tables = Tables::new(vec![
+            TableSpec::dynamic("hot", 1, policy),
+            TableSpec::dense("dense", 16, 2),
+        ])
+        .unwrap();
+        let (hot, dense) = (tables.all()[0].clone(), tables.all()[1].clone());
+        let nodes = rng.random_range(2..=3);
+        let min_delay = rng.random_range(0..=2_000);
+        let cfg = SimConfig::new(nodes, 1, KeySpace::tables(tables))
+            .with_seed(seed)
+            .with_partitioning(Partitioning::Hash)
+            .with_dynamic(true)
+            .with_delay(min_delay, min_delay + rng.random_range(1..=50_000))
+            .with_think(0, rng.random_range(0..=10_000));
+        let dense_keys: Vec<Key> = (0..16).map(|id| dense.key(id).unwrap()).collect();
+        let mut sums = vec![0.0f32; 16];
+        let mut scripts = Vec::new();
+        for worker in workers_of(&cfg) {
+            let mut script = Vec::new();
+            for _ in 0..25 {
+                let hot_ids: Vec<Key> = (0..rng.random_range(1..=3))
+                    .map(|_| hot.key(rng.random_range(0..40)).unwrap())
+                    .collect();
+                let d = rng.random_range(0..16);
+                let op = match rng.random_range(0..10) {
+                    0..4 => Op::push(hot_ids.clone(), vec![1.0; hot_ids.len()]),
+                    4..7 => {
+                        sums[d] += 1.0;
+                        Op::push(vec![dense_keys[d]], vec![1.0, 1.0])
+                    }
+                    7..9 => Op::Localize {
+                        keys: vec![hot_ids[0], dense_keys[d]],
+                        wait: rng.random_bool(0.5),
+                    },
+                    _ => Op::MoveHome {
+                        key: dense_keys[d],
+                        to: rng.random_range(0..nodes),
+                        wait: rng.random_bool(0.5),
+                    },
+                };
+                script.push(op);
+            }
+            script.extend([Op::WaitAll, Op::Barrier, Op::pull(dense_keys.clone())]);
+            scripts.push((worker, script));
+        }
+        let sim = run_fault_free(seed, cfg, scripts);
+        evicted += total(&sim, |c| &c.rows_evicted);
+        moved += total(&sim, |c| &c.relocations_in);
+        for i in 0..nodes {
+            let node = sim.node(NodeId(i));
+            let held = node.store().count_local_in_table(0);
+            let moved_in = node
+                .counters()
+                .relocations_in
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert!(
+                held <= MAX_ROWS + moved_in,
+                "seed {seed}: node {i} holds {held} hot rows, budget {MAX_ROWS}, {moved_in} moved in"
+            );
+        }
+        for key in sim.history().keys_checked() {
+            let holders = sim.holders(key);
+            let dir = sim.node(NodeId(0)).directory();
+            let creator = dir.creator(dir.bucket(key));
+            let recorded = sim.node(dir.home(key)).recorded_owner(key);
+            match holders[..] {
+                [holder] => assert_eq!(recorded, Some(holder), "seed {seed}: key {key:#x}"),
+                [] => {
+                    assert!(!sim.node(creator).store().is_created(key), "seed {seed}: {key:#x}");
+                    assert_eq!(recorded, Some(creator), "seed {seed}: key {key:#x}");
+                }
+                _ => panic!("seed {seed}: key {key:#x} held by {holders:?}"),
+            }
+        }
+        let want: Vec<f32> = sums.iter().flat_map(|&s| [s, s]).collect();
+        for w in sim.workers() {
+            let last = sim.history().of_worker(w).last().unwrap();
+            assert_eq!(last.outcome, Outcome::Pulled(want.clone()), "seed {seed}: {w}");
+        }
+    });
+    eprintln!("{evicted} hot rows evicted, {moved} relocations");
+    assert!(evicted > 0 && moved > 0, "the runs must evict and move");
+}

@@ -226,11 +226,17 @@ fn frames_with_keys_of_no_table_or_the_wrong_table_are_rejected_whole() {
             sim.run_until_idle().unwrap();
             let outcome = &sim.history().ops()[0].outcome;
             assert!(
-                matches!(outcome, Outcome::Failed(roam_core::OpError::Rejected { .. })),
+                matches!(
+                    outcome,
+                    Outcome::Failed(roam_core::OpError::Rejected { .. })
+                ),
                 "seed {seed}, key {bad:#x}: {outcome:?}"
             );
             let tampered = tampered.borrow();
-            assert!(tampered.len() > 1, "seed {seed}: a remote push was tampered");
+            assert!(
+                tampered.len() > 1,
+                "seed {seed}: a remote push was tampered"
+            );
             // The request was refused whole: none of its rows was created or changed (the
             // culprit is last).
             for &k in &tampered[..tampered.len() - 1] {
@@ -275,7 +281,7 @@ fn a_tables_budget_evicts_its_own_rows_only_under_relocation() {
             .with_delay(min_delay, min_delay + rng.random_range(1..=50_000))
             .with_think(0, rng.random_range(0..=10_000));
         let dense_keys: Vec<Key> = (0..16).map(|id| dense.key(id).unwrap()).collect();
-        let mut sums = vec![0.0f32; 16];
+        let mut sums = [0.0f32; 16];
         let mut scripts = Vec::new();
         for worker in workers_of(&cfg) {
             let mut script = Vec::new();
@@ -328,7 +334,10 @@ fn a_tables_budget_evicts_its_own_rows_only_under_relocation() {
             match holders[..] {
                 [holder] => assert_eq!(recorded, Some(holder), "seed {seed}: key {key:#x}"),
                 [] => {
-                    assert!(!sim.node(creator).store().is_created(key), "seed {seed}: {key:#x}");
+                    assert!(
+                        !sim.node(creator).store().is_created(key),
+                        "seed {seed}: {key:#x}"
+                    );
                     assert_eq!(recorded, Some(creator), "seed {seed}: key {key:#x}");
                 }
                 _ => panic!("seed {seed}: key {key:#x} held by {holders:?}"),
@@ -337,7 +346,11 @@ fn a_tables_budget_evicts_its_own_rows_only_under_relocation() {
         let want: Vec<f32> = sums.iter().flat_map(|&s| [s, s]).collect();
         for w in sim.workers() {
             let last = sim.history().of_worker(w).last().unwrap();
-            assert_eq!(last.outcome, Outcome::Pulled(want.clone()), "seed {seed}: {w}");
+            assert_eq!(
+                last.outcome,
+                Outcome::Pulled(want.clone()),
+                "seed {seed}: {w}"
+            );
         }
     });
     eprintln!("{evicted} hot rows evicted, {moved} relocations");

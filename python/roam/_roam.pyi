@@ -141,6 +141,17 @@ class Node:
             before a row is evicted). An id without a row reads the initializer's value and its
             updates are dropped (``stats()["rows_rejected"]``, ``["grads_dropped"]``,
             ``["rows_evicted"]``). See ``docs/embeddings.md``.
+        tables: named tables instead of one key space: a dict ``{name: {"dim": D,
+            "num_ids": N, "optimizer": ..., "initializer": ..., "dynamic": ...}}``, in key
+            order. A table is dense (ids ``0..num_ids``) or, with ``"dynamic"`` (a policy dict
+            as for ``dynamic``, or ``True``: admit every id, never evict), takes any id below
+            ``2**56``; ``"optimizer"`` and ``"initializer"`` take the forms above and apply to
+            that table only, and a row budget counts that table's rows. Address a table with
+            ``table=`` on :meth:`Worker.pull`, ``push``, ``set``, ``push_gradients`` and
+            ``localize`` (the keys are then the table's ids). ``num_keys``,
+            ``value_lengths``, ``sparse_keys``, ``optimizer``, ``initializer`` and
+            ``dynamic`` must be left out; homes are by hash. A checkpoint restores only into
+            the same tables in the same order (a mismatch raises naming the table).
 
     Raises:
         StartError: invalid key space, cluster configuration, missing token, rendezvous or
@@ -191,6 +202,7 @@ class Node:
         metrics_hold_scrapes: int | None = None,
         initializer: str | dict[str, Any] | None = None,
         dynamic: dict[str, Any] | None = None,
+        tables: dict[str, dict[str, Any]] | None = None,
     ) -> None: ...
     @property
     def rank(self) -> int:
@@ -210,6 +222,10 @@ class Node:
     @property
     def value_length(self) -> int | None:
         """The value length shared by all keys, or ``None`` if lengths are per key."""
+    @property
+    def tables(self) -> list[tuple[str, int]]:
+        """The named tables (``Node(tables=...)``) and their dims, in key order; ``[]``
+        without tables."""
     @property
     def allocation(self) -> Allocation:
         """The allocation mode."""
@@ -298,11 +314,16 @@ class Worker:
     @property
     def value_length(self) -> int | None:
         """The value length shared by all keys, or ``None`` if lengths are per key."""
+    @property
+    def tables(self) -> list[tuple[str, int]]:
+        """The named tables and their dims, in key order (see :attr:`Node.tables`)."""
     def value_len(self, key: int) -> int:
         """The value length of ``key``."""
-    def pull(self, keys: Keys, out: Values | None = None) -> Ticket:
+    def pull(self, keys: Keys, out: Values | None = None, *, table: str | None = None) -> Ticket:
         """Reads the values of ``keys`` into ``out``, or into a new ``float32`` array of shape
-        ``(len(keys), value_length)`` (per-key lengths: ``(total,)``).
+        ``(len(keys), value_length)`` (per-key lengths: ``(total,)``). With ``table``, the
+        keys are ids of that named table and a new array has shape ``(len(keys), dim)``; an
+        unknown table or an id outside it raises ``AccessError`` naming both.
 
         ``out`` must be writable, C-contiguous ``float32`` and hold exactly the keys' values.
         It is complete once the ticket is waited; ``wait`` returns it (``out`` itself).
@@ -314,17 +335,18 @@ class Worker:
                 output of a pending pull (which roam is still allowed to write).
             OpError: the node was shut down.
         """
-    def push(self, keys: Keys, vals: Values) -> Ticket:
+    def push(self, keys: Keys, vals: Values, *, table: str | None = None) -> Ticket:
         """Adds ``vals`` to the values of ``keys`` (e.g. a gradient step). Raises as ``pull``."""
-    def set(self, keys: Keys, vals: Values) -> Ticket:
+    def set(self, keys: Keys, vals: Values, *, table: str | None = None) -> Ticket:
         """Overwrites the values of ``keys`` with ``vals``. Raises as ``pull``."""
-    def push_gradients(self, keys: Keys, grads: Values) -> Ticket:
+    def push_gradients(self, keys: Keys, grads: Values, *, table: str | None = None) -> Ticket:
         """Applies ``grads`` (the keys' gradients, concatenated) with the node's optimizer
         (``Node(optimizer=...)``) where each row lives: local rows at once, remote rows at
         their owner. A key named twice gets two steps. Raises as ``push``, and
         ``AccessError`` without an optimizer; the ticket fails with ``AccessError`` for a
-        replicated key under an optimizer other than SGD."""
-    def localize(self, keys: Keys) -> Ticket:
+        replicated key under an optimizer other than SGD. With ``table``, the table's own
+        optimizer steps its rows (``AccessError`` if it has none)."""
+    def localize(self, keys: Keys, *, table: str | None = None) -> Ticket:
         """Moves ``keys`` to this node (dynamic allocation; a no-op otherwise). The ticket
         completes once all of them have arrived; accesses stay correct while they move."""
     def wait(self, ticket: Ticket) -> Any:

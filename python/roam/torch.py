@@ -166,10 +166,25 @@ class _RoamRows(torch.nn.Module):
         key_offset: int,
         lr: Optional[float],
         padding_idx: Optional[int] = None,
+        table: Optional[str] = None,
     ) -> None:
         super().__init__()
         if not isinstance(source, (Node, Worker)):
             raise TypeError(f"source must be a roam.Node or roam.Worker, not {type(source).__name__}")
+        table_dim = None
+        if table is not None:
+            # A named table's id i is the key (table index << 56) | i (docs/embeddings.md).
+            names = [name for name, _ in source.tables]
+            if table not in names:
+                raise ValueError(f"no table named {table!r} (tables: {', '.join(names) or 'none'})")
+            if key_offset:
+                raise ValueError("key_offset must be 0 with table (the table places its ids)")
+            if names.index(table) >= 128:
+                # Its keys would not fit the int64 ids torch adds the offset to.
+                raise ValueError(f"table {table!r} is table {names.index(table)}; roam.torch "
+                                 "addresses the first 128 tables")
+            key_offset = names.index(table) << 56
+            table_dim = dict(source.tables)[table]
         if embedding_dim <= 0:
             raise ValueError(f"embedding_dim must be positive, got {embedding_dim}")
         if num_embeddings is not None and num_embeddings <= 0:
@@ -179,7 +194,9 @@ class _RoamRows(torch.nn.Module):
         if lr is not None and not lr > 0:
             raise ValueError(f"lr must be positive, or None for the node's optimizer; got {lr}")
         space = source.num_keys
-        if num_embeddings is None:
+        if table is not None:
+            pass  # the table's own ids: any, or the node refuses those past a dense table's end
+        elif num_embeddings is None:
             if space is not None:
                 raise ValueError(
                     "num_embeddings=None (any 64-bit id) needs a node with sparse_keys=True; "
@@ -192,12 +209,14 @@ class _RoamRows(torch.nn.Module):
                 f"keys {key_offset}..{key_offset + num_embeddings} exceed the node's key space "
                 f"of {space} keys"
             )
-        length = source.value_length
+        length = table_dim if table is not None else source.value_length
         if length is None and num_embeddings is not None:
             # Per-key lengths: the table's range must be one length (checked at its two ends;
             # a pull of a key of another length raises AccessError naming it anyway).
             lengths = {source.value_len(key_offset), source.value_len(key_offset + num_embeddings - 1)}
             length = lengths.pop() if len(lengths) == 1 else None
+        if length != embedding_dim and table is not None:
+            raise ValueError(f"embedding_dim {embedding_dim} differs from table {table!r}'s dim {length}")
         if length != embedding_dim:
             raise ValueError(
                 f"embedding_dim {embedding_dim} differs from the value length {length} of "
@@ -214,6 +233,7 @@ class _RoamRows(torch.nn.Module):
         self.key_offset = key_offset
         self.lr = None if lr is None else float(lr)
         self.padding_idx = padding_idx
+        self.table = table
         self.padding_key = None if padding_idx is None else padding_idx + key_offset
         self._source = source
         # The custom Function's output needs an input that requires grad to be recorded; this
@@ -249,6 +269,12 @@ class _RoamRows(torch.nn.Module):
             if lo < 0 or hi >= self.num_embeddings:
                 bad = lo if lo < 0 else hi
                 raise IndexError(f"id {bad} is outside this embedding's 0..{self.num_embeddings}")
+        if ids.numel() and self.table is not None:
+            # Ids past 2^56 would land in the next table's keys.
+            lo, hi = int(ids[0]), int(ids[-1])
+            if lo < 0 or hi >= 1 << 56:
+                bad = lo if lo < 0 else hi
+                raise IndexError(f"id {bad} is outside table {self.table!r}'s ids 0..2**56")
         if self.key_offset:
             ids = ids + self.key_offset
         return ids.contiguous()
@@ -348,6 +374,10 @@ class Embedding(_RoamRows):
         source: a ``roam.Node`` (each thread's worker: :func:`set_worker`, or worker 0 on a
             one-worker node) or one ``roam.Worker``.
         key_offset: the roam key of row 0 (several tables in one key space).
+        table: the named table (``roam.Node(tables=...)``) whose rows these are: row ``i`` is
+            the table's id ``i``; ``num_embeddings`` may be ``None`` (any id of a dynamic
+            table) and ``embedding_dim`` must be the table's ``dim``. Then ``key_offset``
+            stays 0, and ``lr=None`` steps the rows with the table's own optimizer.
         lr: the learning rate of the SGD update applied in roam on backward; ``None``: the
             gradients go to the node's server-side optimizer (``roam.Node(optimizer=...)``)
             through ``push_gradients``, which steps each row where it lives.
@@ -368,9 +398,11 @@ class Embedding(_RoamRows):
         key_offset: int = 0,
         lr: Optional[float] = 0.01,
         padding_idx: Optional[int] = None,
+        table: Optional[str] = None,
     ) -> None:
         super().__init__(
-            num_embeddings, embedding_dim, source, key_offset=key_offset, lr=lr, padding_idx=padding_idx
+            num_embeddings, embedding_dim, source, key_offset=key_offset, lr=lr,
+            padding_idx=padding_idx, table=table,
         )
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -397,10 +429,13 @@ class EmbeddingBag(_RoamRows):
         key_offset: int = 0,
         lr: Optional[float] = 0.01,
         include_last_offset: bool = False,
+        table: Optional[str] = None,
     ) -> None:
         if mode not in ("sum", "mean"):
             raise ValueError(f"mode must be 'sum' or 'mean', not {mode!r}")
-        super().__init__(num_embeddings, embedding_dim, source, key_offset=key_offset, lr=lr)
+        super().__init__(
+            num_embeddings, embedding_dim, source, key_offset=key_offset, lr=lr, table=table
+        )
         self.mode = mode
         self.include_last_offset = include_last_offset
 

@@ -308,7 +308,16 @@ impl Front {
         keys: &[Key],
         grads: &'a [f32],
     ) -> Result<Option<Handoff<'a>>, AccessError> {
-        if self.space().optimizer().is_none() {
+        let space = self.space();
+        let refused = match space.named_tables() {
+            // A table without an optimizer refuses its gradients (out-of-range keys are
+            // refused by the push's own check).
+            Some(_) => keys
+                .iter()
+                .any(|&k| space.contains(k) && space.optimizer_for(k).is_none()),
+            None => space.optimizer().is_none(),
+        };
+        if refused {
             return Err(AccessError::NoOptimizer);
         }
         self.push(keys, grads, UpdateMode::Gradient)

@@ -228,6 +228,7 @@ impl Node {
     /// every key, so this normally inserts nothing). Returns how many were created.
     pub fn finish_restore(&mut self) -> u64 {
         if self.cfg.space.is_sparse() {
+            // Sparse keys (and named tables) are created on first use, not filled.
             return 0;
         }
         let me = self.cfg.id;

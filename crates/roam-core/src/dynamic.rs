@@ -38,6 +38,12 @@
 //! home's record changed by message), so such a node can hold more than `max_rows` by the rows
 //! relocated to it; the budget then holds for the rows it created.
 //!
+//! Named tables (`tables.rs`): each dynamic table has its own policy. Admission asks the key's
+//! table's; the count sketch is shared (as wide as the widest table asks; keys differ by table);
+//! the row budget counts and evicts the key's table's rows only (one clock serves every table,
+//! so a sweep for one table also advances the clock bits of the others' rows it passes); one
+//! TTL sweep serves the tables that set a TTL, which must share it.
+//!
 //! Memory beyond rows: the sparse index keeps a state word (about 40 bytes with the map entry)
 //! for every id this node ever created or routed, evicted or not; an id that was never admitted
 //! leaves none. The sketch is `depth × width × 2` bytes.
@@ -206,16 +212,22 @@ pub(crate) struct DynamicState {
 }
 
 impl DynamicState {
-    pub(crate) fn new(policy: Option<&DynamicPolicy>) -> Self {
-        let Some(policy) = policy else {
-            return Self::default();
-        };
-        Self {
-            sketch: match policy.admission {
-                Admission::Count { sketch_width, .. } => Some(CountMin::new(sketch_width)),
+    /// The state for a space's policies (one, or one per dynamic table: the count sketch is
+    /// shared, as wide as the widest table asks, and counts keys, which differ by table).
+    pub(crate) fn new<'a>(policies: impl Iterator<Item = &'a DynamicPolicy>) -> Self {
+        let policies: Vec<&DynamicPolicy> = policies.collect();
+        let width = policies
+            .iter()
+            .filter_map(|p| match p.admission {
+                Admission::Count { sketch_width, .. } => Some(sketch_width),
                 _ => None,
-            },
-            next_sweep_at: policy.ttl_ns.map_or(u64::MAX, |ttl| ttl / 2),
+            })
+            .max();
+        // Tables that set a TTL share it (`tables.rs`).
+        let ttl = policies.iter().find_map(|p| p.ttl_ns);
+        Self {
+            sketch: width.map(CountMin::new),
+            next_sweep_at: ttl.map_or(u64::MAX, |ttl| ttl / 2),
             ..Self::default()
         }
     }
@@ -226,7 +238,7 @@ impl Node {
     /// module docs). Counts the sighting (count admission) and the refusal. Only the key's
     /// creator decides; elsewhere, and for rows that exist, false.
     pub(crate) fn unadmitted(&mut self, key: Key) -> bool {
-        let Some(policy) = self.cfg.space.dynamic().copied() else {
+        let Some(policy) = self.cfg.space.dynamic_for(key).copied() else {
             return false;
         };
         if self.store.is_created(key) || self.dir.creator(self.dir.bucket(key)) != self.cfg.id {
@@ -241,53 +253,81 @@ impl Node {
                 .is_none_or(|sketch| sketch.add(key) >= min_count),
             Admission::Probability { p, seed } => admitted_by_hash(p, seed, key),
         };
-        let admitted = admitted && self.make_room(policy.max_rows);
+        let admitted = admitted && self.make_room(self.budget_table(key), policy.max_rows);
         if !admitted {
             add(&self.counters.rows_rejected, 1);
         }
         !admitted
     }
 
-    /// Makes room for one new row under the budget, if there is one; false if none could go.
-    pub(crate) fn make_room_for_one(&mut self) -> bool {
-        let max_rows = self.cfg.space.dynamic().and_then(|p| p.max_rows);
-        self.make_room(max_rows)
+    /// The table whose row budget `key`'s row counts against: its named table, or `None` (the
+    /// node's one space).
+    fn budget_table(&self, key: Key) -> Option<usize> {
+        self.cfg
+            .space
+            .named_tables()
+            .map(|_| crate::tables::Tables::index_of(key))
     }
 
-    /// Evicts rows by the clock until a new row fits in `max_rows`; false if none could go.
-    fn make_room(&mut self, max_rows: Option<u64>) -> bool {
+    /// Makes room for `key`'s new row under its budget, if there is one; false if none could
+    /// go.
+    pub(crate) fn make_room_for_one(&mut self, key: Key) -> bool {
+        let max_rows = self.cfg.space.dynamic_for(key).and_then(|p| p.max_rows);
+        self.make_room(self.budget_table(key), max_rows)
+    }
+
+    /// Evicts rows (of `table`, if given) by the clock until a new row fits in `max_rows`;
+    /// false if none could go.
+    fn make_room(&mut self, table: Option<usize>, max_rows: Option<u64>) -> bool {
         let Some(max) = max_rows else {
             return true;
         };
+        let owned = |store: &crate::store::Store| match table {
+            Some(t) => store.count_local_in_table(t),
+            None => store.count_local(),
+        };
         // Two passes: the first may only clear REFERENCED bits.
         let mut visits = 2 * self.store.entries() + 1;
-        while self.store.count_local() >= max {
+        while owned(&self.store) >= max {
             if visits == 0 {
                 return false;
             }
             visits -= 1;
-            self.clock_step(Sweep::Lru);
+            self.clock_step(table);
         }
         true
     }
 
-    /// One visit of the LRU hand.
-    fn clock_step(&mut self, sweep: Sweep) {
+    /// One visit of the LRU hand (evicting rows of `table` only, if given; the clock bits of
+    /// other tables' rows advance all the same: one clock serves every table).
+    fn clock_step(&mut self, table: Option<usize>) {
         let entries = self.store.entries();
         if entries == 0 {
             return;
         }
         let i = self.dynamic.hand % entries;
         self.dynamic.hand = i + 1;
-        self.visit(i, sweep);
+        self.visit(i, Sweep::Lru, table);
     }
 
-    fn visit(&mut self, i: u64, sweep: Sweep) {
+    fn visit(&mut self, i: u64, sweep: Sweep, table: Option<usize>) {
         let mut evicted = std::mem::take(&mut self.dynamic.evicted);
         evicted.clear();
-        let visit = self
-            .store
-            .clock_visit(i, sweep, |key| self.evictable(key), &mut evicted);
+        let visit = self.store.clock_visit(
+            i,
+            sweep,
+            |key| {
+                self.evictable(key)
+                    && table.is_none_or(|t| crate::tables::Tables::index_of(key) == t)
+                    && (sweep == Sweep::Lru
+                        || self
+                            .cfg
+                            .space
+                            .dynamic_for(key)
+                            .is_some_and(|p| p.ttl_ns.is_some()))
+            },
+            &mut evicted,
+        );
         self.dynamic.evicted = evicted;
         if let Visit::Evicted(_) = visit {
             add(&self.counters.rows_evicted, 1);
@@ -302,9 +342,14 @@ impl Node {
             && !self.shared_out(key)
     }
 
+    /// The TTL of the space (shared by the tables that set one).
+    fn ttl_ns(&self) -> Option<u64> {
+        self.cfg.space.dynamic_policies().find_map(|p| p.ttl_ns)
+    }
+
     /// When the TTL sweep next needs the timer.
     pub(crate) fn dynamic_timeout(&self) -> Option<Time> {
-        self.cfg.space.dynamic()?.ttl_ns?;
+        self.ttl_ns()?;
         Some(Time(if self.dynamic.sweep.is_some() {
             self.clock.0
         } else {
@@ -312,12 +357,12 @@ impl Node {
         }))
     }
 
-    /// Runs the TTL sweep (one chunk per call) and trims rows above the budget.
+    /// Runs the TTL sweep (one chunk per call) and trims rows above the budgets.
     pub(crate) fn dynamic_handle_timeout(&mut self, now: Time) {
-        let Some(policy) = self.cfg.space.dynamic().copied() else {
+        if !self.cfg.space.any_dynamic() {
             return;
-        };
-        if let Some(ttl) = policy.ttl_ns {
+        }
+        if let Some(ttl) = self.ttl_ns() {
             if self.dynamic.sweep.is_none() && now.0 >= self.dynamic.next_sweep_at {
                 self.dynamic.sweep = Some((0, self.store.entries()));
                 self.dynamic.next_sweep_at = now.0.saturating_add(ttl / 2);
@@ -325,15 +370,34 @@ impl Node {
             if let Some((from, end)) = self.dynamic.sweep {
                 let to = end.min(from + SWEEP_CHUNK);
                 for i in from..to {
-                    self.visit(i, Sweep::Ttl);
+                    self.visit(i, Sweep::Ttl, None);
                 }
                 self.dynamic.sweep = (to < end).then_some((to, end));
             }
         }
-        if let Some(max) = policy.max_rows
-            && self.store.count_local() > max
-        {
-            self.make_room(Some(max + 1));
+        let budgets: Vec<(Option<usize>, u64)> = match self.cfg.space.named_tables() {
+            Some(tables) => tables
+                .all()
+                .iter()
+                .filter_map(|t| Some((Some(t.index() as usize), t.dynamic()?.max_rows?)))
+                .collect(),
+            None => self
+                .cfg
+                .space
+                .dynamic()
+                .and_then(|p| p.max_rows)
+                .map(|max| (None, max))
+                .into_iter()
+                .collect(),
+        };
+        for (table, max) in budgets {
+            let owned = match table {
+                Some(t) => self.store.count_local_in_table(t),
+                None => self.store.count_local(),
+            };
+            if owned > max {
+                self.make_room(table, Some(max + 1));
+            }
         }
     }
 }

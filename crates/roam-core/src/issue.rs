@@ -53,7 +53,7 @@ impl Node {
                 Route::Held(bucket) => held.entry(bucket).or_default().push(key, pos, &[]),
                 Route::Unadmitted => {
                     value.resize(self.cfg.space.len(key), 0.0);
-                    self.cfg.space.initializer().fill(key, &mut value);
+                    self.cfg.space.initializer_for(key).fill(key, &mut value);
                     here.push(key, pos, &value);
                 }
             }
@@ -93,7 +93,7 @@ impl Node {
             let pos = pos as u32;
             let update = &values[offset..offset + self.cfg.space.len(key)];
             if mode == UpdateMode::Gradient {
-                if self.cfg.space.optimizer().is_none() {
+                if self.cfg.space.optimizer_for(key).is_none() {
                     self.answer(op, pos);
                     self.fail(op, OpError::Access(AccessError::NoOptimizer));
                     continue;

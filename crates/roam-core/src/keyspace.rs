@@ -7,6 +7,10 @@
 //! state that pulls never return (e.g. optimizer moments): a pull copies the visible part, a
 //! push combines into it, and a relocation moves the whole record.
 //!
+//! A space of *named tables* (`tables.rs`) is sparse too: a key's top bits name its table, which
+//! gives the key's length, layout, initializer, optimizer and admission policy (the per-key
+//! accessors below ask it; the space-wide ones describe a one-table space only).
+//!
 //! Invariant: every key has a length of at least one value, and the prefix sums of the lengths
 //! fit in a `u64`. Every input from a worker or a peer is validated here before it can touch a
 //! parameter.
@@ -18,6 +22,7 @@ use crate::error::AccessError;
 use crate::id::Key;
 use crate::init::{Initializer, InitializerError};
 use crate::optim::{Optimizer, OptimizerError};
+use crate::tables::{Table, Tables};
 
 /// Value lengths of the keys: one length for all, or one per key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +31,8 @@ pub enum ValueLengths {
     Uniform(u32),
     /// Key `k` holds `lengths[k]` values.
     PerKey(Arc<[u32]>),
+    /// Named tables: a key's table (its top bits) gives its length (`tables.rs`).
+    PerTable(Tables),
 }
 
 /// Why a key space could not be built.
@@ -60,6 +67,34 @@ pub enum KeySpaceError {
     /// The admission or eviction policy is invalid.
     #[error(transparent)]
     Dynamic(#[from] DynamicError),
+    /// Two tables share a name.
+    #[error("two tables are named {0:?}; table names must be unique")]
+    DuplicateTable(String),
+    /// A table's settings are invalid.
+    #[error("table {table:?}: {reason}")]
+    BadTable {
+        /// The table.
+        table: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// More tables than keys have bits for.
+    #[error("{count} tables exceed the supported maximum of {max}")]
+    TooManyTables {
+        /// Requested table count.
+        count: usize,
+        /// Largest supported count.
+        max: usize,
+    },
+    /// A table's keys sit in its own top-bits region: homes by range would put each whole
+    /// table on one node.
+    #[error(
+        "named tables need homes by hash (allocation static-hash, or dynamic with home = hash)"
+    )]
+    TablesNeedHashHomes,
+    /// Tables carry their own optimizers, layouts, initializers and policies.
+    #[error("a space of named tables takes its {0} from each table, not from the node")]
+    TablesOwn(&'static str),
 }
 
 /// The hidden part of a key's record: `per_value × len + per_key` values after the `len`
@@ -139,6 +174,90 @@ impl KeySpace {
         })
     }
 
+    /// A space of named tables (see `tables.rs`): sparse keys whose table, in their top bits,
+    /// gives their length, layout, initializer, optimizer and admission policy.
+    pub fn tables(tables: Tables) -> Self {
+        Self {
+            num_keys: u64::MAX,
+            sparse: true,
+            lengths: ValueLengths::PerTable(tables),
+            offsets: None,
+            layout: RecordLayout::default(),
+            optimizer: None,
+            initializer: Initializer::Zeros,
+            dynamic: None,
+        }
+    }
+
+    /// The named tables of this space, if it has them.
+    #[inline]
+    pub fn named_tables(&self) -> Option<&Tables> {
+        match &self.lengths {
+            ValueLengths::PerTable(tables) => Some(tables),
+            _ => None,
+        }
+    }
+
+    /// The table of `key` in a space of named tables (`key` in range).
+    #[inline]
+    fn table(&self, key: Key) -> Option<&Table> {
+        self.named_tables().and_then(|t| t.of(key))
+    }
+
+    /// The optimizer that steps `key`'s record (its table's, or the space's).
+    #[inline]
+    pub fn optimizer_for(&self, key: Key) -> Option<&Optimizer> {
+        match &self.lengths {
+            ValueLengths::PerTable(t) => t.of(key).and_then(Table::optimizer),
+            _ => self.optimizer.as_ref(),
+        }
+    }
+
+    /// Whether some key has an optimizer (a table's, or the space's).
+    pub fn any_optimizer(&self) -> bool {
+        match &self.lengths {
+            ValueLengths::PerTable(t) => t.all().iter().any(|t| t.optimizer().is_some()),
+            _ => self.optimizer.is_some(),
+        }
+    }
+
+    /// How `key`'s new row is filled.
+    #[inline]
+    pub fn initializer_for(&self, key: Key) -> &Initializer {
+        self.table(key)
+            .map_or(&self.initializer, |t| t.initializer())
+    }
+
+    /// The admission and eviction policy of `key`'s row.
+    #[inline]
+    pub fn dynamic_for(&self, key: Key) -> Option<&DynamicPolicy> {
+        match &self.lengths {
+            ValueLengths::PerTable(t) => t.of(key).and_then(Table::dynamic),
+            _ => self.dynamic.as_ref(),
+        }
+    }
+
+    /// Whether some key may be admitted or evicted (a table's policy, or the space's).
+    pub fn any_dynamic(&self) -> bool {
+        self.dynamic_policies().next().is_some()
+    }
+
+    /// Every admission and eviction policy of the space (its tables', or its own).
+    pub fn dynamic_policies(&self) -> impl Iterator<Item = &DynamicPolicy> {
+        let (own, tables) = match &self.lengths {
+            ValueLengths::PerTable(t) => (None, t.all()),
+            _ => (self.dynamic.as_ref(), &[][..]),
+        };
+        own.into_iter()
+            .chain(tables.iter().filter_map(Table::dynamic))
+    }
+
+    /// The layout of `key`'s record.
+    #[inline]
+    pub fn layout_for(&self, key: Key) -> RecordLayout {
+        self.table(key).map_or(self.layout, Table::layout)
+    }
+
     /// This space with records laid out as `layout` (hidden state after the visible values).
     pub fn with_layout(mut self, layout: RecordLayout) -> Self {
         self.layout = layout;
@@ -189,7 +308,7 @@ impl KeySpace {
 
     /// Row `key`'s initial record: the initializer's visible values, zero hidden state.
     pub fn initial_record(&self, key: Key) -> Vec<f32> {
-        self.initializer
+        self.initializer_for(key)
             .record(key, self.len(key), self.record_len(key))
     }
 
@@ -230,6 +349,7 @@ impl KeySpace {
         match lengths {
             ValueLengths::Uniform(len) => Self::uniform(num_keys, len),
             ValueLengths::PerKey(lens) => Self::per_key(lens.to_vec()),
+            ValueLengths::PerTable(tables) => Ok(Self::tables(tables)),
         }
     }
 
@@ -260,7 +380,10 @@ impl KeySpace {
     /// Whether `key` is a key of this space.
     #[inline]
     pub fn contains(&self, key: Key) -> bool {
-        self.sparse || key < self.num_keys
+        match &self.lengths {
+            ValueLengths::PerTable(t) => t.contains(key),
+            _ => self.sparse || key < self.num_keys,
+        }
     }
 
     /// The layout of the keys' records.
@@ -271,7 +394,10 @@ impl KeySpace {
     /// Length of `key`'s whole record (visible values and hidden state).
     #[inline]
     pub fn record_len(&self, key: Key) -> usize {
-        self.layout.record_len(self.len(key))
+        match &self.lengths {
+            ValueLengths::PerTable(t) => t.of_valid(key).record_len(),
+            _ => self.layout.record_len(self.len(key)),
+        }
     }
 
     /// The lengths description.
@@ -283,7 +409,7 @@ impl KeySpace {
     pub fn uniform_len(&self) -> Option<usize> {
         match self.lengths {
             ValueLengths::Uniform(len) => Some(len as usize),
-            ValueLengths::PerKey(_) => None,
+            ValueLengths::PerKey(_) | ValueLengths::PerTable(_) => None,
         }
     }
 
@@ -293,6 +419,7 @@ impl KeySpace {
         match &self.lengths {
             ValueLengths::Uniform(len) => *len as usize,
             ValueLengths::PerKey(lens) => lens[key as usize] as usize,
+            ValueLengths::PerTable(t) => t.of_valid(key).dim(),
         }
     }
 
@@ -303,6 +430,7 @@ impl KeySpace {
             (ValueLengths::Uniform(len), _) => key * u64::from(*len),
             (ValueLengths::PerKey(_), Some(offsets)) => offsets[key as usize],
             (ValueLengths::PerKey(_), None) => unreachable!("per-key spaces always have offsets"),
+            (ValueLengths::PerTable(_), _) => unreachable!("tables are sparse: no global offsets"),
         }
     }
 
@@ -327,42 +455,51 @@ impl KeySpace {
     /// Validates a batch: every key in range, and `buf_len` equal to the sum of their lengths.
     /// Returns that sum.
     pub fn check_batch(&self, keys: &[Key], buf_len: usize) -> Result<usize, AccessError> {
-        let mut expected = 0usize;
-        match &self.lengths {
-            ValueLengths::Uniform(len) => {
-                // `max` vectorises; the culprit is only searched for when there is one.
-                if !self.sparse
-                    && keys
-                        .iter()
-                        .copied()
-                        .max()
-                        .is_some_and(|k| k >= self.num_keys)
-                {
-                    let key = keys
-                        .iter()
-                        .copied()
-                        .find(|&k| k >= self.num_keys)
-                        .unwrap_or(0);
-                    return Err(AccessError::KeyOutOfRange {
-                        key,
-                        num_keys: self.num_keys,
-                    });
-                }
-                expected = keys.len() * *len as usize;
+        // The uniform case first and alone: it is every push's check on the fast path.
+        let expected = if let ValueLengths::Uniform(len) = &self.lengths {
+            // `max` vectorises; the culprit is only searched for when there is one.
+            if !self.sparse
+                && keys
+                    .iter()
+                    .copied()
+                    .max()
+                    .is_some_and(|k| k >= self.num_keys)
+            {
+                let key = keys
+                    .iter()
+                    .copied()
+                    .find(|&k| k >= self.num_keys)
+                    .unwrap_or(0);
+                return Err(AccessError::KeyOutOfRange {
+                    key,
+                    num_keys: self.num_keys,
+                });
             }
-            ValueLengths::PerKey(lens) => {
-                for &key in keys {
-                    self.check_key(key)?;
-                    expected += lens[key as usize] as usize;
-                }
-            }
-        }
+            keys.len() * *len as usize
+        } else {
+            self.per_key_batch_len(keys)?
+        };
         if expected != buf_len {
             return Err(AccessError::LengthMismatch {
                 keys: keys.len(),
                 expected,
                 actual: buf_len,
             });
+        }
+        Ok(expected)
+    }
+
+    /// [`KeySpace::check_batch`]'s sum of lengths for per-key and per-table lengths.
+    #[inline(never)]
+    fn per_key_batch_len(&self, keys: &[Key]) -> Result<usize, AccessError> {
+        let mut expected = 0usize;
+        for &key in keys {
+            self.check_key(key)?;
+            expected += match &self.lengths {
+                ValueLengths::PerKey(lens) => lens[key as usize] as usize,
+                ValueLengths::PerTable(t) => t.of_valid(key).dim(),
+                ValueLengths::Uniform(len) => *len as usize,
+            };
         }
         Ok(expected)
     }

@@ -68,6 +68,7 @@ mod serve;
 pub mod share;
 pub mod stats;
 pub mod store;
+pub mod tables;
 pub mod trace;
 pub mod warning;
 pub mod wire;
@@ -95,4 +96,5 @@ pub use sampling::{
 };
 pub use share::IntentTechniques;
 pub use store::{Holding, Residency, Store, Sweep, UpdateMode, Visit};
+pub use tables::{Table, TableError, TableKind, TableSpec, Tables};
 pub use warning::Warning;

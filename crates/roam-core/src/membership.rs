@@ -174,6 +174,13 @@ fn fingerprint(cfg: &NodeConfig) -> u64 {
             h = mix64(h ^ (space.len(key) as u64) << 20 ^ space.record_len(key) as u64);
         }
     }
+    // Named tables: every table's name and lengths (the probes above see table 0 only).
+    for table in space.named_tables().map_or(&[][..], |t| t.all()) {
+        for byte in table.name().bytes() {
+            h = mix64(h ^ u64::from(byte));
+        }
+        h = mix64(h ^ (table.dim() as u64) << 20 ^ table.record_len() as u64);
+    }
     let policy = match cfg.policy {
         PolicyKind::Static => 1,
         PolicyKind::Lapse { location_caches } => 2 + u64::from(location_caches),

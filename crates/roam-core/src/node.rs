@@ -433,7 +433,7 @@ impl Node {
             balance: Balance::new(cfg.balancer.filter(|_| cfg.load.is_some())),
             membership: Membership::default(),
             trace: None,
-            dynamic: crate::dynamic::DynamicState::new(cfg.space.dynamic()),
+            dynamic: crate::dynamic::DynamicState::new(cfg.space.dynamic_policies()),
             samplers: Arc::new(samplers),
             cfg,
         }
@@ -535,7 +535,7 @@ impl Node {
             // Under a row budget, room first (a relocation or share creating the row has not
             // asked admission; if nothing can be evicted, the row is made anyway: see
             // `dynamic.rs`).
-            self.make_room_for_one();
+            self.make_room_for_one(key);
             self.store.insert(key, &self.cfg.space.initial_record(key));
             add(&self.counters.keys_created, 1);
             return Residency::Local;

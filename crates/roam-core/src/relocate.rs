@@ -458,7 +458,7 @@ impl Node {
                 &self.counters.relocation_wait_ns,
                 now.0.saturating_sub(transit.since.0),
             );
-            let optimizer = self.cfg.space.optimizer().copied();
+            let optimizer = self.cfg.space.optimizer_for(key).copied();
             for queued in transit.queue {
                 match queued {
                     Queued::LocalPull { op, pos } => {

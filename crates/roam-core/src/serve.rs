@@ -57,6 +57,20 @@ impl Node {
             return Ok(());
         }
         let first = request.keys.first().copied().unwrap_or(0);
+        // Named tables: every key's table needs an optimizer (a table without one refuses).
+        if self.cfg.space.named_tables().is_some() {
+            let space = &self.cfg.space;
+            return match request
+                .keys
+                .iter()
+                .find(|&&k| match space.optimizer_for(k) {
+                    None => true,
+                    Some(opt) => !opt.is_linear() && self.replicas.contains(k),
+                }) {
+                Some(&key) => Err(key),
+                None => Ok(()),
+            };
+        }
         match self.cfg.space.optimizer() {
             None => Err(first),
             Some(opt) if !opt.is_linear() => {
@@ -160,7 +174,7 @@ impl Node {
                 if is_pull {
                     let start = answered.values.len();
                     answered.values.resize(start + len, 0.0);
-                    (self.cfg.space.initializer()).fill(key, &mut answered.values[start..]);
+                    (self.cfg.space.initializer_for(key)).fill(key, &mut answered.values[start..]);
                     answered.keys.push(key);
                     answered.positions.push(pos);
                 } else {

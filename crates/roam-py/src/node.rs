@@ -37,6 +37,42 @@ pub(crate) struct NodeShared {
 }
 
 impl NodeShared {
+    /// The keys of `ids` in table `table` and its dimension (`table` `None`: the ids are the
+    /// keys). An unknown table or an id out of its range raises `AccessError` by name.
+    pub(crate) fn table_keys(
+        &self,
+        table: Option<&str>,
+        ids: crate::buffers::Keys,
+    ) -> PyResult<(crate::buffers::Keys, Option<roam::Table>)> {
+        let Some(name) = table else {
+            return Ok((ids, None));
+        };
+        let table = self
+            .space
+            .named_tables()
+            .ok_or(roam::TableError::NoTables)
+            .and_then(|t| t.by_name(name).cloned())
+            .map_err(|err| errors::access_error_msg(err.to_string()))?;
+        let keys = ids
+            .as_slice()
+            .iter()
+            .map(|&id| table.key(id))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| errors::access_error_msg(err.to_string()))?;
+        let signed = ids.signed();
+        Ok((crate::buffers::Keys::Owned { keys, signed }, Some(table)))
+    }
+
+    /// The named tables and their dimensions, in key order.
+    pub(crate) fn table_dims(&self) -> Vec<(String, usize)> {
+        self.space.named_tables().map_or(Vec::new(), |t| {
+            t.all()
+                .iter()
+                .map(|t| (t.name().to_owned(), t.dim()))
+                .collect()
+        })
+    }
+
     pub(crate) fn value_len(&self, key: u64) -> PyResult<usize> {
         self.space
             .check_key(key)
@@ -277,6 +313,7 @@ impl PyNode {
         metrics_hold_scrapes = None,
         initializer = None,
         dynamic = None,
+        tables = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -313,19 +350,41 @@ impl PyNode {
         metrics_hold_scrapes: Option<u64>,
         initializer: Option<&Bound<'_, PyAny>>,
         dynamic: Option<&Bound<'_, PyAny>>,
+        tables: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        // A dynamic key space is a sparse one (any u64 id).
+        let tables = tables.filter(|t| !t.is_none());
+        if tables.is_some() {
+            let node_wide = [
+                ("num_keys", num_keys.is_some()),
+                ("value_lengths", value_lengths.is_some_and(|v| !v.is_none())),
+                ("sparse_keys", sparse_keys),
+                ("optimizer", optimizer.is_some_and(|v| !v.is_none())),
+                ("initializer", initializer.is_some_and(|v| !v.is_none())),
+                ("dynamic", dynamic.is_some_and(|v| !v.is_none())),
+            ];
+            if let Some((what, _)) = node_wide.iter().find(|(_, set)| *set) {
+                return Err(PyValueError::new_err(format!(
+                    "with tables, each table takes its own settings: leave out {what}"
+                )));
+            }
+        }
+        // A dynamic key space is a sparse one (any u64 id); so are named tables.
         let sparse_keys = sparse_keys || dynamic.is_some_and(|d| !d.is_none());
-        let mut cfg = if sparse_keys {
+        let mut cfg = if let Some(tables) = tables {
+            Config::tables(crate::tables::tables_config(tables)?)
+        } else if sparse_keys {
             sparse_config(num_keys, value_lengths)?
         } else {
             match self::value_lengths(num_keys, value_lengths)? {
                 (num_keys, ValueLengths::Uniform(len)) => Config::new(num_keys, len),
                 (_, ValueLengths::PerKey(lens)) => Config::per_key(lens.to_vec()),
+                (_, ValueLengths::PerTable(tables)) => {
+                    Config::tables(tables.all().iter().map(|t| t.spec().clone()).collect())
+                }
             }
         };
         // Sparse ids are rarely uniform over their range: hash homes unless asked otherwise.
-        let (default_allocation, default_home) = if sparse_keys {
+        let (default_allocation, default_home) = if sparse_keys || tables.is_some() {
             ("static-hash", "hash")
         } else {
             ("static-range", "range")
@@ -466,6 +525,13 @@ impl PyNode {
     #[getter]
     fn value_length(&self) -> Option<usize> {
         self.shared.space.uniform_len()
+    }
+
+    /// The named tables (`Node(tables=...)`) and their dimensions, in key order; empty
+    /// without tables.
+    #[getter]
+    fn tables(&self) -> Vec<(String, usize)> {
+        self.shared.table_dims()
     }
 
     /// The allocation mode: `"static-range"`, `"static-hash"` or `"dynamic"`.

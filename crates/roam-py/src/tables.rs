@@ -9,13 +9,20 @@
 //!   "sketch_width": W}` or `{"kind": "probability", "p": p, "seed": s}`), `"max_rows"` (rows
 //!   per node) and `"ttl"` (seconds). It implies sparse keys.
 //!
+//! - `tables`: a dict of named tables, `{name: {"dim": D, "num_ids": N, "optimizer": ...,
+//!   "initializer": ..., "dynamic": ...}}` in key order (a checkpoint restores only into the
+//!   same tables in the same order). A table with `"dynamic"` (a policy dict as above, or
+//!   `True` for the default: every id admitted, nothing evicted) takes any id below 2^56;
+//!   otherwise `"num_ids"` is required and ids are `0..num_ids`. `"optimizer"` takes the
+//!   forms of `Node(optimizer=...)`.
+//!
 //! Everything is validated before the node starts: a bad name, key or value raises `ValueError`
 //! (or `TypeError` for a wrong type) naming it.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
-use roam::{Admission, DynamicPolicy, Initializer};
+use roam::{Admission, DynamicPolicy, Initializer, TableKind, TableSpec};
 
 /// A dict's entries, refusing keys outside `allowed` (named in the error with `what`).
 fn entries<'py>(
@@ -197,4 +204,79 @@ fn admission_config(obj: &Bound<'_, PyAny>) -> PyResult<Admission> {
             "unknown admission kind {other:?}: expected all, count or probability"
         ))),
     }
+}
+
+/// The named tables `obj` describes (see the module docs), in the dict's order.
+pub(crate) fn tables_config(obj: &Bound<'_, PyAny>) -> PyResult<Vec<TableSpec>> {
+    let Ok(dict) = obj.cast::<PyDict>() else {
+        return Err(PyTypeError::new_err(
+            "tables must be a dict of table name to a dict ({\"user\": {\"dim\": 16, \
+             \"num_ids\": 1000}})",
+        ));
+    };
+    let mut specs = Vec::new();
+    for (name, table) in dict.iter() {
+        let name: String = name
+            .extract()
+            .map_err(|_| PyTypeError::new_err("table names must be strings"))?;
+        let Ok(table) = table.cast::<PyDict>() else {
+            return Err(PyTypeError::new_err(format!(
+                "table {name:?} must be a dict ({{\"dim\": 16, \"num_ids\": 1000}})"
+            )));
+        };
+        let what = format!("table {name:?}");
+        let allowed = ["dim", "num_ids", "optimizer", "initializer", "dynamic"];
+        let mut spec = TableSpec::dense(name.clone(), 0, 0);
+        let (mut dim, mut num_ids, mut dynamic) = (None, None, None);
+        for (key, value) in entries(table, &what, &allowed)? {
+            let at = |e: PyErr| {
+                let py = obj.py();
+                let msg = format!("{what}: {}", e.value(py));
+                if e.is_instance_of::<PyTypeError>(py) {
+                    PyTypeError::new_err(msg)
+                } else {
+                    PyValueError::new_err(msg)
+                }
+            };
+            match key.as_str() {
+                "dim" => dim = Some(number::<u32>(&format!("{what} \"dim\""), &value)?),
+                "num_ids" => num_ids = Some(number::<u64>(&format!("{what} \"num_ids\""), &value)?),
+                "optimizer" if !value.is_none() => {
+                    spec.optimizer = Some(crate::optimizer::optimizer_config(&value).map_err(at)?)
+                }
+                "initializer" if !value.is_none() => {
+                    spec.initializer = initializer_config(&value).map_err(at)?
+                }
+                "dynamic" if !value.is_none() => {
+                    dynamic = if value.extract::<bool>().ok() == Some(true) {
+                        Some(DynamicPolicy::default())
+                    } else if value.extract::<bool>().ok() == Some(false) {
+                        None
+                    } else {
+                        Some(dynamic_config(&value).map_err(at)?)
+                    }
+                }
+                _ => {}
+            }
+        }
+        spec.dim = dim.ok_or_else(|| PyValueError::new_err(format!("{what} needs a \"dim\"")))?;
+        spec.kind = match (dynamic, num_ids) {
+            (Some(policy), None) => TableKind::Dynamic(policy),
+            (Some(_), Some(_)) => {
+                return Err(PyValueError::new_err(format!(
+                    "{what}: a dynamic table takes any id; leave out \"num_ids\""
+                )));
+            }
+            (None, Some(num_ids)) => TableKind::Dense { num_ids },
+            (None, None) => {
+                return Err(PyValueError::new_err(format!(
+                    "{what} needs \"num_ids\" (ids 0..num_ids), or \"dynamic\" for any id"
+                )));
+            }
+        };
+        specs.push(spec);
+    }
+    // Names, dimensions and the rest are checked here, by name, before the node starts.
+    roam::Tables::new(specs.clone()).map_err(|err| PyValueError::new_err(err.to_string()))?;
+    Ok(specs)
 }

@@ -122,8 +122,17 @@ impl PyWorker {
         keys: &Bound<'_, PyAny>,
         vals: &Bound<'_, PyAny>,
         mode: UpdateMode,
+        table: Option<&str>,
     ) -> PyResult<PyTicket> {
-        let keys = Keys::get(keys)?;
+        let (keys, table) = self.cell.node.table_keys(table, Keys::get(keys)?)?;
+        if mode == UpdateMode::Gradient
+            && let Some(table) = table.as_ref().filter(|t| t.optimizer().is_none())
+        {
+            return Err(errors::access_error_msg(format!(
+                "table {:?} has no optimizer; push_gradients needs one",
+                table.name()
+            )));
+        }
         let name = if mode == UpdateMode::Gradient {
             "grads"
         } else {
@@ -158,9 +167,18 @@ fn allocate_out<'py>(
     py: Python<'py>,
     node: &NodeShared,
     keys: &Keys,
+    table: Option<&roam::Table>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let space = &node.space;
     let slice = keys.as_slice();
+    let np = numpy(py)?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", np.getattr("float32")?)?;
+    if let Some(table) = table {
+        // The ids were mapped and checked (`NodeShared::table_keys`).
+        let shape = PyTuple::new(py, [slice.len(), table.dim()])?;
+        return np.call_method("empty", (shape,), Some(&kwargs));
+    }
     if let Some(&key) = slice.iter().find(|&&k| !space.contains(k)) {
         let err = AccessError::KeyOutOfRange {
             key,
@@ -172,9 +190,6 @@ fn allocate_out<'py>(
         Some(len) => PyTuple::new(py, [slice.len(), len])?,
         None => PyTuple::new(py, [slice.iter().map(|&k| space.len(k)).sum::<usize>()])?,
     };
-    let np = numpy(py)?;
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("dtype", np.getattr("float32")?)?;
     np.call_method("empty", (shape,), Some(&kwargs))
 }
 
@@ -223,6 +238,12 @@ impl PyWorker {
         self.cell.node.space.uniform_len()
     }
 
+    /// The named tables and their dimensions, in key order (see `Node.tables`).
+    #[getter]
+    fn tables(&self) -> Vec<(String, usize)> {
+        self.cell.node.table_dims()
+    }
+
     /// The value length of `key`.
     fn value_len(&self, key: u64) -> PyResult<usize> {
         self.cell.node.value_len(key)
@@ -235,17 +256,20 @@ impl PyWorker {
     /// lengths: `(total,)`) is allocated. Local keys are copied before this returns, remote
     /// ones when the ticket is waited: `out` is complete once `wait(ticket)` returns it. Until
     /// then no other pull, push or set may use memory overlapping `out` (`ValueError`).
-    #[pyo3(signature = (keys, out=None))]
+    /// With `table`, `keys` are ids of that named table (`Node(tables=...)`) and a new array
+    /// has shape `(len(keys), dim)`.
+    #[pyo3(signature = (keys, out=None, *, table=None))]
     fn pull(
         &self,
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         out: Option<&Bound<'_, PyAny>>,
+        table: Option<&str>,
     ) -> PyResult<PyTicket> {
-        let keys = Keys::get(keys)?;
+        let (keys, table) = self.cell.node.table_keys(table, Keys::get(keys)?)?;
         let out_obj = match out {
             Some(out) => out.clone(),
-            None => allocate_out(py, &self.cell.node, &keys)?,
+            None => allocate_out(py, &self.cell.node, &keys, table.as_ref())?,
         };
         keys.check_unpinned()?;
         let buf = PinnedOut::new(F32Buffer::get(&out_obj, "out", true)?, &keys)?;
@@ -265,45 +289,60 @@ impl PyWorker {
     }
 
     /// Adds `vals` to the values of `keys` (an additive update, e.g. a gradient step); returns
-    /// a `Ticket`. `vals` may be reused as soon as this returns.
+    /// a `Ticket`. `vals` may be reused as soon as this returns. With `table`, `keys` are ids
+    /// of that named table.
+    #[pyo3(signature = (keys, vals, *, table=None))]
     fn push(
         &self,
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         vals: &Bound<'_, PyAny>,
+        table: Option<&str>,
     ) -> PyResult<PyTicket> {
-        self.update(py, keys, vals, UpdateMode::Add)
+        self.update(py, keys, vals, UpdateMode::Add, table)
     }
 
     /// Applies `grads` (a float32 buffer, the keys' gradients concatenated) to `keys` with the
     /// node's optimizer (`Node(optimizer=...)`), where each key's row lives; returns a
     /// `Ticket`. The optimizer's state stays hidden in the rows: pulls never return it.
     /// Raises `roam.AccessError` (a `ValueError`) without an optimizer. `grads` may be reused
-    /// as soon as this returns.
+    /// as soon as this returns. With `table`, `keys` are ids of that named table, stepped by
+    /// its optimizer.
+    #[pyo3(signature = (keys, grads, *, table=None))]
     fn push_gradients(
         &self,
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         grads: &Bound<'_, PyAny>,
+        table: Option<&str>,
     ) -> PyResult<PyTicket> {
-        self.update(py, keys, grads, UpdateMode::Gradient)
+        self.update(py, keys, grads, UpdateMode::Gradient, table)
     }
 
     /// Overwrites the values of `keys` with `vals`; returns a `Ticket`. `vals` may be reused as
-    /// soon as this returns.
+    /// soon as this returns. With `table`, `keys` are ids of that named table.
+    #[pyo3(signature = (keys, vals, *, table=None))]
     fn set(
         &self,
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         vals: &Bound<'_, PyAny>,
+        table: Option<&str>,
     ) -> PyResult<PyTicket> {
-        self.update(py, keys, vals, UpdateMode::Set)
+        self.update(py, keys, vals, UpdateMode::Set, table)
     }
 
     /// Moves `keys` to this node (dynamic allocation; a no-op otherwise); returns a `Ticket`
     /// that completes once all of them have arrived. Accesses stay correct while they move.
-    fn localize(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<PyTicket> {
-        let keys = Keys::get(keys)?;
+    /// With `table`, `keys` are ids of that named table.
+    #[pyo3(signature = (keys, *, table=None))]
+    fn localize(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        table: Option<&str>,
+    ) -> PyResult<PyTicket> {
+        let (keys, _) = self.cell.node.table_keys(table, Keys::get(keys)?)?;
         keys.check_unpinned()?;
         let keys = &keys;
         let op = self.cell.issue(py, keys.signed(), move |worker, _| {

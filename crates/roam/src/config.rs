@@ -9,7 +9,7 @@ use roam_core::wire::Limits;
 use roam_core::{
     Balancer, DynamicPolicy, Initializer, IntentTechniques, IntentTiming, Key, KeySpace,
     KeySpaceError, LoadWatch, Optimizer, Partitioning, RecordLayout, SamplerId, SamplerSpec,
-    ValueLengths,
+    TableSpec, Tables, ValueLengths,
 };
 
 use crate::cluster_env::{self, ClusterOverrides};
@@ -83,6 +83,12 @@ pub struct Config {
     /// Admission and eviction of a sparse key space's rows (see [`Config::dynamic`] and
     /// `docs/embeddings.md`); `None`: every id gets a row on first use and keeps it.
     pub dynamic: Option<DynamicPolicy>,
+    /// Named tables (see [`Config::tables`] and `docs/embeddings.md`): when not empty, the
+    /// node's key space is these tables, each with its own dimension, initializer, optimizer
+    /// and kind, and `num_keys`, `value_lengths`, `sparse_keys`, `record_layout`,
+    /// `optimizer`, `initializer` and `dynamic` must stay at their defaults. Address them with
+    /// [`crate::Worker::table`].
+    pub tables: Vec<TableSpec>,
     /// Worker threads per node; `None` reads `ROAM_WORKERS_PER_NODE`, else 1.
     pub workers_per_node: Option<u32>,
     /// Key placement.
@@ -267,12 +273,25 @@ impl Config {
         cfg
     }
 
+    /// A configuration for named tables (see [`Config::tables`]), homes by hash.
+    pub fn tables(tables: Vec<TableSpec>) -> Self {
+        let mut cfg = Self::sparse(1);
+        cfg.sparse_keys = false;
+        cfg.tables = tables;
+        cfg
+    }
+
     /// The key space this configuration describes.
     pub fn key_space(&self) -> Result<KeySpace, KeySpaceError> {
+        if !self.tables.is_empty() {
+            return self.tables_space();
+        }
         let space = if self.sparse_keys {
             match self.value_lengths {
                 ValueLengths::Uniform(len) => KeySpace::sparse(len)?,
-                ValueLengths::PerKey(_) => return Err(KeySpaceError::SparsePerKey),
+                ValueLengths::PerKey(_) | ValueLengths::PerTable(_) => {
+                    return Err(KeySpaceError::SparsePerKey);
+                }
             }
         } else {
             KeySpace::new(self.num_keys, self.value_lengths.clone())?
@@ -290,6 +309,27 @@ impl Config {
         })
     }
 
+    /// [`Config::key_space`] of named tables: the node-wide row settings must be unset.
+    fn tables_space(&self) -> Result<KeySpace, KeySpaceError> {
+        let own = [
+            ("optimizer", self.optimizer.is_some()),
+            ("initializer", self.initializer != Initializer::Zeros),
+            ("dynamic policy", self.dynamic.is_some()),
+            (
+                "record layout",
+                self.record_layout != RecordLayout::default(),
+            ),
+            ("sparse keys", self.sparse_keys),
+        ];
+        if let Some((what, _)) = own.iter().find(|(_, set)| *set) {
+            return Err(KeySpaceError::TablesOwn(what));
+        }
+        if self.partitioning() != Partitioning::Hash {
+            return Err(KeySpaceError::TablesNeedHashHomes);
+        }
+        Ok(KeySpace::tables(Tables::new(self.tables.clone())?))
+    }
+
     fn with_lengths(num_keys: u64, value_lengths: ValueLengths) -> Self {
         Self {
             num_keys,
@@ -299,6 +339,7 @@ impl Config {
             optimizer: None,
             initializer: Initializer::Zeros,
             dynamic: None,
+            tables: Vec::new(),
             workers_per_node: None,
             allocation: Allocation::StaticRange,
             home: Partitioning::Range,

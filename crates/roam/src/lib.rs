@@ -62,6 +62,7 @@ mod slot;
 pub mod slow_node;
 pub mod slowing;
 pub mod stats;
+mod table;
 mod transport;
 mod worker;
 
@@ -73,11 +74,13 @@ pub use roam_core::{
 };
 pub use roam_core::{
     Admission, DynamicError, DynamicPolicy, Initializer, InitializerError, KeySpace, NodeId,
-    Optimizer, OptimizerError, Partitioning, RecordLayout,
+    Optimizer, OptimizerError, Partitioning, RecordLayout, Table, TableError, TableKind, TableSpec,
+    Tables,
 };
 pub use roam_core::{
     Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support,
 };
 pub use runtime::NodeHandle;
 pub use stats::NodeStats;
+pub use table::{TableAccessError, TableHandle};
 pub use worker::{PendingPull, Ticket, Worker};

@@ -100,10 +100,10 @@ impl Store {
                 .iter()
                 .map(|v| f32::from_bits(v.load(Ordering::Relaxed))),
         );
-        self.area(s).free((s & SLOT_MASK) as u32);
+        self.area(key, s).free((s & SLOT_MASK) as u32);
         let kept = s & KEPT & !(REFERENCED | AGED);
         state.store(bumped(kept) | GONE, Ordering::Release);
-        self.owned.fetch_sub(1, Ordering::Relaxed);
+        self.count_owned(key, -1);
         true
     }
 }

@@ -21,7 +21,7 @@ impl Store {
     /// way the optimizer can step (see the module docs); false otherwise.
     #[inline]
     pub(super) fn step_local(&self, key: Key, state: &AtomicU64, g: &[f32]) -> bool {
-        self.space.optimizer().is_some_and(|opt| {
+        self.space.optimizer_for(key).is_some_and(|opt| {
             latched_as(state, grad_accept(opt), |s| {
                 // SAFETY: latched and held.
                 let record = unsafe { self.record(key, s) };

@@ -25,6 +25,10 @@
 //!  bits 0-31  slot      where the record is, meaningful only while LOCAL or REPLICA
 //! ```
 //!
+//! A space of named tables (`tables.rs`) has one pair of areas (owned, replicas) per table, of
+//! that table's record length; a key's table (its top bits) picks the pair on the per-key
+//! paths, which are the only ones such a space uses (its lengths are not uniform).
+//!
 //! A record is the key's visible values followed by its hidden state (`RecordLayout`): pulls copy
 //! the visible part, pushes combine into it, relocation moves the whole record. A replica's
 //! record is its value followed by its *synced base*, the value as of the last synchronisation:
@@ -179,8 +183,14 @@ pub enum Holding {
 pub struct Store {
     space: KeySpace,
     index: Index,
-    /// The owned records' area, then the replicas'.
+    /// The owned records' area, then the replicas' (a space of named tables: unused).
     areas: [Area; 2],
+    /// A space of named tables: each table's owned-record and replica areas, by table index
+    /// (records of one table share a length); empty otherwise. Only the per-key paths use
+    /// them: the batch paths serve uniform spaces, whose records are all in `areas`.
+    by_table: Box<[[Area; 2]]>,
+    /// A space of named tables: the keys of each table owned here (the row budgets').
+    owned_by_table: Box<[AtomicU64]>,
     /// The uniform visible length, or 0 with per-key lengths.
     uniform_len: usize,
     /// Whether pulls read without the latch (a sequence lock; see the module docs). Chosen
@@ -211,7 +221,20 @@ impl Store {
     /// An empty store for `space` (no key local).
     pub fn new(space: KeySpace) -> Self {
         let layout = space.layout();
+        let clocked = space
+            .dynamic_policies()
+            .any(|p| p.max_rows.is_some() || p.ttl_ns.is_some());
+        let mut by_table = Vec::new();
         let (values, replicas) = match space.lengths() {
+            ValueLengths::PerTable(tables) => {
+                for table in tables.all() {
+                    by_table.push([
+                        Area::uniform(table.record_len()),
+                        Area::uniform(2 * table.dim()),
+                    ]);
+                }
+                (Area::uniform(1), Area::uniform(1))
+            }
             ValueLengths::Uniform(len) => {
                 let len = *len as usize;
                 (
@@ -235,10 +258,10 @@ impl Store {
                 Index::dense(space.num_keys() as usize)
             },
             areas: [values, replicas],
+            owned_by_table: by_table.iter().map(|_| AtomicU64::new(0)).collect(),
+            by_table: by_table.into(),
             uniform_len: space.uniform_len().unwrap_or(0),
-            clocked: space
-                .dynamic()
-                .is_some_and(|p| p.max_rows.is_some() || p.ttl_ns.is_some()),
+            clocked,
             optimistic: space
                 .uniform_len()
                 .is_some_and(|len| len <= MAX_OPTIMISTIC_LEN),
@@ -370,12 +393,18 @@ impl Store {
         !self.optimistic
     }
 
+    /// The area that holds `key`'s record under word (or flag) `s`.
     #[inline(always)]
-    fn area(&self, s: u64) -> &Area {
-        if s & REPLICA == 0 {
-            &self.areas[0]
+    fn area(&self, key: Key, s: u64) -> &Area {
+        let areas = if self.by_table.is_empty() {
+            &self.areas
         } else {
-            &self.areas[1]
+            &self.by_table[crate::tables::Tables::index_of(key)]
+        };
+        if s & REPLICA == 0 {
+            &areas[0]
+        } else {
+            &areas[1]
         }
     }
 
@@ -395,7 +424,7 @@ impl Store {
     #[inline(always)]
     unsafe fn record(&self, key: Key, s: u64) -> &[AtomicU32] {
         // SAFETY: held, so the slot was allocated for this key in this area.
-        unsafe { self.area(s).record(key, (s & SLOT_MASK) as u32) }
+        unsafe { self.area(key, s).record(key, (s & SLOT_MASK) as u32) }
     }
 
     /// Latches `state` whatever its flags; returns the word observed before latching.
@@ -494,7 +523,7 @@ impl Store {
             state.store(s, Ordering::Release);
             return false;
         }
-        let area = self.area(flag);
+        let area = self.area(key, flag);
         let slot = area.allocate(key);
         // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
         fill(unsafe { area.record(key, slot) });
@@ -502,7 +531,7 @@ impl Store {
         let kept = (s & KEPT & !(GONE | AGED)) | REFERENCED;
         state.store(bumped(kept) | flag | u64::from(slot), Ordering::Release);
         if flag == LOCAL {
-            self.owned.fetch_add(1, Ordering::Relaxed);
+            self.count_owned(key, 1);
         }
         true
     }
@@ -530,11 +559,11 @@ impl Store {
         // Plain (vectorised) copies where the store allows them: a relocation's sender spent
         // more time in this copy, element by element, than in anything else of the protocol.
         load_values::<0>(&mut out[start..], record, self.plain());
-        self.area(s).free((s & SLOT_MASK) as u32);
+        self.area(key, s).free((s & SLOT_MASK) as u32);
         // A key on its way here stays so (a replica dropped while its owned copy comes).
         state.store(bumped(s & (KEPT | TRANSIT)), Ordering::Release);
         if flag == LOCAL {
-            self.owned.fetch_sub(1, Ordering::Relaxed);
+            self.count_owned(key, -1);
         }
         true
     }
@@ -595,9 +624,39 @@ impl Store {
         self.owned.load(Ordering::Relaxed)
     }
 
+    /// Number of keys of table `table` owned here (a space of named tables; else 0).
+    pub fn count_local_in_table(&self, table: usize) -> u64 {
+        self.owned_by_table
+            .get(table)
+            .map_or(0, |n| n.load(Ordering::Relaxed))
+    }
+
+    /// Protocol only: counts a key `key` owned here more (`by` 1) or less (-1).
+    fn count_owned(&self, key: Key, by: i64) {
+        let update = |n: &AtomicU64| {
+            if by > 0 {
+                n.fetch_add(1, Ordering::Relaxed)
+            } else {
+                n.fetch_sub(1, Ordering::Relaxed)
+            }
+        };
+        update(&self.owned);
+        if let Some(n) = self
+            .owned_by_table
+            .get(crate::tables::Tables::index_of(key))
+        {
+            update(n);
+        }
+    }
+
     /// Bytes of records held in allocated chunks.
     pub fn allocated_bytes(&self) -> usize {
-        self.values().allocated_bytes() + self.replicas().allocated_bytes()
+        let tables = self.by_table.iter().flatten();
+        self.areas
+            .iter()
+            .chain(tables)
+            .map(Area::allocated_bytes)
+            .sum()
     }
 }
 

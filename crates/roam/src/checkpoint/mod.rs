@@ -31,7 +31,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use roam_core::{KeySpace, Optimizer, ValueLengths};
+use roam_core::{KeySpace, Optimizer, TableKind, ValueLengths};
 use serde::{Deserialize, Serialize};
 
 mod chunks;
@@ -83,6 +83,10 @@ pub struct Manifest {
     /// Absent in manifests written before it was recorded (then only the layout is checked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer: Option<OptimizerInfo>,
+    /// The named tables it was taken with, in key order (a table's index is in its keys' top
+    /// bits); empty for a one-space node. A restore needs the same tables, in the same order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<TableInfo>,
     /// The shards, by rank.
     pub shards: Vec<ShardInfo>,
     /// The application's own state at the checkpoint (e.g. a learning-rate schedule's), as
@@ -113,6 +117,7 @@ impl SpaceInfo {
     pub fn of(space: &KeySpace) -> Self {
         let (value_len, lengths_crc32) = match space.lengths() {
             ValueLengths::Uniform(len) => (Some(*len), None),
+            ValueLengths::PerTable(_) => (None, None),
             ValueLengths::PerKey(lengths) => {
                 let mut h = crc32fast::Hasher::new();
                 for len in lengths.iter() {
@@ -134,6 +139,77 @@ impl SpaceInfo {
             hidden_per_value: layout.hidden_per_value,
             hidden_per_key: layout.hidden_per_key,
         }
+    }
+}
+
+/// One named table of a checkpoint ([`Manifest::tables`]): what its records mean.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableInfo {
+    /// Its name.
+    pub name: String,
+    /// Visible values per row.
+    pub dim: u32,
+    /// `dense` or `dynamic`.
+    pub kind: String,
+    /// A dense table's id count (0 for a dynamic one).
+    pub num_ids: u64,
+    /// Hidden values per visible value (its optimizer's state).
+    pub hidden_per_value: u32,
+    /// Hidden values per row.
+    pub hidden_per_key: u32,
+    /// Its optimizer (only the kind must match on restore).
+    pub optimizer: OptimizerInfo,
+}
+
+impl TableInfo {
+    /// The tables of `space` (none for a one-space node).
+    pub fn of(space: &KeySpace) -> Vec<Self> {
+        let tables = space.named_tables().map_or(&[][..], |t| t.all());
+        tables
+            .iter()
+            .map(|t| {
+                let (kind, num_ids) = match t.spec().kind {
+                    TableKind::Dense { num_ids } => ("dense", num_ids),
+                    TableKind::Dynamic(_) => ("dynamic", 0),
+                };
+                Self {
+                    name: t.name().to_owned(),
+                    dim: t.dim() as u32,
+                    kind: kind.to_owned(),
+                    num_ids,
+                    hidden_per_value: t.layout().hidden_per_value,
+                    hidden_per_key: t.layout().hidden_per_key,
+                    optimizer: OptimizerInfo::of(t.optimizer()),
+                }
+            })
+            .collect()
+    }
+
+    /// Whether a checkpoint of table `self` restores into table `other` (the same rows; the
+    /// optimizer's hyper-parameters may change, not its kind).
+    pub fn fits(&self, other: &Self) -> bool {
+        (
+            self.dim,
+            self.num_ids,
+            self.hidden_per_value,
+            self.hidden_per_key,
+        ) == (
+            other.dim,
+            other.num_ids,
+            other.hidden_per_value,
+            other.hidden_per_key,
+        ) && (&self.name, &self.kind, &self.optimizer.kind)
+            == (&other.name, &other.kind, &other.optimizer.kind)
+    }
+
+    /// The table, for errors.
+    pub fn describe(&self) -> String {
+        let ids = if self.kind == "dense" {
+            format!("dense, {} ids", self.num_ids)
+        } else {
+            "dynamic".to_owned()
+        };
+        format!("dim {}, {ids}, optimizer {}", self.dim, self.optimizer)
     }
 }
 
@@ -333,6 +409,14 @@ pub enum RestoreError {
         expected: String,
         /// This node's optimizer.
         expected_optimizer: String,
+    },
+    /// The checkpoint's named tables differ from this node's (named in `reason`).
+    #[error("{path}: {reason}")]
+    Tables {
+        /// The manifest.
+        path: PathBuf,
+        /// Which table differs, and how.
+        reason: String,
     },
     /// A shard is missing, truncated, corrupt or inconsistent with the manifest.
     #[error("{path}: {reason}")]

@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::chunks::{ChunkReader, MAX_CHUNK, MIN_CHUNK};
 use super::{
     FORMAT, MANIFEST, MAX_HEADER, Manifest, OptimizerInfo, RestoreError, ShardInfo, SpaceInfo,
-    VERSION,
+    TableInfo, VERSION,
 };
 
 /// What a restore loaded.
@@ -64,6 +64,7 @@ fn shard_err(path: &Path, reason: impl Into<String>) -> RestoreError {
 /// layout (SGD and none have no state), so the layout is what decides whether the records fit.
 pub fn read_manifest(dir: &Path, space: &KeySpace) -> Result<Manifest, RestoreError> {
     let optimizer = OptimizerInfo::of(space.optimizer());
+    let tables = TableInfo::of(space);
     let space = &SpaceInfo::of(space);
     let path = dir.join(MANIFEST);
     let bad = |reason: String| RestoreError::Manifest {
@@ -91,6 +92,9 @@ pub fn read_manifest(dir: &Path, space: &KeySpace) -> Result<Manifest, RestoreEr
             "{} nodes but shards of ranks {ranks:?}",
             m.num_nodes
         )));
+    }
+    if let Some(reason) = tables_mismatch(&m.tables, &tables) {
+        return Err(RestoreError::Tables { path, reason });
     }
     if let Some(found) = m.optimizer.as_ref().filter(|o| o.kind != optimizer.kind) {
         return Err(RestoreError::Optimizer {
@@ -121,6 +125,55 @@ pub fn read_manifest(dir: &Path, space: &KeySpace) -> Result<Manifest, RestoreEr
         });
     }
     Ok(m)
+}
+
+/// Why a checkpoint of tables `found` does not restore into tables `expected`, naming the
+/// first table that differs; `None` if it does.
+fn tables_mismatch(found: &[TableInfo], expected: &[TableInfo]) -> Option<String> {
+    for (i, e) in expected.iter().enumerate() {
+        let Some(at) = found.iter().position(|f| f.name == e.name) else {
+            return Some(format!(
+                "table {:?} is not in the checkpoint (it has {})",
+                e.name,
+                names(found)
+            ));
+        };
+        let f = &found[at];
+        if !f.fits(e) {
+            return Some(format!(
+                "table {:?}: the checkpoint's is {}, this node's is {}",
+                e.name,
+                f.describe(),
+                e.describe()
+            ));
+        }
+        if at != i {
+            return Some(format!(
+                "table {:?} is table {at} in the checkpoint and table {i} here; declare the \
+                 tables in the checkpoint's order ({})",
+                e.name,
+                names(found)
+            ));
+        }
+    }
+    found
+        .iter()
+        .find(|f| !expected.iter().any(|e| e.name == f.name))
+        .map(|f| {
+            format!(
+                "the checkpoint has table {:?}, which this node does not (it has {})",
+                f.name,
+                names(expected)
+            )
+        })
+}
+
+fn names(tables: &[TableInfo]) -> String {
+    if tables.is_empty() {
+        return "no named tables".to_owned();
+    }
+    let names: Vec<String> = tables.iter().map(|t| format!("{:?}", t.name)).collect();
+    names.join(", ")
 }
 
 /// Checks one shard's size and header against the manifest (no data read).

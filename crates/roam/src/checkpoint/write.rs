@@ -22,8 +22,8 @@ use roam_core::{Key, KeySpace};
 
 use super::chunks::{ChunkHasher, chunk_bytes};
 use super::{
-    CheckpointError, FORMAT, MANIFEST, Manifest, OptimizerInfo, ShardInfo, SpaceInfo, VERSION,
-    io_at, shard_name,
+    CheckpointError, FORMAT, MANIFEST, Manifest, OptimizerInfo, ShardInfo, SpaceInfo, TableInfo,
+    VERSION, io_at, shard_name,
 };
 
 /// Bytes buffered per region before a positioned write.
@@ -340,6 +340,7 @@ pub(crate) fn finish_manifest(
         num_nodes: nodes,
         key_space: SpaceInfo::of(space),
         optimizer: Some(OptimizerInfo::of(space.optimizer())),
+        tables: TableInfo::of(space),
         shards,
         app,
     };

@@ -1,0 +1,331 @@
+//! Named tables over TCP (real nodes on loopback, issue #17): three tables of different
+//! dimensions, optimizers, initializers and kinds in one node configuration. Three nodes under
+//! dynamic allocation push gradients and pushes for their own rows while localizing random
+//! rows of every table, so records of several lengths move while they are stepped; every row
+//! ends exactly equal to its sequential reference. Then: bad input is refused by name, a
+//! checkpoint of two tables written by 2 nodes restores into 3, and a restore with a table
+//! changed fails naming it.
+
+mod common;
+
+use common::cluster;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use roam::{
+    Allocation, Config, DynamicPolicy, Initializer, Optimizer, TableAccessError, TableSpec,
+};
+
+const USERS: u64 = 60;
+const BIAS: u64 = 20;
+const ITEMS: u64 = 30;
+const ROUNDS: usize = 10;
+
+fn user_table() -> TableSpec {
+    TableSpec::dense("user", USERS, 4).with_optimizer(Optimizer::adam(0.05))
+}
+
+fn item_table(dim: u32) -> TableSpec {
+    TableSpec::dynamic("item", dim, DynamicPolicy::default())
+        .with_optimizer(Optimizer::adagrad(0.1))
+        .with_initializer(Initializer::Normal {
+            mean: 0.0,
+            std: 0.1,
+            seed: 5,
+        })
+}
+
+fn bias_table() -> TableSpec {
+    TableSpec::dense("bias", BIAS, 1).with_initializer(Initializer::Uniform {
+        low: -1.0,
+        high: 1.0,
+        seed: 9,
+    })
+}
+
+fn config(tables: Vec<TableSpec>) -> Config {
+    let mut cfg = Config::tables(tables);
+    cfg.allocation = Allocation::Dynamic;
+    cfg
+}
+
+/// The item ids: arbitrary 56-bit ids.
+fn item_id(i: u64) -> u64 {
+    i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 9
+}
+
+fn gradient(seed: u64, table: u64, id: u64, round: usize, dim: usize) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (table << 60) ^ (id << 8) ^ round as u64);
+    (0..dim).map(|_| rng.random_range(-2.0f32..2.0)).collect()
+}
+
+/// A row's visible values after `rounds` gradients from its initial record.
+fn reference(spec: &TableSpec, key: u64, seed: u64, t: u64, id: u64, rounds: usize) -> Vec<f32> {
+    let dim = spec.dim as usize;
+    let opt = spec.optimizer.unwrap();
+    let mut record = spec
+        .initializer
+        .record(key, dim, opt.layout().record_len(dim));
+    for round in 0..rounds {
+        let (w, state) = record.split_at_mut(dim);
+        opt.step(w, state, &gradient(seed, t, id, round, dim));
+    }
+    record.truncate(dim);
+    record
+}
+
+#[test]
+fn three_tables_over_tcp_with_relocations_end_exact() {
+    let seed = 23;
+    println!("seed {seed} (replay: this test with that seed)");
+    let nodes = cluster(3, || {
+        config(vec![user_table(), item_table(3), bias_table()])
+    });
+    let (user, item, bias) = (user_table(), item_table(3), bias_table());
+    std::thread::scope(|scope| {
+        for node in &nodes {
+            let (user, item, bias) = (&user, &item, &bias);
+            scope.spawn(move || {
+                let w = node.worker(0).unwrap();
+                let (users, items, biases) = (
+                    w.table("user").unwrap(),
+                    w.table("item").unwrap(),
+                    w.table("bias").unwrap(),
+                );
+                assert_eq!((users.dim(), items.dim(), biases.dim()), (4, 3, 1));
+                let rank = u64::from(node.rank());
+                let mut rng = ChaCha8Rng::seed_from_u64(seed + rank);
+                let my_users: Vec<u64> = (0..USERS).filter(|k| k % 3 == rank).collect();
+                let my_items: Vec<u64> =
+                    (0..ITEMS).filter(|k| k % 3 == rank).map(item_id).collect();
+                let my_bias: Vec<u64> = (0..BIAS).filter(|k| k % 3 == rank).collect();
+                for round in 0..ROUNDS {
+                    let u: Vec<u64> = (0..6).map(|_| rng.random_range(0..USERS)).collect();
+                    let i: Vec<u64> = (0..6)
+                        .map(|_| item_id(rng.random_range(0..ITEMS)))
+                        .collect();
+                    let b: Vec<u64> = (0..3).map(|_| rng.random_range(0..BIAS)).collect();
+                    users.localize(&u).unwrap().detach();
+                    items.localize(&i).unwrap().detach();
+                    biases.localize(&b).unwrap().detach();
+                    let g: Vec<f32> = my_users
+                        .iter()
+                        .flat_map(|&id| gradient(seed, 0, id, round, 4))
+                        .collect();
+                    users.push_gradients(&my_users, &g).unwrap().wait().unwrap();
+                    let g: Vec<f32> = my_items
+                        .iter()
+                        .flat_map(|&id| gradient(seed, 1, id, round, 3))
+                        .collect();
+                    items.push_gradients(&my_items, &g).unwrap().wait().unwrap();
+                    let ones = vec![1.0; my_bias.len()];
+                    biases.push(&my_bias, &ones).unwrap().wait().unwrap();
+                }
+                w.barrier().unwrap();
+                let all: Vec<u64> = (0..USERS).collect();
+                let mut out = vec![0.0; all.len() * 4];
+                users.pull(&all, &mut out).unwrap().wait().unwrap();
+                for (id, got) in out.chunks(4).enumerate() {
+                    let key = users.key(id as u64).unwrap();
+                    let want = reference(user, key, seed, 0, id as u64, ROUNDS);
+                    assert_eq!(got, want, "user {id} on node {rank}");
+                }
+                // Every item, and one never touched: its initializer's row.
+                let mut all: Vec<u64> = (0..ITEMS).map(item_id).collect();
+                all.push(item_id(ITEMS + 7));
+                let mut out = vec![0.0; all.len() * 3];
+                items.pull(&all, &mut out).unwrap().wait().unwrap();
+                for (i, (&id, got)) in all.iter().zip(out.chunks(3)).enumerate() {
+                    let key = items.key(id).unwrap();
+                    let rounds = if i < ITEMS as usize { ROUNDS } else { 0 };
+                    let want = reference(item, key, seed, 1, id, rounds);
+                    assert_eq!(got, want, "item {id} on node {rank}");
+                }
+                let all: Vec<u64> = (0..BIAS).collect();
+                let mut out = vec![0.0; all.len()];
+                biases.pull(&all, &mut out).unwrap().wait().unwrap();
+                for (id, got) in out.iter().enumerate() {
+                    let mut want = [0.0];
+                    bias.initializer
+                        .fill(biases.key(id as u64).unwrap(), &mut want);
+                    // One push of 1 per round, added in order.
+                    let want = (0..ROUNDS).fold(want[0], |v, _| v + 1.0);
+                    assert_eq!(*got, want, "bias {id} on node {rank}");
+                }
+                w.barrier().unwrap();
+            });
+        }
+    });
+    let moved: u64 = nodes.iter().map(|n| n.stats().relocations_in).sum();
+    assert!(moved > 0, "records moved while they were stepped");
+    println!("relocations: {moved}");
+    shutdown(nodes);
+}
+
+#[test]
+fn bad_table_input_is_refused_by_name() {
+    let nodes = cluster(1, || config(vec![user_table(), bias_table()]));
+    let w = nodes[0].worker(0).unwrap();
+    let err = w.table("items").map(|_| ()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "no table named \"items\" (tables: user, bias)"
+    );
+    let users = w.table("user").unwrap();
+    let mut out = vec![0.0; 8];
+    let err = users.pull(&[3, USERS], &mut out).map(|_| ()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("id {USERS} is out of range for table \"user\" (ids are 0..{USERS})")
+    );
+    let err = users.pull(&[3, 4], &mut out[..7]).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(err, TableAccessError::Access { ref table, .. } if table == "user"),
+        "{err}"
+    );
+    let biases = w.table("bias").unwrap();
+    let err = biases.push_gradients(&[1], &[1.0]).map(|_| ()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "table \"bias\" has no optimizer; push_gradients needs one"
+    );
+    // Bad configurations fail the start by name.
+    for (tables, text) in [
+        (
+            vec![user_table(), TableSpec::dense("user", 3, 2)],
+            "two tables are named \"user\"",
+        ),
+        (
+            vec![TableSpec::dense("zero", 3, 0)],
+            "table \"zero\": dim = 0",
+        ),
+    ] {
+        let mut cfg = config(tables);
+        cfg.cluster.num_nodes = Some(1);
+        cfg.cluster.rank = Some(0);
+        let err = roam::NodeHandle::start(cfg).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains(text), "{err}");
+    }
+    let mut cfg = config(vec![user_table()]);
+    cfg.optimizer = Some(Optimizer::sgd(0.1));
+    assert!(
+        cfg.key_space()
+            .unwrap_err()
+            .to_string()
+            .contains("optimizer")
+    );
+    drop(users);
+    drop(biases);
+    drop(w);
+    shutdown(nodes);
+}
+
+#[test]
+fn two_tables_checkpointed_by_two_nodes_restore_into_three() {
+    let seed = 31;
+    println!("seed {seed}");
+    let dir = std::env::temp_dir().join(format!("roam-tables-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let tables = || vec![user_table(), item_table(3)];
+    let nodes = cluster(2, || config(tables()));
+    std::thread::scope(|scope| {
+        for node in &nodes {
+            let dir = &dir;
+            scope.spawn(move || {
+                let w = node.worker(0).unwrap();
+                let rank = u64::from(node.rank());
+                let users = w.table("user").unwrap();
+                let items = w.table("item").unwrap();
+                let my_users: Vec<u64> = (0..USERS).filter(|k| k % 2 == rank).collect();
+                let my_items: Vec<u64> =
+                    (0..ITEMS).filter(|k| k % 2 == rank).map(item_id).collect();
+                for round in 0..ROUNDS {
+                    let g: Vec<f32> = my_users
+                        .iter()
+                        .flat_map(|&id| gradient(seed, 0, id, round, 4))
+                        .collect();
+                    users.push_gradients(&my_users, &g).unwrap().wait().unwrap();
+                    let g: Vec<f32> = my_items
+                        .iter()
+                        .flat_map(|&id| gradient(seed, 1, id, round, 3))
+                        .collect();
+                    items.push_gradients(&my_items, &g).unwrap().wait().unwrap();
+                }
+                w.barrier().unwrap();
+                w.checkpoint(dir).unwrap();
+            });
+        }
+    });
+    shutdown(nodes);
+    let manifest = roam::checkpoint::manifest_of(&dir).unwrap();
+    let names: Vec<&str> = manifest.tables.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["user", "item"]);
+
+    // Three nodes restore it; one more gradient step everywhere matches the reference's next
+    // (so the optimizer state came back too).
+    let (user, item) = (user_table(), item_table(3));
+    let restored = cluster(3, || config(tables()).restore_from(&dir));
+    std::thread::scope(|scope| {
+        for node in &restored {
+            let (user, item) = (&user, &item);
+            scope.spawn(move || {
+                let w = node.worker(0).unwrap();
+                let rank = u64::from(node.rank());
+                let users = w.table("user").unwrap();
+                let items = w.table("item").unwrap();
+                let my_users: Vec<u64> = (0..USERS).filter(|k| k % 3 == rank).collect();
+                let g: Vec<f32> = my_users
+                    .iter()
+                    .flat_map(|&id| gradient(seed, 0, id, ROUNDS, 4))
+                    .collect();
+                users.push_gradients(&my_users, &g).unwrap().wait().unwrap();
+                let my_items: Vec<u64> =
+                    (0..ITEMS).filter(|k| k % 3 == rank).map(item_id).collect();
+                let g: Vec<f32> = my_items
+                    .iter()
+                    .flat_map(|&id| gradient(seed, 1, id, ROUNDS, 3))
+                    .collect();
+                items.push_gradients(&my_items, &g).unwrap().wait().unwrap();
+                w.barrier().unwrap();
+                let all: Vec<u64> = (0..USERS).collect();
+                let mut out = vec![0.0; all.len() * 4];
+                users.pull(&all, &mut out).unwrap().wait().unwrap();
+                for (id, got) in out.chunks(4).enumerate() {
+                    let key = users.key(id as u64).unwrap();
+                    let want = reference(user, key, seed, 0, id as u64, ROUNDS + 1);
+                    assert_eq!(got, want, "user {id} on node {rank} after the restore");
+                }
+                let all: Vec<u64> = (0..ITEMS).map(item_id).collect();
+                let mut out = vec![0.0; all.len() * 3];
+                items.pull(&all, &mut out).unwrap().wait().unwrap();
+                for (&id, got) in all.iter().zip(out.chunks(3)) {
+                    let key = items.key(id).unwrap();
+                    let want = reference(item, key, seed, 1, id, ROUNDS + 1);
+                    assert_eq!(got, want, "item {id} on node {rank} after the restore");
+                }
+                w.barrier().unwrap();
+            });
+        }
+    });
+    shutdown(restored);
+
+    // A table of another dimension is refused by name.
+    let mut cfg = config(vec![user_table(), item_table(5)]).restore_from(&dir);
+    cfg.cluster.num_nodes = Some(1);
+    cfg.cluster.rank = Some(0);
+    let err = roam::NodeHandle::start(cfg).map(|_| ()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("table \"item\": the checkpoint's is dim 3"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn shutdown(nodes: Vec<roam::NodeHandle>) {
+    std::thread::scope(|scope| {
+        for node in nodes {
+            scope.spawn(move || node.shutdown().unwrap());
+        }
+    });
+}

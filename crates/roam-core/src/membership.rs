@@ -163,8 +163,19 @@ impl Membership {
     }
 }
 
-/// A fingerprint of what every member must agree on: the key space, partitioning, allocation
-/// and the initial node count (a check against a mistyped command line, not a proof).
+/// Folds `text` into `h` byte by byte.
+fn mix_text(mut h: u64, text: &str) -> u64 {
+    for byte in text.bytes() {
+        h = mix64(h ^ u64::from(byte));
+    }
+    mix64(h ^ text.len() as u64)
+}
+
+/// A fingerprint of what every member must agree on: the key space (with its initializer,
+/// optimizer and admission/eviction policy, space-wide and per table), partitioning,
+/// allocation and the initial node count (a check against a mistyped command line, not a
+/// proof). The row rules enter as their `Debug` text, which names every parameter: a joiner
+/// that would create other rows, or step or evict them otherwise, does not match.
 fn fingerprint(cfg: &NodeConfig) -> u64 {
     let space = &cfg.space;
     let mut h = mix64(space.num_keys() ^ u64::from(space.is_sparse()) << 63);
@@ -174,12 +185,25 @@ fn fingerprint(cfg: &NodeConfig) -> u64 {
             h = mix64(h ^ (space.len(key) as u64) << 20 ^ space.record_len(key) as u64);
         }
     }
-    // Named tables: every table's name and lengths (the probes above see table 0 only).
+    let rules = format!(
+        "{:?} {:?} {:?}",
+        space.initializer(),
+        space.optimizer(),
+        space.dynamic()
+    );
+    h = mix_text(h, &rules);
+    // Named tables: every table's name, lengths and row rules (the probes above see table 0
+    // only).
     for table in space.named_tables().map_or(&[][..], |t| t.all()) {
-        for byte in table.name().bytes() {
-            h = mix64(h ^ u64::from(byte));
-        }
+        h = mix_text(h, table.name());
         h = mix64(h ^ (table.dim() as u64) << 20 ^ table.record_len() as u64);
+        let rules = format!(
+            "{:?} {:?} {:?}",
+            table.initializer(),
+            table.optimizer(),
+            table.dynamic()
+        );
+        h = mix_text(h, &rules);
     }
     let policy = match cfg.policy {
         PolicyKind::Static => 1,
@@ -685,5 +709,64 @@ impl Node {
             }
         }
         self.complete_change_if_acked(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directory::Partitioning;
+    use crate::dynamic::{Admission, DynamicPolicy};
+    use crate::init::Initializer;
+    use crate::keyspace::KeySpace;
+    use crate::optim::Optimizer;
+
+    fn config(space: KeySpace) -> NodeConfig {
+        NodeConfig::new(NodeId(0), 2, 1, space, Partitioning::Hash)
+    }
+
+    /// A joiner must create, step and evict rows as the members do: two configurations that
+    /// differ only in the initializer, the optimizer's parameters or the admission/eviction
+    /// policy have different fingerprints, and equal ones the same.
+    #[test]
+    fn the_fingerprint_covers_the_row_rules() {
+        let sparse = || KeySpace::sparse(4).unwrap();
+        let policy = |max_rows| DynamicPolicy {
+            admission: Admission::default(),
+            max_rows,
+            ttl_ns: None,
+        };
+        let variants = [
+            sparse(),
+            sparse()
+                .with_initializer(Initializer::Uniform {
+                    low: -0.1,
+                    high: 0.1,
+                    seed: 1,
+                })
+                .unwrap(),
+            sparse()
+                .with_initializer(Initializer::Uniform {
+                    low: -0.1,
+                    high: 0.1,
+                    seed: 2,
+                })
+                .unwrap(),
+            sparse().with_optimizer(Optimizer::adagrad(0.1)).unwrap(),
+            sparse().with_optimizer(Optimizer::adagrad(0.2)).unwrap(),
+            sparse().with_dynamic(policy(Some(10))).unwrap(),
+            sparse().with_dynamic(policy(Some(11))).unwrap(),
+        ];
+        let prints: Vec<u64> = variants
+            .iter()
+            .map(|space| fingerprint(&config(space.clone())))
+            .collect();
+        for (i, a) in prints.iter().enumerate() {
+            for (j, b) in prints.iter().enumerate().skip(i + 1) {
+                assert_ne!(a, b, "variants {i} and {j} share a fingerprint");
+            }
+        }
+        let again = sparse().with_dynamic(policy(Some(10))).unwrap();
+        assert_eq!(fingerprint(&config(again)), prints[5]);
     }
 }

@@ -255,6 +255,13 @@ pub(crate) fn spawn_reader(
         let mut debt = Duration::ZERO;
         // The peer's link exists before its reader starts (`add_peer`, start-up).
         let link = shared.peer(peer).map(|p| p.link.clone());
+        let count = |frame: &Frame| {
+            roam_core::stats::add(&shared.counters.messages_received, 1);
+            roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
+            if let Some(link) = &link {
+                link.traffic.received(frame.wire_len());
+            }
+        };
         let mut batch: Vec<Frame> = Vec::new();
         loop {
             let frame = match read_frame(&mut reader, &shared.limits) {
@@ -262,13 +269,6 @@ pub(crate) fn spawn_reader(
                 Err(err) => {
                     shared.peer_lost(peer, &err.to_string());
                     return;
-                }
-            };
-            let count = |frame: &Frame| {
-                roam_core::stats::add(&shared.counters.messages_received, 1);
-                roam_core::stats::add(&shared.counters.bytes_received, frame.wire_len() as u64);
-                if let Some(link) = &link {
-                    link.traffic.received(frame.wire_len());
                 }
             };
             count(&frame);

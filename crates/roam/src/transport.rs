@@ -273,7 +273,7 @@ impl Link {
         if !waited {
             let until = due.unwrap_or_else(|| Instant::now() + IDLE_WAIT);
             MutexGuard::unlocked(queue, || {
-                std::thread::sleep(until - Instant::now().min(until))
+                std::thread::sleep(until.saturating_duration_since(Instant::now()))
             });
         }
     }

@@ -63,6 +63,7 @@ pub mod slow_node;
 pub mod slowing;
 pub mod stats;
 mod table;
+mod timers;
 mod transport;
 mod worker;
 

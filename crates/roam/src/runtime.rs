@@ -6,8 +6,8 @@
 //! - one reader per peer, feeding received frames to the core (those that arrived together
 //!   under one lock hold, `peers.rs`);
 //! - one loopback server, feeding frames a node sends itself (without fast local access);
-//! - one timer thread (`timers.rs`), which runs the core's timers (`poll_timeout`/`handle_timeout`): the core
-//!   sends heartbeats on idle links and declares silent peers lost;
+//! - one timer thread (`timers.rs`), which runs the core's timers (`poll_timeout`,
+//!   `handle_timeout`): the core sends heartbeats on idle links and declares silent peers lost;
 //! - with latency emulation, one sender per link that holds frames until they are due;
 //! - an acceptor that authenticates incoming connections (each handshake on a short-lived
 //!   thread of its own, which the acceptor starts), and after start-up a membership thread that

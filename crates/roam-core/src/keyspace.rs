@@ -296,6 +296,9 @@ impl KeySpace {
             return Err(DynamicError::Dense.into());
         }
         policy.validate()?;
+        // The layout as set so far (an optimizer set later widens records: the row budget is
+        // computed from the final record length, so the bytes still hold).
+        policy.validate_bytes(self.layout.record_len(self.len(0)))?;
         self.dynamic = Some(policy);
         Ok(self)
     }

@@ -37,6 +37,7 @@ fn budget_holds_and_rows_are_consistent_while_ids_stream_and_move() {
                     sketch_width: 4096,
                 },
                 max_rows: Some(BUDGET),
+                max_bytes: None,
                 ttl_ns: None,
             },
         );

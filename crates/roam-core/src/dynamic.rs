@@ -178,9 +178,7 @@ impl DynamicPolicy {
     /// The row budget for records of `record_len` floats: the smaller of `max_rows` and
     /// `max_bytes / (4 × record_len)`; `None` when neither is set.
     pub fn row_budget(&self, record_len: usize) -> Option<u64> {
-        let by_bytes = self
-            .max_bytes
-            .map(|b| b / (4 * record_len.max(1) as u64));
+        let by_bytes = self.max_bytes.map(|b| b / (4 * record_len.max(1) as u64));
         match (self.max_rows, by_bytes) {
             (Some(r), Some(b)) => Some(r.min(b)),
             (r, b) => r.or(b),
@@ -511,7 +509,10 @@ mod tests {
             max_rows: Some(50),
             ..bytes
         };
-        assert_eq!((both.row_budget(25), both.row_budget(2)), (Some(10), Some(50)));
+        assert_eq!(
+            (both.row_budget(25), both.row_budget(2)),
+            (Some(10), Some(50))
+        );
         assert_eq!(DynamicPolicy::default().row_budget(4), None);
         assert_eq!(
             bytes.validate_bytes(300),
@@ -524,15 +525,17 @@ mod tests {
             max_bytes: Some(0),
             ..Default::default()
         };
-        assert!(zero.validate().unwrap_err().to_string().contains("max_bytes = 0"));
+        assert!(
+            zero.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_bytes = 0")
+        );
         // A named table is checked against its own record.
-        let err = crate::tables::Tables::new(vec![crate::tables::TableSpec::dynamic(
-            "wide",
-            300,
-            bytes,
-        )])
-        .unwrap_err()
-        .to_string();
+        let err =
+            crate::tables::Tables::new(vec![crate::tables::TableSpec::dynamic("wide", 300, bytes)])
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("at least one record (1200 bytes)"), "{err}");
     }
 }

@@ -229,7 +229,9 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     if args.mode.localizes() {
         settings["localize"] = json!(args.localize.name());
     }
-    let sightings = Sightings::default();
+    // 2 MiB per node, so only when it is used.
+    let sightings =
+        (args.mode.localizes() && args.localize == Localize::Repeats).then(Sightings::default);
     let node_intents = NodeIntents::default();
     let job = train::Job {
         args,
@@ -239,7 +241,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         epoch_sums,
         counter_sums,
         node_intents: &node_intents,
-        sightings: (args.localize == Localize::Repeats).then_some(&sightings),
+        sightings: sightings.as_ref(),
         console: Console::new(&args.output, "test_auc", "rows"),
         dense_keys: reserved(RESERVED_BIT, shape.dense_keys()),
     };

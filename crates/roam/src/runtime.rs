@@ -719,7 +719,9 @@ impl NodeHandle {
         };
         let stats = NodeStats::collect(&self.shared);
         if self.print_stats {
-            println!("{}", stats.to_json_line());
+            // A closed stdout (`| head`) must not panic the shutdown: the stats are returned.
+            use std::io::Write;
+            let _ = writeln!(std::io::stdout().lock(), "{}", stats.to_json_line());
         }
         self.close();
         if let Some((server, hold, limit)) = self.metrics.as_ref().filter(|m| m.1 > 0) {

@@ -77,8 +77,15 @@ fn gradients_at_a_share_replica_step_the_owner_once_with_their_sum_over_tcp() {
     let mut want = [0.0f32; 4];
     let (w, acc) = want.split_at_mut(2);
     adagrad().step(w, acc, &sum);
-    assert!(w1.pull_if_local(KEY, &mut out).unwrap(), "the owner keeps it");
-    assert_eq!(out, [want[0], want[1]], "one step with the sum, at the owner");
+    assert!(
+        w1.pull_if_local(KEY, &mut out).unwrap(),
+        "the owner keeps it"
+    );
+    assert_eq!(
+        out,
+        [want[0], want[1]],
+        "one step with the sum, at the owner"
+    );
     drop((w0, w1));
     let mut stats = Vec::new();
     std::thread::scope(|scope| {
@@ -90,5 +97,8 @@ fn gradients_at_a_share_replica_step_the_owner_once_with_their_sum_over_tcp() {
     });
     assert_eq!(stats[0].share_grad_keys_sent, 1, "{:?}", stats[0]);
     assert_eq!(stats[1].share_grad_steps, 1, "{:?}", stats[1]);
-    assert_eq!(stats[0].remote_push_keys, 0, "no gradient went as a remote push");
+    assert_eq!(
+        stats[0].remote_push_keys, 0,
+        "no gradient went as a remote push"
+    );
 }

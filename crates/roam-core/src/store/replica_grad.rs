@@ -215,7 +215,10 @@ mod tests {
         let (mut record, mut grad) = (Vec::new(), Vec::new());
         assert!(store.remove_replica_with_gradient(3, &mut record, &mut grad));
         assert_eq!(grad, [2.0, 3.0]);
-        assert!(!store.accumulate_replica_gradient(3, &[1.0, 1.0]), "no replica");
+        assert!(
+            !store.accumulate_replica_gradient(3, &[1.0, 1.0]),
+            "no replica"
+        );
         assert!(store.insert_replica(3, &[0.0, 0.0]));
         sum.clear();
         assert!(!store.take_replica_gradient(3, &mut sum));

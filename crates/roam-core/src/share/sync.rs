@@ -7,6 +7,12 @@
 //! is always the owner's value as last received, plus its deltas in flight after the
 //! acknowledged round, plus its pending delta. Rounds are numbered per member and links are
 //! FIFO, so "applied up to round r" is exact.
+//!
+//! Under a stateful optimizer a member's `push_gradients` of a replica add into the replica's
+//! accumulator (`store/replica_grad.rs`), taken exactly once — by a round or with the replica's
+//! removal at its leave — and sent to the owner in a `ShareDeltas` frame whose round carries
+//! `GRADIENT_ROUND`, ahead of the leave on the same link; the owner steps its record once per
+//! such sum while the member is still a sharer (docs/embeddings.md, "Where the step runs").
 
 use std::collections::BTreeMap;
 

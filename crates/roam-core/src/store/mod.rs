@@ -65,7 +65,7 @@
 //!
 //! Files: this one holds the state word, the latch and the per-key and protocol paths;
 //! `batch.rs` the workers' batch paths; `grad.rs` the optimizer steps; `replica_ops.rs` the
-//! replica operations; `replica_grad.rs` the gradient accumulators of replicated keys;
+//! replica operations; `replica_grad.rs` the replicas' gradient accumulators;
 //! `evict.rs` the eviction clock; `values.rs` plain and atomic value access; `area.rs` and
 //! `index.rs` where records and state words live.
 

@@ -121,12 +121,23 @@ impl Area {
                 slot as u32
             })
         };
+        self.ensure(slot);
+        slot
+    }
+
+    /// Protocol only: allocates the memory of the records at `slot` (a key, in an area
+    /// addressed by key) if it does not exist yet. An area whose slots another one hands out
+    /// (the replicas' gradient accumulators follow the replicas' slots) calls only this.
+    pub(super) fn ensure(&self, slot: u32) {
         let chunk = (slot >> self.chunk_shift) as usize;
+        assert!(
+            chunk < self.chunks.len(),
+            "slot {slot} is past this area's reach"
+        );
         if self.chunks[chunk].load(Ordering::Acquire).is_null() {
             let values = vec![0f32; self.chunk_len(chunk)].into_boxed_slice();
             self.chunks[chunk].store(Box::into_raw(values).cast::<f32>(), Ordering::Release);
         }
-        slot
     }
 
     /// Protocol only: `slot` may be handed out again.

@@ -36,11 +36,16 @@ fn app(name: &str) -> Vec<&'static str> {
             "--dim",
             "16",
         ],
+        "ctr" => &[
+            "--synthetic",
+            "fields=4,ids=1e6,zipf=1.1,rows=4000,test=0.2,signal=2,seed=3",
+        ],
         _ => unreachable!(),
     };
     let name: &'static str = match name {
         "mf" => "mf",
         "kge" => "kge",
+        "ctr" => "ctr",
         _ => "w2v",
     };
     let mut args = vec!["train", name, "--epochs", "2"];
@@ -72,7 +77,7 @@ fn output(cmd: &mut Command) -> (Output, String, String) {
 /// exits 0, says that nothing is left, trains no epoch and reports the recorded last epoch.
 #[test]
 fn a_resume_after_the_final_checkpoint_succeeds_for_every_app() {
-    for name in ["mf", "kge", "w2v"] {
+    for name in ["mf", "kge", "w2v", "ctr"] {
         let dir = scratch("resume-complete", name);
         let d = dir.to_str().unwrap();
         let mut args = app(name);

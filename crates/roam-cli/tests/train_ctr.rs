@@ -275,3 +275,44 @@ fn bad_input_fails_with_a_message() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--checkpoint-dir`/`--resume`: 1 epoch with a checkpoint, then a resume to 2 epochs, gives
+/// the uninterrupted 2-epoch run's second epoch bit for bit in single mode with one worker (no
+/// asynchrony; the dense MLP and the optimizer state are roam keys, so they are in the
+/// checkpoint); and a 2-node lapse checkpoint resumes on 3 nodes and keeps learning.
+#[test]
+fn a_resumed_run_continues_with_the_same_model_and_order() {
+    let dir = scratch("ctr", "resume");
+    let d = dir.to_str().unwrap();
+    let figures = |r: &Value| -> Vec<(u64, u64, u64)> {
+        epochs(r)
+            .iter()
+            .map(|e| {
+                let bits = |k: &str| e[k].as_f64().unwrap().to_bits();
+                (e["epoch"].as_u64().unwrap(), bits("loss"), bits("test_auc"))
+            })
+            .collect()
+    };
+    let full = single(&["--workers", "1", "--epochs", "2"]);
+    single(&["--workers", "1", "--epochs", "1", "--checkpoint-dir", d]);
+    let resumed = single(&["--workers", "1", "--epochs", "2", "--resume", d]);
+    assert_eq!(figures(&resumed), figures(&full)[1..], "epoch 2: {resumed}");
+    // Into another node count: 2 lapse nodes checkpoint, 3 resume.
+    let lapse = |extra: &[&str]| -> Vec<String> { train("lapse", extra) };
+    let first = lapse(&["--epochs", "1", "--checkpoint-dir", d]);
+    launch(2, 1, &first.iter().map(String::as_str).collect::<Vec<_>>());
+    let more = lapse(&["--epochs", "3", "--resume", d]);
+    let more = report(&launch(
+        3,
+        1,
+        &more.iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
+    assert_eq!(epochs(&more)[0]["epoch"].as_u64(), Some(2), "{more}");
+    let l = losses(&more);
+    assert!(
+        l.len() == 2 && l[1] < l[0],
+        "training goes on: {l:?}: {more}"
+    );
+    assert!(last_epoch(&more, "test_auc") > 0.65, "{more}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -28,12 +28,17 @@
 //! this app does not choose hot keys to replicate (replicated keys would take one step of the
 //! server-side optimizer per sync round at their hub, see docs/embeddings.md; not measured).
 //!
+//! Checkpoints (`--checkpoint-dir`, `--resume`; `checkpoint`): the whole model is in roam
+//! keys, so the node checkpoint holds it; a resume skips the dense initialisation and continues
+//! at the checkpoint's next epoch.
+//!
 //! Reported per epoch: `loss`, the mean training log-loss (online: each example's loss
 //! before its batch's update); `test_auc` and `test_logloss` of the model after the epoch,
 //! computed by global worker 0 over the whole test set while the others wait; `rows_per_second`
 //! (training rows of the whole cluster over the epoch's wall time), CPU seconds and the local
 //! fraction.
 
+pub mod checkpoint;
 pub mod data;
 pub mod model;
 pub mod synthetic;
@@ -101,6 +106,9 @@ pub struct Args {
     /// Output: report, JSON, plot.
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Checkpoints and resume (`ctr/checkpoint.rs`).
+    #[command(flatten)]
+    pub checkpoint: crate::checkpointing::Options,
 }
 
 impl Args {
@@ -131,6 +139,7 @@ impl Args {
             "--intent-ahead must be in 1..=65536"
         );
         ensure!(self.workers != Some(0), "--workers must be at least 1");
+        self.checkpoint.validate()?;
         if self.mode.replicates() {
             bail!(
                 "mode {} replicates hot keys, and ctr does not choose keys to replicate (its \
@@ -204,6 +213,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     cfg.optimizer = Some(optimizer);
     cfg.workers_per_node = args.workers;
     args.output.configure(&mut cfg);
+    let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
     let node = args.mode.start(cfg).context("starting the roam node")?;
     args.output.start(node.rank())?;
     let reserved = |from: Key, n: usize| -> Vec<Key> { (from..from + n as Key).collect() };
@@ -244,6 +254,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         sightings: sightings.as_ref(),
         console: Console::new(&args.output, "test_auc", "rows"),
         dense_keys: reserved(RESERVED_BIT, shape.dense_keys()),
+        start: &start,
     };
     let workers = node.workers().context("taking the node's workers")?;
     let outcome = std::thread::scope(|scope| -> anyhow::Result<train::Outcome> {

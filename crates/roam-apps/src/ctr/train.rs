@@ -62,6 +62,8 @@ pub struct Job<'a> {
     pub console: Console,
     /// The keys of the dense parameters.
     pub dense_keys: Vec<Key>,
+    /// Where the run starts (a fresh run, or a resumed checkpoint: `super::checkpoint`).
+    pub start: &'a crate::checkpointing::Start,
 }
 
 /// A worker's buffers.
@@ -119,7 +121,8 @@ impl Job<'_> {
         let args = self.args;
         let gid = w.global_id() as usize;
         let parts = (w.num_nodes() * w.workers_per_node()) as usize;
-        if gid == 0 {
+        let (first, init) = super::checkpoint::first_epoch(self.start);
+        if gid == 0 && init {
             w.set(&self.dense_keys, &self.shape.init_dense(args.seed))?
                 .wait()
                 .context("initialising the dense parameters")?;
@@ -133,7 +136,7 @@ impl Job<'_> {
         let mut previous = None;
         let mut intents_before = [0u64; intents::COUNTERS];
         let mut intent_total = [0u64; intents::COUNTERS];
-        for epoch in 0..args.epochs {
+        for epoch in first..args.epochs {
             let clock = Stopwatch::start();
             let cpu_start = common::process_cpu_micros();
             let bar = self
@@ -204,8 +207,17 @@ impl Job<'_> {
                 record["intents"] = intents::report(epoch_intents, parts as u64);
             }
             self.console.epoch(w, &record, args.epochs);
+            let state = super::checkpoint::state(args.lr, &record);
             records.push(record);
             previous = Some(mean_loss);
+            args.checkpoint.after_epoch(w, epoch + 1, state)?;
+        }
+        if records.is_empty() {
+            // Resumed from a checkpoint that covers every epoch: its recorded figures.
+            records = self.start.recorded_epochs();
+            for record in &records {
+                self.console.epoch(w, record, args.epochs);
+            }
         }
         w.barrier()?;
         let mut mine = [0u64; common::CLUSTER_COUNTERS];

@@ -23,7 +23,7 @@ use crate::store::UpdateMode;
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
 
-use super::Sent;
+use super::{Sent, SharedKey};
 use crate::replica::{GRADIENT_ROUND, contributor};
 
 /// One owner's part of a leave: keys, their replicas' generations, their final deltas.
@@ -149,17 +149,11 @@ impl Node {
             at += len;
             // As for deltas: only a current sharer sends them, and the key stays here until
             // every sharer left (its gradients come before its leave on the same link).
-            let Some(shared) = self
-                .shares
-                .owned
-                .get_mut(&key)
-                .filter(|shared| shared.sharers.contains_key(&from))
-            else {
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "replica gradients from a node that is not a sharer of a key owned here",
-                });
+            let Some(shared) = self.shared_by(
+                from,
+                key,
+                "replica gradients from a node that is not a sharer of a key owned here",
+            ) else {
                 continue;
             };
             shared.member_rounds = shared.member_rounds.saturating_add(1);
@@ -264,6 +258,26 @@ impl Node {
         *applied = (*applied).max(round);
     }
 
+    /// Owner: the share record of `key` if `from` is one of its sharers. Only a sharer sends
+    /// deltas or gradients, and an owner keeps a shared key until every sharer left: anything
+    /// else is a peer's mistake, warned about (`what`) rather than misapplied.
+    fn shared_by(&mut self, from: NodeId, key: Key, what: &'static str) -> Option<&mut SharedKey> {
+        let known = self
+            .shares
+            .owned
+            .get(&key)
+            .is_some_and(|shared| shared.sharers.contains_key(&from));
+        if !known {
+            self.warn(Warning::Relocation {
+                from: Some(from),
+                key,
+                what,
+            });
+            return None;
+        }
+        self.shares.owned.get_mut(&key)
+    }
+
     /// Owner: adds a member's deltas into the owned records.
     fn apply_member_deltas(&mut self, from: NodeId, keys: &[Key], values: &[f32]) {
         let mut at = 0;
@@ -273,17 +287,11 @@ impl Node {
             at += len;
             // Only a sharer sends deltas, and an owner keeps a shared key until every sharer
             // left: anything else is a peer's mistake, refused loudly rather than misapplied.
-            let Some(shared) = self
-                .shares
-                .owned
-                .get_mut(&key)
-                .filter(|shared| shared.sharers.contains_key(&from))
-            else {
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "replica delta from a node that is not a sharer of a key owned here",
-                });
+            let Some(shared) = self.shared_by(
+                from,
+                key,
+                "replica delta from a node that is not a sharer of a key owned here",
+            ) else {
                 continue;
             };
             shared

@@ -247,16 +247,18 @@ impl Epoch<'_> {
                 .sum();
             let others = graph.num_entities as usize - mine;
             let size = ((mine as f64 * hyper.bucket_pool) as usize).min(others);
-            while keys.len() < size {
-                let e = rng.random_range(0..graph.num_entities);
-                if !held.contains(&buckets.part_of[e as usize]) {
-                    keys.push(u64::from(e));
-                }
-                if keys.len() == size {
-                    keys.sort_unstable();
-                    keys.dedup();
-                }
-            }
+            // A uniform subset of the other parts' entities, without replacement (drawing with
+            // replacement until `size` distinct ones is a coupon collector: quadratic when the
+            // pool takes most of them, as the default does).
+            let other: Vec<u32> = (0..graph.num_entities)
+                .filter(|&e| !held.contains(&buckets.part_of[e as usize]))
+                .collect();
+            keys.extend(
+                rand::seq::index::sample(rng, other.len(), size)
+                    .into_iter()
+                    .map(|i| u64::from(other[i])),
+            );
+            keys.sort_unstable();
         };
         let install = |pool: &mut Pool, keys: &[Key], incoming: &mut Vec<f32>| {
             pool.clear();

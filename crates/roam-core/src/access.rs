@@ -123,6 +123,8 @@ pub enum Handoff<'a> {
         need: Need,
         /// Keys whose deferred offer waits for this node's intents, which just grew.
         extended: &'a [Key],
+        /// The worker finished: replicas no intent here wants leave now.
+        finished: bool,
     },
 }
 
@@ -144,7 +146,8 @@ impl Handoff<'_> {
                 unwanted,
                 need,
                 extended,
-            } => node.issue_intent_actions(now, worker, due, unwanted, extended, need),
+                finished,
+            } => node.issue_intent_actions(now, worker, due, unwanted, extended, need, finished),
         }
     }
 
@@ -450,6 +453,7 @@ impl Front {
                 actions.need
             },
             extended: &actions.extended,
+            finished: actions.finished,
         })
     }
 

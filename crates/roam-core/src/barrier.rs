@@ -235,10 +235,11 @@ impl Node {
 
 impl Node {
     /// Whether the next timer deadline ([`Node::poll_timeout`]) may have moved earlier since
-    /// the last call: a barrier began to wait. A shell that sleeps until the deadline it read
-    /// reads it again when this is true. Clears the flag.
+    /// the last call: a barrier began to wait, or intent sharing began (its sync rounds). A
+    /// shell that sleeps until the deadline it read reads it again when this is true. Clears
+    /// the flag.
     pub fn take_timer_rearm(&mut self) -> bool {
-        std::mem::take(&mut self.barriers.rearm)
+        std::mem::take(&mut self.barriers.rearm) | std::mem::take(&mut self.shares.rearm)
     }
 
     /// When the next barrier wait warning is due, if a barrier waits and warnings are on.

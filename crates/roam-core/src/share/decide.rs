@@ -137,6 +137,7 @@ impl Node {
                 let start = values.len();
                 values.resize(start + len, 0.0);
                 self.store.pull_local(key, &mut values[start..]);
+                self.shares.note_activity();
                 let entry = self.shares.owned.entry(key).or_insert_with(|| SharedKey {
                     sharers: BTreeMap::new(),
                     ends: BTreeMap::new(),

@@ -136,6 +136,7 @@ impl Node {
                 unexpected.push((key, generation));
                 continue;
             }
+            self.shares.note_activity();
             self.shares.held.insert(
                 key,
                 Held {

@@ -44,7 +44,9 @@
 //! leaves (final delta) and localizes the key, which then moves as by a relocation — one
 //! interested node gets the key.
 //!
-//! A replica ends when the last intent on its key at the member ends (`unwanted`), or when
+//! A replica ends with the first sync round after the last intent on its key at the member
+//! ended (`unwanted`; at once when a worker finishes), so one frame per owner and round
+//! carries every leave and a key wanted again before the round keeps its replica; or when
 //! the owner revokes it (`Revoke`: the owner must give the key away — an explicit localize,
 //! a drain, a home taking keys back). The member removes the replica and sends its final delta
 //! in `Leave(generation)`; the owner adds it and drops the sharer if the generation matches (a newer
@@ -204,6 +206,9 @@ pub(crate) struct Shares {
     /// Member: how long replicas lived (ns).
     pub(crate) lifetimes: Histogram<u64>,
     scratch: Vec<f32>,
+    /// Sharing became active (its first replica or shared key), so the round timer's deadline
+    /// may be earlier than the shell last read ([`Node::take_timer_rearm`]).
+    pub(crate) rearm: bool,
 }
 
 impl Shares {
@@ -225,11 +230,20 @@ impl Shares {
             deferred: defer::Deferrals::default(),
             lifetimes: Histogram::new(3).expect("3 significant figures is valid"),
             scratch: Vec::new(),
+            rearm: false,
         }
     }
 
     fn active(&self) -> bool {
         !self.held.is_empty() || !self.owned.is_empty()
+    }
+
+    /// Call before adding a replica or a shared key: the sync rounds start when sharing does,
+    /// and a shell sleeping until an older deadline must read the new one.
+    fn note_activity(&mut self) {
+        if !self.active() {
+            self.rearm = true;
+        }
     }
 }
 
@@ -289,8 +303,9 @@ impl Node {
     }
 
     /// Worker: acts on intents — asks for `due` keys (moved or shared here) and drops the
-    /// replicas of `unwanted` keys that no intent here wants any more. Completes when every
-    /// due key is here.
+    /// replicas of `unwanted` keys that no intent here wants any more (with the next sync
+    /// round; at once when the worker `finished`). Completes when every due key is here.
+    #[allow(clippy::too_many_arguments)]
     pub fn issue_intent_actions(
         &mut self,
         now: Time,
@@ -299,13 +314,14 @@ impl Node {
         unwanted: &[Key],
         extended: &[Key],
         need: Need,
+        finished: bool,
     ) -> ReqId {
         self.tick(now);
         if !extended.is_empty() {
             self.decide_deferred_extended(now, extended);
         }
-        if !unwanted.is_empty() {
-            self.drop_unwanted(now, unwanted);
+        if !unwanted.is_empty() || finished {
+            self.drop_unwanted(now, unwanted, finished);
         }
         if self.shares.techniques == IntentTechniques::RelocateOnly
             || !self.policy.keys_move()

@@ -31,7 +31,7 @@ FIGURES = [
 ]
 
 # The first of these that the last epoch reports is the quality figure (named in the table).
-QUALITY_KEYS = ["wordsim_spearman", "topic_auc", "pair_auc", "heldout_auc", "mrr", "test_rmse",
+QUALITY_KEYS = ["wordsim_spearman", "test_auc", "topic_auc", "pair_auc", "heldout_auc", "mrr", "test_rmse",
                 "rmse", "loss"]
 
 

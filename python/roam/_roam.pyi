@@ -137,7 +137,8 @@ class Node:
         dynamic: a dynamic key space (implies ``sparse_keys``): a dict with any of
             ``"admission"`` (``"all"``, ``{"kind": "count", "min_count": K, "sketch_width":
             W}`` or ``{"kind": "probability", "p": p, "seed": s}``), ``"max_rows"`` (rows per
-            node; the LRU clock evicts to stay under it) and ``"ttl"`` (seconds untouched
+            node; the LRU clock evicts to stay under it), ``"max_bytes"`` (the same budget in
+            bytes of records: values and optimizer state, 4 bytes a float) and ``"ttl"`` (seconds untouched
             before a row is evicted). An id without a row reads the initializer's value and its
             updates are dropped (``stats()["rows_rejected"]``, ``["grads_dropped"]``,
             ``["rows_evicted"]``). See ``docs/embeddings.md``.

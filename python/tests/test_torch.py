@@ -372,3 +372,43 @@ def test_two_nodes_train_one_table(roam_bin):
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{out}"
     for rank in (0, 1):
         assert f"[node {rank}] OK torch rank {rank}" in out, out
+
+
+def test_modules_on_named_tables_use_each_tables_dim_and_optimizer():
+    tables = {
+        "user": {"dim": 4, "num_ids": 10, "optimizer": {"kind": "adagrad", "lr": 0.1},
+                 "initializer": {"kind": "normal", "mean": 0.0, "std": 0.1, "seed": 3}},
+        "item": {"dim": 2, "dynamic": True, "optimizer": {"kind": "sgd", "lr": 0.5}},
+    }
+    with roam.Node(tables=tables, workers=1) as node:
+        w = node.worker(0)
+        users = rt.Embedding(10, 4, node, table="user", lr=None)
+        ids = torch.tensor([0, 9, 0])
+        out = users(ids)
+        first = w.pull(np.array([0, 9], np.uint64), table="user").wait()
+        assert torch.equal(out, torch.from_numpy(first)[torch.tensor([0, 1, 0])])
+        weights = torch.tensor([[1.0], [2.0], [3.0]])
+        (out * weights).sum().backward()
+        # One Adagrad step of the table's optimizer on each unique row's summed gradient.
+        g = np.array([[4.0] * 4, [2.0] * 4], np.float32)
+        want = first - np.float32(0.1) * g / np.sqrt(g * g + np.float32(1e-6))
+        np.testing.assert_allclose(
+            w.pull(np.array([0, 9], np.uint64), table="user").wait(), want, rtol=1e-6)
+
+        items = rt.EmbeddingBag(None, 2, node, table="item", mode="sum", lr=None)
+        big = 2**40 + 5
+        bags = items(torch.tensor([[big, 7]]))
+        assert torch.equal(bags, torch.zeros(1, 2)), "a dynamic table's rows start at zero"
+        bags.sum().backward()
+        np.testing.assert_array_equal(
+            w.pull(np.array([big, 7], np.uint64), table="item").wait(), [[-0.5, -0.5]] * 2)
+        # The user table's rows are untouched by the item table's step.
+        np.testing.assert_allclose(
+            w.pull(np.array([0, 9], np.uint64), table="user").wait(), want, rtol=1e-6)
+
+        with pytest.raises(ValueError, match="no table named 'movie'"):
+            rt.Embedding(10, 4, node, table="movie")
+        with pytest.raises(ValueError, match="embedding_dim 3 differs from table 'user'"):
+            rt.Embedding(10, 3, node, table="user")
+        with pytest.raises(IndexError, match="outside table 'item'"):
+            items(torch.tensor([[2**56, 1]]))

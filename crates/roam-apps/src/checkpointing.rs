@@ -120,7 +120,7 @@ impl Options {
         // The samplers' streams (negatives) start from the seed on every start: a resumed run
         // would draw again the negatives of the interrupted run's first epochs. Another seed
         // per resume point gives fresh ones.
-        cfg.sampling_seed = crate::kge::train::mix(cfg.sampling_seed, manifest.epoch);
+        cfg.sampling_seed = crate::kge::params::mix(cfg.sampling_seed, manifest.epoch);
         let epoch = u32::try_from(manifest.epoch).context("checkpoint epoch")?;
         let complete = epoch >= epochs;
         if complete {

@@ -9,6 +9,7 @@
 //! - `mf`: matrix factorisation by DSGD with parameter blocking.
 //! - `kge`: knowledge-graph embeddings (ComplEx, RESCAL) with AdaGrad and filtered ranking.
 //! - [`sampling`]: negatives through roam's sampling API: `--sampling` and its defaults.
+//! - [`sightings`]: which keys to `localize` (`--localize repeats`: only those seen before).
 //! - `w2v`: skip-gram word vectors with negative sampling.
 //! - `ctr`: click-through-rate prediction (sparse id fields, embeddings, an MLP) with
 //!   server-side optimizers.
@@ -25,4 +26,5 @@ pub mod mf;
 pub mod output;
 pub mod replication;
 pub mod sampling;
+pub mod sightings;
 pub mod w2v;

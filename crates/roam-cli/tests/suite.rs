@@ -6,7 +6,9 @@
 //! figures the jobs reported), the CPU overhead table's column per mode and nups's speed-ups;
 //! then w2v in lapse with two sampling schemes: the records carry the scheme the job used, the
 //! tables a configuration per scheme, and the quality figures are drawn; then `--modes adapm`:
-//! every workload runs in it, with its intents in every epoch's record. No timing is asserted.
+//! every workload runs in it, with its intents in every epoch's record; then `--apps ctr`: its
+//! runs report the test AUC, the NuPS modes it refuses are skipped with the reason, and its
+//! quality table and figures are written. No timing is asserted.
 
 mod common;
 
@@ -539,4 +541,53 @@ fn suite_from_a_missing_results_file_names_it() {
         stderr.contains("/nonexistent/results.json"),
         "the error names the file: {stderr}"
     );
+}
+
+#[test]
+fn tiny_suite_runs_ctr_scored_by_its_test_auc_without_the_nups_modes() {
+    // The embedded synthetic set (the quick and tiny presets'), one epoch: about a second
+    // per run.
+    let suite = Suite::run(
+        "roam-suite-ctr-test",
+        &[
+            "--apps",
+            "ctr",
+            "--modes",
+            "single,classic,lapse,nups",
+            "--nodes",
+            "2",
+        ],
+    );
+    let runs = suite.runs();
+    // single at 1 node, classic and lapse at 2; nups is refused by the app and skipped.
+    assert_eq!(runs.len(), 3, "{}", suite.stderr);
+    assert!(
+        suite.stderr.contains("skipping ctr in mode nups"),
+        "{}",
+        suite.stderr
+    );
+    for r in runs {
+        let id = r["id"].as_str().unwrap();
+        assert_eq!(r["status"], "ok", "{id}: {}", r["error"]);
+        assert_eq!(r["app"], "ctr", "{id}");
+        assert_ne!(r["mode"], "nups", "{id}");
+        let epochs = r["epochs"].as_array().expect("epochs");
+        assert_eq!(epochs.len(), 1, "{id}");
+        let auc = f(&epochs[0], "test_auc");
+        assert!(auc > 0.55 && auc <= 1.0, "{id}: test AUC {auc}");
+        assert!(f(&epochs[0], "cpu_seconds") > 0.0, "{id}");
+    }
+    let summary = suite.summary();
+    let header = summary
+        .lines()
+        .skip_while(|l| !l.starts_with("#### Quality and efficiency of ctr (quality: test AUC"))
+        .nth(2)
+        .unwrap_or_else(|| panic!("no ctr quality table: {summary}"));
+    let table = table_after(&summary, header);
+    assert_eq!(table.len(), 3, "{summary}");
+    for row in &table {
+        let auc: f64 = row[10].parse().unwrap_or_else(|_| panic!("{row:?}"));
+        assert!(auc > 0.55, "{row:?}");
+    }
+    assert_figures(&suite.dir.0, &["quality_cpu.png", "quality_epoch_time.png"]);
 }

@@ -21,7 +21,10 @@
 //!   the key's state word, set by the workers' accesses; the hand clears it, and evicts the
 //!   first row found clear). If no row can be evicted (every owned row is one this node may
 //!   not evict, see below), the access is refused as unadmitted: the budget is never exceeded
-//!   by creation. The budget counts rows (records), per node.
+//!   by creation. The budget counts rows (records), per node. `max_bytes` states it in bytes
+//!   instead: `max_bytes / (4 × record length)` rows, the record being the visible values and
+//!   the optimizer's state (per table: named tables have their own dimensions and optimizers);
+//!   with both set, the smaller. A byte budget below one record is refused at validation.
 //! - **TTL.** With `ttl_ns`, the node's timer sweeps the store every `ttl_ns / 2` (in bounded
 //!   chunks, off the hot path); a row found unreferenced by two consecutive sweeps is evicted,
 //!   so a row untouched for `1.5 × ttl_ns` is gone, and one touched within the last `ttl_ns`
@@ -89,6 +92,10 @@ pub struct DynamicPolicy {
     pub admission: Admission,
     /// The most rows this node creates and holds (`None`: unbounded).
     pub max_rows: Option<u64>,
+    /// The most bytes of records (visible values and optimizer state, 4 bytes a float) this
+    /// node creates and holds (`None`: unbounded): a row budget of `max_bytes / record bytes`
+    /// (per table: named tables have their own dimensions). With `max_rows` too, the smaller.
+    pub max_bytes: Option<u64>,
     /// Rows untouched this long (ns of the core's time) are evicted (`None`: never).
     pub ttl_ns: Option<u64>,
 }
@@ -116,6 +123,17 @@ pub enum DynamicError {
     /// A budget of zero rows admits nothing.
     #[error("max_rows = 0 is invalid; the budget must allow at least one row")]
     ZeroBudget,
+    /// A byte budget below one record admits nothing.
+    #[error(
+        "max_bytes = {max_bytes} is invalid; the budget must hold at least one record \
+         ({record_bytes} bytes)"
+    )]
+    BytesBelowOneRecord {
+        /// Given budget.
+        max_bytes: u64,
+        /// Bytes of one record (at least 4: one float, when the record is not known yet).
+        record_bytes: u64,
+    },
     /// A TTL below 2 ns cannot be swept in halves.
     #[error("ttl = {0} ns is invalid; it must be at least 2 ns")]
     BadTtl(u64),
@@ -146,12 +164,37 @@ impl DynamicPolicy {
         if self.max_rows == Some(0) {
             return Err(DynamicError::ZeroBudget);
         }
+        self.validate_bytes(1)?;
         if let Some(ttl) = self.ttl_ns
             && ttl < 2
         {
             return Err(DynamicError::BadTtl(ttl));
         }
         Ok(())
+    }
+}
+
+impl DynamicPolicy {
+    /// The row budget for records of `record_len` floats: the smaller of `max_rows` and
+    /// `max_bytes / (4 × record_len)`; `None` when neither is set.
+    pub fn row_budget(&self, record_len: usize) -> Option<u64> {
+        let by_bytes = self.max_bytes.map(|b| b / (4 * record_len.max(1) as u64));
+        match (self.max_rows, by_bytes) {
+            (Some(r), Some(b)) => Some(r.min(b)),
+            (r, b) => r.or(b),
+        }
+    }
+
+    /// Fails if `max_bytes` cannot hold one record of `record_len` floats.
+    pub fn validate_bytes(&self, record_len: usize) -> Result<(), DynamicError> {
+        let record_bytes = 4 * record_len.max(1) as u64;
+        match self.max_bytes {
+            Some(max_bytes) if max_bytes < record_bytes => Err(DynamicError::BytesBelowOneRecord {
+                max_bytes,
+                record_bytes,
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -253,7 +296,8 @@ impl Node {
                 .is_none_or(|sketch| sketch.add(key) >= min_count),
             Admission::Probability { p, seed } => admitted_by_hash(p, seed, key),
         };
-        let admitted = admitted && self.make_room(self.budget_table(key), policy.max_rows);
+        let budget = policy.row_budget(self.cfg.space.record_len(key));
+        let admitted = admitted && self.make_room(self.budget_table(key), budget);
         if !admitted {
             add(&self.counters.rows_rejected, 1);
         }
@@ -272,7 +316,11 @@ impl Node {
     /// Makes room for `key`'s new row under its budget, if there is one; false if none could
     /// go.
     pub(crate) fn make_room_for_one(&mut self, key: Key) -> bool {
-        let max_rows = self.cfg.space.dynamic_for(key).and_then(|p| p.max_rows);
+        let max_rows = self
+            .cfg
+            .space
+            .dynamic_for(key)
+            .and_then(|p| p.row_budget(self.cfg.space.record_len(key)));
         self.make_room(self.budget_table(key), max_rows)
     }
 
@@ -379,13 +427,16 @@ impl Node {
             Some(tables) => tables
                 .all()
                 .iter()
-                .filter_map(|t| Some((Some(t.index() as usize), t.dynamic()?.max_rows?)))
+                .filter_map(|t| {
+                    let budget = t.dynamic()?.row_budget(t.record_len())?;
+                    Some((Some(t.index() as usize), budget))
+                })
                 .collect(),
             None => self
                 .cfg
                 .space
                 .dynamic()
-                .and_then(|p| p.max_rows)
+                .and_then(|p| p.row_budget(self.cfg.space.record_len(0)))
                 .map(|max| (None, max))
                 .into_iter()
                 .collect(),
@@ -443,5 +494,48 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bad.validate(), Err(DynamicError::ZeroBudget));
+    }
+
+    #[test]
+    fn a_byte_budget_is_rows_of_the_record_and_the_smaller_budget_wins() {
+        let bytes = DynamicPolicy {
+            max_bytes: Some(1_000),
+            ..Default::default()
+        };
+        // 25 floats (dim 8 with Adam's state) are 100 bytes: 10 rows.
+        assert_eq!(bytes.row_budget(25), Some(10));
+        assert_eq!(bytes.row_budget(2), Some(125));
+        let both = DynamicPolicy {
+            max_rows: Some(50),
+            ..bytes
+        };
+        assert_eq!(
+            (both.row_budget(25), both.row_budget(2)),
+            (Some(10), Some(50))
+        );
+        assert_eq!(DynamicPolicy::default().row_budget(4), None);
+        assert_eq!(
+            bytes.validate_bytes(300),
+            Err(DynamicError::BytesBelowOneRecord {
+                max_bytes: 1_000,
+                record_bytes: 1_200
+            })
+        );
+        let zero = DynamicPolicy {
+            max_bytes: Some(0),
+            ..Default::default()
+        };
+        assert!(
+            zero.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_bytes = 0")
+        );
+        // A named table is checked against its own record.
+        let err =
+            crate::tables::Tables::new(vec![crate::tables::TableSpec::dynamic("wide", 300, bytes)])
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("at least one record (1200 bytes)"), "{err}");
     }
 }

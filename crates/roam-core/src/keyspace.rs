@@ -296,6 +296,10 @@ impl KeySpace {
             return Err(DynamicError::Dense.into());
         }
         policy.validate()?;
+        // The layout as set so far: set the optimizer first (an optimizer set later widens the
+        // records; the row budget is computed from the final record, so the bytes still hold,
+        // but a budget below one whole record then admits nothing).
+        policy.validate_bytes(self.layout.record_len(self.len(0)))?;
         self.dynamic = Some(policy);
         Ok(self)
     }

@@ -734,6 +734,7 @@ mod tests {
         let policy = |max_rows| DynamicPolicy {
             admission: Admission::default(),
             max_rows,
+            max_bytes: None,
             ttl_ns: None,
         };
         let variants = [

@@ -392,10 +392,6 @@ impl Node {
             );
             store.insert_replica(key, &vec![0.0; cfg.space.len(key)]);
         }
-        if cfg.space.optimizer().is_some_and(|o| !o.is_linear()) {
-            // Gradients of replicated keys accumulate until the sync ships them to the hub.
-            store.enable_replica_gradients(replicas.keys());
-        }
         let samplers = NodeSamplers::new(&cfg.samplers, &cfg.space, cfg.seed, cfg.id)
             .unwrap_or_else(|err| panic!("{err} (validated by the front ends)"));
         let records = dir

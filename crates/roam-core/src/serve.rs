@@ -191,7 +191,14 @@ impl Node {
             match residency {
                 Residency::Local => {
                     if let Some(mode) = mode {
-                        self.store.push_local(key, update, mode);
+                        let applied = self.store.push_local(key, update, mode);
+                        if applied
+                            && mode == UpdateMode::Gradient
+                            && let Some(log) = self.replicas.step_log()
+                        {
+                            // Tests replay a key's steps from the log (`log_replica_steps`).
+                            log.push((key, update.to_vec()));
+                        }
                         answered.push(key, pos, &[]);
                     } else {
                         let start = answered.values.len();

@@ -111,8 +111,14 @@ counters! {
         /// Deferrals decided early because a new intent here extended the key's use past their
         /// deadline (then decided as without deferral).
         share_deferrals_extended,
-        /// Bytes of share-sync frames sent (deltas, values, grants and final deltas).
+        /// Bytes of share-sync frames sent (deltas, values, grants, final deltas and
+        /// accumulated gradients).
         share_bytes_sent,
+        /// Keys whose accumulated gradient sum this node, as a member, sent to their owner
+        /// (one per key per sync round or leave: stateful optimizers only).
+        share_grad_keys_sent,
+        /// Optimizer steps this node, as owner, took with a member's gradient sum.
+        share_grad_steps,
     }
 }
 

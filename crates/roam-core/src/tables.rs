@@ -278,6 +278,9 @@ impl Tables {
                 }
                 TableKind::Dynamic(policy) => {
                     policy.validate().map_err(|e| bad(e.to_string()))?;
+                    policy
+                        .validate_bytes(layout.record_len(spec.dim as usize))
+                        .map_err(|e| bad(e.to_string()))?;
                 }
             }
             tables.push(Table {

@@ -7,7 +7,8 @@
 //!   bounds default to `[-0.05, 0.05)`, normal to mean 0 and std 0.01).
 //! - `dynamic`: a dict with any of `"admission"` (`"all"`, `{"kind": "count", "min_count": K,
 //!   "sketch_width": W}` or `{"kind": "probability", "p": p, "seed": s}`), `"max_rows"` (rows
-//!   per node) and `"ttl"` (seconds). It implies sparse keys.
+//!   per node), `"max_bytes"` (bytes of records per node) and `"ttl"` (seconds). It implies
+//!   sparse keys.
 //!
 //! - `tables`: a dict of named tables, `{name: {"dim": D, "num_ids": N, "optimizer": ...,
 //!   "initializer": ..., "dynamic": ...}}` in key order (a checkpoint restores only into the
@@ -131,11 +132,15 @@ pub(crate) fn dynamic_config(obj: &Bound<'_, PyAny>) -> PyResult<DynamicPolicy> 
         ));
     };
     let mut policy = DynamicPolicy::default();
-    for (name, value) in entries(dict, "dynamic", &["admission", "max_rows", "ttl"])? {
+    let keys = ["admission", "max_rows", "max_bytes", "ttl"];
+    for (name, value) in entries(dict, "dynamic", &keys)? {
         match name.as_str() {
             "admission" => policy.admission = admission_config(&value)?,
             "max_rows" if !value.is_none() => {
                 policy.max_rows = Some(number("dynamic \"max_rows\"", &value)?)
+            }
+            "max_bytes" if !value.is_none() => {
+                policy.max_bytes = Some(number("dynamic \"max_bytes\"", &value)?)
             }
             "ttl" if !value.is_none() => {
                 let secs: f64 = number("dynamic \"ttl\"", &value)?;

@@ -54,6 +54,7 @@ fn policy(seed: u64) -> DynamicPolicy {
     DynamicPolicy {
         admission,
         max_rows: Some(1 + (seed / 3) % 2),
+        max_bytes: None,
         ttl_ns: seed
             .is_multiple_of(2)
             .then_some(300_000 + (seed % 7) * 100_000),

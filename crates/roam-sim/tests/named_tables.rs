@@ -356,3 +356,71 @@ fn a_tables_budget_evicts_its_own_rows_only_under_relocation() {
     eprintln!("{evicted} hot rows evicted, {moved} relocations");
     assert!(evicted > 0 && moved > 0, "the runs must evict and move");
 }
+
+/// A byte budget (`max_bytes`) under a Zipf stream: two dynamic tables of different dimensions
+/// and optimizers (so different record bytes), each with the same byte budget, fed gradients of
+/// ids drawn Zipf(1) (the inverse transform of the continuous 1/x law over 2,000 ranks) by
+/// every worker under static allocation (no row moves, so the budget holds exactly): after every
+/// run, each node holds at most `max_bytes` bytes of records of each table (rows × 4 × record
+/// length), which is fewer rows of the wider table; and the stream overflows both.
+#[test]
+fn a_byte_budget_holds_per_table_under_a_zipf_stream() {
+    const MAX_BYTES: u64 = 1_000;
+    let mut evicted = 0;
+    for_each_seed(default_seeds() / 5, |seed| {
+        let mut rng = test_rng(seed ^ 0xb17e5);
+        let policy = DynamicPolicy {
+            max_bytes: Some(MAX_BYTES),
+            ..Default::default()
+        };
+        let tables = Tables::new(vec![
+            // 2 floats a record (value and Adagrad's sum): 125 rows.
+            TableSpec::dynamic("narrow", 1, policy).with_optimizer(Optimizer::adagrad(0.1)),
+            // 8 values and Adam's two moments per value plus its step: 25 floats, 10 rows.
+            TableSpec::dynamic("wide", 8, policy).with_optimizer(Optimizer::adam(0.05)),
+        ])
+        .unwrap();
+        let all = tables.all().to_vec();
+        let nodes = rng.random_range(2..=3);
+        let cfg = SimConfig::new(nodes, 1, KeySpace::tables(tables))
+            .with_seed(seed)
+            .with_partitioning(Partitioning::Hash)
+            .with_delay(0, rng.random_range(1..=20_000));
+        let mut scripts = Vec::new();
+        for worker in workers_of(&cfg) {
+            let mut script = Vec::new();
+            for _ in 0..40 {
+                let table = &all[rng.random_range(0..2)];
+                let keys: Vec<Key> = (0..rng.random_range(1..=8))
+                    .map(|_| {
+                        let rank = 2_000f64.powf(rng.random::<f64>()) as u64;
+                        table.key(rank).unwrap()
+                    })
+                    .collect();
+                let grads = vec![0.5; keys.len() * table.spec().dim as usize];
+                script.push(Op::PushGradients {
+                    keys,
+                    grads,
+                    wait: rng.random_bool(0.5),
+                });
+            }
+            script.extend([Op::WaitAll, Op::Barrier]);
+            scripts.push((worker, script));
+        }
+        let sim = run_fault_free(seed, cfg, scripts);
+        evicted += total(&sim, |c| &c.rows_evicted);
+        for i in 0..nodes {
+            let store = sim.node(NodeId(i)).store();
+            for (t, table) in all.iter().enumerate() {
+                let bytes = store.count_local_in_table(t) * 4 * table.record_len() as u64;
+                assert!(
+                    bytes <= MAX_BYTES,
+                    "seed {seed}: node {i} holds {bytes} bytes of table {}, budget {MAX_BYTES}",
+                    table.spec().name
+                );
+            }
+        }
+    });
+    eprintln!("{evicted} rows evicted");
+    assert!(evicted > 0, "the stream must overflow the budgets");
+}

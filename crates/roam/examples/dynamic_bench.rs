@@ -152,6 +152,7 @@ fn child(
                 Admission::All
             },
             max_rows: Some(max_rows),
+            max_bytes: None,
             ttl_ns: None,
         });
     }

@@ -299,12 +299,14 @@ impl Config {
         let space = space
             .with_layout(self.record_layout)
             .with_initializer(self.initializer)?;
-        let space = match self.dynamic {
-            Some(policy) => space.with_dynamic(policy)?,
+        // The optimizer first: it sets the records' layout, which a byte budget is checked
+        // against (it must hold one whole record, optimizer state included).
+        let space = match self.optimizer {
+            Some(optimizer) => space.with_optimizer(optimizer)?,
             None => space,
         };
-        Ok(match self.optimizer {
-            Some(optimizer) => space.with_optimizer(optimizer)?,
+        Ok(match self.dynamic {
+            Some(policy) => space.with_dynamic(policy)?,
             None => space,
         })
     }

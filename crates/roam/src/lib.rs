@@ -64,6 +64,7 @@ pub mod slow_node;
 pub mod slowing;
 pub mod stats;
 mod table;
+mod timers;
 mod transport;
 mod worker;
 

@@ -6,8 +6,8 @@
 //! - one reader per peer, feeding received frames to the core (those that arrived together
 //!   under one lock hold, `peers.rs`);
 //! - one loopback server, feeding frames a node sends itself (without fast local access);
-//! - one timer thread, which runs the core's timers (`poll_timeout`/`handle_timeout`): the core
-//!   sends heartbeats on idle links and declares silent peers lost;
+//! - one timer thread (`timers.rs`), which runs the core's timers (`poll_timeout`,
+//!   `handle_timeout`): the core sends heartbeats on idle links and declares silent peers lost;
 //! - with latency emulation, one sender per link that holds frames until they are due;
 //! - an acceptor that authenticates incoming connections (each handshake on a short-lived
 //!   thread of its own, which the acceptor starts), and after start-up a membership thread that
@@ -52,6 +52,7 @@ use crate::rendezvous;
 use crate::slot::WorkerSlot;
 use crate::slowing::{ServiceSlowdown, SlowTasks, spawn_named};
 use crate::stats::NodeStats;
+use crate::timers::spawn_timers;
 use crate::transport::{Link, Sink};
 use crate::worker::Worker;
 
@@ -719,7 +720,9 @@ impl NodeHandle {
         };
         let stats = NodeStats::collect(&self.shared);
         if self.print_stats {
-            println!("{}", stats.to_json_line());
+            // A closed stdout (`| head`) must not panic the shutdown: the stats are returned.
+            use std::io::Write;
+            let _ = writeln!(std::io::stdout().lock(), "{}", stats.to_json_line());
         }
         self.close();
         if let Some((server, hold, limit)) = self.metrics.as_ref().filter(|m| m.1 > 0) {
@@ -797,89 +800,4 @@ impl Drop for NodeHandle {
     fn drop(&mut self) {
         self.close();
     }
-}
-
-/// Runs the core's timers: sleeps until the deadline the core names (or until stopped), then
-/// lets the core act (heartbeats, silence timeouts, replica sync rounds, load reports, barrier
-/// wait warnings). Activity only moves deadlines later, except a barrier that begins to wait,
-/// which wakes this thread ([`Shared::wake_timers`]), so sleeping until the deadline read
-/// before is never late.
-fn spawn_timers(
-    shared: &Arc<Shared>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
-) -> std::io::Result<JoinHandle<()>> {
-    let shared = shared.clone();
-    let name = format!("roam-timers-{}", shared.rank.0);
-    let slow = shared.slow_tasks.clone();
-    spawn_named(name, slow.as_ref(), move || {
-        loop {
-            let deadline = shared.with_node(|node, _| node.poll_timeout());
-            let wait = match deadline {
-                Some(at) => Duration::from_nanos(at.0.saturating_sub(shared.now().0)),
-                None => Duration::from_secs(1),
-            };
-            let mut woken = shared.timer_wake.0.lock();
-            if !*woken && !*stop.0.lock() && !wait.is_zero() {
-                shared.timer_wake.1.wait_for(&mut woken, wait);
-            }
-            *woken = false;
-            drop(woken);
-            if *stop.0.lock() {
-                return;
-            }
-            let (found, decided) = shared.with_node(|node, now| {
-                let before = node.straggler_events().len();
-                let decided_before =
-                    node.balance_decisions().len() as u64 + node.balance_decisions_dropped();
-                node.handle_timeout(now);
-                let decided_now =
-                    node.balance_decisions().len() as u64 + node.balance_decisions_dropped();
-                let new = (decided_now - decided_before) as usize;
-                let decisions = node.balance_decisions();
-                (
-                    node.straggler_events()[before..].to_vec(),
-                    decisions[decisions.len().saturating_sub(new)..].to_vec(),
-                )
-            });
-            for d in decided {
-                // Every balancer decision is logged with its evidence (also in the stats).
-                let (before, after) = d.weight;
-                let (buckets, bytes) = d.moves;
-                let (ops_before, ops_after) = d.ops_per_round;
-                tracing::info!(
-                    node = shared.rank.0,
-                    "balancer: {:?} {}: weight {before:.3} -> {after:.3}, {buckets} buckets \
-                     ({bytes} bytes) to move; ops per round {ops_before:.0} before, \
-                     {ops_after:.0} after; score {}",
-                    d.kind,
-                    d.node,
-                    d.score_ns.map_or("none".into(), |(s, o)| format!(
-                        "{:.2} ms against {:.2} ms",
-                        s / 1e6,
-                        o / 1e6
-                    )),
-                );
-            }
-            for e in found {
-                // Operators see stragglers come and go as they are decided (also in the stats).
-                let (what, ms, others) = (e.node, e.score_ns / 1e6, e.others_ns / 1e6);
-                if e.slow {
-                    tracing::warn!(
-                        node = shared.rank.0,
-                        "{what} is a straggler: answers in {ms:.2} ms against {others:.2} ms \
-                         for the others (seen by {} nodes)",
-                        e.observers
-                    );
-                } else {
-                    // Also a warning: with the default filter an operator sees the end of a
-                    // straggler as surely as its start.
-                    tracing::warn!(
-                        node = shared.rank.0,
-                        "{what} recovered: answers in {ms:.2} ms against {others:.2} ms"
-                    );
-                }
-            }
-            shared.close_links_lost_by_core();
-        }
-    })
 }

@@ -95,8 +95,12 @@ pub struct NodeStats {
     pub share_deferrals_expired: u64,
     /// Deferrals decided early: a new intent here extended the key's use past the deadline.
     pub share_deferrals_extended: u64,
-    /// Bytes of share-sync frames sent (grants, deltas, values, final deltas).
+    /// Bytes of share-sync frames sent (grants, deltas, values, final deltas, gradient sums).
     pub share_bytes_sent: u64,
+    /// Keys whose accumulated gradient sum this node sent to their owner (per round or leave).
+    pub share_grad_keys_sent: u64,
+    /// Optimizer steps this node, as owner, took with a member's gradient sum.
+    pub share_grad_steps: u64,
     /// How long replicas held here by intent lived (median), ms.
     pub replica_lifetime_p50_ms: f64,
     /// Same, 99th percentile, ms.
@@ -259,6 +263,8 @@ impl NodeStats {
             share_deferrals_expired: get(&node.share_deferrals_expired),
             share_deferrals_extended: get(&node.share_deferrals_extended),
             share_bytes_sent: get(&node.share_bytes_sent),
+            share_grad_keys_sent: get(&node.share_grad_keys_sent),
+            share_grad_steps: get(&node.share_grad_steps),
             ..Self::default()
         };
         let (lifetime_p50, lifetime_p99, held) = shared.with_node(|node, _| {

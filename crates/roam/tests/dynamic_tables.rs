@@ -37,6 +37,7 @@ fn budget_holds_and_rows_are_consistent_while_ids_stream_and_move() {
                     sketch_width: 4096,
                 },
                 max_rows: Some(BUDGET),
+                max_bytes: None,
                 ttl_ns: None,
             },
         );
@@ -134,6 +135,20 @@ fn bad_dynamic_settings_fail_the_start_by_name() {
     );
     let err = cfg.key_space().unwrap_err().to_string();
     assert!(err.contains("min_count = 0"), "{err}");
+    // A byte budget below one record (16 values and Adagrad's 16: 128 bytes).
+    let mut cfg = Config::dynamic(
+        16,
+        DynamicPolicy {
+            max_bytes: Some(100),
+            ..DynamicPolicy::default()
+        },
+    );
+    cfg.optimizer = Some(Optimizer::adagrad(0.1));
+    let err = cfg.key_space().unwrap_err().to_string();
+    assert!(
+        err.contains("max_bytes = 100") && err.contains("at least one record (128 bytes)"),
+        "{err}"
+    );
     let mut cfg = Config::sparse(2);
     cfg.initializer = Initializer::Normal {
         mean: 0.0,

@@ -20,7 +20,10 @@
 //! in a seeded shuffled order per epoch, in batches of `--batch`: pull the batch's distinct
 //! rows and the dense keys, forward and backward, push both gradients (not waited; a worker's
 //! later pulls see its own pushes). Modes change only where rows live: `lapse` localizes the
-//! next batch's embedding rows while the current one computes; `adapm` signals them as
+//! next batch's embedding rows while the current one computes — by default only those the
+//! node has seen before (`--localize repeats`, [`crate::sightings`]: most rows of a long-tailed
+//! batch are ids used once, which cost a relocation each and are not read here again); `adapm`
+//! signals them as
 //! intents a few batches ahead. The dense keys are never moved. The NuPS modes are refused:
 //! this app does not choose hot keys to replicate (replicated keys would take one step of the
 //! server-side optimizer per sync round at their hub, see docs/embeddings.md; not measured).
@@ -50,6 +53,7 @@ use serde_json::json;
 use crate::common::{self, Mode, SumKeys, TrainReport};
 use crate::intents::{self, NodeIntents};
 use crate::output::{Console, OutputArgs};
+use crate::sightings::{Localize, Sightings};
 use data::{Dataset, RESERVED_BIT};
 use model::Shape;
 use synthetic::Spec;
@@ -91,6 +95,11 @@ pub struct Args {
     /// adapm: signal a batch's rows this many batches ahead.
     #[arg(long, default_value_t = 4)]
     pub intent_ahead: u32,
+    /// lapse: which of the next batch's rows to localize: `repeats`, only those this node has
+    /// seen before (a tail id used once is pulled and pushed remotely instead of moved), or
+    /// `all`.
+    #[arg(long, value_enum, default_value = "repeats")]
+    pub localize: Localize,
     /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, set by `roam launch`, else 1).
     #[arg(long)]
     pub workers: Option<u32>,
@@ -214,7 +223,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         dim,
         common::CLUSTER_COUNTERS,
     );
-    let settings = json!({
+    let mut settings = json!({
         "metric": "test_auc",
         "dim": args.dim, "hidden": args.hidden, "batch": args.batch, "seed": args.seed,
         "optimizer": optimizer.name(), "lr": short(args.lr),
@@ -227,6 +236,12 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         "loss": "online mean training log-loss (each example before its batch's update)",
         "evaluation": "global worker 0, whole test set, after every epoch",
     });
+    if args.mode.localizes() {
+        settings["localize"] = json!(args.localize.name());
+    }
+    // 2 MiB per node, so only when it is used.
+    let sightings =
+        (args.mode.localizes() && args.localize == Localize::Repeats).then(Sightings::default);
     let node_intents = NodeIntents::default();
     let job = train::Job {
         args,
@@ -236,6 +251,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         epoch_sums,
         counter_sums,
         node_intents: &node_intents,
+        sightings: sightings.as_ref(),
         console: Console::new(&args.output, "test_auc", "rows"),
         dense_keys: reserved(RESERVED_BIT, shape.dense_keys()),
         start: &start,

@@ -22,6 +22,7 @@ use super::model::{self, Batch, Grads, Params, Scratch, Shape};
 use crate::common::{self, ClusterCounters, Stopwatch, SumKeys};
 use crate::intents::{self, NodeIntents};
 use crate::output::{self, Console, LocalFraction};
+use crate::sightings::Sightings;
 
 /// Counters summed over the cluster after every epoch: loss (micro-units), rows, non-finite
 /// losses, CPU microseconds, the intent counters, then the cumulative (local, all) key
@@ -55,6 +56,8 @@ pub struct Job<'a> {
     pub counter_sums: SumKeys,
     /// Node-local accumulation of the workers' intent counters.
     pub node_intents: &'a NodeIntents,
+    /// lapse with `--localize repeats`: the keys this node has offered to `localize`.
+    pub sightings: Option<&'a Sightings>,
     /// Progress output.
     pub console: Console,
     /// The keys of the dense parameters.
@@ -69,6 +72,7 @@ struct Trainer {
     cur: Batch,
     next: Batch,
     ahead: Batch,
+    repeats: Vec<Key>,
     emb: Vec<f32>,
     dense: Vec<f32>,
     grads: Grads,
@@ -261,7 +265,15 @@ impl Job<'_> {
             if localize && i + 1 < chunks.len() {
                 t.next.fill(train, chunks[i + 1]);
                 // A hint: the batch is correct wherever its rows are when it is pulled.
-                w.localize(&t.next.unique)?.detach();
+                let keys = match self.sightings {
+                    Some(seen) => {
+                        t.repeats.clear();
+                        seen.repeats(&t.next.unique, &mut t.repeats);
+                        &t.repeats
+                    }
+                    None => &t.next.unique,
+                };
+                w.localize(keys)?.detach();
             }
             if intents && i + ahead < chunks.len() {
                 signal(t, i + ahead)?;

@@ -28,9 +28,8 @@ use rand::{Rng, SeedableRng};
 use roam::{Key, Ticket, Worker};
 
 use super::data::{Graph, Triple};
-use super::train::{
-    Epoch, Hyper, LossSum, Negatives, Pool, Step, end_epoch, mix, relation_key, retire_pushes,
-};
+use super::params::{mix, relation_key};
+use super::train::{Epoch, Hyper, LossSum, Negatives, Pool, Step, end_epoch, retire_pushes};
 
 /// The name reports give the bucket schedule's negatives (uniform over the two parts held
 /// and the round's pool), in place of a sampling scheme's.

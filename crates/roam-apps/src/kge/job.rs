@@ -29,9 +29,10 @@ use serde_json::json;
 use super::buckets::{BUCKETS_SCHEME, Buckets};
 use super::data::Graph;
 use super::eval::{Filter, Metrics, evaluate};
+use super::params::{gather, init_params, relation_key};
 use super::partition::Partition;
 use super::replicate::{self, Plan};
-use super::train::{Epoch, Hyper, LossSum, Step, gather, init_params, relation_key};
+use super::train::{Epoch, Hyper, LossSum, Step};
 use crate::common::{
     CLUSTER_COUNTERS, ClusterCounters, Mode, Stopwatch, SumKeys, micros_to_seconds, node_counters,
     process_cpu_micros,

@@ -5,7 +5,7 @@
 //! Keys: entities `0..ne`, relations `ne..ne+nr` (one key each, also RESCAL's D×D matrices,
 //! through per-key value lengths), then the reserved [`SumKeys`] keys. Each key holds its
 //! embedding; its AdaGrad accumulator is the key space's optimizer state
-//! ([`train::optimizer`]), hidden in the record. Negatives come from one sampler registered
+//! ([`params::optimizer`]), hidden in the record. Negatives come from one sampler registered
 //! here, uniform over the entity keys, under the `--sampling` scheme (default per mode,
 //! [`crate::sampling::default_scheme`]).
 //!
@@ -25,6 +25,7 @@ pub mod data;
 pub mod eval;
 pub mod job;
 pub mod model;
+pub mod params;
 pub mod partition;
 pub mod replicate;
 pub mod synthetic;
@@ -253,7 +254,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         kind: args.model,
         dim: args.dim,
     };
-    let mut lengths = train::key_lengths(&graph, model);
+    let mut lengths = params::key_lengths(&graph, model);
     let sum_len = model.entity_len();
     let sum_base = lengths.len() as u64;
     let sum_keys = SumKeys::keys_needed(job::SUMS, sum_len);
@@ -265,7 +266,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         Config::per_key(lengths)
     };
     cfg.workers_per_node = args.workers_per_node;
-    cfg.optimizer = train::optimizer(args.eta);
+    cfg.optimizer = params::optimizer(args.eta);
     if args.schedule == Schedule::Buckets {
         cfg.share_sync_every = buckets::SHARE_SYNC_EVERY;
     }

@@ -8,7 +8,7 @@
 //! [`Model::add_relation_grad`] (`∂(aᵀ M_r b)/∂r`, which is linear in `a` and in `b`).
 //!
 //! Layout of a key's values (AdaGrad's accumulator is not among them: it is the key space's
-//! optimizer state, hidden in the same record, never pulled, see `train::optimizer`):
+//! optimizer state, hidden in the same record, never pulled, see `params::optimizer`):
 //! - ComplEx, `dim` = D complex components: entity and relation `[re(D), im(D)]`, 2D values.
 //!   (Lapse's `--embed_dim 100` counts real values, i.e. 50 complex components.)
 //! - RESCAL: entity `e(D)`, relation `R(D×D)` row-major as one key.
@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn the_key_spaces_optimizer_is_the_documented_adagrad() {
-        let opt = super::super::train::optimizer(0.1).expect("eta > 0 has an optimizer");
+        let opt = super::super::params::optimizer(0.1).expect("eta > 0 has an optimizer");
         let (mut w, mut acc) = ([1.0f32, 2.0], [0.0f32, 3.0]);
         let g = [0.5, -1.0];
         opt.step(&mut w, &mut acc, &g);
@@ -268,7 +268,7 @@ mod tests {
         // A first step moves every coordinate by about eta against the gradient's sign.
         assert!((w[0] - 0.9).abs() < 1e-4);
         assert!(
-            super::super::train::optimizer(0.0).is_none(),
+            super::super::params::optimizer(0.0).is_none(),
             "eta 0: no optimizer"
         );
     }

@@ -28,6 +28,7 @@
 pub mod data;
 pub mod replicate;
 pub mod schedule;
+pub mod sums;
 pub mod synthetic;
 pub mod train;
 
@@ -43,8 +44,9 @@ use crate::intents::{self, NodeIntents};
 use crate::output::{self, Console, LocalFraction, OutputArgs};
 use crate::replication;
 use data::Ratings;
+use sums::NodeSums;
 use synthetic::Spec;
-use train::{Hyper, Layout, NodeSums, Point, Trainer, WorkerData};
+use train::{Hyper, Layout, Point, Trainer, WorkerData};
 
 /// Options of `roam train mf`.
 #[derive(clap::Args, Debug, Clone)]
@@ -155,13 +157,13 @@ impl Args {
     }
 }
 
-/// Counters summed over the cluster after every epoch: [`train::SUMS`], then the epoch's CPU
+/// Counters summed over the cluster after every epoch: [`sums::SUMS`], then the epoch's CPU
 /// microseconds (each node's worker 0 measures its process around the epoch), then the
 /// epoch's intent counters ([`crate::intents`]), then the cumulative (local, all) key
 /// accesses ([`output::access_counts`]).
-const EPOCH_SUMS: usize = train::SUMS + 1 + intents::COUNTERS + 2;
+const EPOCH_SUMS: usize = sums::SUMS + 1 + intents::COUNTERS + 2;
 /// Where the intent counters start in the per-epoch sums.
-const INTENTS_AT: usize = train::SUMS + 1;
+const INTENTS_AT: usize = sums::SUMS + 1;
 /// Where the access counts start in the per-epoch sums.
 const ACCESSES_AT: usize = INTENTS_AT + intents::COUNTERS;
 
@@ -443,13 +445,13 @@ impl Shared<'_> {
                     epoch + 1
                 );
             }
-            let sse = train::unfixed(sums[0]);
-            let objective = sse + train::unfixed(sums[1]);
-            let rmse = |sse: u64, n: u64| (n > 0).then(|| (train::unfixed(sse) / n as f64).sqrt());
+            let sse = sums::unfixed(sums[0]);
+            let objective = sse + sums::unfixed(sums[1]);
+            let rmse = |sse: u64, n: u64| (n > 0).then(|| (sums::unfixed(sse) / n as f64).sqrt());
             let mut record = json!({
                 "epoch": epoch + 1, "seconds": seconds, "loss": objective, "lr": short(lr),
                 "online_rmse": rmse(sums[0], sums[2]),
-                "cpu_seconds": common::micros_to_seconds(sums[train::SUMS]),
+                "cpu_seconds": common::micros_to_seconds(sums[sums::SUMS]),
                 "local_fraction": local_fraction.epoch([sums[ACCESSES_AT], sums[ACCESSES_AT + 1]]),
             });
             let epoch_intents = &sums[INTENTS_AT..ACCESSES_AT];

@@ -28,6 +28,7 @@ pub mod sgns;
 pub mod similarity;
 pub mod synthetic;
 pub mod train;
+pub mod vectors;
 pub mod vocab;
 
 use std::collections::HashMap;

@@ -46,14 +46,15 @@ use std::sync::Mutex;
 use anyhow::Context;
 use rand::{SeedableRng, rngs::SmallRng};
 use roam::{Key, NodeHandle, SampleHandle, SamplerId, Ticket, Worker};
-use roam_core::{NodeId, Partitioning};
+use roam_core::Partitioning;
 use serde_json::{Map, Value, json};
 
 use super::Args;
 use super::corpus::Sentences;
-use super::eval::{Embeddings, Evaluator};
+use super::eval::Evaluator;
 use super::replication::{self, Replicated};
 use super::sgns::{Offsets, Params, Plan, SentenceStats, Sigmoid, train_batch};
+use super::vectors::{gather, init_vectors};
 use super::vocab::{KeyMap, UnigramTable};
 use crate::common::{CLUSTER_COUNTERS, ClusterCounters, Stopwatch, SumKeys, node_counters};
 use crate::intents::{self, NodeIntents};
@@ -70,7 +71,7 @@ const INTENTS_AT: usize = REPLICATION_AT + replication::COUNTERS;
 /// Loss is summed as an integer in these units.
 const LOSS_SCALE: f64 = 1e6;
 /// Keys per message when initialising or gathering vectors.
-const CHUNK: usize = 8192;
+pub(super) const CHUNK: usize = 8192;
 /// Outstanding pushes and localizes a worker lets pile up before it waits for the oldest.
 const MAX_PENDING: usize = 64;
 
@@ -449,67 +450,6 @@ impl<'w> State<'w> {
         self.hold(t)?;
         Ok(stats)
     }
-}
-
-/// Sets the initial input vectors this node is home of (each of its workers takes every
-/// `workers_per_node`-th): uniform in ±1/dim from a per-word seed, so every mode and cluster
-/// shape starts from the same model. Output vectors start at zero (the store's initial value).
-/// A replicated key is set like any other (the set goes to its hub, once, from the node its
-/// directory names as home); the caller's `sync_replicas` then brings it into every replica.
-fn init_vectors(job: &Job<'_>, w: &Worker) -> anyhow::Result<()> {
-    let dim = job.args.dim as usize;
-    let home = w.directory();
-    let wpn = u64::from(w.workers_per_node());
-    let mine: Vec<Key> = (0..job.keys.num_keys())
-        .step_by(2)
-        .filter(|&k| home.home(k) == NodeId(w.rank()) && (k / 2) % wpn == u64::from(w.id()))
-        .collect();
-    let mut vals = Vec::with_capacity(CHUNK * dim);
-    for chunk in mine.chunks(CHUNK) {
-        vals.clear();
-        for &k in chunk {
-            let word = job.keys.word_of_key(k).0;
-            vals.extend(initial_vector(job.args.seed, word, dim));
-        }
-        w.set(chunk, &vals)?.wait()?;
-    }
-    Ok(())
-}
-
-/// Word `word`'s initial input vector: uniform in `±1/dim`, gensim's range (`(2u − 1)/dim`),
-/// twice word2vec.c's `(u − 0.5)/dim`, which reached 0.009 less WordSim-353 Spearman on gcide
-/// (docs/workloads-w2v.md, "Against gensim").
-pub fn initial_vector(seed: u64, word: u32, dim: usize) -> impl Iterator<Item = f32> {
-    use rand::Rng;
-    let mut rng =
-        SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(word));
-    (0..dim).map(move |_| (rng.random::<f32>() * 2.0 - 1.0) / dim as f32)
-}
-
-/// Global worker 0 pulls every vector for evaluation.
-fn gather(job: &Job<'_>, w: &Worker) -> anyhow::Result<Embeddings> {
-    let dim = job.args.dim as usize;
-    let v = job.vocab_len as u32;
-    let mut out = Vec::with_capacity(2);
-    for syn1 in [false, true] {
-        let keys: Vec<Key> = (0..v)
-            .map(|x| {
-                if syn1 {
-                    job.keys.syn1(x)
-                } else {
-                    job.keys.syn0(x)
-                }
-            })
-            .collect();
-        let mut m = vec![0f32; keys.len() * dim];
-        for (kc, mc) in keys.chunks(CHUNK).zip(m.chunks_mut(CHUNK * dim)) {
-            w.pull(kc, mc)?.wait()?;
-        }
-        out.push(m);
-    }
-    let syn1 = out.pop().unwrap_or_default();
-    let syn0 = out.pop().unwrap_or_default();
-    Ok(Embeddings { dim, syn0, syn1 })
 }
 
 fn sub(a: [u64; CLUSTER_COUNTERS], b: &[u64; CLUSTER_COUNTERS]) -> [u64; CLUSTER_COUNTERS] {

@@ -22,7 +22,11 @@ impl App {
                 );
                 files
             }
-            Self::Mf | Self::MfZipf | Self::Kge | Self::W2v => Vec::new(),
+            Self::CtrMl100k => ["train.tsv", "test.tsv"]
+                .iter()
+                .map(|name| (Path::new(CTR_ML100K).join(name), "ml-100k-ctr"))
+                .collect(),
+            Self::Mf | Self::MfZipf | Self::Kge | Self::W2v | Self::Ctr => Vec::new(),
         }
     }
 
@@ -54,6 +58,10 @@ impl App {
 
 /// The GCIDE corpus, under the data directory (`scripts/fetch-data.sh gcide`).
 pub(crate) const GCIDE_CORPUS: &str = "gcide/corpus.txt";
+
+/// MovieLens-100k as clicks, `train.tsv` and `test.tsv`, under the data directory
+/// (`scripts/fetch-data.sh ml-100k-ctr`).
+pub(crate) const CTR_ML100K: &str = "ml-100k-ctr";
 
 /// gensim's WordSim-353, SimLex-999 and analogy files, under the data directory
 /// (`scripts/fetch-data.sh gensim-eval`).
@@ -133,7 +141,7 @@ mod tests {
     #[test]
     fn gcide_word_vectors_are_a_default_of_full_only_when_the_data_is_there() {
         let data = Scratch::new("roam-suite-plan-data");
-        let synthetic = [App::Mf, App::MfZipf, App::Kge, App::W2v];
+        let synthetic = [App::Mf, App::MfZipf, App::Kge, App::W2v, App::Ctr];
         assert!(!Preset::Tiny.apps().contains(&App::W2vGcide));
         assert_eq!(Preset::Quick.apps(), synthetic);
         for preset in [Preset::Full] {
@@ -141,7 +149,7 @@ mod tests {
             // Nothing fetched: left out of the defaults, one line saying why.
             let (apps, skipped) = choose_apps(preset, None, &data.0).unwrap();
             assert_eq!(apps, synthetic, "{preset:?}");
-            assert_eq!(skipped.len(), 1, "{skipped:?}");
+            assert_eq!(skipped.len(), 2, "{skipped:?}");
             for part in [
                 "w2v-gcide",
                 "gcide/corpus.txt",
@@ -149,6 +157,14 @@ mod tests {
                 "`scripts/fetch-data.sh gcide gensim-eval`",
             ] {
                 assert!(skipped[0].contains(part), "{part}: {}", skipped[0]);
+            }
+            for part in [
+                "ctr-ml100k",
+                "ml-100k-ctr/train.tsv",
+                "ml-100k-ctr/test.tsv",
+                "`scripts/fetch-data.sh ml-100k-ctr`",
+            ] {
+                assert!(skipped[1].contains(part), "{part}: {}", skipped[1]);
             }
         }
         // Asked for: an error naming the files and the fetch command.
@@ -192,6 +208,9 @@ mod tests {
             "{why}"
         );
         data.touch("gensim-eval/questions-words.txt");
+        data.touch("ml-100k-ctr/train.tsv");
+        data.touch("ml-100k-ctr/test.tsv");
+        assert_eq!(App::CtrMl100k.missing_data(&data.0), None);
 
         // Everything there: a default of full, never of quick or tiny.
         assert_eq!(App::W2vGcide.missing_data(&data.0), None);

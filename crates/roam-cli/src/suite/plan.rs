@@ -125,7 +125,8 @@ pub(crate) struct Plan {
 /// Expands `m` into runs. Profiles that need namespaces are skipped (with a message) unless
 /// `root`. `single` runs once per workers-per-node value, at one node on loopback (it opens no
 /// link, so a network profile cannot change it); a distributed mode at one node likewise runs
-/// only on loopback. The sampling workloads run once per scheme of [`samplings_for`].
+/// only on loopback. The sampling workloads run once per scheme of [`samplings_for`]. A mode a
+/// workload refuses ([`App::refuses`]) is skipped for it, with the reason.
 pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
     let mut out = Plan {
         runs: Vec::new(),
@@ -134,6 +135,12 @@ pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
     let mut samplings = BTreeMap::new();
     for &app in &m.apps {
         for &mode in &m.modes {
+            if let Some(why) = app.refuses(mode) {
+                out.skipped
+                    .push(format!("{} in mode {}: {why}", app.name(), mode.name()));
+                samplings.insert((app, mode), Vec::new());
+                continue;
+            }
             let (runs, dropped) = samplings_for(app, mode, &m.samplings);
             for dropped in dropped {
                 out.skipped.push(format!(
@@ -302,6 +309,64 @@ mod tests {
                 .iter()
                 .all(|r| r.mode == Mode::Single || r.profile != Profile::Loopback)
         );
+    }
+
+    #[test]
+    fn ctr_runs_its_presets_and_skips_the_nups_modes_it_refuses() {
+        use clap::ValueEnum;
+        let data = Path::new("/d");
+        for app in [App::Ctr, App::CtrMl100k] {
+            assert_eq!(app.command(), "ctr");
+            assert_eq!(app.points_setting(), "train_rows");
+            assert!(app.scored() && !app.samples());
+            assert_eq!(App::from_str(app.name(), false), Ok(app));
+        }
+        // Quick and tiny: the app's embedded synthetic set, one epoch.
+        assert!(Preset::Quick.train_args(App::Ctr, data).is_empty());
+        assert!(Preset::Tiny.train_args(App::Ctr, data).is_empty());
+        assert_eq!(Preset::Quick.epochs(App::Ctr), 1);
+        assert!(Preset::Quick.apps().contains(&App::Ctr));
+        assert!(!Preset::Tiny.apps().contains(&App::Ctr));
+        let full = Preset::Full.train_args(App::Ctr, data).join(" ");
+        assert!(full.contains("fields=26,ids=1e8"), "{full}");
+        assert_eq!(
+            Preset::Full.train_args(App::CtrMl100k, data),
+            ["--data", "/d/ml-100k-ctr"]
+        );
+        let m = Matrix {
+            apps: vec![App::Ctr, App::Mf],
+            modes: vec![
+                Mode::Single,
+                Mode::Lapse,
+                Mode::Nups,
+                Mode::NupsReplicateOnly,
+            ],
+            nodes: vec![2],
+            profiles: vec![Profile::Loopback],
+            reps: 1,
+            epochs: None,
+            ..matrix()
+        };
+        let p = plan(&m, false);
+        let ctr: Vec<Mode> = p
+            .runs
+            .iter()
+            .filter(|r| r.app == App::Ctr)
+            .map(|r| r.mode)
+            .collect();
+        assert_eq!(ctr, [Mode::Single, Mode::Lapse]);
+        assert!(
+            p.runs
+                .iter()
+                .any(|r| r.app == App::Mf && r.mode == Mode::Nups)
+        );
+        let refused: Vec<&String> = p
+            .skipped
+            .iter()
+            .filter(|s| s.starts_with("ctr in mode"))
+            .collect();
+        assert_eq!(refused.len(), 2, "{:?}", p.skipped);
+        assert!(refused[0].contains("nups"), "{}", refused[0]);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! a log2 x axis; a line joins the medians over repetitions and a vertical bar spans their
 //! min–max. A mode that a workload ran with several sampling schemes has a line per scheme
 //! (`lapse[pool:4]`, shades of the mode's colour); the speed-up figures take each mode's
-//! default scheme. The quality figures of the workloads that sample negatives plot the quality
+//! default scheme. The quality figures of the workloads that report one plot the quality
 //! metric against the CPU overhead ratio and against the epoch time, a point per
 //! configuration and node count. Text uses the DejaVu Sans Mono font bundled in `assets/`
 //! (through ab_glyph), so no system font or fontconfig is needed.
@@ -275,13 +275,13 @@ impl Marker {
     }
 }
 
-/// Draws the quality figures ([`QUALITY_FIGURES`]) of the workloads that sample negatives and
-/// reported a quality metric; nothing when there are none.
+/// Draws the quality figures ([`QUALITY_FIGURES`]) of the workloads that reported a quality
+/// metric (kge, w2v, ctr); nothing when there are none.
 fn draw_quality(summary: &Summary, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let groups: Vec<(App, Profile, u32)> = summary
         .groups()
         .into_iter()
-        .filter(|&(app, _, _)| app.samples() && summary.quality_metric(app).is_some())
+        .filter(|&(app, _, _)| app.scored() && summary.quality_metric(app).is_some())
         .collect();
     if groups.is_empty() {
         return Ok(Vec::new());

@@ -1,7 +1,8 @@
 //! The Markdown of a suite's summary (`summary.md`, and the tables printed at the end of a
 //! suite): per group a table of every configuration's medians with min–max, then the
 //! speed-ups, the CPU overhead ratio against its aim, the NuPS speed-ups and replica figures,
-//! and, for the workloads that sample negatives, quality against efficiency per scheme.
+//! and, for the workloads that report a quality, quality against efficiency (per scheme for
+//! those that sample negatives).
 //! `summary.rs` aggregates the runs and answers the queries these tables are made of.
 //!
 //! Invariants: a figure that is missing (no successful run) shows as `–`, never as 0; a cell
@@ -360,7 +361,7 @@ impl Summary {
         rows
     }
 
-    /// Quality against efficiency for the workloads that sample negatives (kge, w2v): one table
+    /// Quality against efficiency for the workloads that report a quality (kge, w2v, ctr): one table
     /// per workload, a row per profile, workers per node, node count, mode and sampling scheme
     /// with the epoch time, CPU overhead ratio, bytes per data point, local fraction, the
     /// fraction of `local` samples that fell back to a remote key, and the quality metric after
@@ -370,13 +371,14 @@ impl Summary {
             .groups()
             .iter()
             .map(|g| g.0)
-            .filter(|a| a.samples())
+            .filter(|a| a.scored())
             .collect();
         apps.dedup();
         for app in apps {
             let metric = self.quality_metric(app).unwrap_or("quality");
             let what = match (app, metric) {
                 (App::Kge, _) => format!("filtered test MRR (`{metric}`)"),
+                (_, "test_auc") => format!("test AUC (`{metric}`)"),
                 (_, "wordsim_spearman") => {
                     format!("WordSim-353 Spearman correlation (`{metric}`)")
                 }
@@ -385,12 +387,17 @@ impl Summary {
             let column = metric_label(metric);
             let _ = writeln!(
                 s,
-                "\n#### Quality and efficiency of {} by sampling scheme (quality: {what} after \
-                 the last epoch)\n\n\
+                "\n#### Quality and efficiency of {}{} (quality: {what} after the last \
+                 epoch)\n\n\
                  | profile | workers/node | nodes | mode | sampling | epoch s | CPU × single | \
                  bytes / {} | local fraction | fallback fraction | {column} | runs |\n\
                  |---|---|---|---|---|---|---|---|---|---|---|---|",
                 app.name(),
+                if app.samples() {
+                    " by sampling scheme"
+                } else {
+                    ""
+                },
                 app.point_name()
             );
             for (a, profile, w) in self.groups() {

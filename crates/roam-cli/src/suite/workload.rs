@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::data::{GCIDE_CORPUS, GENSIM_EVAL};
+use super::data::{CTR_ML100K, GCIDE_CORPUS, GENSIM_EVAL};
 
 /// A training workload (`roam train APP`).
 #[derive(
@@ -42,6 +42,12 @@ pub(crate) enum App {
     /// Word vectors on the real GCIDE corpus, scored by WordSim-353 (needs
     /// `scripts/fetch-data.sh gcide gensim-eval`).
     W2vGcide,
+    /// Click-through-rate prediction on synthetic clicks (Zipf-distributed ids over sparse
+    /// fields), scored by the test AUC. Refuses the NuPS modes (it chooses no hot keys).
+    Ctr,
+    /// Click-through-rate prediction on MovieLens-100k as clicks (needs
+    /// `scripts/fetch-data.sh ml-100k-ctr`).
+    CtrMl100k,
 }
 
 /// A parameter placement mode (`roam train ... --mode`).
@@ -120,6 +126,8 @@ impl App {
             Self::Kge => "kge",
             Self::W2v => "w2v",
             Self::W2vGcide => "w2v-gcide",
+            Self::Ctr => "ctr",
+            Self::CtrMl100k => "ctr-ml100k",
         }
     }
 
@@ -129,6 +137,7 @@ impl App {
             Self::Mf | Self::MfZipf => "mf",
             Self::Kge => "kge",
             Self::W2v | Self::W2vGcide => "w2v",
+            Self::Ctr | Self::CtrMl100k => "ctr",
         }
     }
 
@@ -138,6 +147,7 @@ impl App {
             Self::Mf | Self::MfZipf => "train_points",
             Self::Kge => "train_triples",
             Self::W2v | Self::W2vGcide => "train_words",
+            Self::Ctr | Self::CtrMl100k => "train_rows",
         }
     }
 
@@ -147,13 +157,14 @@ impl App {
             Self::Mf | Self::MfZipf => "rating",
             Self::Kge => "triple",
             Self::W2v | Self::W2vGcide => "word",
+            Self::Ctr | Self::CtrMl100k => "example",
         }
     }
 
     /// The app's negative sampler, for the workloads that draw negatives (`--sampling`).
     pub(crate) fn sampler(self) -> Option<roam_apps::sampling::App> {
         match self {
-            Self::Mf | Self::MfZipf => None,
+            Self::Mf | Self::MfZipf | Self::Ctr | Self::CtrMl100k => None,
             Self::Kge => Some(roam_apps::sampling::App::Kge),
             Self::W2v | Self::W2vGcide => Some(roam_apps::sampling::App::W2v),
         }
@@ -162,6 +173,23 @@ impl App {
     /// Whether the workload draws negatives through roam's sampling API (takes `--sampling`).
     pub(crate) fn samples(self) -> bool {
         self.sampler().is_some()
+    }
+
+    /// Whether the workload reports a quality metric after its epochs (kge, w2v, ctr; MF's
+    /// suite runs skip their evaluation).
+    pub(crate) fn scored(self) -> bool {
+        !matches!(self, Self::Mf | Self::MfZipf)
+    }
+
+    /// Why the workload does not run in `mode`, if it does not: ctr refuses the NuPS modes
+    /// (it does not choose hot keys to replicate, see `roam_apps::ctr`).
+    pub(crate) fn refuses(self, mode: Mode) -> Option<&'static str> {
+        match self {
+            Self::Ctr | Self::CtrMl100k if mode.replicates() => {
+                Some("ctr chooses no hot keys to replicate, so it refuses the NuPS modes")
+            }
+            _ => None,
+        }
     }
 }
 
@@ -358,6 +386,20 @@ impl Preset {
                     "0".to_string(),
                 ];
             }
+            // MovieLens-100k as clicks: the whole set in every preset (it is small).
+            (App::CtrMl100k, _) => {
+                return vec![
+                    "--data".to_string(),
+                    data.join(CTR_ML100K).display().to_string(),
+                ];
+            }
+            // The scale spec of docs/benchmarks.md: 26 fields over 10^8 ids each.
+            (App::Ctr, Self::Full) => (
+                "fields=26,ids=1e8,zipf=1.1,rows=1e6,test=0.1,signal=2,seed=1",
+                &[],
+            ),
+            // The app's embedded synthetic set (8 fields, 40,000 rows: 0.7 s per single epoch).
+            (App::Ctr, Self::Quick | Self::Tiny) => return Vec::new(),
             (App::Mf, Self::Full) => (
                 "rows=1000000,cols=200000,rank=10,nnz=1e8,zipf=0.5,noise=0.1,test=0.01,seed=1",
                 &["--eval-every", "0"],
@@ -425,6 +467,9 @@ impl Preset {
             // `single` reached WordSim-353 0.04 after 1 epoch, 0.24 after 2, 0.36 after 3 (the
             // full preset's), so quick runs measure cost only.
             (Self::Quick, App::W2vGcide) => 1,
+            // One epoch of the embedded set measures the cost; its AUC is already near its
+            // plateau after one (docs/benchmarks.md, `roam train ctr`).
+            (Self::Quick, App::Ctr | App::CtrMl100k) => 1,
             (Self::Full, _) => 3,
             (Self::Quick, _) => 2,
             (Self::Tiny, _) => 1,
@@ -442,13 +487,23 @@ impl Preset {
 
     /// The default workloads: all in the full preset; the quick one leaves out the real corpus
     /// (`w2v-gcide`: one repetition of its runs alone took 5 minutes, and it runs with
-    /// `--apps`), the tiny CI preset also the skewed MF (`mf-zipf`). The suite leaves
-    /// `w2v-gcide` out of the full defaults too when its data is missing ([`super::data::choose_apps`]).
+    /// `--apps`) and MovieLens clicks (`ctr-ml100k`), the tiny CI preset also the skewed MF
+    /// (`mf-zipf`) and `ctr` (CI runs it with `--apps ctr`, apart). The suite leaves the
+    /// workloads on real data out of the full defaults too when their data is missing
+    /// ([`super::data::choose_apps`]).
     pub(crate) fn apps(self) -> Vec<App> {
         match self {
             Self::Tiny => vec![App::Mf, App::Kge, App::W2v],
-            Self::Quick => vec![App::Mf, App::MfZipf, App::Kge, App::W2v],
-            Self::Full => vec![App::Mf, App::MfZipf, App::Kge, App::W2v, App::W2vGcide],
+            Self::Quick => vec![App::Mf, App::MfZipf, App::Kge, App::W2v, App::Ctr],
+            Self::Full => vec![
+                App::Mf,
+                App::MfZipf,
+                App::Kge,
+                App::W2v,
+                App::W2vGcide,
+                App::Ctr,
+                App::CtrMl100k,
+            ],
         }
     }
 

@@ -125,8 +125,17 @@ impl Replicas {
     }
 }
 
+impl Replicas {
+    /// The log of optimizer steps, when on (shared keys' owners log theirs here too).
+    pub(crate) fn step_log(&mut self) -> Option<&mut Vec<(Key, Vec<f32>)>> {
+        self.grads.log.as_mut()
+    }
+}
+
 impl Node {
-    /// Turns the log of the optimizer steps taken at this hub on (empty) or off. For tests:
+    /// Turns the log of the optimizer steps taken for replicas on (empty) or off: at this
+    /// node as a static replicated key's hub, and as a shared key's owner (a member's
+    /// gradient sum, `share/sync.rs`). For tests:
     /// the log grows with every step.
     #[doc(hidden)]
     pub fn log_replica_steps(&mut self, on: bool) {

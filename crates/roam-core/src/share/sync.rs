@@ -7,6 +7,12 @@
 //! is always the owner's value as last received, plus its deltas in flight after the
 //! acknowledged round, plus its pending delta. Rounds are numbered per member and links are
 //! FIFO, so "applied up to round r" is exact.
+//!
+//! Under a stateful optimizer a member's `push_gradients` of a replica add into the replica's
+//! accumulator (`store/replica_grad.rs`), taken exactly once — by a round or with the replica's
+//! removal at its leave — and sent to the owner in a `ShareDeltas` frame whose round carries
+//! `GRADIENT_ROUND`, ahead of the leave on the same link; the owner steps its record once per
+//! such sum while the member is still a sharer (docs/embeddings.md, "Where the step runs").
 
 use std::collections::BTreeMap;
 
@@ -17,11 +23,14 @@ use crate::store::UpdateMode;
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
 
-use super::Sent;
-use crate::replica::contributor;
+use super::{Sent, SharedKey};
+use crate::replica::{GRADIENT_ROUND, contributor};
 
 /// One owner's part of a leave: keys, their replicas' generations, their final deltas.
 type Leaving = (Vec<Key>, Vec<u32>, Vec<f32>);
+
+/// One owner's accumulated gradients: keys and their sums, concatenated.
+type Gradients = (Vec<Key>, Vec<f32>);
 
 impl Node {
     /// The next share-sync round, while anything is shared with or by this node.
@@ -46,11 +55,13 @@ impl Node {
     pub(crate) fn send_share_deltas(&mut self) {
         let round = self.shares.round;
         let mut out: BTreeMap<NodeId, BTreeMap<Key, Vec<f32>>> = BTreeMap::new();
+        let mut grads: BTreeMap<NodeId, Gradients> = BTreeMap::new();
         let mut delta = std::mem::take(&mut self.shares.scratch);
         let mut unwanted = Vec::new();
         for (&key, held) in &self.shares.held {
             // A worker's release and a grant can cross (each sees the other's old state):
-            // a replica no intent wants any more is dropped here at the latest.
+            // a replica no intent wants any more is dropped here at the latest (its
+            // accumulated gradient goes with its leave).
             if !self.interest.wanted(key) {
                 unwanted.push(key);
                 continue;
@@ -61,12 +72,19 @@ impl Node {
                     .or_default()
                     .insert(key, delta.clone());
             }
+            // Under a stateful optimizer: the gradients pushed here since the last round,
+            // summed, for the owner to step once (`store/replica_grad.rs`).
+            let (keys, values) = grads.entry(held.owner).or_default();
+            if self.store.take_replica_gradient(key, values) {
+                keys.push(key);
+            }
         }
         self.shares.scratch = delta;
         if !unwanted.is_empty() {
             let now = self.clock;
             self.leave_shares(now, &unwanted, false);
         }
+        self.send_share_gradients(round, grads);
         if out.is_empty() {
             return;
         }
@@ -93,6 +111,64 @@ impl Node {
                 owner,
                 deltas,
             });
+        }
+    }
+
+    /// Member: sends accumulated gradient sums to their owners, in a `ShareDeltas` frame whose
+    /// round carries [`GRADIENT_ROUND`] (never acknowledged and never kept in flight: the
+    /// replica's value does not hold them, and the owner's step reaches it as a change).
+    /// Per-link FIFO orders it before anything sent to that owner later (a leave).
+    fn send_share_gradients(&mut self, round: u64, grads: BTreeMap<NodeId, Gradients>) {
+        for (owner, (keys, values)) in grads {
+            if keys.is_empty() || self.lost.contains(&owner) {
+                continue;
+            }
+            add(&self.counters.share_grad_keys_sent, keys.len() as u64);
+            let mut frame = Frame::new(
+                Kind::ShareDeltas,
+                self.cfg.id,
+                ReqId(round | GRADIENT_ROUND),
+                0,
+                &keys,
+                values.len(),
+            );
+            frame.values_mut().copy_from_slice(&values);
+            add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
+            self.send(owner, frame);
+        }
+    }
+
+    /// Owner: a member's accumulated gradients of shared keys: each steps the record once,
+    /// with the member's sum (the optimizer state lives only here). The new value reaches every
+    /// sharer, the sender included, with the next broadcast (it differs from the shadow).
+    fn handle_share_gradients(&mut self, from: NodeId, keys: &[Key], values: &[f32]) {
+        let mut at = 0;
+        for &key in keys {
+            let len = self.cfg.space.len(key);
+            let g = &values[at..at + len];
+            at += len;
+            // As for deltas: only a current sharer sends them, and the key stays here until
+            // every sharer left (its gradients come before its leave on the same link).
+            let Some(shared) = self.shared_by(
+                from,
+                key,
+                "replica gradients from a node that is not a sharer of a key owned here",
+            ) else {
+                continue;
+            };
+            shared.member_rounds = shared.member_rounds.saturating_add(1);
+            if !self.store.push_local(key, g, UpdateMode::Gradient) {
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "replica gradients for a key not owned here",
+                });
+                continue;
+            }
+            add(&self.counters.share_grad_steps, 1);
+            if let Some(log) = self.replicas.step_log() {
+                log.push((key, g.to_vec()));
+            }
         }
     }
 
@@ -169,6 +245,9 @@ impl Node {
         if !self.check_share_lengths(from, keys, values) {
             return;
         }
+        if round & GRADIENT_ROUND != 0 {
+            return self.handle_share_gradients(from, keys, values);
+        }
         self.apply_member_deltas(from, keys, values);
         for key in keys {
             if let Some(shared) = self.shares.owned.get_mut(key) {
@@ -177,6 +256,26 @@ impl Node {
         }
         let applied = self.shares.applied.entry(from).or_insert(0);
         *applied = (*applied).max(round);
+    }
+
+    /// Owner: the share record of `key` if `from` is one of its sharers. Only a sharer sends
+    /// deltas or gradients, and an owner keeps a shared key until every sharer left: anything
+    /// else is a peer's mistake, warned about (`what`) rather than misapplied.
+    fn shared_by(&mut self, from: NodeId, key: Key, what: &'static str) -> Option<&mut SharedKey> {
+        let known = self
+            .shares
+            .owned
+            .get(&key)
+            .is_some_and(|shared| shared.sharers.contains_key(&from));
+        if !known {
+            self.warn(Warning::Relocation {
+                from: Some(from),
+                key,
+                what,
+            });
+            return None;
+        }
+        self.shares.owned.get_mut(&key)
     }
 
     /// Owner: adds a member's deltas into the owned records.
@@ -188,17 +287,11 @@ impl Node {
             at += len;
             // Only a sharer sends deltas, and an owner keeps a shared key until every sharer
             // left: anything else is a peer's mistake, refused loudly rather than misapplied.
-            let Some(shared) = self
-                .shares
-                .owned
-                .get_mut(&key)
-                .filter(|shared| shared.sharers.contains_key(&from))
-            else {
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "replica delta from a node that is not a sharer of a key owned here",
-                });
+            let Some(shared) = self.shared_by(
+                from,
+                key,
+                "replica delta from a node that is not a sharer of a key owned here",
+            ) else {
                 continue;
             };
             shared
@@ -347,6 +440,7 @@ impl Node {
     /// intent here still wants them), sending each one's final delta to its owner.
     pub(crate) fn leave_shares(&mut self, now: Time, keys: &[Key], revoked: bool) {
         let mut out: BTreeMap<NodeId, Leaving> = BTreeMap::new();
+        let mut grads: BTreeMap<NodeId, Gradients> = BTreeMap::new();
         let mut record = Vec::new();
         for &key in keys {
             let Some(&held) = self.shares.held.get(&key) else {
@@ -357,7 +451,16 @@ impl Node {
             }
             record.clear();
             self.shares.held.remove(&key);
-            if !self.store.remove_replica(key, &mut record) {
+            // The pending gradient sum goes with the replica, flushed ahead of the leave.
+            let (grad_keys, grad_values) = grads.entry(held.owner).or_default();
+            let before = grad_values.len();
+            let removed = self
+                .store
+                .remove_replica_with_gradient(key, &mut record, grad_values);
+            if grad_values.len() > before {
+                grad_keys.push(key);
+            }
+            if !removed {
                 // Never expected: no replica to flush; the owner must still drop the sharer.
                 self.warn(Warning::Relocation {
                     from: None,
@@ -379,6 +482,10 @@ impl Node {
             generations.push(held.generation as u32);
             deltas.extend(value.iter().zip(base).map(|(v, b)| v - b));
         }
+        // Before the leaves, on the same links: the owner steps them while this node is still
+        // a sharer, exactly once.
+        let round = self.shares.round;
+        self.send_share_gradients(round, grads);
         for (owner, (keys, generations, deltas)) in out {
             if !self.shares.held.values().any(|h| h.owner == owner) {
                 // Nothing of that owner's is held here any more: no acknowledgement will come.

@@ -146,7 +146,19 @@ impl Area {
                 slot as u32
             })
         };
+        self.ensure(slot);
+        slot
+    }
+
+    /// Protocol only: allocates the memory of the records at `slot` (a key, in an area
+    /// addressed by key) if it does not exist yet. An area whose slots another one hands out
+    /// (the replicas' gradient accumulators follow the replicas' slots) calls only this.
+    pub(super) fn ensure(&self, slot: u32) {
         let chunk = (slot >> self.chunk_shift) as usize;
+        assert!(
+            chunk < self.chunks.len(),
+            "slot {slot} is past this area's reach"
+        );
         if self.chunks[chunk].load(Ordering::Acquire).is_null() {
             let len = self.chunk_len(chunk);
             let bytes = len * 4;
@@ -172,7 +184,6 @@ impl Area {
             }
             self.chunks[chunk].store(ptr, Ordering::Release);
         }
-        slot
     }
 
     /// Protocol only: `slot` may be handed out again.

@@ -65,7 +65,7 @@
 //!
 //! Files: this one holds the state word, the latch and the per-key and protocol paths;
 //! `batch.rs` the workers' batch paths; `grad.rs` the optimizer steps; `replica_ops.rs` the
-//! replica operations; `replica_grad.rs` the gradient accumulators of replicated keys;
+//! replica operations; `replica_grad.rs` the replicas' gradient accumulators;
 //! `evict.rs` the eviction clock; `values.rs` plain and atomic value access; `area.rs` and
 //! `index.rs` where records and state words live.
 
@@ -207,8 +207,8 @@ pub struct Store {
     /// fronts), so that the protocol can measure training progress without touching the hot
     /// path: each worker only bumps its own counters.
     workers: parking_lot::Mutex<Vec<Arc<WorkerCounters>>>,
-    /// Gradient accumulators of static replicated keys (`replica_grad.rs`), when enabled.
-    replica_grads: std::sync::OnceLock<replica_grad::ReplicaGrads>,
+    /// Gradient accumulators of the replicas (`replica_grad.rs`), under a stateful optimizer.
+    grads: Option<replica_grad::GradAreas>,
 }
 
 // SAFETY: records are only accessed under the per-key latch (see module invariants); the areas'
@@ -252,6 +252,7 @@ impl Store {
                 (Area::by_key(&space, values), Area::by_key(&space, replicas))
             }
         };
+        let grads = replica_grad::GradAreas::new(&space);
         Self {
             index: if space.is_sparse() {
                 Index::sparse()
@@ -269,7 +270,7 @@ impl Store {
             space,
             owned: AtomicU64::new(0),
             workers: parking_lot::Mutex::default(),
-            replica_grads: std::sync::OnceLock::new(),
+            grads,
         }
     }
 
@@ -528,6 +529,11 @@ impl Store {
         let slot = area.allocate(key);
         // SAFETY: latched; the slot was just allocated for this key and its chunk exists.
         fill(unsafe { area.record(key, slot) });
+        if flag == REPLICA
+            && let Some(grads) = &self.grads
+        {
+            grads.create(key, slot);
+        }
         // A new row counts as referenced (the clock passes it over once), and is no longer gone.
         let kept = (s & KEPT & !(GONE | AGED)) | REFERENCED;
         state.store(bumped(kept) | flag | u64::from(slot), Ordering::Release);
@@ -545,6 +551,18 @@ impl Store {
     }
 
     fn remove_held(&self, key: Key, flag: u64, out: &mut Vec<f32>) -> bool {
+        self.remove_held_with(key, flag, out, None)
+    }
+
+    /// [`Store::remove_held`]; a replica's pending accumulated gradient goes to `grad` (if
+    /// given; else it is dropped with the replica).
+    fn remove_held_with(
+        &self,
+        key: Key,
+        flag: u64,
+        out: &mut Vec<f32>,
+        grad: Option<&mut Vec<f32>>,
+    ) -> bool {
         let Some(state) = self.index.get(key) else {
             return false;
         };
@@ -560,6 +578,12 @@ impl Store {
         // Plain (vectorised) copies where the store allows them: a relocation's sender spent
         // more time in this copy, element by element, than in anything else of the protocol.
         load_values::<0>(&mut out[start..], record, self.plain());
+        if flag == REPLICA
+            && let Some(grads) = &self.grads
+        {
+            let mut dropped = Vec::new();
+            grads.take(key, (s & SLOT_MASK) as u32, grad.unwrap_or(&mut dropped));
+        }
         self.area(key, s).free((s & SLOT_MASK) as u32);
         // A key on its way here stays so (a replica dropped while its owned copy comes).
         state.store(bumped(s & (KEPT | TRANSIT)), Ordering::Release);

@@ -1,105 +1,170 @@
-//! Gradient accumulators of statically replicated keys (NuPS) under a stateful optimizer.
+//! Gradient accumulators of replicas (static NuPS replicas and replicas made by intents,
+//! AdaPM shares) under a stateful optimizer.
 //!
 //! A replica has no optimizer state, so it cannot take a stateful optimizer's step: a
-//! `push_gradients` of a replicated key adds the gradient into the key's accumulator here, and
-//! the replica's value does not change. Each sync round takes the accumulator (`replica.rs`)
-//! and ships it to the key's hub, which steps the primary once with the sum.
+//! `push_gradients` of a key held here as a replica adds the gradient into the replica's
+//! accumulator here, and the replica's value does not change. Each sync round takes the
+//! accumulator and ships it to the key's hub (`replica/grads.rs`) or owner (`share/sync.rs`),
+//! which steps its record once with the sum.
 //!
-//! Invariants: the accumulators exist only for the static replicated set, fixed when the node
-//! is built ([`Store::enable_replica_gradients`], before any worker uses the store); an
-//! accumulator is read and written only under its key's latch, while the key is held as a
-//! replica, so every gradient lands in exactly one taken sum. Replicas made by intents (shares)
-//! have no accumulator: their gradients go to the owner.
+//! Layout: the accumulators live in areas parallel to the replica areas (one per replica area,
+//! so one per named table), addressed by the replica's own slot: a key's accumulator is found
+//! from its state word exactly like its replica, with no lookup table, and it exists exactly as
+//! long as the replica (created zeroed with it, taken whole when it is removed:
+//! [`Store::remove_replica_with_gradient`]). An accumulator record is the gradient sum (the
+//! key's visible length) followed by one *touched* word (non-zero: a gradient arrived since the
+//! last take), so sync rounds skip untouched replicas without the latch.
+//!
+//! Invariants: an accumulator is read and written only under its key's latch while the key is
+//! held as a replica (only the touched word is read unlatched, as a hint), so every gradient
+//! lands in exactly one taken sum: a round's take or the replica's removal. Stores whose space
+//! has no stateful optimizer have no accumulator areas (a replica there takes SGD steps into its
+//! value: `grad.rs`).
 
-use std::sync::atomic::AtomicBool;
-
-use rustc_hash::FxHashMap as HashMap;
-
+use super::area::{Area, Scale};
 use super::*;
+use crate::keyspace::ValueLengths;
 
-/// The accumulators of the static replicated keys, concatenated.
-pub(super) struct ReplicaGrads {
-    /// Where each key's accumulator starts in `sums`.
-    at: HashMap<Key, usize>,
-    /// Gradient sums, as `f32` bits (written only under the key's latch).
-    sums: Box<[AtomicU32]>,
-    /// Per key (in `at` order of insertion), whether a gradient arrived since the last take.
-    touched: Box<[AtomicBool]>,
-    /// Index of each key in `touched`.
-    slot: HashMap<Key, usize>,
+/// The accumulator areas of a store, parallel to its replica areas.
+pub(super) struct GradAreas {
+    /// One per replica area: `areas[0]` for a store of one pair of areas, else by table index.
+    areas: Box<[Area]>,
+    /// Whether `areas` is by table.
+    by_table: bool,
+}
+
+impl GradAreas {
+    /// Accumulator areas for `space`'s replicas, if its optimizer (any table's) is stateful.
+    pub(super) fn new(space: &KeySpace) -> Option<Self> {
+        let stateful = |opt: Option<&Optimizer>| opt.is_some_and(|o| !o.is_linear());
+        match space.lengths() {
+            ValueLengths::PerTable(tables) => {
+                let any = tables.all().iter().any(|t| stateful(t.optimizer()));
+                any.then(|| Self {
+                    areas: tables
+                        .all()
+                        .iter()
+                        .map(|t| Area::uniform(t.dim() + 1))
+                        .collect(),
+                    by_table: true,
+                })
+            }
+            ValueLengths::Uniform(len) => stateful(space.optimizer()).then(|| Self {
+                areas: Box::new([Area::uniform(*len as usize + 1)]),
+                by_table: false,
+            }),
+            ValueLengths::PerKey(_) => stateful(space.optimizer()).then(|| Self {
+                areas: Box::new([Area::by_key(space, Scale { value: 1, key: 1 })]),
+                by_table: false,
+            }),
+        }
+    }
+
+    fn area(&self, key: Key) -> &Area {
+        if self.by_table {
+            &self.areas[crate::tables::Tables::index_of(key)]
+        } else {
+            &self.areas[0]
+        }
+    }
+
+    /// The accumulator of `key`'s replica at `slot`: its sum, then its touched word.
+    ///
+    /// # Safety
+    /// `slot` is the slot of `key`'s replica, observed under its latch (or by the protocol).
+    #[inline(always)]
+    unsafe fn record(&self, key: Key, slot: u32) -> (&[AtomicU32], &AtomicU32) {
+        // SAFETY: the replica's slot was `ensure`d here when the replica was inserted.
+        let record = unsafe { self.area(key).record(key, slot) };
+        let (sum, touched) = record.split_at(record.len() - 1);
+        (sum, &touched[0])
+    }
+
+    /// Protocol only, under the latch of a replica being inserted at `slot`: its accumulator,
+    /// zeroed (a slot reused from a removed replica was taken whole, but the zeroing is cheap).
+    pub(super) fn create(&self, key: Key, slot: u32) {
+        self.area(key).ensure(slot);
+        // SAFETY: just ensured; the caller holds the latch.
+        let (sum, touched) = unsafe { self.record(key, slot) };
+        sum.iter().for_each(|v| v.store(0, Ordering::Relaxed));
+        touched.store(0, Ordering::Relaxed);
+    }
+
+    /// Under the latch of `key`'s replica at `slot`: appends its sum to `out` (if touched) and
+    /// zeroes it. Returns whether anything was appended.
+    pub(super) fn take(&self, key: Key, slot: u32, out: &mut Vec<f32>) -> bool {
+        // SAFETY: the caller holds the replica's latch.
+        let (sum, touched) = unsafe { self.record(key, slot) };
+        if touched.swap(0, Ordering::Relaxed) == 0 {
+            return false;
+        }
+        out.extend(
+            sum.iter()
+                .map(|s| f32::from_bits(s.swap(0, Ordering::Relaxed))),
+        );
+        true
+    }
 }
 
 impl Store {
-    /// Protocol only, once, before any worker uses the store: gives each of `keys` (the static
-    /// replicated set) a gradient accumulator of its visible length.
-    pub fn enable_replica_gradients(&self, keys: &[Key]) {
-        let mut at = HashMap::default();
-        let mut slot = HashMap::default();
-        let mut total = 0;
-        for &key in keys {
-            if at.contains_key(&key) {
-                continue;
-            }
-            slot.insert(key, slot.len());
-            at.insert(key, total);
-            total += self.space.len(key);
-        }
-        let grads = ReplicaGrads {
-            sums: (0..total).map(|_| AtomicU32::new(0)).collect(),
-            touched: (0..slot.len()).map(|_| AtomicBool::new(false)).collect(),
-            at,
-            slot,
-        };
-        // A second call keeps the first set (the set is fixed for the node's life).
-        let _ = self.replica_grads.set(grads);
-    }
-
-    /// Adds gradient `g` into `key`'s accumulator if `key` is a static replicated key held
-    /// here as a replica; false (nothing changed) otherwise. The replica's value is unchanged.
+    /// Adds gradient `g` into `key`'s accumulator if `key` is held here as a replica and the
+    /// key space's optimizer is stateful; false (nothing changed) otherwise. The replica's
+    /// value is unchanged.
     #[inline]
     pub fn accumulate_replica_gradient(&self, key: Key, g: &[f32]) -> bool {
-        let Some(grads) = self.replica_grads.get() else {
+        let Some(grads) = &self.grads else {
             return false;
         };
-        let (Some(&at), Some(state)) = (grads.at.get(&key), self.index.get(key)) else {
+        let Some(state) = self.index.get(key) else {
             return false;
         };
-        let sums = &grads.sums[at..at + g.len()];
         latched_as(state, REPLICA, |s| {
-            for (sum, &g) in sums.iter().zip(g) {
+            // SAFETY: latched and held as a replica at this slot.
+            let (sum, touched) = unsafe { grads.record(key, (s & SLOT_MASK) as u32) };
+            for (sum, &g) in sum.iter().zip(g) {
                 let v = f32::from_bits(sum.load(Ordering::Relaxed)) + g;
                 sum.store(v.to_bits(), Ordering::Relaxed);
             }
-            grads.touched[grads.slot[&key]].store(true, Ordering::Relaxed);
+            touched.store(1, Ordering::Relaxed);
             s | REFERENCED
         })
     }
 
     /// Protocol only: appends `key`'s accumulated gradient to `out` and zeroes it. Returns
-    /// false, appending nothing, if no gradient arrived since the last take (checked without
-    /// the latch: a push still under way is taken next time) or `key` has no accumulator.
+    /// false, appending nothing, if no gradient arrived since the last take (checked first
+    /// without the latch: a push still under way is taken next time) or `key` is no replica
+    /// here.
     pub fn take_replica_gradient(&self, key: Key, out: &mut Vec<f32>) -> bool {
-        let Some(grads) = self.replica_grads.get() else {
+        let (Some(grads), Some(state)) = (&self.grads, self.index.get(key)) else {
             return false;
         };
-        let (Some(&at), Some(&slot), Some(state)) = (
-            grads.at.get(&key),
-            grads.slot.get(&key),
-            self.index.get(key),
-        ) else {
-            return false;
-        };
-        if !grads.touched[slot].load(Ordering::Relaxed) {
+        let s = state.load(Ordering::Acquire);
+        if s & REPLICA == 0 {
             return false;
         }
-        let sums = &grads.sums[at..at + self.space.len(key)];
-        latched(state, REPLICA, |_| {
-            out.extend(
-                sums.iter()
-                    .map(|s| f32::from_bits(s.swap(0, Ordering::Relaxed))),
-            );
-            grads.touched[slot].store(false, Ordering::Relaxed);
-        })
+        // SAFETY: the slot was observed with REPLICA set; a stale one still addresses valid
+        // memory (areas never free it) and this is only a hint, re-read under the latch.
+        let (_, touched) = unsafe { grads.record(key, (s & SLOT_MASK) as u32) };
+        if touched.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let mut taken = false;
+        latched(state, REPLICA, |s| {
+            taken = grads.take(key, (s & SLOT_MASK) as u32, out);
+        });
+        taken
+    }
+
+    /// Protocol only: [`Store::remove_replica`], also appending the replica's accumulated
+    /// gradient to `grad` (atomically with the removal: no push lands in between). Returns
+    /// whether the replica was here; `grad` gets nothing if no gradient was pending.
+    pub fn remove_replica_with_gradient(
+        &self,
+        key: Key,
+        out: &mut Vec<f32>,
+        grad: &mut Vec<f32>,
+    ) -> bool {
+        self.remove_held_with(key, REPLICA, out, Some(grad))
     }
 }
 
@@ -117,9 +182,6 @@ mod tests {
         let store = Store::new(space);
         assert!(store.insert_replica(3, &[1.0, 2.0]));
         assert!(store.insert(1, &[0.0; 4]));
-        // Not enabled yet: nothing accumulates.
-        assert!(!store.accumulate_replica_gradient(3, &[1.0, 1.0]));
-        store.enable_replica_gradients(&[3, 3, 5]);
         // The store's own step refuses a replica under a stateful optimizer (a miss), and the
         // accumulator takes the gradient instead; the value does not change.
         let mut misses = Vec::new();
@@ -130,7 +192,7 @@ mod tests {
         let mut out = [0.0; 2];
         assert!(store.pull_local(3, &mut out));
         assert_eq!(out, [1.0, 2.0], "a replica's value never holds a gradient");
-        // An owned key, a key with an accumulator but no replica here, a key without one.
+        // An owned key, keys without a replica here.
         assert!(!store.accumulate_replica_gradient(1, &[1.0, 1.0]));
         assert!(!store.accumulate_replica_gradient(5, &[1.0, 1.0]));
         assert!(!store.accumulate_replica_gradient(4, &[1.0, 1.0]));
@@ -148,5 +210,47 @@ mod tests {
         let mut delta = Vec::new();
         assert!(store.take_delta(3, &mut delta));
         assert_eq!(delta, [1.0, 1.0]);
+        // Removal takes the pending sum with the replica; a new replica starts from zero.
+        assert!(store.accumulate_replica_gradient(3, &[2.0, 3.0]));
+        let (mut record, mut grad) = (Vec::new(), Vec::new());
+        assert!(store.remove_replica_with_gradient(3, &mut record, &mut grad));
+        assert_eq!(grad, [2.0, 3.0]);
+        assert!(
+            !store.accumulate_replica_gradient(3, &[1.0, 1.0]),
+            "no replica"
+        );
+        assert!(store.insert_replica(3, &[0.0, 0.0]));
+        sum.clear();
+        assert!(!store.take_replica_gradient(3, &mut sum));
+        assert!(store.accumulate_replica_gradient(3, &[1.0, 1.0]));
+        assert!(store.take_replica_gradient(3, &mut sum));
+        assert_eq!(sum, [1.0, 1.0]);
+        // Under SGD there are no accumulators (replicas step their value).
+        let sgd = Store::new(
+            KeySpace::uniform(6, 2)
+                .unwrap()
+                .with_optimizer(Optimizer::sgd(0.1))
+                .unwrap(),
+        );
+        assert!(sgd.insert_replica(3, &[1.0, 2.0]));
+        assert!(!sgd.accumulate_replica_gradient(3, &[1.0, 1.0]));
+    }
+
+    /// Per-key lengths: accumulators addressed by key, of each key's length.
+    #[test]
+    fn per_key_accumulators_have_each_keys_length() {
+        let space = KeySpace::per_key(vec![1, 3, 2])
+            .unwrap()
+            .with_optimizer(Optimizer::adam(0.1))
+            .unwrap();
+        let store = Store::new(space);
+        assert!(store.insert_replica(1, &[0.0; 3]));
+        assert!(store.insert_replica(2, &[0.0; 2]));
+        assert!(store.accumulate_replica_gradient(1, &[1.0, 2.0, 3.0]));
+        assert!(store.accumulate_replica_gradient(2, &[4.0, 5.0]));
+        let mut out = Vec::new();
+        assert!(store.take_replica_gradient(1, &mut out));
+        assert!(store.take_replica_gradient(2, &mut out));
+        assert_eq!(out, [1.0, 2.0, 3.0, 4.0, 5.0]);
     }
 }

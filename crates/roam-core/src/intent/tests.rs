@@ -1,0 +1,193 @@
+//! Unit tests of intent signaling (`intent.rs`): when intents are acted on, the late check,
+//! back-pressure, interest release, and the measured action window.
+
+use super::*;
+use crate::keyspace::KeySpace;
+
+fn setup() -> (Store, Intents, Arc<NodeCounters>) {
+    let counters = Arc::new(NodeCounters::default());
+    let space = KeySpace::uniform(1 << 21, 1).unwrap();
+    let interest = Arc::new(Interest::new(&space));
+    let intents = Intents::new(IntentTiming::Timed, interest, counters.clone());
+    (Store::new(space), intents, counters)
+}
+
+/// Ticks `n` times, `ns_per_tick` apart from `*now`, collecting what falls due.
+fn tick(intents: &mut Intents, store: &Store, now: &mut u64, ns_per_tick: u64, n: u64) -> Vec<Key> {
+    let mut out = Actions::default();
+    for _ in 0..n {
+        *now += ns_per_tick;
+        intents.advance(Time(*now), store, &mut out);
+    }
+    out.due
+}
+
+/// Signals `keys` for `start..start + 1`, returning the keys due now.
+fn signal(intents: &mut Intents, store: &Store, keys: &[Key], start: u64) -> Vec<Key> {
+    let mut out = Actions::default();
+    intents.signal(store, keys, start, start + 1, &mut out);
+    out.due
+}
+
+#[test]
+fn intents_are_acted_on_once_their_start_is_within_the_window() {
+    let (store, mut intents, _) = setup();
+    let window = intents.window();
+    assert_eq!(window, 39, "the first estimate: 10 clocks");
+    let due = signal(&mut intents, &store, &[1, 2], window);
+    assert_eq!(due, [1, 2], "within the window: acted on at once");
+    assert!(signal(&mut intents, &store, &[3], window + 5).is_empty());
+    assert_eq!(intents.pending_keys(), 1);
+    let mut now = 0;
+    assert!(tick(&mut intents, &store, &mut now, 1_000, 4).is_empty());
+    assert_eq!(tick(&mut intents, &store, &mut now, 1_000, 1), [3]);
+    assert_eq!(intents.pending_keys(), 0);
+}
+
+#[test]
+fn keys_here_are_not_moved_and_absent_keys_at_the_start_are_late() {
+    let (store, mut intents, _) = setup();
+    store.insert(5, &[0.0]);
+    let due = signal(&mut intents, &store, &[5, 6], 3);
+    assert_eq!(due, [6], "key 5 is here already");
+    let mut now = 0;
+    tick(&mut intents, &store, &mut now, 1_000, 2);
+    assert_eq!(intents.tally().late, 0, "not at the start yet");
+    store.insert(6, &[0.0]);
+    tick(&mut intents, &store, &mut now, 1_000, 1);
+    assert_eq!(intents.tally().late, 0, "key 6 arrived before clock 3");
+    signal(&mut intents, &store, &[7], 5);
+    tick(&mut intents, &store, &mut now, 1_000, 2);
+    assert_eq!(intents.tally().late, 1, "key 7 never arrived");
+    // Signalled at its start with the key away: late at once.
+    signal(&mut intents, &store, &[8], 5);
+    assert_eq!(intents.tally().late, 2);
+    // And at its start with every key here: on time, nothing moved.
+    assert!(signal(&mut intents, &store, &[5], 5).is_empty());
+    assert_eq!(intents.tally().late, 2);
+    assert_eq!(intents.tally().intents, 4);
+}
+
+#[test]
+fn a_batch_reports_its_shortest_use_not_its_span() {
+    let (store, mut intents, _) = setup();
+    let mut now = 0;
+    // 1 µs a clock: measured after a span.
+    tick(&mut intents, &store, &mut now, 1_000, 2 * SPAN_NS / 1_000);
+    let clock = intents.clock;
+    let mut out = Actions::default();
+    intents.signal(&store, &[1], clock, clock + 1, &mut out);
+    intents.signal(&store, &[2], clock, clock + 50_000, &mut out);
+    assert_eq!(out.due, [1, 2]);
+    assert_eq!(out.shortest_use_ns, 1_000, "the one-clock intent");
+    assert_eq!(out.need.lead_ns, 0, "due now");
+    assert_eq!(out.need.hold_ns, 50_000_000, "the long one's end");
+    // Not measured yet: no use is known.
+    let (store, mut fresh, _) = setup();
+    let mut out = Actions::default();
+    fresh.signal(&store, &[1], 0, 1, &mut out);
+    assert_eq!(out.shortest_use_ns, u64::MAX);
+}
+
+#[test]
+fn back_pressure_acts_on_the_earliest_intents_early_and_loses_none() {
+    let (store, mut intents, _) = setup();
+    let half = MAX_PENDING_KEYS / 2;
+    let keys: Vec<Key> = (0..half as Key - 1).collect();
+    assert!(signal(&mut intents, &store, &keys, 1_000_000).is_empty());
+    assert!(signal(&mut intents, &store, &keys, 500_000).is_empty());
+    assert_eq!(intents.pending_keys(), 2 * keys.len());
+    // Over the bound: the earliest (start 500,000) goes now, the other stays.
+    let due = signal(&mut intents, &store, &[0, 1, 2], 2_000_000);
+    assert_eq!(due, keys);
+    assert_eq!(intents.pending_keys(), keys.len() + 3);
+}
+
+#[test]
+fn acted_intents_hold_interest_until_their_end_and_release_unwanted_replicas() {
+    let counters = Arc::new(NodeCounters::default());
+    let space = KeySpace::uniform(100, 1).unwrap();
+    let interest = Arc::new(Interest::new(&space));
+    let mut intents = Intents::new(IntentTiming::Timed, interest.clone(), counters);
+    let store = Store::new(space);
+    store.insert_replica(4, &[0.0]);
+    let mut out = Actions::default();
+    intents.signal(&store, &[4, 5], 2, 4, &mut out);
+    intents.signal(&store, &[4], 3, 6, &mut out);
+    assert_eq!(out.due, [5], "key 4 is replicated here: not asked for");
+    out.due.clear();
+    assert!(interest.wanted(4) && interest.wanted(5));
+    let mut now = 0;
+    for clock in 1..=5 {
+        now += 1_000;
+        intents.advance(Time(now), &store, &mut out);
+        assert!(out.unwanted.is_empty(), "clock {clock}: key 4 still wanted");
+    }
+    assert!(!interest.wanted(5) && interest.wanted(4));
+    intents.advance(Time(now + 1_000), &store, &mut out);
+    assert_eq!(out.unwanted, [4], "the last intent on key 4 ended");
+    assert!(!interest.wanted(4));
+    assert_eq!(intents.active_keys(), 0);
+    // A finished worker releases what it still holds, and drops what it never acted on.
+    out.clear();
+    intents.signal(&store, &[4], 8, 20, &mut out);
+    intents.signal(&store, &[6], 1_000, 1_001, &mut out);
+    assert!(interest.wanted(4));
+    intents.finish(&store, &mut out);
+    assert_eq!(out.unwanted, [4]);
+    assert!(!interest.wanted(4) && !interest.wanted(6));
+    assert_eq!((intents.pending_keys(), intents.active_keys()), (0, 0));
+    assert_eq!(
+        intents.tally().unchecked,
+        0,
+        "never started: neither late nor unchecked"
+    );
+}
+
+#[test]
+fn the_window_follows_the_measured_relocation_time_in_clocks() {
+    let (store, mut intents, counters) = setup();
+    let mut now = 0;
+    // 1 µs per tick; keys take 50 µs to arrive: 50 clocks per action.
+    for _ in 0..20 {
+        add_arrivals(&counters, 10, 50_000);
+        tick(&mut intents, &store, &mut now, 1_000, 1_000);
+    }
+    assert!(
+        (intents.estimate() - 50.0).abs() < 1.0,
+        "{}",
+        intents.estimate()
+    );
+    assert_eq!(intents.window(), poisson_quantile(100.0, WINDOW_QUANTILE));
+    // The worker slows down to 10 µs per tick: 5 clocks per action, the window shrinks.
+    for _ in 0..100 {
+        add_arrivals(&counters, 10, 50_000);
+        tick(&mut intents, &store, &mut now, 10_000, 100);
+    }
+    assert!(
+        (intents.estimate() - 5.0).abs() < 0.5,
+        "{}",
+        intents.estimate()
+    );
+    let space = KeySpace::uniform(1, 1).unwrap();
+    let interest = Arc::new(Interest::new(&space));
+    let immediate = Intents::new(IntentTiming::Immediate, interest, counters);
+    assert_eq!(immediate.window(), u64::MAX);
+}
+
+fn add_arrivals(counters: &NodeCounters, keys: u64, ns_each: u64) {
+    crate::stats::add(&counters.relocations_in, keys);
+    crate::stats::add(&counters.relocation_wait_ns, keys * ns_each);
+}
+
+#[test]
+fn poisson_quantiles_match_known_values() {
+    assert_eq!(poisson_quantile(0.0, WINDOW_QUANTILE), 0);
+    // P(X ≤ k) for Poisson(1): 0.3679, 0.7358, 0.9197, 0.9810, 0.9963, 0.9994, 0.99992.
+    assert_eq!(poisson_quantile(1.0, 0.99), 4);
+    assert_eq!(poisson_quantile(1.0, WINDOW_QUANTILE), 6);
+    // Poisson(20): the 0.9999 quantile is 39 (the normal approximation would say 37).
+    assert_eq!(poisson_quantile(20.0, WINDOW_QUANTILE), 39);
+    let big = poisson_quantile(10_000.0, WINDOW_QUANTILE);
+    assert!((10_371..=10_373).contains(&big), "{big}");
+}

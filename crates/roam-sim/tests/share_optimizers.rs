@@ -1,0 +1,322 @@
+//! Server-side optimizers on keys shared by intent (AdaPM shares; `share/sync.rs`,
+//! `store/replica_grad.rs`): a `push_gradients` of a key held here as a share replica adds into
+//! the replica's accumulator; each share-sync round (and the replica's leave) ships the sum to
+//! the owner, which steps its record once with it.
+//!
+//! Random runs (2–4 nodes, 1–2 workers each, 2–8 keys, uniform or per-key lengths, fast local
+//! access or not, random delays, think times and sync periods; replicate-only, so keys stay
+//! with their first owner while intents come and go): every worker signals overlapping intents
+//! on keys its node does not own and pushes gradients of them, before, during and after its
+//! replicas exist. Checked:
+//! - **stateful (Adagrad, Adam, FTRL):** every step the owner took on a key is logged (a
+//!   member's round or leave sum, or a remote push of one gradient). Coordinate 0 of the `j`-th
+//!   gradient of a key is `2^(j−8)`, so a step's sum names the gradients in it: the steps'
+//!   sets are disjoint and cover every gradient pushed (none lost or stepped twice), and the
+//!   owner's final record (visible values and state) is, bit for bit, the optimizer applied
+//!   from zeros to the logged sums in order; no node but the owner steps the key;
+//! - **SGD:** a run pushing gradients `g` ends, bit for bit, where the same run pushing
+//!   `−lr·g` additively ends (a replica takes SGD steps into its delta).
+//!
+//! Every run ends with no replica left and every operation succeeded.
+
+mod common;
+
+use common::{run_to_end, test_rng, total, workers_of};
+use rand::Rng;
+use roam_core::{IntentTechniques, Key, KeySpace, NodeId, Optimizer, Partitioning, Residency};
+use roam_sim::{Op, Sim, SimConfig, WorkerRef, for_each_seed};
+
+fn default_seeds() -> u64 {
+    if cfg!(debug_assertions) { 100 } else { 1_000 }
+}
+
+/// Most gradients one key gets (coordinate 0 tags them with distinct powers of two).
+const MAX_PER_KEY: usize = 24;
+
+struct Case {
+    cfg: SimConfig,
+    scripts: Vec<(WorkerRef, Vec<Op>)>,
+    /// Per key, the gradients pushed (in tag order).
+    pushed: Vec<Vec<Vec<f32>>>,
+    /// Per key, its owner (fixed: replicate-only).
+    owner: Vec<NodeId>,
+}
+
+/// The random case of `seed` under `optimizer`, or, with `additive`, the same case pushing
+/// `−lr·g` additively (SGD only).
+fn case(seed: u64, stateful: bool, additive: bool) -> Case {
+    let mut rng = test_rng(seed ^ 0x05_4a2e_0a11);
+    let nodes = rng.random_range(2..=4);
+    let workers_per_node = rng.random_range(1..=2);
+    let num_keys: u64 = rng.random_range(2..=8);
+    let optimizer = if !stateful {
+        Optimizer::sgd(0.25)
+    } else {
+        match rng.random_range(0..4) {
+            0 => Optimizer::adam(0.05),
+            1 => Optimizer::Ftrl {
+                alpha: 0.1,
+                beta: 1.0,
+                l1: 0.05,
+                l2: 0.01,
+            },
+            _ => Optimizer::adagrad(0.1),
+        }
+    };
+    let space = match rng.random_range(0..3) {
+        0 => KeySpace::uniform(num_keys, rng.random_range(1..=4)).unwrap(),
+        1 => KeySpace::uniform(num_keys, 17).unwrap(),
+        _ => KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=3)).collect()).unwrap(),
+    };
+    let space = space.with_optimizer(optimizer).unwrap();
+    let min_delay = rng.random_range(0..=2_000);
+    let cfg = SimConfig::new(nodes, workers_per_node, space.clone())
+        .with_seed(seed)
+        .with_partitioning(if rng.random_bool(0.5) {
+            Partitioning::Range
+        } else {
+            Partitioning::Hash
+        })
+        .with_dynamic(true)
+        .with_fast_local_access(rng.random_bool(0.7))
+        .with_intent_techniques(
+            IntentTechniques::ReplicateOnly,
+            rng.random_range(5_000..=200_000),
+        )
+        .with_delay(min_delay, min_delay + rng.random_range(1..=80_000))
+        .with_think(0, rng.random_range(0..=20_000));
+    // The first owners (replicate-only: they stay).
+    let sim = Sim::new(cfg.clone());
+    let owner: Vec<NodeId> = (0..num_keys)
+        .map(|k| {
+            (0..nodes)
+                .map(NodeId)
+                .find(|&n| sim.node(n).store().residency(k) == Residency::Local)
+                .expect("every key starts at its home")
+        })
+        .collect();
+    let mut pushed: Vec<Vec<Vec<f32>>> = vec![Vec::new(); num_keys as usize];
+    let mut scripts = Vec::new();
+    for worker in workers_of(&cfg) {
+        // Keys this worker's node does not own: its gradients of them go to the owner (one
+        // step each) or into a replica's accumulator.
+        let others: Vec<Key> = (0..num_keys)
+            .filter(|&k| owner[k as usize] != worker.node)
+            .collect();
+        let mut script = Vec::new();
+        let mut clock = 0u64;
+        for _ in 0..rng.random_range(8..=24) {
+            if others.is_empty() {
+                break;
+            }
+            let mut keys: Vec<Key> = others
+                .iter()
+                .copied()
+                .filter(|_| rng.random_bool(0.6))
+                .collect();
+            if keys.is_empty() {
+                keys.push(others[rng.random_range(0..others.len())]);
+            }
+            match rng.random_range(0..10) {
+                0..3 => {
+                    let start = clock + rng.random_range(0..=3);
+                    script.push(Op::Intent {
+                        keys,
+                        start,
+                        end: start + rng.random_range(1..=8),
+                    });
+                }
+                3..4 => script.push(Op::Pull {
+                    keys,
+                    wait: rng.random_bool(0.5),
+                }),
+                _ => {
+                    keys.retain(|&k| pushed[k as usize].len() < MAX_PER_KEY);
+                    if keys.is_empty() {
+                        continue;
+                    }
+                    let mut grads = Vec::new();
+                    for &k in &keys {
+                        let tag = pushed[k as usize].len() as i32;
+                        let mut g = vec![2f32.powi(tag - 8)];
+                        g.extend(
+                            (1..space.len(k)).map(|_| rng.random_range(-8i8..=8) as f32 / 4.0),
+                        );
+                        grads.extend_from_slice(&g);
+                        pushed[k as usize].push(g);
+                    }
+                    let wait = rng.random_bool(0.5);
+                    script.push(if additive {
+                        let lr = 0.25f32;
+                        Op::Push {
+                            keys,
+                            vals: grads.iter().map(|g| -lr * g).collect(),
+                            wait,
+                        }
+                    } else {
+                        Op::PushGradients { keys, grads, wait }
+                    });
+                }
+            }
+            if rng.random_bool(0.5) {
+                script.push(Op::AdvanceClock);
+                clock += 1;
+            }
+        }
+        // Every intent ends: the replicas leave (flushing their sums).
+        script.extend((0..12).map(|_| Op::AdvanceClock));
+        script.push(Op::WaitAll);
+        scripts.push((worker, script));
+    }
+    Case {
+        cfg,
+        scripts,
+        pushed,
+        owner,
+    }
+}
+
+fn run_case(seed: u64, case: Case) -> (Sim, Vec<Vec<Vec<f32>>>, Vec<NodeId>) {
+    let Case {
+        cfg,
+        scripts,
+        pushed,
+        owner,
+    } = case;
+    let nodes = cfg.nodes;
+    let mut sim = Sim::new(cfg);
+    for n in 0..nodes {
+        sim.node_mut(NodeId(n)).log_replica_steps(true);
+    }
+    for (w, script) in scripts {
+        sim.add_script(w, script);
+    }
+    run_to_end(seed, &mut sim);
+    for op in sim.history().ops() {
+        assert!(op.succeeded(), "seed {seed}: {op}");
+    }
+    assert!(
+        sim.warnings().is_empty(),
+        "seed {seed}: warnings: {:?}",
+        sim.warnings()
+    );
+    for n in 0..nodes {
+        let node = sim.node(NodeId(n));
+        assert_eq!(
+            (node.shared_replicas(), node.shared_keys()),
+            (0, 0),
+            "seed {seed}: node {n} still shares keys after every intent ended"
+        );
+    }
+    (sim, pushed, owner)
+}
+
+/// Runs and checks one stateful seed; returns (steps, steps that summed several gradients,
+/// gradient sums shipped by members).
+fn run_stateful(seed: u64) -> (usize, usize, u64) {
+    let (sim, pushed, owner) = run_case(seed, case(seed, true, false));
+    let space = sim.config().space.clone();
+    let optimizer = *space.optimizer().expect("stateful");
+    let nodes = sim.config().nodes;
+    let (mut steps, mut merged) = (0, 0);
+    for k in 0..space.num_keys() {
+        let len = space.len(k);
+        let at = owner[k as usize];
+        assert_eq!(
+            sim.node(at).store().residency(k),
+            Residency::Local,
+            "seed {seed}: key {k} left its owner under replicate-only"
+        );
+        for n in (0..nodes).map(NodeId).filter(|&n| n != at) {
+            assert!(
+                sim.node(n).replica_steps().iter().all(|(key, _)| *key != k),
+                "seed {seed}: key {k} stepped at {n:?}, not its owner {at:?}"
+            );
+        }
+        let log: Vec<&Vec<f32>> = sim
+            .node(at)
+            .replica_steps()
+            .iter()
+            .filter(|(key, _)| *key == k)
+            .map(|(_, g)| g)
+            .collect();
+        // Conservation: the tags of the steps are disjoint and cover every gradient.
+        let mut seen = 0u32;
+        for g in &log {
+            let bits = g[0] * 256.0;
+            assert!(
+                bits.fract() == 0.0 && bits > 0.0,
+                "seed {seed}: key {k}: step sum {g:?}"
+            );
+            let bits = bits as u32;
+            assert_eq!(
+                seen & bits,
+                0,
+                "seed {seed}: key {k}: a gradient stepped twice"
+            );
+            if bits.count_ones() > 1 {
+                merged += 1;
+            }
+            seen |= bits;
+        }
+        assert_eq!(
+            u64::from(seen),
+            (1u64 << pushed[k as usize].len()) - 1,
+            "seed {seed}: key {k}: the steps cover every gradient once"
+        );
+        steps += log.len();
+        // One optimizer, at the owner: its record is the logged sums applied in order.
+        let mut want = vec![0f32; space.record_len(k)];
+        for g in &log {
+            let (w, state) = want.split_at_mut(len);
+            optimizer.step(w, state, g);
+        }
+        let mut got = Vec::new();
+        assert!(sim.node(at).store().remove(k, &mut got));
+        assert_eq!(
+            got,
+            want,
+            "seed {seed}: key {k}: the owner's record (visible, then {} state)",
+            optimizer.name()
+        );
+    }
+    (steps, merged, total(&sim, |c| &c.share_grad_keys_sent))
+}
+
+#[test]
+fn stateful_optimizers_on_shared_keys_step_once_per_round_at_the_owner() {
+    let (mut steps, mut merged, mut shipped, mut runs) = (0, 0, 0, 0);
+    for_each_seed(default_seeds(), |seed| {
+        let (s, m, g) = run_stateful(seed);
+        steps += s;
+        merged += m;
+        shipped += g;
+        runs += 1;
+    });
+    eprintln!(
+        "{runs} runs: {steps} optimizer steps at owners ({merged} of several gradients), \
+         {shipped} gradient sums shipped by members"
+    );
+    assert!(steps > 0);
+    if runs >= 100 {
+        assert!(shipped > 0 && merged > 0, "some replicas must ship sums");
+    }
+}
+
+#[test]
+fn sgd_gradients_on_shared_keys_equal_additive_pushes_scaled_by_minus_lr() {
+    let mut runs = 0;
+    for_each_seed(default_seeds(), |seed| {
+        let (grads, ..) = run_case(seed, case(seed, false, false));
+        let (adds, ..) = run_case(seed, case(seed, false, true));
+        for k in 0..grads.config().space.num_keys() {
+            assert_eq!(
+                grads.peek(k),
+                adds.peek(k),
+                "seed {seed}: key {k}: SGD gradients against additive pushes of −lr·g"
+            );
+        }
+        runs += 1;
+    });
+    eprintln!("{runs} runs: SGD gradients equal additive pushes");
+}

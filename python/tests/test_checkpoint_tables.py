@@ -1,33 +1,31 @@
-"""A named table opened from a roam checkpoint without roam (issue #17): the loader documented
-in docs/reliability.md ("Opening a table without roam"), run with the `safetensors` package on a
-checkpoint roam wrote, gives the rows a worker pulls and the optimizer state beside them.
-Skipped when `safetensors` is not installed."""
+"""A named table opened from a roam checkpoint without roam (issue #17): the loader shown in
+docs/reliability.md ("Opening a table without roam"), read from that file and run as it is
+with the `safetensors` package on a checkpoint roam wrote, gives the rows a worker pulls and
+the optimizer state beside them. Skipped when `safetensors` is not installed."""
 
-import json
+import pathlib
+import re
 
 import numpy as np
 import pytest
 
 import roam
 
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
+pytest.importorskip("safetensors.numpy")
+
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
 
 
-def load_table(d, name):
-    """The documented loader: (ids, rows [n, dim], state [n, hidden]) of table `name`."""
-    m = json.load(open(f"{d}/manifest.json"))
-    t = [x["name"] for x in m["tables"]].index(name)
-    info = m["tables"][t]
-    dim = info["dim"]
-    rec = dim * (1 + info["hidden_per_value"]) + info["hidden_per_key"]
-    ids, recs = [], []
-    for shard in m["shards"]:
-        s = safetensors_numpy.load_file(f"{d}/{shard['file']}")
-        lo, hi = np.searchsorted(s["keys"], np.array([t << 56, (t + 1) << 56], np.uint64))
-        ids.append(s["keys"][lo:hi] & np.uint64((1 << 56) - 1))
-        recs.append(s["values"][s["offsets"][lo] : s["offsets"][hi]].reshape(hi - lo, rec))
-    recs = np.concatenate(recs)
-    return np.concatenate(ids), recs[:, :dim], recs[:, dim:]
+def documented_loader():
+    """`load_table` as docs/reliability.md shows it: the first Python block after the heading,
+    executed in a namespace of its own (it imports only json, numpy and safetensors)."""
+    text = DOC.read_text()
+    section = text[text.index("### Opening a table without roam"):]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace = {}
+    exec(compile(block, str(DOC), "exec"), namespace)
+    assert "roam" not in namespace, "the documented loader must not need roam"
+    return namespace["load_table"]
 
 
 def u64(*ids):
@@ -43,6 +41,7 @@ TABLES = {
 
 
 def test_a_table_loads_from_the_checkpoint_with_safetensors(tmp_path):
+    load_table = documented_loader()
     ckpt = tmp_path / "ckpt"
     g = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
     with roam.Node(tables=TABLES, workers=1) as node:
@@ -51,10 +50,11 @@ def test_a_table_loads_from_the_checkpoint_with_safetensors(tmp_path):
         w.push_gradients(u64(2**40, 7), np.ones((2, 2), np.float32), table="item").wait()
         users = w.pull(u64(*range(10)), table="user").wait()
         items = w.pull(u64(7, 2**40), table="item").wait()
+        biases = w.pull(u64(3, 1), table="bias").wait()
         w.checkpoint(str(ckpt))
 
     ids, rows, state = load_table(ckpt, "user")
-    assert ids.tolist() == list(range(10)), "a dense table: every id"
+    assert ids.tolist() == list(range(10)), "every id used (all of them)"
     np.testing.assert_array_equal(rows, users)
     # Adagrad's state beside each row: the sum of squared gradients (one per value).
     assert state.shape == (10, 4)
@@ -65,5 +65,8 @@ def test_a_table_loads_from_the_checkpoint_with_safetensors(tmp_path):
     assert ids.tolist() == [7, 2**40], "a dynamic table: the rows it created"
     np.testing.assert_array_equal(rows, items)
 
+    # A row of a dense table too is created on first use: the checkpoint holds ids 1 and 3 of
+    # the five (the others read as the initializer's zeros), without optimizer state.
     ids, rows, state = load_table(ckpt, "bias")
-    assert ids.tolist() == list(range(5)) and rows.shape == (5, 1) and state.shape == (5, 0)
+    assert ids.tolist() == [1, 3] and state.shape == (2, 0)
+    np.testing.assert_array_equal(rows, biases[[1, 0]])

@@ -35,6 +35,7 @@ use roam_core::{KeySpace, Optimizer, TableKind, ValueLengths};
 use serde::{Deserialize, Serialize};
 
 mod chunks;
+mod prefetch;
 mod read;
 mod write;
 

@@ -14,7 +14,6 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::RestoreError;
-use super::prefetch::Prefetcher;
 
 /// Smallest chunk (small shards, as in tests, still get several chunks).
 pub(crate) const MIN_CHUNK: u64 = 256;
@@ -109,10 +108,8 @@ pub(crate) struct ChunkReader<'a> {
     len: usize,
     /// The file offset up to which read-ahead was asked for.
     advised: u64,
-    /// Bytes read from the file so far (read ahead included).
+    /// Bytes read from the file so far.
     pub(crate) bytes_read: u64,
-    /// The reader thread, if any ([`ChunkReader::prefetching`]).
-    prefetch: Option<Prefetcher>,
 }
 
 impl<'a> ChunkReader<'a> {
@@ -136,16 +133,7 @@ impl<'a> ChunkReader<'a> {
             len: 0,
             advised: 0,
             bytes_read: 0,
-            prefetch: None,
         }
-    }
-
-    /// This reader with a thread that reads up to `depth` chunks ahead of the chunk just
-    /// loaded (`prefetch.rs`): for the values, nearly all of a shard's bytes. Without a thread
-    /// (it could not be started) it reads as before.
-    pub(crate) fn prefetching(mut self, depth: usize) -> Self {
-        self.prefetch = Prefetcher::new(self.file, self.chunk, depth);
-        self
     }
 
     fn held_bytes(&self) -> &[u8] {
@@ -223,23 +211,6 @@ impl<'a> ChunkReader<'a> {
         }
     }
 
-    /// Asks the reader thread (if any) for the chunks after `index`, up to its depth.
-    fn ask_ahead(&mut self, index: u64) {
-        let Some(p) = &mut self.prefetch else {
-            return;
-        };
-        for next in index + 1..=index + p.depth() as u64 {
-            let start = next * self.chunk;
-            if start >= self.size {
-                break;
-            }
-            let len = self.chunk.min(self.size - start);
-            if p.request(next, start, len as usize) {
-                self.bytes_read += len;
-            }
-        }
-    }
-
     fn load(&mut self, index: u64) -> Result<(), RestoreError> {
         let start = index * self.chunk;
         let end = (start + self.chunk).min(self.size);
@@ -252,47 +223,18 @@ impl<'a> ChunkReader<'a> {
         };
         self.held = None;
         let len = (end - start) as usize;
-        // Read ahead by the thread (its bytes already counted), if it was asked for and read.
-        let ahead = self.prefetch.as_mut().and_then(|p| p.take(index));
-        let crc = match ahead {
-            Some(reply) if reply.len == len && reply.crc.is_ok() => {
-                let old = std::mem::replace(&mut self.buf, reply.buf);
-                if let Some(p) = &mut self.prefetch {
-                    p.recycle(old);
-                }
-                self.len = len;
-                self.ask_ahead(index);
-                reply.crc.ok()
-            }
-            ahead => {
-                // Not read ahead, or its read failed: read it here (and report that error).
-                if let Some(reply) = ahead {
-                    if let Some(p) = &mut self.prefetch {
-                        p.recycle(reply.buf);
-                    }
-                }
-                None
-            }
-        };
-        let crc = match crc {
-            Some(crc) => crc,
-            None => {
-                if self.buf.len() * 8 < len {
-                    // Once per reader (every chunk but the last has the full size); no zeroing
-                    // after.
-                    self.buf = vec![0u64; (self.chunk as usize).div_ceil(8)];
-                }
-                self.len = len;
-                let bytes = &mut bytemuck::cast_slice_mut(&mut self.buf)[..len];
-                self.file
-                    .read_exact_at(bytes, start)
-                    .map_err(|e| err(format!("read at byte {start}: {e}")))?;
-                self.bytes_read += end - start;
-                self.ask_ahead(index);
-                crc32fast::hash(self.held_bytes())
-            }
-        };
+        if self.buf.len() * 8 < len {
+            // Once per reader (every chunk but the last has the full size); no zeroing after.
+            self.buf = vec![0u64; (self.chunk as usize).div_ceil(8)];
+        }
+        self.len = len;
+        let bytes = &mut bytemuck::cast_slice_mut(&mut self.buf)[..len];
+        self.file
+            .read_exact_at(bytes, start)
+            .map_err(|e| err(format!("read at byte {start}: {e}")))?;
+        self.bytes_read += end - start;
         self.read_ahead(end);
+        let crc = crc32fast::hash(self.held_bytes());
         if crc != expected {
             return Err(err(format!(
                 "chunk {index} (bytes {start}..{end}): checksum {crc:08x}, the manifest says \

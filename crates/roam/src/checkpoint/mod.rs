@@ -35,7 +35,6 @@ use roam_core::{KeySpace, Optimizer, TableKind, ValueLengths};
 use serde::{Deserialize, Serialize};
 
 mod chunks;
-mod prefetch;
 mod read;
 mod write;
 

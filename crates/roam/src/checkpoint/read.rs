@@ -306,9 +306,7 @@ fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
             &p.info.chunk_crc32,
         )
     };
-    // The values (nearly all of the bytes) are read ahead by a thread, 2 chunks deep: it
-    // overlaps the disk, the page-cache copy and the CRC with the filling of the store.
-    let (mut index, mut lengths, mut values) = (reader(), reader(), reader().prefetching(2));
+    let (mut index, mut lengths, mut values) = (reader(), reader(), reader());
     // `plan` checked the header unverified; these are the bytes the chunk CRCs cover.
     let mut head = vec![0u8; p.head.len()];
     index.read_at(0, &mut head)?;

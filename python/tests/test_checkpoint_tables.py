@@ -3,8 +3,11 @@ docs/reliability.md ("Opening a table without roam"), read from that file and ru
 with the `safetensors` package on a checkpoint roam wrote, gives the rows a worker pulls and
 the optimizer state beside them. Skipped when `safetensors` is not installed."""
 
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -70,3 +73,33 @@ def test_a_table_loads_from_the_checkpoint_with_safetensors(tmp_path):
     ids, rows, state = load_table(ckpt, "bias")
     assert ids.tolist() == [1, 3] and state.shape == (2, 0)
     np.testing.assert_array_equal(rows, biases[[1, 0]])
+
+
+def test_a_table_of_two_shards_loads_with_safetensors(roam_bin, tmp_path):
+    """Two nodes (`roam launch --nodes 2`), one shard each: the loader gathers a table's rows
+    from both, and they are what a worker pulls."""
+    job = pathlib.Path(__file__).with_name("cluster_job.py")
+    cmd = [roam_bin, "launch", "--nodes", "2", "--workers-per-node", "1", "--",
+           sys.executable, str(job), "checkpoint-tables"]
+    env = dict(os.environ, ROAM_TEST_CHECKPOINT=str(tmp_path))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{out}"
+    assert len(list((tmp_path / "ckpt").glob("*.safetensors"))) == 2, out
+    load_table = documented_loader()
+    pulled = np.load(tmp_path / "pulled.npz")
+
+    ids, rows, state = load_table(tmp_path / "ckpt", "user")
+    order = np.argsort(ids)
+    assert ids[order].tolist() == list(range(40)), "every id, once, from the two shards"
+    np.testing.assert_array_equal(rows[order], pulled["users"])
+    # Adagrad's accumulator: each id got one gradient, from node id % 2 (cluster_job.py).
+    g = {r: np.arange(60, dtype=np.float32).reshape(20, 3) - 4 * r for r in (0, 1)}
+    expected = np.stack([g[u % 2][u // 2] ** 2 for u in range(40)])
+    np.testing.assert_array_equal(state[order], expected)
+
+    items = [5, 2**33, 2**50 + 1, 77]
+    ids, rows, _ = load_table(tmp_path / "ckpt", "item")
+    assert sorted(ids.tolist()) == sorted(items)
+    by_id = dict(zip(ids.tolist(), rows))
+    np.testing.assert_array_equal(np.stack([by_id[i] for i in items]), pulled["items"])

@@ -7,6 +7,8 @@
 # Environment: PYTHON (interpreter for the venv, default python3, >= 3.11), ROAM_PY_VENV (venv
 # path, default $CARGO_TARGET_DIR/py-venv), CARGO_TARGET_DIR (default target/). PyTorch is not
 # installed here; the tests that need it are skipped unless it is already in the venv.
+# `safetensors` (small, with a numpy API) is installed so test_checkpoint_tables.py opens a
+# checkpoint without roam, as a user would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -23,6 +25,7 @@ fi
 export PATH="$venv/bin:$PATH"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 python -m pip install --quiet "maturin>=1.9.4,<2" "numpy>=1.26" "pytest>=8" \
+    "safetensors>=0.4" \
     "pyyaml>=6" "kubernetes-validate>=1.30"
 
 echo "python-test: building the roam launcher"

@@ -460,6 +460,35 @@ def shared(techniques: str) -> None:
     print(f"OK shared-{techniques} rank {node.rank}", flush=True)
 
 
+def checkpoint_tables() -> None:
+    """Two nodes with named tables write a checkpoint into $ROAM_TEST_CHECKPOINT/ckpt (one shard
+    each); rank 0 saves what it pulls of every row to pulled.npz beside it, for the test to
+    compare with the documented loader's reading (test_checkpoint_tables.py)."""
+    out = os.environ["ROAM_TEST_CHECKPOINT"]
+    tables = {
+        "user": {"dim": 3, "num_ids": 40, "optimizer": {"kind": "adagrad", "lr": 0.1},
+                 "initializer": {"kind": "uniform", "low": -0.5, "high": 0.5, "seed": 7}},
+        "item": {"dim": 2, "dynamic": True, "optimizer": {"kind": "sgd", "lr": 0.5}},
+    }
+    users = np.arange(40, dtype=np.uint64)
+    items = np.array([5, 2**33, 2**50 + 1, 77], dtype=np.uint64)
+    with roam.Node(tables=tables) as node:
+        w = node.worker(0)
+        mine = users[node.rank :: node.num_nodes]
+        grads = np.arange(len(mine) * 3, dtype=np.float32).reshape(-1, 3) - 4 * node.rank
+        w.push_gradients(mine, grads, table="user").wait()
+        w.push_gradients(items, np.full((4, 2), node.rank + 1, np.float32), table="item").wait()
+        w.barrier()
+        pulled_users = w.pull(users, table="user").wait()
+        pulled_items = w.pull(items, table="item").wait()
+        w.barrier()
+        w.checkpoint(os.path.join(out, "ckpt"))
+        if node.rank == 0:
+            np.savez(os.path.join(out, "pulled.npz"), users=pulled_users, items=pulled_items)
+        w.barrier()
+    print(f"OK checkpoint-tables rank {node.rank}", flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode.startswith("basic-"):
@@ -478,5 +507,7 @@ if __name__ == "__main__":
         shared(mode.removeprefix("shared-"))
     elif mode.startswith("drain-"):
         drain(mode.removeprefix("drain-"))
+    elif mode == "checkpoint-tables":
+        checkpoint_tables()
     else:
         raise SystemExit(f"unknown mode {mode}")

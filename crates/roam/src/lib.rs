@@ -52,6 +52,7 @@ pub mod error;
 mod events;
 #[doc(hidden)]
 pub mod fuzzing;
+mod huge_pages;
 pub mod launch;
 pub mod metrics;
 pub mod netns;

@@ -243,6 +243,7 @@ pub struct NodeHandle {
 impl NodeHandle {
     /// Joins the cluster described by `cfg` and the environment, and starts the node.
     pub fn start(cfg: Config) -> Result<Self, StartError> {
+        crate::huge_pages::install();
         let joining = cfg.join || cluster_env::join(cluster_env::process_lookup)?;
         let cluster = if joining {
             // The coordinator assigns rank and node count; a joined node hosts no workers.

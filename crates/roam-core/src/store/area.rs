@@ -17,8 +17,16 @@
 //! address space, not memory. Allocation and freeing of slots are protocol-only (one thread at a
 //! time, under the node lock); reads of chunk pointers by workers are `Acquire` loads of
 //! pointers published with `Release`.
+//!
+//! The shell may install a *chunk hint* ([`set_chunk_hint`]), called once on every new chunk of
+//! at least [`HINT_MIN_BYTES`] before it is published: `roam` uses it to ask the kernel for
+//! transparent huge pages (`madvise(MADV_HUGEPAGE)`), which halves the cost of first touching
+//! a large table's memory (a restore writes all of it; docs/benchmarks.md, issue #16). The core
+//! stays sans-IO: the hint is a plain function pointer, and it runs only where a chunk is
+//! allocated (protocol-only, once per ~4 MiB), never on the hot path.
 
 use std::cell::UnsafeCell;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use crate::id::Key;
@@ -30,11 +38,28 @@ const CHUNK_VALUES: u64 = 1 << 20;
 /// The most record bytes a uniform area addresses (its chunk table is sized for this).
 const MAX_AREA_BYTES: u64 = 1 << 40;
 
+/// Chunks smaller than this get no hint (a huge page is 2 MiB on x86-64 and most arm64).
+pub const HINT_MIN_BYTES: usize = 2 << 20;
+
+/// The shell's hint for new chunks: `(start, bytes)` of a zeroed, not yet published chunk.
+pub type ChunkHint = fn(*mut u8, usize);
+
+static CHUNK_HINT: OnceLock<ChunkHint> = OnceLock::new();
+
+/// Installs `hint` for every chunk allocated from now on, in every store of the process (the
+/// first call wins: it is a property of the process, such as its allocator).
+pub fn set_chunk_hint(hint: ChunkHint) {
+    let _ = CHUNK_HINT.set(hint);
+}
+
 /// Slot bookkeeping, touched only by the protocol.
 #[derive(Default)]
 pub(super) struct SlotAlloc {
     next_slot: u64,
     free_slots: Vec<u32>,
+    /// Every chunk's allocation (start, values), which `Drop` frees: with a hint, a chunk's
+    /// records start at the first 2 MiB boundary inside a larger allocation (below).
+    allocations: Vec<(*mut f32, usize)>,
 }
 
 /// Per-key record placement: record of key `k` is `scale_value × len(k) + scale_key` values at
@@ -135,8 +160,29 @@ impl Area {
             "slot {slot} is past this area's reach"
         );
         if self.chunks[chunk].load(Ordering::Acquire).is_null() {
-            let values = vec![0f32; self.chunk_len(chunk)].into_boxed_slice();
-            self.chunks[chunk].store(Box::into_raw(values).cast::<f32>(), Ordering::Release);
+            let len = self.chunk_len(chunk);
+            let bytes = len * 4;
+            let hint = CHUNK_HINT.get().filter(|_| bytes >= HINT_MIN_BYTES);
+            // With a hint, the records start at a 2 MiB boundary: huge pages cover only
+            // aligned 2 MiB ranges, and the allocator's mapping of a 4 MiB chunk (with its
+            // header) starts anywhere, so without this only about half of the chunk could get
+            // them. The padding is address space only (its pages are never touched).
+            let pad = if hint.is_some() {
+                HINT_MIN_BYTES / 4
+            } else {
+                0
+            };
+            let values = vec![0f32; len + pad].into_boxed_slice();
+            let start = Box::into_raw(values).cast::<f32>();
+            // SAFETY: protocol-only (module docs).
+            unsafe { &mut *self.alloc.get() }
+                .allocations
+                .push((start, len + pad));
+            let ptr = start.wrapping_add(start.align_offset(HINT_MIN_BYTES).min(pad));
+            if let Some(hint) = hint {
+                hint(ptr.cast(), bytes);
+            }
+            self.chunks[chunk].store(ptr, Ordering::Release);
         }
     }
 
@@ -250,14 +296,10 @@ impl<'a> UniformView<'a> {
 
 impl Drop for Area {
     fn drop(&mut self) {
-        for c in 0..self.chunks.len() {
-            let ptr = self.chunks[c].load(Ordering::Relaxed);
-            if !ptr.is_null() {
-                let len = self.chunk_len(c);
-                // SAFETY: allocated in `allocate` as a boxed slice of exactly `len` values, and
-                // nothing uses it once the store is dropped.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
-            }
+        for &(start, len) in &self.alloc.get_mut().allocations {
+            // SAFETY: allocated in `allocate` as a boxed slice of exactly `len` values, and
+            // nothing uses it once the store is dropped.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(start, len)) });
         }
     }
 }

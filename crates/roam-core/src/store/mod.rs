@@ -82,6 +82,7 @@ use crate::stats::WorkerCounters;
 use area::{Area, Scale, UniformView};
 use index::Index;
 
+pub use area::{ChunkHint, HINT_MIN_BYTES, set_chunk_hint};
 pub use evict::{Sweep, Visit};
 
 const LATCH: u64 = 1 << 63;

@@ -154,6 +154,7 @@ fn child(
             max_rows: Some(max_rows),
             max_bytes: None,
             ttl_ns: None,
+            spill: false,
         });
     }
     let node = NodeHandle::start(cfg)?;

@@ -35,7 +35,8 @@
 //! out by an intent, not in transit. Evicting such a row changes no placement record: the key
 //! becomes GONE in the creator's state word, which reads as "not created", and the next access
 //! anywhere is routed to the creator as before and creates it again through admission, with
-//! the initializer's values (evicted values are not kept: no spill file yet). A request already
+//! the initializer's values, or, under a policy with `spill`, with the record the eviction
+//! kept in the node's spill (`spill.rs`: such an id skips the admission test). A request already
 //! on its way (a pull, a push, a localize's hand-over) re-creates it the same way. Rows that
 //! moved to another node under dynamic allocation are not evicted there (that would need the
 //! home's record changed by message), so such a node can hold more than `max_rows` by the rows

@@ -49,6 +49,14 @@ pub enum SpillError {
         /// The error.
         error: std::io::Error,
     },
+    /// A record or the file would exceed what a spill file holds.
+    #[error("spill file {path}: {reason}")]
+    Limit {
+        /// The file.
+        path: PathBuf,
+        /// Which limit.
+        reason: String,
+    },
     /// The bytes read back are not the record written (truncated, bad length, bad checksum).
     #[error("spill file {path} is damaged at offset {offset}: {reason}")]
     Damaged {

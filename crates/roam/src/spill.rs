@@ -36,11 +36,32 @@ const BUF: usize = 1 << 20;
 /// Files below this many bytes are never compacted.
 pub const COMPACT_MIN: u64 = 4 << 20;
 
-/// Where a record is: its offset and length (floats).
+/// Bits of a packed index entry that hold the record's length (floats).
+const LEN_BITS: u32 = 24;
+/// The longest record a spill file holds (floats).
+pub const MAX_RECORD: u32 = (1 << LEN_BITS) - 1;
+/// The largest spill file (bytes): what the other 40 bits of an index entry address.
+pub const MAX_FILE: u64 = 1 << 40;
+
+/// Where a record is: its offset and length (floats), packed into one `u64` in the index
+/// (offset above [`LEN_BITS`]) so that an index entry is 16 bytes with its key.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     offset: u64,
     len: u32,
+}
+
+impl Slot {
+    fn pack(self) -> u64 {
+        self.offset << LEN_BITS | u64::from(self.len)
+    }
+
+    fn unpack(packed: u64) -> Self {
+        Self {
+            offset: packed >> LEN_BITS,
+            len: (packed & u64::from(MAX_RECORD)) as u32,
+        }
+    }
 }
 
 /// A node's spill file (see the module docs).
@@ -51,7 +72,8 @@ pub struct FileSpill {
     written: u64,
     /// Appended bytes not yet written (they follow `written`).
     pending: Vec<u8>,
-    index: HashMap<Key, Slot>,
+    /// Key → packed [`Slot`].
+    index: HashMap<Key, u64>,
     /// Bytes of the records in the index (headers included).
     live: u64,
     /// The longest record the key space has (floats): the bound on lengths read back.
@@ -185,6 +207,14 @@ pub(crate) fn install(
 impl FileSpill {
     /// Creates (or empties) the spill file at `path` for records of at most `max_len` floats.
     pub fn create(path: &Path, max_len: u32) -> Result<Self, SpillError> {
+        if max_len > MAX_RECORD {
+            return Err(SpillError::Limit {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "records of {max_len} values are longer than a spill file holds ({MAX_RECORD})"
+                ),
+            });
+        }
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -283,7 +313,7 @@ impl FileSpill {
 
     fn forget(&mut self, key: Key) {
         if let Some(old) = self.index.remove(&key) {
-            self.live -= HEADER + 4 * u64::from(old.len);
+            self.live -= HEADER + 4 * u64::from(Slot::unpack(old).len);
         }
     }
 
@@ -296,9 +326,9 @@ impl FileSpill {
         }
         self.flush()?;
         let tmp = self.path.with_extension("compact");
-        let mut slots: Vec<(Key, Slot)> = self.index.iter().map(|(&k, &s)| (k, s)).collect();
-        // File order: sequential reads.
-        slots.sort_unstable_by_key(|(_, s)| s.offset);
+        // File order (sequential reads); 16 bytes an entry, and the index is updated in place.
+        let mut order: Vec<(u64, Key)> = self.index.iter().map(|(&k, &s)| (s, k)).collect();
+        order.sort_unstable();
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -309,12 +339,14 @@ impl FileSpill {
         let mut out = BufWriter::with_capacity(BUF, file);
         out.write_all(MAGIC).map_err(io_err(&tmp, "write", 0))?;
         let (mut at, mut record, mut bytes) = (MAGIC.len() as u64, Vec::new(), Vec::new());
-        for (key, slot) in &mut slots {
-            self.read_record(*key, *slot, &mut record)?;
+        let mut moved = Vec::with_capacity(order.len());
+        for &(packed, key) in &order {
+            let slot = Slot::unpack(packed);
+            self.read_record(key, slot, &mut record)?;
             bytes.clear();
-            encode(*key, &record, &mut bytes);
+            encode(key, &record, &mut bytes);
             out.write_all(&bytes).map_err(io_err(&tmp, "write", at))?;
-            slot.offset = at;
+            moved.push(Slot { offset: at, ..slot }.pack());
             at += bytes.len() as u64;
         }
         let file = out
@@ -323,7 +355,10 @@ impl FileSpill {
         std::fs::rename(&tmp, &self.path).map_err(io_err(&self.path, "replace", 0))?;
         self.file = file;
         self.written = at;
-        self.index = slots.into_iter().collect();
+        // Only now (the new file is in place): the index points into it.
+        for ((_, key), packed) in order.into_iter().zip(moved) {
+            self.index.insert(key, packed);
+        }
         self.compactions += 1;
         Ok(())
     }
@@ -331,18 +366,22 @@ impl FileSpill {
 
 impl Spill for FileSpill {
     fn put(&mut self, key: Key, record: &[f32]) -> Result<(), SpillError> {
-        if record.len() > self.max_len as usize {
-            return Err(damaged(
-                &self.path,
-                self.bytes(),
-                format!("record of {} values is too long", record.len()),
-            ));
+        let end = self.bytes() + HEADER + 4 * record.len() as u64;
+        if record.len() > self.max_len as usize || end > MAX_FILE {
+            return Err(SpillError::Limit {
+                path: self.path.clone(),
+                reason: format!(
+                    "a record of {} values does not fit (longest {}, file at most {MAX_FILE} bytes)",
+                    record.len(),
+                    self.max_len
+                ),
+            });
         }
         self.forget(key);
         let offset = self.bytes();
         encode(key, record, &mut self.pending);
         let len = record.len() as u32;
-        self.index.insert(key, Slot { offset, len });
+        self.index.insert(key, Slot { offset, len }.pack());
         self.live += HEADER + 4 * u64::from(len);
         if self.pending.len() >= BUF {
             self.flush()?;
@@ -352,10 +391,10 @@ impl Spill for FileSpill {
 
     fn get(&self, key: Key, out: &mut Vec<f32>) -> Result<bool, SpillError> {
         out.clear();
-        let Some(&slot) = self.index.get(&key) else {
+        let Some(&packed) = self.index.get(&key) else {
             return Ok(false);
         };
-        self.read_record(key, slot, out)?;
+        self.read_record(key, Slot::unpack(packed), out)?;
         Ok(true)
     }
 
@@ -491,6 +530,7 @@ mod tests {
         spill.flush().unwrap();
         // The file itself reads back: the live records plus stale ones since compaction.
         assert!(all(&path).unwrap().len() as u64 >= rows - 1);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]
@@ -515,6 +555,7 @@ mod tests {
         f.set_len(32 + 5).unwrap();
         let err = all(&path).unwrap_err().to_string();
         assert!(err.contains("partial record header"), "{err}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]
@@ -541,6 +582,7 @@ mod tests {
         // Not a spill file at all.
         f.write_all_at(b"NOTSPILL", 0).unwrap();
         assert!(all(&path).unwrap_err().to_string().contains("bad magic"));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]
@@ -549,5 +591,6 @@ mod tests {
         let records = vec![(1u64, vec![1.0f32, 2.0]), (9, vec![3.0, 4.0, 5.0])];
         write_file(&path, records.clone().into_iter().map(Ok)).unwrap();
         assert_eq!(all(&path).unwrap(), records);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 }

@@ -144,9 +144,9 @@ pub(crate) fn dynamic_config(obj: &Bound<'_, PyAny>) -> PyResult<DynamicPolicy> 
                 policy.max_bytes = Some(number("dynamic \"max_bytes\"", &value)?)
             }
             "spill" => {
-                policy.spill = value.extract::<bool>().map_err(|_| {
-                    PyTypeError::new_err("dynamic \"spill\" must be True or False")
-                })?
+                policy.spill = value
+                    .extract::<bool>()
+                    .map_err(|_| PyTypeError::new_err("dynamic \"spill\" must be True or False"))?
             }
             "ttl" if !value.is_none() => {
                 let secs: f64 = number("dynamic \"ttl\"", &value)?;

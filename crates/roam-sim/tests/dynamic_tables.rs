@@ -193,8 +193,8 @@ fn check_nothing_lost(seed: u64, sim: &Sim, init: &Initializer, len: usize) -> u
             OpKind::Push => {
                 for (i, &key) in op.keys.iter().enumerate() {
                     let sum = sums.entry(key).or_insert_with(|| vec![0.0; len]);
-                    for j in 0..len {
-                        sum[j] += op.input[i * len + j];
+                    for (total, &pushed) in sum.iter_mut().zip(&op.input[i * len..][..len]) {
+                        *total += pushed;
                     }
                 }
             }

@@ -176,7 +176,9 @@ fn check_values(
 pub fn max_record_len(space: &KeySpace) -> u32 {
     match space.named_tables() {
         Some(tables) => tables.all().iter().map(|t| t.record_len()).max(),
-        None => space.uniform_len().map(|len| space.layout().record_len(len)),
+        None => space
+            .uniform_len()
+            .map(|len| space.layout().record_len(len)),
     }
     .unwrap_or_else(|| space.record_len(0)) as u32
 }
@@ -450,10 +452,7 @@ pub fn read_file<E: From<SpillError>>(
     mut f: impl FnMut(Key, &[f32], u64) -> Result<(), E>,
 ) -> Result<u64, E> {
     let file = File::open(path).map_err(io_err(path, "open", 0))?;
-    let end = file
-        .metadata()
-        .map_err(io_err(path, "stat", 0))?
-        .len();
+    let end = file.metadata().map_err(io_err(path, "stat", 0))?.len();
     let mut input = BufReader::with_capacity(BUF, file);
     let mut magic = [0u8; 8];
     input
@@ -545,9 +544,15 @@ mod tests {
         f.set_len(32 + 18).unwrap();
         let err = spill.get(8, &mut Vec::new()).unwrap_err().to_string();
         assert!(err.contains(&path.display().to_string()), "{err}");
-        assert!(err.contains("offset 32") && err.contains("truncated"), "{err}");
+        assert!(
+            err.contains("offset 32") && err.contains("truncated"),
+            "{err}"
+        );
         let err = all(&path).unwrap_err().to_string();
-        assert!(err.contains("offset 32") && err.contains("truncated"), "{err}");
+        assert!(
+            err.contains("offset 32") && err.contains("truncated"),
+            "{err}"
+        );
         // Key 7 is intact.
         let mut out = Vec::new();
         assert!(spill.get(7, &mut out).unwrap());
@@ -568,7 +573,10 @@ mod tests {
         // Flip a bit of the values.
         f.write_all_at(&[0xff], 8 + 16 + 5).unwrap();
         let err = spill.get(5, &mut Vec::new()).unwrap_err().to_string();
-        assert!(err.contains("bad checksum") && err.contains("offset 8"), "{err}");
+        assert!(
+            err.contains("bad checksum") && err.contains("offset 8"),
+            "{err}"
+        );
         // A length beyond the key space's longest record.
         f.write_all_at(&1_000_000u32.to_le_bytes(), 8 + 8).unwrap();
         let err = spill.get(5, &mut Vec::new()).unwrap_err().to_string();

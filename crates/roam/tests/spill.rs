@@ -157,7 +157,10 @@ fn train_and_checkpoint(nodes: u32, spill: &Path, ckpt: &Path) -> Vec<f32> {
     let stats: Vec<_> = handles.iter().map(|n| n.stats()).collect();
     assert_eq!(stats.iter().map(|s| s.grads_dropped).sum::<u64>(), 0);
     let unspilled: u64 = stats.iter().map(|s| s.rows_unspilled).sum();
-    assert!(unspilled > 0, "rows must come back from the spill: {stats:?}");
+    assert!(
+        unspilled > 0,
+        "rows must come back from the spill: {stats:?}"
+    );
     let spill_files = std::fs::read_dir(ckpt)
         .unwrap()
         .flatten()
@@ -204,7 +207,12 @@ fn a_damaged_spill_file_in_a_checkpoint_fails_the_start_naming_it() {
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("spill-"))
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("spill-")
+        })
         .unwrap();
     // Flip a byte of the first record's values (after the 8-byte magic and 16-byte header).
     let mut bytes = std::fs::read(&file).unwrap();

@@ -58,9 +58,8 @@ impl Budget {
 
 /// A positive count: an integer, or a whole number in scientific notation (`1e6`).
 fn parse_count(text: &str) -> Result<u64, String> {
-    let n = whole(text).ok_or_else(|| {
-        format!("{text:?} is not a whole number of rows (e.g. 100000 or 1e5)")
-    })?;
+    let n = whole(text)
+        .ok_or_else(|| format!("{text:?} is not a whole number of rows (e.g. 100000 or 1e5)"))?;
     ensure_positive(n, text)
 }
 
@@ -119,14 +118,26 @@ mod tests {
         assert_eq!(parse_count("1000"), Ok(1000));
         assert_eq!(parse_count("1e5"), Ok(100_000));
         assert!(parse_count("0").unwrap_err().contains("at least 1"));
-        assert!(parse_count("-3").unwrap_err().contains("not a whole number"));
+        assert!(
+            parse_count("-3")
+                .unwrap_err()
+                .contains("not a whole number")
+        );
         assert!(parse_count("1.5").is_err());
         assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
         assert_eq!(parse_bytes("500k"), Ok(500_000));
         assert_eq!(parse_bytes("1e9"), Ok(1_000_000_000));
         assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert!(parse_bytes("3 parsecs").unwrap_err().contains("unknown unit"));
-        assert!(parse_bytes("99999999999GiB").unwrap_err().contains("too large"));
+        assert!(
+            parse_bytes("3 parsecs")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(
+            parse_bytes("99999999999GiB")
+                .unwrap_err()
+                .contains("too large")
+        );
         assert!(parse_bytes("0MiB").unwrap_err().contains("at least 1"));
     }
 

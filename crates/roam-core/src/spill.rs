@@ -252,6 +252,92 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::directory::Partitioning;
+    use crate::id::{NodeId, WorkerId};
+    use crate::keyspace::KeySpace;
+    use crate::node::{NodeConfig, Time};
+    use crate::store::UpdateMode;
+    use std::sync::atomic::Ordering;
+
+    /// A spill whose file is damaged where key 1's record is: it fails to read it.
+    struct Damaged;
+
+    impl Spill for Damaged {
+        fn put(&mut self, _: Key, _: &[f32]) -> Result<(), SpillError> {
+            Ok(())
+        }
+        fn get(&self, _: Key, _: &mut Vec<f32>) -> Result<bool, SpillError> {
+            Err(SpillError::Damaged {
+                path: "/spill/node-0.bin".into(),
+                offset: 8,
+                reason: "bad checksum".into(),
+            })
+        }
+        fn remove(&mut self, _: Key) -> Result<(), SpillError> {
+            Ok(())
+        }
+        fn contains(&self, key: Key) -> bool {
+            key == 1
+        }
+        fn len(&self) -> u64 {
+            0
+        }
+        fn keys(&self) -> Vec<Key> {
+            Vec::new()
+        }
+    }
+
+    /// One node, a budget of one row, spill on: an evicted row comes back with its pushes; a
+    /// spill that fails is a warning naming the file and offset, and the row starts afresh.
+    #[test]
+    fn an_evicted_row_comes_back_and_a_failing_spill_is_named() {
+        let policy = DynamicPolicy {
+            max_rows: Some(1),
+            spill: true,
+            ..DynamicPolicy::default()
+        };
+        let space = KeySpace::sparse(2).unwrap().with_dynamic(policy).unwrap();
+        let cfg = NodeConfig::new(NodeId(0), 1, 1, space, Partitioning::Hash);
+        let mut node = Node::new(cfg);
+        let push = |node: &mut Node, key: Key| {
+            node.issue_push(
+                Time(0),
+                WorkerId(0),
+                &[key],
+                &[1.0, 2.0],
+                &[0],
+                UpdateMode::Add,
+            );
+        };
+        push(&mut node, 1);
+        push(&mut node, 2);
+        assert!(node.spill().unwrap().contains(1), "1 made room for 2");
+        node.issue_pull(Time(0), WorkerId(0), &[1], &[0]);
+        let mut out = [0.0; 2];
+        assert!(node.store().pull_local(1, &mut out));
+        assert_eq!(
+            out,
+            [1.0, 2.0],
+            "taken back from the spill, pushes included"
+        );
+        assert!(node.spill().unwrap().contains(2) && !node.spill().unwrap().contains(1));
+        let counters = node.counters().clone();
+        assert_eq!(counters.rows_unspilled.load(Ordering::Relaxed), 1);
+        node.set_spill(Box::new(Damaged));
+        push(&mut node, 3);
+        node.issue_pull(Time(0), WorkerId(0), &[1], &[0]);
+        assert!(node.store().pull_local(1, &mut out));
+        assert_eq!(out, [0.0, 0.0], "the initializer's row");
+        assert_eq!(counters.spill_errors.load(Ordering::Relaxed), 1);
+        let warning = std::iter::from_fn(|| node.poll_warning())
+            .find(|w| matches!(w, Warning::Spill { .. }))
+            .unwrap();
+        assert!(!warning.is_anomaly());
+        assert_eq!(
+            warning.to_string(),
+            "spill of key 1: spill file /spill/node-0.bin is damaged at offset 8: bad checksum"
+        );
+    }
 
     #[test]
     fn memory_spill_keeps_takes_and_lists_sorted() {

@@ -230,6 +230,38 @@ impl Node {
         self.cfg.space.initializer_for(key).fill(key, out);
     }
 
+    /// At the old home of a move that carries `bucket`'s keys (static allocation; the creator
+    /// changes): the bucket's spilled rows become held rows again, so that they go with the
+    /// bucket's held keys to the new creator (which may then hold more than its budget by
+    /// them, as by any relocation in). A walk of the spilled keys per move, under the node
+    /// lock, like the walk of the store that finds the bucket's held keys.
+    pub(crate) fn unspill_bucket(&mut self, bucket: u32) {
+        let Some(spill) = self.dynamic.spill.as_ref() else {
+            return;
+        };
+        let keys: Vec<Key> = spill
+            .keys()
+            .into_iter()
+            .filter(|&k| self.dir.bucket(k) == bucket)
+            .collect();
+        let mut record = Vec::new();
+        for key in keys {
+            let Some(spill) = self.dynamic.spill.as_mut() else {
+                return;
+            };
+            match spill.take(key, &mut record) {
+                Ok(true) if record.len() == self.cfg.space.record_len(key) => {
+                    if self.store.insert(key, &record) {
+                        add(&self.counters.keys_created, 1);
+                        add(&self.counters.rows_unspilled, 1);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => self.spill_failed(key, &e),
+            }
+        }
+    }
+
     /// Restore, before the node serves anything: `key`'s spilled record from a checkpoint. It
     /// goes back into this node's spill if its policy spills (so the budget holds), else it is
     /// restored as held ([`Node::restore_record`]). False, changing nothing, if the record

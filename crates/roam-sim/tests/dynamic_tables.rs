@@ -422,3 +422,66 @@ fn ttl_evicts_untouched_rows_and_a_pull_creates_them_again() {
     }
     assert_eq!(total(&sim, |c| &c.rows_evicted), cold.len() as u64);
 }
+
+/// Static allocation: a home move carries a bucket's keys, and its creator changes. Spilled
+/// rows of the bucket go along (taken out of the old creator's spill and carried as held
+/// rows), so every key, pushed to, evicted into the spill, then moved, reads back its
+/// initializer value plus every push, before and after further evictions at the new home.
+#[test]
+fn spilled_rows_move_with_their_bucket_under_static_allocation() {
+    use roam_sim::{Op, SimConfig, WorkerRef};
+    let init = init(17);
+    let policy = DynamicPolicy {
+        max_rows: Some(2),
+        spill: true,
+        ..DynamicPolicy::default()
+    };
+    let space = KeySpace::sparse(2)
+        .and_then(|s| s.with_initializer(init))
+        .and_then(|s| s.with_dynamic(policy))
+        .unwrap();
+    let keys: Vec<u64> = (0..24u64)
+        .map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .collect();
+    let ones = |keys: &[u64]| vec![1.0f32; keys.len() * 2];
+    let mut script = Vec::new();
+    for &k in &keys {
+        script.push(Op::push(vec![k], ones(&[k])));
+    }
+    // Every key's bucket to the other node.
+    let cfg = SimConfig::new(2, 1, space)
+        .with_seed(3)
+        .with_partitioning(roam_core::Partitioning::Hash);
+    let mut sim = Sim::new(cfg);
+    let dir = sim.node(NodeId(0)).directory().clone();
+    for &k in &keys {
+        let to = 1 - dir.home(k).0;
+        script.push(Op::move_home(k, to));
+    }
+    for &k in &keys {
+        script.push(Op::push(vec![k], ones(&[k])));
+    }
+    script.push(Op::pull(keys.clone()));
+    sim.add_script(WorkerRef::new(0, 0), script);
+    sim.run_until_idle().unwrap();
+    for op in sim.history().ops() {
+        assert!(op.succeeded(), "{op}");
+    }
+    assert!(total(&sim, |c| &c.rows_spilled) > 0);
+    let last = sim.history().ops().last().unwrap().clone();
+    let Outcome::Pulled(values) = &last.outcome else {
+        panic!("{last}")
+    };
+    for (i, &k) in keys.iter().enumerate() {
+        let mut row = [0.0; 2];
+        init.fill(k, &mut row);
+        for j in 0..2 {
+            assert!(
+                (values[2 * i + j] - (row[j] + 2.0)).abs() < 1e-5,
+                "key {k}: {} (initial {}, two pushes)",
+                values[2 * i + j],
+                row[j]
+            );
+        }
+    }
+}

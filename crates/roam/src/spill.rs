@@ -7,10 +7,12 @@
 //! Format: an 8-byte magic ([`MAGIC`]), then records appended one after the other, each a
 //! 16-byte header (key `u64`, record length in floats `u32`, CRC-32 `u32` of the key, length
 //! and values bytes; little-endian) and the record's `f32` values. The index (key → offset and
-//! length) is in memory only (about 40 bytes per spilled row with the map's overhead). A record
-//! taken back or replaced becomes stale; once stale bytes are more than half of a file past
-//! [`COMPACT_MIN`] bytes, the live records are copied into a new file that replaces it
-//! (amortised: the copy is at most the live bytes, which are at most the stale bytes freed).
+//! length, packed in one `u64`: at most [`MAX_FILE`] bytes, records of at most [`MAX_RECORD`]
+//! floats) is in memory only (16 bytes an entry, 17–34 bytes per spilled row with the hash
+//! map's load). A record taken back or replaced becomes stale; once stale bytes are more than
+//! half of a file past [`COMPACT_MIN`] bytes, the live records are copied into a new file that
+//! replaces it (amortised: the copy is at most the live bytes, which are at most the stale
+//! bytes freed), and the index is updated in place.
 //!
 //! Invariants: every length read back is bounded (by the longest record of the key space and by
 //! the file's end) before anything is allocated, and checked against the index and the CRC; a

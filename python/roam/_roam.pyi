@@ -138,10 +138,13 @@ class Node:
             ``"admission"`` (``"all"``, ``{"kind": "count", "min_count": K, "sketch_width":
             W}`` or ``{"kind": "probability", "p": p, "seed": s}``), ``"max_rows"`` (rows per
             node; the LRU clock evicts to stay under it), ``"max_bytes"`` (the same budget in
-            bytes of records: values and optimizer state, 4 bytes a float) and ``"ttl"`` (seconds untouched
-            before a row is evicted). An id without a row reads the initializer's value and its
-            updates are dropped (``stats()["rows_rejected"]``, ``["grads_dropped"]``,
-            ``["rows_evicted"]``). See ``docs/embeddings.md``.
+            bytes of records: values and optimizer state, 4 bytes a float), ``"ttl"`` (seconds untouched
+            before a row is evicted) and ``"spill"`` (``True``: evicted rows are kept whole in a
+            spill file per node under ``spill_dir`` and taken back, trained, on their next use).
+            An id without a row reads the initializer's value (a spilled id: its spilled
+            values) and its updates are dropped (``stats()["rows_rejected"]``,
+            ``["grads_dropped"]``, ``["rows_evicted"]``, ``["rows_spilled"]``). See
+            ``docs/embeddings.md``.
         tables: named tables instead of one key space: a dict ``{name: {"dim": D,
             "num_ids": N, "optimizer": ..., "initializer": ..., "dynamic": ...}}``, in key
             order. A table is dense (ids ``0..num_ids``) or, with ``"dynamic"`` (a policy dict
@@ -153,6 +156,8 @@ class Node:
             ``value_lengths``, ``sparse_keys``, ``optimizer``, ``initializer`` and
             ``dynamic`` must be left out; homes are by hash. A checkpoint restores only into
             the same tables in the same order (a mismatch raises naming the table).
+        spill_dir: the directory of the spill files (one per node) of dynamic policies with
+            ``"spill": True``; required with them.
 
     Raises:
         StartError: invalid key space, cluster configuration, missing token, rendezvous or
@@ -204,6 +209,7 @@ class Node:
         initializer: str | dict[str, Any] | None = None,
         dynamic: dict[str, Any] | None = None,
         tables: dict[str, dict[str, Any]] | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
     ) -> None: ...
     @property
     def rank(self) -> int:

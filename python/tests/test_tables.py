@@ -82,6 +82,27 @@ def test_row_budget_holds_and_evicts():
     assert stats["keys_held"] == 50
 
 
+def test_spill_brings_evicted_rows_back_trained(tmp_path):
+    dynamic = {"max_rows": 50, "spill": True}
+    with roam.Node(
+        value_lengths=DIM, dynamic=dynamic, optimizer="sgd", spill_dir=tmp_path
+    ) as node:
+        w = node.worker(0)
+        keys = list(range(1000))
+        for _ in range(3):
+            for start in range(0, 1000, 100):
+                batch = keys[start : start + 100]
+                pull(w, batch)
+                w.push_gradients(u64(*batch), np.ones(100 * DIM, np.float32)).wait()
+                assert node.stats()["keys_held"] <= 50
+        # SGD with lr 0.01 from zeros: three steps each, none lost to an eviction.
+        np.testing.assert_allclose(pull(w, keys), -0.03, rtol=1e-5)
+        stats = node.stats()
+    assert stats["rows_spilled"] == stats["rows_evicted"] > 0
+    assert stats["rows_unspilled"] > 0 and stats["spill_errors"] == 0
+    assert (tmp_path / "roam-spill-node-0.bin").exists()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
@@ -94,6 +115,7 @@ def test_row_budget_holds_and_evicts():
         ({"dynamic": {"budget": 3}}, ValueError, "unknown dynamic key"),
         ({"dynamic": {"ttl": -1}}, ValueError, "ttl"),
         ({"dynamic": 5}, TypeError, "dynamic must be a dict"),
+        ({"dynamic": {"spill": 1.5}}, TypeError, "spill\" must be True or False"),
     ],
 )
 def test_bad_settings_are_named(kwargs, error, message):

@@ -316,3 +316,44 @@ fn a_resumed_run_continues_with_the_same_model_and_order() {
     assert!(last_epoch(&more, "test_auc") > 0.65, "{more}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--max-rows` with `--spill-dir`: a per-node budget far below the keys the run creates gives
+/// the unbounded run's figures bit for bit in single mode with one worker (the budget is a cache
+/// over the spill file, which loses nothing), holding at most the budget; a budget without a
+/// spill directory and bad budget values fail naming them.
+#[test]
+fn a_row_budget_over_a_spill_file_trains_the_same_model() {
+    let dir = scratch("ctr", "spill");
+    let d = dir.to_str().unwrap();
+    let figures = |r: &Value| -> Vec<(u64, u64)> {
+        epochs(r)
+            .iter()
+            .map(|e| {
+                let bits = |k: &str| e[k].as_f64().unwrap().to_bits();
+                (bits("loss"), bits("test_auc"))
+            })
+            .collect()
+    };
+    let full = single(&["--workers", "1"]);
+    let budget = single(&["--workers", "1", "--max-rows", "2000", "--spill-dir", d]);
+    assert_eq!(figures(&budget), figures(&full), "{budget}");
+    assert!(dir.join("roam-spill-node-0.bin").exists());
+    for (extra, needle) in [
+        (vec!["--max-rows", "10"], "need --spill-dir"),
+        (vec!["--max-bytes", "0", "--spill-dir", d], "at least 1"),
+        (
+            vec!["--max-bytes", "12parsecs", "--spill-dir", d],
+            "unknown unit",
+        ),
+        (
+            vec!["--max-rows", "1.5", "--spill-dir", d],
+            "not a whole number",
+        ),
+    ] {
+        let mut args = vec!["train", "ctr", "--mode", "single"];
+        args.extend(extra);
+        let err = fails(&args);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

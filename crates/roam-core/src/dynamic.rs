@@ -35,7 +35,8 @@
 //! out by an intent, not in transit. Evicting such a row changes no placement record: the key
 //! becomes GONE in the creator's state word, which reads as "not created", and the next access
 //! anywhere is routed to the creator as before and creates it again through admission, with
-//! the initializer's values (evicted values are not kept: no spill file yet). A request already
+//! the initializer's values, or, under a policy with `spill`, with the record the eviction
+//! kept in the node's spill (`spill.rs`: such an id skips the admission test). A request already
 //! on its way (a pull, a push, a localize's hand-over) re-creates it the same way. Rows that
 //! moved to another node under dynamic allocation are not evicted there (that would need the
 //! home's record changed by message), so such a node can hold more than `max_rows` by the rows
@@ -98,6 +99,9 @@ pub struct DynamicPolicy {
     pub max_bytes: Option<u64>,
     /// Rows untouched this long (ns of the core's time) are evicted (`None`: never).
     pub ttl_ns: Option<u64>,
+    /// Evicted rows are kept whole in the node's spill (`spill.rs`; a file per node in `roam`)
+    /// and a later creation of the id takes its record back, instead of being discarded.
+    pub spill: bool,
 }
 
 /// Why a dynamic policy is invalid.
@@ -250,8 +254,11 @@ pub(crate) struct DynamicState {
     /// The TTL sweep under way: the next entry, and the entry count when it began.
     sweep: Option<(u64, u64)>,
     next_sweep_at: u64,
-    /// Scratch for evicted records (not kept: no spill file yet).
+    /// Scratch for evicted records.
     evicted: Vec<f32>,
+    /// Where evicted rows of policies with `spill` go (`spill.rs`): in memory until the shell
+    /// gives the node another; `None` when no policy spills.
+    pub(crate) spill: Option<Box<dyn crate::spill::Spill>>,
 }
 
 impl DynamicState {
@@ -268,9 +275,13 @@ impl DynamicState {
             .max();
         // Tables that set a TTL share it (`tables.rs`).
         let ttl = policies.iter().find_map(|p| p.ttl_ns);
+        let spills = policies.iter().any(|p| p.spill);
         Self {
             sketch: width.map(CountMin::new),
             next_sweep_at: ttl.map_or(u64::MAX, |ttl| ttl / 2),
+            spill: spills.then(|| {
+                Box::new(crate::spill::MemorySpill::default()) as Box<dyn crate::spill::Spill>
+            }),
             ..Self::default()
         }
     }
@@ -288,6 +299,8 @@ impl Node {
             return false;
         }
         let admitted = match policy.admission {
+            // Admitted once: its record waits in the spill (`spill.rs`).
+            _ if self.is_spilled(key) => true,
             Admission::All => true,
             Admission::Count { min_count, .. } => self
                 .dynamic
@@ -376,10 +389,11 @@ impl Node {
             },
             &mut evicted,
         );
-        self.dynamic.evicted = evicted;
-        if let Visit::Evicted(_) = visit {
+        if let Visit::Evicted(key) = visit {
             add(&self.counters.rows_evicted, 1);
+            self.spill_evicted(key, &evicted);
         }
+        self.dynamic.evicted = evicted;
     }
 
     /// Whether this node may evict its owned row of `key` (see the module docs).
@@ -423,12 +437,20 @@ impl Node {
                 self.dynamic.sweep = (to < end).then_some((to, end));
             }
         }
+        self.trim_to_budgets(false);
+    }
+
+    /// Evicts rows (by the clock) from every table above its row budget down to it; with
+    /// `spilling_only`, only the budgets of policies that spill (a restore's trim: nothing
+    /// trained is discarded).
+    pub fn trim_to_budgets(&mut self, spilling_only: bool) {
         let budgets: Vec<(Option<usize>, u64)> = match self.cfg.space.named_tables() {
             Some(tables) => tables
                 .all()
                 .iter()
                 .filter_map(|t| {
-                    let budget = t.dynamic()?.row_budget(t.record_len())?;
+                    let policy = t.dynamic().filter(|p| p.spill || !spilling_only)?;
+                    let budget = policy.row_budget(t.record_len())?;
                     Some((Some(t.index() as usize), budget))
                 })
                 .collect(),
@@ -436,6 +458,7 @@ impl Node {
                 .cfg
                 .space
                 .dynamic()
+                .filter(|p| p.spill || !spilling_only)
                 .and_then(|p| p.row_budget(self.cfg.space.record_len(0)))
                 .map(|max| (None, max))
                 .into_iter()

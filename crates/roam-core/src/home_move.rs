@@ -372,6 +372,8 @@ impl Node {
         let frame = encode::home_transfer(me, bucket, epoch, records.default_owner, &keys, &owners);
         self.send(to, frame);
         if carry {
+            // Spilled rows go along, as held rows (`spill.rs`).
+            self.unspill_bucket(bucket);
             let (keys, values) = self.take_bucket_keys(bucket);
             add(&self.counters.relocations_out, keys.len() as u64);
             add(&self.counters.relocation_bytes, (values.len() * 4) as u64);

@@ -53,7 +53,7 @@ impl Node {
                 Route::Held(bucket) => held.entry(bucket).or_default().push(key, pos, &[]),
                 Route::Unadmitted => {
                     value.resize(self.cfg.space.len(key), 0.0);
-                    self.cfg.space.initializer_for(key).fill(key, &mut value);
+                    self.refused_value(key, &mut value);
                     here.push(key, pos, &value);
                 }
             }

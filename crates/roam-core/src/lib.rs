@@ -66,6 +66,7 @@ pub mod replica;
 pub mod sampling;
 mod serve;
 pub mod share;
+pub mod spill;
 pub mod stats;
 pub mod store;
 pub mod tables;
@@ -95,6 +96,7 @@ pub use sampling::{
     Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support,
 };
 pub use share::IntentTechniques;
+pub use spill::{MemorySpill, Spill, SpillError};
 pub use store::{Holding, Residency, Store, Sweep, UpdateMode, Visit};
 pub use tables::{Table, TableError, TableKind, TableSpec, Tables};
 pub use warning::Warning;

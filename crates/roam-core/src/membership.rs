@@ -736,6 +736,7 @@ mod tests {
             max_rows,
             max_bytes: None,
             ttl_ns: None,
+            spill: false,
         };
         let variants = [
             sparse(),

@@ -532,7 +532,9 @@ impl Node {
             // asked admission; if nothing can be evicted, the row is made anyway: see
             // `dynamic.rs`).
             self.make_room_for_one(key);
-            self.store.insert(key, &self.cfg.space.initial_record(key));
+            // From its spilled record if it has one (`spill.rs`), else the initializer's.
+            let record = self.new_record(key);
+            self.store.insert(key, &record);
             add(&self.counters.keys_created, 1);
             return Residency::Local;
         }

@@ -174,7 +174,7 @@ impl Node {
                 if is_pull {
                     let start = answered.values.len();
                     answered.values.resize(start + len, 0.0);
-                    (self.cfg.space.initializer_for(key)).fill(key, &mut answered.values[start..]);
+                    self.refused_value(key, &mut answered.values[start..]);
                     answered.keys.push(key);
                     answered.positions.push(pos);
                 } else {

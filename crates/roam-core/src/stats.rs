@@ -57,6 +57,12 @@ counters! {
         grads_dropped,
         /// Rows of a dynamic key space evicted here (budget or TTL).
         rows_evicted,
+        /// Evicted rows written to the node's spill (`spill.rs`).
+        rows_spilled,
+        /// Rows created again from their spilled record.
+        rows_unspilled,
+        /// Spill records that could not be written or read back (see `Warning::Spill`).
+        spill_errors,
         /// Keys that moved to this node (relocations in).
         relocations_in,
         /// Keys that moved away from this node (relocations out).

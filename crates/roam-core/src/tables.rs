@@ -460,6 +460,7 @@ mod tests {
         assert!(bad_dyn.to_string().contains("probability"), "{bad_dyn}");
         let ttl = |t| DynamicPolicy {
             ttl_ns: Some(t),
+            spill: false,
             ..Default::default()
         };
         let ttls = Tables::new(vec![

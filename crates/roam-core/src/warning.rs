@@ -125,12 +125,23 @@ pub enum Warning {
         /// named only here). Ascending.
         nodes: Vec<NodeId>,
     },
+    /// The node's spill (`spill.rs`) could not keep or give back `key`'s record: an I/O
+    /// failure or a damaged file, named in `error` (file and offset). Not an anomaly.
+    Spill {
+        /// The key.
+        key: Key,
+        /// The spill's error.
+        error: String,
+    },
 }
 
 impl Warning {
     /// Whether this warning means a protocol violation (see the module docs).
     pub fn is_anomaly(&self) -> bool {
-        !matches!(self, Self::UnknownSender { .. } | Self::BarrierWait { .. })
+        !matches!(
+            self,
+            Self::UnknownSender { .. } | Self::BarrierWait { .. } | Self::Spill { .. }
+        )
     }
 }
 
@@ -196,6 +207,7 @@ impl fmt::Display for Warning {
                 }
                 Ok(())
             }
+            Self::Spill { key, error } => write!(f, "spill of key {key}: {error}"),
         }
     }
 }

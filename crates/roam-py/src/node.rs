@@ -314,6 +314,7 @@ impl PyNode {
         initializer = None,
         dynamic = None,
         tables = None,
+        spill_dir = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -351,6 +352,7 @@ impl PyNode {
         initializer: Option<&Bound<'_, PyAny>>,
         dynamic: Option<&Bound<'_, PyAny>>,
         tables: Option<&Bound<'_, PyAny>>,
+        spill_dir: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let tables = tables.filter(|t| !t.is_none());
         if tables.is_some() {
@@ -456,6 +458,7 @@ impl PyNode {
             cfg.share_sync_every = seconds("share_sync_every", every)?;
         }
         cfg.restore_from = restore_from;
+        cfg.spill_dir = spill_dir;
         cfg.optimizer = optimizer
             .map(crate::optimizer::optimizer_config)
             .transpose()?;

@@ -7,7 +7,8 @@
 //!   bounds default to `[-0.05, 0.05)`, normal to mean 0 and std 0.01).
 //! - `dynamic`: a dict with any of `"admission"` (`"all"`, `{"kind": "count", "min_count": K,
 //!   "sketch_width": W}` or `{"kind": "probability", "p": p, "seed": s}`), `"max_rows"` (rows
-//!   per node), `"max_bytes"` (bytes of records per node) and `"ttl"` (seconds). It implies
+//!   per node), `"max_bytes"` (bytes of records per node), `"ttl"` (seconds) and `"spill"`
+//!   (a bool: keep evicted rows in the spill file under `Node(spill_dir=...)`). It implies
 //!   sparse keys.
 //!
 //! - `tables`: a dict of named tables, `{name: {"dim": D, "num_ids": N, "optimizer": ...,
@@ -132,7 +133,7 @@ pub(crate) fn dynamic_config(obj: &Bound<'_, PyAny>) -> PyResult<DynamicPolicy> 
         ));
     };
     let mut policy = DynamicPolicy::default();
-    let keys = ["admission", "max_rows", "max_bytes", "ttl"];
+    let keys = ["admission", "max_rows", "max_bytes", "ttl", "spill"];
     for (name, value) in entries(dict, "dynamic", &keys)? {
         match name.as_str() {
             "admission" => policy.admission = admission_config(&value)?,
@@ -141,6 +142,11 @@ pub(crate) fn dynamic_config(obj: &Bound<'_, PyAny>) -> PyResult<DynamicPolicy> 
             }
             "max_bytes" if !value.is_none() => {
                 policy.max_bytes = Some(number("dynamic \"max_bytes\"", &value)?)
+            }
+            "spill" => {
+                policy.spill = value
+                    .extract::<bool>()
+                    .map_err(|_| PyTypeError::new_err("dynamic \"spill\" must be True or False"))?
             }
             "ttl" if !value.is_none() => {
                 let secs: f64 = number("dynamic \"ttl\"", &value)?;

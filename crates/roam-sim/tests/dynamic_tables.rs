@@ -41,7 +41,8 @@ fn init(seed: u64) -> Initializer {
 }
 
 /// A policy drawn from the seed: admission by count, by probability or all; a budget of 1–2
-/// rows per node; a TTL in half the seeds.
+/// rows per node; a TTL in half the seeds; a spill in half the seeds (`seed % 4 >= 2`, so with
+/// and without a TTL).
 fn policy(seed: u64) -> DynamicPolicy {
     let admission = match seed % 3 {
         0 => Admission::All,
@@ -58,6 +59,7 @@ fn policy(seed: u64) -> DynamicPolicy {
         ttl_ns: seed
             .is_multiple_of(2)
             .then_some(300_000 + (seed % 7) * 100_000),
+        spill: seed % 4 >= 2,
     }
 }
 
@@ -74,6 +76,7 @@ fn explained(init: &Initializer, key: u64, len: usize, j: usize, value: f32) -> 
 fn rows_are_admitted_evicted_and_created_again_while_keys_move() {
     let n = seeds(default_seeds()).len();
     let (mut created, mut evicted, mut rejected, mut relocated, mut pulls) = (0, 0, 0, 0, 0);
+    let (mut spilled, mut unspilled, mut exact_seeds, mut exact_keys) = (0, 0, 0, 0);
     for_each_seed(default_seeds(), |seed| {
         let shape = DynShape {
             ops_per_phase: 10,
@@ -137,6 +140,22 @@ fn rows_are_admitted_evicted_and_created_again_while_keys_move() {
             .map(|i| sim.node(NodeId(i)).store().count_local())
             .sum();
         assert_eq!(made - gone, held, "seed {seed}: created − evicted = held");
+        if policy.spill {
+            spilled += total(&sim, |c| &c.rows_spilled);
+            unspilled += total(&sim, |c| &c.rows_unspilled);
+            assert_eq!(total(&sim, |c| &c.spill_errors), 0, "seed {seed}");
+            assert_eq!(
+                total(&sim, |c| &c.rows_spilled),
+                gone,
+                "seed {seed}: every evicted row is spilled"
+            );
+            if total(&sim, |c| &c.grads_dropped) == 0 {
+                exact_seeds += 1;
+                exact_keys += check_nothing_lost(seed, &sim, &init, len);
+            }
+        } else {
+            assert_eq!(total(&sim, |c| &c.rows_spilled), 0, "seed {seed}");
+        }
         created += made;
         evicted += gone;
         rejected += total(&sim, |c| &c.rows_rejected);
@@ -144,14 +163,87 @@ fn rows_are_admitted_evicted_and_created_again_while_keys_move() {
     });
     eprintln!(
         "{n} seeds: {created} rows created, {evicted} evicted, {rejected} accesses refused, \
-         {relocated} relocations, {pulls} pulls explained"
+         {relocated} relocations, {pulls} pulls explained; spill: {spilled} rows spilled, \
+         {unspilled} created again from it, {exact_keys} keys' final values exact in \
+         {exact_seeds} seeds without a dropped update"
     );
     if n >= 100 {
         assert!(
             evicted > 0 && rejected > 0 && relocated > 0,
             "the runs must evict and move"
         );
+        assert!(
+            unspilled > 0 && exact_keys > 0,
+            "the spill runs must evict and create again"
+        );
     }
+}
+
+/// With a spill and no update dropped, nothing is lost across evictions: every key never set
+/// ends (held by one node, or spilled at its creator, or never created) at its initializer
+/// value plus every push it was given; every key set ends at a whole number (its last set plus
+/// whole pushes: a row lost and created again from the initializer would not be whole).
+/// Returns the keys checked.
+fn check_nothing_lost(seed: u64, sim: &Sim, init: &Initializer, len: usize) -> u64 {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut sums: BTreeMap<u64, Vec<f32>> = BTreeMap::new();
+    let mut set: BTreeSet<u64> = BTreeSet::new();
+    for op in sim.history().ops() {
+        match op.kind {
+            OpKind::Push => {
+                for (i, &key) in op.keys.iter().enumerate() {
+                    let sum = sums.entry(key).or_insert_with(|| vec![0.0; len]);
+                    for (total, &pushed) in sum.iter_mut().zip(&op.input[i * len..][..len]) {
+                        *total += pushed;
+                    }
+                }
+            }
+            OpKind::Set | OpKind::Gradient => set.extend(op.keys.iter().copied()),
+            _ => {}
+        }
+    }
+    let mut checked = 0;
+    let mut record = Vec::new();
+    for key in sim.history().keys_checked() {
+        let dir = sim.node(NodeId(0)).directory();
+        let creator = sim.node(dir.creator(dir.bucket(key)));
+        let found = match sim.holders(key)[..] {
+            [holder] => sim.node(holder).store().read_record(key, &mut record),
+            _ => creator
+                .spill()
+                .is_some_and(|s| s.get(key, &mut record).unwrap()),
+        };
+        if set.contains(&key) {
+            let whole = |x: f32| x >= -1e-3 && (x - x.round()).abs() < 1e-3;
+            assert!(
+                !found || record[..len].iter().all(|&v| whole(v)),
+                "seed {seed}: key {key} was set, but ends at {:?}",
+                &record[..len]
+            );
+            checked += u64::from(found);
+            continue;
+        }
+        let mut want = vec![0.0; len];
+        init.fill(key, &mut want);
+        let pushed = sums.get(&key);
+        if !found {
+            assert!(
+                pushed.is_none_or(|p| p.iter().all(|&v| v == 0.0)),
+                "seed {seed}: key {key} was pushed to, but is held nowhere and not spilled"
+            );
+            continue;
+        }
+        for j in 0..len {
+            let want = want[j] + pushed.map_or(0.0, |p| p[j]);
+            assert!(
+                (record[j] - want).abs() < 1e-3,
+                "seed {seed}: key {key} value {j} is {}, its history says {want}",
+                record[j]
+            );
+        }
+        checked += 1;
+    }
+    checked
 }
 
 fn quiet(sim: &Sim) -> bool {
@@ -329,4 +421,67 @@ fn ttl_evicts_untouched_rows_and_a_pull_creates_them_again() {
         );
     }
     assert_eq!(total(&sim, |c| &c.rows_evicted), cold.len() as u64);
+}
+
+/// Static allocation: a home move carries a bucket's keys, and its creator changes. Spilled
+/// rows of the bucket go along (taken out of the old creator's spill and carried as held
+/// rows), so every key, pushed to, evicted into the spill, then moved, reads back its
+/// initializer value plus every push, before and after further evictions at the new home.
+#[test]
+fn spilled_rows_move_with_their_bucket_under_static_allocation() {
+    use roam_sim::{Op, SimConfig, WorkerRef};
+    let init = init(17);
+    let policy = DynamicPolicy {
+        max_rows: Some(2),
+        spill: true,
+        ..DynamicPolicy::default()
+    };
+    let space = KeySpace::sparse(2)
+        .and_then(|s| s.with_initializer(init))
+        .and_then(|s| s.with_dynamic(policy))
+        .unwrap();
+    let keys: Vec<u64> = (0..24u64)
+        .map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .collect();
+    let ones = |keys: &[u64]| vec![1.0f32; keys.len() * 2];
+    let mut script = Vec::new();
+    for &k in &keys {
+        script.push(Op::push(vec![k], ones(&[k])));
+    }
+    // Every key's bucket to the other node.
+    let cfg = SimConfig::new(2, 1, space)
+        .with_seed(3)
+        .with_partitioning(roam_core::Partitioning::Hash);
+    let mut sim = Sim::new(cfg);
+    let dir = sim.node(NodeId(0)).directory().clone();
+    for &k in &keys {
+        let to = 1 - dir.home(k).0;
+        script.push(Op::move_home(k, to));
+    }
+    for &k in &keys {
+        script.push(Op::push(vec![k], ones(&[k])));
+    }
+    script.push(Op::pull(keys.clone()));
+    sim.add_script(WorkerRef::new(0, 0), script);
+    sim.run_until_idle().unwrap();
+    for op in sim.history().ops() {
+        assert!(op.succeeded(), "{op}");
+    }
+    assert!(total(&sim, |c| &c.rows_spilled) > 0);
+    let last = sim.history().ops().last().unwrap().clone();
+    let Outcome::Pulled(values) = &last.outcome else {
+        panic!("{last}")
+    };
+    for (i, &k) in keys.iter().enumerate() {
+        let mut row = [0.0; 2];
+        init.fill(k, &mut row);
+        for j in 0..2 {
+            assert!(
+                (values[2 * i + j] - (row[j] + 2.0)).abs() < 1e-5,
+                "key {k}: {} (initial {}, two pushes)",
+                values[2 * i + j],
+                row[j]
+            );
+        }
+    }
 }

@@ -1,8 +1,9 @@
 //! Dynamic table under a row budget (issue #17): a factorization machine trained on synthetic
 //! clicks whose ids follow a Zipf(1.1) stream, once with an unbounded sparse table and once
 //! with a dynamic table whose budget is a fraction (default 10 %) of the stream's distinct ids,
-//! evicting by the LRU clock; reports the peak RSS (VmHWM), rows held, evictions, the hit rate
-//! and the quality (progressive log-loss, held-out AUC) of both.
+//! evicting by the LRU clock (then with count admission, then with evicted rows kept in a spill
+//! file); reports the peak RSS (VmHWM), rows held, evictions, the hit rate and the quality
+//! (progressive log-loss, held-out AUC) of each.
 //!
 //! `cargo run --release -p roam --example dynamic_bench -- [examples] [fields] [ids_per_field]
 //! [budget_fraction] [min_count]`
@@ -131,7 +132,9 @@ fn child(
     stream: &Stream,
     max_rows: Option<u64>,
     min_count: u32,
+    spill: bool,
 ) -> anyhow::Result<()> {
+    let spill_dir = std::env::temp_dir().join(format!("roam-dynamic-bench-{}", std::process::id()));
     let mut cfg = Config::sparse(DIM as u32);
     cfg.workers_per_node = Some(1);
     cfg.print_stats = false;
@@ -154,7 +157,9 @@ fn child(
             max_rows: Some(max_rows),
             max_bytes: None,
             ttl_ns: None,
+            spill,
         });
+        cfg.spill_dir = spill.then(|| spill_dir.clone());
     }
     let node = NodeHandle::start(cfg)?;
     let w = node.worker(0)?;
@@ -240,6 +245,10 @@ fn child(
         "table": if max_rows.is_some() { "dynamic" } else { "unbounded" },
         "max_rows": max_rows,
         "min_count": min_count,
+        "spill": spill,
+        "rows_spilled": stats.rows_spilled,
+        "rows_unspilled": stats.rows_unspilled,
+        "spill_file_bytes": std::fs::metadata(spill_dir.join("roam-spill-node-0.bin")).map_or(0, |m| m.len()),
         "rows_held": stats.keys_held,
         "peak_rows_sampled": peak_rows,
         "rows_created": stats.keys_created,
@@ -255,6 +264,7 @@ fn child(
     });
     drop(w);
     node.shutdown()?;
+    let _ = std::fs::remove_dir_all(&spill_dir);
     println!("{report}");
     Ok(())
 }
@@ -276,7 +286,7 @@ fn main() -> anyhow::Result<()> {
             0 => None,
             n => Some(n),
         };
-        return child(num(1)?, &stream, max_rows, num(5)? as u32);
+        return child(num(1)?, &stream, max_rows, num(5)? as u32, num(6)? == 1);
     }
     let arg = |i: usize, default: f64| -> anyhow::Result<f64> {
         Ok(match args.get(i) {
@@ -307,13 +317,20 @@ fn main() -> anyhow::Result<()> {
         fraction * 100.0
     );
     let exe = std::env::current_exe()?;
-    for (max_rows, min_count) in [(0, 1), (budget, 1), (budget, min_count.max(2))] {
+    let runs = [
+        (0, 1, 0),
+        (budget, 1, 0),
+        (budget, min_count.max(2), 0),
+        (budget, 1, 1),
+    ];
+    for (max_rows, min_count, spill) in runs {
         let out = Command::new(&exe)
             .args(["--child", &examples.to_string(), &fields.to_string()])
             .args([
                 ids_per_field.to_string(),
                 max_rows.to_string(),
                 min_count.to_string(),
+                spill.to_string(),
             ])
             .output()?;
         if !out.status.success() {

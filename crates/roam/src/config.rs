@@ -132,6 +132,9 @@ pub struct Config {
     /// loads the keys its directory homes at it, from a checkpoint of any node count. A
     /// damaged or mismatched checkpoint fails the start. Set by [`Config::restore_from`].
     pub restore_from: Option<std::path::PathBuf>,
+    /// Where each node keeps its spill file (`roam-spill-node-<rank>.bin`, created empty at
+    /// start) when a dynamic policy sets `spill` (see `docs/embeddings.md`); required then.
+    pub spill_dir: Option<std::path::PathBuf>,
     /// Bounds on received frames.
     pub limits: Limits,
     /// Keys replicated on every node (NuPS): read and pushed locally everywhere, synchronised
@@ -355,6 +358,7 @@ impl Config {
             barrier_warning: Some(Duration::from_secs(30)),
             rendezvous_timeout: Duration::from_secs(60),
             restore_from: None,
+            spill_dir: None,
             limits: Limits::default(),
             replicated_keys: Vec::new(),
             replica_sync_every: DEFAULT_REPLICA_SYNC_EVERY,

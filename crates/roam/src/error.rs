@@ -116,6 +116,15 @@ pub enum StartError {
     /// The checkpoint named by `restore_from` was refused.
     #[error("restore: {0}")]
     Restore(crate::checkpoint::RestoreError),
+    /// A dynamic policy keeps evicted rows (`spill`) but no directory was given for the file.
+    #[error(
+        "a dynamic policy sets spill, but no spill directory is given (Config::spill_dir, \
+         --spill-dir, spill_dir=)"
+    )]
+    SpillDirMissing,
+    /// The spill file could not be created, or a checkpoint's spilled rows not restored.
+    #[error("spill: {0}")]
+    Spill(roam_core::SpillError),
 }
 
 /// `From` conversions, for `?`, into variants of `$enum` that show the inner error in their
@@ -143,6 +152,7 @@ embedded_from!(StartError {
     Rendezvous(RendezvousError),
     Io(std::io::Error),
     Restore(crate::checkpoint::RestoreError),
+    Spill(roam_core::SpillError),
 });
 
 /// Why a worker handle could not be taken.

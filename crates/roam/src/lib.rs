@@ -62,6 +62,7 @@ mod runtime;
 mod slot;
 pub mod slow_node;
 pub mod slowing;
+pub mod spill;
 pub mod stats;
 mod table;
 mod timers;

@@ -435,9 +435,11 @@ impl NodeHandle {
         } else {
             Node::new(node_cfg)
         };
+        crate::spill::install(&mut node, cfg.spill_dir.as_deref(), rank.0)?;
         if let Some(dir) = restore {
             // Before any frame is served: on error the node is dropped unstarted.
             crate::checkpoint::restore_into(&mut node, dir)?;
+            crate::checkpoint::spill::restore_spilled(&mut node, dir)?;
         }
         let store = node.store().clone();
         let counters = node.counters().clone();

@@ -122,6 +122,12 @@ pub struct NodeStats {
     pub grads_dropped: u64,
     /// Rows of a dynamic key space evicted here (row budget or TTL).
     pub rows_evicted: u64,
+    /// Evicted rows written to this node's spill file (policies with `spill`).
+    pub rows_spilled: u64,
+    /// Rows created again from their spilled record.
+    pub rows_unspilled: u64,
+    /// Spill records that could not be written or read back (logged as warnings).
+    pub spill_errors: u64,
     /// Fraction of accessed keys that were served locally.
     pub local_fraction: f64,
     /// Keys replicated on every node.
@@ -245,6 +251,9 @@ impl NodeStats {
             rows_rejected: get(&node.rows_rejected),
             grads_dropped: get(&node.grads_dropped),
             rows_evicted: get(&node.rows_evicted),
+            rows_spilled: get(&node.rows_spilled),
+            rows_unspilled: get(&node.rows_unspilled),
+            spill_errors: get(&node.spill_errors),
             replica_rounds: get(&node.replica_rounds),
             replica_keys_sent: get(&node.replica_keys_sent),
             replica_keys_received: get(&node.replica_keys_received),

@@ -636,8 +636,22 @@ impl Worker {
         // Frozen, and no worker anywhere pushes until the barrier below: the store is the cut.
         let written = match id {
             Some(id) => {
-                let primaries = shared.with_node(|node, _| node.hub_primaries());
-                crate::checkpoint::write_shard(dir, id, rank, nodes, &shared.store, &primaries)
+                let primaries = shared.with_node(|node, _| {
+                    // Spilled rows first (`checkpoint/spill.rs`), under the node lock.
+                    crate::checkpoint::spill::write_spilled(dir, id, rank, nodes, node)
+                        .map(|_| node.hub_primaries())
+                });
+                primaries
+                    .and_then(|primaries| {
+                        crate::checkpoint::write_shard(
+                            dir,
+                            id,
+                            rank,
+                            nodes,
+                            &shared.store,
+                            &primaries,
+                        )
+                    })
                     .map(Some)
             }
             None => Ok(None),

@@ -38,6 +38,7 @@
 //! (training rows of the whole cluster over the epoch's wall time), CPU seconds and the local
 //! fraction.
 
+pub mod budget;
 pub mod checkpoint;
 pub mod data;
 pub mod model;
@@ -109,6 +110,9 @@ pub struct Args {
     /// Checkpoints and resume (`ctr/checkpoint.rs`).
     #[command(flatten)]
     pub checkpoint: crate::checkpointing::Options,
+    /// Per-node memory budget and spill file (`ctr/budget.rs`).
+    #[command(flatten)]
+    pub budget: budget::Budget,
 }
 
 impl Args {
@@ -214,6 +218,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     cfg.workers_per_node = args.workers;
     args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
+    args.budget.configure(&mut cfg)?;
     let node = args.mode.start(cfg).context("starting the roam node")?;
     args.output.start(node.rank())?;
     let reserved = |from: Key, n: usize| -> Vec<Key> { (from..from + n as Key).collect() };

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 mod chunks;
 mod read;
+pub mod spill;
 mod write;
 
 pub use read::{RestoreStats, read_manifest, restore_into};

@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{run_fault_free, test_rng, total, workers_of};
+use common::{roaming_op, run_fault_free, test_rng, total, workers_of};
 use rand::Rng;
 use rand::seq::index::sample;
 use roam_core::tables::{TableSpec, Tables};
@@ -92,7 +92,8 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
                     .into_iter()
                     .map(|r| rows[r])
                     .collect();
-                let op = match rng.random_range(0..10) {
+                let roll = rng.random_range(0..10);
+                let op = match roll {
                     0..5 if !mine.is_empty() => {
                         let n = rng.random_range(1..=mine.len());
                         let (mut keys, mut grads) = (Vec::new(), Vec::new());
@@ -111,19 +112,7 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
                             wait: true,
                         }
                     }
-                    0..7 => Op::Localize {
-                        keys: any,
-                        wait: rng.random_bool(0.5),
-                    },
-                    7 => Op::MoveHome {
-                        key: any[0],
-                        to: rng.random_range(0..nodes),
-                        wait: rng.random_bool(0.5),
-                    },
-                    _ => Op::Pull {
-                        keys: any,
-                        wait: rng.random_bool(0.5),
-                    },
+                    _ => roaming_op(&mut rng, roll, any, nodes),
                 };
                 script.push(op);
             }

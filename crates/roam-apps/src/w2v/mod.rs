@@ -624,11 +624,8 @@ fn load(args: &Args) -> anyhow::Result<(RawCorpus, String)> {
     if let Some(path) = &args.data {
         return Ok((RawCorpus::read(path)?, path.display().to_string()));
     }
-    let (spec, name): (Spec, _) = crate::common::synthetic_spec(
-        args.synthetic.as_deref(),
-        synthetic::EMBEDDED,
-        "embedded",
-    )?;
+    let (spec, name): (Spec, _) =
+        crate::common::synthetic_spec(args.synthetic.as_deref(), synthetic::EMBEDDED, "embedded")?;
     Ok((spec.generate(), name))
 }
 

@@ -178,6 +178,21 @@ fn key_0_localized_by(
     sim
 }
 
+/// The run's history is linearizable per key, final values included, but not in every worker's
+/// program order.
+fn linearizable_but_out_of_program_order(sim: &Sim) {
+    let finals = finals(sim);
+    check_linearizable(sim.history(), Consistency::linearizable(), Some(&finals)).unwrap();
+    assert!(
+        check_linearizable(
+            sim.history(),
+            Consistency::with_program_order(),
+            Some(&finals)
+        )
+        .is_err()
+    );
+}
+
 fn deliver(from: u32, to: u32) -> Choice {
     Choice::Deliver {
         from: NodeId(from),
@@ -220,16 +235,7 @@ fn without_fast_local_access_the_self_link_reorders_async_ops() {
         Some(vec![0.0]),
         "the push took effect before the set issued before it"
     );
-    let finals = finals(&sim);
-    check_linearizable(sim.history(), Consistency::linearizable(), Some(&finals)).unwrap();
-    assert!(
-        check_linearizable(
-            sim.history(),
-            Consistency::with_program_order(),
-            Some(&finals)
-        )
-        .is_err()
-    );
+    linearizable_but_out_of_program_order(&sim);
     // The random workload finds it too (first seed found by searching seeds 0, 1, ...).
     assert!(reordered(&order_run(5, false, false)));
 }
@@ -272,18 +278,9 @@ fn location_caches_reorder_async_ops_of_one_worker() {
         "the set, issued first, took effect last"
     );
     assert!(total(&sim, |c| &c.cache_hits) > 0);
-    let finals = finals(&sim);
     // Still linearizable per key (so sync ops stay sequentially consistent), just not in the
     // worker's issue order.
-    check_linearizable(sim.history(), Consistency::linearizable(), Some(&finals)).unwrap();
-    assert!(
-        check_linearizable(
-            sim.history(),
-            Consistency::with_program_order(),
-            Some(&finals)
-        )
-        .is_err()
-    );
+    linearizable_but_out_of_program_order(&sim);
 }
 
 /// The random workload with caches on finds reorderings too: the first reordering seed among

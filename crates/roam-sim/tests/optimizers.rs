@@ -17,11 +17,11 @@ mod common;
 
 use common::{
     DynShape, dynamic_case, random_lengths, random_partitioning, roaming_op, run_dyn_case,
-    run_fault_free, test_rng, total, workers_of,
+    run_fault_free, sole_record, stepped, test_rng, total, workers_of,
 };
 use rand::Rng;
 use rand::seq::index::sample;
-use roam_core::{Key, NodeId, Optimizer};
+use roam_core::{Key, Optimizer};
 use roam_sim::{Op, Outcome, SimConfig, for_each_seed};
 
 fn default_seeds() -> u64 {
@@ -231,21 +231,9 @@ fn match_a_sequential_application(optimizer: Optimizer, intents: bool) {
         for (key, sequence) in sequences.iter().enumerate() {
             let key = key as Key;
             let len = space.len(key);
-            let mut want = vec![0.0f32; space.record_len(key)];
-            for g in sequence {
-                let (w, state) = want.split_at_mut(len);
-                optimizer.step(w, state, g);
-            }
+            let want = stepped(&optimizer, len, vec![0.0; space.record_len(key)], sequence);
             steps += sequence.len();
-            let mut got = Vec::new();
-            let holders: Vec<u32> = (0..sim.config().nodes)
-                .filter(|&n| sim.node(NodeId(n)).store().read_record(key, &mut got))
-                .collect();
-            assert_eq!(
-                holders.len(),
-                1,
-                "seed {seed}: key {key} held by {holders:?}"
-            );
+            let got = sole_record(seed, &sim, key);
             if intents && got != want {
                 // A share accumulates its gradients and the owner steps once per round with
                 // their sum: the record is the sequence applied in consecutive groups.

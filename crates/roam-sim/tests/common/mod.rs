@@ -609,3 +609,33 @@ pub(crate) fn check_tags_cover(seed: u64, k: Key, log: &[&Vec<f32>], pushed: usi
     );
     merged
 }
+
+/// `record` (visible values, then optimizer state) after `optimizer` steps it with each
+/// gradient of `sequence` in order.
+pub(crate) fn stepped(
+    optimizer: &roam_core::Optimizer,
+    len: usize,
+    mut record: Vec<f32>,
+    sequence: &[Vec<f32>],
+) -> Vec<f32> {
+    for g in sequence {
+        let (w, state) = record.split_at_mut(len);
+        optimizer.step(w, state, g);
+    }
+    record
+}
+
+/// The whole record of `key` (visible values and optimizer state) at the end of a run, after
+/// checking that exactly one node holds it.
+pub(crate) fn sole_record(seed: u64, sim: &Sim, key: Key) -> Vec<f32> {
+    let mut got = Vec::new();
+    let holders: Vec<u32> = (0..sim.config().nodes)
+        .filter(|&n| sim.node(NodeId(n)).store().read_record(key, &mut got))
+        .collect();
+    assert_eq!(
+        holders.len(),
+        1,
+        "seed {seed}: key {key:#x} held by {holders:?}"
+    );
+    got
+}

@@ -389,6 +389,35 @@ pub fn parse_spec_pairs(
     Ok(())
 }
 
+/// The synthetic data set a job generates when it is given no `--data`: `--synthetic`'s spec
+/// (`given`), named `synthetic:SPEC` in the report, or else the app's `embedded` one, named
+/// `LABEL:SPEC`.
+pub fn synthetic_spec<S: std::str::FromStr<Err = anyhow::Error>>(
+    given: Option<&str>,
+    embedded: &str,
+    label: &str,
+) -> anyhow::Result<(S, String)> {
+    let (text, name) = match given {
+        Some(spec) => (spec, format!("synthetic:{spec}")),
+        None => (embedded, format!("{label}:{embedded}")),
+    };
+    Ok((text.parse()?, name))
+}
+
+/// An app's `Args` parsed from `given` (its flags, without the program name) as `roam train`
+/// would parse them, for the apps' unit tests.
+#[cfg(test)]
+pub(crate) fn parse_args<A: clap::Args + clap::FromArgMatches>(
+    app: &'static str,
+    given: &[&str],
+) -> A {
+    let command = A::augment_args(clap::Command::new(app));
+    let matches = command
+        .try_get_matches_from(std::iter::once(app).chain(given.iter().copied()))
+        .unwrap();
+    A::from_arg_matches(&matches).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

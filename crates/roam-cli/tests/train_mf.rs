@@ -18,6 +18,21 @@ use serde_json::Value;
 const MODES: [&str; 3] = ["classic", "classic-nolocal", "lapse"];
 /// Tiny planted matrix; the seed is fixed (and printed with every run's arguments on failure).
 const SYNTHETIC: &str = "rows=400,cols=300,rank=4,nnz=30000,zipf=0.8,noise=0.1,test=0.1,seed=5";
+/// `roam train mf` on [`SYNTHETIC`] for 6 epochs of a small model (the mode and the rest follow).
+const ON_SYNTHETIC: [&str; 12] = [
+    "train",
+    "mf",
+    "--synthetic",
+    SYNTHETIC,
+    "--epochs",
+    "6",
+    "--dim",
+    "8",
+    "--lr",
+    "0.02",
+    "--lambda",
+    "0.02",
+];
 
 fn toy_dir() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lapse-toy/mf");
@@ -116,22 +131,8 @@ fn toy_matrix_trains_in_every_mode_with_identical_results() {
 
 #[test]
 fn synthetic_matrix_trains_in_every_mode_and_lapse_stays_local() {
-    let base = [
-        "train",
-        "mf",
-        "--synthetic",
-        SYNTHETIC,
-        "--epochs",
-        "6",
-        "--dim",
-        "8",
-        "--lr",
-        "0.02",
-        "--lambda",
-        "0.02",
-    ];
     let with = |mode: &'static str| -> Vec<&str> {
-        let mut a = base.to_vec();
+        let mut a = ON_SYNTHETIC.to_vec();
         a.extend(["--mode", mode]);
         a
     };
@@ -211,24 +212,9 @@ fn synthetic_matrix_trains_in_every_mode_and_lapse_stays_local() {
 #[test]
 fn adapm_computes_the_same_model_by_intents_alone() {
     let with = |mode: &'static str, workers: &'static str| -> Vec<&'static str> {
-        vec![
-            "train",
-            "mf",
-            "--synthetic",
-            SYNTHETIC,
-            "--epochs",
-            "6",
-            "--dim",
-            "8",
-            "--lr",
-            "0.02",
-            "--lambda",
-            "0.02",
-            "--mode",
-            mode,
-            "--workers",
-            workers,
-        ]
+        let mut a = ON_SYNTHETIC.to_vec();
+        a.extend(["--mode", mode, "--workers", workers]);
+        a
     };
     eprintln!("synthetic spec (seeded): {SYNTHETIC}");
     let single = report(&run(&with("single", "4")));

@@ -159,6 +159,40 @@ fn drive(sim: &mut Sim, choices: &[Choice]) {
     }
 }
 
+/// A scripted run: `nodes` nodes of one worker and as many keys of one value, dynamic
+/// allocation, every message 1 µs, no think time, `configure`d further; `by`'s node has
+/// localized key 0 (home node 0) before it returns.
+fn key_0_localized_by(
+    by: WorkerRef,
+    nodes: u32,
+    configure: impl Fn(SimConfig) -> SimConfig,
+) -> Sim {
+    let cfg = SimConfig::new(nodes, 1, KeySpace::uniform(u64::from(nodes), 1).unwrap())
+        .with_dynamic(true)
+        .with_delay(1_000, 1_000)
+        .with_think(0, 0);
+    let mut sim = Sim::new(configure(cfg));
+    sim.add_script(by, [Op::localize(vec![0])]);
+    sim.run_until_idle().unwrap();
+    assert_eq!(sim.holders(0), [by.node]);
+    sim
+}
+
+/// The run's history is linearizable per key, final values included, but not in every worker's
+/// program order.
+fn linearizable_but_out_of_program_order(sim: &Sim) {
+    let finals = finals(sim);
+    check_linearizable(sim.history(), Consistency::linearizable(), Some(&finals)).unwrap();
+    assert!(
+        check_linearizable(
+            sim.history(),
+            Consistency::with_program_order(),
+            Some(&finals)
+        )
+        .is_err()
+    );
+}
+
 fn deliver(from: u32, to: u32) -> Choice {
     Choice::Deliver {
         from: NodeId(from),
@@ -173,16 +207,8 @@ fn deliver(from: u32, to: u32) -> Choice {
 /// `set 0` then `push 1` without waiting, while node 0 takes the key back.
 #[test]
 fn without_fast_local_access_the_self_link_reorders_async_ops() {
-    let cfg = SimConfig::new(2, 1, KeySpace::uniform(2, 1).unwrap())
-        .with_dynamic(true)
-        .with_fast_local_access(false)
-        .with_delay(1_000, 1_000)
-        .with_think(0, 0);
-    let mut sim = Sim::new(cfg);
     let (home, writer) = (WorkerRef::new(0, 0), WorkerRef::new(1, 0));
-    sim.add_script(writer, [Op::localize(vec![0])]);
-    sim.run_until_idle().unwrap();
-    assert_eq!(sim.holders(0), [NodeId(1)]);
+    let mut sim = key_0_localized_by(writer, 2, |cfg| cfg.with_fast_local_access(false));
     sim.add_script(
         writer,
         [
@@ -209,16 +235,7 @@ fn without_fast_local_access_the_self_link_reorders_async_ops() {
         Some(vec![0.0]),
         "the push took effect before the set issued before it"
     );
-    let finals = finals(&sim);
-    check_linearizable(sim.history(), Consistency::linearizable(), Some(&finals)).unwrap();
-    assert!(
-        check_linearizable(
-            sim.history(),
-            Consistency::with_program_order(),
-            Some(&finals)
-        )
-        .is_err()
-    );
+    linearizable_but_out_of_program_order(&sim);
     // The random workload finds it too (first seed found by searching seeds 0, 1, ...).
     assert!(reordered(&order_run(5, false, false)));
 }
@@ -230,16 +247,8 @@ fn without_fast_local_access_the_self_link_reorders_async_ops() {
 /// cache), then `set 4096` via the home, then `push 1` straight to node 1.
 #[test]
 fn location_caches_reorder_async_ops_of_one_worker() {
-    let cfg = SimConfig::new(3, 1, KeySpace::uniform(3, 1).unwrap())
-        .with_dynamic(true)
-        .with_location_caches(true)
-        .with_delay(1_000, 1_000)
-        .with_think(0, 0);
-    let mut sim = Sim::new(cfg);
     let (owner, writer) = (WorkerRef::new(1, 0), WorkerRef::new(2, 0));
-    sim.add_script(owner, [Op::localize(vec![0])]);
-    sim.run_until_idle().unwrap();
-    assert_eq!(sim.holders(0), [NodeId(1)]);
+    let mut sim = key_0_localized_by(owner, 3, |cfg| cfg.with_location_caches(true));
     sim.add_script(
         writer,
         [
@@ -269,18 +278,9 @@ fn location_caches_reorder_async_ops_of_one_worker() {
         "the set, issued first, took effect last"
     );
     assert!(total(&sim, |c| &c.cache_hits) > 0);
-    let finals = finals(&sim);
     // Still linearizable per key (so sync ops stay sequentially consistent), just not in the
     // worker's issue order.
-    check_linearizable(sim.history(), Consistency::linearizable(), Some(&finals)).unwrap();
-    assert!(
-        check_linearizable(
-            sim.history(),
-            Consistency::with_program_order(),
-            Some(&finals)
-        )
-        .is_err()
-    );
+    linearizable_but_out_of_program_order(&sim);
 }
 
 /// The random workload with caches on finds reorderings too: the first reordering seed among

@@ -67,6 +67,23 @@ impl Default for Scenario {
 }
 
 impl Scenario {
+    /// `nodes` nodes of one worker each over `keys` keys and no scripts yet, with the defaults
+    /// otherwise (other fields set as `Scenario { field, ..Scenario::new(…) }`).
+    fn new(name: &'static str, nodes: u32, keys: u64) -> Self {
+        Self {
+            name,
+            nodes,
+            keys,
+            ..Self::default()
+        }
+    }
+
+    /// Adds `worker`'s script (scripts are added in the order the explorer sees them).
+    fn script(mut self, worker: WorkerRef, script: impl Into<Vec<Op>>) -> Self {
+        self.scripts.push((worker, script.into()));
+        self
+    }
+
     fn build(&self) -> Sim {
         let (space, partitioning) = if self.sparse {
             (KeySpace::sparse(1).unwrap(), Partitioning::Hash)
@@ -248,87 +265,51 @@ fn push(keys: impl Into<Vec<Key>>, v: f32) -> Op {
 fn ci_scenarios() -> Vec<Scenario> {
     vec![
         // Key 0 (home node 0) moves to node 1 while the home pushes to it and both read it.
-        Scenario {
-            name: "relocation racing with accesses (2 nodes, 1 key)",
-            nodes: 2,
-            workers: 1,
-            keys: 1,
-            scripts: vec![
-                (
-                    w(1, 0),
-                    vec![
-                        Op::localize_async(vec![0]),
-                        push([0], 1.0),
-                        Op::pull(vec![0]),
-                    ],
-                ),
-                (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
-            ],
-            ..Scenario::default()
-        },
+        Scenario::new("relocation racing with accesses (2 nodes, 1 key)", 2, 1)
+            .script(
+                w(1, 0),
+                [
+                    Op::localize_async(vec![0]),
+                    push([0], 1.0),
+                    Op::pull(vec![0]),
+                ],
+            )
+            .script(w(0, 0), [push([0], 2.0), Op::pull(vec![0])]),
         // Two nodes ask for the home's key at once: one relocation may chain into the other.
-        Scenario {
-            name: "competing and chained relocations (3 nodes, 1 key)",
-            nodes: 3,
-            workers: 1,
-            keys: 1,
-            scripts: vec![
-                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
-                (w(2, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
-                (w(0, 0), vec![Op::pull(vec![0])]),
-            ],
-            ..Scenario::default()
-        },
+        Scenario::new("competing and chained relocations (3 nodes, 1 key)", 3, 1)
+            .script(w(1, 0), [Op::localize_async(vec![0]), push([0], 1.0)])
+            .script(w(2, 0), [Op::localize_async(vec![0]), push([0], 2.0)])
+            .script(w(0, 0), [Op::pull(vec![0])]),
         // Batched ops over two keys with different homes while one of them moves.
-        Scenario {
-            name: "batched ops across owners (2 nodes, 2 keys)",
-            nodes: 2,
-            workers: 1,
-            keys: 2,
-            scripts: vec![
-                (
-                    w(0, 0),
-                    vec![
-                        Op::localize_async(vec![1]),
-                        push([0, 1], 1.0),
-                        Op::pull(vec![1, 0]),
-                    ],
-                ),
-                (w(1, 0), vec![push([1, 0], 2.0), Op::pull(vec![0, 1])]),
-            ],
-            ..Scenario::default()
-        },
+        Scenario::new("batched ops across owners (2 nodes, 2 keys)", 2, 2)
+            .script(
+                w(0, 0),
+                [
+                    Op::localize_async(vec![1]),
+                    push([0, 1], 1.0),
+                    Op::pull(vec![1, 0]),
+                ],
+            )
+            .script(w(1, 0), [push([1, 0], 2.0), Op::pull(vec![0, 1])]),
         // Location caches: stale entries and the hops they cost (linearizability only).
         Scenario {
-            name: "location caches (3 nodes, 1 key)",
-            nodes: 3,
-            workers: 1,
-            keys: 1,
             caches: true,
-            scripts: vec![
-                (w(1, 0), vec![Op::localize(vec![0])]),
-                (
+            ..Scenario::new("location caches (3 nodes, 1 key)", 3, 1)
+                .script(w(1, 0), [Op::localize(vec![0])])
+                .script(
                     w(2, 0),
-                    vec![Op::pull_async(vec![0]), push([0], 1.0), push([0], 2.0)],
-                ),
-            ],
-            ..Scenario::default()
+                    [Op::pull_async(vec![0]), push([0], 1.0), push([0], 2.0)],
+                )
         },
         // No fast local access: local ops travel over the self-link while the key moves.
         Scenario {
-            name: "no fast local access (2 nodes, 1 key)",
-            nodes: 2,
-            workers: 1,
-            keys: 1,
             fast: false,
-            scripts: vec![
-                (
+            ..Scenario::new("no fast local access (2 nodes, 1 key)", 2, 1)
+                .script(
                     w(1, 0),
-                    vec![Op::localize(vec![0]), push([0], 1.0), Op::pull(vec![0])],
-                ),
-                (w(0, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
-            ],
-            ..Scenario::default()
+                    [Op::localize(vec![0]), push([0], 1.0), Op::pull(vec![0])],
+                )
+                .script(w(0, 0), [Op::localize_async(vec![0]), push([0], 2.0)])
         },
     ]
 }
@@ -337,51 +318,28 @@ fn ci_scenarios() -> Vec<Scenario> {
 fn home_move_scenarios() -> Vec<Scenario> {
     vec![
         // Key 0's home moves from node 0 to node 1 while both push to it and read it.
-        Scenario {
-            name: "home move racing with accesses (2 nodes, 1 key)",
-            nodes: 2,
-            workers: 1,
-            keys: 1,
-            scripts: vec![
-                (
-                    w(1, 0),
-                    vec![move_async(0, 1), push([0], 1.0), Op::pull(vec![0])],
-                ),
-                (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
-            ],
-            ..Scenario::default()
-        },
+        Scenario::new("home move racing with accesses (2 nodes, 1 key)", 2, 1)
+            .script(
+                w(1, 0),
+                [move_async(0, 1), push([0], 1.0), Op::pull(vec![0])],
+            )
+            .script(w(0, 0), [push([0], 2.0), Op::pull(vec![0])]),
         // The home moves to a third node while a relocation of the key is under way. (With a
         // read from the old home as well it is a long-mode scenario: 700 s on these VMs.)
-        Scenario {
-            name: "home move racing with a relocation (3 nodes, 1 key)",
-            nodes: 3,
-            workers: 1,
-            keys: 1,
-            scripts: vec![
-                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
-                (w(2, 0), vec![move_async(0, 2), push([0], 2.0)]),
-            ],
-            ..Scenario::default()
-        },
+        Scenario::new("home move racing with a relocation (3 nodes, 1 key)", 3, 1)
+            .script(w(1, 0), [Op::localize_async(vec![0]), push([0], 1.0)])
+            .script(w(2, 0), [move_async(0, 2), push([0], 2.0)]),
         // Batched ops over two buckets while one bucket's home moves and a key relocates.
-        Scenario {
-            name: "home move with batches across buckets (2 nodes, 2 keys)",
-            nodes: 2,
-            workers: 1,
-            keys: 2,
-            scripts: vec![
-                (
-                    w(0, 0),
-                    vec![move_async(1, 0), push([0, 1], 1.0), Op::pull(vec![1, 0])],
-                ),
-                (
-                    w(1, 0),
-                    vec![Op::localize_async(vec![0]), push([1, 0], 2.0)],
-                ),
-            ],
-            ..Scenario::default()
-        },
+        Scenario::new(
+            "home move with batches across buckets (2 nodes, 2 keys)",
+            2,
+            2,
+        )
+        .script(
+            w(0, 0),
+            [move_async(1, 0), push([0, 1], 1.0), Op::pull(vec![1, 0])],
+        )
+        .script(w(1, 0), [Op::localize_async(vec![0]), push([1, 0], 2.0)]),
     ]
 }
 
@@ -390,45 +348,39 @@ fn home_move_scenarios() -> Vec<Scenario> {
 fn static_home_move_scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
-            name: "static: a key carried to a new home while both nodes push and read (2 nodes)",
-            nodes: 2,
-            workers: 1,
-            keys: 1,
             static_alloc: true,
-            scripts: vec![
-                (
-                    w(1, 0),
-                    vec![move_async(0, 1), push([0], 1.0), Op::pull(vec![0])],
-                ),
-                (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
-            ],
-            ..Scenario::default()
+            ..Scenario::new(
+                "static: a key carried to a new home while both nodes push and read (2 nodes)",
+                2,
+                1,
+            )
+            .script(
+                w(1, 0),
+                [move_async(0, 1), push([0], 1.0), Op::pull(vec![0])],
+            )
+            .script(w(0, 0), [push([0], 2.0), Op::pull(vec![0])])
         },
         Scenario {
-            name: "static: a key carried to a third node while the others push and read (3 nodes)",
-            nodes: 3,
-            workers: 1,
-            keys: 1,
             static_alloc: true,
-            scripts: vec![
-                (w(2, 0), vec![move_async(0, 2), push([0], 2.0)]),
-                (w(1, 0), vec![push([0], 1.0)]),
-                (w(0, 0), vec![Op::pull(vec![0])]),
-            ],
-            ..Scenario::default()
+            ..Scenario::new(
+                "static: a key carried to a third node while the others push and read (3 nodes)",
+                3,
+                1,
+            )
+            .script(w(2, 0), [move_async(0, 2), push([0], 2.0)])
+            .script(w(1, 0), [push([0], 1.0)])
+            .script(w(0, 0), [Op::pull(vec![0])])
         },
         Scenario {
-            name: "static: a sparse key created while its bucket is carried (2 nodes)",
-            nodes: 2,
-            workers: 1,
-            keys: 1,
             sparse: true,
             static_alloc: true,
-            scripts: vec![
-                (w(1, 0), vec![move_async(0, 1), push([0], 1.0)]),
-                (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
-            ],
-            ..Scenario::default()
+            ..Scenario::new(
+                "static: a sparse key created while its bucket is carried (2 nodes)",
+                2,
+                1,
+            )
+            .script(w(1, 0), [move_async(0, 1), push([0], 1.0)])
+            .script(w(0, 0), [push([0], 2.0), Op::pull(vec![0])])
         },
     ]
 }
@@ -439,46 +391,42 @@ fn membership_scenarios() -> Vec<Scenario> {
     let mut scenarios = Vec::new();
     for static_alloc in [true, false] {
         scenarios.push(Scenario {
-            name: if static_alloc {
-                "static: a server joins and takes a bucket while both nodes push and read"
-            } else {
-                "dynamic: a server joins and takes a bucket while both nodes push and read"
-            },
-            // Range homes of keys 0..3 over 2 nodes: 0, 0, 1; the joiner takes bucket 1.
-            nodes: 3,
-            workers: 1,
-            keys: 3,
             static_alloc,
             joiner: true,
-            scripts: vec![
-                (w(0, 0), vec![push([1], 1.0), Op::pull(vec![1])]),
-                (w(1, 0), vec![push([1], 2.0)]),
-            ],
-            ..Scenario::default()
+            // Range homes of keys 0..3 over 2 nodes: 0, 0, 1; the joiner takes bucket 1.
+            ..Scenario::new(
+                if static_alloc {
+                    "static: a server joins and takes a bucket while both nodes push and read"
+                } else {
+                    "dynamic: a server joins and takes a bucket while both nodes push and read"
+                },
+                3,
+                3,
+            )
+            .script(w(0, 0), [push([1], 1.0), Op::pull(vec![1])])
+            .script(w(1, 0), [push([1], 2.0)])
         });
         scenarios.push(Scenario {
-            name: if static_alloc {
-                "static: node 2 drains while node 1 pushes to and reads its key"
-            } else {
-                "dynamic: node 2 drains while node 1 localizes, pushes and reads its key"
-            },
-            // One key per node; node 2's key goes to node 0 (the fewest buckets, lowest id).
-            nodes: 3,
-            workers: 1,
-            keys: 3,
             static_alloc,
-            scripts: vec![
-                (w(0, 0), vec![Op::drain(2)]),
-                (
-                    w(1, 0),
-                    if static_alloc {
-                        vec![push([2], 1.0), Op::pull(vec![2])]
-                    } else {
-                        vec![Op::localize_async(vec![2]), push([2], 1.0)]
-                    },
-                ),
-            ],
-            ..Scenario::default()
+            // One key per node; node 2's key goes to node 0 (the fewest buckets, lowest id).
+            ..Scenario::new(
+                if static_alloc {
+                    "static: node 2 drains while node 1 pushes to and reads its key"
+                } else {
+                    "dynamic: node 2 drains while node 1 localizes, pushes and reads its key"
+                },
+                3,
+                3,
+            )
+            .script(w(0, 0), [Op::drain(2)])
+            .script(
+                w(1, 0),
+                if static_alloc {
+                    vec![push([2], 1.0), Op::pull(vec![2])]
+                } else {
+                    vec![Op::localize_async(vec![2]), push([2], 1.0)]
+                },
+            )
         });
     }
     scenarios
@@ -501,74 +449,58 @@ fn every_interleaving_of_small_static_home_move_scenarios_is_correct() {
 fn long_scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
-            name: "long: replicated key pushed by two workers, read on both nodes (2 x 2)",
-            nodes: 2,
             workers: 2,
-            keys: 1,
             replicated: vec![0],
-            scripts: vec![
-                (w(0, 0), vec![Op::SyncReplicas, Op::pull(vec![0])]),
-                (w(0, 1), vec![Op::SyncReplicas]),
-                (
-                    w(1, 0),
-                    vec![push([0], 2.0), Op::SyncReplicas, Op::pull(vec![0])],
-                ),
-                (w(1, 1), vec![push([0], 3.0), Op::SyncReplicas]),
-            ],
-            ..Scenario::default()
+            ..Scenario::new(
+                "long: replicated key pushed by two workers, read on both nodes (2 x 2)",
+                2,
+                1,
+            )
+            .script(w(0, 0), [Op::SyncReplicas, Op::pull(vec![0])])
+            .script(w(0, 1), [Op::SyncReplicas])
+            .script(
+                w(1, 0),
+                [push([0], 2.0), Op::SyncReplicas, Op::pull(vec![0])],
+            )
+            .script(w(1, 1), [push([0], 3.0), Op::SyncReplicas])
         },
+        Scenario::new(
+            "long: home move racing with a relocation and a read at the old home (3 nodes)",
+            3,
+            1,
+        )
+        .script(w(1, 0), [Op::localize_async(vec![0]), push([0], 1.0)])
+        .script(w(2, 0), [move_async(0, 2), push([0], 2.0)])
+        .script(w(0, 0), [Op::pull(vec![0])]),
+        Scenario::new(
+            "long: competing relocations while the home pushes (3 nodes, 1 key)",
+            3,
+            1,
+        )
+        .script(w(1, 0), [Op::localize_async(vec![0]), push([0], 1.0)])
+        .script(w(2, 0), [Op::localize_async(vec![0]), push([0], 2.0)])
+        .script(w(0, 0), [push([0], 4.0), Op::pull(vec![0])]),
         Scenario {
-            name: "long: home move racing with a relocation and a read at the old home (3 nodes)",
-            nodes: 3,
-            workers: 1,
-            keys: 1,
-            scripts: vec![
-                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
-                (w(2, 0), vec![move_async(0, 2), push([0], 2.0)]),
-                (w(0, 0), vec![Op::pull(vec![0])]),
-            ],
-            ..Scenario::default()
-        },
-        Scenario {
-            name: "long: competing relocations while the home pushes (3 nodes, 1 key)",
-            nodes: 3,
-            workers: 1,
-            keys: 1,
-            scripts: vec![
-                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
-                (w(2, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
-                (w(0, 0), vec![push([0], 4.0), Op::pull(vec![0])]),
-            ],
-            ..Scenario::default()
-        },
-        Scenario {
-            name: "long: two workers per node (2 nodes, 1 key)",
-            nodes: 2,
             workers: 2,
-            keys: 1,
-            scripts: vec![
-                (w(0, 0), vec![push([0], 1.0)]),
-                (w(0, 1), vec![Op::pull(vec![0])]),
-                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 2.0)]),
-                (w(1, 1), vec![Op::pull(vec![0])]),
-            ],
-            ..Scenario::default()
+            ..Scenario::new("long: two workers per node (2 nodes, 1 key)", 2, 1)
+                .script(w(0, 0), [push([0], 1.0)])
+                .script(w(0, 1), [Op::pull(vec![0])])
+                .script(w(1, 0), [Op::localize_async(vec![0]), push([0], 2.0)])
+                .script(w(1, 1), [Op::pull(vec![0])])
         },
         Scenario {
-            name: "long: caches while the owner moves again (3 nodes, 1 key)",
-            nodes: 3,
-            workers: 1,
-            keys: 1,
             caches: true,
-            scripts: vec![
-                (w(1, 0), vec![Op::localize(vec![0])]),
-                (
-                    w(2, 0),
-                    vec![Op::pull_async(vec![0]), push([0], 1.0), push([0], 2.0)],
-                ),
-                (w(0, 0), vec![Op::localize_async(vec![0])]),
-            ],
-            ..Scenario::default()
+            ..Scenario::new(
+                "long: caches while the owner moves again (3 nodes, 1 key)",
+                3,
+                1,
+            )
+            .script(w(1, 0), [Op::localize(vec![0])])
+            .script(
+                w(2, 0),
+                [Op::pull_async(vec![0]), push([0], 1.0), push([0], 2.0)],
+            )
+            .script(w(0, 0), [Op::localize_async(vec![0])])
         },
     ]
 }
@@ -625,32 +557,25 @@ fn sparse_scenarios() -> Vec<Scenario> {
         // Node 1 localizes a key nobody created yet while node 0 pushes to it: the creator
         // makes it once, whichever request reaches it first.
         Scenario {
-            name: "sparse key created by a racing localize and push (2 nodes, 1 key)",
-            nodes: 2,
-            workers: 1,
-            keys: 1,
             sparse: true,
-            scripts: vec![
-                (w(1, 0), vec![Op::localize_async(vec![0]), push([0], 1.0)]),
-                (w(0, 0), vec![push([0], 2.0), Op::pull(vec![0])]),
-            ],
-            ..Scenario::default()
+            ..Scenario::new(
+                "sparse key created by a racing localize and push (2 nodes, 1 key)",
+                2,
+                1,
+            )
+            .script(w(1, 0), [Op::localize_async(vec![0]), push([0], 1.0)])
+            .script(w(0, 0), [push([0], 2.0), Op::pull(vec![0])])
         },
         // Two keys with different creators, a batch over both and a relocation of one.
         Scenario {
-            name: "sparse keys of two creators in one batch (2 nodes, 2 keys)",
-            nodes: 2,
-            workers: 1,
-            keys: 2,
             sparse: true,
-            scripts: vec![
-                (
-                    w(0, 0),
-                    vec![Op::localize_async(vec![1]), push([0, 1], 1.0)],
-                ),
-                (w(1, 0), vec![Op::pull(vec![0, 1]), push([1], 2.0)]),
-            ],
-            ..Scenario::default()
+            ..Scenario::new(
+                "sparse keys of two creators in one batch (2 nodes, 2 keys)",
+                2,
+                2,
+            )
+            .script(w(0, 0), [Op::localize_async(vec![1]), push([0, 1], 1.0)])
+            .script(w(1, 0), [Op::pull(vec![0, 1]), push([1], 2.0)])
         },
     ]
 }
@@ -660,44 +585,42 @@ fn sparse_scenarios() -> Vec<Scenario> {
 fn replication_scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
-            name: "replicated key pushed on both nodes, synced, beside a relocated key (2 nodes)",
-            nodes: 2,
-            workers: 1,
-            keys: 2,
             replicated: vec![1],
-            scripts: vec![
-                (
-                    w(0, 0),
-                    vec![
-                        Op::localize_async(vec![0]),
-                        push([0, 1], 1.0),
-                        Op::SyncReplicas,
-                        Op::pull(vec![1]),
-                    ],
-                ),
-                (
-                    w(1, 0),
-                    vec![push([1, 0], 2.0), Op::SyncReplicas, Op::pull(vec![1])],
-                ),
-            ],
-            ..Scenario::default()
+
+            ..Scenario::new(
+                "replicated key pushed on both nodes, synced, beside a relocated key (2 nodes)",
+                2,
+                2,
+            )
+            .script(
+                w(0, 0),
+                [
+                    Op::localize_async(vec![0]),
+                    push([0, 1], 1.0),
+                    Op::SyncReplicas,
+                    Op::pull(vec![1]),
+                ],
+            )
+            .script(
+                w(1, 0),
+                [push([1, 0], 2.0), Op::SyncReplicas, Op::pull(vec![1])],
+            )
         },
         // Two workers per node, pushes on one node only: its deltas reach the key's hub (either
         // node) and come back to the other, while both nodes' workers arrive at the sync. (With
         // a read after the sync on the pushing node too it is a long-mode scenario.)
         Scenario {
-            name: "replicated key pushed away from its hub by two workers (2 nodes x 2 workers)",
-            nodes: 2,
             workers: 2,
-            keys: 1,
             replicated: vec![0],
-            scripts: vec![
-                (w(0, 0), vec![Op::SyncReplicas, Op::pull(vec![0])]),
-                (w(0, 1), vec![Op::SyncReplicas]),
-                (w(1, 0), vec![push([0], 2.0), Op::SyncReplicas]),
-                (w(1, 1), vec![push([0], 3.0), Op::SyncReplicas]),
-            ],
-            ..Scenario::default()
+            ..Scenario::new(
+                "replicated key pushed away from its hub by two workers (2 nodes x 2 workers)",
+                2,
+                1,
+            )
+            .script(w(0, 0), [Op::SyncReplicas, Op::pull(vec![0])])
+            .script(w(0, 1), [Op::SyncReplicas])
+            .script(w(1, 0), [push([0], 2.0), Op::SyncReplicas])
+            .script(w(1, 1), [push([0], 3.0), Op::SyncReplicas])
         },
     ]
 }
@@ -711,34 +634,26 @@ fn sharing_scenarios() -> Vec<Scenario> {
     };
     vec![
         Scenario {
-            name: "key wanted on both nodes at once: moved or replicated, pushed on both, \
-                   flushed when the intents end (2 nodes)",
-            nodes: 2,
-            keys: 1,
             shared: true,
-            scripts: vec![
-                (
-                    w(0, 0),
-                    vec![intent(0, 2), push([0], 1.0), Op::AdvanceClock],
-                ),
-                (
-                    w(1, 0),
-                    vec![intent(0, 2), push([0], 2.0), Op::AdvanceClock],
-                ),
-            ],
-            ..Scenario::default()
+            ..Scenario::new(
+                "key wanted on both nodes at once: moved or replicated, pushed on both, \
+                   flushed when the intents end (2 nodes)",
+                2,
+                1,
+            )
+            .script(w(0, 0), [intent(0, 2), push([0], 1.0), Op::AdvanceClock])
+            .script(w(1, 0), [intent(0, 2), push([0], 2.0), Op::AdvanceClock])
         },
         Scenario {
-            name: "shared key localized by its home: replicas revoked, then moved (3 nodes)",
-            nodes: 3,
-            keys: 1,
             shared: true,
-            scripts: vec![
-                (w(0, 0), vec![Op::localize(vec![0])]),
-                (w(1, 0), vec![intent(0, 9), push([0], 1.0)]),
-                (w(2, 0), vec![intent(0, 9), push([0], 2.0)]),
-            ],
-            ..Scenario::default()
+            ..Scenario::new(
+                "shared key localized by its home: replicas revoked, then moved (3 nodes)",
+                3,
+                1,
+            )
+            .script(w(0, 0), [Op::localize(vec![0])])
+            .script(w(1, 0), [intent(0, 9), push([0], 1.0)])
+            .script(w(2, 0), [intent(0, 9), push([0], 2.0)])
         },
     ]
 }
@@ -780,33 +695,17 @@ fn every_interleaving_of_larger_scenarios_is_correct_in_long_mode() {
 fn the_explorer_counts_every_interleaving() {
     // One worker on each of two nodes, each doing one local (fast path) push: two events that
     // can go in either order, nothing else: exactly 2 interleavings.
-    let scenario = Scenario {
-        name: "two local pushes",
-        nodes: 2,
-        workers: 1,
-        keys: 2,
-        scripts: vec![
-            (w(0, 0), vec![push([0], 1.0)]),
-            (w(1, 0), vec![push([1], 1.0)]),
-        ],
-        ..Scenario::default()
-    };
+    let scenario = Scenario::new("two local pushes", 2, 2)
+        .script(w(0, 0), [push([0], 1.0)])
+        .script(w(1, 0), [push([1], 1.0)]);
     let stats = scenario.explore(50);
     assert_eq!((stats.interleavings, stats.executions_checked), (2, 2));
     // A remote sync pull from node 1 (to node 0 and back) against a local push at node 0:
     // the push can come before the pull is issued, between issue and request delivery,
     // between delivery and reply delivery, or after: 4 interleavings.
-    let scenario = Scenario {
-        name: "remote pull against local push",
-        nodes: 2,
-        workers: 1,
-        keys: 1,
-        scripts: vec![
-            (w(0, 0), vec![push([0], 1.0)]),
-            (w(1, 0), vec![Op::pull(vec![0])]),
-        ],
-        ..Scenario::default()
-    };
+    let scenario = Scenario::new("remote pull against local push", 2, 1)
+        .script(w(0, 0), [push([0], 1.0)])
+        .script(w(1, 0), [Op::pull(vec![0])]);
     let stats = scenario.explore(50);
     assert_eq!(stats.interleavings, 4, "{stats:?}");
     // Merging states covers the same interleavings with fewer executions run.

@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{run_fault_free, test_rng, total, workers_of};
+use common::{roaming_op, run_fault_free, sole_record, stepped, test_rng, total, workers_of};
 use rand::Rng;
 use rand::seq::index::sample;
 use roam_core::tables::{TableSpec, Tables};
@@ -92,7 +92,8 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
                     .into_iter()
                     .map(|r| rows[r])
                     .collect();
-                let op = match rng.random_range(0..10) {
+                let roll = rng.random_range(0..10);
+                let op = match roll {
                     0..5 if !mine.is_empty() => {
                         let n = rng.random_range(1..=mine.len());
                         let (mut keys, mut grads) = (Vec::new(), Vec::new());
@@ -111,19 +112,7 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
                             wait: true,
                         }
                     }
-                    0..7 => Op::Localize {
-                        keys: any,
-                        wait: rng.random_bool(0.5),
-                    },
-                    7 => Op::MoveHome {
-                        key: any[0],
-                        to: rng.random_range(0..nodes),
-                        wait: rng.random_bool(0.5),
-                    },
-                    _ => Op::Pull {
-                        keys: any,
-                        wait: rng.random_bool(0.5),
-                    },
+                    _ => roaming_op(&mut rng, roll, any, nodes),
                 };
                 script.push(op);
             }
@@ -138,21 +127,9 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
         for (r, sequence) in sequences.iter().enumerate() {
             let key = rows[r];
             let (len, opt) = (space.len(key), space.optimizer_for(key).unwrap());
-            let mut want = space.initial_record(key);
-            for g in sequence {
-                let (w, state) = want.split_at_mut(len);
-                opt.step(w, state, g);
-            }
+            let want = stepped(opt, len, space.initial_record(key), sequence);
             steps += sequence.len();
-            let mut got = Vec::new();
-            let holders: Vec<u32> = (0..sim.config().nodes)
-                .filter(|&n| sim.node(NodeId(n)).store().read_record(key, &mut got))
-                .collect();
-            assert_eq!(
-                holders.len(),
-                1,
-                "seed {seed}: key {key:#x} held by {holders:?}"
-            );
+            let got = sole_record(seed, &sim, key);
             assert_eq!(
                 got,
                 want,

@@ -15,10 +15,13 @@
 
 mod common;
 
-use common::{DynShape, dynamic_case, run_dyn_case, run_fault_free, test_rng, total, workers_of};
+use common::{
+    DynShape, dynamic_case, random_lengths, random_partitioning, roaming_op, run_dyn_case,
+    run_fault_free, sole_record, stepped, test_rng, total, workers_of,
+};
 use rand::Rng;
 use rand::seq::index::sample;
-use roam_core::{Key, KeySpace, NodeId, Optimizer, Partitioning};
+use roam_core::{Key, Optimizer};
 use roam_sim::{Op, Outcome, SimConfig, for_each_seed};
 
 fn default_seeds() -> u64 {
@@ -83,20 +86,13 @@ fn one_writer_per_key(
     let num_keys: u64 = rng.random_range(2..=8);
     // Short uniform values take the batched (optimistic-store) path, 17 values the plain one,
     // per-key lengths the per-key path.
-    let space = match rng.random_range(0..4) {
-        0 => KeySpace::uniform(num_keys, rng.random_range(1..=4)).unwrap(),
-        1 => KeySpace::uniform(num_keys, 17).unwrap(),
-        _ => KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=3)).collect()).unwrap(),
-    };
-    let space = space.with_optimizer(optimizer).unwrap();
+    let space = random_lengths(&mut rng, num_keys, 4)
+        .with_optimizer(optimizer)
+        .unwrap();
     let min_delay = rng.random_range(0..=2_000);
     let cfg = SimConfig::new(nodes, workers_per_node, space.clone())
         .with_seed(seed)
-        .with_partitioning(if rng.random_bool(0.5) {
-            Partitioning::Range
-        } else {
-            Partitioning::Hash
-        })
+        .with_partitioning(random_partitioning(&mut rng))
         .with_fast_local_access(rng.random_bool(0.75))
         .with_dynamic(true)
         .with_location_caches(rng.random_bool(0.5))
@@ -124,7 +120,8 @@ fn one_writer_per_key(
                 .into_iter()
                 .map(|k| k as Key)
                 .collect();
-            let op = match rng.random_range(0..10) {
+            let roll = rng.random_range(0..10);
+            let op = match roll {
                 0..5 if !mine.is_empty() => {
                     let n = rng.random_range(1..=mine.len());
                     let keys: Vec<Key> = sample(&mut rng, mine.len(), n)
@@ -157,19 +154,7 @@ fn one_writer_per_key(
                         end: start + rng.random_range(1..=4),
                     }
                 }
-                0..7 => Op::Localize {
-                    keys: any,
-                    wait: rng.random_bool(0.5),
-                },
-                7 => Op::MoveHome {
-                    key: any[0],
-                    to: rng.random_range(0..nodes),
-                    wait: rng.random_bool(0.5),
-                },
-                _ => Op::Pull {
-                    keys: any,
-                    wait: rng.random_bool(0.5),
-                },
+                _ => roaming_op(&mut rng, roll, any, nodes),
             };
             script.push(op);
             if intents {
@@ -246,21 +231,9 @@ fn match_a_sequential_application(optimizer: Optimizer, intents: bool) {
         for (key, sequence) in sequences.iter().enumerate() {
             let key = key as Key;
             let len = space.len(key);
-            let mut want = vec![0.0f32; space.record_len(key)];
-            for g in sequence {
-                let (w, state) = want.split_at_mut(len);
-                optimizer.step(w, state, g);
-            }
+            let want = stepped(&optimizer, len, vec![0.0; space.record_len(key)], sequence);
             steps += sequence.len();
-            let mut got = Vec::new();
-            let holders: Vec<u32> = (0..sim.config().nodes)
-                .filter(|&n| sim.node(NodeId(n)).store().read_record(key, &mut got))
-                .collect();
-            assert_eq!(
-                holders.len(),
-                1,
-                "seed {seed}: key {key} held by {holders:?}"
-            );
+            let got = sole_record(seed, &sim, key);
             if intents && got != want {
                 // A share accumulates its gradients and the owner steps once per round with
                 // their sum: the record is the sequence applied in consecutive groups.

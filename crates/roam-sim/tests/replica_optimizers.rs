@@ -22,10 +22,13 @@
 
 mod common;
 
-use common::{test_rng, total, workers_of};
+use common::{
+    check_tags_cover, random_lengths, random_partitioning, random_stateful_optimizer,
+    steps_only_at, tagged_gradient, test_rng, total, workers_of,
+};
 use rand::Rng;
 use rand::seq::index::sample;
-use roam_core::{Key, KeySpace, NodeId, Optimizer, Partitioning};
+use roam_core::{Key, NodeId, Optimizer};
 use roam_sim::{Op, OpKind, Outcome, Sim, SimConfig, for_each_seed};
 
 fn default_seeds() -> u64 {
@@ -49,22 +52,10 @@ fn case(seed: u64) -> Case {
     let nodes = rng.random_range(2..=4);
     let workers_per_node = rng.random_range(1..=2);
     let num_keys: u64 = rng.random_range(4..=10);
-    let optimizer = match rng.random_range(0..4) {
-        0 => Optimizer::adam(0.05),
-        1 => Optimizer::Ftrl {
-            alpha: 0.1,
-            beta: 1.0,
-            l1: 0.05,
-            l2: 0.01,
-        },
-        _ => Optimizer::adagrad(0.1),
-    };
-    let space = match rng.random_range(0..3) {
-        0 => KeySpace::uniform(num_keys, rng.random_range(1..=4)).unwrap(),
-        1 => KeySpace::uniform(num_keys, 17).unwrap(),
-        _ => KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=3)).collect()).unwrap(),
-    };
-    let space = space.with_optimizer(optimizer).unwrap();
+    let optimizer = random_stateful_optimizer(&mut rng);
+    let space = random_lengths(&mut rng, num_keys, 3)
+        .with_optimizer(optimizer)
+        .unwrap();
     let count = rng.random_range(2..=5.min(num_keys as usize));
     let mut replicated: Vec<Key> = sample(&mut rng, num_keys as usize, count)
         .into_iter()
@@ -75,11 +66,7 @@ fn case(seed: u64) -> Case {
     let min_delay = rng.random_range(0..=2_000);
     let cfg = SimConfig::new(nodes, workers_per_node, space.clone())
         .with_seed(seed)
-        .with_partitioning(if rng.random_bool(0.5) {
-            Partitioning::Range
-        } else {
-            Partitioning::Hash
-        })
+        .with_partitioning(random_partitioning(&mut rng))
         .with_fast_local_access(rng.random_bool(0.5))
         .with_dynamic(rng.random_bool(0.5))
         .with_delay(min_delay, min_delay + rng.random_range(1..=80_000))
@@ -112,9 +99,7 @@ fn case(seed: u64) -> Case {
                 }
                 let mut grads = Vec::new();
                 for &k in &keys {
-                    let tag = pushed[k as usize].len() as i32;
-                    let mut g = vec![2f32.powi(tag - 8)];
-                    g.extend((1..space.len(k)).map(|_| rng.random_range(-8i8..=8) as f32 / 4.0));
+                    let g = tagged_gradient(&mut rng, pushed[k as usize].len(), space.len(k));
                     grads.extend_from_slice(&g);
                     pushed[k as usize].push(g);
                 }
@@ -170,55 +155,21 @@ fn run(seed: u64) -> (usize, usize, usize, Sim) {
     for &k in &replicated {
         let len = space.len(k);
         let hub = sim.node(NodeId(0)).hub(k);
-        let log: Vec<&Vec<f32>> = sim
-            .node(hub)
-            .replica_steps()
-            .iter()
-            .filter(|(key, _)| *key == k)
-            .map(|(_, g)| g)
-            .collect();
-        for n in (0..nodes).filter(|&n| NodeId(n) != hub) {
-            assert!(
-                sim.node(NodeId(n))
-                    .replica_steps()
-                    .iter()
-                    .all(|(key, _)| *key != k),
-                "seed {seed}: key {k} stepped at node {n}, not its hub {hub:?}"
-            );
-        }
-        // Conservation: the tags of the steps are disjoint and cover every gradient.
-        let mut seen = 0u32;
-        let mut rest = vec![0f32; len - 1];
-        for g in &log {
-            let bits = g[0] * 256.0;
-            assert!(
-                bits.fract() == 0.0 && bits > 0.0,
-                "seed {seed}: key {k}: step sum {g:?}"
-            );
-            let bits = bits as u32;
-            assert_eq!(
-                seen & bits,
-                0,
-                "seed {seed}: key {k}: a gradient stepped twice"
-            );
-            if bits.count_ones() > 1 {
-                merged += 1;
-            }
-            seen |= bits;
-            rest.iter_mut().zip(&g[1..]).for_each(|(r, g)| *r += g);
-        }
-        let want_rest = pushed[k as usize]
-            .iter()
-            .fold(vec![0f32; len - 1], |mut s, g| {
+        let log = steps_only_at(seed, &sim, k, hub, "hub");
+        // Conservation: the tags of the steps are disjoint and cover every gradient, and the
+        // other coordinates sum exactly.
+        merged += check_tags_cover(seed, k, &log, pushed[k as usize].len());
+        let sum_rest = |gs: &mut dyn Iterator<Item = &Vec<f32>>| {
+            gs.fold(vec![0f32; len - 1], |mut s, g| {
                 s.iter_mut().zip(&g[1..]).for_each(|(s, g)| *s += g);
                 s
-            });
+            })
+        };
         assert_eq!(
-            seen,
-            ((1u64 << pushed[k as usize].len()) - 1) as u32,
-            "seed {seed}: key {k}: the steps cover every gradient once"
+            sum_rest(&mut log.iter().copied()),
+            sum_rest(&mut pushed[k as usize].iter()),
+            "seed {seed}: key {k}: summed gradients"
         );
-        assert_eq!(rest, want_rest, "seed {seed}: key {k}: summed gradients");
         steps += log.len();
         // One optimizer at the hub: its record is the logged sums applied in order.
         let mut want = vec![0f32; space.record_len(k)];

@@ -21,9 +21,12 @@
 
 mod common;
 
-use common::{run_to_end, test_rng, total, workers_of};
+use common::{
+    check_tags_cover, random_lengths, random_partitioning, random_stateful_optimizer, run_to_end,
+    steps_only_at, tagged_gradient, test_rng, total, workers_of,
+};
 use rand::Rng;
-use roam_core::{IntentTechniques, Key, KeySpace, NodeId, Optimizer, Partitioning, Residency};
+use roam_core::{IntentTechniques, Key, NodeId, Optimizer, Residency};
 use roam_sim::{Op, Sim, SimConfig, WorkerRef, for_each_seed};
 
 fn default_seeds() -> u64 {
@@ -52,31 +55,15 @@ fn case(seed: u64, stateful: bool, additive: bool) -> Case {
     let optimizer = if !stateful {
         Optimizer::sgd(0.25)
     } else {
-        match rng.random_range(0..4) {
-            0 => Optimizer::adam(0.05),
-            1 => Optimizer::Ftrl {
-                alpha: 0.1,
-                beta: 1.0,
-                l1: 0.05,
-                l2: 0.01,
-            },
-            _ => Optimizer::adagrad(0.1),
-        }
+        random_stateful_optimizer(&mut rng)
     };
-    let space = match rng.random_range(0..3) {
-        0 => KeySpace::uniform(num_keys, rng.random_range(1..=4)).unwrap(),
-        1 => KeySpace::uniform(num_keys, 17).unwrap(),
-        _ => KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=3)).collect()).unwrap(),
-    };
-    let space = space.with_optimizer(optimizer).unwrap();
+    let space = random_lengths(&mut rng, num_keys, 3)
+        .with_optimizer(optimizer)
+        .unwrap();
     let min_delay = rng.random_range(0..=2_000);
     let cfg = SimConfig::new(nodes, workers_per_node, space.clone())
         .with_seed(seed)
-        .with_partitioning(if rng.random_bool(0.5) {
-            Partitioning::Range
-        } else {
-            Partitioning::Hash
-        })
+        .with_partitioning(random_partitioning(&mut rng))
         .with_dynamic(true)
         .with_fast_local_access(rng.random_bool(0.7))
         .with_intent_techniques(
@@ -137,11 +124,7 @@ fn case(seed: u64, stateful: bool, additive: bool) -> Case {
                     }
                     let mut grads = Vec::new();
                     for &k in &keys {
-                        let tag = pushed[k as usize].len() as i32;
-                        let mut g = vec![2f32.powi(tag - 8)];
-                        g.extend(
-                            (1..space.len(k)).map(|_| rng.random_range(-8i8..=8) as f32 / 4.0),
-                        );
+                        let g = tagged_gradient(&mut rng, pushed[k as usize].len(), space.len(k));
                         grads.extend_from_slice(&g);
                         pushed[k as usize].push(g);
                     }
@@ -217,7 +200,6 @@ fn run_stateful(seed: u64) -> (usize, usize, u64) {
     let (sim, pushed, owner) = run_case(seed, case(seed, true, false));
     let space = sim.config().space.clone();
     let optimizer = *space.optimizer().expect("stateful");
-    let nodes = sim.config().nodes;
     let (mut steps, mut merged) = (0, 0);
     for k in 0..space.num_keys() {
         let len = space.len(k);
@@ -227,43 +209,9 @@ fn run_stateful(seed: u64) -> (usize, usize, u64) {
             Residency::Local,
             "seed {seed}: key {k} left its owner under replicate-only"
         );
-        for n in (0..nodes).map(NodeId).filter(|&n| n != at) {
-            assert!(
-                sim.node(n).replica_steps().iter().all(|(key, _)| *key != k),
-                "seed {seed}: key {k} stepped at {n:?}, not its owner {at:?}"
-            );
-        }
-        let log: Vec<&Vec<f32>> = sim
-            .node(at)
-            .replica_steps()
-            .iter()
-            .filter(|(key, _)| *key == k)
-            .map(|(_, g)| g)
-            .collect();
+        let log = steps_only_at(seed, &sim, k, at, "owner");
         // Conservation: the tags of the steps are disjoint and cover every gradient.
-        let mut seen = 0u32;
-        for g in &log {
-            let bits = g[0] * 256.0;
-            assert!(
-                bits.fract() == 0.0 && bits > 0.0,
-                "seed {seed}: key {k}: step sum {g:?}"
-            );
-            let bits = bits as u32;
-            assert_eq!(
-                seen & bits,
-                0,
-                "seed {seed}: key {k}: a gradient stepped twice"
-            );
-            if bits.count_ones() > 1 {
-                merged += 1;
-            }
-            seen |= bits;
-        }
-        assert_eq!(
-            u64::from(seen),
-            (1u64 << pushed[k as usize].len()) - 1,
-            "seed {seed}: key {k}: the steps cover every gradient once"
-        );
+        merged += check_tags_cover(seed, k, &log, pushed[k as usize].len());
         steps += log.len();
         // One optimizer, at the owner: its record is the logged sums applied in order.
         let mut want = vec![0f32; space.record_len(k)];

@@ -12,9 +12,9 @@ struct Cli {
     launch: LaunchArgs,
 }
 
-#[test]
-fn netns_refusals_come_before_any_child_starts() {
-    let args = LaunchArgs {
+/// `roam launch --nodes 2 -- PROGRAM`: everything else at its default.
+fn two_nodes(program: &str) -> LaunchArgs {
+    LaunchArgs {
         nodes: 2,
         workers_per_node: None,
         latency_us: None,
@@ -25,8 +25,23 @@ fn netns_refusals_come_before_any_child_starts() {
         network: NetworkArgs::default(),
         membership: MembershipArgs::default(),
         restarts: RestartArgs::default(),
-        program: vec!["true".into()],
-    };
+        program: vec![program.into()],
+    }
+}
+
+/// `args` (with `--slow-node 2:4` on two nodes) is refused for the rank out of range, and so
+/// is `args` with two overlapping windows of node 1; `args` is left with the latter.
+fn refuses_bad_slow_specs(args: &mut LaunchArgs) {
+    let e = run_with_output(args, io::sink(), io::sink()).unwrap_err();
+    assert!(e.to_string().contains("rank 2 is out of range"), "{e}");
+    args.slow_node = ["1:4@0-10", "1:2@5"].map(|s| s.parse().unwrap()).into();
+    let e = run_with_output(args, io::sink(), io::sink()).unwrap_err();
+    assert!(e.to_string().contains("overlap"), "{e}");
+}
+
+#[test]
+fn netns_refusals_come_before_any_child_starts() {
+    let args = two_nodes("true");
     let loopback_netns = NetworkArgs {
         netns: true,
         profile: Some(Profile::Loopback),
@@ -81,19 +96,7 @@ fn node_bandwidth_is_parsed_and_checked_before_anything_starts() {
     }
 
     // Refused before a namespace or a child exists (the program would fail differently).
-    let args = LaunchArgs {
-        nodes: 2,
-        workers_per_node: None,
-        latency_us: None,
-        slow_node: Vec::new(),
-        slow_scope: Scope::Process,
-        balancer: None,
-        metrics_addr: None,
-        network: NetworkArgs::default(),
-        membership: MembershipArgs::default(),
-        restarts: RestartArgs::default(),
-        program: vec!["/nonexistent/roam-test-program".into()],
-    };
+    let args = two_nodes("/nonexistent/roam-test-program");
     let with = |specs: &[&str], profile: Option<Profile>| NetworkArgs {
         profile,
         node_bandwidth: specs.iter().map(|s| s.parse().unwrap()).collect(),
@@ -141,23 +144,10 @@ fn slow_node_specs_are_parsed_and_checked_before_anything_starts() {
 
     // Refused before a cgroup or a child exists (the program would fail differently).
     let mut args = LaunchArgs {
-        nodes: 2,
-        workers_per_node: None,
-        latency_us: None,
         slow_node: vec!["2:4".parse().unwrap()],
-        slow_scope: Scope::Process,
-        balancer: None,
-        metrics_addr: None,
-        network: NetworkArgs::default(),
-        membership: MembershipArgs::default(),
-        restarts: RestartArgs::default(),
-        program: vec!["/nonexistent/roam-test-program".into()],
+        ..two_nodes("/nonexistent/roam-test-program")
     };
-    let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
-    assert!(e.to_string().contains("rank 2 is out of range"), "{e}");
-    args.slow_node = ["1:4@0-10", "1:2@5"].map(|s| s.parse().unwrap()).into();
-    let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
-    assert!(e.to_string().contains("overlap"), "{e}");
+    refuses_bad_slow_specs(&mut args);
 }
 
 #[test]
@@ -216,23 +206,11 @@ fn slow_scope_is_parsed_and_checked_before_anything_starts() {
 
     // Bad specs are refused before a cgroup or a child exists, whatever the scope.
     let mut args = LaunchArgs {
-        nodes: 2,
-        workers_per_node: None,
-        latency_us: None,
         slow_node: vec!["2:4".parse().unwrap()],
         slow_scope: Scope::Protocol,
-        balancer: None,
-        metrics_addr: None,
-        network: NetworkArgs::default(),
-        membership: MembershipArgs::default(),
-        restarts: RestartArgs::default(),
-        program: vec!["/nonexistent/roam-test-program".into()],
+        ..two_nodes("/nonexistent/roam-test-program")
     };
-    let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
-    assert!(e.to_string().contains("rank 2 is out of range"), "{e}");
-    args.slow_node = ["1:4@0-10", "1:2@5"].map(|s| s.parse().unwrap()).into();
-    let e = run_with_output(&args, io::sink(), io::sink()).unwrap_err();
-    assert!(e.to_string().contains("overlap"), "{e}");
+    refuses_bad_slow_specs(&mut args);
     // Without --slow-node the scope has nothing to apply to: no cgroup, no refusal.
     args.slow_node.clear();
     args.program = vec!["true".into()];

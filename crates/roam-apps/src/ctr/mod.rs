@@ -180,14 +180,11 @@ impl Args {
         if let Some(dir) = &self.data {
             return Ok((data::load_dir(dir)?, dir.display().to_string()));
         }
-        let (text, name) = match &self.synthetic {
-            Some(spec) => (spec.as_str(), format!("synthetic:{spec}")),
-            None => (
-                Spec::EMBEDDED,
-                format!("embedded-synthetic:{}", Spec::EMBEDDED),
-            ),
-        };
-        let spec: Spec = text.parse()?;
+        let (spec, name): (Spec, _) = common::synthetic_spec(
+            self.synthetic.as_deref(),
+            Spec::EMBEDDED,
+            "embedded-synthetic",
+        )?;
         Ok((synthetic::generate(&spec)?, name))
     }
 }

@@ -440,20 +440,10 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
-
     fn args(given: &[&str]) -> Args {
-        Cli::try_parse_from(std::iter::once("kge").chain(given.iter().copied()))
-            .unwrap()
-            .args
+        crate::common::parse_args("kge", given)
     }
 
     #[test]

@@ -624,33 +624,17 @@ fn load(args: &Args) -> anyhow::Result<(RawCorpus, String)> {
     if let Some(path) = &args.data {
         return Ok((RawCorpus::read(path)?, path.display().to_string()));
     }
-    let (text, name) = match &args.synthetic {
-        Some(s) => (s.as_str(), format!("synthetic:{s}")),
-        None => (
-            synthetic::EMBEDDED,
-            format!("embedded:{}", synthetic::EMBEDDED),
-        ),
-    };
-    let spec: Spec = text.parse()?;
+    let (spec, name): (Spec, _) =
+        crate::common::synthetic_spec(args.synthetic.as_deref(), synthetic::EMBEDDED, "embedded")?;
     Ok((spec.generate(), name))
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
-
     fn args(given: &[&str]) -> Args {
-        Cli::try_parse_from(std::iter::once("w2v").chain(given.iter().copied()))
-            .unwrap()
-            .args
+        crate::common::parse_args("w2v", given)
     }
 
     #[test]

@@ -412,18 +412,14 @@ impl Preset {
                 "rows=4000,cols=2000,rank=10,nnz=2e5,zipf=0.5,noise=0.1,test=0.1,seed=1",
                 &["--eval-every", "0"],
             ),
-            (App::MfZipf, Self::Full) => (
-                "rows=1000000,cols=200000,rank=10,nnz=1e8,zipf=1.1,noise=0.1,test=0.01,seed=1",
-                &["--eval-every", "0"],
-            ),
-            (App::MfZipf, Self::Quick) => (
-                "rows=20000,cols=10000,rank=10,nnz=1e6,zipf=1.1,noise=0.1,test=0.05,seed=1",
-                &["--eval-every", "0"],
-            ),
-            (App::MfZipf, Self::Tiny) => (
-                "rows=4000,cols=2000,rank=10,nnz=2e5,zipf=1.1,noise=0.1,test=0.1,seed=1",
-                &["--eval-every", "0"],
-            ),
+            // The same matrix as `mf`'s but for the skew: Zipf(1.1) rows and columns.
+            (App::MfZipf, _) => {
+                return self
+                    .train_args(App::Mf, data)
+                    .into_iter()
+                    .map(|arg| arg.replace("zipf=0.5", "zipf=1.1"))
+                    .collect();
+            }
             (App::Kge, Self::Full) => (
                 "entities=1000000,relations=1000,triples=7000000,seed=1",
                 &["--eval-every", "0", "--eval-max", "500"],
@@ -565,14 +561,17 @@ mod tests {
         assert!(Preset::Quick.apps().contains(&App::MfZipf));
         assert!(!Preset::Tiny.apps().contains(&App::MfZipf));
         let data = Path::new("data");
-        let args = Preset::Quick.train_args(App::MfZipf, data).join(" ");
-        assert!(args.contains("zipf=1.1"), "{args}");
-        let plain = Preset::Quick.train_args(App::Mf, data).join(" ");
-        assert_eq!(
-            args.replace("zipf=1.1", "zipf=0.5"),
-            plain,
-            "same matrix but the skew"
-        );
+        for preset in [Preset::Full, Preset::Quick, Preset::Tiny] {
+            let args = preset.train_args(App::MfZipf, data).join(" ");
+            assert!(args.contains("zipf=1.1"), "{args}");
+            let plain = preset.train_args(App::Mf, data).join(" ");
+            assert!(plain.contains("zipf=0.5"), "{plain}");
+            assert_eq!(
+                args.replace("zipf=1.1", "zipf=0.5"),
+                plain,
+                "same matrix but the skew"
+            );
+        }
     }
 
     #[test]

@@ -507,3 +507,142 @@ pub(crate) fn load_watch() -> roam_core::LoadWatch {
         min_answers: 3,
     }
 }
+
+/// Adam, FTRL or (half the time) Adagrad, drawn with one roll: the stateful optimizers the
+/// random optimizer tests step.
+pub(crate) fn random_stateful_optimizer(rng: &mut impl Rng) -> roam_core::Optimizer {
+    match rng.random_range(0..4) {
+        0 => roam_core::Optimizer::adam(0.05),
+        1 => roam_core::Optimizer::Ftrl {
+            alpha: 0.1,
+            beta: 1.0,
+            l1: 0.05,
+            l2: 0.01,
+        },
+        _ => roam_core::Optimizer::adagrad(0.1),
+    }
+}
+
+/// `num_keys` keys whose value lengths take each of the store's paths: roll `0..rolls` (3 or
+/// more); 0 is short uniform values (the batched, optimistic-store path), 1 is 17 values (the
+/// plain one), anything else per-key lengths of 1 to 3 (the per-key path).
+pub(crate) fn random_lengths(rng: &mut impl Rng, num_keys: u64, rolls: u32) -> KeySpace {
+    match rng.random_range(0..rolls) {
+        0 => KeySpace::uniform(num_keys, rng.random_range(1..=4)).unwrap(),
+        1 => KeySpace::uniform(num_keys, 17).unwrap(),
+        _ => KeySpace::per_key((0..num_keys).map(|_| rng.random_range(1..=3)).collect()).unwrap(),
+    }
+}
+
+/// The op a worker issues on the random keys `any` when its `roll` (of `0..10`) is not taken by
+/// a test's own ops: below 7 a relocation, 7 a move of `any[0]`'s home to a random one of
+/// `nodes`, above it a pull; each sync or async at random.
+pub(crate) fn roaming_op(rng: &mut impl Rng, roll: u32, any: Vec<Key>, nodes: u32) -> Op {
+    match roll {
+        0..7 => Op::Localize {
+            keys: any,
+            wait: rng.random_bool(0.5),
+        },
+        7 => Op::MoveHome {
+            key: any[0],
+            to: rng.random_range(0..nodes),
+            wait: rng.random_bool(0.5),
+        },
+        _ => Op::Pull {
+            keys: any,
+            wait: rng.random_bool(0.5),
+        },
+    }
+}
+
+/// The `tag`-th gradient of a key of `len` values: coordinate 0 is `2^(tag−8)` (exact in `f32`
+/// for up to 24 gradients per key), so a step's sum names the gradients in it; the others are
+/// random quarters in `-2..=2`.
+pub(crate) fn tagged_gradient(rng: &mut impl Rng, tag: usize, len: usize) -> Vec<f32> {
+    let mut g = vec![2f32.powi(tag as i32 - 8)];
+    g.extend((1..len).map(|_| rng.random_range(-8i8..=8) as f32 / 4.0));
+    g
+}
+
+/// The steps of key `k` logged at node `at` (`log_replica_steps`), after checking that no
+/// other node stepped it (`at` is its `role`, e.g. "owner" or "hub").
+pub(crate) fn steps_only_at<'a>(
+    seed: u64,
+    sim: &'a Sim,
+    k: Key,
+    at: NodeId,
+    role: &str,
+) -> Vec<&'a Vec<f32>> {
+    for n in (0..sim.config().nodes).map(NodeId).filter(|&n| n != at) {
+        assert!(
+            sim.node(n).replica_steps().iter().all(|(key, _)| *key != k),
+            "seed {seed}: key {k} stepped at {n:?}, not its {role} {at:?}"
+        );
+    }
+    sim.node(at)
+        .replica_steps()
+        .iter()
+        .filter(|(key, _)| *key == k)
+        .map(|(_, g)| g)
+        .collect()
+}
+
+/// Conservation of [`tagged_gradient`]s: the tag sets of key `k`'s logged steps are disjoint
+/// and cover every one of the `pushed` gradients, none lost or stepped twice. Returns how many
+/// steps summed several gradients.
+pub(crate) fn check_tags_cover(seed: u64, k: Key, log: &[&Vec<f32>], pushed: usize) -> usize {
+    let (mut seen, mut merged) = (0u32, 0);
+    for g in log {
+        let bits = g[0] * 256.0;
+        assert!(
+            bits.fract() == 0.0 && bits > 0.0,
+            "seed {seed}: key {k}: step sum {g:?}"
+        );
+        let bits = bits as u32;
+        assert_eq!(
+            seen & bits,
+            0,
+            "seed {seed}: key {k}: a gradient stepped twice"
+        );
+        if bits.count_ones() > 1 {
+            merged += 1;
+        }
+        seen |= bits;
+    }
+    assert_eq!(
+        u64::from(seen),
+        (1u64 << pushed) - 1,
+        "seed {seed}: key {k}: the steps cover every gradient once"
+    );
+    merged
+}
+
+/// `record` (visible values, then optimizer state) after `optimizer` steps it with each
+/// gradient of `sequence` in order.
+pub(crate) fn stepped(
+    optimizer: &roam_core::Optimizer,
+    len: usize,
+    mut record: Vec<f32>,
+    sequence: &[Vec<f32>],
+) -> Vec<f32> {
+    for g in sequence {
+        let (w, state) = record.split_at_mut(len);
+        optimizer.step(w, state, g);
+    }
+    record
+}
+
+/// The whole record of `key` (visible values and optimizer state) at the end of a run, after
+/// checking that exactly one node holds it.
+pub(crate) fn sole_record(seed: u64, sim: &Sim, key: Key) -> Vec<f32> {
+    let mut got = Vec::new();
+    let holders: Vec<u32> = (0..sim.config().nodes)
+        .filter(|&n| sim.node(NodeId(n)).store().read_record(key, &mut got))
+        .collect();
+    assert_eq!(
+        holders.len(),
+        1,
+        "seed {seed}: key {key:#x} held by {holders:?}"
+    );
+    got
+}

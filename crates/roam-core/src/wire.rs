@@ -143,7 +143,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn from_u8(byte: u8) -> Option<Self> {
+    /// The kind a header's first byte names, if any.
+    pub fn from_u8(byte: u8) -> Option<Self> {
         Some(match byte {
             1 => Self::Pull,
             2 => Self::PullReply,

@@ -1,5 +1,6 @@
 //! A node's counters as a plain, serialisable snapshot (the shutdown JSON line).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use serde::Serialize;
@@ -43,6 +44,10 @@ pub struct NodeStats {
     pub messages_sent: u64,
     /// Frames received.
     pub messages_received: u64,
+    /// Frames and bytes sent, by frame kind (`"Want"`, `"ShareDeltas"`, …): `[frames, bytes]`,
+    /// summed over links (this node's own included, as in `messages_sent`), kinds never sent
+    /// left out.
+    pub frames_sent_by_kind: BTreeMap<String, [u64; 2]>,
     /// Bytes sent.
     pub bytes_sent: u64,
     /// Bytes received.
@@ -283,6 +288,11 @@ impl NodeStats {
                 node.shared_replicas() as u64,
             )
         });
+        for peer in shared.peers.read().values() {
+            peer.link
+                .traffic
+                .add_sent_by_kind(&mut stats.frames_sent_by_kind);
+        }
         stats.replica_lifetime_p50_ms = lifetime_p50.map_or(0.0, |ns| ns as f64 / 1e6);
         stats.replica_lifetime_p99_ms = lifetime_p99.map_or(0.0, |ns| ns as f64 / 1e6);
         stats.shared_replicas = held;

@@ -308,7 +308,7 @@ impl Link {
         let sent = |frame: &Frame| {
             add(&self.counters.messages_sent, 1);
             add(&self.counters.bytes_sent, frame.wire_len() as u64);
-            self.traffic.sent(frame.wire_len());
+            self.traffic.sent(frame.header.kind, frame.wire_len());
         };
         let result = match sink {
             Sink::Tcp(stream) => write_some(stream, backlog, written, sent),

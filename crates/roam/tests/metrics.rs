@@ -142,6 +142,23 @@ fn a_node_serves_the_counts_of_what_it_did() {
     );
     assert!(r(r#"peer_frames_total{rank="0",peer="1",direction="sent"}"#) >= 2.0 * remote as f64);
     assert!(r(r#"peer_bytes_total{rank="0",peer="1",direction="received"}"#) > 0.0);
+    // One frame per remote operation (both keys live on node 1), counted by its kind.
+    assert_eq!(
+        r(r#"frames_sent_by_kind_total{rank="0",kind="Pull"}"#),
+        remote as f64
+    );
+    assert_eq!(
+        r(r#"frames_sent_by_kind_total{rank="0",kind="Push"}"#),
+        remote as f64
+    );
+    assert!(r(r#"frame_bytes_sent_by_kind_total{rank="0",kind="Push"}"#) > 32.0 * remote as f64);
+    let by_kind = nodes[1].stats().frames_sent_by_kind;
+    for reply in ["PullReply", "PushReply"] {
+        assert_eq!(
+            by_kind[reply][0], remote,
+            "node 1's {reply} frames: {by_kind:?}"
+        );
+    }
     assert_eq!(r(r#"peers_up{rank="0"}"#), 1.0);
     assert_eq!(r(r#"peer_up{rank="0",peer="1"}"#), 1.0);
     assert_eq!(r(r#"link_queue_frames{rank="0",peer="1"}"#), 0.0);

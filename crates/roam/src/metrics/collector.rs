@@ -343,6 +343,23 @@ impl Collector for NodeCollector {
                 labels.iter().map(|(l, v)| (&l[..], *v)).collect();
             family(e, name, help, MetricType::Counter, &samples)?;
         }
+        for (i, name, help) in [
+            (0, "frames_sent_by_kind", "Frames sent, by frame kind"),
+            (
+                1,
+                "frame_bytes_sent_by_kind",
+                "Bytes (headers included) sent, by frame kind",
+            ),
+        ] {
+            let labels: Vec<([(&str, &str); 1], u64)> = s
+                .frames_sent_by_kind
+                .iter()
+                .map(|(kind, figures)| ([("kind", kind.as_str())], figures[i]))
+                .collect();
+            let samples: Vec<(&Labels<'_>, u64)> =
+                labels.iter().map(|(l, v)| (&l[..], *v)).collect();
+            family(e, name, help, MetricType::Counter, &samples)?;
+        }
         let queue_labels: Vec<([(&str, &str); 1], f64)> = links
             .iter()
             .map(|l| ([("peer", l.peer.as_str())], l.queued as f64))

@@ -21,28 +21,70 @@
 mod collector;
 mod server;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use roam_core::wire::Kind;
 
 pub use server::{
     MetricsError, ROAM_METRICS_ADDR, ROAM_METRICS_HOLD, launch_addr, parse_addr, with_rank_offset,
 };
 pub(crate) use server::{MetricsServer, bind, settings, spawn};
 
+/// Frame kinds counted apart ([`Kind`] values are below this; a larger one would count with
+/// the last).
+const KIND_SLOTS: usize = 64;
+
 /// Frames and bytes exchanged with one peer (a link's counters; relaxed atomics, exact once
 /// the node is quiet).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct PeerTraffic {
     pub(crate) frames_sent: AtomicU64,
     pub(crate) bytes_sent: AtomicU64,
     pub(crate) frames_received: AtomicU64,
     pub(crate) bytes_received: AtomicU64,
+    /// Frames and bytes sent, by the frame's kind: which part of the protocol the traffic is
+    /// (intent sharing's grants, leaves and rounds, relocations, pulls).
+    sent_by_kind: [[AtomicU64; 2]; KIND_SLOTS],
+}
+
+impl Default for PeerTraffic {
+    fn default() -> Self {
+        Self {
+            frames_sent: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            frames_received: AtomicU64::new(0),
+            bytes_received: AtomicU64::new(0),
+            sent_by_kind: std::array::from_fn(|_| [AtomicU64::new(0), AtomicU64::new(0)]),
+        }
+    }
 }
 
 impl PeerTraffic {
-    /// Counts one frame of `bytes` written to the peer.
-    pub(crate) fn sent(&self, bytes: usize) {
+    /// Counts one frame of `kind` and `bytes` written to the peer.
+    pub(crate) fn sent(&self, kind: Kind, bytes: usize) {
         self.frames_sent.fetch_add(1, Ordering::Relaxed);
         self.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
+        let [frames, kind_bytes] = &self.sent_by_kind[(kind as usize).min(KIND_SLOTS - 1)];
+        frames.fetch_add(1, Ordering::Relaxed);
+        kind_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Adds the frames and bytes sent to the peer, by kind name, into `into`.
+    pub(crate) fn add_sent_by_kind(&self, into: &mut BTreeMap<String, [u64; 2]>) {
+        for (code, [frames, bytes]) in self.sent_by_kind.iter().enumerate() {
+            let frames = frames.load(Ordering::Relaxed);
+            if frames == 0 {
+                continue;
+            }
+            let name = u8::try_from(code)
+                .ok()
+                .and_then(Kind::from_u8)
+                .map_or_else(|| format!("kind {code}"), |kind| format!("{kind:?}"));
+            let entry = into.entry(name).or_default();
+            entry[0] += frames;
+            entry[1] += bytes.load(Ordering::Relaxed);
+        }
     }
 
     /// Counts one frame of `bytes` read from the peer (only its reader thread calls this).

@@ -260,7 +260,11 @@ impl Replicas {
             remote_weight,
             next_poll_at: Time(0),
             round: 1,
-            next_round_at: Time(0),
+            // The first background round one period after the node's start, not at its first
+            // timer poll: a timer thread that starts after the workers' first pushes would
+            // otherwise sync part of them in a round of its own (an extra optimizer step at
+            // the hub), and a period of `u64::MAX` means none at all.
+            next_round_at: Time(sync_every),
             last_round_at: Time(0),
             scan: None,
             min_delta_norm,

@@ -127,7 +127,8 @@ fn with_a_work_clock_pushes_reach_every_replica_without_waiting_for_the_period()
         }
     });
     for node in &nodes {
-        assert!(node.stats().replica_rounds >= 2, "work rounds ran");
+        // No round by time (the first is an hour after the start): every round was work's.
+        assert!(node.stats().replica_rounds >= 1, "work rounds ran");
     }
     std::thread::scope(|scope| {
         for node in nodes {

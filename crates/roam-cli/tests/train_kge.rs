@@ -356,7 +356,11 @@ fn assert_intents(intents: &Value, report: &Value) -> (u64, u64) {
 fn adapm_learns_on_two_nodes_by_intents_alone() {
     let data = toy();
     let data = ["--data", data.as_str()];
-    let small = ["--epochs", "4"];
+    // 6 epochs, not the other modes' 4: adapm's replicas are bounded-stale, and its first
+    // epoch learns slower (loss 0.37-0.52 after it, against single's 0.24), so at 4 epochs its
+    // MRR is 0.01-0.11 below single's (9 runs; CI once saw 0.395 against 0.505), at 6
+    // 0.00-0.05 (4 runs: 0.478-0.525 against 0.527).
+    let small = ["--epochs", "6"];
     let baseline = baseline(2, &data);
     let single = train("single", 1, 2, &data, &small);
     let mut args = vec!["train", "kge", "--mode", "adapm", "--seed", "5"];
@@ -383,7 +387,11 @@ fn adapm_learns_on_two_nodes_by_intents_alone() {
     let triples = report["settings"]["train_triples"].as_u64().unwrap();
     assert_eq!(intents, triples * epochs(&report).len() as u64, "{report}");
     for e in epochs(&report) {
-        assert_eq!(assert_intents(&e["intents"], &report).0, triples, "{e}");
+        // Every epoch signals one intent per triple; by the last epochs every key may already
+        // be where its intents want it (no action), so actions are checked over the run.
+        let n = |field: &str| e["intents"][field].as_u64().expect(field);
+        assert_eq!(n("intents"), triples, "{e}");
+        assert!(n("late_intents") <= n("intents"), "{e}");
     }
     let stats = node_stats(&out);
     assert_eq!(stats.len(), 2, "{out}");

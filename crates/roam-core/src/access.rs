@@ -123,8 +123,6 @@ pub enum Handoff<'a> {
         need: Need,
         /// Keys whose deferred offer waits for this node's intents, which just grew.
         extended: &'a [Key],
-        /// The worker finished: replicas no intent here wants leave now.
-        finished: bool,
     },
 }
 
@@ -146,8 +144,7 @@ impl Handoff<'_> {
                 unwanted,
                 need,
                 extended,
-                finished,
-            } => node.issue_intent_actions(now, worker, due, unwanted, extended, need, finished),
+            } => node.issue_intent_actions(now, worker, due, unwanted, extended, need),
         }
     }
 
@@ -453,7 +450,6 @@ impl Front {
                 actions.need
             },
             extended: &actions.extended,
-            finished: actions.finished,
         })
     }
 

@@ -13,7 +13,7 @@
 //! until the intent's start, by the same measured rate (the owner of a key that is still busy
 //! with it moves it then if its own use ends first: `share/defer.rs`). When
 //! the last active intent on a key ends and the node holds a replica of it, the key is handed
-//! to the protocol as *unwanted* (the replica flushes and is dropped with the next sync round).
+//! to the protocol as *unwanted* (the replica flushes and is dropped).
 //!
 //! The window is measured, not configured. AdaPM's rule — the 0.9999 quantile of a Poisson
 //! variable with twice the mean — is applied to the clocks one action takes: the node's mean
@@ -161,9 +161,6 @@ pub struct Actions {
     /// Keys on which an intent was acted while the protocol waits for this node's intents on
     /// them to end (`Interest::watch_additions`).
     pub extended: Vec<Key>,
-    /// The worker finished ([`Intents::finish`]): no intent of it will want a key again, so
-    /// replicas no intent here wants leave now rather than with the next sync round.
-    pub finished: bool,
 }
 
 /// When a node needs the keys it asks for by intent, from the time it asks: the least lead
@@ -222,7 +219,6 @@ impl Default for Actions {
             need: Need::NONE_YET,
             shortest_use_ns: u64::MAX,
             extended: Vec::new(),
-            finished: false,
         }
     }
 }
@@ -235,15 +231,11 @@ impl Actions {
         self.need = Need::NONE_YET;
         self.shortest_use_ns = u64::MAX;
         self.extended.clear();
-        self.finished = false;
     }
 
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.due.is_empty()
-            && self.unwanted.is_empty()
-            && self.extended.is_empty()
-            && !self.finished
+        self.due.is_empty() && self.unwanted.is_empty() && self.extended.is_empty()
     }
 }
 
@@ -385,8 +377,6 @@ impl Intents {
     /// The worker is done (its clock is infinite): every acted intent ends now, and intents
     /// never acted on are dropped (no access will come for them).
     pub fn finish(&mut self, store: &Store, out: &mut Actions) {
-        // Only a worker that signalled intents can have left replicas waiting for a round.
-        out.finished = self.tally.intents > 0;
         self.check_started_by(u64::MAX, store);
         self.release_ended(u64::MAX, store, out);
         for slot in std::mem::take(&mut self.pending).into_iter().map(|r| r.0.1) {

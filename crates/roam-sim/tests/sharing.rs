@@ -332,53 +332,6 @@ fn sharing_that_begins_asks_the_shell_to_rearm_its_timer() {
     assert_eq!(sim.peek(2), Some(vec![2.0]), "both pushes, once each");
 }
 
-/// A replica whose intents ended stays until the next sync round, which leaves all such
-/// replicas of an owner in one frame; an intent that wants the key again before then keeps
-/// it without a second grant. Node 1 ends its intent on a key replicated from its owner and
-/// signals a new one 100 µs later, within the 1 ms sync period: one grant, one leave (when
-/// its worker finishes), every push once.
-#[test]
-fn a_replica_wanted_again_before_the_round_is_kept() {
-    let space = KeySpace::uniform(3, 1).unwrap();
-    let cfg = SimConfig::new(3, 1, space)
-        .with_seed(7)
-        .with_partitioning(Partitioning::Range)
-        .with_dynamic(true)
-        .with_intent_techniques(IntentTechniques::ReplicateOnly, 1_000_000)
-        .with_delay(1_000, 1_000)
-        .with_think(0, 0);
-    let member = vec![
-        Op::Intent {
-            keys: vec![2],
-            start: 1,
-            end: 2,
-        },
-        Op::AdvanceClock,
-        Op::Sleep(50_000),
-        Op::push(vec![2], vec![1.0]),
-        // The intent ends: the replica is unwanted.
-        Op::AdvanceClock,
-        Op::Sleep(100_000),
-        Op::Intent {
-            keys: vec![2],
-            start: 3,
-            end: 4,
-        },
-        Op::AdvanceClock,
-        Op::push(vec![2], vec![1.0]),
-        Op::Sleep(100_000),
-    ];
-    let sim = run_fault_free(7, cfg, vec![(WorkerRef::new(1, 0), member)]);
-    assert_eq!(
-        total(&sim, |c| &c.share_grants),
-        1,
-        "kept, not granted again"
-    );
-    assert_eq!(total(&sim, |c| &c.share_leaves), 1);
-    assert_eq!(sim.holders(2), [NodeId(2)], "never moved");
-    assert_eq!(sim.peek(2), Some(vec![2.0]), "every push, once each");
-}
-
 /// Matrix factorisation's hand-over (DSGD): 4 nodes, 4 column blocks; in each sub-epoch each
 /// node uses one block for 20 clocks, then all meet at a barrier and tick once, and each
 /// block passes to the next node. Each node signals the next block's intent when a sub-epoch

@@ -44,9 +44,7 @@
 //! leaves (final delta) and localizes the key, which then moves as by a relocation — one
 //! interested node gets the key.
 //!
-//! A replica ends with the first sync round after the last intent on its key at the member
-//! ended (`unwanted`; at once when a worker finishes), so one frame per owner and round
-//! carries every leave and a key wanted again before the round keeps its replica; or when
+//! A replica ends when the last intent on its key at the member ends (`unwanted`), or when
 //! the owner revokes it (`Revoke`: the owner must give the key away — an explicit localize,
 //! a drain, a home taking keys back). The member removes the replica and sends its final delta
 //! in `Leave(generation)`; the owner adds it and drops the sharer if the generation matches (a newer
@@ -303,9 +301,8 @@ impl Node {
     }
 
     /// Worker: acts on intents — asks for `due` keys (moved or shared here) and drops the
-    /// replicas of `unwanted` keys that no intent here wants any more (with the next sync
-    /// round; at once when the worker `finished`). Completes when every due key is here.
-    #[allow(clippy::too_many_arguments)]
+    /// replicas of `unwanted` keys that no intent here wants any more. Completes when every
+    /// due key is here.
     pub fn issue_intent_actions(
         &mut self,
         now: Time,
@@ -314,14 +311,13 @@ impl Node {
         unwanted: &[Key],
         extended: &[Key],
         need: Need,
-        finished: bool,
     ) -> ReqId {
         self.tick(now);
         if !extended.is_empty() {
             self.decide_deferred_extended(now, extended);
         }
-        if !unwanted.is_empty() || finished {
-            self.drop_unwanted(now, unwanted, finished);
+        if !unwanted.is_empty() {
+            self.drop_unwanted(now, unwanted);
         }
         if self.shares.techniques == IntentTechniques::RelocateOnly
             || !self.policy.keys_move()

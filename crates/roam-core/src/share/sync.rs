@@ -347,27 +347,14 @@ impl Node {
         }
     }
 
-    /// Keys no intent here wants any more: replicas held here go ([`Node::leave_shares`]) with
-    /// the next sync round, or now when a worker `finished`; a shared key owned here whose sole
-    /// sharer is busy with it (at least [`super::PROMOTE_AFTER_ROUNDS`] delta rounds since it
-    /// became the only one) is offered to that sharer ([`Kind::Promote`]): one interested node
-    /// gets the key.
-    pub(crate) fn drop_unwanted(&mut self, now: Time, keys: &[Key], worker_finished: bool) {
+    /// Keys no intent here wants any more: replicas held here go ([`Node::leave_shares`]); a
+    /// shared key owned here whose sole sharer is busy with it (at least
+    /// [`super::PROMOTE_AFTER_ROUNDS`] delta rounds since it became the only one) is offered to
+    /// that sharer ([`Kind::Promote`]): one interested node gets the key.
+    pub(crate) fn drop_unwanted(&mut self, now: Time, keys: &[Key]) {
         self.decide_deferred_unwanted(now, keys);
         self.offer_promotions(keys);
-        if self.shares.sync_every == u64::MAX {
-            // No rounds (the explorer's infinite period): nothing would take them later.
-            self.leave_shares(now, keys, false);
-        } else if worker_finished {
-            // No intent of that worker will want them again: every unwanted replica goes now
-            // (`leave_shares` keeps the ones another worker's intent still wants).
-            let held: Vec<Key> = self.shares.held.keys().copied().collect();
-            self.leave_shares(now, &held, false);
-        }
-        // Otherwise a replica no intent wants stays until the next sync round, which leaves
-        // all such replicas of an owner in one frame (not a frame per worker tick: the leaves
-        // were half of adapm KGE's messages) and keeps it for an intent here that wants the
-        // key again before then.
+        self.leave_shares(now, keys, false);
     }
 
     /// Owner: offers each of `keys` that no intent here wants, that is not being given away,

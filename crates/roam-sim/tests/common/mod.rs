@@ -10,8 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use roam_core::{Key, KeySpace, NodeId};
 use roam_sim::{
-    Consistency, Op, OpKind, Outcome, Sim, SimConfig, WorkerRef, check_final_sums_exact,
-    check_linearizable,
+    Consistency, Op, Outcome, Sim, SimConfig, WorkerRef, check_final_sums_exact, check_linearizable,
 };
 
 /// The RNG a test uses to generate its workload: separate from the simulator's, so the
@@ -430,13 +429,7 @@ pub(crate) fn run_dyn_case(seed: u64, case: DynCase, home_moves: bool) -> (Sim, 
     check_final_sums_exact(history, &finals).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let want: Vec<f32> = case.expected.concat();
     for w in sim.workers() {
-        // The script's last op; a worker that signalled intents is followed by the hand-off
-        // of its finish (its replicas leave), which pulls nothing.
-        let last = history
-            .of_worker(w)
-            .filter(|op| op.kind == OpKind::Pull)
-            .last()
-            .unwrap();
+        let last = history.of_worker(w).last().unwrap();
         assert_eq!(
             last.outcome,
             Outcome::Pulled(want.clone()),

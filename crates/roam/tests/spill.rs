@@ -198,6 +198,17 @@ fn spilled_rows_come_back_trained_and_a_checkpoint_restores_them_bit_exactly() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The error of a one-node start from checkpoint `ckpt` that must be refused.
+fn restart_refused(spill_dir: &Path, ckpt: &Path) -> String {
+    let mut cfg = config(spill_dir).restore_from(ckpt);
+    cfg.cluster = roam::cluster_env::ClusterOverrides {
+        rank: Some(0),
+        num_nodes: Some(1),
+        coordinator: None,
+    };
+    NodeHandle::start(cfg).err().expect("refused").to_string()
+}
+
 #[test]
 fn a_damaged_spill_file_in_a_checkpoint_fails_the_start_naming_it() {
     let dir = scratch("damaged");
@@ -219,13 +230,7 @@ fn a_damaged_spill_file_in_a_checkpoint_fails_the_start_naming_it() {
     assert!(bytes.len() > 8 + 16 + 4, "the checkpoint has spilled rows");
     bytes[8 + 16 + 2] ^= 0x40;
     std::fs::write(&file, &bytes).unwrap();
-    let mut cfg = config(&dir.join("spill-b")).restore_from(&ckpt);
-    cfg.cluster = roam::cluster_env::ClusterOverrides {
-        rank: Some(0),
-        num_nodes: Some(1),
-        coordinator: None,
-    };
-    let err = NodeHandle::start(cfg).err().expect("refused").to_string();
+    let err = restart_refused(&dir.join("spill-b"), &ckpt);
     assert!(
         err.contains(&file.display().to_string()) && err.contains("offset 8: bad checksum"),
         "{err}"
@@ -233,13 +238,7 @@ fn a_damaged_spill_file_in_a_checkpoint_fails_the_start_naming_it() {
     // A truncated one too.
     bytes[8 + 16 + 2] ^= 0x40;
     std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
-    let mut cfg = config(&dir.join("spill-b")).restore_from(&ckpt);
-    cfg.cluster = roam::cluster_env::ClusterOverrides {
-        rank: Some(0),
-        num_nodes: Some(1),
-        coordinator: None,
-    };
-    let err = NodeHandle::start(cfg).err().expect("refused").to_string();
+    let err = restart_refused(&dir.join("spill-b"), &ckpt);
     assert!(err.contains("truncated"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

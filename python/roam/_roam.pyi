@@ -110,8 +110,12 @@ class Node:
             at once, gives each a replica from its owner (bounded-stale reads, synchronised
             every ``share_sync_every``, dropped when the node's intent ends);
             ``"relocate-only"`` and ``"replicate-only"`` are the ablations.
-        share_sync_every: seconds between the sync rounds of keys replicated by intent
-            (default: roam's).
+        share_sync_every: the longest time in seconds between the sync rounds of keys
+            replicated by intent (default: roam's, 0.1); with ``share_sync_updates_per_key=0``,
+            the time between rounds.
+        share_sync_updates_per_key: a work clock for those rounds: one starts once the node
+            pushed this many keys per key shared there since the last one (default: roam's,
+            4; 0: rounds by time only).
         restore_from: start from the checkpoint in this directory (written by
             :meth:`Worker.checkpoint`, on any number of nodes): each node loads the keys it is
             home of. A damaged checkpoint, or one of another key space, raises ``StartError``
@@ -202,6 +206,7 @@ class Node:
         intent_timing: Literal["timed", "immediate"] = "timed",
         intent_techniques: Literal["all", "relocate-only", "replicate-only"] = "all",
         share_sync_every: float | None = None,
+        share_sync_updates_per_key: int | None = None,
         restore_from: str | os.PathLike[str] | None = None,
         optimizer: str | dict[str, Any] | None = None,
         metrics_addr: str | None = None,

@@ -35,6 +35,43 @@ pub const KGE_AHEAD_TRIPLES: usize = 1000;
 /// benchmark); roam's unit is a batch of sentences, so this is rounded up to whole batches.
 pub const W2V_AHEAD_WORDS: usize = 50_000;
 
+/// When the keys that the adapm modes share are synchronised (roam's defaults unless given).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ShareOptions {
+    /// adapm modes: the longest time between two share-sync rounds, in milliseconds (roam's
+    /// default: 100; without a work clock, the time between rounds).
+    #[arg(long, value_name = "MS")]
+    pub share_sync_every_ms: Option<f64>,
+    /// adapm modes: a share-sync round starts once a node pushed this many keys per key shared
+    /// there since the last one (roam's default: 4; 0: rounds by time only).
+    #[arg(long, value_name = "N")]
+    pub share_sync_updates_per_key: Option<u64>,
+}
+
+impl ShareOptions {
+    /// Checks the values.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(ms) = self.share_sync_every_ms {
+            anyhow::ensure!(
+                ms.is_finite() && ms > 0.0 && ms <= 3.6e6,
+                "--share-sync-every-ms must be a number of milliseconds above 0 and at most an \
+                 hour; got {ms}"
+            );
+        }
+        Ok(())
+    }
+
+    /// Sets `cfg`'s share-sync period and work clock where given.
+    pub fn configure(&self, cfg: &mut roam::Config) {
+        if let Some(ms) = self.share_sync_every_ms {
+            cfg.share_sync_every = std::time::Duration::from_secs_f64(ms / 1e3);
+        }
+        if let Some(per_key) = self.share_sync_updates_per_key {
+            cfg.share_sync_updates_per_key = per_key;
+        }
+    }
+}
+
 /// Counters per worker: intents, intent keys, intent actions, late intents, unchecked
 /// intents, and the action window.
 pub const COUNTERS: usize = 6;

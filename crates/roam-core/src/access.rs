@@ -178,7 +178,7 @@ impl Front {
             store: node.store().clone(),
             fast_local_access: cfg.fast_local_access,
             keys_move: cfg.policy.keys_move(),
-            min_deferrable_use_ns: cfg.share_sync_ns,
+            min_deferrable_use_ns: cfg.share_sync.typical_gap_ns(),
             counters,
             misses: Misses::default(),
             rng: samplers.worker_rng(worker.0),

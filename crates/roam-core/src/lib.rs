@@ -95,7 +95,7 @@ pub use replica::Replication;
 pub use sampling::{
     Distribution, SampleError, SampleHandle, SamplerId, SamplerSpec, Scheme, Support,
 };
-pub use share::IntentTechniques;
+pub use share::{IntentTechniques, ShareSync};
 pub use spill::{MemorySpill, Spill, SpillError};
 pub use store::{Holding, Residency, Store, Sweep, UpdateMode, Visit};
 pub use tables::{Table, TableError, TableKind, TableSpec, Tables};

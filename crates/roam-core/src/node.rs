@@ -53,7 +53,7 @@ use crate::policy::{Policy, PolicyKind};
 use crate::relocate::Transit;
 use crate::replica::{Replicas, Replication};
 use crate::sampling::{NodeSamplers, SamplerSpec};
-use crate::share::{DEFAULT_SHARE_SYNC_NS, IntentTechniques, Shares};
+use crate::share::{IntentTechniques, ShareSync, Shares};
 use crate::stats::{NodeCounters, add};
 use crate::store::{Residency, Store, UpdateMode};
 use crate::warning::Warning;
@@ -101,8 +101,8 @@ pub struct NodeConfig {
     pub intent_timing: IntentTiming,
     /// What acting on an intent may do: move keys, share them, or both (see `share/mod.rs`).
     pub intent_techniques: IntentTechniques,
-    /// Time between share-sync rounds of keys shared by intent (ns).
-    pub share_sync_ns: u64,
+    /// When the sync rounds of keys shared by intent run.
+    pub share_sync: ShareSync,
     /// A barrier that waits this long (ns) warns which workers it still waits for
     /// ([`crate::Warning::BarrierWait`]), and again after every further such interval; `None`:
     /// never.
@@ -134,7 +134,7 @@ impl NodeConfig {
             balancer: None,
             intent_timing: IntentTiming::Timed,
             intent_techniques: IntentTechniques::All,
-            share_sync_ns: DEFAULT_SHARE_SYNC_NS,
+            share_sync: ShareSync::default(),
             barrier_warn_every: None,
         }
     }
@@ -423,7 +423,7 @@ impl Node {
             lost_keys: BTreeMap::new(),
             cache: HashMap::default(),
             replicas,
-            shares: Shares::new(cfg.intent_techniques, cfg.share_sync_ns),
+            shares: Shares::new(cfg.intent_techniques, cfg.share_sync),
             interest: Arc::new(Interest::new(&cfg.space)),
             load: Load::new(cfg.load),
             balance: Balance::new(cfg.balancer.filter(|_| cfg.load.is_some())),

@@ -109,7 +109,7 @@ pub struct Replication {
 }
 
 /// How often an idle replica timer looks at the work clock.
-const WORK_POLL_NS: u64 = 5_000_000;
+pub(crate) const WORK_POLL_NS: u64 = 5_000_000;
 
 /// Deltas of one round for one hub: sent, or being gathered by a scan. Positions are
 /// increasing (scans go in key order), so a key's delta is found by binary search.

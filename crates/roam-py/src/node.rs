@@ -307,6 +307,7 @@ impl PyNode {
         intent_timing = "timed",
         intent_techniques = "all",
         share_sync_every = None,
+        share_sync_updates_per_key = None,
         restore_from = None,
         optimizer = None,
         metrics_addr = None,
@@ -345,6 +346,7 @@ impl PyNode {
         intent_timing: &str,
         intent_techniques: &str,
         share_sync_every: Option<f64>,
+        share_sync_updates_per_key: Option<u64>,
         restore_from: Option<std::path::PathBuf>,
         optimizer: Option<&Bound<'_, PyAny>>,
         metrics_addr: Option<String>,
@@ -456,6 +458,9 @@ impl PyNode {
         };
         if let Some(every) = share_sync_every {
             cfg.share_sync_every = seconds("share_sync_every", every)?;
+        }
+        if let Some(per_key) = share_sync_updates_per_key {
+            cfg.share_sync_updates_per_key = per_key;
         }
         cfg.restore_from = restore_from;
         cfg.spill_dir = spill_dir;

@@ -63,8 +63,11 @@ pub struct SimConfig {
     pub intent_timing: roam_core::IntentTiming,
     /// What acting on an intent may do (move, share, or both).
     pub intent_techniques: roam_core::IntentTechniques,
-    /// Time between share-sync rounds (virtual ns).
+    /// Time between share-sync rounds (virtual ns; with a work clock, the longest).
     pub share_sync_ns: u64,
+    /// The share-sync work clock: a round after this many key-updates per shared key (0: off;
+    /// `roam_core::ShareSync::updates_per_key`).
+    pub share_updates_per_key: u64,
     /// How many of the nodes (the highest ids) start outside the cluster, as servers without
     /// workers that join with [`crate::Sim::start_join`].
     pub joiners: u32,
@@ -115,6 +118,7 @@ impl SimConfig {
             intent_timing: roam_core::IntentTiming::Timed,
             intent_techniques: roam_core::IntentTechniques::All,
             share_sync_ns: roam_core::share::DEFAULT_SHARE_SYNC_NS,
+            share_updates_per_key: 0,
             joiners: 0,
             seed: 0,
             min_delay: 1_000,
@@ -239,6 +243,13 @@ impl SimConfig {
     ) -> Self {
         self.intent_techniques = techniques;
         self.share_sync_ns = share_sync_ns;
+        self
+    }
+
+    /// Runs share-sync rounds by the work clock too: after `updates_per_key` key-updates per
+    /// shared key (0: by time only).
+    pub fn with_share_work_clock(mut self, updates_per_key: u64) -> Self {
+        self.share_updates_per_key = updates_per_key;
         self
     }
 

@@ -27,6 +27,18 @@ fn default_seeds() -> u64 {
 /// A random sharing case: the configuration, the scripts and each key's expected final value.
 type SharingCase = (SimConfig, Vec<(WorkerRef, Vec<Op>)>, Vec<Vec<f32>>);
 
+/// Half the cases also run rounds by the work clock, after 1 to 4 updates per shared key (it
+/// is looked at four times a period, so rounds come from work and from time; drawn from a
+/// stream of its own, so that each seed keeps its workload).
+fn with_share_work_clock(seed: u64, cfg: SimConfig) -> SimConfig {
+    let mut rng = test_rng(seed ^ 0x3c1c);
+    if rng.random_bool(0.5) {
+        cfg.with_share_work_clock(rng.random_range(1..=4))
+    } else {
+        cfg
+    }
+}
+
 /// Builds a random sharing case (see [`SharingCase`]).
 fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
     let mut rng = test_rng(seed ^ 0x5a4e);
@@ -64,6 +76,7 @@ fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
         })
         .with_delay(min_delay, max_delay)
         .with_think(0, rng.random_range(0..=max_think));
+    let cfg = with_share_work_clock(seed, cfg);
     let mut expected: Vec<Vec<f32>> = (0..num_keys).map(|k| vec![0.0; space.len(k)]).collect();
     let mut scripts = Vec::new();
     for w in workers_of(&cfg) {
@@ -417,4 +430,51 @@ fn hand_overs_in_turn_move_keys_instead_of_sharing_them() {
             );
         }
     }
+}
+
+/// The value of key 2 at its owner at the first event 4 ms or more into a run where workers on nodes 0 and 1 share it
+/// (intents over the whole run) and each pushes 1 once, with 10 ms between rounds by time and
+/// the work clock at `updates_per_key` (0: off).
+fn owner_value_before_the_period(updates_per_key: u64) -> Vec<f32> {
+    let space = KeySpace::uniform(3, 1).unwrap();
+    let cfg = SimConfig::new(3, 1, space)
+        .with_seed(7)
+        .with_partitioning(Partitioning::Range)
+        .with_dynamic(true)
+        .with_intent_techniques(IntentTechniques::All, 10_000_000)
+        .with_share_work_clock(updates_per_key)
+        .with_delay(1_000, 1_000)
+        .with_think(0, 0);
+    let script = vec![
+        Op::Intent {
+            keys: vec![2],
+            start: 1,
+            end: 1_000,
+        },
+        Op::Sleep(50_000),
+        Op::AdvanceClock,
+        Op::push(vec![2], vec![1.0]),
+        // Something after the sleep, so that the worker is still running at 4 ms.
+        Op::Sleep(20_000_000),
+        Op::AdvanceClock,
+    ];
+    let mut sim = roam_sim::Sim::new(cfg);
+    sim.add_script(WorkerRef::new(0, 0), script.clone());
+    sim.add_script(WorkerRef::new(1, 0), script);
+    while sim.now().0 < 4_000_000 && sim.step() {}
+    assert_eq!(
+        total(&sim, |c| &c.share_grants),
+        1,
+        "one replica, one owner"
+    );
+    sim.peek(2).expect("key 2 is held")
+}
+
+/// With the work clock, a round follows the work: the member's push reaches the owner within
+/// a look at the clock (a quarter period here), long before the period; without it, only
+/// the owner's own push is there then.
+#[test]
+fn rounds_by_work_come_before_the_period() {
+    assert_eq!(owner_value_before_the_period(0), [1.0], "by time only");
+    assert_eq!(owner_value_before_the_period(1), [2.0], "by work");
 }

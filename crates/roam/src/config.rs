@@ -167,8 +167,15 @@ pub struct Config {
     /// (ablations).
     pub intent_techniques: IntentTechniques,
     /// Time between the sync rounds of keys shared by intent (their replicas' staleness is
-    /// at most about two of these plus two network deliveries).
+    /// at most about two of these plus two network deliveries); with
+    /// `share_sync_updates_per_key` (the default), the longest time between two rounds.
     pub share_sync_every: Duration,
+    /// A work clock for the share-sync rounds (0: off, rounds every `share_sync_every`): a
+    /// round also starts once this node's workers pushed this many keys per key shared here
+    /// since the last one, or, as an owner, it received deltas of as many keys as are shared
+    /// here. See `roam_core::ShareSync::updates_per_key` and `docs/benchmarks.md` ("Share-sync
+    /// rounds by work") for the default.
+    pub share_sync_updates_per_key: u64,
     /// Whether [`crate::NodeHandle::shutdown`] prints the node's counters as one
     /// `roam_node_stats` JSON line on stdout (the default); a program that reports them its own
     /// way (`roam train` without `--json`) turns it off and uses the returned counters.
@@ -370,7 +377,8 @@ impl Config {
             sampling_seed: 0,
             intent_timing: IntentTiming::Timed,
             intent_techniques: IntentTechniques::All,
-            share_sync_every: Duration::from_nanos(roam_core::share::DEFAULT_SHARE_SYNC_NS),
+            share_sync_every: Duration::from_nanos(roam_core::share::DEFAULT_SHARE_SYNC_BOUND_NS),
+            share_sync_updates_per_key: roam_core::share::DEFAULT_SHARE_UPDATES_PER_KEY,
             print_stats: true,
             trace_allocation: false,
             metrics_addr: None,

@@ -418,10 +418,13 @@ impl NodeHandle {
             balancer: cfg.balancer,
             intent_timing: cfg.intent_timing,
             intent_techniques: cfg.intent_techniques,
-            share_sync_ns: cfg
-                .share_sync_every
-                .as_nanos()
-                .clamp(1, u128::from(u64::MAX)) as u64,
+            share_sync: roam_core::ShareSync {
+                every_ns: cfg
+                    .share_sync_every
+                    .as_nanos()
+                    .clamp(1, u128::from(u64::MAX)) as u64,
+                updates_per_key: cfg.share_sync_updates_per_key,
+            },
             barrier_warn_every: cfg
                 .barrier_warning
                 .map(|d| d.as_nanos().clamp(1, u128::from(u64::MAX)) as u64),

@@ -104,6 +104,9 @@ pub struct Args {
     /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, set by `roam launch`, else 1).
     #[arg(long)]
     pub workers: Option<u32>,
+    /// Share-sync rounds (the adapm modes).
+    #[command(flatten)]
+    pub share: crate::intents::ShareOptions,
     /// Output: report, JSON, plot.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -213,6 +216,8 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     let mut cfg = Config::sparse(args.dim);
     cfg.optimizer = Some(optimizer);
     cfg.workers_per_node = args.workers;
+    args.share.validate()?;
+    args.share.configure(&mut cfg);
     args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
     args.budget.configure(&mut cfg)?;

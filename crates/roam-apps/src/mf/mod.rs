@@ -98,6 +98,9 @@ pub struct Args {
     /// Checkpoints and resuming.
     #[command(flatten)]
     pub checkpoint: checkpointing::Options,
+    /// Share-sync rounds (the adapm modes).
+    #[command(flatten)]
+    pub share: crate::intents::ShareOptions,
     /// Output: report, JSON, plot.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -200,6 +203,8 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     };
     cfg.replicated_keys = plan.keys.clone();
     args.replication.configure(&mut cfg, plan.keys.len());
+    args.share.validate()?;
+    args.share.configure(&mut cfg);
     args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
     let node = args.mode.start(cfg).context("starting the roam node")?;

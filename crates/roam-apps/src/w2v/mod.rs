@@ -207,6 +207,9 @@ pub struct Args {
     /// Checkpoints and resuming.
     #[command(flatten)]
     pub checkpoint: crate::checkpointing::Options,
+    /// Share-sync rounds (the adapm modes).
+    #[command(flatten)]
+    pub share: crate::intents::ShareOptions,
     /// Output: report, JSON, plot.
     #[command(flatten)]
     pub output: crate::output::OutputArgs,
@@ -472,6 +475,8 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     };
     cfg.replica_sync_every = Duration::from_secs_f64(sync_ms / 1e3);
     let sync_every = cfg.replica_sync_every;
+    args.share.validate()?;
+    args.share.configure(&mut cfg);
     args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
     let node = args.mode.start(cfg).context("starting the node")?;

@@ -31,8 +31,8 @@
 //! leaves, revokes and promotions.
 //!
 //! Synchronisation, as for the static replicated keys (`replica.rs`) with the owner as hub and
-//! its record as the primary: every `share_sync_every` each member sends the deltas of its
-//! replicas to their owners (`ShareDeltas`, numbered rounds; in flight until acknowledged),
+//! its record as the primary: each round (by the work clock or at the latest every period,
+//! [`ShareSync`]) each member sends the deltas of its replicas to their owners (`ShareDeltas`, numbered rounds; in flight until acknowledged),
 //! the owner adds them into its record, and sends every sharer the keys whose value changed
 //! since its last broadcast (`ShareValues` with the last round of that member it applied); a
 //! member sets its replica to that value plus its deltas still in flight plus its pending one.
@@ -99,8 +99,61 @@ pub enum IntentTechniques {
     ReplicateOnly,
 }
 
-/// Default time between two share-sync rounds.
+/// Default time between two share-sync rounds by time alone.
 pub const DEFAULT_SHARE_SYNC_NS: u64 = 10_000_000;
+
+/// The shells' default work clock (key-updates per shared key between two rounds), measured in
+/// `docs/benchmarks.md` ("Share-sync rounds by work").
+pub const DEFAULT_SHARE_UPDATES_PER_KEY: u64 = 4;
+
+/// The shells' default longest time between two rounds with the work clock on.
+pub const DEFAULT_SHARE_SYNC_BOUND_NS: u64 = 100_000_000;
+
+/// When share-sync rounds run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShareSync {
+    /// Time between the starts of two rounds, in nanoseconds (at least 1; `u64::MAX`: one
+    /// round at the start, then replicas change only by grants and leaves, or by the work
+    /// clock if one is set). With a work clock, the longest time between two rounds.
+    pub every_ns: u64,
+    /// A *work clock* for the rounds (0: off, rounds by time only). When set, a round also
+    /// starts as soon as, since the last round started, this node's workers pushed this
+    /// many key-updates per key shared here (held as a replica or owned and shared out; at
+    /// least one key) into the local store, or, as an owner, it received deltas or gradient
+    /// sums of as many keys as are shared here (each stands for this many updates). Staleness
+    /// in updates per key is what training quality depends on; a clock in updates keeps it,
+    /// and the sync's share of the CPU, the same on fast and slow machines, where a period in
+    /// wall time does not (`replica.rs` has the same clock for static replicas).
+    pub updates_per_key: u64,
+}
+
+impl ShareSync {
+    /// Rounds every `every_ns`, by time only.
+    pub const fn every(every_ns: u64) -> Self {
+        Self {
+            every_ns,
+            updates_per_key: 0,
+        }
+    }
+}
+
+impl ShareSync {
+    /// About how long a replica waits between two rounds: the period, or with a work clock
+    /// (whose rounds come sooner) at most the default period.
+    pub fn typical_gap_ns(&self) -> u64 {
+        if self.updates_per_key > 0 {
+            self.every_ns.min(DEFAULT_SHARE_SYNC_NS)
+        } else {
+            self.every_ns
+        }
+    }
+}
+
+impl Default for ShareSync {
+    fn default() -> Self {
+        Self::every(DEFAULT_SHARE_SYNC_NS)
+    }
+}
 
 /// A key owned here that is shared.
 #[derive(Debug)]
@@ -179,6 +232,15 @@ pub(crate) struct Shares {
     pub(crate) techniques: IntentTechniques,
     sync_every: u64,
     next_round_at: Time,
+    /// The work clock (see [`ShareSync::updates_per_key`]; 0: rounds by time only).
+    updates_per_key: u64,
+    /// When an idle round timer next looks at the work clock.
+    next_poll_at: Time,
+    /// The work clock at the start of the last round: this node's key-updates, and the
+    /// updates that the deltas it received as an owner stand for.
+    work_at_round: (u64, u64),
+    /// Owner: updates that the deltas and gradient sums received so far stand for.
+    remote_updates: u64,
     round: u64,
     next_gen: u64,
     /// Owner: shared keys.
@@ -210,11 +272,15 @@ pub(crate) struct Shares {
 }
 
 impl Shares {
-    pub(crate) fn new(techniques: IntentTechniques, sync_every: u64) -> Self {
+    pub(crate) fn new(techniques: IntentTechniques, sync: ShareSync) -> Self {
         Self {
             techniques,
-            sync_every: sync_every.max(1),
+            sync_every: sync.every_ns.max(1),
             next_round_at: Time(0),
+            updates_per_key: sync.updates_per_key,
+            next_poll_at: Time(0),
+            work_at_round: (0, 0),
+            remote_updates: 0,
             round: 1,
             next_gen: 1,
             owned: BTreeMap::new(),
@@ -230,6 +296,12 @@ impl Shares {
             scratch: Vec::new(),
             rearm: false,
         }
+    }
+
+    /// How often an idle round timer looks at the work clock: every 5 ms
+    /// ([`crate::replica::WORK_POLL_NS`]), or four times a period if that is shorter.
+    fn poll_every(&self) -> u64 {
+        crate::replica::WORK_POLL_NS.min(self.sync_every / 4).max(1)
     }
 
     fn active(&self) -> bool {

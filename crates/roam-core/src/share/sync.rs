@@ -33,22 +33,54 @@ type Leaving = (Vec<Key>, Vec<u32>, Vec<f32>);
 type Gradients = (Vec<Key>, Vec<f32>);
 
 impl Node {
-    /// The next share-sync round, while anything is shared with or by this node.
+    /// The next share-sync round, while anything is shared with or by this node (with a work
+    /// clock: the next look at it, if sooner).
     pub(crate) fn share_timeout(&self) -> Option<Time> {
+        if !self.shares.active() {
+            return None;
+        }
+        let next = self.shares.next_round_at;
+        if self.shares.updates_per_key > 0 {
+            return Some(next.min(self.shares.next_poll_at));
+        }
         // A period of `u64::MAX` (the exhaustive explorer's): one round at the start, then
         // replicas change only by grants and leaves.
-        let next = self.shares.next_round_at;
-        (self.shares.active() && next != Time(u64::MAX)).then_some(next)
+        (next != Time(u64::MAX)).then_some(next)
     }
 
-    /// Runs a share-sync round if one is due.
+    /// Runs a share-sync round if one is due (by time or by the work clock).
     pub(crate) fn share_handle_timeout(&mut self, now: Time) {
-        if !self.shares.active() || now < self.shares.next_round_at {
+        if !self.shares.active() {
             return;
         }
-        self.shares.next_round_at = Time(now.0.saturating_add(self.shares.sync_every));
+        if now < self.shares.next_round_at && !self.share_worked_enough() {
+            if self.shares.updates_per_key > 0 {
+                self.shares.next_poll_at = Time(now.0.saturating_add(self.shares.poll_every()));
+            }
+            return;
+        }
+        let shares = &mut self.shares;
+        shares.next_round_at = Time(now.0.saturating_add(shares.sync_every));
+        shares.next_poll_at = Time(now.0.saturating_add(shares.poll_every()));
+        shares.work_at_round = (self.store.local_updates(), shares.remote_updates);
         self.send_share_deltas();
         self.broadcast_shared();
+    }
+
+    /// Whether the work clock calls for a round: this node's own key-updates since the last
+    /// round, or the updates that the deltas it received as an owner stand for, reached the
+    /// count for the keys shared here. Either alone, never their sum (as for static replicas:
+    /// a busy node's rounds follow its own work, received deltas drive an idle owner).
+    fn share_worked_enough(&self) -> bool {
+        let s = &self.shares;
+        if s.updates_per_key == 0 {
+            return false;
+        }
+        let shared = (s.held.len() + s.owned.len()).max(1) as u64;
+        let due = s.updates_per_key.saturating_mul(shared);
+        let local = self.store.local_updates();
+        local.saturating_sub(s.work_at_round.0) >= due
+            || s.remote_updates.saturating_sub(s.work_at_round.1) >= due
     }
 
     /// Member: sends the pending deltas of the replicas held here to their owners.
@@ -245,6 +277,9 @@ impl Node {
         if !self.check_share_lengths(from, keys, values) {
             return;
         }
+        let weight = self.shares.updates_per_key;
+        self.shares.remote_updates =
+            (self.shares.remote_updates).saturating_add(weight.saturating_mul(keys.len() as u64));
         if round & GRADIENT_ROUND != 0 {
             return self.handle_share_gradients(from, keys, values);
         }

@@ -230,7 +230,10 @@ impl Sim {
                     balancer: cfg.balancer,
                     intent_timing: cfg.intent_timing,
                     intent_techniques: cfg.intent_techniques,
-                    share_sync_ns: cfg.share_sync_ns,
+                    share_sync: roam_core::ShareSync {
+                        every_ns: cfg.share_sync_ns,
+                        updates_per_key: cfg.share_updates_per_key,
+                    },
                     barrier_warn_every: cfg.barrier_warn_every,
                 };
                 let node = if joiner {

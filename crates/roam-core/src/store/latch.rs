@@ -130,18 +130,6 @@ pub(super) fn read_consistent<const TOUCH: bool>(
     }
 }
 
-/// A cache prefetch hint (no effect on other targets).
-#[inline(always)]
-pub(super) fn prefetch(ptr: *const i8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetching is a hint; it never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(ptr, std::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = ptr;
-}
-
 #[inline]
 fn backoff(spins: u32) -> u32 {
     if spins < 64 {

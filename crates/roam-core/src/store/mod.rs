@@ -146,7 +146,7 @@ mod replica_grad;
 mod replica_ops;
 mod values;
 
-use latch::{bumped, dirtied, latched, latched_as, prefetch, read_consistent};
+use latch::{bumped, dirtied, latched, latched_as, read_consistent};
 pub use values::apply;
 use values::{add_values, apply_to_record, as_plain, load_values, store_values};
 
@@ -667,6 +667,18 @@ impl Store {
             .map(Area::allocated_bytes)
             .sum()
     }
+}
+
+/// A cache prefetch hint (no effect on other targets).
+#[inline(always)]
+fn prefetch(ptr: *const i8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint; it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(ptr, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
 }
 
 #[cfg(test)]

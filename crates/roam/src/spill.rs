@@ -428,22 +428,34 @@ pub fn write_file(
     path: &Path,
     records: impl IntoIterator<Item = Result<(Key, Vec<f32>), SpillError>>,
 ) -> Result<u64, SpillError> {
+    write_file_summed(path, records).map(|(bytes, _)| bytes)
+}
+
+/// [`write_file`], also returning the CRC-32 of the whole file (what a checkpoint's manifest
+/// lists for it), computed from the bytes as they are written (no second read).
+pub(crate) fn write_file_summed(
+    path: &Path,
+    records: impl IntoIterator<Item = Result<(Key, Vec<f32>), SpillError>>,
+) -> Result<(u64, u32), SpillError> {
     let file = File::create(path).map_err(io_err(path, "create", 0))?;
     let mut out = BufWriter::with_capacity(BUF, file);
+    let mut crc = crc32fast::Hasher::new();
     out.write_all(MAGIC).map_err(io_err(path, "write", 0))?;
+    crc.update(MAGIC);
     let (mut at, mut bytes) = (MAGIC.len() as u64, Vec::new());
     for record in records {
         let (key, record) = record?;
         bytes.clear();
         encode(key, &record, &mut bytes);
         out.write_all(&bytes).map_err(io_err(path, "write", at))?;
+        crc.update(&bytes);
         at += bytes.len() as u64;
     }
     let file = out
         .into_inner()
         .map_err(|e| io_err(path, "write", at)(e.into_error()))?;
     file.sync_all().map_err(io_err(path, "sync", at))?;
-    Ok(at)
+    Ok((at, crc.finalize()))
 }
 
 /// Reads every record of the spill-format file at `path` in order (records of at most `max_len`

@@ -637,12 +637,13 @@ impl Worker {
         let written = match id {
             Some(id) => {
                 let primaries = shared.with_node(|node, _| {
-                    // Spilled rows first (`checkpoint/spill.rs`), under the node lock.
+                    // Spilled rows first (`checkpoint/spill.rs`), under the node lock; the
+                    // shard's report lists the file.
                     crate::checkpoint::spill::write_spilled(dir, id, rank, nodes, node)
-                        .map(|_| node.hub_primaries())
+                        .map(|spill| (node.hub_primaries(), spill))
                 });
                 primaries
-                    .and_then(|primaries| {
+                    .and_then(|(primaries, spill)| {
                         crate::checkpoint::write_shard(
                             dir,
                             id,
@@ -650,6 +651,7 @@ impl Worker {
                             nodes,
                             &shared.store,
                             &primaries,
+                            spill,
                         )
                     })
                     .map(Some)

@@ -63,7 +63,8 @@
 //! protocol lock, no allocation. Background work visits the store's keys in
 //! bounded chunks through [`Store::scan`].
 //!
-//! Files: this one holds the state word, the latch and the per-key and protocol paths;
+//! Files: this one holds the state word and the per-key and protocol paths; `latch.rs` the
+//! latch and the optimistic (sequence-lock) read;
 //! `batch.rs` the workers' batch paths; `grad.rs` the optimizer steps; `replica_ops.rs` the
 //! replica operations; `replica_grad.rs` the replicas' gradient accumulators;
 //! `evict.rs` the eviction clock; `values.rs` plain and atomic value access; `area.rs` and
@@ -140,10 +141,12 @@ const _: () = assert!(
 mod batch;
 mod evict;
 mod grad;
+mod latch;
 mod replica_grad;
 mod replica_ops;
 mod values;
 
+use latch::{bumped, dirtied, latched, latched_as, read_consistent};
 pub use values::apply;
 use values::{add_values, apply_to_record, as_plain, load_values, store_values};
 
@@ -429,25 +432,6 @@ impl Store {
         unsafe { self.area(key, s).record(key, (s & SLOT_MASK) as u32) }
     }
 
-    /// Latches `state` whatever its flags; returns the word observed before latching.
-    fn latch(state: &AtomicU64) -> u64 {
-        let mut spins = 0u32;
-        loop {
-            let s = state.load(Ordering::Relaxed);
-            if s & LATCH == 0
-                && state
-                    .compare_exchange_weak(s, s | LATCH, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                // Writes to the record must not become visible before the latch (see
-                // `read_consistent`).
-                fence(Ordering::Release);
-                return s;
-            }
-            spins = backoff(spins);
-        }
-    }
-
     /// Protocol only: the state word of `key`, created if the key is new here (sparse).
     fn state_for_protocol(&self, key: Key) -> &AtomicU64 {
         self.index
@@ -685,98 +669,6 @@ impl Store {
     }
 }
 
-/// `s` with its version bumped (and nothing else changed).
-#[inline(always)]
-fn bumped(s: u64) -> u64 {
-    (s & !VERSION_MASK) | (s.wrapping_add(VERSION_ONE) & VERSION_MASK)
-}
-
-/// Latches `state` if its word has a flag of `accept`, runs `f` with the word observed, and
-/// releases with the version bumped. Returns false, running nothing, if no flag of `accept` is
-/// set.
-#[inline(always)]
-fn latched(state: &AtomicU64, accept: u64, f: impl FnOnce(u64)) -> bool {
-    latched_as(state, accept, |s| {
-        f(s);
-        s
-    })
-}
-
-/// `s` with DIRTY set: a push reached the record (a replica's delta, or an owned value); and
-/// REFERENCED, for the eviction clock (free: the release store writes the word anyway).
-#[inline(always)]
-fn dirtied(s: u64) -> u64 {
-    s | DIRTY | REFERENCED
-}
-
-/// [`latched`] where `f` returns the word to release (before the version bump): the word
-/// observed with flags of its own changed (DIRTY and REFERENCED only: the latch holder never changes what
-/// the word says about where the record is).
-#[inline(always)]
-fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> u64) -> bool {
-    let mut spins = 0u32;
-    loop {
-        let s = state.load(Ordering::Relaxed);
-        if s & accept == 0 {
-            return false;
-        }
-        if s & LATCH == 0
-            && state
-                .compare_exchange_weak(s, s | LATCH, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        {
-            // Writes to the record must not become visible before the latch (see
-            // `read_consistent`).
-            fence(Ordering::Release);
-            // We hold the latch and the record is here, so the slot is valid and no other
-            // thread writes the record until we release.
-            let release = f(s);
-            debug_assert_eq!(
-                release & !(DIRTY | REFERENCED),
-                s & !(DIRTY | REFERENCED),
-                "only DIRTY and REFERENCED may change"
-            );
-            state.store(bumped(release), Ordering::Release);
-            return true;
-        }
-        spins = backoff(spins);
-    }
-}
-
-/// Runs `read` with the word observed while it shows the record held here and unlatched, until
-/// the word is unchanged after the read (a sequence lock: see the module docs). Returns false,
-/// running nothing more, once the record is not held here. `TOUCH`: a worker's read, which
-/// marks the row REFERENCED for the eviction clock.
-///
-/// Why it is exact: a writer latches (`Acquire` CAS, then a `Release` fence) before its first
-/// value store. If `read` saw any of those stores, the fences synchronise, so the reload after
-/// the `Acquire` fence sees the latch or a later word, which differs from the first one (every
-/// release bumps the version) and the read is retried. If it saw none, it copied the values as
-/// of the word, which were published by that word's `Release` store.
-#[inline(always)]
-fn read_consistent<const TOUCH: bool>(state: &AtomicU64, mut read: impl FnMut(u64)) -> bool {
-    let mut spins = 0u32;
-    loop {
-        let s = state.load(Ordering::Acquire);
-        if s & HELD == 0 {
-            return false;
-        }
-        if s & LATCH == 0 {
-            read(s);
-            fence(Ordering::Acquire);
-            if state.load(Ordering::Relaxed) == s {
-                if TOUCH && s & REFERENCED == 0 {
-                    // Once per row per clock sweep (see the module docs); a word that changed
-                    // meanwhile still gets the bit, which says nothing about the values.
-                    state.fetch_or(REFERENCED, Ordering::Relaxed);
-                }
-                return true;
-            }
-        }
-        spins = backoff(spins);
-    }
-}
-
 /// A cache prefetch hint (no effect on other targets).
 #[inline(always)]
 fn prefetch(ptr: *const i8) {
@@ -787,18 +679,6 @@ fn prefetch(ptr: *const i8) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = ptr;
-}
-
-#[inline]
-fn backoff(spins: u32) -> u32 {
-    if spins < 64 {
-        std::hint::spin_loop();
-    } else {
-        // A latch is held for a copy of one value; if it is still taken, its holder was
-        // descheduled, so give up the core.
-        std::thread::yield_now();
-    }
-    spins.saturating_add(1)
 }
 
 #[cfg(test)]

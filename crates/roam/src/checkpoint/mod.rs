@@ -22,6 +22,10 @@
 //!   checkpoint without its manifest does not exist, and a crash while writing leaves the
 //!   previous checkpoint (its manifest and its shards, which have another id) intact. Shards
 //!   of older ids are deleted once the new manifest is in place.
+//! - with spilled rows, one spill file per node, `spill-<id>-<rank>-of-<nodes>.bin`
+//!   (`spill.rs`), which the manifest lists with size and CRC-32 (`spill_files`; empty when no
+//!   node spills): a restore refuses a listed file that is missing, of another size or fails
+//!   its CRC-32, naming it.
 //!
 //! Invariants: no shard holds a key twice and every key of the cut is in exactly one shard
 //! (the core's cut); a shard's bytes depend only on the records it holds (no time, no id),
@@ -90,6 +94,12 @@ pub struct Manifest {
     pub tables: Vec<TableInfo>,
     /// The shards, by rank.
     pub shards: Vec<ShardInfo>,
+    /// Every spill file of the checkpoint (`spill.rs`), by rank: empty when no node spilled;
+    /// absent (`None`) in manifests written before the list, whose spill files a restore
+    /// reads unverified (with a warning: a missing or truncated file of such a checkpoint
+    /// cannot be told from "no spill").
+    #[serde(default)]
+    pub spill_files: Option<Vec<SpillFileInfo>>,
     /// The application's own state at the checkpoint (e.g. a learning-rate schedule's), as
     /// the caller gave it; `null` if none.
     #[serde(default)]
@@ -308,6 +318,27 @@ pub struct ShardInfo {
     /// shorter): a restoring node verifies the chunks it reads and skips the rest.
     #[serde(default)]
     pub chunk_crc32: Vec<u32>,
+    /// The rank's spill file, in its report only (rank 0 moves it to
+    /// [`Manifest::spill_files`], so that the report of a shard and of its spill file is one
+    /// atomic write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spill: Option<SpillFileInfo>,
+}
+
+/// One spill file as the manifest lists it ([`Manifest::spill_files`]); a restore refuses the
+/// checkpoint unless the file is there with exactly this size and CRC-32.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpillFileInfo {
+    /// File name, in the checkpoint directory (`spill-<id>-<rank>-of-<nodes>.bin`).
+    pub file: String,
+    /// The rank that wrote it.
+    pub rank: u32,
+    /// Spilled records in it.
+    pub records: u64,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// CRC-32 of the whole file (as for shards).
+    pub crc32: u32,
 }
 
 /// The name of rank `rank`'s shard of checkpoint `id` of `nodes` nodes.
@@ -427,4 +458,20 @@ pub enum RestoreError {
         /// What is wrong.
         reason: String,
     },
+    /// A spill file the manifest lists is missing, has another size, or fails its CRC-32.
+    #[error("{path}: {reason}")]
+    SpillFile {
+        /// The spill file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The checkpoint's spilled rows could not be read or restored (a damaged record of a
+    /// spill file of a manifest without the list, or a record that does not fit).
+    #[error("spilled rows: {0}")]
+    Spilled(roam_core::SpillError),
 }
+
+crate::error::embedded_from!(RestoreError {
+    Spilled(roam_core::SpillError),
+});

@@ -22,8 +22,8 @@ use roam_core::{Key, KeySpace};
 
 use super::chunks::{ChunkHasher, chunk_bytes};
 use super::{
-    CheckpointError, FORMAT, MANIFEST, Manifest, OptimizerInfo, ShardInfo, SpaceInfo, TableInfo,
-    VERSION, io_at, shard_name,
+    CheckpointError, FORMAT, MANIFEST, Manifest, OptimizerInfo, ShardInfo, SpaceInfo,
+    SpillFileInfo, TableInfo, VERSION, io_at, shard_name,
 };
 
 /// Bytes buffered per region before a positioned write.
@@ -182,7 +182,8 @@ fn visit_sorted(
     Ok(())
 }
 
-/// Writes this node's shard of checkpoint `id` into `dir` and its report; returns the report.
+/// Writes this node's shard of checkpoint `id` into `dir` and its report (which also carries
+/// `spill`, the node's spill file of the checkpoint, written before); returns the report.
 pub(crate) fn write_shard(
     dir: &Path,
     id: u64,
@@ -190,6 +191,7 @@ pub(crate) fn write_shard(
     nodes: u32,
     store: &Store,
     primaries: &[(Key, Vec<f32>)],
+    spill: Option<SpillFileInfo>,
 ) -> Result<ShardInfo, CheckpointError> {
     let space = store.space();
     let name = shard_name(id, rank, nodes);
@@ -270,6 +272,7 @@ pub(crate) fn write_shard(
         crc32: crc.finalize(),
         chunk_bytes: chunk,
         chunk_crc32,
+        spill,
     };
     let report = dir.join(format!("{}.json", info.file));
     write_atomic(&report, &serde_json::to_vec(&info).expect("plain struct"))?;
@@ -307,8 +310,9 @@ pub(crate) fn next_id(dir: &Path) -> u64 {
         .map_or(1, |m| m.id + 1)
 }
 
-/// Rank 0, after every node wrote its shard: gathers the reports, writes the manifest
-/// atomically, then removes the reports and the shards of older checkpoints.
+/// Rank 0, after every node wrote its shard: gathers the reports (each with the rank's spill
+/// file, if any, which goes to the manifest's list), writes the manifest atomically, then
+/// removes the reports and the shards of older checkpoints.
 pub(crate) fn finish_manifest(
     dir: &Path,
     id: u64,
@@ -317,16 +321,17 @@ pub(crate) fn finish_manifest(
     nodes: u32,
     space: &KeySpace,
 ) -> Result<Manifest, CheckpointError> {
-    let mut shards = Vec::new();
+    let (mut shards, mut spill_files) = (Vec::new(), Vec::new());
     for rank in 0..nodes {
         let report = dir.join(format!("{}.json", shard_name(id, rank, nodes)));
-        let info: ShardInfo = fs::read(&report)
+        let mut info: ShardInfo = fs::read(&report)
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
             .map_err(|reason| CheckpointError::Shard {
                 path: report.clone(),
                 reason,
             })?;
+        spill_files.extend(info.spill.take());
         shards.push(info);
     }
     let manifest = Manifest {
@@ -342,6 +347,7 @@ pub(crate) fn finish_manifest(
         optimizer: Some(OptimizerInfo::of(space.optimizer())),
         tables: TableInfo::of(space),
         shards,
+        spill_files: Some(spill_files),
         app,
     };
     let bytes = serde_json::to_vec_pretty(&manifest).expect("plain struct");

@@ -217,8 +217,7 @@ impl Args {
             crate::sampling::resolve(App::Kge, self.mode, self.sampling),
         )?;
         ensure!(
-            self.schedule != Schedule::Buckets
-                || self.sampling.is_none_or(|s| s == Scheme::Naive),
+            self.schedule != Schedule::Buckets || self.sampling.is_none_or(|s| s == Scheme::Naive),
             "--schedule buckets draws its negatives itself (from the parts held and the pool), \
              so it takes no --sampling scheme"
         );
@@ -466,9 +465,16 @@ mod tests {
                 .validate()
                 .unwrap();
         }
-        let err = args(&["--mode", "adapm", "--schedule", "buckets", "--sampling", "local"])
-            .validate()
-            .unwrap_err();
+        let err = args(&[
+            "--mode",
+            "adapm",
+            "--schedule",
+            "buckets",
+            "--sampling",
+            "local",
+        ])
+        .validate()
+        .unwrap_err();
         assert!(err.to_string().contains("takes no --sampling"), "{err}");
         for (mode, extra, needle) in [
             (
@@ -481,8 +487,16 @@ mod tests {
                 ["--intent-ahead", "0"],
                 "--intent-ahead must be at least 1",
             ),
-            ("adapm", ["--sampling", "preloc"], "only --sampling naive, local"),
-            ("adapm", ["--sampling", "pool:4"], "only --sampling naive, local"),
+            (
+                "adapm",
+                ["--sampling", "preloc"],
+                "only --sampling naive, local",
+            ),
+            (
+                "adapm",
+                ["--sampling", "pool:4"],
+                "only --sampling naive, local",
+            ),
         ] {
             let err = args(&[&["--mode", mode][..], &extra].concat())
                 .validate()

@@ -678,7 +678,11 @@ mod tests {
                 ["--intent-ahead", "0"],
                 "--intent-ahead must be at least 1",
             ),
-            ("adapm", ["--sampling", "preloc"], "only --sampling naive, local"),
+            (
+                "adapm",
+                ["--sampling", "preloc"],
+                "only --sampling naive, local",
+            ),
         ] {
             let err = args(&[&["--mode", mode][..], &extra].concat())
                 .validate()

@@ -355,7 +355,11 @@ impl<'w> State<'w> {
             }
         }
         // (Under `local` the negatives are placeholders still: the intent leaves them out.)
-        let negatives = if job.draw_ahead { &plan.negatives[..] } else { &[] };
+        let negatives = if job.draw_ahead {
+            &plan.negatives[..]
+        } else {
+            &[]
+        };
         for &w in plan.words.iter().chain(negatives) {
             if self.seen_out.insert(w, 0) {
                 self.local_keys.push(job.keys.syn1(w));

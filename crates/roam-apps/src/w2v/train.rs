@@ -20,10 +20,10 @@
 //!   under `naive`), and an intent signalled for the distinct keys it will pull (syn0 and
 //!   syn1neg of its words, syn1neg of its negatives) at the clock it will train at; the planned
 //!   batches wait in a queue, and roam moves their keys here shortly before their clock. No
-//!   `localize` is ever called;
-//!   Under `--sampling local` (AdaPM's "local sampling") a planned batch's negatives are not
-//!   drawn ahead: its intent names its sentence words' keys only, and the negatives are drawn
-//!   when the batch trains, from the output vectors held here then (no intent for them);
+//!   `localize` is ever called. Under `--sampling local` (AdaPM's "local sampling") a planned
+//!   batch's negatives are not drawn ahead: its intent names its sentence words' keys only,
+//!   and the negatives are drawn when the batch trains, from the output vectors held here then
+//!   (no intent names them);
 //! - the scheme decides which keys the negatives are (`local` only takes keys held here, which
 //!   changes their distribution) and whether drawing them moves keys;
 //! - nups modes: the replicated keys ([`Replicated`]) are read and pushed in every node's

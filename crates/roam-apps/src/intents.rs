@@ -15,7 +15,9 @@
 //! Negatives (kge, w2v) are drawn when their data point's intent is signalled, from the same
 //! registered sampler as in the other modes under the `naive` scheme (which neither moves keys
 //! nor changes the distribution), and named in the intent; at use time they are read with
-//! ordinary pulls.
+//! ordinary pulls. Under `--sampling local` (AdaPM's "local sampling") they are not: the
+//! intent names the data point's own keys only, and the negatives are drawn at use time from
+//! the keys held on the node ([`crate::sampling::draws_ahead`]).
 //!
 //! The report: every worker's counters ([`roam_core::stats::WorkerCounters`]: intents, their
 //! keys, the keys acted on, late intents, unchecked ones) and its current action window,

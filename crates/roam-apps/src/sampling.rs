@@ -8,9 +8,13 @@
 //! - `lapse`: `preloc` (Lapse's technique: negatives drawn ahead and localized);
 //! - `nups`: the app's measured best trade-off ([`default_scheme`]: `local` for word vectors,
 //!   `preloc` for KGE; numbers in docs/benchmarks.md, "Sampling");
-//! - `adapm`: `naive` only ([`check_scheme`]): the negatives of a data point are drawn when its
-//!   intent is signalled and named in it, so roam moves them by intent (`preloc` and `pool`
-//!   would move them a second way, `local` would change their distribution).
+//! - `adapm`: `naive` by default: the negatives of a data point are drawn when its intent is
+//!   signalled and named in it, so roam moves them by intent. `local` and `local:next` are
+//!   accepted too (AdaPM's own KGE setup, "local sampling"): the intents then name the data
+//!   point's own keys only, and the negatives are drawn at training time from the keys held
+//!   here, with no intent and no communication, at the price of their distribution
+//!   ([`draws_ahead`]). `preloc` and `pool` are refused ([`check_scheme`]): they would move the
+//!   negatives a second way, beside the intents.
 
 use anyhow::ensure;
 use roam::Scheme;
@@ -54,15 +58,25 @@ pub fn default_scheme(app: App, mode: Mode) -> Scheme {
     }
 }
 
-/// Refuses a scheme the mode cannot use: `adapm` draws its negatives ahead under `naive` and
-/// signals intents for them.
+/// Refuses a scheme the mode cannot use: `adapm` either draws its negatives ahead under
+/// `naive` and signals intents for them, or draws them at training time from its local keys
+/// (`local`); `preloc` and `pool` would move keys beside the intents.
 pub fn check_scheme(mode: Mode, scheme: Scheme) -> anyhow::Result<()> {
     ensure!(
-        !mode.signals_intents() || scheme == Scheme::Naive,
-        "--sampling {scheme}: mode adapm draws its negatives when it signals their intent \
-         (naive draws, moved by the intent), so it takes only --sampling naive"
+        !mode.signals_intents() || matches!(scheme, Scheme::Naive | Scheme::Local { .. }),
+        "--sampling {scheme}: mode adapm either draws its negatives when it signals their intent \
+         (naive, moved by the intent) or from the keys held here (local, local:next, no \
+         intent); {scheme} would move them beside the intents, so it takes only --sampling \
+         naive, local or local:next"
     );
     Ok(())
+}
+
+/// Whether a mode that signals intents draws a data point's negatives when it signals the
+/// point's intent (and names them in it): under `naive`. Under `local` they are drawn when
+/// the point trains, from the keys held here then, and no intent names them.
+pub fn draws_ahead(scheme: Scheme) -> bool {
+    !matches!(scheme, Scheme::Local { .. })
 }
 
 /// The scheme of a run: `chosen`, or the mode's default.
@@ -94,13 +108,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn adapm_draws_naive_and_refuses_the_schemes_that_move_or_reshape_negatives() {
+    fn adapm_draws_naive_or_local_and_refuses_the_schemes_that_move_negatives() {
         for app in [App::Kge, App::W2v] {
             assert_eq!(default_scheme(app, Mode::Adapm), Scheme::Naive);
             assert_eq!(resolve(app, Mode::Adapm, None), Scheme::Naive);
         }
-        check_scheme(Mode::Adapm, Scheme::Naive).unwrap();
-        for bad in ["preloc", "pool:4", "pool:4:strict", "local", "local:next"] {
+        for good in ["naive", "local", "local:next"] {
+            let scheme = parse_scheme(good).unwrap();
+            check_scheme(Mode::Adapm, scheme).unwrap();
+            assert_eq!(draws_ahead(scheme), good == "naive");
+        }
+        for bad in ["preloc", "pool:4", "pool:4:strict"] {
             let scheme = parse_scheme(bad).unwrap();
             let err = check_scheme(Mode::Adapm, scheme).unwrap_err().to_string();
             assert!(err.contains("adapm") && err.contains(bad), "{err}");

@@ -180,6 +180,7 @@ impl Shared<'_> {
             plan: self.plan,
             sampler: self.sampler,
             buckets: self.buckets,
+            draw_ahead: sampling::draws_ahead(self.scheme),
         };
         let mut step = Step::default();
         let mut sampled_total = [0u64; 2];

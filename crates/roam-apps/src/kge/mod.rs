@@ -143,8 +143,11 @@ pub struct Args {
     pub workers_per_node: Option<u32>,
     /// Negative sampling scheme (roam's sampling API): naive, preloc, pool:U, pool:U:strict,
     /// local or local:next. Default per mode: preloc in lapse and nups, naive
-    /// elsewhere (`roam_apps::sampling::default_scheme`); adapm takes naive only (it draws a
-    /// triple's negatives when it signals the triple's intent).
+    /// elsewhere (`roam_apps::sampling::default_scheme`). adapm takes naive (it draws a
+    /// triple's negatives when it signals the triple's intent, which names them) or local /
+    /// local:next (AdaPM's own KGE setup: the intent names the triple's entities and relation
+    /// only, and the negatives come from the entities held here when it trains, not uniform;
+    /// docs/workloads-kge.md, "adapm with local negatives").
     #[arg(long, value_parser = crate::sampling::parse_scheme)]
     pub sampling: Option<Scheme>,
     /// Replication (the nups modes).
@@ -216,6 +219,11 @@ impl Args {
             self.mode,
             crate::sampling::resolve(App::Kge, self.mode, self.sampling),
         )?;
+        ensure!(
+            self.schedule != Schedule::Buckets || self.sampling.is_none_or(|s| s == Scheme::Naive),
+            "--schedule buckets draws its negatives itself (from the parts held and the pool), \
+             so it takes no --sampling scheme"
+        );
         self.replication.validate()?;
         if self.model == ModelKind::Rescal {
             ensure!(
@@ -452,14 +460,27 @@ mod tests {
     }
 
     #[test]
-    fn adapm_takes_naive_negatives_and_its_own_look_ahead_only() {
+    fn adapm_takes_naive_or_local_negatives_and_its_own_look_ahead_only() {
         args(&["--mode", "adapm"]).validate().unwrap();
         args(&["--mode", "adapm", "--intent-ahead", "50"])
             .validate()
             .unwrap();
-        args(&["--mode", "adapm", "--sampling", "naive"])
-            .validate()
-            .unwrap();
+        for scheme in ["naive", "local", "local:next"] {
+            args(&["--mode", "adapm", "--sampling", scheme])
+                .validate()
+                .unwrap();
+        }
+        let err = args(&[
+            "--mode",
+            "adapm",
+            "--schedule",
+            "buckets",
+            "--sampling",
+            "local",
+        ])
+        .validate()
+        .unwrap_err();
+        assert!(err.to_string().contains("takes no --sampling"), "{err}");
         for (mode, extra, needle) in [
             (
                 "lapse",
@@ -471,8 +492,16 @@ mod tests {
                 ["--intent-ahead", "0"],
                 "--intent-ahead must be at least 1",
             ),
-            ("adapm", ["--sampling", "preloc"], "only --sampling naive"),
-            ("adapm", ["--sampling", "pool:4"], "only --sampling naive"),
+            (
+                "adapm",
+                ["--sampling", "preloc"],
+                "only --sampling naive, local",
+            ),
+            (
+                "adapm",
+                ["--sampling", "pool:4"],
+                "only --sampling naive, local",
+            ),
         ] {
             let err = args(&[&["--mode", mode][..], &extra].concat())
                 .validate()

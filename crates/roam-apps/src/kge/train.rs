@@ -40,7 +40,10 @@
 //! `prepare_sample` and `sample_keys` under `naive`: exact uniform draws, nothing moves) into a
 //! queue, and an intent for its s, r, o and negatives at the clock it will train at; roam moves
 //! them here shortly before. When the triple trains its negatives are read with an ordinary
-//! pull, alongside the pull of s, o and r.
+//! pull, alongside the pull of s, o and r. Under `--sampling local` (AdaPM's own KGE setup,
+//! [`Epoch::draw_ahead`] false) the intent names s, r and o only, and the negatives are drawn
+//! when the triple trains, with `pull_sample`, from the entities held here then (owned, or
+//! replicas): no intent, no communication, not uniform.
 //!
 //! Under `--schedule buckets` the epoch is `buckets.rs`'s instead: rounds of entity parts, one
 //! intent per round, negatives from the parts held and a pool ([`Negatives::Pooled`]).
@@ -471,6 +474,9 @@ pub struct Epoch<'a> {
     pub sampler: SamplerId,
     /// The bucket schedule, when the run uses it (`buckets.rs`) instead of `partition`.
     pub buckets: Option<&'a Buckets>,
+    /// adapm mode: whether a triple's negatives are drawn when its intent is signalled and
+    /// named in it (`naive`), or drawn when it trains, from the keys held here (`local`).
+    pub draw_ahead: bool,
 }
 
 /// The prepared samples of an epoch: one handle per batch of positives, in order.
@@ -621,15 +627,26 @@ impl Epoch<'_> {
         let (ahead, per) = (hyper.intent_ahead.min(order.len()), 2 * hyper.neg_ratio);
         let counters = worker.counters();
         let [sampled_before, fallbacks_before] = crate::sampling::worker_counts(&counters);
-        // The drawn negatives of the triples whose intents are signalled, `per` each, in order.
-        let mut drawn: VecDeque<Key> = VecDeque::with_capacity((ahead + 1) * per);
-        let mut draw = vec![0; per];
+        let draw_ahead = self.draw_ahead;
+        // The drawn negatives of the triples whose intents are signalled, `per` each, in order
+        // (`naive`; `local` draws at training time and leaves this empty).
+        let mut drawn: VecDeque<Key> =
+            VecDeque::with_capacity(if draw_ahead { (ahead + 1) * per } else { 0 });
+        let mut draw = vec![0; if draw_ahead { per } else { 0 }];
         let mut keys: Vec<Key> = Vec::with_capacity(3 + per);
+        // `local`: handles prepared in batches (a `local` prepare draws nothing).
+        let mut samples = Samples {
+            sampler: self.sampler,
+            per,
+            len: order.len(),
+            prepared: 0,
+            queue: VecDeque::new(),
+        };
         // The clock at which triple `i` of this epoch trains is `base + i`.
         let base = worker.current_clock();
         let mut signal = |i: usize, drawn: &mut VecDeque<Key>| -> anyhow::Result<()> {
             let t = graph.train[order[i] as usize];
-            if per > 0 {
+            if draw_ahead && per > 0 {
                 let mut sample = worker.prepare_sample(self.sampler, per)?;
                 worker.sample_keys(&mut sample, &mut draw)?;
                 worker.finish_sample(sample);
@@ -655,18 +672,19 @@ impl Epoch<'_> {
             if i + ahead < order.len() {
                 signal(i + ahead, &mut drawn)?;
             }
-            for (slot, key) in negatives.iter_mut().zip(drawn.drain(..per)) {
-                *slot = key;
-            }
             let t = graph.train[triple as usize];
-            let push = step.run(
-                worker,
-                hyper,
-                graph,
-                t,
-                Negatives::Drawn(&negatives),
-                &mut sum,
-            )?;
+            let drawn_now = if draw_ahead {
+                for (slot, key) in negatives.iter_mut().zip(drawn.drain(..per)) {
+                    *slot = key;
+                }
+                Negatives::Drawn(&negatives)
+            } else {
+                if i % LOCAL_PREPARE == 0 {
+                    samples.prepare_to(worker, i + LOCAL_PREPARE)?;
+                }
+                Negatives::Sample(samples.of(worker, i)?)
+            };
+            let push = step.run(worker, hyper, graph, t, drawn_now, &mut sum)?;
             pending.push_back(push);
             retire_pushes(&mut pending, hyper.pushes_in_flight)?;
             worker.advance_clock();
@@ -676,11 +694,16 @@ impl Epoch<'_> {
                 since_tick = 0;
             }
         }
+        samples.finish(worker);
         let sum = end_epoch(pending, &counters, [sampled_before, fallbacks_before], sum)?;
         tick(since_tick);
         Ok(sum)
     }
 }
+
+/// adapm under `local`: positives whose sample handles are prepared at once (a `local`
+/// prepare draws nothing, so this only saves calls).
+const LOCAL_PREPARE: usize = 256;
 
 /// Waits for finished pushes, and for the oldest while more than `limit` are in flight.
 pub(super) fn retire_pushes(

@@ -140,7 +140,9 @@ pub struct Args {
     /// How negatives are drawn (roam's sampling schemes): naive, preloc, pool:U,
     /// pool:U:strict, local or local:next. Default by mode: lapse preloc, nups the measured
     /// best trade-off, the static modes naive (see docs/workloads-w2v.md, "Negatives"); adapm
-    /// takes naive only (it draws negatives when it signals their intent).
+    /// takes naive (it draws negatives when it signals their intent, which names them) or
+    /// local / local:next (the intent names the batch's words only; negatives come from the
+    /// output vectors held here when the batch trains, not the unigram distribution).
     #[arg(long, value_parser = crate::sampling::parse_scheme)]
     pub sampling: Option<roam::Scheme>,
     /// Consecutive sentences are trained from one batched pull and push of at most this many
@@ -525,6 +527,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         num_keys,
         localize: args.mode.localizes(),
         intents: args.mode.signals_intents(),
+        draw_ahead: crate::sampling::draws_ahead(args.scheme()),
         start: &start,
         negatives,
         evaluator: evaluator.as_ref(),
@@ -666,6 +669,9 @@ mod tests {
         let given = args(&["--mode", "adapm", "--intent-ahead", "2500"]);
         given.validate().unwrap();
         assert_eq!(given.intent_ahead_batches(1000), 3);
+        args(&["--mode", "adapm", "--sampling", "local"])
+            .validate()
+            .unwrap();
         for (mode, extra, needle) in [
             (
                 "lapse",
@@ -677,7 +683,11 @@ mod tests {
                 ["--intent-ahead", "0"],
                 "--intent-ahead must be at least 1",
             ),
-            ("adapm", ["--sampling", "preloc"], "only --sampling naive"),
+            (
+                "adapm",
+                ["--sampling", "preloc"],
+                "only --sampling naive, local",
+            ),
         ] {
             let err = args(&[&["--mode", mode][..], &extra].concat())
                 .validate()

@@ -20,7 +20,10 @@
 //!   under `naive`), and an intent signalled for the distinct keys it will pull (syn0 and
 //!   syn1neg of its words, syn1neg of its negatives) at the clock it will train at; the planned
 //!   batches wait in a queue, and roam moves their keys here shortly before their clock. No
-//!   `localize` is ever called;
+//!   `localize` is ever called. Under `--sampling local` (AdaPM's "local sampling") a planned
+//!   batch's negatives are not drawn ahead: its intent names its sentence words' keys only,
+//!   and the negatives are drawn when the batch trains, from the output vectors held here then
+//!   (no intent names them);
 //! - the scheme decides which keys the negatives are (`local` only takes keys held here, which
 //!   changes their distribution) and whether drawing them moves keys;
 //! - nups modes: the replicated keys ([`Replicated`]) are read and pushed in every node's
@@ -107,6 +110,9 @@ pub struct Job<'a> {
     pub localize: bool,
     /// Whether this worker signals intents for its batches instead (adapm mode).
     pub intents: bool,
+    /// adapm mode: whether a batch's negatives are drawn when it is planned and named in its
+    /// intent (`naive`), or drawn when it trains, from the keys held here (`local`).
+    pub draw_ahead: bool,
     /// Where the run starts (a resumed run: after the checkpoint's epoch, vectors from it).
     pub start: &'a crate::checkpointing::Start,
     /// The sampler of negatives (output vectors by count^neg_power).
@@ -331,7 +337,7 @@ impl<'w> State<'w> {
                 |_, out, n| out.resize(out.len() + n, 0),
             );
         }
-        if !plan.negatives.is_empty() {
+        if job.draw_ahead && !plan.negatives.is_empty() {
             self.neg_keys.resize(plan.negatives.len(), 0);
             let mut sample = self.w.prepare_sample(job.negatives, plan.negatives.len())?;
             self.w.sample_keys(&mut sample, &mut self.neg_keys)?;
@@ -348,7 +354,13 @@ impl<'w> State<'w> {
                 self.local_keys.push(job.keys.syn0(w));
             }
         }
-        for &w in plan.words.iter().chain(&plan.negatives) {
+        // (Under `local` the negatives are placeholders still: the intent leaves them out.)
+        let negatives = if job.draw_ahead {
+            &plan.negatives[..]
+        } else {
+            &[]
+        };
+        for &w in plan.words.iter().chain(negatives) {
             if self.seen_out.insert(w, 0) {
                 self.local_keys.push(job.keys.syn1(w));
             }
@@ -403,8 +415,13 @@ impl<'w> State<'w> {
         if self.plan.words.is_empty() {
             return Ok(SentenceStats::default());
         }
-        if !job.intents {
-            // (adapm drew them when the batch was planned.)
+        if job.intents && !job.draw_ahead {
+            // adapm under `local`: drawn now, from the keys held here now.
+            let wanted = self.plan.negatives.len();
+            self.sample = Some(self.w.prepare_sample(job.negatives, wanted)?);
+        }
+        if !job.intents || !job.draw_ahead {
+            // (adapm under `naive` drew them when the batch was planned.)
             self.draw_negatives(job)?;
         }
         let (dim, km) = (self.dim, job.keys);

@@ -115,7 +115,7 @@ class Node:
             the time between rounds.
         share_sync_updates_per_key: a work clock for those rounds: one starts once the node
             pushed this many keys per key shared there since the last one (default: roam's,
-            4; 0: rounds by time only).
+            2; 0: rounds by time only).
         restore_from: start from the checkpoint in this directory (written by
             :meth:`Worker.checkpoint`, on any number of nodes): each node loads the keys it is
             home of. A damaged checkpoint, or one of another key space, raises ``StartError``

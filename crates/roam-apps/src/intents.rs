@@ -45,7 +45,7 @@ pub struct ShareOptions {
     #[arg(long, value_name = "MS")]
     pub share_sync_every_ms: Option<f64>,
     /// adapm modes: a share-sync round starts once a node pushed this many keys per key shared
-    /// there since the last one (roam's default: 4; 0: rounds by time only).
+    /// there since the last one (roam's default: 2; 0: rounds by time only).
     #[arg(long, value_name = "N")]
     pub share_sync_updates_per_key: Option<u64>,
 }

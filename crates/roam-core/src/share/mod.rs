@@ -104,7 +104,7 @@ pub const DEFAULT_SHARE_SYNC_NS: u64 = 10_000_000;
 
 /// The shells' default work clock (key-updates per shared key between two rounds), measured in
 /// `docs/benchmarks.md` ("Share-sync rounds by work").
-pub const DEFAULT_SHARE_UPDATES_PER_KEY: u64 = 4;
+pub const DEFAULT_SHARE_UPDATES_PER_KEY: u64 = 2;
 
 /// The shells' default longest time between two rounds with the work clock on.
 pub const DEFAULT_SHARE_SYNC_BOUND_NS: u64 = 100_000_000;

@@ -246,7 +246,8 @@ pub enum Msg<'a> {
         generations: &'a [u32],
         /// The keys.
         keys: &'a [Key],
-        /// Their final deltas, concatenated.
+        /// Their final deltas, concatenated; empty when all are zero (a replica only pushed
+        /// gradients to, whose sums go ahead in their own frame, changed nothing).
         values: &'a [f32],
     },
     /// At a member, from a shared key's owner that no longer wants the keys: take them over.

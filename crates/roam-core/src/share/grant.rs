@@ -179,7 +179,7 @@ impl Node {
         if !unexpected.is_empty() {
             let keys: Vec<Key> = unexpected.iter().map(|&(k, _)| k).collect();
             let generations: Vec<u32> = unexpected.iter().map(|&(_, g)| g as u32).collect();
-            let n: usize = keys.iter().map(|&k| self.cfg.space.len(k)).sum();
+            // No replica was installed, so nothing was pushed to it: no deltas.
             let frame = Frame::with_positions(
                 Kind::Leave,
                 self.cfg.id,
@@ -187,7 +187,7 @@ impl Node {
                 0,
                 &keys,
                 &generations,
-                n,
+                0,
             );
             self.send(from, frame);
         }
@@ -197,6 +197,21 @@ impl Node {
         self.check_evacuated();
     }
 
+    /// Whether every one of `keys` is in range; else warns.
+    pub(crate) fn check_share_keys(&mut self, from: NodeId, keys: &[Key]) -> bool {
+        match keys.iter().find(|&&key| !self.cfg.space.contains(key)) {
+            Some(&key) => {
+                self.warn(Warning::Relocation {
+                    from: Some(from),
+                    key,
+                    what: "share frame with a key out of range",
+                });
+                false
+            }
+            None => true,
+        }
+    }
+
     /// Whether `values` match the lengths of `keys` (all in range); else warns.
     pub(crate) fn check_share_lengths(
         &mut self,
@@ -204,18 +219,10 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) -> bool {
-        let mut total = 0usize;
-        for &key in keys {
-            if !self.cfg.space.contains(key) {
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "share frame with a key out of range",
-                });
-                return false;
-            }
-            total += self.cfg.space.len(key);
+        if !self.check_share_keys(from, keys) {
+            return false;
         }
+        let total: usize = keys.iter().map(|&key| self.cfg.space.len(key)).sum();
         if total != values.len() {
             self.warn(Warning::Relocation {
                 from: Some(from),

@@ -529,6 +529,13 @@ impl Node {
             if self.lost.contains(&owner) {
                 continue;
             }
+            // Replicas only pushed gradients to (their sums went ahead) have zero deltas: the
+            // leave then carries none (about a value's bytes per key under AdaGrad).
+            let deltas: &[f32] = if deltas.iter().all(|&d| d == 0.0) {
+                &[]
+            } else {
+                &deltas
+            };
             let mut frame = Frame::with_positions(
                 Kind::Leave,
                 self.cfg.id,
@@ -538,7 +545,7 @@ impl Node {
                 &generations,
                 deltas.len(),
             );
-            frame.values_mut().copy_from_slice(&deltas);
+            frame.values_mut().copy_from_slice(deltas);
             add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
             self.send(owner, frame);
         }
@@ -601,10 +608,15 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        if !self.check_share_lengths(from, keys, values) {
+        // No values: every final delta is zero (nothing to add).
+        if !values.is_empty() {
+            if !self.check_share_lengths(from, keys, values) {
+                return;
+            }
+            self.apply_member_deltas(from, keys, values);
+        } else if !self.check_share_keys(from, keys) {
             return;
         }
-        self.apply_member_deltas(from, keys, values);
         let mut released: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         for (&key, &generation) in keys.iter().zip(generations) {
             let Some(shared) = self.shares.owned.get_mut(&key) else {

@@ -27,9 +27,9 @@
 use crate::error::OpError;
 use crate::id::{Key, NodeId, ReqId};
 use crate::msg::encode;
-use crate::node::{Batch, Node};
+use crate::node::{Batch, Node, Time};
 use crate::relocate::Queued;
-use crate::wire::RejectCode;
+use crate::wire::{Frame, Kind, RejectCode};
 
 impl Node {
     /// The lost peer a request for `dest` would need, if `dest` is lost.
@@ -142,5 +142,81 @@ impl Node {
             let frame = encode::keys_lost(self.cfg.id, peer, keys);
             self.send(new_owner, frame);
         }
+    }
+}
+
+impl Node {
+    /// Fails the operations `ops` (still pending) at once, naming `peer`.
+    pub(crate) fn fail_now(&mut self, peer: NodeId, ops: impl Iterator<Item = u64>) {
+        for op in ops {
+            if let Some(p) = self.pending.get_mut(&op) {
+                p.remaining = 0;
+                p.error.get_or_insert(OpError::PeerGone { peer });
+                self.after_loss.retire(op);
+                self.settle(op);
+            }
+        }
+    }
+
+    /// Re-issues the pulls `ops` that were in flight when a peer was lost: a pull is
+    /// idempotent, so its unanswered keys are routed again with what this node knows now (a
+    /// key that needs the lost peer fails naming it, `dest_lost` or the home's `PeerLost`), and
+    /// answers that still come for the first routing are dropped as duplicates.
+    pub(crate) fn reissue_pulls(&mut self, now: Time, ops: Vec<u64>) {
+        for op in ops {
+            let Some(p) = self.pending.get_mut(&op) else {
+                continue;
+            };
+            p.reissued = true;
+            if p.error.is_some() {
+                // Failing already (a key needed the lost peer): nothing more to wait for.
+                p.remaining = 0;
+                self.settle(op);
+                continue;
+            }
+            let items: Vec<(u32, Key)> = p
+                .answered
+                .iter()
+                .zip(&p.keys)
+                .enumerate()
+                .filter(|(_, (done, _))| !**done)
+                .map(|(pos, (_, &key))| (pos as u32, key))
+                .collect();
+            self.route_pull(now, op, items.into_iter());
+            self.settle(op);
+        }
+    }
+
+    /// Takes the answers to positions still open from a pull answer that also repeats answered
+    /// ones (a re-issued pull gets both routings' answers); the rest is dropped.
+    pub(crate) fn accept_fresh_pull_part(&mut self, op: u64, from: NodeId, reply: &Frame) {
+        let Some(p) = self.pending.get(&op) else {
+            return;
+        };
+        let (keys, positions, values) = (reply.keys(), reply.positions(), reply.values());
+        if positions.len() != keys.len() {
+            return;
+        }
+        let mut fresh = Batch::default();
+        let mut offset = 0;
+        for (&key, &pos) in keys.iter().zip(positions) {
+            if !self.cfg.space.contains(key) {
+                return;
+            }
+            let len = self.cfg.space.len(key);
+            let Some(value) = values.get(offset..offset + len) else {
+                return;
+            };
+            offset += len;
+            if p.answered.get(pos as usize) == Some(&false) && p.keys.get(pos as usize) == Some(&key)
+            {
+                fresh.push(key, pos, value);
+            }
+        }
+        if offset != values.len() || fresh.keys.is_empty() {
+            return;
+        }
+        let part = fresh.into_reply(Kind::PullReply, from, ReqId(op));
+        self.accept_pull_answer(op, part);
     }
 }

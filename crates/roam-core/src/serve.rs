@@ -113,6 +113,16 @@ impl Node {
         if !self.dir.is_member(origin) {
             return self.warn(Warning::UnknownSender { from: origin });
         }
+        if from != origin && self.lost.contains(&from) && !self.lost.contains(&origin) {
+            // Forwarded by a node this one knows is lost: it went through the lost node, and
+            // its requester's flush counts on it being refused from now on (`loss_flush.rs`).
+            let all = Batch {
+                keys: request.keys.to_vec(),
+                positions: request.positions.to_vec(),
+                values: Vec::new(),
+            };
+            return self.reject(origin, req, all, RejectCode::PeerLost, u64::from(from.0));
+        }
         let checked = self
             .validate_request(&request, mode.is_some())
             .and_then(|()| {
@@ -310,6 +320,8 @@ impl Node {
     ) -> Option<u64> {
         let op = req.0;
         match self.pending.get_mut(&op) {
+            // A late answer of an operation a loss ended (`loss_flush.rs`).
+            None if self.after_loss.is_retired(op) => None,
             None => {
                 self.warn(Warning::UnknownRequest { from, kind, req });
                 None
@@ -349,6 +361,12 @@ impl Node {
             return;
         };
         self.learn_locations(from, frame.keys());
+        if self.pending[&op].reissued {
+            // Both routings of a re-issued pull answer (`peer_loss.rs`): the first answer to
+            // each position counts.
+            self.accept_fresh_pull_part(op, from, &frame);
+            return self.settle(op);
+        }
         let claimed = frame.positions().to_vec();
         if !self.accept_pull_answer(op, frame) {
             self.fail(
@@ -397,12 +415,24 @@ impl Node {
         positions: &[u32],
     ) {
         let op = req.0;
-        if !self.pending.contains_key(&op) {
+        let Some(p) = self.pending.get(&op) else {
+            if self.after_loss.is_retired(op) {
+                return;
+            }
             return self.warn(Warning::UnknownRequest {
                 from,
                 kind: Kind::Reject,
                 req,
             });
+        };
+        if p.reissued
+            && !positions.is_empty()
+            && positions
+                .iter()
+                .all(|&pos| p.answered.get(pos as usize) == Some(&true))
+        {
+            // Refuses the first routing of a re-issued pull whose keys were answered since.
+            return;
         }
         if code == RejectCode::PeerLost
             && let Ok(peer) = u32::try_from(culprit)

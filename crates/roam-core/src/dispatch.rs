@@ -7,8 +7,8 @@
 //! touched, and an undecodable one is answered with a reject naming its culprit when it had a
 //! requester; after a peer is lost no operation waits on it, including operations that may be
 //! forwarded through it once the first home move is known (`note_first_move`). What a loss
-//! takes with it, and why later operations fail exactly when they need the lost node, is
-//! `peer_loss.rs`'s.
+//! takes with it, why later operations fail exactly when they need the lost node, and how
+//! pulls and pushes in flight are told apart, is `peer_loss.rs`'s (and `loss_flush.rs`'s).
 
 use crate::error::OpError;
 use crate::id::NodeId;
@@ -320,7 +320,8 @@ impl Node {
 
     /// This node learnt of its first home move (its table's epoch left 0) after a peer was
     /// lost: operations issued when no request was ever forwarded may now be on their way
-    /// through the lost peer, so they fail as they would have, had the move been known then.
+    /// through the lost peer, so they fail (conservatively, pulls and pushes too: the loss's
+    /// flush is over, `loss_flush.rs`).
     pub(crate) fn note_first_move(&mut self, epoch_before: u32) {
         if epoch_before == 0
             && self.dir.epoch() > 0

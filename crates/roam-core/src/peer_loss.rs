@@ -14,15 +14,32 @@
 //!   as lost, and fails accesses to it naming L;
 //! - keys that are local, or homed and owned on survivors, keep working.
 //!
-//! What the node cannot tell apart is failed conservatively, once, at the moment it learns of
-//! the loss: every operation in flight that may have been forwarded through L (all remote ones
-//! once keys can move, `dispatch.rs`), and every relocation into this node in flight (it does
-//! not know where the value was coming from). Their keys are recorded as lost, so a value that
-//! lands later is discarded rather than revived beside a record that names another node.
+//! Operations in flight when the node learns of the loss (once keys can move, any of them may
+//! have been forwarded through L) fail only if they needed L:
+//! - a pull is idempotent, so its unanswered keys are re-issued ([`Node::reissue_pulls`]),
+//!   routed with what the node knows now: those that need L fail naming it as above, the others
+//!   are answered; an answer that still comes for the first routing is recognised as a
+//!   duplicate (the position is answered already) and dropped, and so are late answers once the
+//!   pull completed (`AfterLoss::retired`);
+//! - a push is not idempotent: it waits for the survivors' flush (`loss_flush.rs`), after
+//!   which its positions still unanswered and held queued by no survivor fail naming L — they
+//!   went to L (or through it) and were not applied; the others complete. A survivor refuses a
+//!   request forwarded by L once it knows of the loss, naming L (`serve.rs`), so that a push L
+//!   passed on is either refused or taken before the survivor's loss notice, which the flush
+//!   accounts for. A push of several keys fails as a whole if one of its keys needed L; its
+//!   other keys may have been applied (as for any failed push).
 //!
-//! Invariants: nothing waits on a lost peer; a key recorded as lost stays in transit in the
-//! store (so the fast path never serves it) and is answered with L's name on every path; a
-//! clean departure (goodbye) loses no key.
+//! What the node still cannot tell apart is failed conservatively, once, when it learns of the
+//! loss: every other remote operation in flight (localize, home moves, drains), and every
+//! relocation into this node in flight (it does not know where the value was coming from).
+//! Their keys are recorded as lost, so a value that lands later is discarded rather than
+//! revived beside a record that names another node. A node that is not a member (joining) or
+//! that left cleanly takes part in no flush and fails its pulls and pushes in flight too.
+//!
+//! Invariants: nothing waits on a lost peer (a flush waits only on survivors, and drops one
+//! that is lost during it); a key recorded as lost stays in transit in the store (so the fast
+//! path never serves it) and is answered with L's name on every path; a clean departure
+//! (goodbye) loses no key.
 
 use crate::error::OpError;
 use crate::id::{Key, NodeId, ReqId};

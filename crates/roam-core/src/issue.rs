@@ -34,7 +34,11 @@ impl Node {
         add(&self.counters.remote_pull_ops, 1);
         let op = self.new_op(worker, OpKind::Pull, keys.len(), out_offsets.to_vec());
         self.pending.get_mut(&op).expect("just created").keys = keys.to_vec();
-        self.route_pull(now, op, keys.iter().enumerate().map(|(p, &k)| (p as u32, k)));
+        self.route_pull(
+            now,
+            op,
+            keys.iter().enumerate().map(|(p, &k)| (p as u32, k)),
+        );
         self.settle(op);
         ReqId(op)
     }

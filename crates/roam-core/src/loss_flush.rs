@@ -195,7 +195,10 @@ impl Node {
             .flat_map(|transit| &transit.queue)
             .filter_map(|queued| match *queued {
                 Queued::RemotePush {
-                    origin: o, req, pos, ..
+                    origin: o,
+                    req,
+                    pos,
+                    ..
                 } if o == origin => Some((req.0, pos)),
                 _ => None,
             })

@@ -225,7 +225,8 @@ impl Node {
                 return;
             };
             offset += len;
-            if p.answered.get(pos as usize) == Some(&false) && p.keys.get(pos as usize) == Some(&key)
+            if p.answered.get(pos as usize) == Some(&false)
+                && p.keys.get(pos as usize) == Some(&key)
             {
                 fresh.push(key, pos, value);
             }

@@ -51,7 +51,10 @@ fn setup(sim: &mut Sim, rng: &mut impl Rng) {
     for node in 0..NODES {
         let mut first = Vec::new();
         if node == 0 {
-            first.push(Op::push((0..KEYS).collect::<Vec<_>>(), vec![1.0; KEYS as usize]));
+            first.push(Op::push(
+                (0..KEYS).collect::<Vec<_>>(),
+                vec![1.0; KEYS as usize],
+            ));
             first.push(Op::Barrier);
         } else {
             first.push(Op::Barrier);
@@ -70,12 +73,7 @@ fn setup(sim: &mut Sim, rng: &mut impl Rng) {
 
 /// A random operation: a pull of 1-3 keys, or (with `push`) a push of small integers to one
 /// key, or to two that do not need the lost node.
-fn random_op(
-    rng: &mut impl Rng,
-    needs: &dyn Fn(Key) -> bool,
-    localize: bool,
-    push: bool,
-) -> Op {
+fn random_op(rng: &mut impl Rng, needs: &dyn Fn(Key) -> bool, localize: bool, push: bool) -> Op {
     let key = |rng: &mut dyn rand::RngCore| rand::Rng::random_range(rng, 0..KEYS);
     let roll = rng.random_range(0..10);
     if localize && roll == 0 {
@@ -99,10 +97,7 @@ fn random_op(
     if !localize && rng.random_bool(0.5) && second != first && !needs(second) && !needs(first) {
         keys.push(second);
     }
-    let vals: Vec<f32> = keys
-        .iter()
-        .map(|_| rng.random_range(1..4) as f32)
-        .collect();
+    let vals: Vec<f32> = keys.iter().map(|_| rng.random_range(1..4) as f32).collect();
     if async_op {
         Op::push_async(keys, vals)
     } else {
@@ -157,7 +152,10 @@ fn needs_fn(sim: &Sim, lost: NodeId, from: NodeId) -> impl Fn(Key) -> bool + 'st
     let needed: Vec<bool> = (0..KEYS)
         .map(|key| {
             let home = sim.node(NodeId(0)).directory().home(key);
-            let owner = sim.node(home).recorded_owner(key).expect("the home records it");
+            let owner = sim
+                .node(home)
+                .recorded_owner(key)
+                .expect("the home records it");
             owner != from && (home == lost || owner == lost)
         })
         .collect();
@@ -167,20 +165,23 @@ fn needs_fn(sim: &Sim, lost: NodeId, from: NodeId) -> impl Fn(Key) -> bool + 'st
 fn check_common(seed: u64, sim: &Sim, lost: NodeId) {
     for node in (0..NODES).map(NodeId).filter(|&n| n != lost) {
         let n = sim.node(node);
-        assert!(n.is_lost(lost), "seed {seed}: {node} never learnt of the loss");
+        assert!(
+            n.is_lost(lost),
+            "seed {seed}: {node} never learnt of the loss"
+        );
         assert_eq!(n.pending_ops(), 0, "seed {seed}: {node}");
-        assert_eq!(n.loss_flushes(), 0, "seed {seed}: {node}: a flush never ended");
+        assert_eq!(
+            n.loss_flushes(),
+            0,
+            "seed {seed}: {node}: a flush never ended"
+        );
         for other in (0..NODES).map(NodeId).filter(|&o| o != lost && o != node) {
             assert!(!n.is_lost(other), "seed {seed}: a live peer was suspected");
         }
     }
     for op in surviving_ops(sim) {
         if let Some(err) = op.error() {
-            assert_eq!(
-                err,
-                &OpError::PeerGone { peer: lost },
-                "seed {seed}: {op}"
-            );
+            assert_eq!(err, &OpError::PeerGone { peer: lost }, "seed {seed}: {op}");
         }
     }
     let finals = finals(sim);
@@ -236,7 +237,9 @@ fn a_silent_peer_fails_exactly_the_operations_in_flight_that_needed_it() {
         let needs: Vec<_> = (0..NODES)
             .map(|n| needs_fn(&sim, lost, NodeId(n)))
             .collect();
-        let ops: Vec<_> = surviving_ops(&sim).filter(|op| op.id >= setup_ops).collect();
+        let ops: Vec<_> = surviving_ops(&sim)
+            .filter(|op| op.id >= setup_ops)
+            .collect();
         // When each node learnt of the loss, at the latest: its first failure.
         let first_failure = |node: NodeId| {
             ops.iter()

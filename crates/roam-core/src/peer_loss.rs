@@ -204,37 +204,45 @@ impl Node {
         }
     }
 
-    /// Takes the answers to positions still open from a pull answer that also repeats answered
-    /// ones (a re-issued pull gets both routings' answers); the rest is dropped.
-    pub(crate) fn accept_fresh_pull_part(&mut self, op: u64, from: NodeId, reply: &Frame) {
+    /// Takes the answers to positions still open from a pull answer that may also repeat
+    /// answered ones (a re-issued pull gets both routings' answers; the repeats are dropped).
+    /// False if the answer is malformed: a position out of range, a key other than the one
+    /// asked there, or values that do not match the keys.
+    pub(crate) fn accept_fresh_pull_part(&mut self, op: u64, from: NodeId, reply: &Frame) -> bool {
         let Some(p) = self.pending.get(&op) else {
-            return;
+            return false;
         };
         let (keys, positions, values) = (reply.keys(), reply.positions(), reply.values());
         if positions.len() != keys.len() {
-            return;
+            return false;
         }
         let mut fresh = Batch::default();
         let mut offset = 0;
         for (&key, &pos) in keys.iter().zip(positions) {
-            if !self.cfg.space.contains(key) {
-                return;
+            if !self.cfg.space.contains(key) || p.keys.get(pos as usize) != Some(&key) {
+                return false;
             }
             let len = self.cfg.space.len(key);
             let Some(value) = values.get(offset..offset + len) else {
-                return;
+                return false;
             };
             offset += len;
-            if p.answered.get(pos as usize) == Some(&false)
-                && p.keys.get(pos as usize) == Some(&key)
-            {
-                fresh.push(key, pos, value);
+            if p.answered[pos as usize] {
+                continue;
             }
+            if fresh.positions.contains(&pos) {
+                // Twice in one answer: not a repeat of another routing's answer.
+                return false;
+            }
+            fresh.push(key, pos, value);
         }
-        if offset != values.len() || fresh.keys.is_empty() {
-            return;
+        if offset != values.len() {
+            return false;
         }
-        let part = fresh.into_reply(Kind::PullReply, from, ReqId(op));
-        self.accept_pull_answer(op, part);
+        if !fresh.keys.is_empty() {
+            let part = fresh.into_reply(Kind::PullReply, from, ReqId(op));
+            self.accept_pull_answer(op, part);
+        }
+        true
     }
 }

@@ -361,14 +361,15 @@ impl Node {
             return;
         };
         self.learn_locations(from, frame.keys());
-        if self.pending[&op].reissued {
+        let claimed = frame.positions().to_vec();
+        let accepted = if self.pending[&op].reissued {
             // Both routings of a re-issued pull answer (`peer_loss.rs`): the first answer to
             // each position counts.
-            self.accept_fresh_pull_part(op, from, &frame);
-            return self.settle(op);
-        }
-        let claimed = frame.positions().to_vec();
-        if !self.accept_pull_answer(op, frame) {
+            self.accept_fresh_pull_part(op, from, &frame)
+        } else {
+            self.accept_pull_answer(op, frame)
+        };
+        if !accepted {
             self.fail(
                 op,
                 OpError::Rejected {

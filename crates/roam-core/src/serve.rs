@@ -310,14 +310,15 @@ impl Node {
         }
     }
 
-    /// The pending operation `req` names, if it is of `kind`; warns otherwise.
+    /// The pending operation `req` names, if it is of `kind`, and whether it was re-issued
+    /// after a loss; warns otherwise.
     fn answered_op(
         &mut self,
         from: NodeId,
         kind: Kind,
         req: ReqId,
         expected: OpKind,
-    ) -> Option<u64> {
+    ) -> Option<(u64, bool)> {
         let op = req.0;
         match self.pending.get_mut(&op) {
             // A late answer of an operation a loss ended (`loss_flush.rs`).
@@ -339,8 +340,9 @@ impl Node {
                 if !asked_first {
                     p.forwarded = true;
                 }
+                let reissued = p.reissued;
                 self.observe_answer(from, issued, asked_first);
-                Some(op)
+                Some((op, reissued))
             }
         }
     }
@@ -357,12 +359,13 @@ impl Node {
     }
 
     pub(crate) fn handle_pull_reply(&mut self, _now: Time, from: NodeId, req: ReqId, frame: Frame) {
-        let Some(op) = self.answered_op(from, Kind::PullReply, req, OpKind::Pull) else {
+        let Some((op, reissued)) = self.answered_op(from, Kind::PullReply, req, OpKind::Pull)
+        else {
             return;
         };
         self.learn_locations(from, frame.keys());
         let claimed = frame.positions().to_vec();
-        let accepted = if self.pending[&op].reissued {
+        let accepted = if reissued {
             // Both routings of a re-issued pull answer (`peer_loss.rs`): the first answer to
             // each position counts.
             self.accept_fresh_pull_part(op, from, &frame)
@@ -392,7 +395,7 @@ impl Node {
     }
 
     pub(crate) fn handle_push_reply(&mut self, from: NodeId, req: ReqId, positions: &[u32]) {
-        let Some(op) = self.answered_op(from, Kind::PushReply, req, OpKind::Push) else {
+        let Some((op, _)) = self.answered_op(from, Kind::PushReply, req, OpKind::Push) else {
             return;
         };
         for &pos in positions {

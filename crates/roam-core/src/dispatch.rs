@@ -7,8 +7,8 @@
 //! touched, and an undecodable one is answered with a reject naming its culprit when it had a
 //! requester; after a peer is lost no operation waits on it, including operations that may be
 //! forwarded through it once the first home move is known (`note_first_move`). What a loss
-//! takes with it, and why later operations fail exactly when they need the lost node, is
-//! `peer_loss.rs`'s.
+//! takes with it, why later operations fail exactly when they need the lost node, and how
+//! pulls and pushes in flight are told apart, is `peer_loss.rs`'s (and `loss_flush.rs`'s).
 
 use crate::error::OpError;
 use crate::id::NodeId;
@@ -65,10 +65,18 @@ impl Node {
             Msg::PeerLost { peer } => {
                 if self.dir.is_member(peer) {
                     self.handle_peer_lost(now, peer);
+                    // The notice is also round 0 of the flush after the loss (`loss_flush.rs`).
+                    self.handle_loss_round(from, peer, 0, &[], &[]);
                 } else {
                     self.warn(Warning::UnknownSender { from: peer });
                 }
             }
+            Msg::LossFlush {
+                peer,
+                round,
+                ops,
+                positions,
+            } => self.handle_loss_round(from, peer, round, ops, positions),
             Msg::MoveHome {
                 origin,
                 req,
@@ -193,12 +201,13 @@ impl Node {
         }
     }
 
-    /// `peer` disconnected or stopped answering: fail everything that may wait on it.
+    /// `peer` disconnected or stopped answering: fail everything that needs it.
     ///
     /// Under static allocation that is every operation with a frame sent to `peer`. Under dynamic
-    /// allocation any request in flight may have been forwarded to `peer`, so every operation
-    /// waiting for an answer fails, and so does every relocation into this node in flight; later
-    /// accesses fail only if they need `peer` (`peer_loss.rs`).
+    /// allocation any request in flight may have been forwarded to `peer`: pulls in flight are
+    /// re-issued (`peer_loss.rs`), pushes in flight wait for the flush that tells which went
+    /// through `peer` (`loss_flush.rs`), and every other remote operation and every relocation
+    /// into this node in flight fails; later accesses fail only if they need `peer`.
     pub fn handle_peer_lost(&mut self, now: Time, peer: NodeId) {
         self.lose_peer(now, peer, false);
     }
@@ -217,7 +226,12 @@ impl Node {
         self.lost.insert(peer);
         self.lost_order.push((peer, departed));
         self.timers.forget(peer);
-        self.fail_pending_after_loss(peer, self.keys_may_be_anywhere());
+        self.loss_flush_forget(peer);
+        // A member that did not leave cleanly flushes (`loss_flush.rs`): its pulls and pushes
+        // in flight are spared here and resolved below.
+        let flushes = !departed && self.is_member();
+        let (pulls, pushes) =
+            self.fail_pending_after_loss(peer, self.keys_may_be_anywhere(), flushes);
         self.home_moves_lose_peer(now, peer);
         self.membership_lose_peer(now, peer);
         if !departed {
@@ -225,11 +239,13 @@ impl Node {
             self.forget_sharer(peer);
         }
         if departed || !self.is_member() {
-            // A node that left (or is not admitted yet) tells nobody: it is no member of theirs.
+            // A node that left (or is not admitted yet) tells nobody: it is no member of theirs
+            // (and takes part in no flush).
+            self.fail_now(peer, pulls.into_iter().chain(pushes));
             if !departed {
                 self.lose_transits(peer);
             }
-            return;
+            return self.advance_loss_flushes();
         }
         self.fail_barriers(peer);
         self.fail_cut();
@@ -252,11 +268,23 @@ impl Node {
         // After the notices, so that whoever gets this node's rejects and `KeysLost` knows of
         // the loss already: relocations into this node may have been waiting for the lost peer.
         self.lose_transits(peer);
+        // After the notices too, so that the re-issued requests reach nodes that know of it;
+        // after the transits, whose queued accesses are answered by now.
+        self.reissue_pulls(now, pulls);
+        self.start_loss_flush(peer, pushes);
+        self.advance_loss_flushes();
     }
 
     /// Fails the pending operations that depend on lost `peer`: those whose frames went to it
-    /// first, or with `anywhere` (keys may be anywhere) every remote one.
-    fn fail_pending_after_loss(&mut self, peer: NodeId, anywhere: bool) {
+    /// first, or with `anywhere` (keys may be anywhere) every remote one — except, with
+    /// `spare`, the pulls and pushes among the latter, returned (pulls, pushes) to be
+    /// re-issued and flushed instead.
+    fn fail_pending_after_loss(
+        &mut self,
+        peer: NodeId,
+        anywhere: bool,
+        spare: bool,
+    ) -> (Vec<u64>, Vec<u64>) {
         let mut doomed: Vec<u64> = self
             .pending
             .iter()
@@ -268,24 +296,40 @@ impl Node {
             .collect();
         // Completions must come out in an order that depends only on the inputs.
         doomed.sort_unstable();
+        let (mut pulls, mut pushes) = (Vec::new(), Vec::new());
+        if spare && anywhere {
+            doomed.retain(|op| match self.pending[op].kind {
+                OpKind::Pull => {
+                    pulls.push(*op);
+                    false
+                }
+                OpKind::Push => {
+                    pushes.push(*op);
+                    false
+                }
+                _ => true,
+            });
+        }
         for op in doomed {
             let p = self.pending.get_mut(&op).expect("collected above");
             p.remaining = 0;
             p.error.get_or_insert(OpError::PeerGone { peer });
             self.settle(op);
         }
+        (pulls, pushes)
     }
 
     /// This node learnt of its first home move (its table's epoch left 0) after a peer was
     /// lost: operations issued when no request was ever forwarded may now be on their way
-    /// through the lost peer, so they fail as they would have, had the move been known then.
+    /// through the lost peer, so they fail (conservatively, pulls and pushes too: the loss's
+    /// flush is over, `loss_flush.rs`).
     pub(crate) fn note_first_move(&mut self, epoch_before: u32) {
         if epoch_before == 0
             && self.dir.epoch() > 0
             && !self.policy.keys_move()
             && let Some(peer) = self.first_lost()
         {
-            self.fail_pending_after_loss(peer, true);
+            self.fail_pending_after_loss(peer, true, false);
         }
     }
 }

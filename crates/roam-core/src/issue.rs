@@ -34,13 +34,30 @@ impl Node {
         add(&self.counters.remote_pull_ops, 1);
         let op = self.new_op(worker, OpKind::Pull, keys.len(), out_offsets.to_vec());
         self.pending.get_mut(&op).expect("just created").keys = keys.to_vec();
+        self.route_pull(
+            now,
+            op,
+            keys.iter().enumerate().map(|(p, &k)| (p as u32, k)),
+        );
+        self.settle(op);
+        ReqId(op)
+    }
+
+    /// Routes the pull `op`'s keys at the given positions (`(position, key)`): answers local
+    /// ones, queues those in transit here, holds those of a bucket moving here, and sends the
+    /// rest. Used when the pull is issued and when it is re-issued after a loss (`peer_loss.rs`).
+    pub(crate) fn route_pull(
+        &mut self,
+        now: Time,
+        op: u64,
+        items: impl Iterator<Item = (u32, Key)>,
+    ) {
         let mut batches = Batches::new();
         let mut held: BTreeMap<u32, Batch> = BTreeMap::new();
         let mut here = Batch::default();
         let mut value = Vec::new();
         let me = self.cfg.id;
-        for (pos, &key) in keys.iter().enumerate() {
-            let pos = pos as u32;
+        for (pos, key) in items {
             match self.route(key) {
                 Route::Local if self.cfg.fast_local_access => {
                     value.resize(self.cfg.space.len(key), 0.0);
@@ -67,8 +84,6 @@ impl Node {
             let frame = batch.into_request(Kind::Pull, me, ReqId(op), 0, UpdateMode::Add);
             self.hold(now, bucket, me, frame);
         }
-        self.settle(op);
-        ReqId(op)
     }
 
     /// Issues a push (`mode` add, set or gradient) of `values` for `keys` (validated by the
@@ -266,6 +281,10 @@ impl Node {
     pub(crate) fn settle(&mut self, op: u64) {
         if self.pending.get(&op).is_some_and(|p| p.remaining == 0) {
             let p = self.pending.remove(&op).expect("checked");
+            if p.reissued {
+                // Answers of its first routing may still come (`peer_loss.rs`).
+                self.after_loss.retire(op);
+            }
             if matches!(p.kind, OpKind::Pull | OpKind::Push) {
                 self.note_completed_op();
                 let op = if p.kind == OpKind::Pull {

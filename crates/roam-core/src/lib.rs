@@ -54,6 +54,7 @@ pub mod keyspace;
 pub mod latency;
 pub mod liveness;
 pub mod load;
+mod loss_flush;
 pub mod membership;
 pub mod msg;
 pub mod node;

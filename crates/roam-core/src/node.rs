@@ -225,6 +225,9 @@ pub(crate) struct Pending {
     pub(crate) issued: Time,
     /// Some answer came from a node it was not sent to (for the latency histograms).
     pub(crate) forwarded: bool,
+    /// Re-issued after a loss (pulls, `peer_loss.rs`): answers to positions answered already
+    /// are dropped, not failures.
+    pub(crate) reissued: bool,
 }
 
 /// Keys (and their positions and values) gathered for one destination.
@@ -325,6 +328,8 @@ pub struct Node {
     /// Keys lost with a peer while on their way here, and the peer (`peer_loss.rs`); each stays
     /// in transit in the store.
     pub(crate) lost_keys: BTreeMap<Key, NodeId>,
+    /// Flushes after losses, and operations whose late answers are dropped (`loss_flush.rs`).
+    pub(crate) after_loss: crate::loss_flush::AfterLoss,
     /// Location cache: where keys were last seen (only with `location_caches`).
     pub(crate) cache: HashMap<Key, NodeId>,
     /// Replicated keys and their synchronisation.
@@ -421,6 +426,7 @@ impl Node {
             warnings: VecDeque::new(),
             transit: HashMap::default(),
             lost_keys: BTreeMap::new(),
+            after_loss: Default::default(),
             cache: HashMap::default(),
             replicas,
             shares: Shares::new(cfg.intent_techniques, cfg.share_sync),
@@ -622,6 +628,7 @@ impl Node {
                 first_hops: Vec::new(),
                 issued: self.clock,
                 forwarded: false,
+                reissued: false,
             },
         );
         op

@@ -14,22 +14,39 @@
 //!   as lost, and fails accesses to it naming L;
 //! - keys that are local, or homed and owned on survivors, keep working.
 //!
-//! What the node cannot tell apart is failed conservatively, once, at the moment it learns of
-//! the loss: every operation in flight that may have been forwarded through L (all remote ones
-//! once keys can move, `dispatch.rs`), and every relocation into this node in flight (it does
-//! not know where the value was coming from). Their keys are recorded as lost, so a value that
-//! lands later is discarded rather than revived beside a record that names another node.
+//! Operations in flight when the node learns of the loss (once keys can move, any of them may
+//! have been forwarded through L) fail only if they needed L:
+//! - a pull is idempotent, so its unanswered keys are re-issued ([`Node::reissue_pulls`]),
+//!   routed with what the node knows now: those that need L fail naming it as above, the others
+//!   are answered; an answer that still comes for the first routing is recognised as a
+//!   duplicate (the position is answered already) and dropped, and so are late answers once the
+//!   pull completed (`AfterLoss::retired`);
+//! - a push is not idempotent: it waits for the survivors' flush (`loss_flush.rs`), after
+//!   which its positions still unanswered and held queued by no survivor fail naming L — they
+//!   went to L (or through it) and were not applied; the others complete. A survivor refuses a
+//!   request forwarded by L once it knows of the loss, naming L (`serve.rs`), so that a push L
+//!   passed on is either refused or taken before the survivor's loss notice, which the flush
+//!   accounts for. A push of several keys fails as a whole if one of its keys needed L; its
+//!   other keys may have been applied (as for any failed push).
 //!
-//! Invariants: nothing waits on a lost peer; a key recorded as lost stays in transit in the
-//! store (so the fast path never serves it) and is answered with L's name on every path; a
-//! clean departure (goodbye) loses no key.
+//! What the node still cannot tell apart is failed conservatively, once, when it learns of the
+//! loss: every other remote operation in flight (localize, home moves, drains), and every
+//! relocation into this node in flight (it does not know where the value was coming from).
+//! Their keys are recorded as lost, so a value that lands later is discarded rather than
+//! revived beside a record that names another node. A node that is not a member (joining) or
+//! that left cleanly takes part in no flush and fails its pulls and pushes in flight too.
+//!
+//! Invariants: nothing waits on a lost peer (a flush waits only on survivors, and drops one
+//! that is lost during it); a key recorded as lost stays in transit in the store (so the fast
+//! path never serves it) and is answered with L's name on every path; a clean departure
+//! (goodbye) loses no key.
 
 use crate::error::OpError;
 use crate::id::{Key, NodeId, ReqId};
 use crate::msg::encode;
-use crate::node::{Batch, Node};
+use crate::node::{Batch, Node, Time};
 use crate::relocate::Queued;
-use crate::wire::RejectCode;
+use crate::wire::{Frame, Kind, RejectCode};
 
 impl Node {
     /// The lost peer a request for `dest` would need, if `dest` is lost.
@@ -142,5 +159,90 @@ impl Node {
             let frame = encode::keys_lost(self.cfg.id, peer, keys);
             self.send(new_owner, frame);
         }
+    }
+}
+
+impl Node {
+    /// Fails the operations `ops` (still pending) at once, naming `peer`.
+    pub(crate) fn fail_now(&mut self, peer: NodeId, ops: impl Iterator<Item = u64>) {
+        for op in ops {
+            if let Some(p) = self.pending.get_mut(&op) {
+                p.remaining = 0;
+                p.error.get_or_insert(OpError::PeerGone { peer });
+                self.after_loss.retire(op);
+                self.settle(op);
+            }
+        }
+    }
+
+    /// Re-issues the pulls `ops` that were in flight when a peer was lost: a pull is
+    /// idempotent, so its unanswered keys are routed again with what this node knows now (a
+    /// key that needs the lost peer fails naming it, `dest_lost` or the home's `PeerLost`), and
+    /// answers that still come for the first routing are dropped as duplicates.
+    pub(crate) fn reissue_pulls(&mut self, now: Time, ops: Vec<u64>) {
+        for op in ops {
+            let Some(p) = self.pending.get_mut(&op) else {
+                continue;
+            };
+            p.reissued = true;
+            if p.error.is_some() {
+                // Failing already (a key needed the lost peer): nothing more to wait for.
+                p.remaining = 0;
+                self.settle(op);
+                continue;
+            }
+            let items: Vec<(u32, Key)> = p
+                .answered
+                .iter()
+                .zip(&p.keys)
+                .enumerate()
+                .filter(|(_, (done, _))| !**done)
+                .map(|(pos, (_, &key))| (pos as u32, key))
+                .collect();
+            self.route_pull(now, op, items.into_iter());
+            self.settle(op);
+        }
+    }
+
+    /// Takes the answers to positions still open from a pull answer that may also repeat
+    /// answered ones (a re-issued pull gets both routings' answers; the repeats are dropped).
+    /// False if the answer is malformed: a position out of range, a key other than the one
+    /// asked there, or values that do not match the keys.
+    pub(crate) fn accept_fresh_pull_part(&mut self, op: u64, from: NodeId, reply: &Frame) -> bool {
+        let Some(p) = self.pending.get(&op) else {
+            return false;
+        };
+        let (keys, positions, values) = (reply.keys(), reply.positions(), reply.values());
+        if positions.len() != keys.len() {
+            return false;
+        }
+        let mut fresh = Batch::default();
+        let mut offset = 0;
+        for (&key, &pos) in keys.iter().zip(positions) {
+            if !self.cfg.space.contains(key) || p.keys.get(pos as usize) != Some(&key) {
+                return false;
+            }
+            let len = self.cfg.space.len(key);
+            let Some(value) = values.get(offset..offset + len) else {
+                return false;
+            };
+            offset += len;
+            if p.answered[pos as usize] {
+                continue;
+            }
+            if fresh.positions.contains(&pos) {
+                // Twice in one answer: not a repeat of another routing's answer.
+                return false;
+            }
+            fresh.push(key, pos, value);
+        }
+        if offset != values.len() {
+            return false;
+        }
+        if !fresh.keys.is_empty() {
+            let part = fresh.into_reply(Kind::PullReply, from, ReqId(op));
+            self.accept_pull_answer(op, part);
+        }
+        true
     }
 }

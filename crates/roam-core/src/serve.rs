@@ -113,6 +113,16 @@ impl Node {
         if !self.dir.is_member(origin) {
             return self.warn(Warning::UnknownSender { from: origin });
         }
+        if from != origin && self.lost.contains(&from) && !self.lost.contains(&origin) {
+            // Forwarded by a node this one knows is lost: it went through the lost node, and
+            // its requester's flush counts on it being refused from now on (`loss_flush.rs`).
+            let all = Batch {
+                keys: request.keys.to_vec(),
+                positions: request.positions.to_vec(),
+                values: Vec::new(),
+            };
+            return self.reject(origin, req, all, RejectCode::PeerLost, u64::from(from.0));
+        }
         let checked = self
             .validate_request(&request, mode.is_some())
             .and_then(|()| {
@@ -300,16 +310,19 @@ impl Node {
         }
     }
 
-    /// The pending operation `req` names, if it is of `kind`; warns otherwise.
+    /// The pending operation `req` names, if it is of `kind`, and whether it was re-issued
+    /// after a loss; warns otherwise.
     fn answered_op(
         &mut self,
         from: NodeId,
         kind: Kind,
         req: ReqId,
         expected: OpKind,
-    ) -> Option<u64> {
+    ) -> Option<(u64, bool)> {
         let op = req.0;
         match self.pending.get_mut(&op) {
+            // A late answer of an operation a loss ended (`loss_flush.rs`).
+            None if self.after_loss.is_retired(op) => None,
             None => {
                 self.warn(Warning::UnknownRequest { from, kind, req });
                 None
@@ -327,8 +340,9 @@ impl Node {
                 if !asked_first {
                     p.forwarded = true;
                 }
+                let reissued = p.reissued;
                 self.observe_answer(from, issued, asked_first);
-                Some(op)
+                Some((op, reissued))
             }
         }
     }
@@ -345,12 +359,20 @@ impl Node {
     }
 
     pub(crate) fn handle_pull_reply(&mut self, _now: Time, from: NodeId, req: ReqId, frame: Frame) {
-        let Some(op) = self.answered_op(from, Kind::PullReply, req, OpKind::Pull) else {
+        let Some((op, reissued)) = self.answered_op(from, Kind::PullReply, req, OpKind::Pull)
+        else {
             return;
         };
         self.learn_locations(from, frame.keys());
         let claimed = frame.positions().to_vec();
-        if !self.accept_pull_answer(op, frame) {
+        let accepted = if reissued {
+            // Both routings of a re-issued pull answer (`peer_loss.rs`): the first answer to
+            // each position counts.
+            self.accept_fresh_pull_part(op, from, &frame)
+        } else {
+            self.accept_pull_answer(op, frame)
+        };
+        if !accepted {
             self.fail(
                 op,
                 OpError::Rejected {
@@ -373,7 +395,7 @@ impl Node {
     }
 
     pub(crate) fn handle_push_reply(&mut self, from: NodeId, req: ReqId, positions: &[u32]) {
-        let Some(op) = self.answered_op(from, Kind::PushReply, req, OpKind::Push) else {
+        let Some((op, _)) = self.answered_op(from, Kind::PushReply, req, OpKind::Push) else {
             return;
         };
         for &pos in positions {
@@ -397,12 +419,24 @@ impl Node {
         positions: &[u32],
     ) {
         let op = req.0;
-        if !self.pending.contains_key(&op) {
+        let Some(p) = self.pending.get(&op) else {
+            if self.after_loss.is_retired(op) {
+                return;
+            }
             return self.warn(Warning::UnknownRequest {
                 from,
                 kind: Kind::Reject,
                 req,
             });
+        };
+        if p.reissued
+            && !positions.is_empty()
+            && positions
+                .iter()
+                .all(|&pos| p.answered.get(pos as usize) == Some(&true))
+        {
+            // Refuses the first routing of a re-issued pull whose keys were answered since.
+            return;
         }
         if code == RejectCode::PeerLost
             && let Ok(peer) = u32::try_from(culprit)

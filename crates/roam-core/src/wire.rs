@@ -141,6 +141,11 @@ pub enum Kind {
     /// Keys a lost peer held or was sending (`aux`: the lost peer): to a node waiting for them
     /// in a relocation, which stops waiting and fails their accesses naming the peer.
     KeysLost = 47,
+    /// A round of the flush after node `aux` was lost (`req`: the round; `peer_loss.rs`): the
+    /// sender got the previous round from every survivor. The last round to an origin carries
+    /// the origin's push operations queued at the sender (keys: operations, positions: their
+    /// positions), which are answered later.
+    LossFlush = 48,
 }
 
 impl Kind {
@@ -194,6 +199,7 @@ impl Kind {
             45 => Self::CutQuiet,
             46 => Self::CutRelease,
             47 => Self::KeysLost,
+            48 => Self::LossFlush,
             _ => return None,
         })
     }

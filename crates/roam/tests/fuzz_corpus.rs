@@ -74,7 +74,7 @@ fn write_seeds() {
         Frame::with_positions(Kind::Pull, NodeId(1), ReqId(2), 1, &[4, 7], &[1, 0], 4).to_bytes(),
         Frame::new(Kind::Pull, NodeId(0), ReqId(0), 0, &[0, 1, 2], 6).to_bytes(),
     ];
-    for kind in 1u8..=47 {
+    for kind in 1u8..=48 {
         for (i, shape) in shapes.iter().enumerate() {
             let mut bytes = shape.clone();
             bytes[0] = kind;

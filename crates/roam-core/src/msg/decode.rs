@@ -139,6 +139,21 @@ impl<'a> Msg<'a> {
                 control(0)?;
                 Self::PeerLost { peer: node(h.aux)? }
             }
+            Kind::LossFlush => {
+                if !values.is_empty() {
+                    return Err(shape("no values"));
+                }
+                Self::LossFlush {
+                    peer: node(h.aux)?,
+                    round: h.req.0,
+                    ops: keys,
+                    positions: if keys.is_empty() {
+                        &[][..]
+                    } else {
+                        positioned()?
+                    },
+                }
+            }
             Kind::MoveHome => {
                 control(2)?;
                 Self::MoveHome {

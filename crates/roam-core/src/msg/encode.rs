@@ -74,6 +74,17 @@ pub fn keys_lost(from: NodeId, peer: NodeId, keys: &[Key]) -> Frame {
     Frame::new(Kind::KeysLost, from, ReqId(0), u64::from(peer.0), keys, 0)
 }
 
+/// Round `round` of the flush after `peer` was lost, with the receiver's push operations
+/// (`ops`, one per position) queued at the sender.
+pub fn loss_flush(from: NodeId, peer: NodeId, round: u64, ops: &[u64], positions: &[u32]) -> Frame {
+    let (req, aux) = (ReqId(round), u64::from(peer.0));
+    if ops.is_empty() {
+        Frame::new(Kind::LossFlush, from, req, aux, &[], 0)
+    } else {
+        Frame::with_positions(Kind::LossFlush, from, req, aux, ops, positions, 0)
+    }
+}
+
 /// Records moving to their new owner.
 pub fn transfer(from: NodeId, keys: &[Key], values: &[f32]) -> Frame {
     Frame::with_contents(Kind::Transfer, from, ReqId(0), 0, keys, None, values)

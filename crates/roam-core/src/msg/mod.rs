@@ -129,6 +129,17 @@ pub enum Msg<'a> {
         /// The lost node.
         peer: NodeId,
     },
+    /// Round `round` of the flush after `peer` was lost (`peer_loss.rs`).
+    LossFlush {
+        /// The lost node.
+        peer: NodeId,
+        /// The round (1 and up; the loss notice is round 0).
+        round: u64,
+        /// The receiver's push operations with positions queued at the sender (last round).
+        ops: &'a [u64],
+        /// Their positions, one per entry of `ops`.
+        positions: &'a [u32],
+    },
     /// At the coordinator: move `bucket`'s home to `to`; answer [`Msg::OpDone`] to `origin`.
     MoveHome {
         /// The node whose worker asked.

@@ -113,3 +113,27 @@ fn keys_lost_roundtrips_with_the_lost_node() {
         }
     );
 }
+
+#[test]
+fn loss_flush_roundtrips_with_and_without_queued_positions() {
+    for (ops, positions) in [(&[][..], &[][..]), (&[9u64, u64::MAX][..], &[3u32, 0][..])] {
+        let frame = encode::loss_flush(NodeId(1), NodeId(2), 4, ops, positions);
+        let bytes = frame.to_bytes();
+        let (back, _) = crate::wire::decode(&bytes, &Default::default()).unwrap();
+        assert_eq!(
+            Msg::decode(&back).unwrap(),
+            Msg::LossFlush {
+                peer: NodeId(2),
+                round: 4,
+                ops,
+                positions,
+            }
+        );
+    }
+    // Values have no meaning here: refused.
+    let frame = Frame::new(Kind::LossFlush, NodeId(1), ReqId(1), 2, &[], 1);
+    assert!(matches!(
+        Msg::decode(&frame),
+        Err(MsgError::BadShape { .. })
+    ));
+}

@@ -139,8 +139,7 @@ impl Node {
                 generations,
                 keys,
                 values,
-                gradients,
-            } => self.handle_leave(now, from, (generations, keys), values, gradients),
+            } => self.handle_leave(now, from, generations, keys, values),
             Msg::Revoke { generations, keys } => self.handle_revoke(now, from, generations, keys),
             Msg::Promote { generations, keys } => self.handle_promote(now, from, generations, keys),
             Msg::ReplicaDeltas {

@@ -126,7 +126,7 @@ pub enum Kind {
     /// An owner's values of shared keys (`req`: the receiver's last round applied).
     ShareValues = 41,
     /// A member drops its replicas (positions: generations; values: final deltas, or none
-    /// when every one is zero; with `aux` 1, the replicas' gradient sums instead).
+    /// when every one is zero).
     Leave = 42,
     /// An owner asks members to drop their replicas (positions: generations).
     Revoke = 43,

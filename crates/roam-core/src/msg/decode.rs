@@ -248,11 +248,6 @@ impl<'a> Msg<'a> {
                 generations: positioned()?,
                 keys,
                 values,
-                gradients: match h.aux {
-                    0 => false,
-                    1 => true,
-                    _ => return Err(shape("aux 0 (deltas) or 1 (gradient sums)")),
-                },
             },
             Kind::Revoke | Kind::Promote => {
                 if !values.is_empty() {

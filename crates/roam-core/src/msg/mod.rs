@@ -258,11 +258,8 @@ pub enum Msg<'a> {
         /// The keys.
         keys: &'a [Key],
         /// Their final deltas, concatenated; empty when all are zero (a replica only pushed
-        /// gradients to changed nothing); with `gradients`, their gradient sums instead.
+        /// gradients to, whose sums go ahead in their own frame, changed nothing).
         values: &'a [f32],
-        /// The values are the replicas' accumulated gradient sums (their deltas are zero), for
-        /// the owner to step each key once before the member stops being a sharer.
-        gradients: bool,
     },
     /// At a member, from a shared key's owner that no longer wants the keys: take them over.
     Promote {

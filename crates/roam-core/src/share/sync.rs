@@ -11,10 +11,8 @@
 //! Under a stateful optimizer a member's `push_gradients` of a replica add into the replica's
 //! accumulator (`store/replica_grad.rs`), taken exactly once — by a round or with the replica's
 //! removal at its leave — and sent to the owner in a `ShareDeltas` frame whose round carries
-//! `GRADIENT_ROUND`, ahead of the leave on the same link, or, when a leave's replicas all have
-//! sums and zero deltas (the usual case), in the `Leave` itself (`aux` 1); the owner steps its
-//! record once per such sum while the member is still a sharer (docs/embeddings.md, "Where
-//! the step runs").
+//! `GRADIENT_ROUND`, ahead of the leave on the same link; the owner steps its record once per
+//! such sum while the member is still a sharer (docs/embeddings.md, "Where the step runs").
 
 use std::collections::BTreeMap;
 
@@ -519,20 +517,6 @@ impl Node {
             generations.push(held.generation as u32);
             deltas.extend(value.iter().zip(base).map(|(v, b)| v - b));
         }
-        // A leave whose replicas were only pushed gradients to (zero deltas, a sum for each key,
-        // the usual case under a stateful optimizer) carries the sums itself.
-        let mut with_sums: BTreeMap<NodeId, Vec<f32>> = BTreeMap::new();
-        for (owner, (keys, _, deltas)) in &out {
-            if deltas.iter().all(|&d| d == 0.0)
-                && grads
-                    .get(owner)
-                    .is_some_and(|(grad_keys, _)| grad_keys == keys)
-                && let Some((_, sums)) = grads.remove(owner)
-            {
-                add(&self.counters.share_grad_keys_sent, keys.len() as u64);
-                with_sums.insert(*owner, sums);
-            }
-        }
         // Before the leaves, on the same links: the owner steps them while this node is still
         // a sharer, exactly once.
         let round = self.shares.round;
@@ -545,24 +529,23 @@ impl Node {
             if self.lost.contains(&owner) {
                 continue;
             }
-            // Zero deltas are left out: the leave carries the gradient sums (above), or nothing
-            // (their sums went ahead in their own frame, or no push came).
-            let sums = with_sums.get(&owner);
-            let values: &[f32] = match sums {
-                Some(sums) => sums,
-                None if deltas.iter().all(|&d| d == 0.0) => &[],
-                None => &deltas,
+            // Replicas only pushed gradients to (their sums went ahead) have zero deltas: the
+            // leave then carries none (about a value's bytes per key under AdaGrad).
+            let deltas: &[f32] = if deltas.iter().all(|&d| d == 0.0) {
+                &[]
+            } else {
+                &deltas
             };
             let mut frame = Frame::with_positions(
                 Kind::Leave,
                 self.cfg.id,
                 ReqId(0),
-                u64::from(sums.is_some()),
+                0,
                 &keys,
                 &generations,
-                values.len(),
+                deltas.len(),
             );
-            frame.values_mut().copy_from_slice(values);
+            frame.values_mut().copy_from_slice(deltas);
             add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
             self.send(owner, frame);
         }
@@ -621,21 +604,16 @@ impl Node {
         &mut self,
         now: Time,
         from: NodeId,
-        (generations, keys): (&[u32], &[Key]),
+        generations: &[u32],
+        keys: &[Key],
         values: &[f32],
-        gradients: bool,
     ) {
-        // No values: every final delta is zero (nothing to add). Gradient sums: the deltas
-        // are zero and each key steps once, while the member is still a sharer.
+        // No values: every final delta is zero (nothing to add).
         if !values.is_empty() {
             if !self.check_share_lengths(from, keys, values) {
                 return;
             }
-            if gradients {
-                self.handle_share_gradients(from, keys, values);
-            } else {
-                self.apply_member_deltas(from, keys, values);
-            }
+            self.apply_member_deltas(from, keys, values);
         } else if !self.check_share_keys(from, keys) {
             return;
         }

@@ -296,22 +296,26 @@ fn one_wanting_node_gets_the_key_moved_and_two_share_it() {
     assert_eq!(sim.peek(2), Some(vec![2.0]));
 }
 
-/// Sharing's sync rounds run on the node's timers, which a TCP shell sleeps on until the
-/// deadline it last read. When a node's first replica or shared key appears (sharing begins),
-/// the round deadline appears with it, so the node must ask the shell to read its deadline
-/// again (`take_timer_rearm`); otherwise rounds wait for an unrelated wake-up (up to a second)
-/// and replicas go unsynced that long.
-#[test]
-fn sharing_that_begins_asks_the_shell_to_rearm_its_timer() {
+/// A run (not started) where the workers of nodes 0 and 1 signal intent for key 2 (owned by
+/// node 2; 3 nodes, range homes) over the whole run, tick, push 1 each, and sleep `sleep_ns`
+/// (then tick once more if `tick_after`); share-sync rounds every `sync_ns` and by the work
+/// clock at `updates_per_key` (0: off).
+fn two_sharers_of_key_2(
+    sync_ns: u64,
+    updates_per_key: u64,
+    sleep_ns: u64,
+    tick_after: bool,
+) -> roam_sim::Sim {
     let space = KeySpace::uniform(3, 1).unwrap();
     let cfg = SimConfig::new(3, 1, space)
         .with_seed(7)
         .with_partitioning(Partitioning::Range)
         .with_dynamic(true)
-        .with_intent_techniques(IntentTechniques::All, 10_000)
+        .with_intent_techniques(IntentTechniques::All, sync_ns)
+        .with_share_work_clock(updates_per_key)
         .with_delay(1_000, 1_000)
         .with_think(0, 0);
-    let script = vec![
+    let mut script = vec![
         Op::Intent {
             keys: vec![2],
             start: 1,
@@ -320,11 +324,25 @@ fn sharing_that_begins_asks_the_shell_to_rearm_its_timer() {
         Op::Sleep(50_000),
         Op::AdvanceClock,
         Op::push(vec![2], vec![1.0]),
-        Op::Sleep(200_000),
+        Op::Sleep(sleep_ns),
     ];
+    if tick_after {
+        script.push(Op::AdvanceClock);
+    }
     let mut sim = roam_sim::Sim::new(cfg);
     sim.add_script(WorkerRef::new(0, 0), script.clone());
     sim.add_script(WorkerRef::new(1, 0), script);
+    sim
+}
+
+/// Sharing's sync rounds run on the node's timers, which a TCP shell sleeps on until the
+/// deadline it last read. When a node's first replica or shared key appears (sharing begins),
+/// the round deadline appears with it, so the node must ask the shell to read its deadline
+/// again (`take_timer_rearm`); otherwise rounds wait for an unrelated wake-up (up to a second)
+/// and replicas go unsynced that long.
+#[test]
+fn sharing_that_begins_asks_the_shell_to_rearm_its_timer() {
+    let mut sim = two_sharers_of_key_2(10_000, 0, 200_000, false);
     let mut active = [false; 3];
     let mut began = Vec::new();
     while sim.step() {
@@ -436,31 +454,8 @@ fn hand_overs_in_turn_move_keys_instead_of_sharing_them() {
 /// (intents over the whole run) and each pushes 1 once, with 10 ms between rounds by time and
 /// the work clock at `updates_per_key` (0: off).
 fn owner_value_before_the_period(updates_per_key: u64) -> Vec<f32> {
-    let space = KeySpace::uniform(3, 1).unwrap();
-    let cfg = SimConfig::new(3, 1, space)
-        .with_seed(7)
-        .with_partitioning(Partitioning::Range)
-        .with_dynamic(true)
-        .with_intent_techniques(IntentTechniques::All, 10_000_000)
-        .with_share_work_clock(updates_per_key)
-        .with_delay(1_000, 1_000)
-        .with_think(0, 0);
-    let script = vec![
-        Op::Intent {
-            keys: vec![2],
-            start: 1,
-            end: 1_000,
-        },
-        Op::Sleep(50_000),
-        Op::AdvanceClock,
-        Op::push(vec![2], vec![1.0]),
-        // Something after the sleep, so that the worker is still running at 4 ms.
-        Op::Sleep(20_000_000),
-        Op::AdvanceClock,
-    ];
-    let mut sim = roam_sim::Sim::new(cfg);
-    sim.add_script(WorkerRef::new(0, 0), script.clone());
-    sim.add_script(WorkerRef::new(1, 0), script);
+    // The worker is still running at 4 ms: something follows its sleep.
+    let mut sim = two_sharers_of_key_2(10_000_000, updates_per_key, 20_000_000, true);
     while sim.now().0 < 4_000_000 && sim.step() {}
     assert_eq!(
         total(&sim, |c| &c.share_grants),

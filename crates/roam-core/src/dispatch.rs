@@ -239,8 +239,9 @@ impl Node {
         }
         if departed || !self.is_member() {
             // A node that left (or is not admitted yet) tells nobody: it is no member of theirs
-            // (and takes part in no flush).
-            self.fail_now(peer, pulls.into_iter().chain(pushes));
+            // (and takes part in no flush); `flushes` was false, so its operations in flight
+            // failed above.
+            debug_assert!(pulls.is_empty() && pushes.is_empty());
             if !departed {
                 self.lose_transits(peer);
             }

@@ -109,6 +109,7 @@ impl Node {
             self.load_timeout(),
             self.barrier_wait_timeout(),
             self.dynamic_timeout(),
+            self.loss_flush_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -139,6 +140,7 @@ impl Node {
         self.load_handle_timeout(now);
         self.barrier_wait_handle_timeout(now);
         self.dynamic_handle_timeout(now);
+        self.loss_flush_handle_timeout(now);
         self.recheck_cut();
         let Some(liveness) = self.cfg.liveness else {
             return;

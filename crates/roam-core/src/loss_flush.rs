@@ -9,8 +9,9 @@
 //!   learns of the loss (`dispatch.rs`);
 //! - a node sends round r + 1 to every other member once it got round r from every survivor
 //!   (`ROUNDS` rounds in all);
-//! - a node that learnt of the loss refuses requests forwarded by L from then on, naming L
-//!   (`serve.rs`), so anything L forwarded is either refused or was taken before the notice.
+//! - a node that learnt of the loss refuses pushes forwarded by L from then on, naming L
+//!   (`serve.rs`), so any push L forwarded is either refused or was taken before the notice
+//!   (pulls are answered: their requester re-issued them and drops the second answer).
 //!
 //! Links are FIFO and a node handles a frame (answers, forwards or queues it) when it arrives.
 //! A push fragment sent before its origin R learnt of the loss reaches its first survivor hop
@@ -24,18 +25,21 @@
 //! never applied. Pulls do not need this: they are re-issued (`peer_loss.rs`).
 //!
 //! Invariants: a flush waits only for members that are not lost (a survivor lost during it is
-//! dropped from it); late answers and refusals for the operations it failed are dropped
-//! silently (`retired`). Not covered (failed conservatively, possibly applied): a fragment that
-//! needs more than `ROUNDS` survivor hops after the loss (a key that keeps moving while the
-//! request chases it) or one held by a home move under way.
+//! dropped from it), rounds from each survivor in order, and at most a silence timeout
+//! (`Liveness::silent_after`: a survivor may have ended its flush before this node joined);
+//! late answers and refusals for the operations it failed are dropped silently (`retired`).
+//! Not covered (failed conservatively, possibly applied): a fragment that needs more than
+//! `ROUNDS` survivor hops after the loss (a key that keeps moving while the request chases it),
+//! one held by a home move under way, or one whose flush timed out.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::OpError;
 use crate::id::NodeId;
 use crate::msg::encode;
-use crate::node::Node;
+use crate::node::{Node, Time};
 use crate::relocate::Queued;
+use crate::warning::Warning;
 
 /// Marker rounds after the loss notice: a request's path requester → cached location → home →
 /// owner is three hops, and one more covers an owner that just passed the key on.
@@ -64,6 +68,8 @@ struct Flush {
     ops: Vec<u64>,
     /// Positions of those pushes that survivors hold queued (answered later).
     held: BTreeMap<u64, BTreeSet<u32>>,
+    /// When the flush gives up waiting (`None`: no failure detection configured).
+    deadline: Option<Time>,
 }
 
 impl AfterLoss {
@@ -95,6 +101,14 @@ impl Node {
     /// `ops` are its pushes in flight, resolved when the flush ends.
     pub(crate) fn start_loss_flush(&mut self, peer: NodeId, ops: Vec<u64>) {
         let awaited = self.live_peers().into_iter().collect();
+        // A survivor's rounds may never come (one that finished its flush before this node
+        // became a member, or whose notice this node dropped before its welcome): after a
+        // silence timeout the flush ends with what it heard, failing conservatively what is
+        // unresolved (those pushes may have been applied), so that nothing waits for ever.
+        let deadline = self
+            .cfg
+            .liveness
+            .map(|l| Time(self.clock.0.saturating_add(l.silent_after)));
         self.after_loss.flushes.insert(
             peer,
             Flush {
@@ -103,6 +117,7 @@ impl Node {
                 sent: 1,
                 ops,
                 held: BTreeMap::new(),
+                deadline,
             },
         );
     }
@@ -125,11 +140,47 @@ impl Node {
             return;
         }
         let heard = flush.heard.entry(from).or_insert(0);
-        *heard = (*heard).max(round.saturating_add(1));
+        // Rounds come in order on the FIFO link (the notice, round 0, may have been dropped
+        // before this node's welcome): one that skips ahead, or a list of queued pushes before
+        // the last round, is a peer's mistake and is ignored, never taken as the flush's end.
+        let in_order = round == *heard || (*heard == 0 && round == 1);
+        if !in_order || round > ROUNDS || (!ops.is_empty() && round != ROUNDS) {
+            self.warn(Warning::Membership {
+                from,
+                node: peer,
+                what: "loss flush round out of order, past the last, or with queued pushes early",
+            });
+            return;
+        }
+        *heard = round + 1;
         for (&op, &pos) in ops.iter().zip(positions) {
             flush.held.entry(op).or_default().insert(pos);
         }
         self.advance_loss_flushes();
+    }
+
+    /// The earliest deadline of a flush under way.
+    pub(crate) fn loss_flush_timeout(&self) -> Option<Time> {
+        self.after_loss
+            .flushes
+            .values()
+            .filter_map(|f| f.deadline)
+            .min()
+    }
+
+    /// Ends the flushes whose deadline passed with what they heard.
+    pub(crate) fn loss_flush_handle_timeout(&mut self, now: Time) {
+        let due: Vec<NodeId> = self
+            .after_loss
+            .flushes
+            .iter()
+            .filter(|(_, f)| f.deadline.is_some_and(|d| now >= d))
+            .map(|(&peer, _)| peer)
+            .collect();
+        for peer in due {
+            let flush = self.after_loss.flushes.remove(&peer).expect("listed");
+            self.end_flush(peer, flush);
+        }
     }
 
     /// Sends every round that is due and ends the flushes that are complete.
@@ -213,11 +264,17 @@ impl Node {
     fn end_flush(&mut self, peer: NodeId, flush: Flush) {
         let mut ops = flush.ops;
         ops.sort_unstable();
+        let mut held_by = flush.held;
+        // A push that came back to this node and waits here on a key in transit is held too.
+        let (own_ops, own_positions) = self.queued_pushes_of(self.cfg.id);
+        for (op, pos) in own_ops.into_iter().zip(own_positions) {
+            held_by.entry(op).or_default().insert(pos);
+        }
         for op in ops {
             let Some(p) = self.pending.get(&op) else {
                 continue;
             };
-            let held = flush.held.get(&op);
+            let held = held_by.get(&op);
             let gone: Vec<u32> = p
                 .answered
                 .iter()

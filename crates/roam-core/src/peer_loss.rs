@@ -163,18 +163,6 @@ impl Node {
 }
 
 impl Node {
-    /// Fails the operations `ops` (still pending) at once, naming `peer`.
-    pub(crate) fn fail_now(&mut self, peer: NodeId, ops: impl Iterator<Item = u64>) {
-        for op in ops {
-            if let Some(p) = self.pending.get_mut(&op) {
-                p.remaining = 0;
-                p.error.get_or_insert(OpError::PeerGone { peer });
-                self.after_loss.retire(op);
-                self.settle(op);
-            }
-        }
-    }
-
     /// Re-issues the pulls `ops` that were in flight when a peer was lost: a pull is
     /// idempotent, so its unanswered keys are routed again with what this node knows now (a
     /// key that needs the lost peer fails naming it, `dest_lost` or the home's `PeerLost`), and

@@ -113,9 +113,15 @@ impl Node {
         if !self.dir.is_member(origin) {
             return self.warn(Warning::UnknownSender { from: origin });
         }
-        if from != origin && self.lost.contains(&from) && !self.lost.contains(&origin) {
-            // Forwarded by a node this one knows is lost: it went through the lost node, and
-            // its requester's flush counts on it being refused from now on (`loss_flush.rs`).
+        if mode.is_some()
+            && from != origin
+            && self.lost.contains(&from)
+            && !self.lost.contains(&origin)
+        {
+            // A push forwarded by a node this one knows is lost: it went through the lost
+            // node, and its requester's flush counts on it being refused from now on
+            // (`loss_flush.rs`). A pull is answered: its requester re-issued it and drops
+            // whichever answer comes second (`peer_loss.rs`).
             let all = Batch {
                 keys: request.keys.to_vec(),
                 positions: request.positions.to_vec(),

@@ -450,8 +450,9 @@ fn hand_overs_in_turn_move_keys_instead_of_sharing_them() {
     }
 }
 
-/// The value of key 2 at its owner at the first event 4 ms or more into a run where workers on nodes 0 and 1 share it
-/// (intents over the whole run) and each pushes 1 once, with 10 ms between rounds by time and
+/// The value of key 2 at its owner at the first event 4 ms or more into a run where workers on
+/// nodes 0 and 1 share it (intents over the whole run) and each pushes 1 once, with 10 ms
+/// between rounds by time and
 /// the work clock at `updates_per_key` (0: off).
 fn owner_value_before_the_period(updates_per_key: u64) -> Vec<f32> {
     // The worker is still running at 4 ms: something follows its sleep.

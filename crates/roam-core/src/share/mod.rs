@@ -32,8 +32,8 @@
 //!
 //! Synchronisation, as for the static replicated keys (`replica.rs`) with the owner as hub and
 //! its record as the primary: each round (by the work clock or at the latest every period,
-//! [`ShareSync`]) each member sends the deltas of its replicas to their owners (`ShareDeltas`, numbered rounds; in flight until acknowledged),
-//! the owner adds them into its record, and sends every sharer the keys whose value changed
+//! [`ShareSync`]) each member sends the deltas of its replicas to their owners
+//! (`ShareDeltas`, numbered rounds; in flight until acknowledged), the owner adds them into its record, and sends every sharer the keys whose value changed
 //! since its last broadcast (`ShareValues` with the last round of that member it applied); a
 //! member sets its replica to that value plus its deltas still in flight plus its pending one.
 //!
@@ -114,7 +114,11 @@ pub const DEFAULT_SHARE_SYNC_BOUND_NS: u64 = 100_000_000;
 pub struct ShareSync {
     /// Time between the starts of two rounds, in nanoseconds (at least 1; `u64::MAX`: one
     /// round at the start, then replicas change only by grants and leaves, or by the work
-    /// clock if one is set). With a work clock, the longest time between two rounds.
+    /// clock if one is set, whose looks then keep the timer busy every 5 ms while anything is
+    /// shared). With a work clock, the longest time between two rounds. The core's default
+    /// is a period of [`DEFAULT_SHARE_SYNC_NS`] without a work clock; the shells' (`roam`'s
+    /// `Config`) is a work clock of [`DEFAULT_SHARE_UPDATES_PER_KEY`] bounded by
+    /// [`DEFAULT_SHARE_SYNC_BOUND_NS`].
     pub every_ns: u64,
     /// A *work clock* for the rounds (0: off, rounds by time only). When set, a round also
     /// starts as soon as, since the last round started, this node's workers pushed this

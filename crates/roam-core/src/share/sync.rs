@@ -53,7 +53,13 @@ impl Node {
         if !self.shares.active() {
             return;
         }
-        if now < self.shares.next_round_at && !self.share_worked_enough() {
+        // Read once a tick: it sums the workers' counters under their registry's lock.
+        let local = if self.shares.updates_per_key > 0 {
+            self.store.local_updates()
+        } else {
+            0
+        };
+        if now < self.shares.next_round_at && !self.share_worked_enough(local) {
             if self.shares.updates_per_key > 0 {
                 self.shares.next_poll_at = Time(now.0.saturating_add(self.shares.poll_every()));
             }
@@ -62,23 +68,22 @@ impl Node {
         let shares = &mut self.shares;
         shares.next_round_at = Time(now.0.saturating_add(shares.sync_every));
         shares.next_poll_at = Time(now.0.saturating_add(shares.poll_every()));
-        shares.work_at_round = (self.store.local_updates(), shares.remote_updates);
+        shares.work_at_round = (local, shares.remote_updates);
         self.send_share_deltas();
         self.broadcast_shared();
     }
 
-    /// Whether the work clock calls for a round: this node's own key-updates since the last
-    /// round, or the updates that the deltas it received as an owner stand for, reached the
-    /// count for the keys shared here. Either alone, never their sum (as for static replicas:
+    /// Whether the work clock calls for a round: this node's own key-updates (`local`, its
+    /// count now) since the last round, or the updates that the deltas it received as an
+    /// owner stand for, reached the count for the keys shared here. Either alone, never their sum (as for static replicas:
     /// a busy node's rounds follow its own work, received deltas drive an idle owner).
-    fn share_worked_enough(&self) -> bool {
+    fn share_worked_enough(&self, local: u64) -> bool {
         let s = &self.shares;
         if s.updates_per_key == 0 {
             return false;
         }
         let shared = (s.held.len() + s.owned.len()).max(1) as u64;
         let due = s.updates_per_key.saturating_mul(shared);
-        let local = self.store.local_updates();
         local.saturating_sub(s.work_at_round.0) >= due
             || s.remote_updates.saturating_sub(s.work_at_round.1) >= due
     }

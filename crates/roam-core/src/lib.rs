@@ -74,6 +74,7 @@ pub mod tables;
 pub mod trace;
 pub mod warning;
 pub mod wire;
+mod work_clock;
 
 pub use access::{Front, Handoff};
 pub use balance::{BalanceDecision, Balancer, DecisionKind};

@@ -52,6 +52,7 @@ use crate::node::{Node, Time};
 use crate::stats::add;
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
+use crate::work_clock::{WORK_POLL_NS, WorkClock};
 
 mod flush;
 mod grads;
@@ -108,9 +109,6 @@ pub struct Replication {
     pub sync_after_updates: u64,
 }
 
-/// How often an idle replica timer looks at the work clock.
-pub(crate) const WORK_POLL_NS: u64 = 5_000_000;
-
 /// Deltas of one round for one hub: sent, or being gathered by a scan. Positions are
 /// increasing (scans go in key order), so a key's delta is found by binary search.
 #[derive(Debug)]
@@ -158,12 +156,9 @@ pub(crate) struct Replicas {
     sync_every: u64,
     /// See [`Replication::sync_after_updates`] (0: off).
     sync_after_updates: u64,
-    /// The work clock's two counts (local updates, `remote_updates`) when the last round
-    /// started.
-    work_at_round: (u64, u64),
-    /// Replicated keys whose deltas other nodes sent here (as their hub), each weighted by
-    /// `remote_weight`, for the work clock.
-    remote_updates: u64,
+    /// The work clock: local updates, and replicated keys whose deltas other nodes sent here
+    /// (as their hub), each weighted by `remote_weight`.
+    work: WorkClock,
     /// The updates a delta from another node counts for (see [`Replication::sync_after_updates`]).
     remote_weight: u64,
     /// When the work clock is looked at next (with the work clock on).
@@ -255,8 +250,7 @@ impl Replicas {
             keys,
             sync_every,
             sync_after_updates,
-            work_at_round: (0, 0),
-            remote_updates: 0,
+            work: WorkClock::default(),
             remote_weight,
             next_poll_at: Time(0),
             round: 1,
@@ -378,21 +372,10 @@ impl Node {
         }
     }
 
-    /// The work clock: key-updates made here so far (see [`Replication::sync_after_updates`]).
-    fn replica_work(&self) -> (u64, u64) {
-        (self.store.local_updates(), self.replicas.remote_updates)
-    }
-
-    /// Whether the work clock calls for a round: this node's own updates since the last round,
-    /// or the (weighted) deltas it received as a hub, reached the count. Either alone, never
-    /// their sum: a busy node's rounds follow its own work, and the deltas only drive a hub
-    /// whose own workers are idle.
+    /// Whether the work clock calls for a round (`work_clock.rs`).
     fn worked_enough(&self) -> bool {
         let r = &self.replicas;
-        let (local, remote) = self.replica_work();
-        r.sync_after_updates > 0
-            && (local.saturating_sub(r.work_at_round.0) >= r.sync_after_updates
-                || remote.saturating_sub(r.work_at_round.1) >= r.sync_after_updates)
+        r.sync_after_updates > 0 && r.work.due(self.store.local_updates(), r.sync_after_updates)
     }
 
     /// Runs the replica timer: starts a round when due, and scans one chunk of it.
@@ -416,9 +399,9 @@ impl Node {
     }
 
     fn start_round(&mut self, now: Time, min_norm: f32) {
-        let work = self.replica_work();
+        let local = self.store.local_updates();
         let r = &mut self.replicas;
-        r.work_at_round = work;
+        r.work.start_round(local);
         r.next_poll_at = Time(now.0.saturating_add(WORK_POLL_NS));
         r.scan = Some(Scan {
             cursor: 0,
@@ -658,8 +641,7 @@ impl Node {
             self.add_replica_deltas(from, round, since, keys, &positions, values);
         }
         let weight = self.replicas.remote_weight;
-        self.replicas.remote_updates =
-            (self.replicas.remote_updates).saturating_add(weight.saturating_mul(keys.len() as u64));
+        (self.replicas.work).count_remote(weight.saturating_mul(keys.len() as u64));
     }
 
     /// Hub: adds a node's deltas of round `round` into the primaries.

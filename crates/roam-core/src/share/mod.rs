@@ -85,6 +85,7 @@ use crate::stats::add;
 use crate::store::Residency;
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
+use crate::work_clock::{WORK_POLL_NS, WorkClock};
 
 /// What acting on an intent may do with a key another node holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -240,11 +241,9 @@ pub(crate) struct Shares {
     updates_per_key: u64,
     /// When an idle round timer next looks at the work clock.
     next_poll_at: Time,
-    /// The work clock at the start of the last round: this node's key-updates, and the
-    /// updates that the deltas it received as an owner stand for.
-    work_at_round: (u64, u64),
-    /// Owner: updates that the deltas and gradient sums received so far stand for.
-    remote_updates: u64,
+    /// The work clock: this node's key-updates, and (as an owner) those that the deltas and
+    /// gradient sums it received stand for.
+    work: WorkClock,
     round: u64,
     next_gen: u64,
     /// Owner: shared keys.
@@ -283,8 +282,7 @@ impl Shares {
             next_round_at: Time(0),
             updates_per_key: sync.updates_per_key,
             next_poll_at: Time(0),
-            work_at_round: (0, 0),
-            remote_updates: 0,
+            work: WorkClock::default(),
             round: 1,
             next_gen: 1,
             owned: BTreeMap::new(),
@@ -303,9 +301,9 @@ impl Shares {
     }
 
     /// How often an idle round timer looks at the work clock: every 5 ms
-    /// ([`crate::replica::WORK_POLL_NS`]), or four times a period if that is shorter.
+    /// ([`WORK_POLL_NS`]), or four times a period if that is shorter.
     fn poll_every(&self) -> u64 {
-        crate::replica::WORK_POLL_NS.min(self.sync_every / 4).max(1)
+        WORK_POLL_NS.min(self.sync_every / 4).max(1)
     }
 
     fn active(&self) -> bool {

@@ -68,15 +68,13 @@ impl Node {
         let shares = &mut self.shares;
         shares.next_round_at = Time(now.0.saturating_add(shares.sync_every));
         shares.next_poll_at = Time(now.0.saturating_add(shares.poll_every()));
-        shares.work_at_round = (local, shares.remote_updates);
+        shares.work.start_round(local);
         self.send_share_deltas();
         self.broadcast_shared();
     }
 
-    /// Whether the work clock calls for a round: this node's own key-updates (`local`, its
-    /// count now) since the last round, or the updates that the deltas it received as an
-    /// owner stand for, reached the count for the keys shared here. Either alone, never their sum (as for static replicas:
-    /// a busy node's rounds follow its own work, received deltas drive an idle owner).
+    /// Whether the work clock (`work_clock.rs`; `local`: this node's count now) calls for a
+    /// round: `updates_per_key` updates for each key shared here.
     fn share_worked_enough(&self, local: u64) -> bool {
         let s = &self.shares;
         if s.updates_per_key == 0 {
@@ -84,8 +82,7 @@ impl Node {
         }
         let shared = (s.held.len() + s.owned.len()).max(1) as u64;
         let due = s.updates_per_key.saturating_mul(shared);
-        local.saturating_sub(s.work_at_round.0) >= due
-            || s.remote_updates.saturating_sub(s.work_at_round.1) >= due
+        s.work.due(local, due)
     }
 
     /// Member: sends the pending deltas of the replicas held here to their owners.
@@ -283,8 +280,7 @@ impl Node {
             return;
         }
         let weight = self.shares.updates_per_key;
-        self.shares.remote_updates =
-            (self.shares.remote_updates).saturating_add(weight.saturating_mul(keys.len() as u64));
+        (self.shares.work).count_remote(weight.saturating_mul(keys.len() as u64));
         if round & GRADIENT_ROUND != 0 {
             return self.handle_share_gradients(from, keys, values);
         }

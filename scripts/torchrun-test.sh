@@ -5,8 +5,9 @@
 # MASTER_ADDR:MASTER_PORT+1, since torchrun's agent holds MASTER_PORT; docs/launching.md); the
 # gradients come from torch autograd. Checks the example's final line: 2 nodes, MRR >= 0.3.
 #
-# Not part of CI: PyTorch's Linux wheels on PyPI pull in its CUDA libraries, about 5.4 GB
-# installed (2.5 minutes here). The venv is kept in $CARGO_TARGET_DIR/torch-venv for reruns.
+# CI runs it from scripts/python-test.sh, in that script's venv (ROAM_TORCH_VENV). Alone it
+# makes its own venv in $CARGO_TARGET_DIR/torch-venv (kept for reruns): PyTorch's Linux wheel
+# on PyPI pulls in its CUDA libraries, 5.3 GB installed, about a minute here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-$PWD/target}

@@ -8,6 +8,11 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
+if os.environ.get("ROAM_REQUIRE_TORCH") == "1":
+    # scripts/python-test.sh installed PyTorch: its tests must run, and a torch that does not
+    # import fails the session here instead of skipping them one by one.
+    import torch  # noqa: F401
+
 
 def roam_binary() -> str | None:
     """The `roam` launcher: $ROAM_BIN, else the workspace's release build, else PATH."""

@@ -50,6 +50,21 @@ fn a_node_held_to_a_quarter_of_a_cpu_is_named_by_every_node() {
             assert_eq!(e["node"], 2, "node {} named another node: {e}", s["rank"]);
             assert_eq!(e["slow"], true, "{e}");
         }
+        // Server-side statistics: every member's serving reached every node, and node 2's
+        // capacity (keys served per busy second) is the lowest.
+        let service = s["service"].as_array().expect("service");
+        let capacity = |node: u64| {
+            let m = service.iter().find(|m| m["node"] == node);
+            m.and_then(|m| m["capacity_keys_per_s"].as_f64())
+                .unwrap_or_else(|| panic!("node {}: no capacity of {node}: {s}", s["rank"]))
+        };
+        for other in [0, 1, 3] {
+            assert!(
+                capacity(2) < capacity(other),
+                "node {}: {service:?}",
+                s["rank"]
+            );
+        }
     }
     // Operators see it as it happens too.
     assert!(stderr.contains("2 is a straggler"), "{stderr}");

@@ -158,8 +158,14 @@ impl Node {
             Msg::ReplicaFlushed { generation } => self.handle_replica_flushed(from, generation),
             Msg::CutQuiet { generation } => self.handle_cut_quiet(from, generation),
             Msg::CutRelease { generation } => self.handle_cut_release(from, generation),
-            Msg::LoadReport { ops, peers, values } => {
-                self.handle_load_report(from, ops, peers, values)
+            Msg::LoadReport {
+                ops,
+                peers,
+                values,
+                service,
+            } => {
+                self.handle_load_report(from, ops, peers, values);
+                self.handle_service_report(from, service);
             }
             Msg::BucketKeys {
                 bucket,

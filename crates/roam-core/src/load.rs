@@ -30,6 +30,7 @@
 use std::collections::BTreeMap;
 
 use crate::id::NodeId;
+use crate::load_service::Service;
 use crate::node::{Node, Time};
 use crate::warning::Warning;
 use crate::wire::{Frame, Kind};
@@ -136,8 +137,12 @@ pub struct StragglerEvent {
     pub score_ns: f64,
     /// The median score of the other nodes (ns).
     pub others_ns: f64,
-    /// The observers whose reports scored it.
+    /// The observers whose reports scored it (0: no response-time score this round; then
+    /// `score_ns` and `others_ns` are 0 and the capacity was the evidence).
     pub observers: u32,
+    /// Its capacity (keys served per busy second) and the others' median, when capacities
+    /// were compared this round (`load_service.rs`).
+    pub capacity: Option<(f64, f64)>,
 }
 
 /// Events kept (a node that keeps slowing down and recovering must not grow memory).
@@ -148,6 +153,16 @@ const MIN_OBSERVERS: u32 = 2;
 
 /// One observer's view: per peer, the mean response time (ns) and the answers behind it.
 type View = BTreeMap<NodeId, (f64, u64)>;
+
+/// One node's evidence in one detection round.
+struct Verdict {
+    slow: bool,
+    fine: bool,
+    /// Its response-time score, the others' median and its observers.
+    response: Option<(f64, f64, u32)>,
+    /// Its capacity and the others' median.
+    capacity: Option<(f64, f64)>,
+}
 
 /// Detection state of one scored node.
 #[derive(Debug, Default)]
@@ -160,7 +175,7 @@ struct Streak {
 /// Load statistics of one node (inactive without a [`LoadWatch`]).
 #[derive(Debug, Default)]
 pub(crate) struct Load {
-    watch: Option<LoadWatch>,
+    pub(crate) watch: Option<LoadWatch>,
     next_report_at: Time,
     /// This period's answers per peer: count and summed response time (ns).
     window: BTreeMap<NodeId, (u64, u64)>,
@@ -175,6 +190,8 @@ pub(crate) struct Load {
     /// The latest [`MAX_EVENTS`] events, and how many older ones were dropped.
     events: Vec<StragglerEvent>,
     events_dropped: u64,
+    /// Every member's serving, from the load reports (`load_service.rs`).
+    pub(crate) service: Service,
 }
 
 impl Load {
@@ -283,9 +300,11 @@ impl Node {
             .map(|(peer, (answers, total))| (peer, (total as f64 / answers as f64, answers)))
             .collect();
         let peers: Vec<u64> = view.keys().map(|n| u64::from(n.0)).collect();
+        let service = self.service_report_now().to_values();
         let values: Vec<f32> = view
             .values()
             .flat_map(|&(ns, answers)| [ns as f32, answers as f32])
+            .chain(service)
             .collect();
         let me = self.cfg.id;
         let ops = std::mem::take(&mut self.load.window_ops);
@@ -374,25 +393,54 @@ impl Node {
             scores: scores.iter().map(|(&n, &(score, _))| (n, score)).collect(),
             ops,
         };
-        if scores.len() < 3 {
-            return round;
+        // Capacities are the second evidence (`load_service.rs`), compared among their own
+        // three or more live nodes.
+        let alive: Vec<NodeId> = (self.load.service.members.keys().copied())
+            .filter(|n| self.dir.is_member(*n) && !self.lost.contains(n))
+            .collect();
+        let capacities = self.capacity_verdicts(watch, |n| alive.contains(n));
+        // Response times: each scored node against the others' median (from one sorted list
+        // without the node), when three are scored.
+        let mut verdicts: BTreeMap<NodeId, Verdict> = BTreeMap::new();
+        if scores.len() >= 3 {
+            let mut sorted: Vec<f64> = scores.values().map(|s| s.0).collect();
+            sorted.sort_by(f64::total_cmp);
+            let mut others = Vec::with_capacity(sorted.len());
+            for (&node, &(score, observers)) in &scores {
+                others.clear();
+                let at = sorted.partition_point(|&v| v < score);
+                others.extend(sorted[..at].iter().chain(&sorted[at + 1..]));
+                let median = median(&others);
+                let excess = score - median > watch.min_excess_ns as f64;
+                verdicts.insert(
+                    node,
+                    Verdict {
+                        slow: excess && score > watch.slow_factor * median,
+                        fine: !excess || score < watch.recover_factor * median,
+                        response: Some((score, median, observers)),
+                        capacity: None,
+                    },
+                );
+            }
         }
-        // Nodes without a score this round keep their streaks: "in a row" counts rounds with
-        // evidence. The median of the others is taken from one sorted list without the node.
-        let mut sorted: Vec<f64> = scores.values().map(|s| s.0).collect();
-        sorted.sort_by(f64::total_cmp);
-        let mut others = Vec::with_capacity(sorted.len());
-        for (&node, &(score, observers)) in &scores {
-            others.clear();
-            let at = sorted.partition_point(|&v| v < score);
-            others.extend(sorted[..at].iter().chain(&sorted[at + 1..]));
-            let median = median(&others);
-            let excess = score - median > watch.min_excess_ns as f64;
-            let slow = excess && score > watch.slow_factor * median;
-            let fine = !excess || score < watch.recover_factor * median;
+        // Either evidence makes a node slow in this round; it is fine only if all it has says
+        // so. Nodes without any this round keep their streaks: "in a row" counts rounds with
+        // evidence.
+        for (node, c) in capacities {
+            let v = verdicts.entry(node).or_insert(Verdict {
+                slow: false,
+                fine: true,
+                response: None,
+                capacity: None,
+            });
+            v.slow |= c.slow;
+            v.fine &= c.fine;
+            v.capacity = Some((c.capacity, c.others));
+        }
+        for (node, v) in verdicts {
             let streak = self.load.streaks.entry(node).or_default();
-            streak.slow_in_a_row = if slow { streak.slow_in_a_row + 1 } else { 0 };
-            streak.fine_in_a_row = if fine { streak.fine_in_a_row + 1 } else { 0 };
+            streak.slow_in_a_row = if v.slow { streak.slow_in_a_row + 1 } else { 0 };
+            streak.fine_in_a_row = if v.fine { streak.fine_in_a_row + 1 } else { 0 };
             let flip = if streak.straggler {
                 streak.fine_in_a_row >= watch.sustain
             } else {
@@ -406,13 +454,15 @@ impl Node {
                     self.load.events.remove(0);
                     self.load.events_dropped += 1;
                 }
+                let (score_ns, others_ns, observers) = v.response.unwrap_or_default();
                 self.load.events.push(StragglerEvent {
                     at: now,
                     node,
                     slow: streak.straggler,
-                    score_ns: score,
-                    others_ns: median,
+                    score_ns,
+                    others_ns,
                     observers,
+                    capacity: v.capacity,
                 });
             }
         }
@@ -577,7 +627,10 @@ mod tests {
         };
         let odd = frame(&[1], &[5.0]);
         assert!(matches!(Msg::decode(&odd), Err(MsgError::BadShape { .. })));
-        let wide = frame(&[1 << 40], &[5.0, 10.0]);
+        // The pairs alone, without the service figures.
+        let odd = frame(&[1], &[5.0, 10.0]);
+        assert!(matches!(Msg::decode(&odd), Err(MsgError::BadShape { .. })));
+        let wide = frame(&[1 << 40], &[5.0, 10.0, 0.0, 0.0, 0.0]);
         assert!(matches!(Msg::decode(&wide), Err(MsgError::BadNode { .. })));
         let mut n = node(3);
         let cases: [(&[u64], &[f32], &str); 3] = [
@@ -656,5 +709,48 @@ mod tests {
         assert_eq!(median(&[3.0]), 3.0);
         assert_eq!(median(&[1.0, 2.0, 9.0]), 2.0);
         assert_eq!(median(&[1.0, 2.0, 4.0, 9.0]), 3.0);
+    }
+
+    /// Node 0 of 4 hears every peer's service figures each period: node 2 serves the same keys
+    /// in four times the busy time. It is named a straggler by capacity after `sustain` rounds
+    /// (no response times at all), and recovers when its capacity comes back.
+    #[test]
+    fn a_node_serving_slowly_is_a_straggler_by_capacity() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut n = node(4);
+        let service = |busy_ns: f32| [1000.0, busy_ns, 0.0];
+        let mut served = 0;
+        for i in 1..=8u64 {
+            let now = Time(i * PERIOD);
+            n.tick(now);
+            let slow = if i <= 4 { 4e6 } else { 1e6 };
+            for peer in 1..4 {
+                let busy = if peer == 2 { slow } else { 1e6 };
+                n.handle_service_report(NodeId(peer), &service(busy));
+            }
+            // This node's own serving, as its shell would count it.
+            served += 1000;
+            n.counters().served_keys.store(served, Relaxed);
+            n.counters().service_busy_ns.store(i * 1_000_000, Relaxed);
+            n.load_handle_timeout(now);
+            if i == 3 {
+                assert_eq!(n.stragglers(), vec![NodeId(2)]);
+            }
+        }
+        assert!(n.stragglers().is_empty(), "recovered");
+        let events = n.straggler_events();
+        assert_eq!(events.len(), 2, "{events:?}");
+        let (capacity, others) = events[0].capacity.expect("capacity evidence");
+        assert!((capacity - 250_000.0).abs() < 1e-3, "{capacity}");
+        assert!((others - 1_000_000.0).abs() < 1e-3, "{others}");
+        assert_eq!(events[0].observers, 0, "no response times were reported");
+        let stats = n.service_stats();
+        assert_eq!(stats.len(), 4);
+        let own = stats[0].1.capacity.expect("this node's own");
+        assert!((own - 1_000_000.0).abs() < 1e-3, "{own}");
+        // A bad figure is dropped with a warning naming the sender.
+        n.handle_service_report(NodeId(3), &[1.0, -2.0, 0.0]);
+        let warning = n.poll_warning().expect("warned").to_string();
+        assert!(warning.contains("service figures"), "{warning}");
     }
 }

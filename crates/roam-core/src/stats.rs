@@ -36,6 +36,11 @@ counters! {
         remote_push_ops,
         /// Keys this node served for requests that arrived by message.
         served_keys,
+        /// Wall time (ns) the shell's receiving threads were busy with frames that served keys
+        /// here (`load_service.rs`; added by the shells, which have the clock).
+        service_busy_ns,
+        /// Time (ns) those frames waited for the node lock after they were read.
+        service_queue_ns,
         /// Frames sent (including to itself without fast local access).
         messages_sent,
         /// Frames received.

@@ -57,6 +57,13 @@ pub struct SimConfig {
     pub slow_nodes: Vec<(roam_core::NodeId, u64)>,
     /// The virtual time (ns) at which every slow node recovers (`u64::MAX`: never).
     pub slow_until: u64,
+    /// Virtual service cost (ns) of each key a node serves for a peer's pull or push, added to
+    /// its `service_busy_ns` counter as the TCP shell adds measured time
+    /// (`roam_core::load_service`); 0: no service time is counted.
+    pub service_ns_per_key: u64,
+    /// Nodes whose service costs this many times [`SimConfig::service_ns_per_key`] (until
+    /// [`SimConfig::slow_until`]): slow servers whose frames are not late in themselves.
+    pub slow_service: Vec<(roam_core::NodeId, u64)>,
     /// The core's load balancer (acts with `load`), or `None`.
     pub balancer: Option<roam_core::Balancer>,
     /// When workers act on their intents.
@@ -114,6 +121,8 @@ impl SimConfig {
             load: None,
             slow_nodes: Vec::new(),
             slow_until: u64::MAX,
+            service_ns_per_key: 0,
+            slow_service: Vec::new(),
             balancer: None,
             intent_timing: roam_core::IntentTiming::Timed,
             intent_techniques: roam_core::IntentTechniques::All,
@@ -172,6 +181,19 @@ impl SimConfig {
     /// [`SimConfig::slow_nodes`]).
     pub fn with_slow_node(mut self, node: roam_core::NodeId, extra_ns: u64) -> Self {
         self.slow_nodes.push((node, extra_ns));
+        self
+    }
+
+    /// Counts `ns_per_key` of virtual service time per key served (see
+    /// [`SimConfig::service_ns_per_key`]).
+    pub fn with_service_cost(mut self, ns_per_key: u64) -> Self {
+        self.service_ns_per_key = ns_per_key;
+        self
+    }
+
+    /// Makes `node` serve `factor` times slower (see [`SimConfig::slow_service`]).
+    pub fn with_slow_service(mut self, node: roam_core::NodeId, factor: u64) -> Self {
+        self.slow_service.push((node, factor));
         self
     }
 

@@ -76,3 +76,57 @@ fn random_delays_alone_make_no_straggler() {
         );
     });
 }
+
+/// 4 nodes, every served key costing 1 µs of virtual service time, node 1 four times as much,
+/// and no frame late in itself: no response-time evidence against node 1 beyond its slower
+/// answers' own share, but every node names it by capacity (its keys per busy second a quarter
+/// of the others'), and nobody else; the values stay exact.
+#[test]
+fn a_node_serving_slowly_is_named_by_its_capacity() {
+    for_each_seed(40, |seed| {
+        let cfg = config(seed, &[], (10_000, 50_000))
+            .with_service_cost(1_000)
+            .with_slow_service(NodeId(1), 4);
+        let sim = run_increments(seed, cfg, 600, 16, false);
+        for n in 0..4 {
+            let node = sim.node(NodeId(n));
+            assert_eq!(node.stragglers(), vec![NodeId(1)], "seed {seed}: node {n}");
+            let e = &node.straggler_events()[0];
+            let (capacity, others) = e.capacity.expect("capacity was compared");
+            assert!(
+                (capacity * 4.0 - others).abs() < others * 0.01,
+                "seed {seed}: node {n}: {e:?}"
+            );
+            let stats = node.service_stats();
+            assert_eq!(
+                stats.len(),
+                4,
+                "seed {seed}: node {n}: every member's serving"
+            );
+        }
+    });
+}
+
+/// The same service cost everywhere: capacities are equal and nobody is named.
+#[test]
+fn equal_service_costs_make_no_straggler() {
+    for_each_seed(40, |seed| {
+        let cfg = config(seed, &[], (1_000, 150_000)).with_service_cost(1_000);
+        let sim = run_increments(seed, cfg, 600, 16, false);
+        for n in 0..4 {
+            let node = sim.node(NodeId(n));
+            assert!(
+                node.straggler_events().is_empty(),
+                "seed {seed}: node {n}: {:?}",
+                node.straggler_events()
+            );
+            assert!(
+                node.service_stats()
+                    .iter()
+                    .all(|(_, s)| s.capacity.is_some()),
+                "seed {seed}: node {n}: {:?}",
+                node.service_stats()
+            );
+        }
+    });
+}

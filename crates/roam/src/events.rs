@@ -33,32 +33,38 @@ fn snapshot(c: &NodeCounters) -> [u64; 3] {
 /// events are logged, so that their outputs leave in one write per link (the reader found them
 /// all buffered: a burst needs one wake-up of the peer, not one per frame). Leaves `frames`
 /// empty.
-pub(crate) fn handle_frames(shared: &Shared, from: NodeId, frames: &mut Vec<Frame>) {
+/// Returns when it first held the node lock.
+pub(crate) fn handle_frames(shared: &Shared, from: NodeId, frames: &mut Vec<Frame>) -> Instant {
     if frames.len() == 1 || tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
+        let mut first = None;
         for frame in frames.drain(..) {
-            handle_frame(shared, from, frame, false);
+            let (locked_at, _) = handle_frame(shared, from, frame, false);
+            first.get_or_insert(locked_at);
         }
-        return;
+        return first.unwrap_or_else(Instant::now);
     }
     shared.with_node(|node, now| {
+        let locked_at = Instant::now();
         for frame in frames.drain(..) {
             node.handle_frame(now, from, frame);
         }
-    });
+        locked_at
+    })
 }
 
-/// Feeds `frame` from `from` to the core, logging what it moved or forwarded. With `timed`,
-/// returns how long the core took (under the node lock, without waiting for it).
+/// Feeds `frame` from `from` to the core, logging what it moved or forwarded. Returns when it
+/// held the node lock and, with `timed`, how long the core took (under the lock, without
+/// waiting for it).
 pub(crate) fn handle_frame(
     shared: &Shared,
     from: NodeId,
     frame: Frame,
     timed: bool,
-) -> Option<Duration> {
+) -> (Instant, Option<Duration>) {
     let core = |node: &mut Node, now, frame| {
-        let start = timed.then(Instant::now);
+        let locked_at = Instant::now();
         node.handle_frame(now, from, frame);
-        start.map(|s| s.elapsed())
+        (locked_at, timed.then(|| locked_at.elapsed()))
     };
     if !tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
         return shared.with_node(|node, now| core(node, now, frame));

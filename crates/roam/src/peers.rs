@@ -281,12 +281,13 @@ pub(crate) fn spawn_reader(
                 .as_ref()
                 .filter(|_| ServiceSlowdown::slows(frame.header.kind));
             if let Some(service) = slowed {
-                let took =
-                    crate::events::handle_frame(&shared, peer, frame, true).unwrap_or_default();
-                let sleep = service.owe(&mut debt, took);
+                let read_at = Instant::now();
+                let (locked_at, took) = crate::events::handle_frame(&shared, peer, frame, true);
+                let sleep = service.owe(&mut debt, took.unwrap_or_default());
                 if !sleep.is_zero() {
                     std::thread::sleep(sleep);
                 }
+                note_service(&shared, read_at, locked_at);
                 continue;
             }
             // The frames that arrived with this one are handled together (one lock, one write
@@ -306,9 +307,29 @@ pub(crate) fn spawn_reader(
                     Err(_) => break,
                 }
             }
-            crate::events::handle_frames(&shared, peer, &mut batch);
+            let read_at = Instant::now();
+            let serves = batch.iter().any(|f| ServiceSlowdown::slows(f.header.kind));
+            let locked_at = crate::events::handle_frames(&shared, peer, &mut batch);
+            if serves {
+                note_service(&shared, read_at, locked_at);
+            }
         }
     })
+}
+
+/// Adds the serving of frames read at `read_at` (the lock taken at `locked_at`, the frames
+/// handled and any service delay slept until now) to the node's service counters, which its
+/// load reports carry (`roam_core::load_service`): busy from `read_at` to now, queued from
+/// `read_at` to `locked_at`. Only for frames holding peers' data requests: answers to this
+/// node's own requests are not serving.
+fn note_service(shared: &Shared, read_at: Instant, locked_at: Instant) {
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let counters = &shared.counters;
+    roam_core::stats::add(&counters.service_busy_ns, ns(read_at.elapsed()));
+    roam_core::stats::add(
+        &counters.service_queue_ns,
+        ns(locked_at.saturating_duration_since(read_at)),
+    );
 }
 
 /// Most frames a reader hands the core under one hold of the node lock: bounds how long a

@@ -154,6 +154,14 @@ pub struct NodeStats {
     /// This node's latest view of its peers' response times (mean µs and answers in the last
     /// report period), by peer rank.
     pub peer_response_us: Vec<PeerResponse>,
+    /// Wall time (ns) this node's receiving threads were busy with peers' data requests (their
+    /// handling, lock wait and any `--slow-node` service delay; `roam_core::load_service`).
+    pub service_busy_ns: u64,
+    /// Time (ns) those requests waited for the node lock.
+    pub service_queue_ns: u64,
+    /// Every member's serving in its latest load period, as this node heard it (its own
+    /// included), with its smoothed capacity; empty without load watching.
+    pub service: Vec<ServiceStat>,
     /// Stragglers this node found (and their recoveries), with the evidence.
     pub stragglers: Vec<Straggler>,
     /// Home moves the load balancer issued (at the coordinator; 0 elsewhere).
@@ -202,6 +210,22 @@ pub struct PeerResponse {
     pub answers: u64,
 }
 
+/// One member's serving in its latest load period (see `roam_core::load_service`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ServiceStat {
+    /// The member's rank.
+    pub node: u32,
+    /// Keys it served in the period.
+    pub served_keys: f64,
+    /// Its receiving threads' busy time with requests in the period, ms.
+    pub busy_ms: f64,
+    /// Time those requests waited for its node lock in the period, ms.
+    pub queue_ms: f64,
+    /// Keys served per second of busy time, smoothed over periods (none until a period served
+    /// enough keys to tell).
+    pub capacity_keys_per_s: Option<f64>,
+}
+
 /// A straggler found or recovered (see `roam_core::load`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Straggler {
@@ -215,8 +239,12 @@ pub struct Straggler {
     pub score_us: f64,
     /// The median score of the other nodes, µs.
     pub others_us: f64,
-    /// Observers whose reports scored it.
+    /// Observers whose reports scored it (0: no response-time score; the capacity decided).
     pub observers: u32,
+    /// Its capacity (keys served per busy second) when capacities were compared.
+    pub capacity_keys_per_s: Option<f64>,
+    /// The other nodes' median capacity then.
+    pub others_capacity_keys_per_s: Option<f64>,
 }
 
 impl NodeStats {
@@ -235,6 +263,8 @@ impl NodeStats {
             remote_push_keys: get(&node.remote_push_keys),
             remote_push_ops: get(&node.remote_push_ops),
             served_keys: get(&node.served_keys),
+            service_busy_ns: get(&node.service_busy_ns),
+            service_queue_ns: get(&node.service_queue_ns),
             messages_sent: get(&node.messages_sent),
             messages_received: get(&node.messages_received),
             bytes_sent: get(&node.bytes_sent),
@@ -296,16 +326,28 @@ impl NodeStats {
         stats.replica_lifetime_p50_ms = lifetime_p50.map_or(0.0, |ns| ns as f64 / 1e6);
         stats.replica_lifetime_p99_ms = lifetime_p99.map_or(0.0, |ns| ns as f64 / 1e6);
         stats.shared_replicas = held;
-        let (replicated, p50, p99, peers, stragglers, decisions) = shared.with_node(|node, _| {
-            (
-                node.replicated_keys().len() as u64,
-                node.replica_staleness_ns(50.0),
-                node.replica_staleness_ns(99.0),
-                node.peer_response_times(),
-                node.straggler_events().to_vec(),
-                node.balance_decisions().to_vec(),
-            )
-        });
+        let (replicated, p50, p99, peers, stragglers, decisions, service) =
+            shared.with_node(|node, _| {
+                (
+                    node.replicated_keys().len() as u64,
+                    node.replica_staleness_ns(50.0),
+                    node.replica_staleness_ns(99.0),
+                    node.peer_response_times(),
+                    node.straggler_events().to_vec(),
+                    node.balance_decisions().to_vec(),
+                    node.service_stats(),
+                )
+            });
+        stats.service = service
+            .into_iter()
+            .map(|(member, s)| ServiceStat {
+                node: member.0,
+                served_keys: s.last.served_keys,
+                busy_ms: s.last.busy_ns / 1e6,
+                queue_ms: s.last.queue_ns / 1e6,
+                capacity_keys_per_s: s.capacity,
+            })
+            .collect();
         stats.balancer_moves = get(&node.balancer_moves);
         stats.balancer_bytes = get(&node.balancer_bytes);
         stats.balance_decisions = decisions
@@ -341,6 +383,8 @@ impl NodeStats {
                 score_us: e.score_ns / 1e3,
                 others_us: e.others_ns / 1e3,
                 observers: e.observers,
+                capacity_keys_per_s: e.capacity.map(|(c, _)| c),
+                others_capacity_keys_per_s: e.capacity.map(|(_, o)| o),
             })
             .collect();
         stats.replicated_keys = replicated;

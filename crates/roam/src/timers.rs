@@ -78,20 +78,28 @@ pub(crate) fn spawn_timers(
             for e in found {
                 // Operators see stragglers come and go as they are decided (also in the stats).
                 let (what, ms, others) = (e.node, e.score_ns / 1e6, e.others_ns / 1e6);
-                if e.slow {
-                    tracing::warn!(
-                        node = shared.rank.0,
-                        "{what} is a straggler: answers in {ms:.2} ms against {others:.2} ms \
-                         for the others (seen by {} nodes)",
+                // The evidence: response times seen by peers, the node's own capacity, or both.
+                let mut evidence = Vec::new();
+                if e.observers > 0 {
+                    evidence.push(format!(
+                        "answers in {ms:.2} ms against {others:.2} ms for the others (seen by {} \
+                         nodes)",
                         e.observers
-                    );
+                    ));
+                }
+                if let Some((capacity, median)) = e.capacity {
+                    evidence.push(format!(
+                        "serves {capacity:.0} keys per busy second against {median:.0} for the \
+                         others"
+                    ));
+                }
+                let evidence = evidence.join("; ");
+                if e.slow {
+                    tracing::warn!(node = shared.rank.0, "{what} is a straggler: {evidence}");
                 } else {
                     // Also a warning: with the default filter an operator sees the end of a
                     // straggler as surely as its start.
-                    tracing::warn!(
-                        node = shared.rank.0,
-                        "{what} recovered: answers in {ms:.2} ms against {others:.2} ms"
-                    );
+                    tracing::warn!(node = shared.rank.0, "{what} recovered: {evidence}");
                 }
             }
             shared.close_links_lost_by_core();

@@ -6,6 +6,7 @@
 
 use super::{Member, Msg, MsgError, Request};
 use crate::id::NodeId;
+use crate::load_service::SERVICE_VALUES;
 use crate::store::UpdateMode;
 use crate::wire::{FLAG_GRADIENT, FLAG_POSITIONS, FLAG_SET, Frame, Kind, RejectCode};
 
@@ -295,14 +296,16 @@ impl<'a> Msg<'a> {
                 values,
             },
             Kind::LoadReport => {
-                if values.len() != 2 * keys.len() {
+                if values.len() != 2 * keys.len() + SERVICE_VALUES {
                     return Err(MsgError::BadShape {
                         kind: h.kind,
                         keys: keys.len(),
                         values: values.len(),
-                        expected: "two values (mean ns, answers) per peer",
+                        expected: "two values (mean ns, answers) per peer, then three (keys \
+                                   served, busy ns, queueing ns)",
                     });
                 }
+                let (values, service) = values.split_at(2 * keys.len());
                 if let Some(&raw) = keys.iter().find(|&&k| u32::try_from(k).is_err()) {
                     return Err(MsgError::BadNode { kind: h.kind, raw });
                 }
@@ -310,6 +313,7 @@ impl<'a> Msg<'a> {
                     ops: h.aux,
                     peers: keys,
                     values,
+                    service,
                 }
             }
             Kind::EpochAck => {

@@ -326,6 +326,9 @@ pub enum Msg<'a> {
         peers: &'a [Key],
         /// Mean response time (ns) and answers, per peer.
         values: &'a [f32],
+        /// The sender's serving in the period: keys served, busy ns, queueing ns
+        /// (`load_service.rs`; [`SERVICE_VALUES`](crate::load_service::SERVICE_VALUES) values).
+        service: &'a [f32],
     },
     /// At every node: from `epoch` on, `bucket`'s home is `home`.
     EpochChange {

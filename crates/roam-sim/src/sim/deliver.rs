@@ -8,7 +8,7 @@
 use rand::Rng;
 use roam_core::NodeId;
 use roam_core::stats::add;
-use roam_core::wire::{self, Frame};
+use roam_core::wire::{self, Frame, Kind};
 
 use super::*;
 use crate::history::{Fault, Stamp};
@@ -193,9 +193,14 @@ impl Sim {
                 input.u64(u64::from(from.0));
                 input.bytes(&bytes);
                 let before = self.lost_by(to);
+                let serves = matches!(frame.header.kind, Kind::Pull | Kind::Push);
+                let served = self.served_keys(to);
                 self.nodes[to.index()]
                     .node
                     .handle_frame(self.now, from, frame);
+                if serves {
+                    self.note_service(to, self.served_keys(to) - served);
+                }
                 self.note_losses(to, &before, Some(from));
                 self.drain(to);
                 return;
@@ -264,5 +269,28 @@ impl Sim {
         if drained {
             self.exit(id);
         }
+    }
+
+    /// Keys `node` served so far.
+    fn served_keys(&self, node: NodeId) -> u64 {
+        let counters = self.nodes[node.index()].node.counters();
+        counters
+            .served_keys
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Adds the virtual service time of `keys` served by `node` to its counters, as the TCP
+    /// shell adds measured time ([`SimConfig::service_ns_per_key`]).
+    fn note_service(&self, node: NodeId, keys: u64) {
+        let per_key = self.cfg.service_ns_per_key;
+        if per_key == 0 || keys == 0 {
+            return;
+        }
+        let factor: u64 = (self.cfg.slow_service.iter())
+            .filter(|(n, _)| *n == node && self.now.0 < self.cfg.slow_until)
+            .map(|&(_, f)| f)
+            .product();
+        let counters = self.nodes[node.index()].node.counters();
+        add(&counters.service_busy_ns, keys * per_key * factor);
     }
 }

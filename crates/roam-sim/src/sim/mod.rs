@@ -204,6 +204,14 @@ impl Sim {
                 cfg.nodes
             );
         }
+        for &(node, factor) in &cfg.slow_service {
+            assert!(
+                node.0 < cfg.nodes && (1..=1000).contains(&factor),
+                "SimConfig::slow_service: {node} needs to be one of the {} nodes and its factor \
+                 {factor} between 1 and 1000",
+                cfg.nodes
+            );
+        }
         let nodes = (0..cfg.nodes)
             .map(|id| {
                 let joiner = id >= members;

@@ -82,6 +82,10 @@ fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::
     family(enc, name, help, MetricType::Counter, &[(&[], v)])
 }
 
+fn counter_f(enc: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> fmt::Result {
+    family(enc, name, help, MetricType::Counter, &[(&[], v)])
+}
+
 fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> fmt::Result {
     family(enc, name, help, MetricType::Gauge, &[(&[], v)])
 }
@@ -414,6 +418,36 @@ impl Collector for NodeCollector {
             "peer_response_seconds",
             "Mean response time of each peer to this node's requests in the last load-report \
              period",
+            MetricType::Gauge,
+            &samples,
+        )?;
+        counter_f(
+            e,
+            "service_busy_seconds",
+            "Wall time this node's receiving threads were busy with peers' data requests \
+             (handling, lock wait, any service delay)",
+            s.service_busy_ns as f64 / 1e9,
+        )?;
+        counter_f(
+            e,
+            "service_queue_seconds",
+            "Time peers' data requests waited for this node's lock after they were read",
+            s.service_queue_ns as f64 / 1e9,
+        )?;
+        let capacity: Vec<(String, f64)> = (s.service.iter())
+            .filter_map(|m| Some((m.node.to_string(), m.capacity_keys_per_s?)))
+            .collect();
+        let capacity_labels: Vec<([(&str, &str); 1], f64)> = capacity
+            .iter()
+            .map(|(n, v)| ([("node", n.as_str())], *v))
+            .collect();
+        let samples: Vec<(&Labels<'_>, f64)> =
+            capacity_labels.iter().map(|(l, v)| (&l[..], *v)).collect();
+        family(
+            e,
+            "service_capacity_keys_per_second",
+            "Each member's serving capacity as this node heard it: keys served per second of \
+             busy time, smoothed over load-report periods",
             MetricType::Gauge,
             &samples,
         )?;

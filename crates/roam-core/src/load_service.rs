@@ -1,0 +1,253 @@
+//! Server-side load statistics (PSLD, issue #14): what serving costs each node, measured where
+//! the serving happens, exchanged in the load reports, and each node's *capacity* estimated
+//! from them — the second kind of evidence of a straggler, beside the response times its peers
+//! observe (`load.rs`).
+//!
+//! - **Measurement** (the shells', since the core has no clock): the threads that feed received
+//!   frames to the core add to the node's counters the wall time they were busy with frames
+//!   that served keys here (`service_busy_ns`: from holding the frames to being ready for the
+//!   next, a slowed node's service delay included) and the time those frames waited for the
+//!   node lock (`service_queue_ns`); the core counts the keys it served (`served_keys`). The
+//!   simulator adds virtual service times the same way.
+//! - **Report.** Every load period a node appends its period's keys served, busy time and
+//!   queueing time to its `LoadReport` ([`ServiceReport`]); it keeps every member's latest.
+//! - **Capacity**: keys served per second of busy time, smoothed over periods (each new period
+//!   weighs half), from periods that served at least [`MIN_SERVED_KEYS`] keys (fewer are noise,
+//!   and an idle server has no measurable capacity).
+//! - **Detection.** In a detection round, a node whose capacity is below the others' median
+//!   divided by [`LoadWatch::slow_factor`] is slow by capacity; above the median divided by
+//!   [`LoadWatch::recover_factor`] it is fine. `load.rs` combines this with the response times
+//!   in the same streaks. It needs three nodes with a capacity, as the response times need
+//!   three scores.
+//!
+//! Invariants: the statistics never change where keys are or what any operation returns; a
+//! report's numbers are checked (finite, non-negative) before use and a bad report is dropped
+//! with a warning; a node without a capacity is neither slow nor fine by capacity.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::id::NodeId;
+use crate::load::{LoadWatch, median};
+use crate::node::Node;
+use crate::warning::Warning;
+
+/// Values a `LoadReport` carries after its peers' pairs: keys served, busy ns, queueing ns.
+pub const SERVICE_VALUES: usize = 3;
+
+/// Keys a node must have served in a period for the period to estimate its capacity.
+pub const MIN_SERVED_KEYS: f64 = 64.0;
+
+/// One node's serving in one load period, as it reported it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServiceReport {
+    /// Keys served for requests that arrived by message.
+    pub served_keys: f64,
+    /// Wall time (ns) the node's receiving threads were busy with frames that served keys.
+    pub busy_ns: f64,
+    /// Time (ns) those frames waited for the node lock.
+    pub queue_ns: f64,
+}
+
+impl ServiceReport {
+    /// The report as a `LoadReport`'s trailing values.
+    pub(crate) fn to_values(self) -> [f32; SERVICE_VALUES] {
+        [
+            self.served_keys as f32,
+            self.busy_ns as f32,
+            self.queue_ns as f32,
+        ]
+    }
+
+    /// The report from a `LoadReport`'s trailing values, if they are finite and non-negative.
+    pub(crate) fn from_values(values: &[f32]) -> Option<Self> {
+        let &[served, busy, queue] = values else {
+            return None;
+        };
+        let ok = |v: f32| v.is_finite() && v >= 0.0;
+        (ok(served) && ok(busy) && ok(queue)).then_some(Self {
+            served_keys: f64::from(served),
+            busy_ns: f64::from(busy),
+            queue_ns: f64::from(queue),
+        })
+    }
+
+    /// Keys served per second of busy time, if the period served enough to tell.
+    pub fn capacity(&self) -> Option<f64> {
+        (self.served_keys >= MIN_SERVED_KEYS && self.busy_ns > 0.0)
+            .then(|| self.served_keys / (self.busy_ns / 1e9))
+    }
+}
+
+/// What this node knows of one member's serving.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServiceStats {
+    /// The member's latest period.
+    pub last: ServiceReport,
+    /// Its smoothed capacity (keys per busy second), once a period could estimate one.
+    pub capacity: Option<f64>,
+}
+
+/// A node's view of every member's serving (its own included).
+#[derive(Debug, Default)]
+pub(crate) struct Service {
+    /// `served_keys`, `service_busy_ns` and `service_queue_ns` at the last report.
+    baseline: [u64; 3],
+    /// Each member's statistics, and whether a report arrived since the last detection round.
+    pub(crate) members: BTreeMap<NodeId, (ServiceStats, bool)>,
+}
+
+/// A node's capacity judged against the others' in one round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct CapacityVerdict {
+    pub(crate) capacity: f64,
+    pub(crate) others: f64,
+    pub(crate) slow: bool,
+    pub(crate) fine: bool,
+}
+
+impl Service {
+    /// Folds `report` of `node` into its statistics (fresh for the next round).
+    fn record(&mut self, node: NodeId, report: ServiceReport) {
+        let (stats, fresh) = self.members.entry(node).or_default();
+        stats.last = report;
+        if let Some(now) = report.capacity() {
+            stats.capacity = Some(stats.capacity.map_or(now, |old| (old + now) / 2.0));
+        }
+        *fresh = true;
+    }
+}
+
+impl Node {
+    /// This node's serving since its last report (from its counters), recorded as its own.
+    pub(crate) fn service_report_now(&mut self) -> ServiceReport {
+        let c = &self.counters;
+        let now = [
+            c.served_keys.load(Relaxed),
+            c.service_busy_ns.load(Relaxed),
+            c.service_queue_ns.load(Relaxed),
+        ];
+        let service = &mut self.load.service;
+        let [served, busy, queue] = [0, 1, 2].map(|i| now[i].saturating_sub(service.baseline[i]));
+        service.baseline = now;
+        let report = ServiceReport {
+            served_keys: served as f64,
+            busy_ns: busy as f64,
+            queue_ns: queue as f64,
+        };
+        service.record(self.cfg.id, report);
+        report
+    }
+
+    /// A member's service report (a `LoadReport`'s trailing values), checked.
+    pub(crate) fn handle_service_report(&mut self, from: NodeId, values: &[f32]) {
+        if self.load.watch.is_none() {
+            return;
+        }
+        match ServiceReport::from_values(values) {
+            Some(report) => self.load.service.record(from, report),
+            None => self.warn(Warning::LoadReport {
+                from,
+                what: "its service figures are not finite non-negative numbers",
+            }),
+        }
+    }
+
+    /// Every member's serving as this node knows it, in node order.
+    pub fn service_stats(&self) -> Vec<(NodeId, ServiceStats)> {
+        (self.load.service.members.iter())
+            .map(|(&node, &(stats, _))| (node, stats))
+            .collect()
+    }
+
+    /// This round's capacity verdicts over the live members (`live`) with a capacity and a
+    /// report since the last round; none unless three have one.
+    pub(crate) fn capacity_verdicts(
+        &mut self,
+        watch: LoadWatch,
+        live: impl Fn(&NodeId) -> bool,
+    ) -> BTreeMap<NodeId, CapacityVerdict> {
+        let mut capacities = BTreeMap::new();
+        for (node, (stats, fresh)) in &mut self.load.service.members {
+            if std::mem::replace(fresh, false)
+                && live(node)
+                && let Some(capacity) = stats.capacity
+            {
+                capacities.insert(*node, capacity);
+            }
+        }
+        let mut verdicts = BTreeMap::new();
+        if capacities.len() < 3 {
+            return verdicts;
+        }
+        for (&node, &capacity) in &capacities {
+            let mut others: Vec<f64> = (capacities.iter())
+                .filter(|&(&n, _)| n != node)
+                .map(|(_, &c)| c)
+                .collect();
+            others.sort_by(f64::total_cmp);
+            let others = median(&others);
+            verdicts.insert(
+                node,
+                CapacityVerdict {
+                    capacity,
+                    others,
+                    slow: capacity * watch.slow_factor < others,
+                    fine: capacity * watch.recover_factor > others,
+                },
+            );
+        }
+        verdicts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_period_that_served_too_little_has_no_capacity() {
+        let few = ServiceReport {
+            served_keys: MIN_SERVED_KEYS - 1.0,
+            busy_ns: 1e6,
+            queue_ns: 0.0,
+        };
+        assert_eq!(few.capacity(), None);
+        let idle = ServiceReport {
+            served_keys: 1e6,
+            busy_ns: 0.0,
+            queue_ns: 0.0,
+        };
+        assert_eq!(idle.capacity(), None);
+        let enough = ServiceReport {
+            served_keys: 1000.0,
+            busy_ns: 1e6,
+            queue_ns: 0.0,
+        };
+        assert_eq!(enough.capacity(), Some(1e6));
+    }
+
+    #[test]
+    fn capacity_is_smoothed_and_kept_through_idle_periods() {
+        let mut service = Service::default();
+        let report = |keys: f64, busy: f64| ServiceReport {
+            served_keys: keys,
+            busy_ns: busy,
+            queue_ns: 0.0,
+        };
+        service.record(NodeId(1), report(1000.0, 1e6));
+        service.record(NodeId(1), report(1000.0, 4e6));
+        let stats = service.members[&NodeId(1)].0;
+        assert_eq!(stats.capacity, Some((1e6 + 2.5e5) / 2.0));
+        service.record(NodeId(1), report(0.0, 0.0));
+        assert_eq!(service.members[&NodeId(1)].0.capacity, stats.capacity);
+    }
+
+    #[test]
+    fn bad_figures_are_refused() {
+        assert_eq!(ServiceReport::from_values(&[1.0, f32::NAN, 0.0]), None);
+        assert_eq!(ServiceReport::from_values(&[1.0, 2.0, -1.0]), None);
+        assert_eq!(ServiceReport::from_values(&[1.0, 2.0]), None);
+        assert!(ServiceReport::from_values(&[1.0, 2.0, 3.0]).is_some());
+    }
+}

@@ -120,12 +120,12 @@ fn equal_service_costs_make_no_straggler() {
                 "seed {seed}: node {n}: {:?}",
                 node.straggler_events()
             );
+            // Equal costs give equal capacities, 10^6 keys per busy second (a node that never
+            // served 64 keys in a period has none: which keys a node serves is random here).
+            let stats = node.service_stats();
             assert!(
-                node.service_stats()
-                    .iter()
-                    .all(|(_, s)| s.capacity.is_some()),
-                "seed {seed}: node {n}: {:?}",
-                node.service_stats()
+                (stats.iter().filter_map(|(_, s)| s.capacity)).all(|c| (c - 1e6).abs() < 1.0),
+                "seed {seed}: node {n}: {stats:?}"
             );
         }
     });

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use roam_core::stats::NodeCounters;
 use roam_core::wire::Frame;
-use roam_core::{Node, NodeId};
+use roam_core::{Node, NodeId, Time};
 use std::sync::atomic::Ordering;
 
 use crate::runtime::Shared;
@@ -33,38 +33,82 @@ fn snapshot(c: &NodeCounters) -> [u64; 3] {
 /// events are logged, so that their outputs leave in one write per link (the reader found them
 /// all buffered: a burst needs one wake-up of the peer, not one per frame). Leaves `frames`
 /// empty.
-/// Returns when it first held the node lock.
-pub(crate) fn handle_frames(shared: &Shared, from: NodeId, frames: &mut Vec<Frame>) -> Instant {
+pub(crate) fn handle_frames(shared: &Shared, from: NodeId, frames: &mut Vec<Frame>) -> Handled {
     if frames.len() == 1 || tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
-        let mut first = None;
+        let mut all: Option<Handled> = None;
         for frame in frames.drain(..) {
-            let (locked_at, _) = handle_frame(shared, from, frame, false);
-            first.get_or_insert(locked_at);
+            let (one, _) = handle_frame(shared, from, frame, false);
+            let all = all.get_or_insert(Handled {
+                served: 0,
+                serving: Duration::ZERO,
+                ..one
+            });
+            all.served += one.served;
+            all.serving += one.serving;
         }
-        return first.unwrap_or_else(Instant::now);
+        return all.unwrap_or(Handled::new(Instant::now()));
     }
     shared.with_node(|node, now| {
-        let locked_at = Instant::now();
+        let mut handled = Handled::new(Instant::now());
         for frame in frames.drain(..) {
-            node.handle_frame(now, from, frame);
+            handled.feed(node, now, from, frame);
         }
-        locked_at
+        handled
     })
 }
 
-/// Feeds `frame` from `from` to the core, logging what it moved or forwarded. Returns when it
-/// held the node lock and, with `timed`, how long the core took (under the lock, without
-/// waiting for it).
+/// What feeding frames to the core did, for the node's service statistics
+/// (`roam_core::load_service`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Handled {
+    /// When the node lock was first held for them.
+    pub(crate) locked_at: Instant,
+    /// Keys they served here (the core counts them under the node lock, so the difference
+    /// across one frame's handling is exactly that frame's).
+    pub(crate) served: u64,
+    /// Time the core took for the frames that served keys (not for answers to this node's own
+    /// requests, forwards, replica sync or relocations).
+    pub(crate) serving: Duration,
+}
+
+impl Handled {
+    fn new(locked_at: Instant) -> Self {
+        Self {
+            locked_at,
+            served: 0,
+            serving: Duration::ZERO,
+        }
+    }
+
+    /// Feeds one frame to the core (the node lock held), timing it if it serves keys.
+    fn feed(&mut self, node: &mut Node, now: Time, from: NodeId, frame: Frame) {
+        let (before, start) = (served_keys(node), Instant::now());
+        node.handle_frame(now, from, frame);
+        let served = served_keys(node) - before;
+        if served > 0 {
+            self.served += served;
+            self.serving += start.elapsed();
+        }
+    }
+}
+
+fn served_keys(node: &Node) -> u64 {
+    node.counters().served_keys.load(Ordering::Relaxed)
+}
+
+/// Feeds `frame` from `from` to the core, logging what it moved or forwarded. Returns what it
+/// did for the service statistics and, with `timed`, how long the core took (under the node
+/// lock, without waiting for it).
 pub(crate) fn handle_frame(
     shared: &Shared,
     from: NodeId,
     frame: Frame,
     timed: bool,
-) -> (Instant, Option<Duration>) {
+) -> (Handled, Option<Duration>) {
     let core = |node: &mut Node, now, frame| {
-        let locked_at = Instant::now();
-        node.handle_frame(now, from, frame);
-        (locked_at, timed.then(|| locked_at.elapsed()))
+        let mut handled = Handled::new(Instant::now());
+        handled.feed(node, now, from, frame);
+        (handled, timed.then(|| handled.locked_at.elapsed()))
     };
     if !tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
         return shared.with_node(|node, now| core(node, now, frame));

@@ -282,12 +282,13 @@ pub(crate) fn spawn_reader(
                 .filter(|_| ServiceSlowdown::slows(frame.header.kind));
             if let Some(service) = slowed {
                 let read_at = Instant::now();
-                let (locked_at, took) = crate::events::handle_frame(&shared, peer, frame, true);
+                let (handled, took) = crate::events::handle_frame(&shared, peer, frame, true);
                 let sleep = service.owe(&mut debt, took.unwrap_or_default());
                 if !sleep.is_zero() {
                     std::thread::sleep(sleep);
                 }
-                note_service(&shared, read_at, locked_at);
+                // The delay is this slowed server's service time too.
+                note_service(&shared, read_at, handled, sleep);
                 continue;
             }
             // The frames that arrived with this one are handled together (one lock, one write
@@ -308,28 +309,38 @@ pub(crate) fn spawn_reader(
                 }
             }
             let read_at = Instant::now();
-            let serves = batch.iter().any(|f| ServiceSlowdown::slows(f.header.kind));
-            let locked_at = crate::events::handle_frames(&shared, peer, &mut batch);
-            if serves {
-                note_service(&shared, read_at, locked_at);
-            }
+            let handled = crate::events::handle_frames(&shared, peer, &mut batch);
+            note_service(&shared, read_at, handled, Duration::ZERO);
         }
     })
 }
 
-/// Adds the serving of frames read at `read_at` (the lock taken at `locked_at`, the frames
-/// handled and any service delay slept until now) to the node's service counters, which its
-/// load reports carry (`roam_core::load_service`): busy from `read_at` to now, queued from
-/// `read_at` to `locked_at`. Only for frames holding peers' data requests: answers to this
-/// node's own requests are not serving.
-fn note_service(shared: &Shared, read_at: Instant, locked_at: Instant) {
+/// Adds the serving of frames read at `read_at` and handled as `handled` says (with a slowed
+/// node's service delay `delay` after them) to the node's service counters, which its load
+/// reports carry (`roam_core::load_service`): queued from `read_at` until the node lock was
+/// held (a node short of CPU, or whose workers hold the lock long, makes its requests wait
+/// there), busy for that plus the core's time on the frames that served keys plus the delay.
+/// Only when
+/// they served keys here: answers to this node's own requests, forwards, replica sync and
+/// relocations are not serving, and mixed into a batch they would make a node that serves
+/// little look slow.
+fn note_service(
+    shared: &Shared,
+    read_at: Instant,
+    handled: crate::events::Handled,
+    delay: Duration,
+) {
+    if handled.served == 0 {
+        return;
+    }
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let queued = handled.locked_at.saturating_duration_since(read_at);
     let counters = &shared.counters;
-    roam_core::stats::add(&counters.service_busy_ns, ns(read_at.elapsed()));
     roam_core::stats::add(
-        &counters.service_queue_ns,
-        ns(locked_at.saturating_duration_since(read_at)),
+        &counters.service_busy_ns,
+        ns(queued + handled.serving + delay),
     );
+    roam_core::stats::add(&counters.service_queue_ns, ns(queued));
 }
 
 /// Most frames a reader hands the core under one hold of the node lock: bounds how long a

@@ -1,6 +1,9 @@
 //! Load statistics and straggler detection (PSLD, issue #14): how long each peer takes to answer
 //! this node's requests, exchanged between the nodes on the core's timers, and the nodes that
-//! answer clearly slower than the others for a sustained time.
+//! answer clearly slower than the others for a sustained time — or, by the second evidence,
+//! serve clearly slower by their own measure (`load_service.rs`: keys served per busy second,
+//! carried by the same reports; either evidence makes a node slow in a round, and a capacity
+//! that says slow keeps it from being fine).
 //!
 //! - **Observation.** A pull or push answered by a node it was first sent to is one sample of
 //!   that peer's *response time*: virtual or real `now` at the answer minus `now` at the issue
@@ -50,6 +53,9 @@ pub struct LoadWatch {
     pub sustain: u32,
     /// Answers in a period below which an observation is no evidence.
     pub min_answers: u32,
+    /// Keys a node must have served in a period for the period to estimate its capacity
+    /// (`load_service.rs`; fewer take too little time to measure against preemption).
+    pub min_served_keys: u32,
 }
 
 /// A [`LoadWatch`] that cannot work.
@@ -109,7 +115,9 @@ impl LoadWatch {
 
 impl Default for LoadWatch {
     /// Reports every 500 ms; slow at 2× the median and 0.1 ms above it for 3 reports in a row
-    /// (1.5 s); recovered below 1.5× for as long; at least 8 answers per observation. (A node
+    /// (1.5 s); recovered below 1.5× for as long; at least 8 answers per observation, and 1,000
+    /// keys served per period for a capacity (a node that serves fewer is hardly loaded; 64
+    /// keys of a few µs each, measured beside other processes on 2 cores, varied several-fold). (A node
     /// held to a quarter of a CPU answered MF's requests in 0.6 ms against 0.18 ms for the
     /// others on loopback: a 0.4 ms gap that tripled the epoch time.)
     fn default() -> Self {
@@ -120,6 +128,7 @@ impl Default for LoadWatch {
             recover_factor: 1.5,
             sustain: 3,
             min_answers: 8,
+            min_served_keys: 1000,
         }
     }
 }
@@ -423,18 +432,20 @@ impl Node {
                 );
             }
         }
-        // Either evidence makes a node slow in this round; it is fine only if all it has says
-        // so. Nodes without any this round keep their streaks: "in a row" counts rounds with
-        // evidence.
+        // Either evidence makes a node slow in this round. With response times, those decide
+        // when it is fine unless its capacity says slow (capacities of healthy nodes spread
+        // 1.3-1.6x, so "not yet fine" by capacity alone would hold off a recovery on noise);
+        // with a capacity only, the capacity decides. Nodes without any evidence this round
+        // keep their streaks: "in a row" counts rounds with evidence.
         for (node, c) in capacities {
             let v = verdicts.entry(node).or_insert(Verdict {
                 slow: false,
-                fine: true,
+                fine: c.fine,
                 response: None,
                 capacity: None,
             });
             v.slow |= c.slow;
-            v.fine &= c.fine;
+            v.fine &= !c.slow;
             v.capacity = Some((c.capacity, c.others));
         }
         for (node, v) in verdicts {
@@ -497,6 +508,7 @@ mod tests {
             recover_factor: 1.5,
             sustain: 3,
             min_answers: 4,
+            min_served_keys: 64,
         }
     }
 
@@ -730,7 +742,7 @@ mod tests {
             }
             // This node's own serving, as its shell would count it.
             served += 1000;
-            n.counters().served_keys.store(served, Relaxed);
+            n.counters().service_keys.store(served, Relaxed);
             n.counters().service_busy_ns.store(i * 1_000_000, Relaxed);
             n.load_handle_timeout(now);
             if i == 3 {

@@ -3,22 +3,26 @@
 //! from them — the second kind of evidence of a straggler, beside the response times its peers
 //! observe (`load.rs`).
 //!
-//! - **Measurement** (the shells', since the core has no clock): the threads that feed received
-//!   frames to the core add to the node's counters the wall time they were busy with frames
-//!   that served keys here (`service_busy_ns`: from holding the frames to being ready for the
-//!   next, a slowed node's service delay included) and the time those frames waited for the
-//!   node lock (`service_queue_ns`); the core counts the keys it served (`served_keys`). The
-//!   simulator adds virtual service times the same way.
+//! - **Measurement** (the shells', since the core has no clock): for each peer's pull or push
+//!   that served keys here, the threads that feed received frames to the core add to the
+//!   node's counters the keys it served (`service_keys`), the core's time on it
+//!   (`service_busy_ns`, a slowed node's service delay included) and, apart, how long it
+//!   waited for the node lock after it was read (`service_queue_ns`; not in the busy time: on
+//!   a shared machine it mostly measures other threads). Keys
+//!   and time come from the same frames: relocations that answer queued requests, replica
+//!   sync, forwards and answers to this node's own requests count in neither. The simulator
+//!   adds virtual service times the same way.
 //! - **Report.** Every load period a node appends its period's keys served, busy time and
 //!   queueing time to its `LoadReport` ([`ServiceReport`]); it keeps every member's latest.
 //! - **Capacity**: keys served per second of busy time, smoothed over periods (each new period
-//!   weighs half), from periods that served at least [`MIN_SERVED_KEYS`] keys (fewer are noise,
-//!   and an idle server has no measurable capacity).
+//!   weighs half), from periods that served at least [`LoadWatch::min_served_keys`] keys
+//!   (fewer are noise, and an idle server has no measurable capacity).
 //! - **Detection.** In a detection round, a node whose capacity is below the others' median
 //!   divided by [`LoadWatch::slow_factor`] is slow by capacity; above the median divided by
 //!   [`LoadWatch::recover_factor`] it is fine. `load.rs` combines this with the response times
-//!   in the same streaks. It needs three nodes with a capacity, as the response times need
-//!   three scores.
+//!   in the same streaks. It needs three nodes with a fresh capacity, as the response times
+//!   need three scores. A period that served too few keys is no evidence (the estimate is kept,
+//!   but not counted again), and members that left or were lost are dropped.
 //!
 //! Invariants: the statistics never change where keys are or what any operation returns; a
 //! report's numbers are checked (finite, non-negative) before use and a bad report is dropped
@@ -34,9 +38,6 @@ use crate::warning::Warning;
 
 /// Values a `LoadReport` carries after its peers' pairs: keys served, busy ns, queueing ns.
 pub const SERVICE_VALUES: usize = 3;
-
-/// Keys a node must have served in a period for the period to estimate its capacity.
-pub const MIN_SERVED_KEYS: f64 = 64.0;
 
 /// One node's serving in one load period, as it reported it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -72,9 +73,9 @@ impl ServiceReport {
         })
     }
 
-    /// Keys served per second of busy time, if the period served enough to tell.
-    pub fn capacity(&self) -> Option<f64> {
-        (self.served_keys >= MIN_SERVED_KEYS && self.busy_ns > 0.0)
+    /// Keys served per second of busy time, if the period served `min_keys` or more.
+    pub fn capacity(&self, min_keys: u32) -> Option<f64> {
+        (self.served_keys >= f64::from(min_keys) && self.busy_ns > 0.0)
             .then(|| self.served_keys / (self.busy_ns / 1e9))
     }
 }
@@ -107,14 +108,16 @@ pub(crate) struct CapacityVerdict {
 }
 
 impl Service {
-    /// Folds `report` of `node` into its statistics (fresh for the next round).
-    fn record(&mut self, node: NodeId, report: ServiceReport) {
+    /// Folds `report` of `node` into its statistics. Only a period that measured a capacity
+    /// is evidence for the next round: an idle period keeps the estimate but must not count it
+    /// again (a node named on old figures, or never recovering while it serves nothing).
+    fn record(&mut self, node: NodeId, report: ServiceReport, min_keys: u32) {
         let (stats, fresh) = self.members.entry(node).or_default();
         stats.last = report;
-        if let Some(now) = report.capacity() {
+        if let Some(now) = report.capacity(min_keys) {
             stats.capacity = Some(stats.capacity.map_or(now, |old| (old + now) / 2.0));
+            *fresh = true;
         }
-        *fresh = true;
     }
 }
 
@@ -123,11 +126,17 @@ impl Node {
     pub(crate) fn service_report_now(&mut self) -> ServiceReport {
         let c = &self.counters;
         let now = [
-            c.served_keys.load(Relaxed),
+            c.service_keys.load(Relaxed),
             c.service_busy_ns.load(Relaxed),
             c.service_queue_ns.load(Relaxed),
         ];
         let service = &mut self.load.service;
+        // Members that left or were lost are no longer reported (nor blended into a reused id).
+        let dir = &self.dir;
+        let lost = &self.lost;
+        service
+            .members
+            .retain(|n, _| dir.is_member(*n) && !lost.contains(n));
         let [served, busy, queue] = [0, 1, 2].map(|i| now[i].saturating_sub(service.baseline[i]));
         service.baseline = now;
         let report = ServiceReport {
@@ -135,17 +144,21 @@ impl Node {
             busy_ns: busy as f64,
             queue_ns: queue as f64,
         };
-        service.record(self.cfg.id, report);
+        let min_keys = self.load.watch.map_or(u32::MAX, |w| w.min_served_keys);
+        self.load.service.record(self.cfg.id, report, min_keys);
         report
     }
 
     /// A member's service report (a `LoadReport`'s trailing values), checked.
     pub(crate) fn handle_service_report(&mut self, from: NodeId, values: &[f32]) {
-        if self.load.watch.is_none() {
+        let Some(watch) = self.load.watch else {
             return;
-        }
+        };
         match ServiceReport::from_values(values) {
-            Some(report) => self.load.service.record(from, report),
+            Some(report) => self
+                .load
+                .service
+                .record(from, report, watch.min_served_keys),
             None => self.warn(Warning::LoadReport {
                 from,
                 what: "its service figures are not finite non-negative numbers",
@@ -208,23 +221,23 @@ mod tests {
     #[test]
     fn a_period_that_served_too_little_has_no_capacity() {
         let few = ServiceReport {
-            served_keys: MIN_SERVED_KEYS - 1.0,
+            served_keys: 63.0,
             busy_ns: 1e6,
             queue_ns: 0.0,
         };
-        assert_eq!(few.capacity(), None);
+        assert_eq!(few.capacity(64), None);
         let idle = ServiceReport {
             served_keys: 1e6,
             busy_ns: 0.0,
             queue_ns: 0.0,
         };
-        assert_eq!(idle.capacity(), None);
+        assert_eq!(idle.capacity(64), None);
         let enough = ServiceReport {
             served_keys: 1000.0,
             busy_ns: 1e6,
             queue_ns: 0.0,
         };
-        assert_eq!(enough.capacity(), Some(1e6));
+        assert_eq!(enough.capacity(64), Some(1e6));
     }
 
     #[test]
@@ -235,12 +248,46 @@ mod tests {
             busy_ns: busy,
             queue_ns: 0.0,
         };
-        service.record(NodeId(1), report(1000.0, 1e6));
-        service.record(NodeId(1), report(1000.0, 4e6));
+        service.record(NodeId(1), report(1000.0, 1e6), 64);
+        service.record(NodeId(1), report(1000.0, 4e6), 64);
         let stats = service.members[&NodeId(1)].0;
         assert_eq!(stats.capacity, Some((1e6 + 2.5e5) / 2.0));
-        service.record(NodeId(1), report(0.0, 0.0));
+        service.record(NodeId(1), report(0.0, 0.0), 64);
         assert_eq!(service.members[&NodeId(1)].0.capacity, stats.capacity);
+    }
+
+    /// Two slow periods, then node 2 serves nothing: its kept estimate is not evidence again,
+    /// so idle rounds never complete the streak that would name it.
+    #[test]
+    fn an_idle_period_is_no_new_evidence() {
+        use crate::directory::Partitioning;
+        use crate::keyspace::KeySpace;
+        use crate::node::{NodeConfig, Time};
+        let mut cfg = NodeConfig::new(
+            NodeId(0),
+            4,
+            1,
+            KeySpace::uniform(64, 1).unwrap(),
+            Partitioning::Range,
+        );
+        cfg.load = Some(LoadWatch::default());
+        let mut n = Node::new(cfg);
+        let period = LoadWatch::default().report_every;
+        for i in 1..=8u64 {
+            let now = Time(i * period);
+            n.tick(now);
+            for peer in 1..4 {
+                let figures = match (peer, i) {
+                    (2, 1..=2) => [1000.0, 4e6, 0.0],
+                    (2, _) => [0.0, 0.0, 0.0],
+                    _ => [1000.0, 1e6, 0.0],
+                };
+                n.handle_service_report(NodeId(peer), &figures);
+            }
+            n.load_handle_timeout(now);
+        }
+        assert!(n.stragglers().is_empty(), "{:?}", n.straggler_events());
+        assert_eq!(n.service_stats()[2].1.capacity, Some(250_000.0));
     }
 
     #[test]

@@ -36,8 +36,12 @@ counters! {
         remote_push_ops,
         /// Keys this node served for requests that arrived by message.
         served_keys,
-        /// Wall time (ns) the shell's receiving threads were busy with frames that served keys
-        /// here (`load_service.rs`; added by the shells, which have the clock).
+        /// Keys served by peers' pulls and pushes whose time is in `service_busy_ns`
+        /// (`load_service.rs`; added by the shells with the time).
+        service_keys,
+        /// Wall time (ns) the shell's receiving threads spent on those pulls and pushes, from
+        /// reading them to the end of their handling (added by the shells, which have the
+        /// clock).
         service_busy_ns,
         /// Time (ns) those frames waited for the node lock after they were read.
         service_queue_ns,

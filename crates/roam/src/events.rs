@@ -6,11 +6,15 @@
 //! under the node lock (so the differences are that frame's alone), and only when the
 //! target's debug level is enabled: otherwise the cost is one check of the callsite's cached
 //! interest per received frame. Local accesses never get here.
+//!
+//! Also here, always: the service statistics of peers' pulls and pushes ([`Handled`]: keys
+//! served, read before and after each such frame under the lock, and the core's time on it),
+//! which the readers add to the node's counters (`roam_core::load_service`).
 
 use std::time::{Duration, Instant};
 
 use roam_core::stats::NodeCounters;
-use roam_core::wire::Frame;
+use roam_core::wire::{Frame, Kind};
 use roam_core::{Node, NodeId, Time};
 use std::sync::atomic::Ordering;
 
@@ -80,8 +84,14 @@ impl Handled {
         }
     }
 
-    /// Feeds one frame to the core (the node lock held), timing it if it serves keys.
+    /// Feeds one frame to the core (the node lock held), timing it if it is a peer's pull or
+    /// push that served keys here (not a relocation that answered queued requests: its time
+    /// is mostly the relocation's).
     fn feed(&mut self, node: &mut Node, now: Time, from: NodeId, frame: Frame) {
+        if !matches!(frame.header.kind, Kind::Pull | Kind::Push) {
+            node.handle_frame(now, from, frame);
+            return;
+        }
         let (before, start) = (served_keys(node), Instant::now());
         node.handle_frame(now, from, frame);
         let served = served_keys(node) - before;

@@ -317,13 +317,11 @@ pub(crate) fn spawn_reader(
 
 /// Adds the serving of frames read at `read_at` and handled as `handled` says (with a slowed
 /// node's service delay `delay` after them) to the node's service counters, which its load
-/// reports carry (`roam_core::load_service`): queued from `read_at` until the node lock was
-/// held (a node short of CPU, or whose workers hold the lock long, makes its requests wait
-/// there), busy for that plus the core's time on the frames that served keys plus the delay.
-/// Only when
-/// they served keys here: answers to this node's own requests, forwards, replica sync and
-/// relocations are not serving, and mixed into a batch they would make a node that serves
-/// little look slow.
+/// reports carry (`roam_core::load_service`): the keys they served, busy for the core's time
+/// on them plus the delay, queued from `read_at` until the node lock was held. The lock wait
+/// is reported on its own and not in the busy time: on a shared machine it mostly measures
+/// which other thread held the lock or the core (measured: with it, healthy nodes' capacities
+/// spread up to 3.5x under load, without it 1.3-1.7x). Only when they served keys here.
 fn note_service(
     shared: &Shared,
     read_at: Instant,
@@ -336,10 +334,8 @@ fn note_service(
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let queued = handled.locked_at.saturating_duration_since(read_at);
     let counters = &shared.counters;
-    roam_core::stats::add(
-        &counters.service_busy_ns,
-        ns(queued + handled.serving + delay),
-    );
+    roam_core::stats::add(&counters.service_keys, handled.served);
+    roam_core::stats::add(&counters.service_busy_ns, ns(handled.serving + delay));
     roam_core::stats::add(&counters.service_queue_ns, ns(queued));
 }
 

@@ -95,6 +95,12 @@ fn write_seeds() {
             &welcome.to_bytes(),
         );
     }
+    // A load report in its full shape: two values per peer, then the service figures.
+    let mut report = Frame::new(Kind::LoadReport, NodeId(1), ReqId(0), 9, &[0, 2], 7);
+    report
+        .values_mut()
+        .copy_from_slice(&[120e3, 12.0, 95e3, 30.0, 800.0, 2e6, 1e5]);
+    write("frame", "load-report".into(), &report.to_bytes());
     let mut stream = shapes[4].clone();
     stream.extend_from_slice(&shapes[1]);
     write("frame", "stream".into(), &stream);

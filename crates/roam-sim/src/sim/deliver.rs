@@ -291,6 +291,7 @@ impl Sim {
             .map(|&(_, f)| f)
             .product();
         let counters = self.nodes[node.index()].node.counters();
+        add(&counters.service_keys, keys);
         add(&counters.service_busy_ns, keys * per_key * factor);
     }
 }

@@ -498,6 +498,7 @@ pub(crate) fn load_watch() -> roam_core::LoadWatch {
         recover_factor: 1.5,
         sustain: 3,
         min_answers: 3,
+        min_served_keys: 64,
     }
 }
 

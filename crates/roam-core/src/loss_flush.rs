@@ -144,6 +144,13 @@ impl Node {
         // before this node's welcome): one that skips ahead, or a list of queued pushes before
         // the last round, is a peer's mistake and is ignored, never taken as the flush's end.
         let in_order = round == *heard || (*heard == 0 && round == 1);
+        let well_formed = round <= ROUNDS && (ops.is_empty() || round == ROUNDS);
+        if !in_order && *heard == 0 && round > 1 && well_formed {
+            // This node joined while `from`'s flush ran: `from`'s earlier rounds went before
+            // the welcome, so its rounds cannot vouch for this node's pushes. Not a mistake;
+            // ignored, and the flush ends at its deadline, failing what is unresolved.
+            return;
+        }
         if !in_order || round > ROUNDS || (!ops.is_empty() && round != ROUNDS) {
             self.warn(Warning::Membership {
                 from,

@@ -33,7 +33,10 @@
 //! loss: every other remote operation in flight (localize, home moves, drains), and every
 //! relocation into this node in flight (it does not know where the value was coming from).
 //! Their keys are recorded as lost, so a value that lands later is discarded rather than
-//! revived beside a record that names another node. A node that is not a member (joining) or
+//! revived beside a record that names another node. (Still to do, issue #11: a relocation in
+//! flight whose value came from and through survivors only could complete.) A node that
+//! joined while a survivor's flush ran ignores that survivor's later rounds (`loss_flush.rs`)
+//! and ends its own flush at the timeout. A node that is not a member (joining) or
 //! that left cleanly takes part in no flush and fails its pulls and pushes in flight too.
 //!
 //! Invariants: nothing waits on a lost peer (a flush waits only on survivors, and drops one

@@ -101,6 +101,18 @@ fn write_seeds() {
         .values_mut()
         .copy_from_slice(&[120e3, 12.0, 95e3, 30.0, 800.0, 2e6, 1e5]);
     write("frame", "load-report".into(), &report.to_bytes());
+    // LossFlush (kind 48) as the core sends it: a round with no queued pushes (control) and
+    // a last round with the receiver's queued push operations and their positions, so the
+    // fuzzer starts past the decoder's LossFlush shape checks.
+    use roam_core::msg::encode::loss_flush;
+    let flushes = [
+        loss_flush(NodeId(1), NodeId(2), 0, &[], &[]),
+        loss_flush(NodeId(1), NodeId(2), 3, &[7], &[0]),
+        loss_flush(NodeId(3), NodeId(0), 1, &[5, 5, 9], &[0, 4, 1]),
+    ];
+    for (i, frame) in flushes.iter().enumerate() {
+        write("frame", format!("loss-flush-{i}"), &frame.to_bytes());
+    }
     let mut stream = shapes[4].clone();
     stream.extend_from_slice(&shapes[1]);
     write("frame", "stream".into(), &stream);

@@ -340,10 +340,25 @@ impl<'a> Search<'a> {
                 _ => None,
             })
             .collect();
-        let mut options: Vec<(bool, usize, Vec<f32>)> = Vec::new();
+        let mut options: Vec<(bool, usize, usize, Vec<f32>)> = Vec::new();
         for &i in &self.by_deadline {
             let e = &self.entries[i];
             if is_done(i) || e.call >= min_ret || e.pred.is_some_and(|p| !is_done(p)) {
+                continue;
+            }
+            // Of identical optional writes not placed yet, only the one called first (then the
+            // lowest index) may go next: an order that places a later-called twin here and
+            // this one later (or never) stays valid with the two swapped, since this one may
+            // go wherever its twin may (the bound `min_ret` only grows as entries are placed).
+            if e.optional
+                && self.entries.iter().enumerate().any(|(j, o)| {
+                    j != i
+                        && !is_done(j)
+                        && o.optional
+                        && (o.call, j) < (e.call, i)
+                        && o.effect == e.effect
+                })
+            {
                 continue;
             }
             let mut next = value.to_vec();
@@ -354,23 +369,10 @@ impl<'a> Search<'a> {
                 Effect::Read(_) => continue,
             }
             let helps = pending_reads.contains(&next.as_slice());
-            options.push((!helps, options.len(), next));
+            options.push((!helps, options.len(), i, next));
         }
-        options.sort_by_key(|&(later, rank, _)| (later, rank));
-        for (_, rank, next) in options {
-            let i = self
-                .by_deadline
-                .iter()
-                .copied()
-                .filter(|&i| {
-                    let e = &self.entries[i];
-                    !is_done(i)
-                        && e.call < min_ret
-                        && e.pred.is_none_or(&is_done)
-                        && !matches!(e.effect, Effect::Read(_))
-                })
-                .nth(rank)
-                .expect("ranked above");
+        options.sort_by_key(|&(later, rank, _, _)| (later, rank));
+        for (_, _, i, next) in options {
             let mut next_done = done.to_vec();
             next_done[i / 64] |= 1 << (i % 64);
             let bits: Box<[u32]> = next.iter().map(|v| v.to_bits()).collect();

@@ -681,5 +681,18 @@ fn prefetch(ptr: *const i8) {
     let _ = ptr;
 }
 
+/// Prefetches the `len` values at `record`: its first cache line and, when the record runs
+/// into the next one (a 40-byte record does in 3 of 8 slots), that line too, so that the copy
+/// does not wait for it.
+#[inline(always)]
+fn prefetch_record(record: *const AtomicU32, len: usize) {
+    let first = record.cast::<i8>();
+    let last = first.wrapping_add(4 * len - 1);
+    // Both unconditionally: a test of the lines costs a mispredicted branch in 3 of 8 keys,
+    // more than a redundant prefetch of a line already asked for.
+    prefetch(first);
+    prefetch(last);
+}
+
 #[cfg(test)]
 mod tests;

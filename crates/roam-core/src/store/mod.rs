@@ -60,7 +60,8 @@
 //!
 //! The hot path is therefore, for a push, one CAS, an add and a release store, and for a pull
 //! two loads around a copy (short values) or the push's latch around a copy: no message, no
-//! protocol lock, no allocation. Background work visits the store's keys in
+//! protocol lock, no allocation. Batches of short values in dense spaces run these steps a
+//! block of keys at a time, pass by pass (`batch.rs`), with the same per-key guarantees. Background work visits the store's keys in
 //! bounded chunks through [`Store::scan`].
 //!
 //! Files: this one holds the state word and the per-key and protocol paths; `latch.rs` the

@@ -1,7 +1,10 @@
 //! The store's batch paths: a worker's pull or push of many keys of the uniform length, one
 //! loop per mode and compile-time short length (`by_len!`), prefetching a few keys ahead so that
-//! the cache misses of a random batch overlap. Same invariants as the per-key paths (`mod.rs`):
-//! a record is written only under its key's latch, and short values are read optimistically.
+//! the cache misses of a random batch overlap. Short values of dense spaces go a block of keys
+//! at a time, pass by pass (`pull_blocks`, `push_blocks`): fewer instructions per key and no
+//! key waiting on the one before. Same invariants as the per-key paths (`mod.rs`): a record is
+//! written only under its key's latch, short values are read optimistically, and a copy counts
+//! only if its key's word is unchanged after it.
 
 use super::*;
 
@@ -10,7 +13,9 @@ impl Store {
     /// calling `miss(i)` for each key `i` that is not held here. Prefetches a few keys ahead, so
     /// that the cache misses of a random batch overlap instead of queuing behind each latch.
     /// Stops at the first key outside the key space and returns it (reads change nothing, so
-    /// checking while copying saves the caller a separate pass over the batch).
+    /// checking while copying saves the caller a separate pass over the batch). The values of
+    /// a missed key in `out` are unspecified (an optimistic copy may have begun before the key
+    /// moved out): the caller fills them from wherever the key is.
     #[inline]
     pub fn pull_batch_local(
         &self,
@@ -42,6 +47,10 @@ impl Store {
     ) -> Result<(), Key> {
         // Compile-time lengths are exactly the optimistic ones (see `by_len!`).
         debug_assert_eq!(L > 0, self.optimistic);
+        let words = self.index.dense_words();
+        if L > 0 && !words.is_empty() {
+            return self.pull_blocks::<TOUCH, L>(words, keys, out, miss);
+        }
         let len = if L > 0 { L } else { len };
         let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
         for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
@@ -70,6 +79,95 @@ impl Store {
             };
             if !hit {
                 miss(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// The optimistic pull of a dense space (short values, `L` > 0), a block of keys at a time
+    /// in three passes, so that no pass waits on the one before for each key: (1) read every
+    /// key's state word (`Acquire`), locate its record and prefetch it; (2) copy the records
+    /// (relaxed atomic loads); (3) after one `Acquire` fence, reload every word and keep a copy
+    /// only if its word is unchanged — per key exactly the sequence lock of
+    /// [`read_consistent`] (its proof holds key by key: the order between keys is irrelevant).
+    /// A key whose word was latched, changed or showed it not held takes the per-key path in
+    /// pass 3, in key order, so `miss` is still called in order. Measured against the per-key
+    /// loop: docs/benchmarks.md, "Local fast path, sixth session".
+    #[inline(always)]
+    fn pull_blocks<const TOUCH: bool, const L: usize>(
+        &self,
+        words: &[AtomicU64],
+        keys: &[Key],
+        out: &mut [f32],
+        mut miss: impl FnMut(usize),
+    ) -> Result<(), Key> {
+        /// Keys per block: enough prefetches in flight to cover a miss to memory, few enough
+        /// that a block's words and records stay in L1 between its passes.
+        const B: usize = 16;
+        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
+        let locate = |s: u64| {
+            let area = if s & REPLICA == 0 { values } else { replicas };
+            let (base, offset) = area.locate((s & SLOT_MASK) as u32);
+            base.wrapping_add(offset).cast::<AtomicU32>().cast_const()
+        };
+        for (b, (block, outs)) in keys.chunks(B).zip(out.chunks_mut(B * L)).enumerate() {
+            // Pass 1. `seen[j] == 0` (never a held word): key j goes to the per-key path.
+            let mut seen = [0u64; B];
+            let mut at = [std::ptr::null::<AtomicU32>(); B];
+            for (j, &key) in block.iter().enumerate() {
+                // The next block's words, a block ahead.
+                if let Some(&next) = keys.get((b + 1) * B + j)
+                    && let Some(state) = words.get(next as usize)
+                {
+                    prefetch(state.as_ptr().cast());
+                }
+                let Some(state) = words.get(key as usize) else {
+                    if !self.space.contains(key) {
+                        return Err(key);
+                    }
+                    continue;
+                };
+                let s = state.load(Ordering::Acquire);
+                if s & HELD != 0 && s & LATCH == 0 {
+                    seen[j] = s;
+                    at[j] = locate(s);
+                    prefetch(at[j].cast());
+                }
+            }
+            // Pass 2: the copies, from records that were held as of their word.
+            for (j, here) in outs.chunks_exact_mut(L).enumerate() {
+                if seen[j] != 0 {
+                    // SAFETY: `at[j]` is the slot of a record held as of `seen[j]` (read with
+                    // `Acquire`, so its chunk pointer was visible), and uniform records start
+                    // with `L` visible values; areas never free memory, so if the slot has
+                    // been reused meanwhile this reads another record's values, which pass 3
+                    // discards (the word changed).
+                    let visible = unsafe { std::slice::from_raw_parts(at[j], L) };
+                    load_values::<L>(here, visible, false);
+                }
+            }
+            // Pass 3: validate (see `read_consistent` for why the fence makes this exact).
+            fence(Ordering::Acquire);
+            for (j, (&key, here)) in block.iter().zip(outs.chunks_exact_mut(L)).enumerate() {
+                let Some(state) = words.get(key as usize) else {
+                    miss(b * B + j);
+                    continue;
+                };
+                let s = seen[j];
+                if s != 0 && state.load(Ordering::Relaxed) == s {
+                    if TOUCH && s & REFERENCED == 0 {
+                        state.fetch_or(REFERENCED, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+                let copy = |s: u64| {
+                    // SAFETY: as in pass 2, for the word `read_consistent` observed.
+                    let visible = unsafe { std::slice::from_raw_parts(locate(s), L) };
+                    load_values::<L>(here, visible, false);
+                };
+                if !read_consistent::<TOUCH>(state, copy) {
+                    miss(b * B + j);
+                }
             }
         }
         Ok(())
@@ -105,6 +203,10 @@ impl Store {
         mut miss: impl FnMut(usize),
     ) {
         debug_assert_eq!(L > 0, self.optimistic);
+        let words = self.index.dense_words();
+        if L > 0 && !words.is_empty() {
+            return self.push_blocks::<SET, L>(words, keys, update, miss);
+        }
         let (len, plain) = if L > 0 {
             (L, false)
         } else {
@@ -138,6 +240,71 @@ impl Store {
             });
             if !hit {
                 miss(i);
+            }
+        }
+    }
+
+    /// [`Store::push_batch`] for short values of a dense space, a block of keys at a time in
+    /// two passes: (1) read every key's state word, locate its record and prefetch it; (2)
+    /// latch, combine and release each key as the per-key loop does. The latch decides: pass
+    /// 1's location is used only if the word latched is exactly the word pass 1 read (the same
+    /// slot in the same area), else the record is located again from the latched word.
+    #[inline(always)]
+    fn push_blocks<const SET: bool, const L: usize>(
+        &self,
+        words: &[AtomicU64],
+        keys: &[Key],
+        update: &[f32],
+        mut miss: impl FnMut(usize),
+    ) {
+        const B: usize = 16;
+        let accept = if SET { LOCAL } else { HELD };
+        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
+        let locate = |s: u64| {
+            let area = if s & REPLICA == 0 { values } else { replicas };
+            let (base, offset) = area.locate((s & SLOT_MASK) as u32);
+            base.wrapping_add(offset).cast::<AtomicU32>().cast_const()
+        };
+        for (b, (block, vals)) in keys.chunks(B).zip(update.chunks(B * L)).enumerate() {
+            // `seen[j] == 0` (never a held word): no location for key j yet.
+            let mut seen = [0u64; B];
+            let mut at = [std::ptr::null::<AtomicU32>(); B];
+            for (j, &key) in block.iter().enumerate() {
+                if let Some(&next) = keys.get((b + 1) * B + j)
+                    && let Some(state) = words.get(next as usize)
+                {
+                    prefetch(state.as_ptr().cast());
+                }
+                if let Some(state) = words.get(key as usize) {
+                    // `Acquire`: the chunk pointer of the slot is visible (as under a latch).
+                    let s = state.load(Ordering::Acquire);
+                    if s & accept != 0 {
+                        seen[j] = s;
+                        at[j] = locate(s);
+                        prefetch_record(at[j], L);
+                    }
+                }
+            }
+            for (j, (&key, vals)) in block.iter().zip(vals.chunks_exact(L)).enumerate() {
+                let hit = words.get(key as usize).is_some_and(|state| {
+                    latched_as(state, accept, |s| {
+                        let record = if s == seen[j] { at[j] } else { locate(s) };
+                        // SAFETY: latched and held: `record` is the slot of `s` (pass 1's
+                        // location is of the same word), and records start with `L` visible
+                        // values (a replica's: the `L` values of its value).
+                        let visible = unsafe { std::slice::from_raw_parts(record, L) };
+                        if SET {
+                            // Only owned records accept a Set (`accept`).
+                            store_values(visible, vals, false);
+                        } else {
+                            add_values::<L>(visible, vals, false);
+                        }
+                        dirtied(s)
+                    })
+                });
+                if !hit {
+                    miss(b * B + j);
+                }
             }
         }
     }

@@ -154,8 +154,8 @@ pub struct NodeStats {
     /// This node's latest view of its peers' response times (mean µs and answers in the last
     /// report period), by peer rank.
     pub peer_response_us: Vec<PeerResponse>,
-    /// Wall time (ns) this node's receiving threads were busy with peers' data requests (their
-    /// handling, lock wait and any `--slow-node` service delay; `roam_core::load_service`).
+    /// Time (ns) this node's core took for peers' pulls and pushes that served keys here (plus
+    /// any `--slow-scope service` delay; `roam_core::load_service`).
     pub service_busy_ns: u64,
     /// Time (ns) those requests waited for the node lock.
     pub service_queue_ns: u64,

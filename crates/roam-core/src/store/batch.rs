@@ -9,6 +9,17 @@
 use super::*;
 
 impl Store {
+    /// For the block paths of uniform stores: where the values of the record a held state
+    /// word `s` names start (in the replica area for a replica).
+    fn block_locator(&self) -> impl Fn(u64) -> *const AtomicU32 + '_ {
+        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
+        move |s: u64| {
+            let area = if s & REPLICA == 0 { values } else { replicas };
+            let (base, offset) = area.locate((s & SLOT_MASK) as u32);
+            base.wrapping_add(offset).cast::<AtomicU32>().cast_const()
+        }
+    }
+
     /// Pulls a batch of keys of the uniform length `len` into `out` (`keys.len() * len` values),
     /// calling `miss(i)` for each key `i` that is not held here. Prefetches a few keys ahead, so
     /// that the cache misses of a random batch overlap instead of queuing behind each latch.
@@ -104,12 +115,7 @@ impl Store {
         /// Keys per block: enough prefetches in flight to cover a miss to memory, few enough
         /// that a block's words and records stay in L1 between its passes.
         const B: usize = 16;
-        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
-        let locate = |s: u64| {
-            let area = if s & REPLICA == 0 { values } else { replicas };
-            let (base, offset) = area.locate((s & SLOT_MASK) as u32);
-            base.wrapping_add(offset).cast::<AtomicU32>().cast_const()
-        };
+        let locate = self.block_locator();
         for (b, (block, outs)) in keys.chunks(B).zip(out.chunks_mut(B * L)).enumerate() {
             // Pass 1. `seen[j] == 0` (never a held word): key j goes to the per-key path.
             let mut seen = [0u64; B];
@@ -259,12 +265,7 @@ impl Store {
     ) {
         const B: usize = 16;
         let accept = if SET { LOCAL } else { HELD };
-        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
-        let locate = |s: u64| {
-            let area = if s & REPLICA == 0 { values } else { replicas };
-            let (base, offset) = area.locate((s & SLOT_MASK) as u32);
-            base.wrapping_add(offset).cast::<AtomicU32>().cast_const()
-        };
+        let locate = self.block_locator();
         for (b, (block, vals)) in keys.chunks(B).zip(update.chunks(B * L)).enumerate() {
             // `seen[j] == 0` (never a held word): no location for key j yet.
             let mut seen = [0u64; B];

@@ -86,6 +86,22 @@ fn counter_f(enc: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> fmt
     family(enc, name, help, MetricType::Counter, &[(&[], v)])
 }
 
+/// A gauge family with one label (`label`), one sample per `(label value, value)`.
+fn gauges_by(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &'static str,
+    values: &[(String, f64)],
+) -> fmt::Result {
+    let labels: Vec<([(&str, &str); 1], f64)> = values
+        .iter()
+        .map(|(l, v)| ([(label, l.as_str())], *v))
+        .collect();
+    let samples: Vec<(&Labels<'_>, f64)> = labels.iter().map(|(l, v)| (&l[..], *v)).collect();
+    family(enc, name, help, MetricType::Gauge, &samples)
+}
+
 fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> fmt::Result {
     family(enc, name, help, MetricType::Gauge, &[(&[], v)])
 }
@@ -407,25 +423,19 @@ impl Collector for NodeCollector {
             .iter()
             .map(|r| (r.peer.to_string(), r.mean_us / 1e6))
             .collect();
-        let response_labels: Vec<([(&str, &str); 1], f64)> = response
-            .iter()
-            .map(|(p, v)| ([("peer", p.as_str())], *v))
-            .collect();
-        let samples: Vec<(&Labels<'_>, f64)> =
-            response_labels.iter().map(|(l, v)| (&l[..], *v)).collect();
-        family(
+        gauges_by(
             e,
             "peer_response_seconds",
             "Mean response time of each peer to this node's requests in the last load-report \
              period",
-            MetricType::Gauge,
-            &samples,
+            "peer",
+            &response,
         )?;
         counter_f(
             e,
             "service_busy_seconds",
-            "Wall time this node's receiving threads were busy with peers' data requests \
-             (handling, lock wait, any service delay)",
+            "Time this node's core took for peers' pulls and pushes that served keys here \
+             (plus any --slow-scope service delay)",
             s.service_busy_ns as f64 / 1e9,
         )?;
         counter_f(
@@ -437,19 +447,13 @@ impl Collector for NodeCollector {
         let capacity: Vec<(String, f64)> = (s.service.iter())
             .filter_map(|m| Some((m.node.to_string(), m.capacity_keys_per_s?)))
             .collect();
-        let capacity_labels: Vec<([(&str, &str); 1], f64)> = capacity
-            .iter()
-            .map(|(n, v)| ([("node", n.as_str())], *v))
-            .collect();
-        let samples: Vec<(&Labels<'_>, f64)> =
-            capacity_labels.iter().map(|(l, v)| (&l[..], *v)).collect();
-        family(
+        gauges_by(
             e,
             "service_capacity_keys_per_second",
             "Each member's serving capacity as this node heard it: keys served per second of \
              busy time, smoothed over load-report periods",
-            MetricType::Gauge,
-            &samples,
+            "node",
+            &capacity,
         )?;
         let m = e.encode_descriptor(
             "checkpoint_duration_seconds",

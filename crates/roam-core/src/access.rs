@@ -183,11 +183,16 @@ impl Front {
             misses: Misses::default(),
             rng: samplers.worker_rng(worker.0),
             samplers,
-            intents: Intents::new(
-                cfg.intent_timing,
-                node.interest().clone(),
-                node.counters().clone(),
-            ),
+            intents: {
+                let mut intents = Intents::new(
+                    cfg.intent_timing,
+                    node.interest().clone(),
+                    node.counters().clone(),
+                );
+                intents.set_short_use_ns(cfg.share_sync.typical_gap_ns());
+                intents.set_linger(cfg.intent_linger);
+                intents
+            },
             actions: Actions::default(),
         }
     }

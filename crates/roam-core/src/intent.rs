@@ -95,6 +95,8 @@ struct Pending {
 struct Acted {
     keys: Vec<Key>,
     checked: bool,
+    /// Whether the intent lasts less than a share-sync round (by the clock rate when acted).
+    short: bool,
     /// Tells a slot's successive intents apart (heap entries of a released one are skipped).
     serial: u64,
 }
@@ -142,6 +144,11 @@ pub struct Intents {
     /// Recycled key vectors (no allocation per intent once warm).
     spare: Vec<Vec<Key>>,
     tally: IntentTally,
+    /// Interest kept past the last intent on a key (`intent/linger.rs`).
+    linger: Linger,
+    /// Intents shorter than this (nanoseconds, by the clock rate) are short uses, after which
+    /// keys may linger: the node's typical share-sync gap.
+    short_use_ns: u64,
 }
 
 /// What a call left for the protocol: keys to bring here, and replicas no intent here wants
@@ -273,6 +280,8 @@ impl Intents {
             acted_free: Vec::new(),
             next_serial: 0,
             tracked_keys: 0,
+            linger: Linger::new(interest.clone(), node_counters.clone()),
+            short_use_ns: crate::share::ShareSync::default().typical_gap_ns(),
             interest,
             node_counters,
             rate: Rate::default(),
@@ -314,6 +323,34 @@ impl Intents {
     /// Keys of acted intents whose end has not come yet (they hold the node's interest).
     pub fn active_keys(&self) -> usize {
         self.tracked_keys
+    }
+
+    /// Keys whose last intent here ended and whose interest lingers (`intent/linger.rs`).
+    pub fn lingering_keys(&self) -> usize {
+        self.linger.len()
+    }
+
+    /// Whether interest lingers after the last intent on a key ends (the default; off, the
+    /// ablation: it ends with the intent, as in AdaPM's paper).
+    pub fn set_linger(&mut self, on: bool) {
+        self.linger.set_on(on);
+    }
+
+    /// The smoothed share of keys used again here within their break-even time after their
+    /// last intent ended (keys linger while it is at least one half; `intent/linger.rs`).
+    pub fn linger_reuse(&self) -> f64 {
+        self.linger.reuse()
+    }
+
+    /// Sets how long an intent may last to count as a short use (the node's typical
+    /// share-sync gap: `ShareSync::typical_gap_ns`).
+    pub fn set_short_use_ns(&mut self, ns: u64) {
+        self.short_use_ns = ns;
+    }
+
+    /// See [`Intents::set_linger`].
+    pub fn lingers(&self) -> bool {
+        self.linger.is_on()
     }
 
     /// Records the intent to access `keys` (already validated) while the clock is in
@@ -365,6 +402,7 @@ impl Intents {
         // Ended intents first: an intent that starts as another on the same key ends keeps
         // the key wanted (it was acted on earlier, within the window).
         self.release_ended(self.clock, store, out);
+        self.linger.release_due(false, store, out);
         let horizon = self.clock.saturating_add(self.window());
         while let Some(&Reverse((start, _))) = self.pending.peek() {
             if start > horizon {
@@ -379,6 +417,7 @@ impl Intents {
     pub fn finish(&mut self, store: &Store, out: &mut Actions) {
         self.check_started_by(u64::MAX, store);
         self.release_ended(u64::MAX, store, out);
+        self.linger.release_due(true, store, out);
         for slot in std::mem::take(&mut self.pending).into_iter().map(|r| r.0.1) {
             if let Some(p) = self.pending_slab[slot].take() {
                 self.pending_keys -= p.keys.len();
@@ -423,6 +462,8 @@ impl Intents {
         out.due
             .extend(keys.iter().copied().filter(|&k| !is_here(store, k)));
         if out.due.len() != before {
+            self.linger
+                .note_request((out.due.len() - before) as f64, smooth);
             let from_now = |at: Option<Time>| match (at, self.last_tick) {
                 (Some(at), Some(now)) => Some(at.0.saturating_sub(now.0)),
                 _ => None,
@@ -453,9 +494,14 @@ impl Intents {
         let serial = self.next_serial;
         self.next_serial += 1;
         self.tracked_keys += keys.len();
+        let short = match (self.time_at(start.max(self.clock)), self.time_at(end)) {
+            (Some(from), Some(to)) => to.0.saturating_sub(from.0) < self.short_use_ns,
+            _ => false,
+        };
         self.acted_slab[slot] = Some(Acted {
             keys,
             checked: due_now,
+            short,
             serial,
         });
         if !due_now {
@@ -511,10 +557,7 @@ impl Intents {
             self.tally.unchecked += 1;
         }
         for &key in &acted.keys {
-            let (none_left, shared_here) = self.interest.sub(key);
-            if none_left && (shared_here || store.has_replica(key)) {
-                out.unwanted.push(key);
-            }
+            self.linger.intent_ended(key, acted.short, store, out);
         }
         self.tracked_keys -= acted.keys.len();
         self.acted_free.push(slot);
@@ -620,6 +663,11 @@ pub fn poisson_quantile(mean: f64, q: f64) -> u64 {
     }
     k
 }
+
+mod linger;
+
+use linger::Linger;
+pub use linger::{FRAME_COST_BYTES, MAX_LINGERING_KEYS, break_even_rounds};
 
 #[cfg(test)]
 mod tests;

@@ -37,8 +37,9 @@ const MAX_EXACT_KEYS: u64 = 1 << 28;
 /// The counter bit the protocol sets while it must hear when the node's interest in the key
 /// ends: the key is owned here and shared (the protocol may pass it on to its sole sharer:
 /// `share/sync.rs`), or another node's request for it waits for that end (`share/defer.rs`).
-/// The worker whose release ends the interest then hands the key to the protocol. The other
-/// bits count intents.
+/// The worker whose release ends the interest then hands the key to the protocol. Bits 24–29
+/// count linger holds ([`LINGERS`]), bits 0–23 intents (at most 16 workers' worth of
+/// [`crate::intent::MAX_TRACKED_KEYS`] on one key).
 const WATCHED: u32 = 1 << 31;
 
 /// The counter bit the protocol sets while an offer for the key waits for the node's intents
@@ -46,8 +47,17 @@ const WATCHED: u32 = 1 << 31;
 /// protocol, whose wait may now be in vain.
 const DEFERRED: u32 = 1 << 30;
 
-/// The bits that are not the count.
-const FLAGS: u32 = WATCHED | DEFERRED;
+/// One *linger* hold (`intent/linger.rs`): a worker keeps the node's interest in a key after
+/// its last intent on it ended. Holds are counted apart from intents, above them: a key only
+/// lingering is wanted (its replica stays) but has no use with a known end.
+const LINGER_ONE: u32 = 1 << 24;
+
+/// The bits that count linger holds (at most 63; a worker that would need a 64th does not
+/// linger).
+const LINGERS: u32 = 0x3f << 24;
+
+/// The bits that count active intents.
+const INTENTS: u32 = LINGER_ONE - 1;
 
 /// *Until* is kept in units of 2^20 ns (about a millisecond; 32 bits span 52 days, and later
 /// times saturate, which only says "too late").
@@ -102,7 +112,9 @@ impl Interest {
         // Before the count: a reader that sees the count sees an until at least this late
         // (or an older, later one), never one from before.
         self.until[at].fetch_max(units, Ordering::AcqRel);
-        self.counts[at].fetch_add(1, Ordering::AcqRel) & DEFERRED != 0
+        let before = self.counts[at].fetch_add(1, Ordering::AcqRel);
+        debug_assert!(before & INTENTS != INTENTS, "intents on key {key} overflow");
+        before & DEFERRED != 0
     }
 
     /// When the intents active on `key` here are expected to end, if any is active: the
@@ -110,7 +122,7 @@ impl Interest {
     #[inline]
     pub fn until(&self, key: Key) -> Option<Time> {
         let at = self.index(key);
-        if self.counts[at].load(Ordering::Acquire) & !FLAGS == 0 {
+        if self.counts[at].load(Ordering::Acquire) & INTENTS == 0 {
             return None;
         }
         let units = self.until[at].load(Ordering::Acquire);
@@ -128,23 +140,57 @@ impl Interest {
         let at = self.index(key);
         let before = self.counts[at].fetch_sub(1, Ordering::AcqRel);
         debug_assert!(
-            before & !FLAGS > 0,
+            before & INTENTS > 0,
             "interest in key {key} released more than added"
         );
-        if before & !FLAGS == 1 {
+        if before & INTENTS == 1 {
             // The last one: the next intent starts a new maximum. (An add racing with this
             // may lose its until, which only reads as sooner than true while the racing
             // intent is active; the protocol then waits for an end that comes later, bounded
             // by the wanter's deadline, `share/defer.rs`.)
             self.until[at].store(0, Ordering::Release);
         }
-        (before & !FLAGS == 1, before & WATCHED != 0)
+        (before & INTENTS == 1, before & WATCHED != 0)
+    }
+
+    /// Whether an offer for `key` waits for this node's intents on it to end
+    /// ([`Interest::watch_additions`]).
+    #[inline]
+    pub fn deferring(&self, key: Key) -> bool {
+        self.slot(key).load(Ordering::Acquire) & DEFERRED != 0
     }
 
     /// Whether an intent on `key` is active on this node now.
     #[inline]
     pub fn wanted(&self, key: Key) -> bool {
-        self.slot(key).load(Ordering::Acquire) & !FLAGS > 0
+        self.slot(key).load(Ordering::Acquire) & (INTENTS | LINGERS) != 0
+    }
+
+    /// Whether a worker here keeps its interest in `key` past its last intent on it
+    /// (`intent/linger.rs`).
+    #[inline]
+    pub fn lingering(&self, key: Key) -> bool {
+        self.slot(key).load(Ordering::Acquire) & LINGERS != 0
+    }
+
+    /// Takes one linger hold on `key`; false (nothing taken) if 63 are held already.
+    #[inline]
+    pub fn hold_linger(&self, key: Key) -> bool {
+        self.slot(key)
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                (c & LINGERS != LINGERS).then_some(c + LINGER_ONE)
+            })
+            .is_ok()
+    }
+
+    /// Ends one linger hold on `key`. Returns whether nothing wants the key here any more (no
+    /// intent, no hold), and whether the protocol watches it.
+    #[inline]
+    pub fn end_linger(&self, key: Key) -> (bool, bool) {
+        let before = self.slot(key).fetch_sub(LINGER_ONE, Ordering::AcqRel);
+        debug_assert!(before & LINGERS != 0, "linger on key {key} ended twice");
+        let after = before - LINGER_ONE;
+        (after & (INTENTS | LINGERS) == 0, before & WATCHED != 0)
     }
 
     /// Protocol: asks to hear (or no longer) when the interest in `key` ends (a hint: hashed
@@ -233,5 +279,31 @@ mod tests {
         assert!(interest.wanted(u64::MAX - 7));
         assert_eq!(interest.sub(u64::MAX - 7), (true, false));
         assert!(!interest.wanted(u64::MAX - 7));
+    }
+
+    #[test]
+    fn linger_holds_count_apart_from_intents_and_stop_at_63() {
+        let interest = Interest::new(&KeySpace::uniform(10, 1).unwrap());
+        assert!(interest.hold_linger(3));
+        assert!(interest.wanted(3) && interest.lingering(3));
+        assert_eq!(interest.until(3), None, "a linger is no intent");
+        interest.add(3, Time(5 << UNTIL_SHIFT));
+        assert_eq!(interest.until(3), Some(Time(5 << UNTIL_SHIFT)));
+        assert_eq!(interest.sub(3), (true, false), "the last intent");
+        assert!(interest.wanted(3), "the linger still holds");
+        assert_eq!(interest.end_linger(3), (true, false));
+        assert!(!interest.wanted(3) && !interest.lingering(3));
+        for _ in 0..63 {
+            assert!(interest.hold_linger(4));
+        }
+        assert!(
+            !interest.hold_linger(4),
+            "a 64th hold would overflow into the flags"
+        );
+        interest.watch(4, true);
+        for i in 0..63 {
+            assert_eq!(interest.end_linger(4), (i == 62, true));
+        }
+        assert!(!interest.wanted(4));
     }
 }

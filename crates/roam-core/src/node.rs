@@ -101,6 +101,9 @@ pub struct NodeConfig {
     pub intent_timing: IntentTiming,
     /// What acting on an intent may do: move keys, share them, or both (see `share/mod.rs`).
     pub intent_techniques: IntentTechniques,
+    /// Whether a node keeps its interest in a key past its last short intent on it, for as
+    /// long as that pays (`intent/linger.rs`; off: the ablation, interest ends with the intent).
+    pub intent_linger: bool,
     /// When the sync rounds of keys shared by intent run.
     pub share_sync: ShareSync,
     /// A barrier that waits this long (ns) warns which workers it still waits for
@@ -134,6 +137,7 @@ impl NodeConfig {
             balancer: None,
             intent_timing: IntentTiming::Timed,
             intent_techniques: IntentTechniques::All,
+            intent_linger: true,
             share_sync: ShareSync::default(),
             barrier_warn_every: None,
         }

@@ -92,6 +92,9 @@ counters! {
         cache_misses,
         /// Replica sync rounds completed here.
         replica_rounds,
+        /// Share-sync rounds run here (intent-made replicas; the clock of the linger,
+        /// `intent/linger.rs`).
+        share_rounds,
         /// Replicated keys whose deltas this node sent to their hubs.
         replica_keys_sent,
         /// Replicated keys whose primaries this node received from their hubs.

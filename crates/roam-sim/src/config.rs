@@ -70,6 +70,8 @@ pub struct SimConfig {
     pub intent_timing: roam_core::IntentTiming,
     /// What acting on an intent may do (move, share, or both).
     pub intent_techniques: roam_core::IntentTechniques,
+    /// Whether interest lingers past short intents (`roam_core::NodeConfig::intent_linger`).
+    pub intent_linger: bool,
     /// Time between share-sync rounds (virtual ns; with a work clock, the longest).
     pub share_sync_ns: u64,
     /// The share-sync work clock: a round after this many key-updates per shared key (0: off;
@@ -126,6 +128,7 @@ impl SimConfig {
             balancer: None,
             intent_timing: roam_core::IntentTiming::Timed,
             intent_techniques: roam_core::IntentTechniques::All,
+            intent_linger: true,
             share_sync_ns: roam_core::share::DEFAULT_SHARE_SYNC_NS,
             share_updates_per_key: 0,
             joiners: 0,
@@ -248,6 +251,12 @@ impl SimConfig {
             .as_mut()
             .expect("with_replication first")
             .min_delta_norm = min_norm;
+        self
+    }
+
+    /// Whether interest lingers past short intents (default on; off: the ablation).
+    pub fn with_intent_linger(mut self, on: bool) -> Self {
+        self.intent_linger = on;
         self
     }
 

@@ -166,6 +166,11 @@ pub struct Config {
     /// node that wants it and share it while several do (the default), or only one of the two
     /// (ablations).
     pub intent_techniques: IntentTechniques,
+    /// Whether a node keeps its interest in a key past its last short intent on it (an intent
+    /// shorter than a share-sync round) for as long as keeping it costs less than getting it
+    /// back, while that pays more often than not (the default); off, interest ends with the
+    /// intent, as in AdaPM's paper (ablation).
+    pub intent_linger: bool,
     /// Time between the sync rounds of keys shared by intent (their replicas' staleness is
     /// at most about two of these plus two network deliveries); with
     /// `share_sync_updates_per_key` (the default), the longest time between two rounds.
@@ -377,6 +382,7 @@ impl Config {
             sampling_seed: 0,
             intent_timing: IntentTiming::Timed,
             intent_techniques: IntentTechniques::All,
+            intent_linger: true,
             share_sync_every: Duration::from_nanos(roam_core::share::DEFAULT_SHARE_SYNC_BOUND_NS),
             share_sync_updates_per_key: roam_core::share::DEFAULT_SHARE_UPDATES_PER_KEY,
             print_stats: true,

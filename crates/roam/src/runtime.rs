@@ -420,6 +420,7 @@ impl NodeHandle {
             balancer: cfg.balancer,
             intent_timing: cfg.intent_timing,
             intent_techniques: cfg.intent_techniques,
+            intent_linger: cfg.intent_linger,
             share_sync: roam_core::ShareSync {
                 every_ns: cfg
                     .share_sync_every

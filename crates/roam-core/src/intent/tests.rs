@@ -191,3 +191,182 @@ fn poisson_quantiles_match_known_values() {
     let big = poisson_quantile(10_000.0, WINDOW_QUANTILE);
     assert!((10_371..=10_373).contains(&big), "{big}");
 }
+
+/// A worker whose clock rate is measured (1 µs a tick, past the first span), on a space of 100
+/// keys of `len` floats with key 4 replicated here; returns the time of its last tick.
+fn measured(len: u32) -> (Store, Intents, Arc<Interest>, Arc<NodeCounters>, u64) {
+    let counters = Arc::new(NodeCounters::default());
+    let space = KeySpace::uniform(100, len).unwrap();
+    let interest = Arc::new(Interest::new(&space));
+    let mut intents = Intents::new(IntentTiming::Timed, interest.clone(), counters.clone());
+    let store = Store::new(space);
+    assert!(store.insert_replica(4, &vec![0.0; len as usize]));
+    let mut now = 0;
+    tick(&mut intents, &store, &mut now, 1_000, 2_000);
+    (store, intents, interest, counters, now)
+}
+
+/// Runs `rounds` share-sync rounds of the node, then one tick; returns what it released.
+fn rounds_pass(
+    intents: &mut Intents,
+    store: &Store,
+    counters: &NodeCounters,
+    now: &mut u64,
+    rounds: u64,
+) -> Vec<Key> {
+    crate::stats::add(&counters.share_rounds, rounds);
+    *now += 1_000;
+    let mut out = Actions::default();
+    intents.advance(Time(*now), store, &mut out);
+    out.unwanted
+}
+
+#[test]
+fn break_even_rounds_weigh_a_reacquisition_against_a_value_per_round() {
+    // 5 frames of 1,300 bytes' cost and two values, against one value a round.
+    assert_eq!(break_even_rounds(400, 1.0), 2 + 17);
+    assert_eq!(break_even_rounds(400, 2.0), 2 + 9);
+    // Thousands of keys asked for at once share the frames: two values are the price.
+    assert_eq!(break_even_rounds(40, 5_000.0), 3);
+    // Never below two rounds, never a division by zero.
+    assert_eq!(break_even_rounds(0, 0.0), 2 + 6_500);
+    assert_eq!(break_even_rounds(1 << 20, 1.0), 3);
+}
+
+#[test]
+fn after_a_short_use_a_replica_lingers_for_its_break_even_rounds() {
+    let (store, mut intents, interest, counters, mut now) = measured(100);
+    let clock = intents.clock();
+    let mut out = Actions::default();
+    intents.signal(&store, &[4], clock + 1, clock + 2, &mut out);
+    assert!(out.due.is_empty(), "replicated here");
+    let released = tick(&mut intents, &store, &mut now, 1_000, 5);
+    assert!(released.is_empty());
+    let rounds = break_even_rounds(400, 1.0);
+    assert!(
+        interest.wanted(4) && interest.lingering(4),
+        "kept past its intent"
+    );
+    assert_eq!(interest.until(4), None, "no intent active: no known use");
+    assert_eq!(intents.lingering_keys(), 1);
+    assert!(rounds_pass(&mut intents, &store, &counters, &mut now, rounds - 1).is_empty());
+    assert!(interest.wanted(4), "one round short of break-even");
+    assert_eq!(
+        rounds_pass(&mut intents, &store, &counters, &mut now, 1),
+        [4],
+        "break-even reached: the replica is handed on"
+    );
+    assert!(!interest.wanted(4) && !interest.lingering(4));
+    assert_eq!(intents.lingering_keys(), 0);
+    assert_eq!(
+        intents.linger_reuse(),
+        1.0 - 0.01,
+        "one linger that did not pay"
+    );
+}
+
+#[test]
+fn a_key_used_again_while_it_lingers_is_kept_from_its_latest_use() {
+    let (store, mut intents, interest, counters, mut now) = measured(100);
+    let rounds = break_even_rounds(400, 1.0);
+    let mut out = Actions::default();
+    let clock = intents.clock();
+    intents.signal(&store, &[4], clock + 1, clock + 2, &mut out);
+    tick(&mut intents, &store, &mut now, 1_000, 3);
+    // Used again, by a short intent, 10 rounds into the linger: kept for `rounds` from its end.
+    assert!(rounds_pass(&mut intents, &store, &counters, &mut now, 10).is_empty());
+    let clock = intents.clock();
+    intents.signal(&store, &[4], clock + 1, clock + 2, &mut out);
+    tick(&mut intents, &store, &mut now, 1_000, 3);
+    assert!(out.unwanted.is_empty());
+    assert!(rounds_pass(&mut intents, &store, &counters, &mut now, rounds - 1).is_empty());
+    assert!(interest.lingering(4), "restarted at its second use");
+    assert_eq!(
+        rounds_pass(&mut intents, &store, &counters, &mut now, 1),
+        [4]
+    );
+    assert!(!interest.wanted(4));
+    // A reuse (1 stays 1), then the expiry.
+    assert_eq!(intents.linger_reuse(), 1.0 - 0.01);
+}
+
+#[test]
+fn long_uses_deferred_keys_and_the_ablation_do_not_linger() {
+    // A use longer than a sync round (10 ms at 1 µs a clock: 20,000 clocks).
+    let (store, mut intents, interest, _, mut now) = measured(1);
+    let mut out = Actions::default();
+    let clock = intents.clock();
+    intents.signal(&store, &[4], clock + 1, clock + 20_001, &mut out);
+    let released = tick(&mut intents, &store, &mut now, 1_000, 20_005);
+    assert!(released.is_empty());
+    let mut out = Actions::default();
+    intents.advance(Time(now + 1_000), &store, &mut out);
+    assert!(!interest.wanted(4), "a long use ends with its intent");
+    // A key whose deferred offer waits for this node's use to end.
+    let (store, mut intents, interest, _, mut now) = measured(1);
+    interest.watch(7, true);
+    interest.watch_additions(7, true);
+    let clock = intents.clock();
+    let mut out = Actions::default();
+    intents.signal(&store, &[7], clock + 1, clock + 2, &mut out);
+    let mut out = Actions::default();
+    for _ in 0..4 {
+        now += 1_000;
+        intents.advance(Time(now), &store, &mut out);
+    }
+    assert_eq!(out.unwanted, [7], "the watched end is reported at once");
+    assert!(!interest.wanted(7) && !interest.lingering(7));
+    // The ablation.
+    let (store, mut intents, interest, _, mut now) = measured(1);
+    intents.set_linger(false);
+    assert!(!intents.lingers());
+    let clock = intents.clock();
+    let mut out = Actions::default();
+    intents.signal(&store, &[4], clock + 1, clock + 2, &mut out);
+    let mut out = Actions::default();
+    for _ in 0..4 {
+        now += 1_000;
+        intents.advance(Time(now), &store, &mut out);
+    }
+    assert_eq!(out.unwanted, [4]);
+    assert!(!interest.wanted(4));
+}
+
+#[test]
+fn lingering_stops_while_it_does_not_pay_and_a_finished_worker_lets_go() {
+    let (store, mut intents, interest, counters, mut now) = measured(100);
+    let rounds = break_even_rounds(400, 1.0);
+    // Key 4 used once and never again, a hundred times over: each linger expires unused.
+    let mut lingered = 0;
+    for _ in 0..100 {
+        let clock = intents.clock();
+        let mut out = Actions::default();
+        intents.signal(&store, &[4], clock + 1, clock + 2, &mut out);
+        tick(&mut intents, &store, &mut now, 1_000, 3);
+        lingered += usize::from(interest.lingering(4));
+        rounds_pass(&mut intents, &store, &counters, &mut now, rounds);
+        assert!(!interest.wanted(4));
+    }
+    // From 1 by 1 % of the gap per outcome: below one half after 69 outcomes.
+    assert_eq!(
+        lingered, 69,
+        "lingers while the share of reuse is at least a half"
+    );
+    assert!(intents.linger_reuse() < 0.5);
+    // Keys are still watched: outcomes keep coming and can turn the estimate back.
+    let (store, mut intents, interest, _, mut now) = measured(100);
+    let clock = intents.clock();
+    let mut out = Actions::default();
+    intents.signal(&store, &[4, 5], clock + 1, clock + 2, &mut out);
+    tick(&mut intents, &store, &mut now, 1_000, 3);
+    assert!(interest.lingering(4) && interest.lingering(5));
+    let mut out = Actions::default();
+    intents.finish(&store, &mut out);
+    assert_eq!(
+        out.unwanted,
+        [4],
+        "key 5 is neither replicated nor watched here"
+    );
+    assert!(!interest.wanted(4) && !interest.wanted(5));
+    assert_eq!(intents.lingering_keys(), 0);
+}

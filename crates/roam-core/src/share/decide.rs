@@ -71,13 +71,20 @@ impl Node {
                 }),
             }
         }
-        self.decide_share(now, offer, &now_keys);
+        self.decide_share(now, offer, &now_keys, false);
         self.check_evacuated();
     }
 
     /// At the owner of `keys` (all local here): shares them with the offer's wanter, gives
-    /// them to it, or defers the offer (`defer.rs`), and tells their home.
-    pub(crate) fn decide_share(&mut self, now: Time, offer: Offer, keys: &[Key]) {
+    /// them to it, or defers the offer (`defer.rs`), and tells their home. `after_deferral`:
+    /// the offer was deferred and is decided now that its wait is over.
+    pub(crate) fn decide_share(
+        &mut self,
+        now: Time,
+        offer: Offer,
+        keys: &[Key],
+        after_deferral: bool,
+    ) {
         if keys.is_empty() {
             return;
         }
@@ -94,6 +101,8 @@ impl Node {
         // `defer.rs`).
         let defer_until = Time(need_at.0.saturating_add(need_at.0.saturating_sub(now.0)));
         let may_defer = need_at > now;
+        let short_use =
+            wanted_until.0 <= now.0.saturating_add(self.cfg.share_sync.typical_gap_ns());
         let (mut shared, mut released, mut deferred) = (Vec::new(), Vec::new(), Vec::new());
         for &key in keys {
             let share = match self.shares.techniques {
@@ -101,7 +110,14 @@ impl Node {
                 IntentTechniques::RelocateOnly => false,
                 IntentTechniques::ReplicateOnly => true,
                 IntentTechniques::All => match self.busy_until(key) {
-                    None => false,
+                    // Not in use here. A key whose interest only lingers here (a worker used
+                    // it and expects to again: `intent/linger.rs`) is shared with a wanter
+                    // whose use is short (less than a sync round: a replica costs it only its
+                    // grant and leave, while moving the key would bring it back soon). A
+                    // wanter with a long use gets it, as does one whose deferred wait is over
+                    // (it waited for this node's use to end: moving then saves a round per
+                    // period, `defer.rs`).
+                    None => short_use && !after_deferral && self.interest.lingering(key),
                     Some(until) if may_defer && until <= defer_until => {
                         deferred.push(key);
                         continue;

@@ -189,7 +189,7 @@ impl Node {
                 need_at: now,
                 until,
             };
-            self.decide_share(now, offer, &keys);
+            self.decide_share(now, offer, &keys, true);
         }
     }
 }

@@ -576,7 +576,7 @@ impl Node {
             until,
         };
         if !decide_here.is_empty() {
-            self.decide_share(now, here, &decide_here);
+            self.decide_share(now, here, &decide_here, false);
         }
         for (owner, keys) in offers {
             self.send(

@@ -69,6 +69,7 @@ impl Node {
         shares.next_round_at = Time(now.0.saturating_add(shares.sync_every));
         shares.next_poll_at = Time(now.0.saturating_add(shares.poll_every()));
         shares.work.start_round(local);
+        add(&self.counters.share_rounds, 1);
         self.send_share_deltas();
         self.broadcast_shared();
     }

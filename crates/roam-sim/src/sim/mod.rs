@@ -238,6 +238,7 @@ impl Sim {
                     balancer: cfg.balancer,
                     intent_timing: cfg.intent_timing,
                     intent_techniques: cfg.intent_techniques,
+                    intent_linger: cfg.intent_linger,
                     share_sync: roam_core::ShareSync {
                         every_ns: cfg.share_sync_ns,
                         updates_per_key: cfg.share_updates_per_key,

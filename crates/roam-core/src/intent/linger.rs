@@ -1,0 +1,214 @@
+//! How long a node keeps its interest in a key after its last intent on it ends: the
+//! rent-or-buy rule that keeps AdaPM's replicas (and owned keys) from churning.
+//!
+//! Dropping interest the moment an intent ends is right for a key that is not wanted again
+//! soon, and costly for one that is: under uniform negative sampling (KGE, word vectors) a
+//! node wants each key again within a few hundred clocks, so every end became a leave (or a
+//! move) and every next intent a want, an offer, a grant or a transfer — on the quick KGE
+//! graph 50,000 frames per node and epoch for 5,000 keys, most of the CPU.
+//!
+//! Keeping a replica costs at most one value per sync round (the owner sends it the key's new
+//! value if it changed); dropping it and wanting it again costs a want, an offer, a grant, the
+//! home's note and a leave — five frames, shared by the keys asked for together (a KGE triple
+//! asks for one or two keys at a time, an MF sub-epoch for thousands: the worker measures
+//! its mean) — and two values (the grant's and the leave's final delta). This is the ski-rental problem, and its deterministic break-even rule (rent until
+//! the rent paid equals the price of buying) is never worse than twice the cost of the best
+//! choice made with hindsight, whatever the access pattern: a worker keeps its interest in a
+//! key for [`break_even_rounds`] share-sync rounds of its node after the key's last intent
+//! here ends, measured by the node's own round counter, so the rule needs no setting. A new
+//! intent on the key within that time restarts it. While the linger holds, the key is wanted
+//! here (a member keeps its replica) but has no use with a known end: its owner shares it
+//! with a wanter that needs it now, a short use that would otherwise bring it back soon, and
+//! gives it to a wanter with a long use, as it gives an unused key (`share/decide.rs`).
+//!
+//! The frame cost in bytes, [`FRAME_COST_BYTES`], is measured, not tuned: on these VMs a
+//! frame costs about 4 µs of CPU at both ends together and a byte about 3 ns (a linear fit over
+//! KGE runs, `docs/benchmarks.md`, "Where the CPU target stands").
+//!
+//! Break-even lingering pays when a key is used again within its time more often than not
+//! (otherwise it pays the rent and buys anyway): MF's column blocks, handed from one node to
+//! the next each sub-epoch and not wanted back for an epoch, never are. So the worker watches
+//! every key whose last intent ended for its break-even time, whether it lingers or not, and
+//! keeps a smoothed share of those used again in time (weight [`OUTCOME_WEIGHT`] per key,
+//! starting at 1); keys linger while that share is at least one half.
+//!
+//! Only after *short* uses — intents shorter than a share-sync round, by the worker's clock
+//! rate, as `share/defer.rs` tells them apart: a long use pays for its acquisition over many
+//! rounds, and a replica kept after it would be synced for nothing (measured: keeping keys
+//! after word vectors' long intents cost 5–13 % more CPU, after MF's 3–30 %).
+//!
+//! Invariants: each watched key holds at most one linger hold of the node's interest for this
+//! worker ([`Interest::hold_linger`]), taken while the ending intent still counts, so the key
+//! is never unwanted in between, and ended exactly once: when its time is up or when the
+//! worker finishes. At most [`MAX_LINGERING_KEYS`] keys are watched (beyond, keys are neither
+//! watched nor kept). A key whose deferred offer waits for the end of its use here starts no
+//! linger.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::id::Key;
+use crate::interest::Interest;
+use crate::stats::NodeCounters;
+use crate::store::Store;
+
+use super::Actions;
+
+/// The CPU cost of one frame, in bytes that cost as much (about 4 µs against about 3 ns a
+/// byte, both ends together; see the module docs).
+pub const FRAME_COST_BYTES: u64 = 1_300;
+
+/// Frames of one round trip of losing a key and getting it back (want, offer, grant, the
+/// home's note, leave).
+const FRAMES_PER_REACQUIRE: u64 = 5;
+
+/// Keys lingering per worker beyond which the earliest lingers end at once.
+pub const MAX_LINGERING_KEYS: usize = 1 << 20;
+
+/// Share-sync rounds after which keeping a key of `value_bytes` has cost as much as getting
+/// it back would, when a node asks for `keys_per_request` keys at a time: getting it back
+/// costs its share of [`FRAMES_PER_REACQUIRE`] frames (the keys of one request travel
+/// together) and two values, keeping it at most one value a round.
+pub fn break_even_rounds(value_bytes: u64, keys_per_request: f64) -> u64 {
+    let per_key = value_bytes.max(1) as f64 * keys_per_request.max(1.0);
+    2 + ((FRAMES_PER_REACQUIRE * FRAME_COST_BYTES) as f64 / per_key).ceil() as u64
+}
+
+/// Weight of one outcome (a linger that saw its key used again, or did not) in the
+/// estimate of how often lingering pays.
+const OUTCOME_WEIGHT: f64 = 0.01;
+
+/// One worker's lingering keys, and the keys it watches as if they lingered. See the module
+/// docs.
+#[derive(Debug)]
+pub(super) struct Linger {
+    on: bool,
+    /// Per key whose last intent here ended within its break-even rounds: the node's round at
+    /// which that time is up, and whether the key holds a linger (or is only watched, to learn
+    /// whether it would have paid).
+    until: HashMap<Key, (u64, bool)>,
+    /// The same keys by the round they were last due (entries made stale by a restart are
+    /// pushed again when they come up).
+    by_round: BinaryHeap<Reverse<(u64, Key)>>,
+    interest: Arc<Interest>,
+    node_counters: Arc<NodeCounters>,
+    /// Smoothed keys per request for keys not here (one acted intent's).
+    keys_per_request: Option<f64>,
+    /// Smoothed share of watched keys used again within their break-even time.
+    reused: f64,
+    /// Keys in `until` that hold a linger.
+    held: usize,
+}
+
+impl Linger {
+    pub(super) fn new(interest: Arc<Interest>, node_counters: Arc<NodeCounters>) -> Self {
+        Self {
+            on: true,
+            until: HashMap::new(),
+            by_round: BinaryHeap::new(),
+            interest,
+            node_counters,
+            keys_per_request: None,
+            reused: 1.0,
+            held: 0,
+        }
+    }
+
+    /// An acted intent asked for `keys` keys that were not here (`smooth` folds it into the
+    /// estimate).
+    pub(super) fn note_request(&mut self, keys: f64, smooth: fn(Option<f64>, f64) -> f64) {
+        self.keys_per_request = Some(smooth(self.keys_per_request, keys));
+    }
+
+    /// Whether keys linger (off: interest ends with the last intent, the ablation).
+    pub(super) fn set_on(&mut self, on: bool) {
+        self.on = on;
+    }
+
+    pub(super) fn is_on(&self) -> bool {
+        self.on
+    }
+
+    /// Keys holding a linger now.
+    pub(super) fn len(&self) -> usize {
+        self.held
+    }
+
+    /// The estimated share of keys used again within their break-even time.
+    pub(super) fn reuse(&self) -> f64 {
+        self.reused
+    }
+
+    fn round(&self) -> u64 {
+        self.node_counters.share_rounds.load(Ordering::Relaxed)
+    }
+
+    fn outcome(&mut self, reused: bool) {
+        let sample = if reused { 1.0 } else { 0.0 };
+        self.reused += OUTCOME_WEIGHT * (sample - self.reused);
+    }
+
+    /// An acted intent on `key` ended (its count of the interest is still held); `short`:
+    /// it lasted less than a share-sync round. A key watched already was used again in time
+    /// (an outcome), and its time starts again; otherwise, after a short use, it is watched
+    /// from now, and holds a linger if lingering has paid more often than not and no offer
+    /// for the key waits for exactly this end (a hand-over between users in turn then becomes
+    /// one move, `share/defer.rs`). Then drops the intent's count, handing the key on if that
+    /// was the last intent and the protocol watches it, or if nothing holds the key and it is
+    /// replicated here.
+    pub(super) fn intent_ended(&mut self, key: Key, short: bool, store: &Store, out: &mut Actions) {
+        if self.on {
+            let value_bytes = 4 * store.space().len(key) as u64;
+            let due =
+                self.round() + break_even_rounds(value_bytes, self.keys_per_request.unwrap_or(1.0));
+            if let Some((until, _)) = self.until.get_mut(&key) {
+                *until = due;
+                self.outcome(true);
+            } else if short && self.until.len() < MAX_LINGERING_KEYS {
+                let held = self.reused >= 0.5
+                    && !self.interest.deferring(key)
+                    && self.interest.hold_linger(key);
+                self.held += usize::from(held);
+                self.until.insert(key, (due, held));
+                self.by_round.push(Reverse((due, key)));
+            }
+        }
+        let (last_intent, watched) = self.interest.sub(key);
+        if last_intent && (watched || (store.has_replica(key) && !self.interest.wanted(key))) {
+            out.unwanted.push(key);
+        }
+    }
+
+    /// Ends the watches whose time is up (every one if `all`), and the lingers they hold,
+    /// handing on the keys that nothing here wants any more.
+    pub(super) fn release_due(&mut self, all: bool, store: &Store, out: &mut Actions) {
+        let round = self.round();
+        while let Some(&Reverse((due, key))) = self.by_round.peek() {
+            if due > round && !all {
+                break;
+            }
+            self.by_round.pop();
+            let Some(&(until, held)) = self.until.get(&key) else {
+                continue;
+            };
+            if until > due && !all {
+                // Restarted since: due later.
+                self.by_round.push(Reverse((until, key)));
+                continue;
+            }
+            self.until.remove(&key);
+            if !all {
+                self.outcome(false);
+            }
+            if held {
+                self.held -= 1;
+                let (none_left, watched) = self.interest.end_linger(key);
+                if none_left && (watched || store.has_replica(key)) {
+                    out.unwanted.push(key);
+                }
+            }
+        }
+    }
+}

@@ -45,9 +45,11 @@
 //! linger.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::id::Key;
 use crate::interest::Interest;
@@ -106,7 +108,7 @@ impl Linger {
     pub(super) fn new(interest: Arc<Interest>, node_counters: Arc<NodeCounters>) -> Self {
         Self {
             on: true,
-            until: HashMap::new(),
+            until: HashMap::default(),
             by_round: BinaryHeap::new(),
             interest,
             node_counters,

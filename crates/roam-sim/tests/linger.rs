@@ -10,10 +10,12 @@
 
 mod common;
 
-use common::{counted_push, random_keys, run_fault_free, test_rng, total, workers_of};
+use common::{
+    check_shared_run, counted_push, random_keys, run_fault_free, test_rng, total, workers_of,
+};
 use rand::Rng;
-use roam_core::{IntentTechniques, Key, KeySpace, NodeId};
-use roam_sim::{Op, Outcome, SimConfig, WorkerRef, for_each_seed, seeds};
+use roam_core::{IntentTechniques, KeySpace};
+use roam_sim::{Op, SimConfig, WorkerRef, for_each_seed, seeds};
 
 fn default_seeds() -> u64 {
     if cfg!(debug_assertions) { 30 } else { 300 }
@@ -75,56 +77,7 @@ fn case(seed: u64, linger: bool) -> Case {
 fn run(seed: u64, linger: bool) -> u64 {
     let (cfg, scripts, expected) = case(seed, linger);
     let sim = run_fault_free(seed, cfg, scripts);
-    for n in 0..sim.config().nodes {
-        let node = sim.node(NodeId(n));
-        assert_eq!(
-            (node.shared_replicas(), node.shared_keys()),
-            (0, 0),
-            "seed {seed} (linger {linger}): node {n} still shares keys after its workers finished"
-        );
-        for key in 0..expected.len() as Key {
-            assert!(
-                !node.interest().wanted(key),
-                "seed {seed} (linger {linger}): node {n} still wants key {key}"
-            );
-        }
-    }
-    sim.check_quiescent_placement()
-        .unwrap_or_else(|e| panic!("seed {seed} (linger {linger}): {e}"));
-    for (key, want) in expected.iter().enumerate() {
-        assert_eq!(
-            sim.peek(key as Key).as_ref(),
-            Some(want),
-            "seed {seed} (linger {linger}): final value of key {key} (every push exactly once)"
-        );
-    }
-    for op in sim.history().ops() {
-        if let Outcome::Pulled(values) = &op.outcome {
-            let mut at = 0;
-            for &key in &op.keys {
-                let len = expected[key as usize].len();
-                for (i, &v) in values[at..at + len].iter().enumerate() {
-                    let most = expected[key as usize][i];
-                    assert!(
-                        (0.0..=most).contains(&v) && v.fract() == 0.0,
-                        "seed {seed} (linger {linger}): {op}: key {key} read {v}, not a sum of \
-                         pushes (≤ {most})"
-                    );
-                }
-                at += len;
-            }
-        }
-    }
-    assert_eq!(
-        total(&sim, |c| &c.shares_in),
-        total(&sim, |c| &c.share_leaves),
-        "seed {seed} (linger {linger}): every replica granted was dropped"
-    );
-    assert_eq!(
-        total(&sim, |c| &c.relocations_in),
-        total(&sim, |c| &c.relocations_out),
-        "seed {seed} (linger {linger}): every key that left a node arrived somewhere"
-    );
+    check_shared_run(&sim, &expected, &format!("seed {seed} (linger {linger})"));
     total(&sim, |c| &c.share_grants) + total(&sim, |c| &c.intent_relocations)
 }
 

@@ -13,12 +13,12 @@ mod common;
 use std::sync::atomic::Ordering::Relaxed;
 
 use common::{
-    counted_push, random_delays, random_keys, random_partitioning, run_fault_free, test_rng, total,
-    workers_of,
+    check_shared_run, counted_push, random_delays, random_keys, random_partitioning,
+    run_fault_free, test_rng, total, workers_of,
 };
 use rand::Rng;
 use roam_core::{IntentTechniques, Key, KeySpace, NodeId, Partitioning};
-use roam_sim::{Op, Outcome, SimConfig, WorkerRef, for_each_seed, seeds};
+use roam_sim::{Op, SimConfig, WorkerRef, for_each_seed, seeds};
 
 fn default_seeds() -> u64 {
     if cfg!(debug_assertions) { 200 } else { 3_000 }
@@ -130,59 +130,7 @@ fn sharing_case(seed: u64, home_moves: bool, drain: bool) -> SharingCase {
 fn run_sharing_case(seed: u64, home_moves: bool, drain: bool) -> [u64; 7] {
     let (cfg, scripts, expected) = sharing_case(seed, home_moves, drain);
     let sim = run_fault_free(seed, cfg, scripts);
-    let nodes = sim.config().nodes;
-    for n in 0..nodes {
-        let node = sim.node(NodeId(n));
-        assert_eq!(
-            (node.shared_replicas(), node.shared_keys()),
-            (0, 0),
-            "seed {seed}: node {n} still shares keys after every intent ended"
-        );
-        for key in 0..expected.len() as Key {
-            assert!(
-                !node.interest().wanted(key),
-                "seed {seed}: node {n} still wants key {key}"
-            );
-        }
-    }
-    sim.check_quiescent_placement()
-        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    for (key, want) in expected.iter().enumerate() {
-        assert_eq!(
-            sim.peek(key as Key).as_ref(),
-            Some(want),
-            "seed {seed}: final value of key {key} (every push exactly once)"
-        );
-    }
-    // Reads of replicas may lag, but only ever show sums of pushes that were made.
-    for op in sim.history().ops() {
-        if let Outcome::Pulled(values) = &op.outcome {
-            let mut at = 0;
-            for &key in &op.keys {
-                for (i, &v) in values[at..at + expected[key as usize].len()]
-                    .iter()
-                    .enumerate()
-                {
-                    let most = expected[key as usize][i];
-                    assert!(
-                        (0.0..=most).contains(&v) && v.fract() == 0.0,
-                        "seed {seed}: {op}: key {key} read {v}, not a sum of pushes (≤ {most})"
-                    );
-                }
-                at += expected[key as usize].len();
-            }
-        }
-    }
-    assert_eq!(
-        total(&sim, |c| &c.shares_in),
-        total(&sim, |c| &c.share_leaves),
-        "seed {seed}: every replica granted was dropped"
-    );
-    assert_eq!(
-        total(&sim, |c| &c.relocations_in),
-        total(&sim, |c| &c.relocations_out),
-        "seed {seed}: every key that left a node arrived somewhere"
-    );
+    check_shared_run(&sim, &expected, &format!("seed {seed}"));
     for w in sim.workers() {
         let c = sim.worker_counters(w);
         assert!(c.intents_acted.load(Relaxed) <= c.intents.load(Relaxed));

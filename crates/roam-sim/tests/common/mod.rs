@@ -640,3 +640,59 @@ pub(crate) fn sole_record(seed: u64, sim: &Sim, key: Key) -> Vec<f32> {
     );
     got
 }
+
+/// The end of a fault-free run with intents (`label` names the case in messages): no node
+/// shares or wants a key any more, placement is quiescent, each key holds exactly the sum of
+/// every push (`expected`), every read was a sum of pushes (replica reads may lag, never
+/// invent), every replica granted was dropped and every key that left a node arrived.
+pub(crate) fn check_shared_run(sim: &Sim, expected: &[Vec<f32>], label: &str) {
+    for n in 0..sim.config().nodes {
+        let node = sim.node(NodeId(n));
+        assert_eq!(
+            (node.shared_replicas(), node.shared_keys()),
+            (0, 0),
+            "{label}: node {n} still shares keys after every intent ended"
+        );
+        for key in 0..expected.len() as Key {
+            assert!(
+                !node.interest().wanted(key),
+                "{label}: node {n} still wants key {key}"
+            );
+        }
+    }
+    sim.check_quiescent_placement()
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    for (key, want) in expected.iter().enumerate() {
+        assert_eq!(
+            sim.peek(key as Key).as_ref(),
+            Some(want),
+            "{label}: final value of key {key} (every push exactly once)"
+        );
+    }
+    for op in sim.history().ops() {
+        if let Outcome::Pulled(values) = &op.outcome {
+            let mut at = 0;
+            for &key in &op.keys {
+                let len = expected[key as usize].len();
+                for (i, &v) in values[at..at + len].iter().enumerate() {
+                    let most = expected[key as usize][i];
+                    assert!(
+                        (0.0..=most).contains(&v) && v.fract() == 0.0,
+                        "{label}: {op}: key {key} read {v}, not a sum of pushes (≤ {most})"
+                    );
+                }
+                at += len;
+            }
+        }
+    }
+    assert_eq!(
+        total(sim, |c| &c.shares_in),
+        total(sim, |c| &c.share_leaves),
+        "{label}: every replica granted was dropped"
+    );
+    assert_eq!(
+        total(sim, |c| &c.relocations_in),
+        total(sim, |c| &c.relocations_out),
+        "{label}: every key that left a node arrived somewhere"
+    );
+}

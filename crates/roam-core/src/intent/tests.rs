@@ -206,6 +206,20 @@ fn measured(len: u32) -> (Store, Intents, Arc<Interest>, Arc<NodeCounters>, u64)
     (store, intents, interest, counters, now)
 }
 
+/// Signals a one-clock intent on `key` starting at the next clock and ticks past its end;
+/// returns the keys handed on as unwanted meanwhile.
+fn short_use(intents: &mut Intents, store: &Store, key: Key, now: &mut u64) -> Vec<Key> {
+    let clock = intents.clock();
+    let mut out = Actions::default();
+    intents.signal(store, &[key], clock + 1, clock + 2, &mut out);
+    let mut out = Actions::default();
+    for _ in 0..4 {
+        *now += 1_000;
+        intents.advance(Time(*now), store, &mut out);
+    }
+    out.unwanted
+}
+
 /// Runs `rounds` share-sync rounds of the node, then one tick; returns what it released.
 fn rounds_pass(
     intents: &mut Intents,
@@ -306,29 +320,14 @@ fn long_uses_deferred_keys_and_the_ablation_do_not_linger() {
     let (store, mut intents, interest, _, mut now) = measured(1);
     interest.watch(7, true);
     interest.watch_additions(7, true);
-    let clock = intents.clock();
-    let mut out = Actions::default();
-    intents.signal(&store, &[7], clock + 1, clock + 2, &mut out);
-    let mut out = Actions::default();
-    for _ in 0..4 {
-        now += 1_000;
-        intents.advance(Time(now), &store, &mut out);
-    }
-    assert_eq!(out.unwanted, [7], "the watched end is reported at once");
+    let released = short_use(&mut intents, &store, 7, &mut now);
+    assert_eq!(released, [7], "the watched end is reported at once");
     assert!(!interest.wanted(7) && !interest.lingering(7));
     // The ablation.
     let (store, mut intents, interest, _, mut now) = measured(1);
     intents.set_linger(false);
     assert!(!intents.lingers());
-    let clock = intents.clock();
-    let mut out = Actions::default();
-    intents.signal(&store, &[4], clock + 1, clock + 2, &mut out);
-    let mut out = Actions::default();
-    for _ in 0..4 {
-        now += 1_000;
-        intents.advance(Time(now), &store, &mut out);
-    }
-    assert_eq!(out.unwanted, [4]);
+    assert_eq!(short_use(&mut intents, &store, 4, &mut now), [4]);
     assert!(!interest.wanted(4));
 }
 

@@ -81,6 +81,9 @@ pub struct NodeStats {
     /// Intent requests this node, as a key's owner, answered with a replica (replications
     /// decided by intent).
     pub share_grants: u64,
+    /// Share-sync rounds run here (the clock of lingering interest: `roam_core` `intent/
+    /// linger.rs`).
+    pub share_rounds: u64,
     /// Intent requests this node, as a key's owner, answered by moving the key there
     /// (relocations decided by intent).
     pub intent_relocations: u64,
@@ -294,6 +297,7 @@ impl NodeStats {
             replica_keys_received: get(&node.replica_keys_received),
             replica_bytes_sent: get(&node.replica_bytes_sent),
             share_grants: get(&node.share_grants),
+            share_rounds: get(&node.share_rounds),
             intent_relocations: get(&node.intent_relocations),
             shares_in: get(&node.shares_in),
             share_wait_mean_us: match get(&node.shares_in) {

@@ -121,12 +121,7 @@ impl Store {
             let mut seen = [0u64; B];
             let mut at = [std::ptr::null::<AtomicU32>(); B];
             for (j, &key) in block.iter().enumerate() {
-                // The next block's words, a block ahead.
-                if let Some(&next) = keys.get((b + 1) * B + j)
-                    && let Some(state) = words.get(next as usize)
-                {
-                    prefetch(state.as_ptr().cast());
-                }
+                prefetch_next_block_word(words, keys, (b + 1) * B + j);
                 let Some(state) = words.get(key as usize) else {
                     if !self.space.contains(key) {
                         return Err(key);
@@ -271,11 +266,7 @@ impl Store {
             let mut seen = [0u64; B];
             let mut at = [std::ptr::null::<AtomicU32>(); B];
             for (j, &key) in block.iter().enumerate() {
-                if let Some(&next) = keys.get((b + 1) * B + j)
-                    && let Some(state) = words.get(next as usize)
-                {
-                    prefetch(state.as_ptr().cast());
-                }
+                prefetch_next_block_word(words, keys, (b + 1) * B + j);
                 if let Some(state) = words.get(key as usize) {
                     // `Acquire`: the chunk pointer of the slot is visible (as under a latch).
                     let s = state.load(Ordering::Acquire);
@@ -358,5 +349,16 @@ impl Store {
                 }
             }
         }
+    }
+}
+
+/// Prefetches the state word of `keys[at]` (a key of the next block: its word is then in
+/// cache when that block's first pass reads it), if there is such a key in the space.
+#[inline(always)]
+fn prefetch_next_block_word(words: &[AtomicU64], keys: &[Key], at: usize) {
+    if let Some(&next) = keys.get(at)
+        && let Some(state) = words.get(next as usize)
+    {
+        prefetch(state.as_ptr().cast());
     }
 }

@@ -2,13 +2,15 @@
 //! shard's key index and keeps the records of the keys its directory homes at it (and every
 //! replicated key, as a replica), so a checkpoint of N nodes restores into any M. Of the
 //! values (nearly all of a shard's bytes) a node reads only the chunks that hold records it
-//! keeps, in file order: under range partitioning each of M nodes reads about 1/M of them.
+//! keeps, in file order: under range partitioning each of M nodes reads about 1/M of them. A
+//! first pass over the key index lists those chunks, and a prefetcher thread reads and
+//! verifies them while the node loads the records (`chunks.rs`).
 //!
 //! Invariants: everything checkable without reading the data (manifest, key space, each
 //! shard's size, header and chunk list against the manifest) is checked for every shard
 //! before any record is loaded; every length from a file is bounded by the file's size before
 //! it is allocated; no byte is used before the CRC-32 of its chunk matched (`chunks.rs`), and
-//! a record is loaded only after its key and length were checked. A damaged chunk fails the
+//! a shard's records are loaded only after all its keys and lengths were checked. A damaged chunk fails the
 //! restore of every node that reads it (a node reads every chunk holding a record it keeps,
 //! so every damaged chunk fails some node); the node is then dropped unstarted
 //! (`NodeHandle::start` returns the error), so no half-loaded node serves.
@@ -20,7 +22,7 @@ use std::path::{Path, PathBuf};
 use roam_core::{Key, KeySpace, Node};
 use serde_json::Value;
 
-use super::chunks::{ChunkReader, MAX_CHUNK, MIN_CHUNK};
+use super::chunks::{ChunkReader, MAX_CHUNK, MIN_CHUNK, prefetch};
 use super::{
     FORMAT, MANIFEST, MAX_HEADER, Manifest, OptimizerInfo, RestoreError, ShardInfo, SpaceInfo,
     TableInfo, VERSION,
@@ -289,13 +291,13 @@ fn plan(dir: &Path, info: &ShardInfo) -> Result<Plan, RestoreError> {
     })
 }
 
-/// Loads one checked shard's records for this node: reads its key index (and offsets) whole
-/// and, of its values, only the chunks holding records this node loads; returns (records
-/// read, records loaded, bytes read).
+/// Loads one checked shard's records for this node, in two passes over its key index (and
+/// offsets): the first checks every key and length and lists the value chunks holding records
+/// this node loads; the second loads those records from the listed chunks, which a prefetcher
+/// thread reads and verifies meanwhile ([`prefetch`]). Returns (records read, records loaded,
+/// bytes read; the index counts twice).
 fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
-    let space = node.store().space().clone();
     let me = node.config().id;
-    let n = p.info.keys;
     let file = File::open(&p.path).map_err(|e| shard_err(&p.path, format!("open: {e}")))?;
     let reader = || {
         ChunkReader::new(
@@ -306,87 +308,170 @@ fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
             &p.info.chunk_crc32,
         )
     };
-    let (mut index, mut lengths, mut values) = (reader(), reader(), reader());
+    let mut index = Index {
+        plan: p,
+        keys: reader(),
+        lengths: reader(),
+    };
     // `plan` checked the header unverified; these are the bytes the chunk CRCs cover.
     let mut head = vec![0u8; p.head.len()];
-    index.read_at(0, &mut head)?;
+    index.keys.read_at(0, &mut head)?;
     if head != p.head {
         return Err(shard_err(&p.path, "header changed while being read"));
     }
-    let keys_at = p.head.len() as u64;
-    let offsets_at = keys_at + 8 * n;
-    let values_at = offsets_at + if p.uniform.is_some() { 0 } else { 8 * (n + 1) };
-    // Keys and offsets are copied out in batches (one bounds check and copy per batch, not per
-    // key); records are used in place in their chunk.
-    const BATCH: usize = 1024;
-    let (mut keys, mut ends) = ([0u64; BATCH], [0u64; BATCH]);
-    let mut start = match p.uniform {
-        Some(_) => 0,
-        None => {
-            lengths.read_at(offsets_at, bytemuck::bytes_of_mut(&mut ends[0]))?;
-            u64::from_le(ends[0])
-        }
-    };
-    if start != 0 {
-        return Err(shard_err(&p.path, "offsets do not start at 0"));
-    }
-    let (mut loaded, mut last) = (0u64, None::<Key>);
-    let mut scratch: Vec<f32> = Vec::new();
-    let mut i = 0u64;
-    while i < n {
-        let m = (n - i).min(BATCH as u64) as usize;
-        index.read_at(keys_at + 8 * i, bytemuck::cast_slice_mut(&mut keys[..m]))?;
-        if p.uniform.is_none() {
-            lengths.read_at(
-                offsets_at + 8 * (i + 1),
-                bytemuck::cast_slice_mut(&mut ends[..m]),
-            )?;
-        }
-        for j in 0..m {
-            // Little-endian on disk (and in memory: the wire format requires such a target).
-            let key = u64::from_le(keys[j]);
-            let len = match p.uniform {
-                Some(r) => r,
-                None => {
-                    let end = u64::from_le(ends[j]);
-                    if end < start || end > p.total {
-                        return Err(shard_err(
-                            &p.path,
-                            format!("offset {end} of key {key} out of bounds"),
-                        ));
-                    }
-                    end - start
+    let values_at = index.values_at();
+    let chunk = p.info.chunk_bytes;
+    let keeps =
+        |node: &Node, key: Key| node.store().has_replica(key) || node.directory().home(key) == me;
+    let mut needed: Vec<u64> = Vec::new();
+    index.visit(node.store().space(), |key, start, len| {
+        if len > 0 && keeps(node, key) {
+            let (first, last) = (values_at + 4 * start, values_at + 4 * (start + len) - 1);
+            for c in first / chunk..=last / chunk {
+                if needed.last() != Some(&c) {
+                    needed.push(c);
                 }
-            };
-            if !space.contains(key) || last.is_some_and(|l| l >= key) {
-                return Err(shard_err(
-                    &p.path,
-                    format!("key {key} out of range or out of order"),
-                ));
             }
-            last = Some(key);
-            if len != space.record_len(key) as u64 {
-                return Err(shard_err(
-                    &p.path,
-                    format!(
-                        "key {key}: record of {len} values, the key space says {}",
-                        space.record_len(key)
-                    ),
-                ));
-            }
-            if node.store().has_replica(key) || node.directory().home(key) == me {
+        }
+        Ok(())
+    })?;
+    let space = node.store().space().clone();
+    let mut loaded = 0u64;
+    let values_read = std::thread::scope(|scope| {
+        let mut values = reader();
+        if !needed.is_empty() {
+            let size = p.info.bytes;
+            let feed = prefetch(
+                scope,
+                &file,
+                &p.path,
+                size,
+                chunk,
+                &p.info.chunk_crc32,
+                needed,
+            );
+            values = values.fed(feed);
+        }
+        let mut scratch: Vec<f32> = Vec::new();
+        index.visit(&space, |key, start, len| {
+            if keeps(node, key) {
                 let record = values.floats(values_at + 4 * start, len as usize, &mut scratch)?;
                 if !node.restore_record(key, record) {
                     return Err(shard_err(&p.path, format!("key {key}: record refused")));
                 }
                 loaded += 1;
             }
-            start += len;
-        }
-        i += m as u64;
+            Ok(())
+        })?;
+        Ok::<_, RestoreError>(values.bytes_read)
+    })?;
+    let bytes = index.keys.bytes_read + index.lengths.bytes_read + values_read;
+    Ok((p.info.keys, loaded, bytes))
+}
+
+/// Cursors over a shard's key index and (for per-key lengths) its offsets.
+struct Index<'a> {
+    plan: &'a Plan,
+    keys: ChunkReader<'a>,
+    lengths: ChunkReader<'a>,
+}
+
+impl Index<'_> {
+    fn keys_at(&self) -> u64 {
+        self.plan.head.len() as u64
     }
-    let bytes = index.bytes_read + lengths.bytes_read + values.bytes_read;
-    Ok((n, loaded, bytes))
+
+    fn offsets_at(&self) -> u64 {
+        self.keys_at() + 8 * self.plan.info.keys
+    }
+
+    fn values_at(&self) -> u64 {
+        let offsets = match self.plan.uniform {
+            Some(_) => 0,
+            None => 8 * (self.plan.info.keys + 1),
+        };
+        self.offsets_at() + offsets
+    }
+
+    /// Calls `f(key, start, len)` for every record of the shard in file order (`start`: its
+    /// first value's index in the values tensor), after checking that the key lies in `space`
+    /// and follows the previous one, and that its length is the key space's and lies in the
+    /// tensor.
+    fn visit(
+        &mut self,
+        space: &KeySpace,
+        mut f: impl FnMut(Key, u64, u64) -> Result<(), RestoreError>,
+    ) -> Result<(), RestoreError> {
+        let p = self.plan;
+        let n = p.info.keys;
+        let (keys_at, offsets_at) = (self.keys_at(), self.offsets_at());
+        // Keys and offsets are copied out in batches (one bounds check and copy per batch,
+        // not per key); records are used in place in their chunk.
+        const BATCH: usize = 1024;
+        let (mut keys, mut ends) = ([0u64; BATCH], [0u64; BATCH]);
+        let mut start = match p.uniform {
+            Some(_) => 0,
+            None => {
+                self.lengths
+                    .read_at(offsets_at, bytemuck::bytes_of_mut(&mut ends[0]))?;
+                u64::from_le(ends[0])
+            }
+        };
+        if start != 0 {
+            return Err(shard_err(&p.path, "offsets do not start at 0"));
+        }
+        let mut last = None::<Key>;
+        let mut i = 0u64;
+        while i < n {
+            let m = (n - i).min(BATCH as u64) as usize;
+            self.keys
+                .read_at(keys_at + 8 * i, bytemuck::cast_slice_mut(&mut keys[..m]))?;
+            if p.uniform.is_none() {
+                self.lengths.read_at(
+                    offsets_at + 8 * (i + 1),
+                    bytemuck::cast_slice_mut(&mut ends[..m]),
+                )?;
+            }
+            for j in 0..m {
+                // Little-endian on disk (and in memory: the wire format requires such a
+                // target).
+                let key = u64::from_le(keys[j]);
+                let len = match p.uniform {
+                    Some(r) => r,
+                    None => {
+                        let end = u64::from_le(ends[j]);
+                        if end < start || end > p.total {
+                            return Err(shard_err(
+                                &p.path,
+                                format!("offset {end} of key {key} out of bounds"),
+                            ));
+                        }
+                        end - start
+                    }
+                };
+                if !space.contains(key) || last.is_some_and(|l| l >= key) {
+                    return Err(shard_err(
+                        &p.path,
+                        format!("key {key} out of range or out of order"),
+                    ));
+                }
+                last = Some(key);
+                if len != space.record_len(key) as u64 {
+                    return Err(shard_err(
+                        &p.path,
+                        format!(
+                            "key {key}: record of {len} values, the key space says {}",
+                            space.record_len(key)
+                        ),
+                    ));
+                }
+                f(key, start, len)?;
+                start += len;
+            }
+            i += m as u64;
+        }
+        Ok(())
+    }
 }
 
 /// Restores the checkpoint in `dir` into `node`, which must not have started serving (see

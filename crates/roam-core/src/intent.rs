@@ -343,9 +343,11 @@ impl Intents {
     }
 
     /// Sets how long an intent may last to count as a short use (the node's typical
-    /// share-sync gap: `ShareSync::typical_gap_ns`).
+    /// share-sync gap: `ShareSync::typical_gap_ns`), which is also the linger clock's pace
+    /// while no share-sync rounds run.
     pub fn set_short_use_ns(&mut self, ns: u64) {
         self.short_use_ns = ns;
+        self.linger.set_round_ns(ns);
     }
 
     /// See [`Intents::set_linger`].
@@ -398,6 +400,7 @@ impl Intents {
             // At least one clock: a window of 0 would act only at the start, always late.
             self.window = poisson_quantile(2.0 * self.rate.estimate(), WINDOW_QUANTILE).max(1);
         }
+        self.linger.tick(now);
         self.check_started(store);
         // Ended intents first: an intent that starts as another on the same key ends keeps
         // the key wanted (it was acted on earlier, within the window).

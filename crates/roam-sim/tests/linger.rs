@@ -1,7 +1,8 @@
 //! Interest that lingers past short intents (`roam_core::intent` `linger.rs`) in the
 //! simulator: the access pattern it is for — every worker signalling one-clock intents on a
 //! few keys drawn uniformly from a small set, as KGE's negative samples do — with random
-//! delays, think times and share-sync periods.
+//! delays, think times and share-sync periods; in half of the cases mixed with long intents
+//! signalled ahead, whose owners may defer while other nodes' replicas linger.
 //!
 //! Every run must end with each key's owner holding exactly the sum of every push, no replica
 //! left once every worker finished (a finished worker ends its lingers), every replica granted
@@ -45,12 +46,23 @@ fn case(seed: u64, linger: bool) -> Case {
             rng.random_range(5_000..=40_000),
         )
         .with_think(1_000, rng.random_range(2_000..=12_000));
+    // In half of the cases some intents are long and signalled ahead (a lead): their owners
+    // may defer, while other nodes' replicas of the same keys linger past their uses.
+    let long_share = if rng.random_bool(0.5) { 0.1 } else { 0.0 };
     let mut expected: Vec<Vec<f32>> = (0..num_keys).map(|k| vec![0.0; space.len(k)]).collect();
     let mut scripts = Vec::new();
     for w in workers_of(&cfg) {
         let mut script = Vec::new();
         for clock in 0..rng.random_range(300..=500u64) {
             let keys = random_keys(&mut rng, num_keys);
+            if rng.random_bool(long_share) {
+                let start = clock + rng.random_range(1..=40);
+                script.push(Op::Intent {
+                    keys: random_keys(&mut rng, num_keys),
+                    start,
+                    end: start + rng.random_range(20..=200),
+                });
+            }
             script.push(Op::Intent {
                 keys: keys.clone(),
                 start: clock + 1,
@@ -102,4 +114,106 @@ fn lingering_loses_no_update_ends_every_replica_and_asks_for_keys_less_often() {
         "lingering should at least halve the keys asked for: {lingering} against {ablation}"
     );
     assert!(fewer * 2 > n, "fewer in most runs: {fewer} of {n}");
+}
+
+/// Key 3 (owned by node 3, range homes) is used by node 3 for a long time at first, so nodes
+/// 1 and 2, using it again and again for one clock at a time, get replicas and keep them by
+/// lingering (they send no word about their later uses; two of them, so that the key is not
+/// promoted to one). Once node 3's use is over, node 0 signals a long use ahead of time. The
+/// sharers' uses as they announced them ended long ago: the owner must not defer node 0's
+/// offer waiting for them (it would wait until the deadline, after node 0's intent started),
+/// but share the key at once.
+fn stale_sharers_run(seed: u64) -> roam_sim::Sim {
+    let space = KeySpace::uniform(4, 1).unwrap();
+    let cfg = SimConfig::new(4, 1, space)
+        .with_seed(seed)
+        .with_partitioning(roam_core::Partitioning::Range)
+        .with_dynamic(true)
+        .with_intent_techniques(IntentTechniques::All, 100_000)
+        .with_delay(1_000, 1_000)
+        .with_think(0, 0);
+    let key = 3;
+    let tick = |s: &mut Vec<Op>| s.extend([Op::Sleep(10_000), Op::AdvanceClock]);
+    // Node 3: the key for clocks 1..300 (3 ms), then 700 clocks without it.
+    let mut owner = vec![Op::Intent {
+        keys: vec![key],
+        start: 1,
+        end: 300,
+    }];
+    for _ in 0..1_000 {
+        tick(&mut owner);
+    }
+    // Nodes 1 and 2: from clock 200 (their rates measured, so that they say when their uses
+    // end) the key for one clock at a time, 800 times, a push each.
+    let mut sharer = Vec::new();
+    for clock in 0..1_000u64 {
+        if clock >= 200 {
+            sharer.push(Op::Intent {
+                keys: vec![key],
+                start: clock + 1,
+                end: clock + 2,
+            });
+        }
+        tick(&mut sharer);
+        if clock >= 200 {
+            sharer.push(Op::push(vec![key], vec![1.0]));
+        }
+    }
+    // Node 0: 500 clocks to measure its rate, then the key for clocks 560..760, signalled now.
+    let mut wanter = Vec::new();
+    for _ in 0..500 {
+        tick(&mut wanter);
+    }
+    wanter.push(Op::Intent {
+        keys: vec![key],
+        start: 560,
+        end: 760,
+    });
+    for clock in 500..1_000u64 {
+        tick(&mut wanter);
+        if (560..760).contains(&(clock + 1)) {
+            wanter.push(Op::push(vec![key], vec![1.0]));
+        }
+    }
+    for s in [&mut owner, &mut sharer, &mut wanter] {
+        s.push(Op::WaitAll);
+    }
+    run_fault_free(
+        seed,
+        cfg,
+        vec![
+            (WorkerRef::new(0, 0), wanter),
+            (WorkerRef::new(1, 0), sharer.clone()),
+            (WorkerRef::new(2, 0), sharer),
+            (WorkerRef::new(3, 0), owner),
+        ],
+    )
+}
+
+#[test]
+fn an_owner_does_not_defer_an_offer_for_sharers_whose_use_is_over() {
+    for seed in seeds(10) {
+        let sim = stale_sharers_run(seed);
+        let deferrals = total(&sim, |c| &c.share_deferrals);
+        let expired = total(&sim, |c| &c.share_deferrals_expired);
+        let late = sim
+            .worker_counters(WorkerRef::new(0, 0))
+            .late_intents
+            .load(std::sync::atomic::Ordering::Relaxed);
+        eprintln!(
+            "seed {seed}: deferrals {deferrals}, expired {expired}, node 0's late intents {late}, \
+             grants {}",
+            total(&sim, |c| &c.share_grants)
+        );
+        assert_eq!(expired, 0, "seed {seed}: no offer waited for its deadline");
+        assert_eq!(
+            late, 0,
+            "seed {seed}: node 0 had the key when its use began"
+        );
+        assert_eq!(
+            sim.peek(3),
+            Some(vec![1_600.0 + 200.0]),
+            "seed {seed}: every push once"
+        );
+    }
 }

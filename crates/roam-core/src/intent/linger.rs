@@ -15,7 +15,8 @@
 //! the rent paid equals the price of buying) is never worse than twice the cost of the best
 //! choice made with hindsight, whatever the access pattern: a worker keeps its interest in a
 //! key for [`break_even_rounds`] share-sync rounds of its node after the key's last intent
-//! here ends, measured by the node's own round counter, so the rule needs no setting. A new
+//! here ends, measured by the node's own round counter (and while no rounds run, by a round's
+//! typical time), so the rule needs no setting. A new
 //! intent on the key within that time restarts it. While the linger holds, the key is wanted
 //! here (a member keeps its replica) but has no use with a known end: its owner shares it
 //! with a wanter that needs it now, a short use that would otherwise bring it back soon, and
@@ -51,6 +52,7 @@ use std::sync::atomic::Ordering;
 
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::Time;
 use crate::id::Key;
 use crate::interest::Interest;
 use crate::stats::NodeCounters;
@@ -66,7 +68,7 @@ pub const FRAME_COST_BYTES: u64 = 1_300;
 /// home's note, leave).
 const FRAMES_PER_REACQUIRE: u64 = 5;
 
-/// Keys lingering per worker beyond which the earliest lingers end at once.
+/// Keys watched per worker: beyond, a key whose use ends is neither watched nor kept.
 pub const MAX_LINGERING_KEYS: usize = 1 << 20;
 
 /// Share-sync rounds after which keeping a key of `value_bytes` has cost as much as getting
@@ -102,6 +104,15 @@ pub(super) struct Linger {
     reused: f64,
     /// Keys in `until` that hold a linger.
     held: usize,
+    /// The linger's clock, in rounds: the node's share-sync rounds while they run, and one a
+    /// typical round's time (`round_ns`) while they do not (they run only while something is
+    /// shared with or by the node; without this a node that shares nothing, as under
+    /// relocation only, would keep every linger forever).
+    clock: u64,
+    /// The node's round count when the clock last looked, and the time it last moved.
+    rounds_seen: u64,
+    moved_at: Option<Time>,
+    round_ns: u64,
 }
 
 impl Linger {
@@ -115,6 +126,33 @@ impl Linger {
             keys_per_request: None,
             reused: 1.0,
             held: 0,
+            clock: 0,
+            rounds_seen: 0,
+            moved_at: None,
+            round_ns: crate::share::ShareSync::default().typical_gap_ns(),
+        }
+    }
+
+    /// How long a share-sync round typically takes (the clock's pace while none run).
+    pub(super) fn set_round_ns(&mut self, ns: u64) {
+        self.round_ns = ns.max(1);
+    }
+
+    /// Moves the clock to time `now`: by the node's rounds since the last look, or, if none
+    /// ran, by the typical rounds' time that passed without one.
+    pub(super) fn tick(&mut self, now: Time) {
+        let rounds = self.node_counters.share_rounds.load(Ordering::Relaxed);
+        let since = *self.moved_at.get_or_insert(now);
+        if rounds != self.rounds_seen {
+            self.clock += rounds.saturating_sub(self.rounds_seen);
+            self.rounds_seen = rounds;
+            self.moved_at = Some(now);
+        } else if let Some(idle) = now.0.checked_sub(since.0)
+            && idle >= self.round_ns
+        {
+            let passed = idle / self.round_ns;
+            self.clock += passed;
+            self.moved_at = Some(Time(since.0 + passed * self.round_ns));
         }
     }
 
@@ -144,7 +182,7 @@ impl Linger {
     }
 
     fn round(&self) -> u64 {
-        self.node_counters.share_rounds.load(Ordering::Relaxed)
+        self.clock
     }
 
     fn outcome(&mut self, reused: bool) {
@@ -165,8 +203,18 @@ impl Linger {
             let value_bytes = 4 * store.space().len(key) as u64;
             let due =
                 self.round() + break_even_rounds(value_bytes, self.keys_per_request.unwrap_or(1.0));
-            if let Some((until, _)) = self.until.get_mut(&key) {
+            if let Some((until, held)) = self.until.get_mut(&key) {
                 *until = due;
+                // A key watched without a hold (lingering did not pay then, or an offer
+                // waited for this end) takes one now that it would: else a key used again
+                // and again would never get one.
+                let hold = !*held
+                    && short
+                    && self.reused >= 0.5
+                    && !self.interest.deferring(key)
+                    && self.interest.hold_linger(key);
+                *held |= hold;
+                self.held += usize::from(hold);
                 self.outcome(true);
             } else if short && self.until.len() < MAX_LINGERING_KEYS {
                 let held = self.reused >= 0.5

@@ -369,3 +369,48 @@ fn lingering_stops_while_it_does_not_pay_and_a_finished_worker_lets_go() {
     assert!(!interest.wanted(4) && !interest.wanted(5));
     assert_eq!(intents.lingering_keys(), 0);
 }
+
+#[test]
+fn with_no_rounds_running_a_linger_ends_after_its_rounds_in_time() {
+    // No share-sync round runs (nothing shared with or by the node): the clock goes by a
+    // typical round's time (the default 10 ms) instead of stopping.
+    let (store, mut intents, interest, _, mut now) = measured(100);
+    let rounds = break_even_rounds(400, 1.0);
+    assert!(short_use(&mut intents, &store, 4, &mut now).is_empty());
+    assert!(interest.lingering(4));
+    let round_ns = crate::share::ShareSync::default().typical_gap_ns();
+    let mut out = Actions::default();
+    // As with real rounds, the clock counts whole rounds: the linger lasts between one round
+    // short of its rounds' time and that time.
+    let end = now + rounds * round_ns;
+    while now + round_ns + 1_000_000 < end {
+        now += 1_000_000;
+        intents.advance(Time(now), &store, &mut out);
+    }
+    assert!(out.unwanted.is_empty() && interest.lingering(4), "not yet");
+    now = end + 1_000_000;
+    intents.advance(Time(now), &store, &mut out);
+    assert_eq!(out.unwanted, [4], "its rounds' time is up");
+    assert!(!interest.wanted(4));
+    assert_eq!(intents.lingering_keys(), 0);
+}
+
+#[test]
+fn a_key_watched_without_a_hold_takes_one_when_used_again() {
+    let (store, mut intents, interest, _, mut now) = measured(1);
+    // The first use ends while an offer waits for exactly that end: watched, not held.
+    interest.watch(7, true);
+    interest.watch_additions(7, true);
+    assert_eq!(short_use(&mut intents, &store, 7, &mut now), [7]);
+    assert!(!interest.lingering(7));
+    interest.watch_additions(7, false);
+    interest.watch(7, false);
+    // Used again within its time: now it lingers.
+    assert!(short_use(&mut intents, &store, 7, &mut now).is_empty());
+    assert!(interest.wanted(7) && interest.lingering(7));
+    assert_eq!(intents.lingering_keys(), 1);
+    let mut out = Actions::default();
+    intents.finish(&store, &mut out);
+    assert!(!interest.wanted(7));
+    assert_eq!(intents.lingering_keys(), 0);
+}

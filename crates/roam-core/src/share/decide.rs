@@ -109,15 +109,20 @@ impl Node {
                 _ if self.is_leaving() => false,
                 IntentTechniques::RelocateOnly => false,
                 IntentTechniques::ReplicateOnly => true,
-                IntentTechniques::All => match self.busy_until(key) {
-                    // Not in use here. A key whose interest only lingers here (a worker used
-                    // it and expects to again: `intent/linger.rs`) is shared with a wanter
-                    // whose use is short (less than a sync round: a replica costs it only its
-                    // grant and leave, while moving the key would bring it back soon). A
-                    // wanter with a long use gets it, as does one whose deferred wait is over
-                    // (it waited for this node's use to end: moving then saves a round per
-                    // period, `defer.rs`).
-                    None => short_use && !after_deferral && self.interest.lingering(key),
+                IntentTechniques::All => match self.busy_until(key, now) {
+                    // Not in use here. A key whose sharers keep it past their uses (they
+                    // linger, `intent/linger.rs`) stays shared: moving it would revoke
+                    // replicas that are used again soon (measured: word vectors cost 5–7 %
+                    // more CPU when such keys moved to long-use wanters). A key whose interest
+                    // only lingers here is shared with a wanter whose use is short (less than
+                    // a sync round: a replica costs it only its grant and leave, while moving
+                    // the key would bring it back soon). A wanter with a long use gets it, as
+                    // does one whose deferred wait is over (it waited for this node's use to
+                    // end: moving then saves a round per period, `defer.rs`).
+                    None => {
+                        self.sharers_linger(key)
+                            || (short_use && !after_deferral && self.interest.lingering(key))
+                    }
                     Some(until) if may_defer && until <= defer_until => {
                         deferred.push(key);
                         continue;

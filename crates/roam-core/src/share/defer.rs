@@ -81,14 +81,29 @@ impl Node {
     }
 
     /// Until when the key's users here — this node's intents, and the sharers of a key shared
-    /// from here — are expected to need it (`None`: nobody does).
-    pub(crate) fn busy_until(&self, key: Key) -> Option<Time> {
-        let sharers = self
-            .shares
+    /// from here — are expected to need it (`None`: nobody does). A sharer whose use was to
+    /// end by `now` counts as lingering, not as a user: it said when its use ends only when it
+    /// asked, and a sharer that keeps its replica past that (`intent/linger.rs`) sends no word
+    /// until it leaves, which a linger puts off for as long as the key keeps being used there.
+    pub(crate) fn busy_until(&self, key: Key, now: Time) -> Option<Time> {
+        let sharers = self.shares.owned.get(&key).and_then(|shared| {
+            shared
+                .ends
+                .values()
+                .filter(|&&end| end > now)
+                .max()
+                .copied()
+        });
+        self.interest.until(key).max(sharers)
+    }
+
+    /// Whether `key` is shared from here with sharers past their use (see
+    /// [`Node::busy_until`]).
+    pub(crate) fn sharers_linger(&self, key: Key) -> bool {
+        self.shares
             .owned
             .get(&key)
-            .and_then(|shared| shared.ends.values().max().copied());
-        self.interest.until(key).max(sharers)
+            .is_some_and(|shared| !shared.sharers.is_empty())
     }
 
     /// Stops watching `key`'s interest unless an offer for it is deferred.
@@ -130,7 +145,8 @@ impl Node {
             .iter()
             .copied()
             .filter(|&key| {
-                self.shares.deferred.offers.contains_key(&key) && self.busy_until(key).is_none()
+                self.shares.deferred.offers.contains_key(&key)
+                    && self.busy_until(key, now).is_none()
             })
             .collect();
         if !done.is_empty() {
@@ -146,7 +162,7 @@ impl Node {
             .copied()
             .filter(|&key| {
                 let deadline = self.shares.deferred.offers.get(&key).map(|&(_, at)| at);
-                deadline.is_some_and(|at| self.busy_until(key).is_some_and(|until| until > at))
+                deadline.is_some_and(|at| self.busy_until(key, now).is_some_and(|until| until > at))
             })
             .collect();
         if !late.is_empty() {

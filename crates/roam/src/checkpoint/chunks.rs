@@ -440,18 +440,27 @@ mod tests {
         }
     }
 
+    /// Chunk size of [`float_file`]'s files: 64 floats.
+    const CHUNK: u64 = 256;
+
+    /// A temporary file of 1,000 floats (`i × step`), its path, the file opened, and its
+    /// chunks' CRCs.
+    fn float_file(name: &str, step: f32) -> (Vec<f32>, std::path::PathBuf, File, Vec<u32>) {
+        let floats: Vec<f32> = (0..1000).map(|i| i as f32 * step).collect();
+        let bytes: &[u8] = bytemuck::cast_slice(&floats);
+        let crcs = bytes.chunks(CHUNK as usize).map(crc32fast::hash).collect();
+        let path = std::env::temp_dir().join(format!("roam-{name}-{}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        (floats, path, file, crcs)
+    }
+
     /// Floats inside one chunk are used in place, floats across a chunk boundary are copied,
     /// and both are the file's; a damaged chunk is refused before any of its floats is used.
     #[test]
     fn floats_within_and_across_chunks_are_the_files() {
-        let floats: Vec<f32> = (0..1000).map(|i| i as f32 * 0.5).collect();
-        let bytes: Vec<u8> = bytemuck::cast_slice(&floats).to_vec();
-        let chunk = 256u64;
-        let crcs: Vec<u32> = bytes.chunks(chunk as usize).map(crc32fast::hash).collect();
-        let path = std::env::temp_dir().join(format!("roam-chunks-{}", std::process::id()));
-        std::fs::write(&path, &bytes).unwrap();
-        let file = File::open(&path).unwrap();
-        let size = bytes.len() as u64;
+        let (floats, path, file, crcs) = float_file("chunks", 0.5);
+        let (chunk, size) = (CHUNK, 4 * floats.len() as u64);
         let mut reader = ChunkReader::new(&file, &path, size, chunk, &crcs);
         let mut scratch = Vec::new();
         // Floats 10..20 lie in chunk 0; 60..70 straddle chunks 0 and 1 (64 floats a chunk).
@@ -480,14 +489,8 @@ mod tests {
     /// damaged chunk by its index.
     #[test]
     fn a_prefetched_reader_gives_the_listed_chunks_and_refuses_others() {
-        let floats: Vec<f32> = (0..1000).map(|i| i as f32 * 0.25).collect();
-        let bytes: Vec<u8> = bytemuck::cast_slice(&floats).to_vec();
-        let chunk = 256u64;
-        let crcs: Vec<u32> = bytes.chunks(chunk as usize).map(crc32fast::hash).collect();
-        let path = std::env::temp_dir().join(format!("roam-prefetch-{}", std::process::id()));
-        std::fs::write(&path, &bytes).unwrap();
-        let file = File::open(&path).unwrap();
-        let size = bytes.len() as u64;
+        let (floats, path, file, crcs) = float_file("prefetch", 0.25);
+        let (chunk, size) = (CHUNK, 4 * floats.len() as u64);
         let read = |crcs: &[u32], needed: Vec<u64>, asks: &[(usize, usize)]| {
             std::thread::scope(|scope| {
                 let feed = prefetch(scope, &file, &path, size, chunk, crcs, needed);

@@ -205,7 +205,12 @@ fn an_owner_does_not_defer_an_offer_for_sharers_whose_use_is_over() {
              grants {}",
             total(&sim, |c| &c.share_grants)
         );
+        assert_eq!(deferrals, 0, "seed {seed}: no offer waited for the sharers");
         assert_eq!(expired, 0, "seed {seed}: no offer waited for its deadline");
+        assert!(
+            total(&sim, |c| &c.share_grants) >= 3,
+            "seed {seed}: nodes 1 and 2, then node 0, got replicas"
+        );
         assert_eq!(
             late, 0,
             "seed {seed}: node 0 had the key when its use began"

@@ -422,3 +422,81 @@ fn rounds_by_work_come_before_the_period() {
     assert_eq!(owner_value_before_the_period(0), [1.0], "by time only");
     assert_eq!(owner_value_before_the_period(1), [2.0], "by work");
 }
+
+/// Key 2 (owned by node 2, range homes) is used by node 2 for clocks 1..30 and by node 1 from
+/// clock 20 on, one clock at a time, a push each: shared while both use it. Node 2's use ends
+/// before node 1 has been busy with its replica for `PROMOTE_AFTER_ROUNDS` rounds, so the offer
+/// at that end comes too early; the owner must offer it again in a later round, and the key
+/// move to node 1, instead of staying owned by a node that no longer uses it and synced every
+/// round.
+fn idle_owner_run(seed: u64) -> roam_sim::Sim {
+    let space = KeySpace::uniform(3, 1).unwrap();
+    let cfg = SimConfig::new(3, 1, space)
+        .with_seed(seed)
+        .with_partitioning(Partitioning::Range)
+        .with_dynamic(true)
+        .with_intent_techniques(IntentTechniques::All, 100_000)
+        .with_delay(1_000, 1_000)
+        .with_think(0, 0);
+    let tick = |s: &mut Vec<Op>| s.extend([Op::Sleep(10_000), Op::AdvanceClock]);
+    let mut owner = vec![Op::Intent {
+        keys: vec![2],
+        start: 1,
+        end: 30,
+    }];
+    for clock in 0..600u64 {
+        tick(&mut owner);
+        if clock < 29 {
+            owner.push(Op::push(vec![2], vec![1.0]));
+        }
+    }
+    let mut sharer = Vec::new();
+    for clock in 0..600u64 {
+        if clock >= 20 {
+            sharer.push(Op::Intent {
+                keys: vec![2],
+                start: clock + 1,
+                end: clock + 2,
+            });
+        }
+        tick(&mut sharer);
+        if clock >= 20 {
+            sharer.push(Op::push(vec![2], vec![1.0]));
+        }
+    }
+    for s in [&mut owner, &mut sharer] {
+        s.push(Op::WaitAll);
+    }
+    run_fault_free(
+        seed,
+        cfg,
+        vec![
+            (WorkerRef::new(1, 0), sharer),
+            (WorkerRef::new(2, 0), owner),
+        ],
+    )
+}
+
+#[test]
+fn a_key_shared_out_by_an_owner_that_no_longer_uses_it_moves_to_its_sole_sharer() {
+    for seed in seeds(10) {
+        let sim = idle_owner_run(seed);
+        let promotions = total(&sim, |c| &c.share_promotions);
+        eprintln!(
+            "seed {seed}: promotions {promotions}, grants {}, holders {:?}",
+            total(&sim, |c| &c.share_grants),
+            sim.holders(2)
+        );
+        assert!(promotions >= 1, "seed {seed}: promoted");
+        assert_eq!(
+            sim.holders(2),
+            [NodeId(1)],
+            "seed {seed}: moved to its user"
+        );
+        assert_eq!(
+            sim.peek(2),
+            Some(vec![29.0 + 580.0]),
+            "seed {seed}: every push once"
+        );
+    }
+}

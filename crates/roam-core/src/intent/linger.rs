@@ -109,9 +109,12 @@ pub(super) struct Linger {
     /// shared with or by the node; without this a node that shares nothing, as under
     /// relocation only, would keep every linger forever).
     clock: u64,
-    /// The node's round count when the clock last looked, and the time it last moved.
+    /// The node's round count when the clock last looked, the time it last moved, and the
+    /// rounds it counted by time since the last real round (a late round then counts only
+    /// beyond them, so rounds that run late are not counted twice).
     rounds_seen: u64,
     moved_at: Option<Time>,
+    by_time: u64,
     round_ns: u64,
 }
 
@@ -129,6 +132,7 @@ impl Linger {
             clock: 0,
             rounds_seen: 0,
             moved_at: None,
+            by_time: 0,
             round_ns: crate::share::ShareSync::default().typical_gap_ns(),
         }
     }
@@ -138,13 +142,16 @@ impl Linger {
         self.round_ns = ns.max(1);
     }
 
-    /// Moves the clock to time `now`: by the node's rounds since the last look, or, if none
-    /// ran, by the typical rounds' time that passed without one.
+    /// Moves the clock to time `now`: by the node's rounds since the last look, less those
+    /// already counted by time, or, if none ran, by the typical rounds' time that passed
+    /// without one.
     pub(super) fn tick(&mut self, now: Time) {
         let rounds = self.node_counters.share_rounds.load(Ordering::Relaxed);
         let since = *self.moved_at.get_or_insert(now);
         if rounds != self.rounds_seen {
-            self.clock += rounds.saturating_sub(self.rounds_seen);
+            let ran = rounds.saturating_sub(self.rounds_seen);
+            self.clock += ran.saturating_sub(self.by_time);
+            self.by_time = 0;
             self.rounds_seen = rounds;
             self.moved_at = Some(now);
         } else if let Some(idle) = now.0.checked_sub(since.0)
@@ -152,6 +159,7 @@ impl Linger {
         {
             let passed = idle / self.round_ns;
             self.clock += passed;
+            self.by_time += passed;
             self.moved_at = Some(Time(since.0 + passed * self.round_ns));
         }
     }

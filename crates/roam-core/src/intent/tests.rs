@@ -414,3 +414,29 @@ fn a_key_watched_without_a_hold_takes_one_when_used_again() {
     assert!(!interest.wanted(7));
     assert_eq!(intents.lingering_keys(), 0);
 }
+
+#[test]
+fn rounds_that_run_late_are_not_counted_twice() {
+    // Rounds every 1.5 typical rounds' time: each late round follows one counted by time,
+    // so the clock counts one a round, not two (the linger lasts its rounds, not half).
+    let (store, mut intents, interest, counters, mut now) = measured(100);
+    let rounds = break_even_rounds(400, 1.0);
+    let round_ns = crate::share::ShareSync::default().typical_gap_ns();
+    assert!(short_use(&mut intents, &store, 4, &mut now).is_empty());
+    let mut out = Actions::default();
+    let mut ran = 0;
+    while out.unwanted.is_empty() {
+        for _ in 0..3 {
+            now += round_ns / 2;
+            intents.advance(Time(now), &store, &mut out);
+        }
+        crate::stats::add(&counters.share_rounds, 1);
+        ran += 1;
+        assert!(ran <= rounds + 1, "still lingering after {ran} rounds");
+    }
+    assert!(
+        ran >= rounds - 1,
+        "ended after {ran} rounds, break-even {rounds}"
+    );
+    assert!(!interest.wanted(4));
+}

@@ -120,7 +120,7 @@ impl Node {
                     // does one whose deferred wait is over (it waited for this node's use to
                     // end: moving then saves a round per period, `defer.rs`).
                     None => {
-                        self.sharers_linger(key)
+                        self.has_sharers(key)
                             || (short_use && !after_deferral && self.interest.lingering(key))
                     }
                     Some(until) if may_defer && until <= defer_until => {

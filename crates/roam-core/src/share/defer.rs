@@ -97,9 +97,9 @@ impl Node {
         self.interest.until(key).max(sharers)
     }
 
-    /// Whether `key` is shared from here with sharers past their use (see
-    /// [`Node::busy_until`]).
-    pub(crate) fn sharers_linger(&self, key: Key) -> bool {
+    /// Whether `key` is shared from here (where [`Node::busy_until`] found no use, its sharers
+    /// are past their announced uses: they linger).
+    pub(crate) fn has_sharers(&self, key: Key) -> bool {
         self.shares
             .owned
             .get(&key)

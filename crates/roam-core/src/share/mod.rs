@@ -42,7 +42,10 @@
 //! and no offer for the key is deferred,
 //! the owner offers it the key (`Promote`): the sharer, if an intent there still wants it,
 //! leaves (final delta) and localizes the key, which then moves as by a relocation — one
-//! interested node gets the key.
+//! interested node gets the key. An owner no intent of which wants a key it shares out to
+//! one busy sharer offers it again each round (each offer restarts the sharer's count), so
+//! a key whose first offer came too early, or never (the use here ended before the key was
+//! shared), does not stay with a node that does not use it.
 //!
 //! A replica ends when the last intent on its key at the member ends (`unwanted`), or when
 //! the owner revokes it (`Revoke`: the owner must give the key away — an explicit localize,

@@ -72,6 +72,36 @@ impl Node {
         add(&self.counters.share_rounds, 1);
         self.send_share_deltas();
         self.broadcast_shared();
+        self.retry_promotions();
+    }
+
+    /// Owner: offers the shared keys that no intent here wants and whose sole sharer is busy
+    /// with them to that sharer ([`Node::offer_promotions`]), once a round. The offer when
+    /// this node's use ends is the first chance; this catches the keys for which it came too
+    /// early (the sharer not busy long enough yet) or never came (the use here ended before
+    /// the key was shared, as when only a linger held it), which would otherwise stay owned by
+    /// a node that does not use them, synced every round.
+    fn retry_promotions(&mut self) {
+        // While frozen for a checkpoint's cut the sharer would ignore the offer.
+        if self.shares.techniques != super::IntentTechniques::All
+            || self.is_leaving()
+            || self.is_frozen()
+        {
+            return;
+        }
+        let keys: Vec<Key> = self
+            .shares
+            .owned
+            .iter()
+            .filter(|(_, shared)| {
+                shared.sharers.len() == 1 && shared.member_rounds >= super::PROMOTE_AFTER_ROUNDS
+            })
+            .map(|(&key, _)| key)
+            .filter(|&key| !self.interest.wanted(key))
+            .collect();
+        if !keys.is_empty() {
+            self.offer_promotions(&keys);
+        }
     }
 
     /// Whether the work clock (`work_clock.rs`; `local`: this node's count now) calls for a
@@ -407,13 +437,16 @@ impl Node {
                 {
                     continue;
                 }
-                let Some(shared) = self.shares.owned.get(&key) else {
+                let Some(shared) = self.shares.owned.get_mut(&key) else {
                     continue;
                 };
                 let mut sharers = shared.sharers.iter();
                 if let (Some((&member, &generation)), None) = (sharers.next(), sharers.next())
                     && shared.member_rounds >= super::PROMOTE_AFTER_ROUNDS
                 {
+                    // Offered again only after as many more busy rounds (the sharer may have
+                    // stopped wanting the key, or the offer may be on its way).
+                    shared.member_rounds = 0;
                     let (keys, generations) = promote.entry(member).or_default();
                     keys.push(key);
                     generations.push(generation as u32);

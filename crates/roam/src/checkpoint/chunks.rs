@@ -105,7 +105,8 @@ const AHEAD_BYTES: u64 = 32 << 20;
 /// See [`AHEAD_BYTES`].
 const AHEAD_CHUNKS: u64 = 4;
 
-/// Chunks a prefetcher may have read and verified ahead of the one its reader uses.
+/// Chunks a prefetcher may have read and verified, waiting for its reader (a further one may
+/// be being read meanwhile).
 const PREFETCHED: usize = 3;
 
 /// A chunk read and verified by a prefetcher: its index, its bytes (the first `len` of the
@@ -272,11 +273,26 @@ impl<'a> ChunkReader<'a> {
     }
 
     /// This reader, taking its chunks from a prefetcher: it must then ask for exactly the
-    /// chunks the prefetcher was given, in their order (anything else is refused).
+    /// chunks the prefetcher was given, in their order (another chunk is refused, and
+    /// [`ChunkReader::finish`] refuses fewer).
     pub(crate) fn fed(self, feed: Feed) -> Self {
         Self {
             feed: Some(feed),
             ..self
+        }
+    }
+
+    /// For a fed reader: that it took every chunk its prefetcher was given (a reader that
+    /// took fewer read chunks for nothing: its caller listed more than it loads).
+    pub(crate) fn finish(self) -> Result<(), RestoreError> {
+        match self.feed.map(|feed| feed.chunks.recv()) {
+            Some(Ok(Ok((index, ..)))) => Err(RestoreError::Shard {
+                path: self.path.to_path_buf(),
+                reason: format!("chunk {index} was prefetched but never used"),
+            }),
+            Some(Ok(Err(err))) => Err(err),
+            // Disconnected: the prefetcher handed over everything it was given.
+            Some(Err(_)) | None => Ok(()),
         }
     }
 
@@ -500,7 +516,9 @@ mod tests {
                 for &(first, count) in asks {
                     got.extend_from_slice(reader.floats(4 * first as u64, count, &mut scratch)?);
                 }
-                Ok::<_, RestoreError>((got, reader.bytes_read))
+                let bytes_read = reader.bytes_read;
+                reader.finish()?;
+                Ok::<_, RestoreError>((got, bytes_read))
             })
         };
         // Floats 10..20 in chunk 0, 60..70 across chunks 0 and 1, 680..690 in chunk 10.
@@ -512,6 +530,12 @@ mod tests {
             .collect();
         assert_eq!(got, expected);
         assert_eq!(bytes_read, 3 * chunk, "only the listed chunks");
+        let err = read(&crcs, vec![0, 1, 10, 11], &asks).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("chunk 11 was prefetched but never used"),
+            "{err}"
+        );
         let err = read(&crcs, vec![0, 1, 9], &asks).unwrap_err();
         assert!(
             err.to_string().contains("chunk 10 asked for, chunk 9"),

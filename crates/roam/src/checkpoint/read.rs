@@ -363,7 +363,9 @@ fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
             }
             Ok(())
         })?;
-        Ok::<_, RestoreError>(values.bytes_read)
+        let bytes_read = values.bytes_read;
+        values.finish()?;
+        Ok::<_, RestoreError>(bytes_read)
     })?;
     let bytes = index.keys.bytes_read + index.lengths.bytes_read + values_read;
     Ok((p.info.keys, loaded, bytes))

@@ -37,6 +37,10 @@ const BUF: usize = 1 << 20;
 /// tail only.
 const WRITEBACK: u64 = 16 << 20;
 
+/// The page size writeback ranges are aligned to (4 KiB; a larger page only means a partly
+/// written page is sometimes submitted early).
+const PAGE: u64 = 4096;
+
 /// Store entries visited per scan call.
 const SCAN: usize = 1 << 16;
 
@@ -74,16 +78,20 @@ impl<'f> Region<'f> {
         self.chunks.update(&self.buf);
         self.offset += self.buf.len() as u64;
         self.buf.clear();
-        if self.offset - self.written_back >= WRITEBACK {
-            start_writeback(self.file, self.written_back, self.offset);
-            self.written_back = self.offset;
+        // Whole pages only: the page the next write continues would be written twice.
+        let to = self.offset & !(PAGE - 1);
+        if to.saturating_sub(self.written_back) >= WRITEBACK {
+            start_writeback(self.file, self.written_back, to);
+            self.written_back = to;
         }
         Ok(())
     }
 }
 
 /// Asks the kernel to start writing the file's bytes `[from, to)` to disk, without waiting
-/// (the final fsync is what makes the shard durable). Advice only: its failure changes nothing.
+/// for the disk (it may block while the device's queue is full, which paces the writer to the
+/// disk; the final fsync is what makes the shard durable). Advice only: its failure changes
+/// nothing.
 fn start_writeback(file: &File, from: u64, to: u64) {
     // SAFETY: sync_file_range only reads its integer arguments; the descriptor is open for as
     // long as `file` is borrowed.

@@ -12,7 +12,8 @@
 mod common;
 
 use common::{
-    check_shared_run, counted_push, random_keys, run_fault_free, test_rng, total, workers_of,
+    check_shared_run, counted_push, one_clock_uses, random_keys, run_fault_free, test_rng,
+    tick_10us, total, workers_of,
 };
 use rand::Rng;
 use roam_core::{IntentTechniques, KeySpace};
@@ -133,7 +134,6 @@ fn stale_sharers_run(seed: u64) -> roam_sim::Sim {
         .with_delay(1_000, 1_000)
         .with_think(0, 0);
     let key = 3;
-    let tick = |s: &mut Vec<Op>| s.extend([Op::Sleep(10_000), Op::AdvanceClock]);
     // Node 3: the key for clocks 1..300 (3 ms), then 700 clocks without it.
     let mut owner = vec![Op::Intent {
         keys: vec![key],
@@ -141,28 +141,15 @@ fn stale_sharers_run(seed: u64) -> roam_sim::Sim {
         end: 300,
     }];
     for _ in 0..1_000 {
-        tick(&mut owner);
+        tick_10us(&mut owner);
     }
     // Nodes 1 and 2: from clock 200 (their rates measured, so that they say when their uses
     // end) the key for one clock at a time, 800 times, a push each.
-    let mut sharer = Vec::new();
-    for clock in 0..1_000u64 {
-        if clock >= 200 {
-            sharer.push(Op::Intent {
-                keys: vec![key],
-                start: clock + 1,
-                end: clock + 2,
-            });
-        }
-        tick(&mut sharer);
-        if clock >= 200 {
-            sharer.push(Op::push(vec![key], vec![1.0]));
-        }
-    }
+    let mut sharer = one_clock_uses(key, 200, 1_000);
     // Node 0: 500 clocks to measure its rate, then the key for clocks 560..760, signalled now.
     let mut wanter = Vec::new();
     for _ in 0..500 {
-        tick(&mut wanter);
+        tick_10us(&mut wanter);
     }
     wanter.push(Op::Intent {
         keys: vec![key],
@@ -170,7 +157,7 @@ fn stale_sharers_run(seed: u64) -> roam_sim::Sim {
         end: 760,
     });
     for clock in 500..1_000u64 {
-        tick(&mut wanter);
+        tick_10us(&mut wanter);
         if (560..760).contains(&(clock + 1)) {
             wanter.push(Op::push(vec![key], vec![1.0]));
         }

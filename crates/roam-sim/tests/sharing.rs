@@ -13,8 +13,8 @@ mod common;
 use std::sync::atomic::Ordering::Relaxed;
 
 use common::{
-    check_shared_run, counted_push, random_delays, random_keys, random_partitioning,
-    run_fault_free, test_rng, total, workers_of,
+    check_shared_run, counted_push, one_clock_uses, random_delays, random_keys,
+    random_partitioning, run_fault_free, test_rng, tick_10us, total, workers_of,
 };
 use rand::Rng;
 use roam_core::{IntentTechniques, Key, KeySpace, NodeId, Partitioning};
@@ -438,32 +438,18 @@ fn idle_owner_run(seed: u64) -> roam_sim::Sim {
         .with_intent_techniques(IntentTechniques::All, 100_000)
         .with_delay(1_000, 1_000)
         .with_think(0, 0);
-    let tick = |s: &mut Vec<Op>| s.extend([Op::Sleep(10_000), Op::AdvanceClock]);
     let mut owner = vec![Op::Intent {
         keys: vec![2],
         start: 1,
         end: 30,
     }];
     for clock in 0..600u64 {
-        tick(&mut owner);
+        tick_10us(&mut owner);
         if clock < 29 {
             owner.push(Op::push(vec![2], vec![1.0]));
         }
     }
-    let mut sharer = Vec::new();
-    for clock in 0..600u64 {
-        if clock >= 20 {
-            sharer.push(Op::Intent {
-                keys: vec![2],
-                start: clock + 1,
-                end: clock + 2,
-            });
-        }
-        tick(&mut sharer);
-        if clock >= 20 {
-            sharer.push(Op::push(vec![2], vec![1.0]));
-        }
-    }
+    let mut sharer = one_clock_uses(2, 20, 600);
     for s in [&mut owner, &mut sharer] {
         s.push(Op::WaitAll);
     }

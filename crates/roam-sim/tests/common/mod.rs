@@ -13,6 +13,32 @@ use roam_sim::{
     Consistency, Op, Outcome, Sim, SimConfig, WorkerRef, check_final_sums_exact, check_linearizable,
 };
 
+/// One clock of a worker that is 10 µs a clock: a sleep, then a tick.
+pub(crate) fn tick_10us(script: &mut Vec<Op>) {
+    script.extend([Op::Sleep(10_000), Op::AdvanceClock]);
+}
+
+/// A worker of `clocks` clocks of 10 µs that, from clock `from` on, uses `key` one clock at a
+/// time: an intent for the next clock, the tick, a push of 1.
+pub(crate) fn one_clock_uses(key: Key, from: u64, clocks: u64) -> Vec<Op> {
+    let mut script = Vec::new();
+    for clock in 0..clocks {
+        let using = clock >= from;
+        if using {
+            script.push(Op::Intent {
+                keys: vec![key],
+                start: clock + 1,
+                end: clock + 2,
+            });
+        }
+        tick_10us(&mut script);
+        if using {
+            script.push(Op::push(vec![key], vec![1.0]));
+        }
+    }
+    script
+}
+
 /// The RNG a test uses to generate its workload: separate from the simulator's, so the
 /// workload does not change when the simulator draws a different number of values.
 pub(crate) fn test_rng(seed: u64) -> ChaCha8Rng {

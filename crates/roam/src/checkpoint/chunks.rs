@@ -120,7 +120,7 @@ pub(crate) struct Feed {
     spare: SyncSender<Vec<u64>>,
 }
 
-/// Starts a thread in `scope` that reads and verifies the chunks `needed` (ascending) of `file`
+/// Starts a thread in `scope` that reads and verifies the chunks `needed` (ascending) of `shard`
 /// and hands them, in that order, to the reader made with the returned feed
 /// ([`ChunkReader::fed`]). It copies the page cache into its buffers and checks the CRCs while
 /// the reader's thread loads records (the copies and the page faults of filling a store take
@@ -128,13 +128,10 @@ pub(crate) struct Feed {
 /// fails, after handing over the error, and when the feed is dropped.
 pub(crate) fn prefetch<'scope, 'env>(
     scope: &'scope Scope<'scope, 'env>,
-    file: &'env File,
-    path: &'env Path,
-    size: u64,
-    chunk: u64,
-    crcs: &'env [u32],
+    shard: ShardFile<'env>,
     needed: Vec<u64>,
 ) -> Feed {
+    let (file, chunk) = (shard.file, shard.chunk);
     let (chunks_tx, chunks) = mpsc::sync_channel(PREFETCHED);
     // A fixed pool of buffers, each allocated at its first use and reused after: those sent,
     // the one being filled, the reader's. (Allocating when none was back yet, and freeing the
@@ -160,7 +157,8 @@ pub(crate) fn prefetch<'scope, 'env>(
             let Ok(mut buf) = spare_rx.recv() else {
                 return;
             };
-            let fetched = read_chunk(file, path, size, chunk, crcs, index, &mut buf)
+            let fetched = shard
+                .read_chunk(index, &mut buf)
                 .map(|len| (index, buf, len));
             let failed = fetched.is_err();
             if chunks_tx.send(fetched).is_err() || failed {
@@ -186,52 +184,60 @@ fn advise(file: &File, at: u64, len: u64) {
     }
 }
 
-/// Reads chunk `index` of `file` (`size` bytes, chunks of `chunk` bytes, CRCs `crcs`) into
-/// `buf` (grown to a chunk once) and verifies it; returns its length.
-fn read_chunk(
-    file: &File,
-    path: &Path,
-    size: u64,
-    chunk: u64,
-    crcs: &[u32],
-    index: u64,
-    buf: &mut Vec<u64>,
-) -> Result<usize, RestoreError> {
-    let start = index * chunk;
-    let end = (start + chunk).min(size);
-    let err = |reason: String| RestoreError::Shard {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let Some(&expected) = crcs.get(index as usize).filter(|_| start < end) else {
-        return Err(err(format!("byte {start} lies outside the file")));
-    };
-    let len = (end - start) as usize;
-    if buf.len() * 8 < len {
-        // Once per buffer (every chunk but the last has the full size); no zeroing after.
-        *buf = vec![0u64; (chunk as usize).div_ceil(8)];
+/// A shard file as its readers see it: `size` bytes in chunks of `chunk` bytes whose CRCs are
+/// `crcs` (checked against each other by the caller); `path` names it in errors.
+#[derive(Clone, Copy)]
+pub(crate) struct ShardFile<'a> {
+    pub(crate) file: &'a File,
+    pub(crate) path: &'a Path,
+    pub(crate) size: u64,
+    pub(crate) chunk: u64,
+    pub(crate) crcs: &'a [u32],
+}
+
+impl ShardFile<'_> {
+    /// Reads chunk `index` into `buf` (grown to a chunk once) and verifies it; returns its
+    /// length.
+    fn read_chunk(self, index: u64, buf: &mut Vec<u64>) -> Result<usize, RestoreError> {
+        let ShardFile {
+            file,
+            path,
+            size,
+            chunk,
+            crcs,
+        } = self;
+        let start = index * chunk;
+        let end = (start + chunk).min(size);
+        let err = |reason: String| RestoreError::Shard {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let Some(&expected) = crcs.get(index as usize).filter(|_| start < end) else {
+            return Err(err(format!("byte {start} lies outside the file")));
+        };
+        let len = (end - start) as usize;
+        if buf.len() * 8 < len {
+            // Once per buffer (every chunk but the last has the full size); no zeroing after.
+            *buf = vec![0u64; (chunk as usize).div_ceil(8)];
+        }
+        let bytes = &mut bytemuck::cast_slice_mut(buf)[..len];
+        file.read_exact_at(bytes, start)
+            .map_err(|e| err(format!("read at byte {start}: {e}")))?;
+        let crc = crc32fast::hash(bytes);
+        if crc != expected {
+            return Err(err(format!(
+                "chunk {index} (bytes {start}..{end}): checksum {crc:08x}, the manifest says \
+                 {expected:08x} (file damaged)"
+            )));
+        }
+        Ok(len)
     }
-    let bytes = &mut bytemuck::cast_slice_mut(buf)[..len];
-    file.read_exact_at(bytes, start)
-        .map_err(|e| err(format!("read at byte {start}: {e}")))?;
-    let crc = crc32fast::hash(bytes);
-    if crc != expected {
-        return Err(err(format!(
-            "chunk {index} (bytes {start}..{end}): checksum {crc:08x}, the manifest says \
-             {expected:08x} (file damaged)"
-        )));
-    }
-    Ok(len)
 }
 
 /// Reads a shard by verified chunks, keeping the last one read: a forward cursor over the
 /// file (each region of a shard gets its own).
 pub(crate) struct ChunkReader<'a> {
-    file: &'a File,
-    path: &'a Path,
-    size: u64,
-    chunk: u64,
-    crcs: &'a [u32],
+    shard: ShardFile<'a>,
     /// Where the chunks come from when a prefetcher reads them (in the order asked for).
     feed: Option<Feed>,
     /// The chunk in `buf`.
@@ -248,21 +254,10 @@ pub(crate) struct ChunkReader<'a> {
 }
 
 impl<'a> ChunkReader<'a> {
-    /// A reader of `file` (`size` bytes) whose chunks of `chunk` bytes have the CRCs `crcs`
-    /// (checked against each other by the caller).
-    pub(crate) fn new(
-        file: &'a File,
-        path: &'a Path,
-        size: u64,
-        chunk: u64,
-        crcs: &'a [u32],
-    ) -> Self {
+    /// A reader of `shard`.
+    pub(crate) fn new(shard: ShardFile<'a>) -> Self {
         Self {
-            file,
-            path,
-            size,
-            chunk,
-            crcs,
+            shard,
             feed: None,
             held: None,
             buf: Vec::new(),
@@ -287,7 +282,7 @@ impl<'a> ChunkReader<'a> {
     pub(crate) fn finish(self) -> Result<(), RestoreError> {
         match self.feed.map(|feed| feed.chunks.recv()) {
             Some(Ok(Ok((index, ..)))) => Err(RestoreError::Shard {
-                path: self.path.to_path_buf(),
+                path: self.shard.path.to_path_buf(),
                 reason: format!("chunk {index} was prefetched but never used"),
             }),
             Some(Ok(Err(err))) => Err(err),
@@ -304,11 +299,11 @@ impl<'a> ChunkReader<'a> {
     /// chunks they lie in (the caller checked that the range lies in the file).
     pub(crate) fn read_at(&mut self, mut at: u64, mut out: &mut [u8]) -> Result<(), RestoreError> {
         while !out.is_empty() {
-            let index = at / self.chunk;
+            let index = at / self.shard.chunk;
             if self.held != Some(index) {
                 self.load(index)?;
             }
-            let from = (at - index * self.chunk) as usize;
+            let from = (at - index * self.shard.chunk) as usize;
             let n = out.len().min(self.len - from);
             let (now, rest) = out.split_at_mut(n);
             now.copy_from_slice(&self.held_bytes()[from..from + n]);
@@ -330,10 +325,10 @@ impl<'a> ChunkReader<'a> {
         if count == 0 {
             return Ok(&[]);
         }
-        let index = at / self.chunk;
-        let from = (at - index * self.chunk) as usize;
+        let index = at / self.shard.chunk;
+        let from = (at - index * self.shard.chunk) as usize;
         let bytes = 4 * count;
-        if from + bytes <= self.chunk as usize {
+        if from + bytes <= self.shard.chunk as usize {
             if self.held != Some(index) {
                 self.load(index)?;
             }
@@ -351,15 +346,15 @@ impl<'a> ChunkReader<'a> {
     /// forward reader most likely needs next), so that the disk works while this chunk's
     /// records are loaded.
     fn read_ahead(&mut self, from: u64) {
-        let window = AHEAD_BYTES.max(AHEAD_CHUNKS * self.chunk);
+        let window = AHEAD_BYTES.max(AHEAD_CHUNKS * self.shard.chunk);
         let start = from.max(self.advised);
-        let end = from.saturating_add(window).min(self.size);
+        let end = from.saturating_add(window).min(self.shard.size);
         // Ask in pieces of a quarter window, so that the advice keeps ahead as chunks are read.
-        if end <= start || (end - start < window / 4 && end < self.size) {
+        if end <= start || (end - start < window / 4 && end < self.shard.size) {
             return;
         }
         self.advised = end;
-        advise(self.file, start, end - start);
+        advise(self.shard.file, start, end - start);
     }
 
     fn load(&mut self, index: u64) -> Result<(), RestoreError> {
@@ -367,13 +362,13 @@ impl<'a> ChunkReader<'a> {
         self.len = match &self.feed {
             Some(feed) => {
                 let stopped = || RestoreError::Shard {
-                    path: self.path.to_path_buf(),
+                    path: self.shard.path.to_path_buf(),
                     reason: format!("chunk {index}: the prefetching reader stopped"),
                 };
                 let (got, buf, len) = feed.chunks.recv().map_err(|_| stopped())??;
                 if got != index {
                     return Err(RestoreError::Shard {
-                        path: self.path.to_path_buf(),
+                        path: self.shard.path.to_path_buf(),
                         reason: format!("chunk {index} asked for, chunk {got} prefetched"),
                     });
                 }
@@ -386,16 +381,8 @@ impl<'a> ChunkReader<'a> {
                 len
             }
             None => {
-                let len = read_chunk(
-                    self.file,
-                    self.path,
-                    self.size,
-                    self.chunk,
-                    self.crcs,
-                    index,
-                    &mut self.buf,
-                )?;
-                self.read_ahead(index * self.chunk + len as u64);
+                let len = self.shard.read_chunk(index, &mut self.buf)?;
+                self.read_ahead(index * self.shard.chunk + len as u64);
                 len
             }
         };
@@ -477,7 +464,13 @@ mod tests {
     fn floats_within_and_across_chunks_are_the_files() {
         let (floats, path, file, crcs) = float_file("chunks", 0.5);
         let (chunk, size) = (CHUNK, 4 * floats.len() as u64);
-        let mut reader = ChunkReader::new(&file, &path, size, chunk, &crcs);
+        let mut reader = ChunkReader::new(ShardFile {
+            file: &file,
+            path: &path,
+            size,
+            chunk,
+            crcs: &crcs,
+        });
         let mut scratch = Vec::new();
         // Floats 10..20 lie in chunk 0; 60..70 straddle chunks 0 and 1 (64 floats a chunk).
         for (first, count) in [(10usize, 10usize), (60, 10), (63, 1), (64, 64), (990, 10)] {
@@ -493,7 +486,13 @@ mod tests {
         assert!(reader.floats(0, 0, &mut scratch).unwrap().is_empty());
         let mut damaged = crcs.clone();
         damaged[2] ^= 1;
-        let mut reader = ChunkReader::new(&file, &path, size, chunk, &damaged);
+        let mut reader = ChunkReader::new(ShardFile {
+            file: &file,
+            path: &path,
+            size,
+            chunk,
+            crcs: &damaged,
+        });
         let err = reader.floats(4 * 130, 4, &mut scratch).unwrap_err();
         assert!(err.to_string().contains("chunk 2"), "{err}");
         drop(file);
@@ -509,8 +508,15 @@ mod tests {
         let (chunk, size) = (CHUNK, 4 * floats.len() as u64);
         let read = |crcs: &[u32], needed: Vec<u64>, asks: &[(usize, usize)]| {
             std::thread::scope(|scope| {
-                let feed = prefetch(scope, &file, &path, size, chunk, crcs, needed);
-                let mut reader = ChunkReader::new(&file, &path, size, chunk, crcs).fed(feed);
+                let shard = ShardFile {
+                    file: &file,
+                    path: &path,
+                    size,
+                    chunk,
+                    crcs,
+                };
+                let feed = prefetch(scope, shard, needed);
+                let mut reader = ChunkReader::new(shard).fed(feed);
                 let mut scratch = Vec::new();
                 let mut got = Vec::new();
                 for &(first, count) in asks {

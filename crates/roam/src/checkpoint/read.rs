@@ -10,10 +10,10 @@
 //! shard's size, header and chunk list against the manifest) is checked for every shard
 //! before any record is loaded; every length from a file is bounded by the file's size before
 //! it is allocated; no byte is used before the CRC-32 of its chunk matched (`chunks.rs`), and
-//! a shard's records are loaded only after all its keys and lengths were checked. A damaged chunk fails the
-//! restore of every node that reads it (a node reads every chunk holding a record it keeps,
-//! so every damaged chunk fails some node); the node is then dropped unstarted
-//! (`NodeHandle::start` returns the error), so no half-loaded node serves.
+//! a shard's records are loaded only after all its keys and lengths were checked. A damaged
+//! chunk fails the restore of every node that reads it (a node reads every chunk holding a
+//! record it keeps, so every damaged chunk fails some node); the node is then dropped
+//! unstarted (`NodeHandle::start` returns the error), so no half-loaded node serves.
 
 use std::fs::File;
 use std::io::Read;
@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use roam_core::{Key, KeySpace, Node};
 use serde_json::Value;
 
-use super::chunks::{ChunkReader, MAX_CHUNK, MIN_CHUNK, prefetch};
+use super::chunks::{ChunkReader, MAX_CHUNK, MIN_CHUNK, ShardFile, prefetch};
 use super::{
     FORMAT, MANIFEST, MAX_HEADER, Manifest, OptimizerInfo, RestoreError, ShardInfo, SpaceInfo,
     TableInfo, VERSION,
@@ -299,15 +299,14 @@ fn plan(dir: &Path, info: &ShardInfo) -> Result<Plan, RestoreError> {
 fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
     let me = node.config().id;
     let file = File::open(&p.path).map_err(|e| shard_err(&p.path, format!("open: {e}")))?;
-    let reader = || {
-        ChunkReader::new(
-            &file,
-            &p.path,
-            p.info.bytes,
-            p.info.chunk_bytes,
-            &p.info.chunk_crc32,
-        )
+    let shard = ShardFile {
+        file: &file,
+        path: &p.path,
+        size: p.info.bytes,
+        chunk: p.info.chunk_bytes,
+        crcs: &p.info.chunk_crc32,
     };
+    let reader = || ChunkReader::new(shard);
     let mut index = Index {
         plan: p,
         keys: reader(),
@@ -340,16 +339,7 @@ fn load(node: &mut Node, p: &Plan) -> Result<(u64, u64, u64), RestoreError> {
     let values_read = std::thread::scope(|scope| {
         let mut values = reader();
         if !needed.is_empty() {
-            let size = p.info.bytes;
-            let feed = prefetch(
-                scope,
-                &file,
-                &p.path,
-                size,
-                chunk,
-                &p.info.chunk_crc32,
-                needed,
-            );
+            let feed = prefetch(scope, shard, needed);
             values = values.fed(feed);
         }
         let mut scratch: Vec<f32> = Vec::new();

@@ -9,8 +9,9 @@
 //! `start`, by a window it measures. How far ahead (fixed per app, in data, after AdaPM's apps):
 //! - kge: [`KGE_AHEAD_TRIPLES`] triples of the worker's epoch order;
 //! - w2v: [`W2V_AHEAD_WORDS`] words of the worker's part, in whole batches;
-//! - mf: the next sub-epoch's column block, as soon as it is known (when the current sub-epoch
-//!   starts; the row block once, for the whole run).
+//! - mf: each sub-epoch's column block when the sub-epoch starts, as AdaPM's DSGD does (the
+//!   previous user works on it until the barrier before; the row block once, for the whole
+//!   run).
 //!
 //! Negatives (kge, w2v) are drawn when their data point's intent is signalled, from the same
 //! registered sampler as in the other modes under the `naive` scheme (which neither moves keys

@@ -534,7 +534,7 @@ impl Node {
         }
         // Offers that reached this node while the key was on its way are decided now.
         for (offer, key) in offers {
-            self.decide_share(now, offer, &[key], false);
+            self.decide_share(now, offer, &[key]);
         }
         self.reclaim_landed(keys);
     }

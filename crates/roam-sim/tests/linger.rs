@@ -209,3 +209,83 @@ fn an_owner_does_not_defer_an_offer_for_sharers_whose_use_is_over() {
         );
     }
 }
+
+/// Key 2 (owned by node 2, range homes) is used by node 2 one clock at a time for 2 ms, so its
+/// interest lingers after the last use; then node 0 and, after it, node 1 each use the key for
+/// 5 clocks (a short use, under a sync period), as MF's column blocks are handed on each
+/// sub-epoch. An owner whose interest only lingers must move the key to the next user, not
+/// share it (a lingering owner that shared it shared it again with every later user: a grant,
+/// a leave and sync rounds per use instead of one transfer).
+fn handed_on_run(seed: u64) -> roam_sim::Sim {
+    let space = KeySpace::uniform(3, 1).unwrap();
+    let cfg = SimConfig::new(3, 1, space)
+        .with_seed(seed)
+        .with_partitioning(roam_core::Partitioning::Range)
+        .with_dynamic(true)
+        .with_intent_techniques(IntentTechniques::All, 100_000)
+        .with_delay(1_000, 1_000)
+        .with_think(0, 0);
+    let key = 2;
+    let mut owner = one_clock_uses(key, 0, 200);
+    for _ in 200..1_000 {
+        tick_10us(&mut owner);
+    }
+    // A worker that uses the key for clocks `from + 1 .. from + 6`, signalled at `from`.
+    let short_use = |from: u64| {
+        let mut script = Vec::new();
+        for clock in 0..1_000u64 {
+            if clock == from {
+                script.push(Op::Intent {
+                    keys: vec![key],
+                    start: from + 1,
+                    end: from + 6,
+                });
+            }
+            tick_10us(&mut script);
+            if (from + 1..from + 6).contains(&(clock + 1)) {
+                script.push(Op::push(vec![key], vec![1.0]));
+            }
+        }
+        script
+    };
+    let (mut first, mut second) = (short_use(300), short_use(600));
+    for s in [&mut owner, &mut first, &mut second] {
+        s.push(Op::WaitAll);
+    }
+    run_fault_free(
+        seed,
+        cfg,
+        vec![
+            (WorkerRef::new(0, 0), first),
+            (WorkerRef::new(1, 0), second),
+            (WorkerRef::new(2, 0), owner),
+        ],
+    )
+}
+
+#[test]
+fn an_owner_whose_interest_only_lingers_moves_the_key_to_a_short_use() {
+    for seed in seeds(10) {
+        let sim = handed_on_run(seed);
+        let (grants, moved) = (
+            total(&sim, |c| &c.share_grants),
+            total(&sim, |c| &c.intent_relocations),
+        );
+        eprintln!(
+            "seed {seed}: grants {grants}, intent relocations {moved}, holders {:?}",
+            sim.holders(2)
+        );
+        assert_eq!(grants, 0, "seed {seed}: no replica");
+        assert_eq!(moved, 2, "seed {seed}: to node 0, then to node 1");
+        assert_eq!(
+            sim.holders(2),
+            [roam_core::NodeId(1)],
+            "seed {seed}: with its last user"
+        );
+        assert_eq!(
+            sim.peek(2),
+            Some(vec![200.0 + 10.0]),
+            "seed {seed}: every push once"
+        );
+    }
+}

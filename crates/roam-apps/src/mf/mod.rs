@@ -411,7 +411,7 @@ impl Shared<'_> {
                 (epoch + 1, args.epochs),
                 previous,
             );
-            let online = trainer.epoch(epoch, lr, last, |n| bar.inc(n * parts))?;
+            let online = trainer.epoch(epoch, lr, |n| bar.inc(n * parts))?;
             bar.finish_and_clear();
             let seconds = clock.seconds();
             let cpu = common::process_cpu_micros().saturating_sub(cpu_start);

@@ -19,14 +19,15 @@
 //! next sub-epoch's column block once it has processed the fraction F of the current block.
 //!
 //! In adapm mode a worker localizes nothing: it signals intents, and its clock ticks once per
-//! chunk and once more after each sub-epoch's barrier (the step at which the next block
-//! begins). At the start it signals its row block for the whole run and the first column block
-//! from clock 0; when a sub-epoch starts it signals the next sub-epoch's column block (known
-//! from the schedule) from the clock at which that block will begin — the current clock plus
-//! the chunks of the current block plus the barrier's tick — to the clock at which it will
-//! end. roam acts on it shortly before, by its measured window; the owner, still busy with the
-//! block, keeps it until its own intent ends with the block and then moves it here
-//! (`roam_core::share`, deferred offers).
+//! chunk and once more after each sub-epoch's barrier. At the start it signals its row block
+//! for the whole run; when a sub-epoch starts (after the barrier) it signals the sub-epoch's
+//! column block from the current clock to the clock of its last chunk, as AdaPM's own DSGD
+//! does. The block's previous user ended its intent with its last chunk, before the barrier,
+//! so the block's owner has no use of it left and moves it here. Signalled a sub-epoch ahead
+//! instead (roam until 2026-11-29), the intent was acted on while the previous user still
+//! worked on the block, and its end could not be predicted across the barrier (the workers'
+//! blocks differ in size, and each waits for the slowest): owners shared blocks instead of
+//! moving them, at 1.7× the CPU of this schedule (docs/benchmarks.md, "MF under adapm").
 //!
 //! In the NuPS modes the hot columns are replicated: they are left out of every localize
 //! (they are local everywhere), and a sub-epoch ends with `sync_replicas` instead of a barrier,
@@ -370,8 +371,8 @@ impl<'a> Trainer<'a> {
         Ok(())
     }
 
-    /// Localizes (lapse) or signals the intent for (adapm) the row block and the first column
-    /// block, then sets the initial values of this worker's row block and of column block `p`
+    /// Localizes the row block and the first column block (lapse), or signals the intent for
+    /// the row block (adapm: each column block is signalled when its sub-epoch starts), then sets the initial values of this worker's row block and of column block `p`
     /// (each block has exactly one initialising worker). Ends with a barrier.
     pub fn init(&self, set_values: bool) -> anyhow::Result<()> {
         let (p, layout) = (self.p as usize, self.layout);
@@ -383,15 +384,12 @@ impl<'a> Trainer<'a> {
             layout.parts,
         );
         self.localize(&layout.h_moving[first as usize], &mut tickets)?;
-        if self.hyper.intents {
+        if self.hyper.intents && !layout.w_keys[p].is_empty() {
             // The row block is this worker's for the whole run.
             let now = self.worker.current_clock();
-            if !layout.w_keys[p].is_empty() {
-                self.worker
-                    .intent(&layout.w_keys[p], now, u64::MAX)
-                    .context("signalling the row block's intent")?;
-            }
-            self.intend_block(first, now)?;
+            self.worker
+                .intent(&layout.w_keys[p], now, u64::MAX)
+                .context("signalling the row block's intent")?;
         }
         let dim = layout.dim;
         let mut vals = Vec::new();
@@ -450,12 +448,10 @@ impl<'a> Trainer<'a> {
 
     /// One epoch: `P` sub-epochs, each ending with a barrier (with `sync_replicas` in the
     /// NuPS modes). `tick` is called after each chunk with its number of points (progress).
-    /// `last`: no epoch follows (adapm mode signals no intent beyond it).
     pub fn epoch(
         &mut self,
         epoch: u32,
         lr: f32,
-        last: bool,
         mut tick: impl FnMut(u64),
     ) -> anyhow::Result<Loss> {
         let parts = self.layout.parts;
@@ -466,14 +462,7 @@ impl<'a> Trainer<'a> {
             let next = schedule::next_column_block(self.hyper.seed, epoch, t as u32, self.p, parts);
             let mut tickets = Vec::new();
             self.localize(&self.layout.h_moving[q as usize], &mut tickets)?;
-            // Also when the next block is this one again (the first of the next epoch): a new
-            // intent keeps the keys wanted across the hand-over, or a replica held here would
-            // be dropped when this block's intent ends.
-            if !(last && t + 1 == order.len()) {
-                // The next block begins when this one's chunks and the barrier are done.
-                let start = self.worker.current_clock() + self.chunks_of(q) + 1;
-                self.intend_block(next, start)?;
-            }
+            self.intend_block(q, self.worker.current_clock())?;
             let mut points = std::mem::take(&mut self.data.train[q as usize]);
             self.shuffle(&mut points, epoch, q);
             let result = self.block(&points, (q, next), lr, &mut tickets, &mut tick);

@@ -18,9 +18,10 @@
 //! here ends, measured by the node's own round counter (and while no rounds run, by a round's
 //! typical time), so the rule needs no setting. A new
 //! intent on the key within that time restarts it. While the linger holds, the key is wanted
-//! here (a member keeps its replica) but has no use with a known end: its owner shares it
-//! with a wanter that needs it now, a short use that would otherwise bring it back soon, and
-//! gives it to a wanter with a long use, as it gives an unused key (`share/decide.rs`).
+//! here (a member keeps its replica) but has no use with a known end: an owner whose interest
+//! only lingers gives the key to a wanter as it gives an unused key (`share/decide.rs`: when
+//! several nodes use a key in turn, sharing it from a lingering owner would cost each use a
+//! grant, a leave and a sync round instead of one transfer).
 //!
 //! The frame cost in bytes, [`FRAME_COST_BYTES`], is measured, not tuned: on these VMs a
 //! frame costs about 4 µs of CPU at both ends together and a byte about 3 ns (a linear fit over

@@ -71,20 +71,13 @@ impl Node {
                 }),
             }
         }
-        self.decide_share(now, offer, &now_keys, false);
+        self.decide_share(now, offer, &now_keys);
         self.check_evacuated();
     }
 
     /// At the owner of `keys` (all local here): shares them with the offer's wanter, gives
-    /// them to it, or defers the offer (`defer.rs`), and tells their home. `after_deferral`:
-    /// the offer was deferred and is decided now that its wait is over.
-    pub(crate) fn decide_share(
-        &mut self,
-        now: Time,
-        offer: Offer,
-        keys: &[Key],
-        after_deferral: bool,
-    ) {
+    /// them to it, or defers the offer (`defer.rs`), and tells their home.
+    pub(crate) fn decide_share(&mut self, now: Time, offer: Offer, keys: &[Key]) {
         if keys.is_empty() {
             return;
         }
@@ -101,8 +94,6 @@ impl Node {
         // `defer.rs`).
         let defer_until = Time(need_at.0.saturating_add(need_at.0.saturating_sub(now.0)));
         let may_defer = need_at > now;
-        let short_use =
-            wanted_until.0 <= now.0.saturating_add(self.cfg.share_sync.typical_gap_ns());
         let (mut shared, mut released, mut deferred) = (Vec::new(), Vec::new(), Vec::new());
         for &key in keys {
             let share = match self.shares.techniques {
@@ -113,16 +104,14 @@ impl Node {
                     // Not in use here. A key whose sharers keep it past their uses (they
                     // linger, `intent/linger.rs`) stays shared: moving it would revoke
                     // replicas that are used again soon (measured: word vectors cost 5–7 %
-                    // more CPU when such keys moved to long-use wanters). A key whose interest
-                    // only lingers here is shared with a wanter whose use is short (less than
-                    // a sync round: a replica costs it only its grant and leave, while moving
-                    // the key would bring it back soon). A wanter with a long use gets it, as
-                    // does one whose deferred wait is over (it waited for this node's use to
-                    // end: moving then saves a round per period, `defer.rs`).
-                    None => {
-                        self.has_sharers(key)
-                            || (short_use && !after_deferral && self.interest.lingering(key))
-                    }
+                    // more CPU when such keys moved to long-use wanters). Any other key goes
+                    // to the wanter, also when this node's interest in it only lingers: a key
+                    // shared from a lingering owner is shared again with every later wanter,
+                    // so when several nodes use it in turn each use costs a grant, a leave
+                    // and a sync round instead of one transfer (measured: MF's column blocks,
+                    // handed on each sub-epoch, cost 1.7× the CPU and 2.7× the bytes; KGE and
+                    // word vectors, whose lingering replicas are at members, did not change).
+                    None => self.has_sharers(key),
                     Some(until) if may_defer && until <= defer_until => {
                         deferred.push(key);
                         continue;

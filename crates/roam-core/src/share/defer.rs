@@ -205,7 +205,7 @@ impl Node {
                 need_at: now,
                 until,
             };
-            self.decide_share(now, offer, &keys, true);
+            self.decide_share(now, offer, &keys);
         }
     }
 }

@@ -579,7 +579,7 @@ impl Node {
             until,
         };
         if !decide_here.is_empty() {
-            self.decide_share(now, here, &decide_here, false);
+            self.decide_share(now, here, &decide_here);
         }
         for (owner, keys) in offers {
             self.send(

@@ -248,11 +248,15 @@ impl Node {
     /// hand-offs of buckets whose last decision closed.
     fn close_decisions(&mut self, now: Time, keys: &[Key]) {
         let mut buckets = Vec::new();
+        // Replaying what queued cannot stash a hand-off (only a home's hand-off message does).
+        let any_stashed = !self.shares.stashed.is_empty();
         for &key in keys {
             let Some(open) = self.shares.deciding.remove(&key) else {
                 continue;
             };
-            buckets.push(self.dir.bucket(key));
+            if any_stashed {
+                buckets.push(self.dir.bucket(key));
+            }
             for waiting in open.queue {
                 match waiting {
                     Waiting::Localize { from, new_owner } => {
@@ -276,6 +280,10 @@ impl Node {
         }
         buckets.sort_unstable();
         buckets.dedup();
+        // Only a bucket whose hand-off waits needs the scan over every open decision (under
+        // MF's block hand-overs, thousands of keys a message, the scan per bucket was 3 % of
+        // adapm's CPU).
+        buckets.retain(|bucket| self.shares.stashed.contains_key(bucket));
         for bucket in buckets {
             let open = self
                 .shares

@@ -37,10 +37,19 @@
 //! anywhere is routed to the creator as before and creates it again through admission, with
 //! the initializer's values, or, under a policy with `spill`, with the record the eviction
 //! kept in the node's spill (`spill.rs`: such an id skips the admission test). A request already
-//! on its way (a pull, a push, a localize's hand-over) re-creates it the same way. Rows that
-//! moved to another node under dynamic allocation are not evicted there (that would need the
-//! home's record changed by message), so such a node can hold more than `max_rows` by the rows
-//! relocated to it; the budget then holds for the rows it created.
+//! on its way (a pull, a push, a localize's hand-over) re-creates it the same way.
+//!
+//! Rows that moved to another node under dynamic allocation are not evicted there (that would
+//! need the home's record changed by message): they go back. When a node holds more rows than
+//! its budget and none it created can go — checked when keys land, when the timer trims, and
+//! when a row is made without room — a second clock (sparing rows used since its last look)
+//! picks moved-in rows whose home is their creator and that nothing here holds on to (not
+//! replicated, shared out, in transit, or wanted by an intent), and sends their homes a
+//! `Reclaim`: each home relocates them to itself, where, as their creator, it may evict them.
+//! Rows on their way back count as gone (`returning`; a key that lands here again is no longer
+//! on its way back). So without home moves a node holds at most its budget once nothing is in
+//! flight; rows of a bucket whose home moved (not their creator) and rows wanted by an intent
+//! stay.
 //!
 //! Named tables (`tables.rs`): each dynamic table has its own policy. Admission asks the key's
 //! table's; the count sketch is shared (as wide as the widest table asks; keys differ by table);
@@ -52,11 +61,17 @@
 //! for every id this node ever created or routed, evicted or not; an id that was never admitted
 //! leaves none. The sketch is `depth × width × 2` bytes.
 
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashSet;
+
 use crate::directory::mix64;
-use crate::id::Key;
+use crate::id::{Key, NodeId};
+use crate::msg::encode;
 use crate::node::{Node, Time};
 use crate::stats::add;
-use crate::store::{Sweep, Visit};
+use crate::store::{Residency, Sweep, Visit};
+use crate::wire::Kind;
 
 /// Admission of new rows in a dynamic key space. See the module docs.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -245,6 +260,11 @@ impl CountMin {
 /// Entries one timer call visits while a TTL sweep is under way (bounds the node-lock hold).
 const SWEEP_CHUNK: u64 = 4096;
 
+/// Index entries the return clock visits per call at most (it runs at every landing while the
+/// node is above its budget: a node whose moved-in rows may not go yet must not scan its whole
+/// index each time).
+const RETURN_CHUNK: u64 = 4096;
+
 /// A node's admission and eviction state (protocol-only, under the node lock).
 #[derive(Default)]
 pub(crate) struct DynamicState {
@@ -256,6 +276,10 @@ pub(crate) struct DynamicState {
     next_sweep_at: u64,
     /// Scratch for evicted records.
     evicted: Vec<f32>,
+    /// The return clock's hand: an index entry.
+    return_hand: u64,
+    /// Moved-in rows sent back to their creators and maybe still here (counted as gone).
+    returning: FxHashSet<Key>,
     /// Where evicted rows of policies with `spill` go (`spill.rs`): in memory until the shell
     /// gives the node another; `None` when no policy spills.
     pub(crate) spill: Option<Box<dyn crate::spill::Spill>>,
@@ -329,12 +353,26 @@ impl Node {
     /// Makes room for `key`'s new row under its budget, if there is one; false if none could
     /// go.
     pub(crate) fn make_room_for_one(&mut self, key: Key) -> bool {
-        let max_rows = self
-            .cfg
+        self.make_room(self.budget_table(key), self.row_budget_of(key))
+    }
+
+    /// After a row of `key` was made without room (a relocation or share of an uncreated id):
+    /// rows that moved here go back to their creators until the budget holds again.
+    pub(crate) fn made_without_room(&mut self, key: Key) {
+        let table = self.budget_table(key);
+        if let Some(max) = self.row_budget_of(key)
+            && self.owned_rows(table) > max
+        {
+            self.return_moved_in(table, max);
+        }
+    }
+
+    /// The row budget of `key`'s table (or of the one space), if it has one.
+    fn row_budget_of(&self, key: Key) -> Option<u64> {
+        self.cfg
             .space
             .dynamic_for(key)
-            .and_then(|p| p.row_budget(self.cfg.space.record_len(key)));
-        self.make_room(self.budget_table(key), max_rows)
+            .and_then(|p| p.row_budget(self.cfg.space.record_len(key)))
     }
 
     /// Evicts rows (of `table`, if given) by the clock until a new row fits in `max_rows`;
@@ -465,14 +503,87 @@ impl Node {
                 .collect(),
         };
         for (table, max) in budgets {
-            let owned = match table {
-                Some(t) => self.store.count_local_in_table(t),
-                None => self.store.count_local(),
-            };
-            if owned > max {
+            if self.owned_rows(table) > max {
                 self.make_room(table, Some(max + 1));
             }
+            if !spilling_only && self.owned_rows(table) > max {
+                self.return_moved_in(table, max);
+            }
         }
+    }
+
+    /// After `keys` landed here: a key sent back earlier and moved here again is no longer on
+    /// its way back; then every budget is restored.
+    pub(crate) fn landed_under_budget(&mut self, keys: &[Key]) {
+        if !self.dynamic.returning.is_empty() {
+            for key in keys {
+                self.dynamic.returning.remove(key);
+            }
+        }
+        self.trim_to_budgets(false);
+    }
+
+    /// Rows of `table` (or of the one space) owned here.
+    fn owned_rows(&self, table: Option<usize>) -> u64 {
+        match table {
+            Some(t) => self.store.count_local_in_table(t),
+            None => self.store.count_local(),
+        }
+    }
+
+    /// Sends rows of `table` that moved here back to their creators (a `Reclaim` to the home,
+    /// which is the creator: it relocates them to itself), by a clock that spares rows used
+    /// since its last look, until this node holds at most `max` rows with the ones already on
+    /// their way back counted as gone. At most [`RETURN_CHUNK`] entries a call.
+    fn return_moved_in(&mut self, table: Option<usize>, max: u64) {
+        if !self.policy.keys_move() || self.first_lost().is_some() {
+            return;
+        }
+        let store = &self.store;
+        self.dynamic
+            .returning
+            .retain(|&key| store.residency(key) != Residency::Remote);
+        let mut excess = self
+            .owned_rows(table)
+            .saturating_sub(max)
+            .saturating_sub(self.dynamic.returning.len() as u64);
+        let entries = self.store.entries();
+        let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
+        for _ in 0..RETURN_CHUNK.min(2 * entries) {
+            if excess == 0 {
+                break;
+            }
+            let i = self.dynamic.return_hand % entries;
+            self.dynamic.return_hand = i + 1;
+            if let Some(key) = self
+                .store
+                .return_visit(i, |key| self.returnable(key, table))
+            {
+                self.dynamic.returning.insert(key);
+                by_home.entry(self.dir.home(key)).or_default().push(key);
+                excess -= 1;
+            }
+        }
+        let me = self.cfg.id;
+        for (home, keys) in by_home {
+            add(&self.counters.rows_returned, keys.len() as u64);
+            self.send(home, encode::keys(Kind::Reclaim, me, &keys));
+        }
+    }
+
+    /// Whether this node may send its owned row of `key` back (see the module docs): a row of
+    /// `table` it did not create, whose home is its creator (which may evict it there), not
+    /// replicated, shared out, in transit, wanted by an intent here or already on its way back.
+    fn returnable(&self, key: Key, table: Option<usize>) -> bool {
+        let creator = self.dir.creator(self.dir.bucket(key));
+        creator != self.cfg.id
+            && self.dir.home(key) == creator
+            && table.is_none_or(|t| crate::tables::Tables::index_of(key) == t)
+            && !self.replicas.contains(key)
+            && !self.transit.contains_key(&key)
+            && !self.shared_out(key)
+            && !self.interest.wanted(key)
+            && !self.dynamic.returning.contains(&key)
     }
 }
 

@@ -541,11 +541,14 @@ impl Node {
             // Under a row budget, room first (a relocation or share creating the row has not
             // asked admission; if nothing can be evicted, the row is made anyway: see
             // `dynamic.rs`).
-            self.make_room_for_one(key);
+            let room = self.make_room_for_one(key);
             // From its spilled record if it has one (`spill.rs`), else the initializer's.
             let record = self.new_record(key);
             self.store.insert(key, &record);
             add(&self.counters.keys_created, 1);
+            if !room {
+                self.made_without_room(key);
+            }
             return Residency::Local;
         }
         residency

@@ -537,6 +537,10 @@ impl Node {
             self.decide_share(now, offer, &[key]);
         }
         self.reclaim_landed(keys);
+        if self.cfg.space.any_dynamic() {
+            // Keys that land can take the node past a row budget: back under it at once.
+            self.landed_under_budget(keys);
+        }
     }
 }
 

@@ -66,6 +66,9 @@ counters! {
         grads_dropped,
         /// Rows of a dynamic key space evicted here (budget or TTL).
         rows_evicted,
+        /// Rows that moved here, sent back to their creators because this node held more
+        /// than its row budget (`dynamic.rs`).
+        rows_returned,
         /// Evicted rows written to the node's spill (`spill.rs`).
         rows_spilled,
         /// Rows created again from their spilled record.

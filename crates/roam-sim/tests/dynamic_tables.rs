@@ -12,7 +12,9 @@
 //!   home records the creator (the default owner): no dangling owner;
 //! - rows created minus rows evicted equals the rows held, summed over the nodes;
 //! - the budget: no node holds more rows than `max_rows` plus the rows relocated to it (rows
-//!   are only evicted at their creator; see `roam_core::dynamic`);
+//!   are only evicted at their creator; see `roam_core::dynamic`), and once nothing is in
+//!   flight (seeds without home moves) none holds more than `max_rows`: rows that moved in
+//!   beyond it were sent back to their creators;
 //! - every value pulled is explained: the key's initializer value plus whole pushes (a row
 //!   created, then pushed to), or a set value plus whole pushes (pushed values are integers
 //!   1–4 and set values integers 0–50; the initializer's values are not integers);
@@ -76,6 +78,7 @@ fn explained(init: &Initializer, key: u64, len: usize, j: usize, value: f32) -> 
 fn rows_are_admitted_evicted_and_created_again_while_keys_move() {
     let n = seeds(default_seeds()).len();
     let (mut created, mut evicted, mut rejected, mut relocated, mut pulls) = (0, 0, 0, 0, 0);
+    let mut returned = 0;
     let (mut spilled, mut unspilled, mut exact_seeds, mut exact_keys) = (0, 0, 0, 0);
     for_each_seed(default_seeds(), |seed| {
         let shape = DynShape {
@@ -117,6 +120,10 @@ fn rows_are_admitted_evicted_and_created_again_while_keys_move() {
         );
         assert_eq!(total(&sim, |c| &c.anomalies), 0, "seed {seed}");
         check_placement(seed, &sim);
+        if !shape.home_moves {
+            check_budget_at_rest(seed, &sim, policy.max_rows.unwrap());
+        }
+        returned += total(&sim, |c| &c.rows_returned);
         let init = init(seed);
         for op in sim.history().ops() {
             if let (OpKind::Pull, Outcome::Pulled(values)) = (op.kind, &op.outcome) {
@@ -163,14 +170,15 @@ fn rows_are_admitted_evicted_and_created_again_while_keys_move() {
     });
     eprintln!(
         "{n} seeds: {created} rows created, {evicted} evicted, {rejected} accesses refused, \
-         {relocated} relocations, {pulls} pulls explained; spill: {spilled} rows spilled, \
+         {relocated} relocations, {returned} rows sent back to their creators, {pulls} pulls \
+         explained; spill: {spilled} rows spilled, \
          {unspilled} created again from it, {exact_keys} keys' final values exact in \
          {exact_seeds} seeds without a dropped update"
     );
     if n >= 100 {
         assert!(
-            evicted > 0 && rejected > 0 && relocated > 0,
-            "the runs must evict and move"
+            evicted > 0 && rejected > 0 && relocated > 0 && returned > 0,
+            "the runs must evict, move and send rows back"
         );
         assert!(
             unspilled > 0 && exact_keys > 0,
@@ -265,6 +273,19 @@ fn check_budget(seed: u64, sim: &Sim, max_rows: u64) {
         assert!(
             held <= max_rows + moved_in,
             "seed {seed}: node {i} holds {held} rows, budget {max_rows}, {moved_in} moved in"
+        );
+    }
+}
+
+/// Once nothing is in flight, no node holds more than the budget: rows that moved in beyond it
+/// went back to their creators, which evicted down to it (without home moves, every home is
+/// its buckets' creator).
+fn check_budget_at_rest(seed: u64, sim: &Sim, max_rows: u64) {
+    for i in 0..sim.config().nodes {
+        let held = sim.node(NodeId(i)).store().count_local();
+        assert!(
+            held <= max_rows,
+            "seed {seed}: node {i} holds {held} rows at rest, budget {max_rows}"
         );
     }
 }

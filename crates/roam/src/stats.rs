@@ -130,6 +130,9 @@ pub struct NodeStats {
     pub grads_dropped: u64,
     /// Rows of a dynamic key space evicted here (row budget or TTL).
     pub rows_evicted: u64,
+    /// Rows that moved to this node, sent back to their creators because it held more than
+    /// its row budget.
+    pub rows_returned: u64,
     /// Evicted rows written to this node's spill file (policies with `spill`).
     pub rows_spilled: u64,
     /// Rows created again from their spilled record.
@@ -289,6 +292,7 @@ impl NodeStats {
             rows_rejected: get(&node.rows_rejected),
             grads_dropped: get(&node.grads_dropped),
             rows_evicted: get(&node.rows_evicted),
+            rows_returned: get(&node.rows_returned),
             rows_spilled: get(&node.rows_spilled),
             rows_unspilled: get(&node.rows_unspilled),
             spill_errors: get(&node.spill_errors),

@@ -85,6 +85,23 @@ impl Store {
         }
     }
 
+    /// Protocol only: one step of the clock that picks owned rows to send back to their
+    /// creators (`dynamic.rs`): the key at entry `i` (< [`Store::entries`]) if it is owned here,
+    /// `returnable` says yes and it was not used since the last look; a used one has its
+    /// REFERENCED bit cleared (it goes at the next look unless used again).
+    pub fn return_visit(&self, i: u64, returnable: impl FnOnce(Key) -> bool) -> Option<Key> {
+        let (key, state) = self.index.at(i);
+        let s = state.load(Ordering::Acquire);
+        if s & LOCAL == 0 || !returnable(key) {
+            return None;
+        }
+        if s & REFERENCED != 0 {
+            state.fetch_and(!REFERENCED, Ordering::Relaxed);
+            return None;
+        }
+        Some(key)
+    }
+
     /// Removes the owned row under `state` unless it was referenced since the look that chose
     /// it; the key becomes GONE.
     fn evict_unreferenced(&self, key: Key, state: &AtomicU64, spill: &mut Vec<f32>) -> bool {
@@ -187,5 +204,23 @@ mod tests {
         }
         assert_eq!(spill, [1.0, 1.0], "row 1's record; 2 refused, 3 a replica");
         assert!(store.has_replica(3) && store.is_created(2));
+    }
+
+    #[test]
+    fn the_return_clock_picks_unused_returnable_owned_rows_and_changes_nothing_else() {
+        let store = sparse_store(&[1, 2, 3]);
+        store.insert_replica(4, &[0.0, 0.0]);
+        let look = |store: &Store| -> Vec<Key> {
+            (0..store.entries())
+                .filter_map(|i| store.return_visit(i, |key| key != 3))
+                .collect()
+        };
+        assert!(look(&store).is_empty(), "new rows are referenced");
+        let mut out = [0.0; 2];
+        assert!(store.pull_local(2, &mut out), "2 is used again");
+        assert_eq!(look(&store), vec![1], "3 refused, 4 a replica");
+        assert_eq!(look(&store), vec![1, 2]);
+        assert_eq!(store.count_local(), 3, "a look removes nothing");
+        assert!(store.pull_local(1, &mut out) && out == [1.0, 1.0]);
     }
 }

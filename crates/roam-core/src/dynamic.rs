@@ -20,8 +20,8 @@
 //!   first evicts one by a clock over the store's index (`store/evict.rs`: a REFERENCED bit in
 //!   the key's state word, set by the workers' accesses; the hand clears it, and evicts the
 //!   first row found clear). If no row can be evicted (every owned row is one this node may
-//!   not evict, see below), the access is refused as unadmitted: the budget is never exceeded
-//!   by creation. The budget counts rows (records), per node. `max_bytes` states it in bytes
+//!   not evict, see below), moved-in rows are sent back, and the access is admitted if enough
+//!   are on their way back, else refused as unadmitted. The budget counts rows (records), per node. `max_bytes` states it in bytes
 //!   instead: `max_bytes / (4 × record length)` rows, the record being the visible values and
 //!   the optimizer's state (per table: named tables have their own dimensions and optimizers);
 //!   with both set, the smaller. A byte budget below one record is refused at validation.
@@ -47,7 +47,9 @@
 //! replicated, shared out, in transit, or wanted by an intent), and sends their homes a
 //! `Reclaim`: each home relocates them to itself, where, as their creator, it may evict them.
 //! Rows on their way back count as gone (`returning`; a key that lands here again is no longer
-//! on its way back). So without home moves a node holds at most its budget once nothing is in
+//! on its way back), and a worker's access that would create a row while none of this node's
+//! own can go is admitted when enough are on their way back (the node is above its budget until
+//! they leave) instead of refused. So without home moves a node holds at most its budget once nothing is in
 //! flight; rows of a bucket whose home moved (not their creator) and rows wanted by an intent
 //! stay.
 //!
@@ -265,6 +267,10 @@ const SWEEP_CHUNK: u64 = 4096;
 /// index each time).
 const RETURN_CHUNK: u64 = 4096;
 
+/// Further entries the return clock may visit per row above the budget (most index entries of
+/// a long-tailed id space are ids routed through this node, not rows held here).
+const RETURN_VISITS_PER_ROW: u64 = 64;
+
 /// A node's admission and eviction state (protocol-only, under the node lock).
 #[derive(Default)]
 pub(crate) struct DynamicState {
@@ -333,8 +339,9 @@ impl Node {
                 .is_none_or(|sketch| sketch.add(key) >= min_count),
             Admission::Probability { p, seed } => admitted_by_hash(p, seed, key),
         };
-        let budget = policy.row_budget(self.cfg.space.record_len(key));
-        let admitted = admitted && self.make_room(self.budget_table(key), budget);
+        let (table, budget) = (self.budget_table(key), self.row_budget_of(key));
+        let admitted =
+            admitted && (self.make_room(table, budget) || self.room_coming(table, budget));
         if !admitted {
             add(&self.counters.rows_rejected, 1);
         }
@@ -523,6 +530,19 @@ impl Node {
         self.trim_to_budgets(false);
     }
 
+    /// Whether rows that moved here are on their way back to their creators (sent now if need
+    /// be) for at least the rows above `max` of `table` and one more: then a new row is made
+    /// although none of this node's own rows could go (the node is above its budget until
+    /// they leave), instead of refusing the access and dropping its update.
+    fn room_coming(&mut self, table: Option<usize>, max: Option<u64>) -> bool {
+        let Some(max) = max else {
+            return true;
+        };
+        let need = self.owned_rows(table).saturating_add(1).saturating_sub(max);
+        self.return_moved_in(table, max.saturating_sub(1));
+        self.dynamic.returning.len() as u64 >= need
+    }
+
     /// Rows of `table` (or of the one space) owned here.
     fn owned_rows(&self, table: Option<usize>) -> u64 {
         match table {
@@ -534,7 +554,8 @@ impl Node {
     /// Sends rows of `table` that moved here back to their creators (a `Reclaim` to the home,
     /// which is the creator: it relocates them to itself), by a clock that spares rows used
     /// since its last look, until this node holds at most `max` rows with the ones already on
-    /// their way back counted as gone. At most [`RETURN_CHUNK`] entries a call.
+    /// their way back counted as gone. At most [`RETURN_CHUNK`] entries a call, and
+    /// [`RETURN_VISITS_PER_ROW`] more per row to send back.
     fn return_moved_in(&mut self, table: Option<usize>, max: u64) {
         if !self.policy.keys_move() || self.first_lost().is_some() {
             return;
@@ -549,7 +570,10 @@ impl Node {
             .saturating_sub(self.dynamic.returning.len() as u64);
         let entries = self.store.entries();
         let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
-        for _ in 0..RETURN_CHUNK.min(2 * entries) {
+        let visits = RETURN_CHUNK
+            .saturating_add(excess.saturating_mul(RETURN_VISITS_PER_ROW))
+            .min(2 * entries);
+        for _ in 0..visits {
             if excess == 0 {
                 break;
             }

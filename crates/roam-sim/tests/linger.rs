@@ -12,8 +12,8 @@
 mod common;
 
 use common::{
-    check_shared_run, counted_push, one_clock_uses, random_keys, run_fault_free, test_rng,
-    tick_10us, total, workers_of,
+    check_shared_run, counted_push, one_clock_uses, random_keys, run_fault_free,
+    scripted_intents_cfg, test_rng, tick_10us, total, workers_of,
 };
 use rand::Rng;
 use roam_core::{IntentTechniques, KeySpace};
@@ -125,14 +125,7 @@ fn lingering_loses_no_update_ends_every_replica_and_asks_for_keys_less_often() {
 /// offer waiting for them (it would wait until the deadline, after node 0's intent started),
 /// but share the key at once.
 fn stale_sharers_run(seed: u64) -> roam_sim::Sim {
-    let space = KeySpace::uniform(4, 1).unwrap();
-    let cfg = SimConfig::new(4, 1, space)
-        .with_seed(seed)
-        .with_partitioning(roam_core::Partitioning::Range)
-        .with_dynamic(true)
-        .with_intent_techniques(IntentTechniques::All, 100_000)
-        .with_delay(1_000, 1_000)
-        .with_think(0, 0);
+    let cfg = scripted_intents_cfg(4, seed);
     let key = 3;
     // Node 3: the key for clocks 1..300 (3 ms), then 700 clocks without it.
     let mut owner = vec![Op::Intent {
@@ -217,14 +210,7 @@ fn an_owner_does_not_defer_an_offer_for_sharers_whose_use_is_over() {
 /// share it (a lingering owner that shared it shared it again with every later user: a grant,
 /// a leave and sync rounds per use instead of one transfer).
 fn handed_on_run(seed: u64) -> roam_sim::Sim {
-    let space = KeySpace::uniform(3, 1).unwrap();
-    let cfg = SimConfig::new(3, 1, space)
-        .with_seed(seed)
-        .with_partitioning(roam_core::Partitioning::Range)
-        .with_dynamic(true)
-        .with_intent_techniques(IntentTechniques::All, 100_000)
-        .with_delay(1_000, 1_000)
-        .with_think(0, 0);
+    let cfg = scripted_intents_cfg(3, seed);
     let key = 2;
     let mut owner = one_clock_uses(key, 0, 200);
     for _ in 200..1_000 {

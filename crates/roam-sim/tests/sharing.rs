@@ -14,7 +14,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use common::{
     check_shared_run, counted_push, one_clock_uses, random_delays, random_keys,
-    random_partitioning, run_fault_free, test_rng, tick_10us, total, workers_of,
+    random_partitioning, run_fault_free, scripted_intents_cfg, test_rng, tick_10us, total,
+    workers_of,
 };
 use rand::Rng;
 use roam_core::{IntentTechniques, Key, KeySpace, NodeId, Partitioning};
@@ -430,14 +431,7 @@ fn rounds_by_work_come_before_the_period() {
 /// move to node 1, instead of staying owned by a node that no longer uses it and synced every
 /// round.
 fn idle_owner_run(seed: u64) -> roam_sim::Sim {
-    let space = KeySpace::uniform(3, 1).unwrap();
-    let cfg = SimConfig::new(3, 1, space)
-        .with_seed(seed)
-        .with_partitioning(Partitioning::Range)
-        .with_dynamic(true)
-        .with_intent_techniques(IntentTechniques::All, 100_000)
-        .with_delay(1_000, 1_000)
-        .with_think(0, 0);
+    let cfg = scripted_intents_cfg(3, seed);
     let mut owner = vec![Op::Intent {
         keys: vec![2],
         start: 1,

@@ -13,6 +13,19 @@ use roam_sim::{
     Consistency, Op, Outcome, Sim, SimConfig, WorkerRef, check_final_sums_exact, check_linearizable,
 };
 
+/// `nodes` nodes of one worker and as many one-float keys, homed by range (key `k` at node
+/// `k`), keys moved by intent (all techniques, share-sync rounds 100 µs apart), 1 µs message
+/// delays and no think time: the scripted intent scenarios.
+pub(crate) fn scripted_intents_cfg(nodes: u32, seed: u64) -> SimConfig {
+    SimConfig::new(nodes, 1, KeySpace::uniform(u64::from(nodes), 1).unwrap())
+        .with_seed(seed)
+        .with_partitioning(roam_core::Partitioning::Range)
+        .with_dynamic(true)
+        .with_intent_techniques(roam_core::IntentTechniques::All, 100_000)
+        .with_delay(1_000, 1_000)
+        .with_think(0, 0)
+}
+
 /// One clock of a worker that is 10 µs a clock: a sleep, then a tick.
 pub(crate) fn tick_10us(script: &mut Vec<Op>) {
     script.extend([Op::Sleep(10_000), Op::AdvanceClock]);

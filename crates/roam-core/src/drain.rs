@@ -351,7 +351,11 @@ impl Node {
         }
     }
 
-    /// At a key's home (by the sender's table): relocate the keys of a leaving node here.
+    /// At a key's home (by the sender's table): relocate the keys of a leaving node here, or
+    /// rows that a node above its row budget sends back (`dynamic.rs`). The sender's ownership
+    /// is not checked: a draining node's landing may reach the home before the owner's
+    /// `Released` that records it, so a `Reclaim` that crossed a relocation moves the key from
+    /// its new owner (nothing is lost; one move more).
     pub(crate) fn handle_reclaim(&mut self, now: Time, from: NodeId, keys: &[Key]) {
         let mut here = Vec::new();
         let mut onward: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();

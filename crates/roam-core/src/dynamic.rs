@@ -20,9 +20,10 @@
 //!   first evicts one by a clock over the store's index (`store/evict.rs`: a REFERENCED bit in
 //!   the key's state word, set by the workers' accesses; the hand clears it, and evicts the
 //!   first row found clear). If no row can be evicted (every owned row is one this node may
-//!   not evict, see below), moved-in rows are sent back, and the access is admitted if enough
-//!   are on their way back, else refused as unadmitted. The budget counts rows (records), per node. `max_bytes` states it in bytes
-//!   instead: `max_bytes / (4 × record length)` rows, the record being the visible values and
+//!   not evict, see below), moved-in rows are sent back, and the access is admitted if
+//!   enough are on their way back, else refused as unadmitted. The budget counts rows
+//!   (records), per node. `max_bytes` states it in bytes instead: `max_bytes / (4 × record
+//!   length)` rows, the record being the visible values and
 //!   the optimizer's state (per table: named tables have their own dimensions and optimizers);
 //!   with both set, the smaller. A byte budget below one record is refused at validation.
 //! - **TTL.** With `ttl_ns`, the node's timer sweeps the store every `ttl_ns / 2` (in bounded
@@ -48,10 +49,14 @@
 //! `Reclaim`: each home relocates them to itself, where, as their creator, it may evict them.
 //! Rows on their way back count as gone (`returning`; a key that lands here again is no longer
 //! on its way back), and a worker's access that would create a row while none of this node's
-//! own can go is admitted when enough are on their way back (the node is above its budget until
-//! they leave) instead of refused. So without home moves a node holds at most its budget once nothing is in
-//! flight; rows of a bucket whose home moved (not their creator) and rows wanted by an intent
-//! stay.
+//! own can go is admitted when enough are on their way back (the node is above its budget
+//! until they leave) instead of refused. The checks run only at those events, each a bounded
+//! look (4,096 index entries, 64 more per row above the budget): without home moves, intents
+//! or a lost peer, and with an index small enough for one look (the simulator's), a node holds
+//! at most its budget once nothing is in flight; rows that could not go at the last check
+//! (wanted by an intent, shared, in transit, used since the clock's last look, beyond the
+//! look's reach), rows of a bucket whose home moved (not their creator) and, after a peer
+//! loss, every moved-in row stay until a later check.
 //!
 //! Named tables (`tables.rs`): each dynamic table has its own policy. Admission asks the key's
 //! table's; the count sketch is shared (as wide as the widest table asks; keys differ by table);
@@ -385,16 +390,23 @@ impl Node {
     /// Evicts rows (of `table`, if given) by the clock until a new row fits in `max_rows`;
     /// false if none could go.
     fn make_room(&mut self, table: Option<usize>, max_rows: Option<u64>) -> bool {
+        // Two passes: the first may only clear REFERENCED bits.
+        let visits = 2 * self.store.entries() + 1;
+        self.make_room_within(table, max_rows, visits)
+    }
+
+    /// [`Node::make_room`] in at most `visits` visits of the hand.
+    fn make_room_within(
+        &mut self,
+        table: Option<usize>,
+        max_rows: Option<u64>,
+        visits: u64,
+    ) -> bool {
         let Some(max) = max_rows else {
             return true;
         };
-        let owned = |store: &crate::store::Store| match table {
-            Some(t) => store.count_local_in_table(t),
-            None => store.count_local(),
-        };
-        // Two passes: the first may only clear REFERENCED bits.
-        let mut visits = 2 * self.store.entries() + 1;
-        while owned(&self.store) >= max {
+        let mut visits = visits;
+        while self.owned_rows(table) >= max {
             if visits == 0 {
                 return false;
             }
@@ -510,8 +522,16 @@ impl Node {
                 .collect(),
         };
         for (table, max) in budgets {
-            if self.owned_rows(table) > max {
-                self.make_room(table, Some(max + 1));
+            let excess = self.owned_rows(table).saturating_sub(max);
+            if excess > 0 {
+                // A restore's trim takes its time; the timer's and the landings' run while the
+                // node may stay above its budget (its own rows cannot go): a bounded look each.
+                let visits = if spilling_only {
+                    2 * self.store.entries() + 1
+                } else {
+                    RETURN_CHUNK.saturating_add(excess.saturating_mul(RETURN_VISITS_PER_ROW))
+                };
+                self.make_room_within(table, Some(max + 1), visits);
             }
             if !spilling_only && self.owned_rows(table) > max {
                 self.return_moved_in(table, max);
@@ -538,9 +558,36 @@ impl Node {
         let Some(max) = max else {
             return true;
         };
+        if !self.may_return() {
+            return false;
+        }
         let need = self.owned_rows(table).saturating_add(1).saturating_sub(max);
         self.return_moved_in(table, max.saturating_sub(1));
-        self.dynamic.returning.len() as u64 >= need
+        self.returning_in(table) >= need
+    }
+
+    /// Whether moved-in rows can be sent back: keys move, and no peer was lost (a `Reclaim`
+    /// to a lost home would never be answered).
+    fn may_return(&self) -> bool {
+        self.policy.keys_move() && self.first_lost().is_none()
+    }
+
+    /// Rows of `table` (or of the one space) on their way back from here, after forgetting
+    /// those that left (one set serves every table: each table's budget counts its own).
+    fn returning_in(&mut self, table: Option<usize>) -> u64 {
+        let store = &self.store;
+        self.dynamic
+            .returning
+            .retain(|&key| store.residency(key) != Residency::Remote);
+        match table {
+            None => self.dynamic.returning.len() as u64,
+            Some(t) => self
+                .dynamic
+                .returning
+                .iter()
+                .filter(|&&key| crate::tables::Tables::index_of(key) == t)
+                .count() as u64,
+        }
     }
 
     /// Rows of `table` (or of the one space) owned here.
@@ -557,17 +604,13 @@ impl Node {
     /// their way back counted as gone. At most [`RETURN_CHUNK`] entries a call, and
     /// [`RETURN_VISITS_PER_ROW`] more per row to send back.
     fn return_moved_in(&mut self, table: Option<usize>, max: u64) {
-        if !self.policy.keys_move() || self.first_lost().is_some() {
+        if !self.may_return() {
             return;
         }
-        let store = &self.store;
-        self.dynamic
-            .returning
-            .retain(|&key| store.residency(key) != Residency::Remote);
         let mut excess = self
             .owned_rows(table)
             .saturating_sub(max)
-            .saturating_sub(self.dynamic.returning.len() as u64);
+            .saturating_sub(self.returning_in(table));
         let entries = self.store.entries();
         let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         let visits = RETURN_CHUNK

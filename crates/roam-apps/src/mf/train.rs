@@ -372,8 +372,9 @@ impl<'a> Trainer<'a> {
     }
 
     /// Localizes the row block and the first column block (lapse), or signals the intent for
-    /// the row block (adapm: each column block is signalled when its sub-epoch starts), then sets the initial values of this worker's row block and of column block `p`
-    /// (each block has exactly one initialising worker). Ends with a barrier.
+    /// the row block (adapm: each column block is signalled when its sub-epoch starts), then
+    /// sets the initial values of this worker's row block and of column block `p` (each block
+    /// has exactly one initialising worker). Ends with a barrier.
     pub fn init(&self, set_values: bool) -> anyhow::Result<()> {
         let (p, layout) = (self.p as usize, self.layout);
         let mut tickets = Vec::new();

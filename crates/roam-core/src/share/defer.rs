@@ -4,8 +4,8 @@
 //!
 //! Why: sharing is for keys several nodes use *at the same time*. A worker acts on an intent
 //! ahead of its start (by its measured action window, `intent.rs`), so a key handed from one
-//! user to the next in turn — a matrix-factorisation column block from one sub-epoch's worker
-//! to the next one's — is wanted while its current user still holds it. Sharing it then costs
+//! user to the next in turn — a block of keys from one worker to the next, signalled ahead —
+//! is wanted while its current user still holds it. Sharing it then costs
 //! a replica synced for the overlap and leaves the next user with a replica, not the key. The
 //! owner knows when its own intents on the key are expected to end (`Interest::until`, from
 //! its workers' clock rates) and when each sharer's are (each said so when it asked), and the
@@ -20,8 +20,8 @@
 //! the deadlines — 2.5–8.4× the epoch time.) Twice, not once: the wanter acts a high quantile of
 //! its action time ahead
 //! (`intent.rs`), so a key that arrives somewhat after its start still beats a replica synced
-//! for the overlap, and two users in turn (the MF hand-over, where the next sub-epoch starts
-//! when the current one ends) reach the two times together, within the estimates' noise.
+//! for the overlap, and two users in turn (a hand-over where the next user starts when the
+//! current one ends) reach the two times together, within the estimates' noise.
 //!
 //! A deferred offer is decided again, with deferral no longer an option, when the first of
 //! these happens: the key's last use ends — the node's last intent on it (the worker's release

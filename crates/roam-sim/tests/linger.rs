@@ -13,7 +13,7 @@ mod common;
 
 use common::{
     check_shared_run, counted_push, one_clock_uses, random_keys, run_fault_free,
-    scripted_intents_cfg, test_rng, tick_10us, total, workers_of,
+    run_one_worker_per_node, scripted_intents_cfg, test_rng, tick_10us, total, workers_of,
 };
 use rand::Rng;
 use roam_core::{IntentTechniques, KeySpace};
@@ -138,7 +138,7 @@ fn stale_sharers_run(seed: u64) -> roam_sim::Sim {
     }
     // Nodes 1 and 2: from clock 200 (their rates measured, so that they say when their uses
     // end) the key for one clock at a time, 800 times, a push each.
-    let mut sharer = one_clock_uses(key, 200, 1_000);
+    let sharer = one_clock_uses(key, 200, 1_000);
     // Node 0: 500 clocks to measure its rate, then the key for clocks 560..760, signalled now.
     let mut wanter = Vec::new();
     for _ in 0..500 {
@@ -155,18 +155,10 @@ fn stale_sharers_run(seed: u64) -> roam_sim::Sim {
             wanter.push(Op::push(vec![key], vec![1.0]));
         }
     }
-    for s in [&mut owner, &mut sharer, &mut wanter] {
-        s.push(Op::WaitAll);
-    }
-    run_fault_free(
+    run_one_worker_per_node(
         seed,
         cfg,
-        vec![
-            (WorkerRef::new(0, 0), wanter),
-            (WorkerRef::new(1, 0), sharer.clone()),
-            (WorkerRef::new(2, 0), sharer),
-            (WorkerRef::new(3, 0), owner),
-        ],
+        vec![(0, wanter), (1, sharer.clone()), (2, sharer), (3, owner)],
     )
 }
 
@@ -234,18 +226,10 @@ fn handed_on_run(seed: u64) -> roam_sim::Sim {
         }
         script
     };
-    let (mut first, mut second) = (short_use(300), short_use(600));
-    for s in [&mut owner, &mut first, &mut second] {
-        s.push(Op::WaitAll);
-    }
-    run_fault_free(
+    run_one_worker_per_node(
         seed,
         cfg,
-        vec![
-            (WorkerRef::new(0, 0), first),
-            (WorkerRef::new(1, 0), second),
-            (WorkerRef::new(2, 0), owner),
-        ],
+        vec![(0, short_use(300)), (1, short_use(600)), (2, owner)],
     )
 }
 

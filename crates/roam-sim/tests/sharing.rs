@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use common::{
     check_shared_run, counted_push, one_clock_uses, random_delays, random_keys,
-    random_partitioning, run_fault_free, scripted_intents_cfg, test_rng, tick_10us, total,
-    workers_of,
+    random_partitioning, run_fault_free, run_one_worker_per_node, scripted_intents_cfg, test_rng,
+    tick_10us, total, workers_of,
 };
 use rand::Rng;
 use roam_core::{IntentTechniques, Key, KeySpace, NodeId, Partitioning};
@@ -443,18 +443,8 @@ fn idle_owner_run(seed: u64) -> roam_sim::Sim {
             owner.push(Op::push(vec![2], vec![1.0]));
         }
     }
-    let mut sharer = one_clock_uses(2, 20, 600);
-    for s in [&mut owner, &mut sharer] {
-        s.push(Op::WaitAll);
-    }
-    run_fault_free(
-        seed,
-        cfg,
-        vec![
-            (WorkerRef::new(1, 0), sharer),
-            (WorkerRef::new(2, 0), owner),
-        ],
-    )
+    let sharer = one_clock_uses(2, 20, 600);
+    run_one_worker_per_node(seed, cfg, vec![(1, sharer), (2, owner)])
 }
 
 #[test]

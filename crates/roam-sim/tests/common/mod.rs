@@ -414,6 +414,23 @@ pub(crate) fn run_to_end(seed: u64, sim: &mut Sim) {
     );
 }
 
+/// [`run_fault_free`] with one worker per node: `(node, script)` pairs, each script ending
+/// with a wait for all of its operations.
+pub(crate) fn run_one_worker_per_node(
+    seed: u64,
+    cfg: SimConfig,
+    scripts: Vec<(u32, Vec<Op>)>,
+) -> Sim {
+    let scripts = scripts
+        .into_iter()
+        .map(|(node, mut script)| {
+            script.push(Op::WaitAll);
+            (WorkerRef::new(node, 0), script)
+        })
+        .collect();
+    run_fault_free(seed, cfg, scripts)
+}
+
 /// A simulation of `cfg` running `scripts`, run to the end and checked for what every
 /// fault-free run must satisfy: every operation succeeded, no warning, no anomaly.
 pub(crate) fn run_fault_free(seed: u64, cfg: SimConfig, scripts: Vec<(WorkerRef, Vec<Op>)>) -> Sim {

@@ -12,7 +12,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{epochs, fails, json_with, last_epoch, launch, losses, run, scratch};
+use common::{epochs, fails, json_with, last_epoch, launch, losses, node_stats, run, scratch, sum};
 use serde_json::Value;
 
 /// Small enough for about a second per run; 10^8 ids per field, most of them seen once.
@@ -355,5 +355,39 @@ fn a_row_budget_over_a_spill_file_trains_the_same_model() {
         let err = fails(&args);
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two `lapse` nodes under a row budget: each node uses the other's rows, which move in; one
+/// clock lets go of the least recently used rows whoever created them (own rows evicted,
+/// moved-in rows sent back to their creators), so every node ends within its budget, no access
+/// is refused, no update dropped, and the model learns as unbounded runs do.
+#[test]
+fn two_lapse_nodes_under_a_row_budget_hold_it_and_drop_nothing() {
+    let dir = scratch("ctr", "spill-lapse");
+    let d = dir.to_str().unwrap();
+    let max_rows = 1500;
+    let budget = max_rows.to_string();
+    let args = train("lapse", &["--max-rows", &budget, "--spill-dir", d]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = launch(2, 1, &args);
+    let r = report(&out);
+    assert_learns(&r);
+    let stats = node_stats(&out);
+    assert_eq!(stats.len(), 2, "{out}");
+    for node in &stats {
+        let held = node["keys_held"].as_u64().expect("keys_held");
+        assert!(
+            held <= max_rows,
+            "a node holds {held} rows > {max_rows}: {node}"
+        );
+    }
+    assert_eq!(sum(&stats, "rows_rejected"), 0, "{out}");
+    assert_eq!(sum(&stats, "grads_dropped"), 0, "{out}");
+    assert!(sum(&stats, "rows_evicted") > 0, "{out}");
+    assert!(
+        sum(&stats, "rows_returned") > 0,
+        "moved-in rows go back: {out}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

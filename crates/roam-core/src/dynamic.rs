@@ -16,14 +16,16 @@
 //!   is dropped and counted (`rows_rejected` per refused access, `grads_dropped` per dropped
 //!   update of one key). A relocation or a share of an uncreated id creates it without asking
 //!   (a worker asked for the row explicitly).
-//! - **Budget (LRU).** With `max_rows`, creating a row while this node owns `max_rows` rows
-//!   first evicts one by a clock over the store's index (`store/evict.rs`: a REFERENCED bit in
-//!   the key's state word, set by the workers' accesses; the hand clears it, and evicts the
-//!   first row found clear). If no row can be evicted (every owned row is one this node may
-//!   not evict, see below), moved-in rows are sent back, and the access is admitted if
-//!   enough are on their way back, else refused as unadmitted. The budget counts rows
-//!   (records), per node. `max_bytes` states it in bytes instead: `max_bytes / (4 × record
-//!   length)` rows, the record being the visible values and
+//! - **Budget (LRU).** With `max_rows`, creating a row while this node holds `max_rows` rows
+//!   first lets one go, by one clock over the store's index (`store/evict.rs`: a REFERENCED
+//!   bit in the key's state word, set by the workers' accesses; the hand clears it, and lets
+//!   go the first row found clear), whoever created it: a row this node created and may evict
+//!   is evicted; a row that moved here is sent back to its creator (below), and counts as
+//!   gone. If no row can go, the access is refused as unadmitted (and the failed look, twice
+//!   around the index, is not repeated until something may have made a row evictable: a row
+//!   landed or was made here, a share ended, the directory changed, or 100 ms passed). The
+//!   budget counts rows (records), per node. `max_bytes` states it in bytes instead:
+//!   `max_bytes / (4 × record length)` rows, the record being the visible values and
 //!   the optimizer's state (per table: named tables have their own dimensions and optimizers);
 //!   with both set, the smaller. A byte budget below one record is refused at validation.
 //! - **TTL.** With `ttl_ns`, the node's timer sweeps the store every `ttl_ns / 2` (in bounded
@@ -41,19 +43,21 @@
 //! on its way (a pull, a push, a localize's hand-over) re-creates it the same way.
 //!
 //! Rows that moved to another node under dynamic allocation are not evicted there (that would
-//! need the home's record changed by message): they go back. When a node holds more rows than
-//! its budget and none it created can go — checked when keys land, when the timer trims, and
-//! when a row is made without room — a second clock (sparing rows used since its last look)
-//! picks moved-in rows whose home is their creator and that nothing here holds on to (not
-//! replicated, shared out, in transit, or wanted by an intent), and sends their homes a
-//! `Reclaim`: each home relocates them to itself, where, as their creator, it may evict them.
-//! Rows on their way back count as gone (`returning`; a key that lands here again is no longer
-//! on its way back), and a worker's access that would create a row while none of this node's
-//! own can go is admitted when enough are on their way back (the node is above its budget
-//! until they leave) instead of refused. The checks run only at those events, each a bounded
-//! look (4,096 index entries, 64 more per row above the budget): without home moves, intents
-//! or a lost peer, and with an index small enough for one look (the simulator's), a node holds
-//! at most its budget once nothing is in flight; rows that could not go at the last check
+//! need the home's record changed by message): they go back. The clock that makes room picks
+//! moved-in rows whose home is their creator and that nothing here holds on to (not
+//! replicated, shared out, in transit, or wanted by an intent) as it picks rows to evict, and
+//! sends their homes a `Reclaim`: each home relocates them to itself, where, as their creator,
+//! it may evict them. So the rows that go are the least recently used ones whoever created
+//! them (an earlier design evicted this node's own rows first and sent rows back only when
+//! none could go: a node that uses other nodes' rows ended holding almost only those, and
+//! then scanned its whole index for every row it made). Rows on their way back count as gone
+//! (`returning`; a key that lands here again is no longer on its way back): a new row is made
+//! while the node is above its budget until they leave. Besides creations, the budget is
+//! checked when keys land, when the timer trims, and when a row is made without room (a
+//! relocation or share creating it), each a bounded look (4,096 index entries, 64 more per
+//! row above the budget, twice around the index at most): without home moves, intents or a
+//! lost peer, and with an index small enough for one look (the simulator's), a node holds at
+//! most its budget once nothing is in flight; rows that could not go at the last check
 //! (wanted by an intent, shared, in transit, used since the clock's last look, beyond the
 //! look's reach), rows of a bucket whose home moved (not their creator) and, after a peer
 //! loss, every moved-in row stay until a later check.
@@ -267,14 +271,18 @@ impl CountMin {
 /// Entries one timer call visits while a TTL sweep is under way (bounds the node-lock hold).
 const SWEEP_CHUNK: u64 = 4096;
 
-/// Index entries the return clock visits per call at most (it runs at every landing while the
-/// node is above its budget: a node whose moved-in rows may not go yet must not scan its whole
-/// index each time).
-const RETURN_CHUNK: u64 = 4096;
+/// Index entries a trim's clock visits per call at most (it runs at every landing while the
+/// node is above its budget: a node whose rows may not go yet must not scan its whole index
+/// each time).
+const TRIM_CHUNK: u64 = 4096;
 
-/// Further entries the return clock may visit per row above the budget (most index entries of
-/// a long-tailed id space are ids routed through this node, not rows held here).
-const RETURN_VISITS_PER_ROW: u64 = 64;
+/// Further entries a trim may visit per row above the budget (most index entries of a
+/// long-tailed id space are ids routed through this node, not rows held here).
+const TRIM_VISITS_PER_ROW: u64 = 64;
+
+/// How long a table found with no evictable row is believed so without a new look, in ns of
+/// the core's time (a safety net: the events that can make a row evictable clear the belief).
+const BARREN_RECHECK_NS: u64 = 100_000_000;
 
 /// A node's admission and eviction state (protocol-only, under the node lock).
 #[derive(Default)]
@@ -287,8 +295,11 @@ pub(crate) struct DynamicState {
     next_sweep_at: u64,
     /// Scratch for evicted records.
     evicted: Vec<f32>,
-    /// The return clock's hand: an index entry.
-    return_hand: u64,
+    /// Tables (`None`: the one space) in which the last full look of the LRU hand found no
+    /// row this node may evict, each with when: until a row lands or is made here, a share ends, the
+    /// directory changes, or [`BARREN_RECHECK_NS`] pass, a new row there is made without the
+    /// look (it scans the whole index, twice).
+    barren: Vec<(Option<usize>, u64)>,
     /// Moved-in rows sent back to their creators and maybe still here (counted as gone).
     returning: FxHashSet<Key>,
     /// Where evicted rows of policies with `spill` go (`spill.rs`): in memory until the shell
@@ -297,6 +308,12 @@ pub(crate) struct DynamicState {
 }
 
 impl DynamicState {
+    /// Something happened that may have made a row evictable (a row landed or was made here,
+    /// a share ended, the directory changed): the next creation under a budget looks again.
+    pub(crate) fn may_evict_again(&mut self) {
+        self.barren.clear();
+    }
+
     /// The state for a space's policies (one, or one per dynamic table: the count sketch is
     /// shared, as wide as the widest table asks, and counts keys, which differ by table).
     pub(crate) fn new<'a>(policies: impl Iterator<Item = &'a DynamicPolicy>) -> Self {
@@ -345,8 +362,7 @@ impl Node {
             Admission::Probability { p, seed } => admitted_by_hash(p, seed, key),
         };
         let (table, budget) = (self.budget_table(key), self.row_budget_of(key));
-        let admitted =
-            admitted && (self.make_room(table, budget) || self.room_coming(table, budget));
+        let admitted = admitted && self.make_room(table, budget);
         if !admitted {
             add(&self.counters.rows_rejected, 1);
         }
@@ -369,13 +385,12 @@ impl Node {
     }
 
     /// After a row of `key` was made without room (a relocation or share of an uncreated id):
-    /// rows that moved here go back to their creators until the budget holds again.
+    /// rows go by the clock until the budget holds again (a bounded look).
     pub(crate) fn made_without_room(&mut self, key: Key) {
         let table = self.budget_table(key);
-        if let Some(max) = self.row_budget_of(key)
-            && self.owned_rows(table) > max
-        {
-            self.return_moved_in(table, max);
+        if let Some(max) = self.row_budget_of(key) {
+            // Not the new row itself: its caller is about to serve or hand it over.
+            self.trim_one(table, max, Some(key));
         }
     }
 
@@ -387,55 +402,100 @@ impl Node {
             .and_then(|p| p.row_budget(self.cfg.space.record_len(key)))
     }
 
-    /// Evicts rows (of `table`, if given) by the clock until a new row fits in `max_rows`;
-    /// false if none could go.
+    /// Lets rows of `table` go by the clock (see [`Node::free_rows_within`]) until a new row
+    /// fits in `max_rows`; false if none could go. A look that fails has gone twice around the
+    /// whole index: it is not repeated until something may have made a row evictable (see
+    /// [`DynamicState::may_evict_again`]) or [`BARREN_RECHECK_NS`] passed.
     fn make_room(&mut self, table: Option<usize>, max_rows: Option<u64>) -> bool {
-        // Two passes: the first may only clear REFERENCED bits.
-        let visits = 2 * self.store.entries() + 1;
-        self.make_room_within(table, max_rows, visits)
-    }
-
-    /// [`Node::make_room`] in at most `visits` visits of the hand.
-    fn make_room_within(
-        &mut self,
-        table: Option<usize>,
-        max_rows: Option<u64>,
-        visits: u64,
-    ) -> bool {
         let Some(max) = max_rows else {
             return true;
         };
+        if self.owned_rows(table) < max {
+            return true;
+        }
+        let now = self.clock.0;
+        if self
+            .dynamic
+            .barren
+            .iter()
+            .any(|&(t, at)| t == table && now < at.saturating_add(BARREN_RECHECK_NS))
+        {
+            return false;
+        }
+        // Two passes: the first may only clear REFERENCED bits.
+        let visits = 2 * self.store.entries() + 1;
+        if self.free_rows_within(table, max - 1, visits, true, None) {
+            return true;
+        }
+        self.dynamic.barren.retain(|&(t, _)| t != table);
+        self.dynamic.barren.push((table, now));
+        false
+    }
+
+    /// Lets rows of `table` (or of the one space) go until at most `max` are held here, rows on
+    /// their way back counted as gone, in at most `visits` visits of the clock; whether that
+    /// was reached. One clock over the index serves every row held here, so the rows that go
+    /// are the least recently used whoever created them: an unreferenced row this node created
+    /// and may evict is evicted; with `send_back`, an unreferenced row that moved here and may
+    /// go back is sent to its creator (a `Reclaim` to its home, which is the creator: it
+    /// relocates the row to itself, where it may be evicted); a referenced one has its bit
+    /// cleared and goes at the next look unless used again. The clock bits of other tables'
+    /// rows advance all the same. The row of `spare` stays.
+    fn free_rows_within(
+        &mut self,
+        table: Option<usize>,
+        max: u64,
+        visits: u64,
+        send_back: bool,
+        spare: Option<Key>,
+    ) -> bool {
+        let send_back = send_back && self.may_return();
+        let mut on_their_way = if send_back {
+            self.returning_in(table)
+        } else {
+            0
+        };
+        let entries = self.store.entries();
+        let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         let mut visits = visits;
-        while self.owned_rows(table) >= max {
-            if visits == 0 {
-                return false;
+        let reached = loop {
+            if self.owned_rows(table).saturating_sub(on_their_way) <= max {
+                break true;
+            }
+            if visits == 0 || entries == 0 {
+                break false;
             }
             visits -= 1;
-            self.clock_step(table);
+            let i = self.dynamic.hand % entries;
+            self.dynamic.hand = i + 1;
+            if self.visit(i, Sweep::Lru, table, spare) == Visit::Skipped
+                && send_back
+                && let Some(key) = self
+                    .store
+                    .return_visit(i, |key| Some(key) != spare && self.returnable(key, table))
+            {
+                self.dynamic.returning.insert(key);
+                by_home.entry(self.dir.home(key)).or_default().push(key);
+                on_their_way += 1;
+            }
+        };
+        let me = self.cfg.id;
+        for (home, keys) in by_home {
+            add(&self.counters.rows_returned, keys.len() as u64);
+            self.send(home, encode::keys(Kind::Reclaim, me, &keys));
         }
-        true
+        reached
     }
 
-    /// One visit of the LRU hand (evicting rows of `table` only, if given; the clock bits of
-    /// other tables' rows advance all the same: one clock serves every table).
-    fn clock_step(&mut self, table: Option<usize>) {
-        let entries = self.store.entries();
-        if entries == 0 {
-            return;
-        }
-        let i = self.dynamic.hand % entries;
-        self.dynamic.hand = i + 1;
-        self.visit(i, Sweep::Lru, table);
-    }
-
-    fn visit(&mut self, i: u64, sweep: Sweep, table: Option<usize>) {
+    fn visit(&mut self, i: u64, sweep: Sweep, table: Option<usize>, spare: Option<Key>) -> Visit {
         let mut evicted = std::mem::take(&mut self.dynamic.evicted);
         evicted.clear();
         let visit = self.store.clock_visit(
             i,
             sweep,
             |key| {
-                self.evictable(key)
+                Some(key) != spare
+                    && self.evictable(key)
                     && table.is_none_or(|t| crate::tables::Tables::index_of(key) == t)
                     && (sweep == Sweep::Lru
                         || self
@@ -451,6 +511,7 @@ impl Node {
             self.spill_evicted(key, &evicted);
         }
         self.dynamic.evicted = evicted;
+        visit
     }
 
     /// Whether this node may evict its owned row of `key` (see the module docs).
@@ -489,7 +550,7 @@ impl Node {
             if let Some((from, end)) = self.dynamic.sweep {
                 let to = end.min(from + SWEEP_CHUNK);
                 for i in from..to {
-                    self.visit(i, Sweep::Ttl, None);
+                    self.visit(i, Sweep::Ttl, None, None);
                 }
                 self.dynamic.sweep = (to < end).then_some((to, end));
             }
@@ -497,9 +558,9 @@ impl Node {
         self.trim_to_budgets(false);
     }
 
-    /// Evicts rows (by the clock) from every table above its row budget down to it; with
-    /// `spilling_only`, only the budgets of policies that spill (a restore's trim: nothing
-    /// trained is discarded).
+    /// Lets rows go (by the clock: [`Node::free_rows_within`]) from every table above its row
+    /// budget down to it; with `spilling_only`, only the budgets of policies that spill, and
+    /// by eviction alone (a restore's trim: nothing trained is discarded, nothing sent).
     pub fn trim_to_budgets(&mut self, spilling_only: bool) {
         let budgets: Vec<(Option<usize>, u64)> = match self.cfg.space.named_tables() {
             Some(tables) => tables
@@ -522,48 +583,42 @@ impl Node {
                 .collect(),
         };
         for (table, max) in budgets {
-            let excess = self.owned_rows(table).saturating_sub(max);
-            if excess > 0 {
-                // A restore's trim takes its time; the timer's and the landings' run while the
-                // node may stay above its budget (its own rows cannot go): a bounded look each.
-                let visits = if spilling_only {
-                    2 * self.store.entries() + 1
-                } else {
-                    RETURN_CHUNK.saturating_add(excess.saturating_mul(RETURN_VISITS_PER_ROW))
-                };
-                self.make_room_within(table, Some(max + 1), visits);
+            if spilling_only {
+                if self.owned_rows(table) > max {
+                    let visits = 2 * self.store.entries() + 1;
+                    self.free_rows_within(table, max, visits, false, None);
+                }
+            } else {
+                self.trim_one(table, max, None);
             }
-            if !spilling_only && self.owned_rows(table) > max {
-                self.return_moved_in(table, max);
-            }
+        }
+    }
+
+    /// Lets rows of `table` go down to `max` in a bounded look: the timer's, the landings'
+    /// and the unroomed creations' trims run while the node may stay above its budget (its
+    /// rows wanted, shared or in transit), so none may scan the whole index each time. The
+    /// row of `spare` stays.
+    fn trim_one(&mut self, table: Option<usize>, max: u64, spare: Option<Key>) {
+        let excess = self.owned_rows(table).saturating_sub(max);
+        if excess > 0 {
+            // Two passes at most: a third finds nothing the second did not.
+            let visits = TRIM_CHUNK
+                .saturating_add(excess.saturating_mul(TRIM_VISITS_PER_ROW))
+                .min(2 * self.store.entries() + 1);
+            self.free_rows_within(table, max, visits, true, spare);
         }
     }
 
     /// After `keys` landed here: a key sent back earlier and moved here again is no longer on
     /// its way back; then every budget is restored.
     pub(crate) fn landed_under_budget(&mut self, keys: &[Key]) {
+        self.dynamic.may_evict_again();
         if !self.dynamic.returning.is_empty() {
             for key in keys {
                 self.dynamic.returning.remove(key);
             }
         }
         self.trim_to_budgets(false);
-    }
-
-    /// Whether rows that moved here are on their way back to their creators (sent now if need
-    /// be) for at least the rows above `max` of `table` and one more: then a new row is made
-    /// although none of this node's own rows could go (the node is above its budget until
-    /// they leave), instead of refusing the access and dropping its update.
-    fn room_coming(&mut self, table: Option<usize>, max: Option<u64>) -> bool {
-        let Some(max) = max else {
-            return true;
-        };
-        if !self.may_return() {
-            return false;
-        }
-        let need = self.owned_rows(table).saturating_add(1).saturating_sub(max);
-        self.return_moved_in(table, max.saturating_sub(1));
-        self.returning_in(table) >= need
     }
 
     /// Whether moved-in rows can be sent back: keys move, and no peer was lost (a `Reclaim`
@@ -595,46 +650,6 @@ impl Node {
         match table {
             Some(t) => self.store.count_local_in_table(t),
             None => self.store.count_local(),
-        }
-    }
-
-    /// Sends rows of `table` that moved here back to their creators (a `Reclaim` to the home,
-    /// which is the creator: it relocates them to itself), by a clock that spares rows used
-    /// since its last look, until this node holds at most `max` rows with the ones already on
-    /// their way back counted as gone. At most [`RETURN_CHUNK`] entries a call, and
-    /// [`RETURN_VISITS_PER_ROW`] more per row to send back.
-    fn return_moved_in(&mut self, table: Option<usize>, max: u64) {
-        if !self.may_return() {
-            return;
-        }
-        let mut excess = self
-            .owned_rows(table)
-            .saturating_sub(max)
-            .saturating_sub(self.returning_in(table));
-        let entries = self.store.entries();
-        let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
-        let visits = RETURN_CHUNK
-            .saturating_add(excess.saturating_mul(RETURN_VISITS_PER_ROW))
-            .min(2 * entries);
-        for _ in 0..visits {
-            if excess == 0 {
-                break;
-            }
-            let i = self.dynamic.return_hand % entries;
-            self.dynamic.return_hand = i + 1;
-            if let Some(key) = self
-                .store
-                .return_visit(i, |key| self.returnable(key, table))
-            {
-                self.dynamic.returning.insert(key);
-                by_home.entry(self.dir.home(key)).or_default().push(key);
-                excess -= 1;
-            }
-        }
-        let me = self.cfg.id;
-        for (home, keys) in by_home {
-            add(&self.counters.rows_returned, keys.len() as u64);
-            self.send(home, encode::keys(Kind::Reclaim, me, &keys));
         }
     }
 

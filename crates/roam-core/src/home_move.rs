@@ -356,6 +356,7 @@ impl Node {
         debug_assert!(!carry || records.default_owner == me);
         let before = self.dir.epoch();
         self.dir.apply(bucket, to, epoch, carry);
+        self.dynamic.may_evict_again();
         self.note_first_move(before);
         if carry {
             records.default_owner = to;
@@ -419,6 +420,7 @@ impl Node {
         // that no key of the bucket is created here before the old home's copy lands.
         let before = self.dir.epoch();
         self.dir.apply(bucket, self.cfg.id, epoch, false);
+        self.dynamic.may_evict_again();
         self.note_first_move(before);
         let mut records = BucketRecords::new(default_owner);
         for (&key, &owner) in keys.iter().zip(owners) {
@@ -560,6 +562,7 @@ impl Node {
             self.traced(key, from, now, crate::trace::Change::HomeMoved);
         }
         self.dir.set_creator(bucket, self.cfg.id);
+        self.dynamic.may_evict_again();
     }
 
     /// At the old home, an ack to pass on; at the new home, a confirmation.

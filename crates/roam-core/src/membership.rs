@@ -401,6 +401,7 @@ impl Node {
             return self.refuse_join(JoinRefusal::BadWelcome("the table lacks this node"));
         }
         self.dir = dir;
+        self.dynamic.may_evict_again();
         let early = self.membership.early.take().unwrap_or_default();
         self.watch_members(now);
         self.membership.events.push_back(MembershipEvent::Admitted);

@@ -546,6 +546,7 @@ impl Node {
             let record = self.new_record(key);
             self.store.insert(key, &record);
             add(&self.counters.keys_created, 1);
+            self.dynamic.may_evict_again();
             if !room {
                 self.made_without_room(key);
             }

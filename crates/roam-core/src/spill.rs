@@ -254,6 +254,7 @@ impl Node {
                     if self.store.insert(key, &record) {
                         add(&self.counters.keys_created, 1);
                         add(&self.counters.rows_unspilled, 1);
+                        self.dynamic.may_evict_again();
                     }
                 }
                 Ok(_) => {}

@@ -601,6 +601,7 @@ impl Node {
         }
         for key in emptied {
             self.shares.owned.remove(&key);
+            self.dynamic.may_evict_again();
             self.unwatch(key);
             if let Some(to) = self.shares.revoking.remove(&key) {
                 released.entry(to).or_default().push(key);
@@ -667,6 +668,7 @@ impl Node {
             }
             if shared.sharers.is_empty() {
                 self.shares.owned.remove(&key);
+                self.dynamic.may_evict_again();
                 self.unwatch(key);
                 if let Some(to) = self.shares.revoking.remove(&key) {
                     released.entry(to).or_default().push(key);

@@ -202,12 +202,22 @@ struct Held {
     since: Time,
 }
 
-/// Deltas of one round sent to one owner, not yet acknowledged.
+/// Deltas of one round sent to one owner, not yet acknowledged: the frame's values, and where
+/// each key's delta starts in them (no allocation per key).
 #[derive(Debug)]
 struct Sent {
     round: u64,
     owner: NodeId,
-    deltas: BTreeMap<Key, Vec<f32>>,
+    values: Vec<f32>,
+    starts: HashMap<Key, u32>,
+}
+
+impl Sent {
+    /// The delta of `key` (of `len` values) in this round, if it has one.
+    fn delta(&self, key: Key, len: usize) -> Option<&[f32]> {
+        let start = *self.starts.get(&key)? as usize;
+        Some(&self.values[start..start + len])
+    }
 }
 
 /// An open decision at a home: whom the offer went to, for whom, and what queued behind it.
@@ -249,14 +259,14 @@ pub(crate) struct Shares {
     work: WorkClock,
     round: u64,
     next_gen: u64,
-    /// Owner: shared keys.
-    owned: BTreeMap<Key, SharedKey>,
+    /// Owner: shared keys (looked up per key of every round's deltas: hashed, not ordered).
+    owned: HashMap<Key, SharedKey>,
     /// Owner: shared keys to give away once their sharers left, and to whom.
     revoking: HashMap<Key, NodeId>,
     /// Owner: the last round of each member applied here.
     applied: BTreeMap<NodeId, u64>,
-    /// Member: replicas held by intent.
-    held: BTreeMap<Key, Held>,
+    /// Member: replicas held by intent (looked up per key of every round's values).
+    held: HashMap<Key, Held>,
     /// Member: the owner of each key whose replica was dropped here, where its later accesses
     /// go (a hint like a location-cache entry: a request that finds the key gone is forwarded
     /// through the home).
@@ -288,10 +298,10 @@ impl Shares {
             work: WorkClock::default(),
             round: 1,
             next_gen: 1,
-            owned: BTreeMap::new(),
+            owned: HashMap::default(),
             revoking: HashMap::default(),
             applied: BTreeMap::new(),
-            held: BTreeMap::new(),
+            held: HashMap::default(),
             left: HashMap::default(),
             in_flight: VecDeque::new(),
             deciding: HashMap::default(),

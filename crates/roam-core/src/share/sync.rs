@@ -16,6 +16,8 @@
 
 use std::collections::BTreeMap;
 
+use rustc_hash::FxHashMap as HashMap;
+
 use crate::id::{Key, NodeId, ReqId};
 use crate::node::{Node, Time};
 use crate::stats::add;
@@ -119,7 +121,7 @@ impl Node {
     /// Member: sends the pending deltas of the replicas held here to their owners.
     pub(crate) fn send_share_deltas(&mut self) {
         let round = self.shares.round;
-        let mut out: BTreeMap<NodeId, BTreeMap<Key, Vec<f32>>> = BTreeMap::new();
+        let mut out: BTreeMap<NodeId, (Vec<Key>, Vec<f32>)> = BTreeMap::new();
         let mut grads: BTreeMap<NodeId, Gradients> = BTreeMap::new();
         let mut delta = std::mem::take(&mut self.shares.scratch);
         let mut unwanted = Vec::new();
@@ -133,9 +135,9 @@ impl Node {
             }
             delta.clear();
             if self.store.take_delta(key, &mut delta) && delta.iter().any(|&d| d != 0.0) {
-                out.entry(held.owner)
-                    .or_default()
-                    .insert(key, delta.clone());
+                let (keys, values) = out.entry(held.owner).or_default();
+                keys.push(key);
+                values.extend_from_slice(&delta);
             }
             // Under a stateful optimizer: the gradients pushed here since the last round,
             // summed, for the owner to step once (`store/replica_grad.rs`).
@@ -154,27 +156,33 @@ impl Node {
             return;
         }
         self.shares.round += 1;
-        for (owner, deltas) in out {
+        for (owner, (keys, values)) in out {
             if self.lost.contains(&owner) {
                 continue;
             }
-            let keys: Vec<Key> = deltas.keys().copied().collect();
-            let n = deltas.values().map(Vec::len).sum();
-            let frame = Frame::with_values(
+            let mut frame = Frame::new(
                 Kind::ShareDeltas,
                 self.cfg.id,
                 ReqId(round),
                 0,
                 &keys,
-                n,
-                |w| deltas.values().for_each(|d| w.extend_from_slice(d)),
+                values.len(),
             );
+            frame.values_mut().copy_from_slice(&values);
             add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
             self.send(owner, frame);
+            let mut starts = HashMap::default();
+            starts.reserve(keys.len());
+            let mut at = 0u32;
+            for &key in &keys {
+                starts.insert(key, at);
+                at += self.cfg.space.len(key) as u32;
+            }
             self.shares.in_flight.push_back(Sent {
                 round,
                 owner,
-                deltas,
+                values,
+                starts,
             });
         }
     }
@@ -408,7 +416,7 @@ impl Node {
                     .in_flight
                     .iter()
                     .filter(|sent| sent.owner == from)
-                    .filter_map(|sent| sent.deltas.get(&key).map(Vec::as_slice)),
+                    .filter_map(|sent| sent.delta(key, len)),
             );
             self.store.rebase_replica_with(key, value, &extra);
         }

@@ -424,7 +424,7 @@ impl Node {
         }
         // Two passes: the first may only clear REFERENCED bits.
         let visits = 2 * self.store.entries() + 1;
-        if self.free_rows_within(table, max - 1, visits, true, None) {
+        if self.free_rows_within(table, max.saturating_sub(1), visits, true, None) {
             return true;
         }
         self.dynamic.barren.retain(|&(t, _)| t != table);

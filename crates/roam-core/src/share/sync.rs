@@ -323,12 +323,7 @@ impl Node {
         if round & GRADIENT_ROUND != 0 {
             return self.handle_share_gradients(from, keys, values);
         }
-        self.apply_member_deltas(from, keys, values);
-        for key in keys {
-            if let Some(shared) = self.shares.owned.get_mut(key) {
-                shared.member_rounds = shared.member_rounds.saturating_add(1);
-            }
-        }
+        self.apply_member_deltas(from, keys, values, true);
         let applied = self.shares.applied.entry(from).or_insert(0);
         *applied = (*applied).max(round);
     }
@@ -353,20 +348,27 @@ impl Node {
         self.shares.owned.get_mut(&key)
     }
 
-    /// Owner: adds a member's deltas into the owned records.
-    fn apply_member_deltas(&mut self, from: NodeId, keys: &[Key], values: &[f32]) {
+    /// Owner: adds a member's deltas into the owned records; with `round`, counts the round
+    /// in each key's [`SharedKey::member_rounds`]. One lookup per key: this runs for every key
+    /// of every member's round.
+    fn apply_member_deltas(&mut self, from: NodeId, keys: &[Key], values: &[f32], round: bool) {
         let mut at = 0;
+        let mut strangers = Vec::new();
+        let mut missing = Vec::new();
+        let by = contributor(from);
         for &key in keys {
             let len = self.cfg.space.len(key);
             let delta = &values[at..at + len];
             at += len;
             // Only a sharer sends deltas, and an owner keeps a shared key until every sharer
             // left: anything else is a peer's mistake, refused loudly rather than misapplied.
-            let Some(shared) = self.shared_by(
-                from,
-                key,
-                "replica delta from a node that is not a sharer of a key owned here",
-            ) else {
+            let Some(shared) = self
+                .shares
+                .owned
+                .get_mut(&key)
+                .filter(|shared| shared.sharers.contains_key(&from))
+            else {
+                strangers.push(key);
                 continue;
             };
             shared
@@ -374,14 +376,27 @@ impl Node {
                 .iter_mut()
                 .zip(delta)
                 .for_each(|(s, d)| *s += d);
-            shared.changed_by |= contributor(from);
-            if !self.store.push_local(key, delta, UpdateMode::Add) {
-                self.warn(Warning::Relocation {
-                    from: Some(from),
-                    key,
-                    what: "replica delta for a key not owned here",
-                });
+            shared.changed_by |= by;
+            if round {
+                shared.member_rounds = shared.member_rounds.saturating_add(1);
             }
+            if !self.store.push_local(key, delta, UpdateMode::Add) {
+                missing.push(key);
+            }
+        }
+        for key in strangers {
+            self.warn(Warning::Relocation {
+                from: Some(from),
+                key,
+                what: "replica delta from a node that is not a sharer of a key owned here",
+            });
+        }
+        for key in missing {
+            self.warn(Warning::Relocation {
+                from: Some(from),
+                key,
+                what: "replica delta for a key not owned here",
+            });
         }
     }
 
@@ -657,7 +672,7 @@ impl Node {
             if !self.check_share_lengths(from, keys, values) {
                 return;
             }
-            self.apply_member_deltas(from, keys, values);
+            self.apply_member_deltas(from, keys, values, false);
         } else if !self.check_share_keys(from, keys) {
             return;
         }

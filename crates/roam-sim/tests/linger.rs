@@ -259,3 +259,67 @@ fn an_owner_whose_interest_only_lingers_moves_the_key_to_a_short_use() {
         );
     }
 }
+
+/// Key 1 (owned by node 1, range homes) is used by node 1 for clocks 151..300, signalled once
+/// its rate is measured (an intent acted on before that has no expected end), and node 0, on
+/// the same 10 µs clocks, signals a long use from clock 300 on at clock 200: when node 0 acts on
+/// it, the owner's use is expected to end within twice node 0's lead, so the owner defers the
+/// offer. Then the owner slows down (100 µs a clock from clock 290): its use outlasts the
+/// deadline, which must expire the deferral (the key is then shared, as without deferral)
+/// rather than keep node 0 waiting for the owner's end.
+fn overrun_run(seed: u64) -> roam_sim::Sim {
+    let cfg = scripted_intents_cfg(2, seed);
+    let key = 1;
+    let mut owner = Vec::new();
+    for clock in 0..400u64 {
+        if clock == 150 {
+            owner.push(Op::Intent {
+                keys: vec![key],
+                start: 151,
+                end: 300,
+            });
+        }
+        if clock < 290 {
+            tick_10us(&mut owner);
+        } else {
+            owner.extend([Op::Sleep(100_000), Op::AdvanceClock]);
+        }
+        if (151..300).contains(&(clock + 1)) {
+            owner.push(Op::push(vec![key], vec![1.0]));
+        }
+    }
+    let mut wanter = Vec::new();
+    for clock in 0..600u64 {
+        if clock == 200 {
+            wanter.push(Op::Intent {
+                keys: vec![key],
+                start: 300,
+                end: 500,
+            });
+        }
+        tick_10us(&mut wanter);
+        if (300..500).contains(&(clock + 1)) {
+            wanter.push(Op::push(vec![key], vec![1.0]));
+        }
+    }
+    run_one_worker_per_node(seed, cfg, vec![(0, wanter), (1, owner)])
+}
+
+#[test]
+fn a_deferred_offer_expires_when_the_owner_overruns_its_use() {
+    for seed in seeds(10) {
+        let sim = overrun_run(seed);
+        let deferrals = total(&sim, |c| &c.share_deferrals);
+        let expired = total(&sim, |c| &c.share_deferrals_expired);
+        let grants = total(&sim, |c| &c.share_grants);
+        eprintln!("seed {seed}: deferrals {deferrals}, expired {expired}, grants {grants}");
+        assert_eq!(deferrals, 1, "seed {seed}: the owner deferred the offer");
+        assert_eq!(expired, 1, "seed {seed}: its deadline passed first");
+        assert!(grants >= 1, "seed {seed}: then the key was shared");
+        assert_eq!(
+            sim.peek(1),
+            Some(vec![149.0 + 200.0]),
+            "seed {seed}: every push once"
+        );
+    }
+}

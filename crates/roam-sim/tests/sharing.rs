@@ -161,7 +161,11 @@ fn sweep(home_moves: bool, drain: bool) {
          deferrals expired, deferrals extended: {sums:?}"
     );
     if n >= 100 {
-        assert!(sums.iter().all(|&s| s > 0), "every path taken: {sums:?}");
+        // Every path but the deadline's expiry, which random runs reach only a few times in
+        // 3,000 seeds (none in the first 1,000): `linger.rs`
+        // `a_deferred_offer_expires_when_the_owner_overruns_its_use` takes it in every seed.
+        let taken = sums.iter().enumerate().all(|(path, &s)| path == 5 || s > 0);
+        assert!(taken, "every path taken: {sums:?}");
     }
 }
 

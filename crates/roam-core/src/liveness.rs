@@ -8,6 +8,10 @@
 //! arrived for [`Liveness::silent_after`] is declared lost, exactly as if its connection had
 //! broken: the operations that needed it fail with [`crate::OpError::PeerGone`] naming it.
 //!
+//! A joining node times no member (it is none of theirs yet); it gives its join up once the
+//! coordinator sent it nothing — no welcome, none of the heartbeats the coordinator sends the
+//! joins it holds — for the silence timeout.
+//!
 //! Invariants: detection starts only once the shell says the links are up
 //! ([`Node::start_liveness`]), so a slow start-up is not mistaken for silence; the timer state
 //! covers the directory's members only, and a lost member is never timed again.
@@ -15,6 +19,7 @@
 use std::collections::BTreeMap;
 
 use crate::id::NodeId;
+use crate::membership::JoinRefusal;
 use crate::msg::encode;
 use crate::node::{Node, Time};
 use crate::wire::Kind;
@@ -61,6 +66,12 @@ impl Timers {
         if let Some(t) = self.sent.get_mut(&to) {
             *t = (*t).max(now);
         }
+    }
+
+    /// Heartbeats `joiner`, which is no member yet (its join is held at the coordinator), and
+    /// does not time its silence: a joiner sends nothing until it is admitted.
+    pub(crate) fn heartbeat_joiner(&mut self, joiner: NodeId, now: Time) {
+        self.sent.entry(joiner).or_insert(now);
     }
 
     pub(crate) fn forget(&mut self, peer: NodeId) {
@@ -110,6 +121,7 @@ impl Node {
             self.barrier_wait_timeout(),
             self.dynamic_timeout(),
             self.loss_flush_timeout(),
+            self.join_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -141,6 +153,7 @@ impl Node {
         self.barrier_wait_handle_timeout(now);
         self.dynamic_handle_timeout(now);
         self.loss_flush_handle_timeout(now);
+        self.join_handle_timeout(now);
         self.recheck_cut();
         let Some(liveness) = self.cfg.liveness else {
             return;
@@ -165,6 +178,33 @@ impl Node {
         for peer in idle {
             let me = self.cfg.id;
             self.send(peer, encode::control(Kind::Heartbeat, me, 0));
+        }
+    }
+
+    /// A joining node heard from its coordinator (or starts its join): the silence timeout
+    /// runs from now.
+    pub(crate) fn heard_while_joining(&mut self, now: Time) {
+        if let Some(liveness) = self.cfg.liveness {
+            self.membership.join_deadline = Some(Time(now.0.saturating_add(liveness.silent_after)));
+        }
+    }
+
+    /// When a join counts as unanswered, if this node is joining under failure detection.
+    pub(crate) fn join_timeout(&self) -> Option<Time> {
+        self.membership.early.as_ref()?;
+        self.membership.join_deadline
+    }
+
+    /// Gives the join up if the coordinator stayed silent past the deadline.
+    pub(crate) fn join_handle_timeout(&mut self, now: Time) {
+        let (Some(deadline), Some(liveness)) = (self.join_timeout(), self.cfg.liveness) else {
+            return;
+        };
+        if now >= deadline {
+            self.refuse_join(JoinRefusal::Unanswered {
+                coordinator: self.dir.coordinator(),
+                silent_ns: liveness.silent_after,
+            });
         }
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! **Join** (J the new node, C the coordinator, X every other member):
 //! 1. J, built with [`Node::joining`] and connected to every member by its shell, sends `Join`
-//!    with a fingerprint of its configuration; it queues every other frame until step 3.
+//!    with a fingerprint of its configuration; it queues every other frame until step 3. Under
+//!    failure detection C heartbeats J from the `Join` on, and J gives up (`Unanswered`) if C
+//!    sends it nothing for the silence timeout (`liveness.rs`).
 //! 2. C waits until no home move is in flight, then takes the next epoch, adds J to its table
 //!    as a *server* (no workers: barriers do not wait for it), sends `MemberChange(J joined)`
 //!    to every X and `Welcome` (its whole table) to J. No home move starts until every X has
@@ -91,6 +93,15 @@ pub enum JoinRefusal {
     /// The welcome could not be read.
     #[error("its welcome was malformed: {0}")]
     BadWelcome(&'static str),
+    /// Decided by the joiner itself: the coordinator sent nothing (no welcome, no heartbeat)
+    /// for the silence timeout, so it is taken for lost.
+    #[error("the coordinator, node {}, sent nothing for {} ms", coordinator.0, silent_ns / 1_000_000)]
+    Unanswered {
+        /// The coordinator asked.
+        coordinator: NodeId,
+        /// How long it was silent (the liveness silence timeout).
+        silent_ns: u64,
+    },
 }
 
 impl JoinRefusal {
@@ -100,7 +111,8 @@ impl JoinRefusal {
             Self::AfterLoss => 2,
             Self::Replication => 3,
             Self::RankTaken => 4,
-            Self::BadWelcome(_) => 5,
+            // Never sent: a joiner decides these itself.
+            Self::BadWelcome(_) | Self::Unanswered { .. } => 5,
         }
     }
 
@@ -149,6 +161,9 @@ pub(crate) struct Membership {
     pub(crate) leaving: Option<BTreeSet<NodeId>>,
     /// At a node about to leave: acknowledgements that overtook the coordinator's notice.
     pub(crate) early_acks: BTreeSet<NodeId>,
+    /// A joining node under failure detection: when its join counts as unanswered unless the
+    /// coordinator is heard from before (it heartbeats the joins it holds).
+    pub(crate) join_deadline: Option<Time>,
 }
 
 impl Membership {
@@ -228,6 +243,7 @@ impl Node {
     /// [`MembershipEvent::Refused`] follows.
     pub fn start_join(&mut self, now: Time) {
         self.tick(now);
+        self.heard_while_joining(now);
         let coordinator = self.dir.coordinator();
         let frame = encode::control(Kind::Join, self.cfg.id, fingerprint(&self.cfg));
         self.send(coordinator, frame);
@@ -288,8 +304,13 @@ impl Node {
         frame: Frame,
     ) -> Option<Frame> {
         if self.membership.early.is_some() {
+            if from == self.dir.coordinator() {
+                self.heard_while_joining(now);
+            }
             if frame.header.kind == Kind::Welcome {
                 self.handle_welcome(now, from, &frame);
+            } else if frame.header.kind == Kind::Heartbeat {
+                // Only says the coordinator is alive: nothing to replay after the welcome.
             } else if let Some(early) = self.membership.early.as_mut() {
                 if early.len() < MAX_EARLY_FRAMES {
                     early.push((from, frame));
@@ -371,6 +392,13 @@ impl Node {
         if !self.membership.changes.contains(&Change::Admit(from)) {
             self.membership.changes.push_back(Change::Admit(from));
         }
+        // Heartbeats tell the joiner its join is held, however long the admissions before it
+        // take (a joiner that hears nothing for the silence timeout gives up): the first now.
+        if self.cfg.liveness.is_some() {
+            self.timers.heartbeat_joiner(from, now);
+            let me = self.cfg.id;
+            self.send(from, encode::control(Kind::Heartbeat, me, 0));
+        }
         self.start_next_move(now);
     }
 
@@ -403,6 +431,7 @@ impl Node {
         self.dir = dir;
         self.dynamic.may_evict_again();
         let early = self.membership.early.take().unwrap_or_default();
+        self.membership.join_deadline = None;
         self.watch_members(now);
         self.membership.events.push_back(MembershipEvent::Admitted);
         for (from, frame) in early {
@@ -410,8 +439,9 @@ impl Node {
         }
     }
 
-    fn refuse_join(&mut self, refusal: JoinRefusal) {
+    pub(crate) fn refuse_join(&mut self, refusal: JoinRefusal) {
         self.membership.early = None;
+        self.membership.join_deadline = None;
         self.membership
             .events
             .push_back(MembershipEvent::Refused(refusal));
@@ -691,6 +721,7 @@ impl Node {
                     let mut frame = encode::welcome(me, 0, &[]);
                     frame.header.aux = JoinRefusal::AfterLoss.code();
                     self.send(node, frame);
+                    self.timers.forget(node);
                 }
                 Change::Remove(_) => self.membership.changes.push_back(change),
             }

@@ -362,3 +362,70 @@ fn a_leaving_node_does_not_mistake_a_slow_acknowledgement_for_a_lost_peer() {
     }
     assert!(sim.warnings().is_empty(), "{:?}", sim.warnings());
 }
+
+#[test]
+fn a_join_held_longer_than_the_silence_timeout_is_admitted() {
+    // Four servers join a 3-node cluster at once under failure detection, on links of 0.5–1 ms
+    // a frame: the coordinator admits one at a time, so the last joins wait behind the
+    // others' admissions longer than the 4 ms silence timeout. A joiner gives up on a
+    // coordinator it has not heard from for that long; the coordinator's heartbeats to the
+    // joins it holds must keep them waiting, and every one is admitted.
+    use roam_core::{KeySpace, Liveness};
+    const MS: u64 = 1_000_000;
+    const JOINERS: u32 = 4;
+    for seed in 0..10 {
+        // 7 nodes, the last 4 outside the cluster until they join.
+        let cfg = SimConfig::new(3 + JOINERS, 1, KeySpace::uniform(64, 1).unwrap())
+            .with_seed(seed)
+            .with_joiners(JOINERS)
+            .with_delay(MS / 2, MS)
+            .with_think(0, 0)
+            .with_liveness(Liveness {
+                heartbeat_every: MS / 2,
+                silent_after: 4 * MS,
+            });
+        let mut sim = Sim::new(cfg);
+        // Timers run while a worker has work left: one sleeps through the joins, then reads.
+        sim.add_script(
+            WorkerRef::new(1, 0),
+            [Op::Sleep(40 * MS), Op::pull((0..64).collect::<Vec<u64>>())],
+        );
+        for j in 0..JOINERS {
+            sim.start_join(NodeId(3 + j));
+        }
+        run_to_end(seed, &mut sim);
+        let mut last = 0;
+        for j in 0..JOINERS {
+            let joiner = NodeId(3 + j);
+            let outcome = sim
+                .membership_events()
+                .iter()
+                .filter(|&&(_, n, _)| n == joiner)
+                .find_map(|&(at, _, e)| match e {
+                    MembershipEvent::Admitted => Some(Ok(at)),
+                    MembershipEvent::Refused(why) => Some(Err(why)),
+                    _ => None,
+                });
+            let Some(Ok(at)) = outcome else {
+                panic!("seed {seed}: joiner {joiner} must be admitted: {outcome:?}");
+            };
+            last = last.max(at.0);
+        }
+        eprintln!(
+            "seed {seed}: the last join admitted at {:.1} ms",
+            last as f64 / 1e6
+        );
+        assert!(
+            last > 4 * MS,
+            "seed {seed}: a join must have waited past the silence timeout"
+        );
+        for n in 0..3 + JOINERS {
+            for p in 0..3 + JOINERS {
+                assert!(
+                    !sim.node(NodeId(n)).is_lost(NodeId(p)),
+                    "seed {seed}: node {n} thinks node {p} is lost"
+                );
+            }
+        }
+    }
+}

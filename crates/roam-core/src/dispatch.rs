@@ -20,6 +20,7 @@ use crate::wire::{Frame, Kind, RejectCode};
 impl Node {
     /// A frame arrived from `from` (possibly this node itself, without fast local access).
     pub fn handle_frame(&mut self, now: Time, from: NodeId, frame: Frame) {
+        self.dynamic.unpin();
         let Some(frame) = self.intercept_membership(now, from, frame) else {
             return;
         };

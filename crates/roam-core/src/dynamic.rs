@@ -21,9 +21,12 @@
 //!   bit in the key's state word, set by the workers' accesses; the hand clears it, and lets
 //!   go the first row found clear), whoever created it: a row this node created and may evict
 //!   is evicted; a row that moved here is sent back to its creator (below), and counts as
-//!   gone. If no row can go, the access is refused as unadmitted (and the failed look, twice
-//!   around the index, is not repeated until something may have made a row evictable: a row
-//!   landed or was made here, a share ended, the directory changed, or 100 ms passed). The
+//!   gone. If no row can go, the access is refused as unadmitted (and a failed look, twice
+//!   around the index, that found no row in use is not repeated until something may have
+//!   made a row evictable: a row landed or was made here, a share or an intent's interest
+//!   ended, the directory changed, or 100 ms passed). The keys of an offer being decided
+//!   (made here if need be, then shared or handed over together) are not let go for the
+//!   offer's later keys, nor a row just made without room for the trim that follows. The
 //!   budget counts rows (records), per node. `max_bytes` states it in bytes instead:
 //!   `max_bytes / (4 × record length)` rows, the record being the visible values and
 //!   the optimizer's state (per table: named tables have their own dimensions and optimizers);
@@ -51,8 +54,9 @@
 //! them (an earlier design evicted this node's own rows first and sent rows back only when
 //! none could go: a node that uses other nodes' rows ended holding almost only those, and
 //! then scanned its whole index for every row it made). Rows on their way back count as gone
-//! (`returning`; a key that lands here again is no longer on its way back): a new row is made
-//! while the node is above its budget until they leave. Besides creations, the budget is
+//! (`returning`; a key that lands here again is no longer on its way back, and one that has
+//! not left after a second, or whose creator or home changed, counts as held again and may
+//! be sent anew): a new row is made while the node is above its budget until they leave. Besides creations, the budget is
 //! checked when keys land, when the timer trims, and when a row is made without room (a
 //! relocation or share creating it), each a bounded look (4,096 index entries, 64 more per
 //! row above the budget, twice around the index at most): without home moves, intents or a
@@ -64,8 +68,8 @@
 //!
 //! Named tables (`tables.rs`): each dynamic table has its own policy. Admission asks the key's
 //! table's; the count sketch is shared (as wide as the widest table asks; keys differ by table);
-//! the row budget counts and evicts the key's table's rows only (one clock serves every table,
-//! so a sweep for one table also advances the clock bits of the others' rows it passes); one
+//! the row budget counts and evicts the key's table's rows only (one clock serves every table;
+//! a sweep for one table passes over the others' rows without touching their bits); one
 //! TTL sweep serves the tables that set a TTL, which must share it.
 //!
 //! Memory beyond rows: the sparse index keeps a state word (about 40 bytes with the map entry)
@@ -74,14 +78,14 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::directory::mix64;
 use crate::id::{Key, NodeId};
 use crate::msg::encode;
 use crate::node::{Node, Time};
 use crate::stats::add;
-use crate::store::{Residency, Sweep, Visit};
+use crate::store::{Residency, ReturnVisit, Sweep, Visit};
 use crate::wire::Kind;
 
 /// Admission of new rows in a dynamic key space. See the module docs.
@@ -280,6 +284,11 @@ const TRIM_CHUNK: u64 = 4096;
 /// long-tailed id space are ids routed through this node, not rows held here).
 const TRIM_VISITS_PER_ROW: u64 = 64;
 
+/// How long a row sent back may take to leave before it counts as held again (and may be sent
+/// anew), in ns of the core's time: a `Reclaim` is not answered when the home cannot move the
+/// row.
+const RETURN_PATIENCE_NS: u64 = 1_000_000_000;
+
 /// How long a table found with no evictable row is believed so without a new look, in ns of
 /// the core's time (a safety net: the events that can make a row evictable clear the belief).
 const BARREN_RECHECK_NS: u64 = 100_000_000;
@@ -295,13 +304,16 @@ pub(crate) struct DynamicState {
     next_sweep_at: u64,
     /// Scratch for evicted records.
     evicted: Vec<f32>,
-    /// Tables (`None`: the one space) in which the last full look of the LRU hand found no
-    /// row this node may evict, each with when: until a row lands or is made here, a share ends, the
-    /// directory changes, or [`BARREN_RECHECK_NS`] pass, a new row there is made without the
-    /// look (it scans the whole index, twice).
+    /// Tables (`None`: the one space) in which a creation's full look of the clock found no
+    /// row that could go and none in use, each with when: until a row lands or is made here, a
+    /// share or an intent's interest ends, the directory changes, or [`BARREN_RECHECK_NS`]
+    /// pass, a new row there is refused without the look (it scans the whole index, twice).
     barren: Vec<(Option<usize>, u64)>,
-    /// Moved-in rows sent back to their creators and maybe still here (counted as gone).
-    returning: FxHashSet<Key>,
+    /// Moved-in rows sent back to their creators and maybe still here (counted as gone), with
+    /// when they were sent.
+    returning: FxHashMap<Key, Time>,
+    /// Rows the input being handled still needs (see [`Node::pinned`]); emptied at each input.
+    pub(crate) pinned: FxHashSet<Key>,
     /// Where evicted rows of policies with `spill` go (`spill.rs`): in memory until the shell
     /// gives the node another; `None` when no policy spills.
     pub(crate) spill: Option<Box<dyn crate::spill::Spill>>,
@@ -312,6 +324,13 @@ impl DynamicState {
     /// a share ended, the directory changed): the next creation under a budget looks again.
     pub(crate) fn may_evict_again(&mut self) {
         self.barren.clear();
+    }
+
+    /// A new input is handled: the rows the last one made may go again.
+    pub(crate) fn unpin(&mut self) {
+        if !self.pinned.is_empty() {
+            self.pinned.clear();
+        }
     }
 
     /// The state for a space's policies (one, or one per dynamic table: the count sketch is
@@ -389,8 +408,8 @@ impl Node {
     pub(crate) fn made_without_room(&mut self, key: Key) {
         let table = self.budget_table(key);
         if let Some(max) = self.row_budget_of(key) {
-            // Not the new row itself: its caller is about to serve or hand it over.
-            self.trim_one(table, max, Some(key));
+            // Not the new row itself (pinned): its caller is about to serve or hand it over.
+            self.trim_one(table, max);
         }
     }
 
@@ -424,11 +443,16 @@ impl Node {
         }
         // Two passes: the first may only clear REFERENCED bits.
         let visits = 2 * self.store.entries() + 1;
-        if self.free_rows_within(table, max.saturating_sub(1), visits, true, None) {
+        let (reached, spared) = self.free_rows_within(table, max.saturating_sub(1), visits, true);
+        if reached {
             return true;
         }
-        self.dynamic.barren.retain(|&(t, _)| t != table);
-        self.dynamic.barren.push((table, now));
+        // Remembered only if no row was in use during the look (workers set bits while it
+        // runs): one that was may go at the next creation's look.
+        if !spared {
+            self.dynamic.barren.retain(|&(t, _)| t != table);
+            self.dynamic.barren.push((table, now));
+        }
         false
     }
 
@@ -439,16 +463,17 @@ impl Node {
     /// and may evict is evicted; with `send_back`, an unreferenced row that moved here and may
     /// go back is sent to its creator (a `Reclaim` to its home, which is the creator: it
     /// relocates the row to itself, where it may be evicted); a referenced one has its bit
-    /// cleared and goes at the next look unless used again. The clock bits of other tables'
-    /// rows advance all the same. The row of `spare` stays.
+    /// cleared and goes at the next look unless used again (other tables' rows are passed over,
+    /// their bits untouched). Rows made by the input being handled stay ([`Node::pinned`]).
+    /// Returns whether `max` was reached, and whether the look cleared a candidate's bit (it
+    /// may go at the next look).
     fn free_rows_within(
         &mut self,
         table: Option<usize>,
         max: u64,
         visits: u64,
         send_back: bool,
-        spare: Option<Key>,
-    ) -> bool {
+    ) -> (bool, bool) {
         let send_back = send_back && self.may_return();
         let mut on_their_way = if send_back {
             self.returning_in(table)
@@ -458,6 +483,7 @@ impl Node {
         let entries = self.store.entries();
         let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         let mut visits = visits;
+        let mut spared = false;
         let reached = loop {
             if self.owned_rows(table).saturating_sub(on_their_way) <= max {
                 break true;
@@ -468,15 +494,23 @@ impl Node {
             visits -= 1;
             let i = self.dynamic.hand % entries;
             self.dynamic.hand = i + 1;
-            if self.visit(i, Sweep::Lru, table, spare) == Visit::Skipped
-                && send_back
-                && let Some(key) = self
-                    .store
-                    .return_visit(i, |key| Some(key) != spare && self.returnable(key, table))
-            {
-                self.dynamic.returning.insert(key);
-                by_home.entry(self.dir.home(key)).or_default().push(key);
-                on_their_way += 1;
+            match self.visit(i, Sweep::Lru, table) {
+                Visit::Spared => spared = true,
+                Visit::Skipped if send_back => {
+                    match self
+                        .store
+                        .return_visit(i, |key| !self.pinned(key) && self.returnable(key, table))
+                    {
+                        ReturnVisit::Picked(key) => {
+                            self.dynamic.returning.insert(key, self.clock);
+                            by_home.entry(self.dir.home(key)).or_default().push(key);
+                            on_their_way += 1;
+                        }
+                        ReturnVisit::Spared => spared = true,
+                        ReturnVisit::Skipped => {}
+                    }
+                }
+                _ => {}
             }
         };
         let me = self.cfg.id;
@@ -484,17 +518,24 @@ impl Node {
             add(&self.counters.rows_returned, keys.len() as u64);
             self.send(home, encode::keys(Kind::Reclaim, me, &keys));
         }
-        reached
+        (reached, spared)
     }
 
-    fn visit(&mut self, i: u64, sweep: Sweep, table: Option<usize>, spare: Option<Key>) -> Visit {
+    /// Whether `key`'s row is pinned by the input being handled: an offer's keys (made here if
+    /// need be, then shared or handed over together) and a row just made without room, while
+    /// the trim that follows runs. A later row's room is not made from them.
+    fn pinned(&self, key: Key) -> bool {
+        !self.dynamic.pinned.is_empty() && self.dynamic.pinned.contains(&key)
+    }
+
+    fn visit(&mut self, i: u64, sweep: Sweep, table: Option<usize>) -> Visit {
         let mut evicted = std::mem::take(&mut self.dynamic.evicted);
         evicted.clear();
         let visit = self.store.clock_visit(
             i,
             sweep,
             |key| {
-                Some(key) != spare
+                !self.pinned(key)
                     && self.evictable(key)
                     && table.is_none_or(|t| crate::tables::Tables::index_of(key) == t)
                     && (sweep == Sweep::Lru
@@ -550,7 +591,7 @@ impl Node {
             if let Some((from, end)) = self.dynamic.sweep {
                 let to = end.min(from + SWEEP_CHUNK);
                 for i in from..to {
-                    self.visit(i, Sweep::Ttl, None, None);
+                    self.visit(i, Sweep::Ttl, None);
                 }
                 self.dynamic.sweep = (to < end).then_some((to, end));
             }
@@ -586,26 +627,25 @@ impl Node {
             if spilling_only {
                 if self.owned_rows(table) > max {
                     let visits = 2 * self.store.entries() + 1;
-                    self.free_rows_within(table, max, visits, false, None);
+                    self.free_rows_within(table, max, visits, false);
                 }
             } else {
-                self.trim_one(table, max, None);
+                self.trim_one(table, max);
             }
         }
     }
 
     /// Lets rows of `table` go down to `max` in a bounded look: the timer's, the landings'
     /// and the unroomed creations' trims run while the node may stay above its budget (its
-    /// rows wanted, shared or in transit), so none may scan the whole index each time. The
-    /// row of `spare` stays.
-    fn trim_one(&mut self, table: Option<usize>, max: u64, spare: Option<Key>) {
+    /// rows wanted, shared or in transit), so none may scan the whole index each time.
+    fn trim_one(&mut self, table: Option<usize>, max: u64) {
         let excess = self.owned_rows(table).saturating_sub(max);
         if excess > 0 {
             // Two passes at most: a third finds nothing the second did not.
             let visits = TRIM_CHUNK
                 .saturating_add(excess.saturating_mul(TRIM_VISITS_PER_ROW))
                 .min(2 * self.store.entries() + 1);
-            self.free_rows_within(table, max, visits, true, spare);
+            self.free_rows_within(table, max, visits, true);
         }
     }
 
@@ -628,18 +668,26 @@ impl Node {
     }
 
     /// Rows of `table` (or of the one space) on their way back from here, after forgetting
-    /// those that left (one set serves every table: each table's budget counts its own).
+    /// those that left (one set serves every table: each table's budget counts its own). Also
+    /// forgotten, so that they count as held again and may be sent anew: rows whose creator is
+    /// now this node or whose home is no longer their creator (the home that took the
+    /// `Reclaim` may not have moved them), and rows sent more than [`RETURN_PATIENCE_NS`] ago
+    /// (a `Reclaim` dropped on the way).
     fn returning_in(&mut self, table: Option<usize>) -> u64 {
-        let store = &self.store;
-        self.dynamic
-            .returning
-            .retain(|&key| store.residency(key) != Residency::Remote);
+        let (store, dir, me, now) = (&self.store, &self.dir, self.cfg.id, self.clock);
+        self.dynamic.returning.retain(|&key, &mut sent| {
+            let creator = dir.creator(dir.bucket(key));
+            store.residency(key) != Residency::Remote
+                && creator != me
+                && dir.home(key) == creator
+                && now.0 < sent.0.saturating_add(RETURN_PATIENCE_NS)
+        });
         match table {
             None => self.dynamic.returning.len() as u64,
             Some(t) => self
                 .dynamic
                 .returning
-                .iter()
+                .keys()
                 .filter(|&&key| crate::tables::Tables::index_of(key) == t)
                 .count() as u64,
         }
@@ -665,7 +713,7 @@ impl Node {
             && !self.transit.contains_key(&key)
             && !self.shared_out(key)
             && !self.interest.wanted(key)
-            && !self.dynamic.returning.contains(&key)
+            && !self.dynamic.returning.contains_key(&key)
     }
 }
 

@@ -101,6 +101,6 @@ pub use sampling::{
 };
 pub use share::{IntentTechniques, ShareSync};
 pub use spill::{MemorySpill, Spill, SpillError};
-pub use store::{Holding, Residency, Store, Sweep, UpdateMode, Visit};
+pub use store::{Holding, Residency, ReturnVisit, Store, Sweep, UpdateMode, Visit};
 pub use tables::{Table, TableError, TableKind, TableSpec, Tables};
 pub use warning::Warning;

@@ -548,7 +548,12 @@ impl Node {
             add(&self.counters.keys_created, 1);
             self.dynamic.may_evict_again();
             if !room {
+                // Not the new row itself: its caller serves, shares or hands it over next.
+                let pinned = self.dynamic.pinned.insert(key);
                 self.made_without_room(key);
+                if pinned {
+                    self.dynamic.pinned.remove(&key);
+                }
             }
             return Residency::Local;
         }
@@ -697,6 +702,8 @@ impl Node {
     /// before taking the node lock, so time only moves forward here).
     pub(crate) fn tick(&mut self, now: Time) {
         self.clock = self.clock.max(now);
+        // Each input starts here: rows the last one made may go again (`dynamic.rs`).
+        self.dynamic.unpin();
     }
 
     /// Whether `peer` has been reported lost.

@@ -195,6 +195,36 @@ fn an_owner_does_not_defer_an_offer_for_sharers_whose_use_is_over() {
     }
 }
 
+/// A worker of `clocks` clocks of 10 µs (100 µs from clock `slow_from` on) that signals at
+/// clock `signal_at` an intent on `key` for `uses`, and pushes 1 to it at each clock of `uses`.
+fn signalled_use(
+    key: u64,
+    signal_at: u64,
+    uses: std::ops::Range<u64>,
+    clocks: u64,
+    slow_from: Option<u64>,
+) -> Vec<Op> {
+    let mut script = Vec::new();
+    for clock in 0..clocks {
+        if clock == signal_at {
+            script.push(Op::Intent {
+                keys: vec![key],
+                start: uses.start,
+                end: uses.end,
+            });
+        }
+        if slow_from.is_some_and(|slow| clock >= slow) {
+            script.extend([Op::Sleep(100_000), Op::AdvanceClock]);
+        } else {
+            tick_10us(&mut script);
+        }
+        if uses.contains(&(clock + 1)) {
+            script.push(Op::push(vec![key], vec![1.0]));
+        }
+    }
+    script
+}
+
 /// Key 2 (owned by node 2, range homes) is used by node 2 one clock at a time for 2 ms, so its
 /// interest lingers after the last use; then node 0 and, after it, node 1 each use the key for
 /// 5 clocks (a short use, under a sync period), as MF's column blocks are handed on each
@@ -209,23 +239,7 @@ fn handed_on_run(seed: u64) -> roam_sim::Sim {
         tick_10us(&mut owner);
     }
     // A worker that uses the key for clocks `from + 1 .. from + 6`, signalled at `from`.
-    let short_use = |from: u64| {
-        let mut script = Vec::new();
-        for clock in 0..1_000u64 {
-            if clock == from {
-                script.push(Op::Intent {
-                    keys: vec![key],
-                    start: from + 1,
-                    end: from + 6,
-                });
-            }
-            tick_10us(&mut script);
-            if (from + 1..from + 6).contains(&(clock + 1)) {
-                script.push(Op::push(vec![key], vec![1.0]));
-            }
-        }
-        script
-    };
+    let short_use = |from: u64| signalled_use(key, from, from + 1..from + 6, 1_000, None);
     run_one_worker_per_node(
         seed,
         cfg,
@@ -270,38 +284,8 @@ fn an_owner_whose_interest_only_lingers_moves_the_key_to_a_short_use() {
 fn overrun_run(seed: u64) -> roam_sim::Sim {
     let cfg = scripted_intents_cfg(2, seed);
     let key = 1;
-    let mut owner = Vec::new();
-    for clock in 0..400u64 {
-        if clock == 150 {
-            owner.push(Op::Intent {
-                keys: vec![key],
-                start: 151,
-                end: 300,
-            });
-        }
-        if clock < 290 {
-            tick_10us(&mut owner);
-        } else {
-            owner.extend([Op::Sleep(100_000), Op::AdvanceClock]);
-        }
-        if (151..300).contains(&(clock + 1)) {
-            owner.push(Op::push(vec![key], vec![1.0]));
-        }
-    }
-    let mut wanter = Vec::new();
-    for clock in 0..600u64 {
-        if clock == 200 {
-            wanter.push(Op::Intent {
-                keys: vec![key],
-                start: 300,
-                end: 500,
-            });
-        }
-        tick_10us(&mut wanter);
-        if (300..500).contains(&(clock + 1)) {
-            wanter.push(Op::push(vec![key], vec![1.0]));
-        }
-    }
+    let owner = signalled_use(key, 150, 151..300, 400, Some(290));
+    let wanter = signalled_use(key, 200, 300..500, 600, None);
     run_one_worker_per_node(seed, cfg, vec![(0, wanter), (1, owner)])
 }
 

@@ -53,7 +53,14 @@ impl Node {
                 continue;
             }
             match self.residency(key) {
-                Residency::Local => now_keys.push(key),
+                Residency::Local => {
+                    // Shared or handed over below with the rest: no later key's new row may
+                    // take its room meanwhile (`dynamic.rs`).
+                    if self.cfg.space.any_dynamic() {
+                        self.dynamic.pinned.insert(key);
+                    }
+                    now_keys.push(key);
+                }
                 Residency::InTransit => match self.transit.get_mut(&key) {
                     Some(t) if t.then_to.is_none() && t.offer.is_none() => {
                         t.offer = Some(offer);

@@ -442,6 +442,8 @@ impl Node {
     /// [`super::PROMOTE_AFTER_ROUNDS`] delta rounds since it became the only one) is offered to
     /// that sharer ([`Kind::Promote`]): one interested node gets the key.
     pub(crate) fn drop_unwanted(&mut self, now: Time, keys: &[Key]) {
+        // Rows no intent here wants any more may go back to their creators.
+        self.dynamic.may_evict_again();
         self.decide_deferred_unwanted(now, keys);
         self.offer_promotions(keys);
         self.leave_shares(now, keys, false);

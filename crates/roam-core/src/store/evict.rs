@@ -36,6 +36,17 @@ pub enum Visit {
     Evicted(Key),
 }
 
+/// What a visit of the return clock found at one entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReturnVisit {
+    /// Not an owned row that may be sent back.
+    Skipped,
+    /// A returnable row used since the last look (its REFERENCED bit is now clear).
+    Spared,
+    /// This returnable row was not used since the last look: send it back.
+    Picked(Key),
+}
+
 impl Store {
     /// Whether `key` has a row as far as this node knows: a state word that is not GONE. At a
     /// sparse key's creator, false means "never created, or evicted": creatable.
@@ -89,17 +100,17 @@ impl Store {
     /// creators (`dynamic.rs`): the key at entry `i` (< [`Store::entries`]) if it is owned here,
     /// `returnable` says yes and it was not used since the last look; a used one has its
     /// REFERENCED bit cleared (it goes at the next look unless used again).
-    pub fn return_visit(&self, i: u64, returnable: impl FnOnce(Key) -> bool) -> Option<Key> {
+    pub fn return_visit(&self, i: u64, returnable: impl FnOnce(Key) -> bool) -> ReturnVisit {
         let (key, state) = self.index.at(i);
         let s = state.load(Ordering::Acquire);
         if s & LOCAL == 0 || !returnable(key) {
-            return None;
+            return ReturnVisit::Skipped;
         }
         if s & REFERENCED != 0 {
             state.fetch_and(!REFERENCED, Ordering::Relaxed);
-            return None;
+            return ReturnVisit::Spared;
         }
-        Some(key)
+        ReturnVisit::Picked(key)
     }
 
     /// Removes the owned row under `state` unless it was referenced since the look that chose
@@ -212,7 +223,10 @@ mod tests {
         store.insert_replica(4, &[0.0, 0.0]);
         let look = |store: &Store| -> Vec<Key> {
             (0..store.entries())
-                .filter_map(|i| store.return_visit(i, |key| key != 3))
+                .filter_map(|i| match store.return_visit(i, |key| key != 3) {
+                    ReturnVisit::Picked(key) => Some(key),
+                    _ => None,
+                })
                 .collect()
         };
         assert!(look(&store).is_empty(), "new rows are referenced");

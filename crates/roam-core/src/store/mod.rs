@@ -85,7 +85,7 @@ use area::{Area, Scale, UniformView};
 use index::Index;
 
 pub use area::{ChunkHint, HINT_MIN_BYTES, set_chunk_hint};
-pub use evict::{Sweep, Visit};
+pub use evict::{ReturnVisit, Sweep, Visit};
 
 const LATCH: u64 = 1 << 63;
 const LOCAL: u64 = 1 << 62;

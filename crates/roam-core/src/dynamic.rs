@@ -447,8 +447,8 @@ impl Node {
         if reached {
             return true;
         }
-        // Remembered only if no row was in use during the look (workers set bits while it
-        // runs): one that was may go at the next creation's look.
+        // Remembered only if no row was used during the look (workers set bits while it runs):
+        // one that was may go at the next creation's look.
         if !spared {
             self.dynamic.barren.retain(|&(t, _)| t != table);
             self.dynamic.barren.push((table, now));
@@ -465,8 +465,8 @@ impl Node {
     /// relocates the row to itself, where it may be evicted); a referenced one has its bit
     /// cleared and goes at the next look unless used again (other tables' rows are passed over,
     /// their bits untouched). Rows made by the input being handled stay ([`Node::pinned`]).
-    /// Returns whether `max` was reached, and whether the look cleared a candidate's bit (it
-    /// may go at the next look).
+    /// Returns whether `max` was reached, and whether a candidate was found in use on its second
+    /// visit of this look (used since the first: it may go at the next look).
     fn free_rows_within(
         &mut self,
         table: Option<usize>,
@@ -482,7 +482,7 @@ impl Node {
         };
         let entries = self.store.entries();
         let mut by_home: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
-        let mut visits = visits;
+        let (budget, mut visits) = (visits, visits);
         let mut spared = false;
         let reached = loop {
             if self.owned_rows(table).saturating_sub(on_their_way) <= max {
@@ -492,10 +492,13 @@ impl Node {
                 break false;
             }
             visits -= 1;
+            // Past the first pass around the index, a row in use was used since this look
+            // cleared its bit.
+            let second_pass = budget - visits > entries;
             let i = self.dynamic.hand % entries;
             self.dynamic.hand = i + 1;
             match self.visit(i, Sweep::Lru, table) {
-                Visit::Spared => spared = true,
+                Visit::Spared => spared |= second_pass,
                 Visit::Skipped if send_back => {
                     match self
                         .store
@@ -506,7 +509,7 @@ impl Node {
                             by_home.entry(self.dir.home(key)).or_default().push(key);
                             on_their_way += 1;
                         }
-                        ReturnVisit::Spared => spared = true,
+                        ReturnVisit::Spared => spared |= second_pass,
                         ReturnVisit::Skipped => {}
                     }
                 }

@@ -10,11 +10,13 @@
 //!
 //! - **Overload.** A node is overloaded when its score exceeds [`Balancer::trigger_factor`] ×
 //!   the others' median (and by the load watch's minimum excess) for the load watch's sustain
-//!   rounds in a row, or when detection calls it a straggler.
+//!   rounds in a row, or when detection calls it a straggler — unless the straggler's
+//!   weight is already its capacity's share (below), which it can carry.
 //! - **Weights.** Each live node has a weight in [`Balancer::min_weight`]`..=1`; its target
-//!   share of the buckets is proportional to it. The most overloaded node's weight shrinks by
-//!   the ratio of the others' median score to its own (at least ×0.75, at most ×0.25 per
-//!   step).
+//!   share of the buckets is proportional to it. The most overloaded node (the one with the
+//!   lowest target) shrinks to its measured capacity over the others' median
+//!   (`load_service.rs`: keys served per busy second), or by the ratio of the others' median
+//!   score to its own, whichever is lower (at least ×0.75, at most ×0.25 per step).
 //! - **Moves** follow from the targets: a node above its target gives buckets — first those
 //!   that started at a node below its target, which gets them back — to the nodes furthest
 //!   below theirs. They go through the coordinator's move queue, at most
@@ -151,6 +153,10 @@ pub struct BalanceDecision {
     pub weight: (f64, f64),
     /// Its score and the others' median (ns), if it was scored in the round.
     pub score_ns: Option<(f64, f64)>,
+    /// Its capacity and the others' median (keys per busy second), if capacities were
+    /// compared in the round: before the change for a shrink or probe, after it for a keep or
+    /// undo.
+    pub capacity: Option<(f64, f64)>,
     /// Throughput (operations per round) before the change and, when judged, after it.
     pub ops_per_round: (f64, f64),
     /// Buckets the decision moves, and their estimated bytes.
@@ -162,6 +168,10 @@ pub const MAX_DECISIONS: usize = 64;
 
 /// Throughput rounds kept.
 const HISTORY: usize = 64;
+
+/// A straggler whose weight is within this factor of its capacity's share carries its share:
+/// capacities are smoothed estimates, and a step that small is not worth its moves.
+const CAPACITY_SHARE_SLACK: f64 = 1.1;
 
 /// Bytes a move of placement records only is counted as.
 const RECORDS_ONLY_BYTES: u64 = 64;
@@ -310,14 +320,24 @@ impl Node {
     }
 
     /// Whether `node` was overloaded for the load watch's sustain rounds in a row, or is a
-    /// straggler.
-    fn is_overloaded(&self, node: NodeId) -> bool {
+    /// straggler that carries more than its capacity's share. (A node slow by capacity stays a
+    /// straggler whatever its load: once its weight is its capacity's share, only response
+    /// times that are still too slow shrink it further, and it is not probed until detection
+    /// finds it fine again.)
+    fn wants_shrink(&self, node: NodeId, round: &LoadRound) -> bool {
         let sustain = self.load_sustain();
-        self.balance
-            .overloaded
-            .get(&node)
-            .is_some_and(|&run| run >= sustain)
-            || self.stragglers().contains(&node)
+        if (self.balance.overloaded.get(&node)).is_some_and(|&run| run >= sustain) {
+            return true;
+        }
+        if !self.stragglers().contains(&node) {
+            return false;
+        }
+        match round.capacities.get(&node) {
+            Some(&(capacity, others)) if (capacity / others).is_finite() => {
+                self.weight(node) > capacity / others * CAPACITY_SHARE_SLACK
+            }
+            _ => true,
+        }
     }
 
     /// Issues planned moves up to this round's byte budget (at least one).
@@ -391,6 +411,7 @@ impl Node {
             node: change.node,
             weight: (weight, self.weight(change.node)),
             score_ns: self.score_of(change.node, round),
+            capacity: round.capacities.get(&change.node).copied(),
             ops_per_round: (change.baseline, after),
             moves,
         });
@@ -409,7 +430,7 @@ impl Node {
         let worst = live
             .iter()
             .copied()
-            .filter(|&n| self.is_overloaded(n))
+            .filter(|&n| self.wants_shrink(n, round))
             .filter(|&n| self.weight(n) > cfg.min_weight + 1e-9)
             .filter(|n| {
                 self.balance
@@ -417,19 +438,10 @@ impl Node {
                     .get(n)
                     .is_none_or(|&(at, _)| at <= self.balance.round)
             })
-            .map(|n| {
-                let ratio = self
-                    .score_of(n, round)
-                    .map(|(score, others)| others / score)
-                    .filter(|r| r.is_finite())
-                    .unwrap_or(0.5);
-                (n, ratio)
-            })
+            .map(|n| (n, self.shrink_target(n, round)))
             .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        let (kind, node, target) = if let Some((node, ratio)) = worst {
-            let factor = ratio.clamp(0.25, 0.75);
-            let target = (self.weight(node) * factor).max(cfg.min_weight);
-            (ChangeKind::Shrink, node, target)
+        let (kind, node, target) = if let Some((node, target)) = worst {
+            (ChangeKind::Shrink, node, target.max(cfg.min_weight))
         } else {
             let round_now = self.balance.round;
             let due = self
@@ -486,9 +498,35 @@ impl Node {
             node,
             weight: (before, target),
             score_ns: self.score_of(node, round),
+            capacity: round.capacities.get(&node).copied(),
             ops_per_round: (baseline, 0.0),
             moves,
         });
+    }
+
+    /// The weight an overloaded `node` shrinks to (before the floor): its share in proportion
+    /// to its measured capacity against the others' median (a capacity does not depend on the
+    /// load the node carries, so it is the target itself), or its weight times the ratio of
+    /// the others' median response time to its own (which does depend on the load, so it
+    /// only says how far to step), whichever is lower when both are known (a node slowed by
+    /// its network answers slowly at a normal capacity); half its weight without either. Each
+    /// step takes at least a quarter and at most three quarters off: a node overloaded at its
+    /// capacity's share shrinks further, and one step never strips a node on one round's
+    /// figures.
+    fn shrink_target(&self, node: NodeId, round: &LoadRound) -> f64 {
+        let weight = self.weight(node);
+        let by_capacity = (round.capacities.get(&node))
+            .map(|&(capacity, others)| capacity / others)
+            .filter(|r| r.is_finite());
+        let by_response = (self.score_of(node, round))
+            .map(|(score, others)| weight * others / score)
+            .filter(|r| r.is_finite());
+        let target = match (by_capacity, by_response) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(t), None) | (None, Some(t)) => t,
+            (None, None) => weight * 0.5,
+        };
+        target.clamp(weight * 0.25, weight * 0.75)
     }
 
     fn weight(&self, node: NodeId) -> f64 {

@@ -224,6 +224,9 @@ pub(crate) struct LoadRound {
     pub(crate) scores: BTreeMap<NodeId, f64>,
     /// Operations completed cluster-wide since the last round (the job's throughput).
     pub(crate) ops: u64,
+    /// Each live node's latest capacity and the others' median, keys per busy second, when
+    /// three or more have one (`load_service.rs`).
+    pub(crate) capacities: BTreeMap<NodeId, (f64, f64)>,
 }
 
 impl Node {
@@ -398,16 +401,17 @@ impl Node {
         }
         // One observer cannot tell its own slowness from the peer's: a score needs two.
         scores.retain(|_, &mut (_, observers)| observers >= MIN_OBSERVERS);
-        let round = LoadRound {
-            scores: scores.iter().map(|(&n, &(score, _))| (n, score)).collect(),
-            ops,
-        };
         // Capacities are the second evidence (`load_service.rs`), compared among their own
         // three or more live nodes.
         let alive: Vec<NodeId> = (self.load.service.members.keys().copied())
             .filter(|n| self.dir.is_member(*n) && !self.lost.contains(n))
             .collect();
         let capacities = self.capacity_verdicts(watch, |n| alive.contains(n));
+        let round = LoadRound {
+            scores: scores.iter().map(|(&n, &(score, _))| (n, score)).collect(),
+            ops,
+            capacities: self.latest_capacities(|n| alive.contains(n)),
+        };
         // Response times: each scored node against the others' median (from one sorted list
         // without the node), when three are scored.
         let mut verdicts: BTreeMap<NodeId, Verdict> = BTreeMap::new();

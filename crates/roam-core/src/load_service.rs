@@ -175,6 +175,32 @@ impl Node {
 
     /// This round's capacity verdicts over the live members (`live`) with a capacity and a
     /// report since the last round; none unless three have one.
+    /// Every live member's latest capacity estimate (fresh or not: a node the balancer
+    /// unloaded may serve too few keys for a new one) and the median of the others', when
+    /// three or more have one; for the balancer (`balance.rs`).
+    pub(crate) fn latest_capacities(
+        &self,
+        live: impl Fn(&NodeId) -> bool,
+    ) -> BTreeMap<NodeId, (f64, f64)> {
+        let capacities: BTreeMap<NodeId, f64> = (self.load.service.members.iter())
+            .filter(|(node, _)| live(node))
+            .filter_map(|(&node, (stats, _))| Some((node, stats.capacity?)))
+            .collect();
+        if capacities.len() < 3 {
+            return BTreeMap::new();
+        }
+        (capacities.iter())
+            .map(|(&node, &capacity)| {
+                let mut others: Vec<f64> = (capacities.iter())
+                    .filter(|&(&n, _)| n != node)
+                    .map(|(_, &c)| c)
+                    .collect();
+                others.sort_by(f64::total_cmp);
+                (node, (capacity, median(&others)))
+            })
+            .collect()
+    }
+
     pub(crate) fn capacity_verdicts(
         &mut self,
         watch: LoadWatch,

@@ -29,6 +29,9 @@ struct Shape {
     dynamic: bool,
     /// The slow node's extra delay per frame (ns), if any, and when it recovers.
     slow: Option<(u64, u64)>,
+    /// Virtual service cost per key served (ns; 0: none counted), and how many times that
+    /// node 2 pays.
+    service: (u64, u64),
     delays: (u64, u64),
     ops: usize,
 }
@@ -44,6 +47,11 @@ fn run(seed: u64, shape: Shape) -> Sim {
         .with_think(0, 2_000)
         .with_load_watch(common::load_watch())
         .with_balancer(balancer());
+    if shape.service.0 > 0 {
+        cfg = cfg
+            .with_service_cost(shape.service.0)
+            .with_slow_service(NodeId(2), shape.service.1);
+    }
     if let Some((extra, until)) = shape.slow {
         cfg = cfg.with_slow_node(NodeId(2), extra).with_slow_until(until);
     }
@@ -80,6 +88,7 @@ fn buckets_leave_a_slow_node_and_the_balancer_settles() {
             let shape = Shape {
                 dynamic,
                 slow: Some((300_000, u64::MAX)),
+                service: (0, 1),
                 delays: (10_000, 50_000),
                 ops: 1_500,
             };
@@ -132,6 +141,7 @@ fn a_recovered_node_gets_its_share_back_by_exploration() {
         let shape = Shape {
             dynamic: false,
             slow: Some((300_000, 100_000_000)),
+            service: (0, 1),
             delays: (10_000, 50_000),
             ops: 6_000,
         };
@@ -173,6 +183,7 @@ fn random_delays_alone_move_nothing() {
         let shape = Shape {
             dynamic: seed % 2 == 1,
             slow: None,
+            service: (0, 1),
             delays: (1_000, 150_000),
             ops: 1_500,
         };
@@ -188,4 +199,53 @@ fn random_delays_alone_move_nothing() {
             "seed {seed}"
         );
     });
+}
+
+/// Node 2 serves every key at three times the others' cost (virtual service time; its answers
+/// are not late): detection names it by capacity alone, and the balancer gives it a third of
+/// an even share, its capacity's, in one step and no further.
+#[test]
+fn a_node_of_lower_capacity_gets_its_capacitys_share() {
+    let mut shrunk = 0;
+    for_each_seed(20, |seed| {
+        let shape = Shape {
+            dynamic: false,
+            slow: None,
+            service: (1_000, 3),
+            delays: (10_000, 50_000),
+            ops: 1_500,
+        };
+        let sim = run(seed, shape);
+        let decisions = sim.node(NodeId(0)).balance_decisions();
+        for d in decisions {
+            assert!(
+                d.node == NodeId(2),
+                "seed {seed}: only node 2 is shrunk: {decisions:?}"
+            );
+            if d.kind != DecisionKind::Shrink {
+                continue;
+            }
+            shrunk += 1;
+            let (capacity, others) = d.capacity.expect("the capacities were compared");
+            assert!(
+                (capacity * 3.0 - others).abs() < others * 0.01,
+                "seed {seed}: {d:?}"
+            );
+            assert!(
+                (d.weight.1 - 1.0 / 3.0).abs() < 0.01,
+                "seed {seed}: the shrink goes to the capacity's share: {d:?}"
+            );
+        }
+        let shrinks = (decisions.iter())
+            .filter(|d| d.kind == DecisionKind::Shrink)
+            .count();
+        let undone = (decisions.iter())
+            .filter(|d| d.kind == DecisionKind::Undo)
+            .count();
+        assert!(
+            shrinks <= undone + 1,
+            "seed {seed}: a kept shrink to the capacity's share is the last: {decisions:?}"
+        );
+    });
+    assert!(shrunk > 0, "node 2 was never shrunk");
 }

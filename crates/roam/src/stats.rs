@@ -176,6 +176,18 @@ pub struct NodeStats {
     pub balancer_bytes: u64,
     /// The balancer's decisions with their evidence (at the coordinator).
     pub balance_decisions: Vec<BalanceDecisionStat>,
+    /// The balancer's weight of every node it shrank (a node not named has weight 1; at the
+    /// coordinator).
+    pub balance_weights: Vec<BalanceWeight>,
+}
+
+/// A node's share of the buckets as the load balancer weighs it (see `roam_core::balance`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct BalanceWeight {
+    /// The node.
+    pub node: u32,
+    /// Its weight: 1 is an even share.
+    pub weight: f64,
 }
 
 /// One load-balancer decision (see `roam_core::balance`).
@@ -195,6 +207,11 @@ pub struct BalanceDecisionStat {
     pub score_us: Option<f64>,
     /// The other nodes' median score (µs).
     pub others_us: Option<f64>,
+    /// Its capacity (keys served per busy second), if capacities were compared in the round:
+    /// before the change for `Shrink` and `Probe`, after it for `Keep` and `Undo`.
+    pub capacity_keys_per_s: Option<f64>,
+    /// The other nodes' median capacity.
+    pub others_capacity_keys_per_s: Option<f64>,
     /// Operations per load round before the change.
     pub ops_before: f64,
     /// Operations per load round after it (when judged).
@@ -334,8 +351,8 @@ impl NodeStats {
         stats.replica_lifetime_p50_ms = lifetime_p50.map_or(0.0, |ns| ns as f64 / 1e6);
         stats.replica_lifetime_p99_ms = lifetime_p99.map_or(0.0, |ns| ns as f64 / 1e6);
         stats.shared_replicas = held;
-        let (replicated, p50, p99, peers, stragglers, decisions, service) =
-            shared.with_node(|node, _| {
+        let (replicated, p50, p99, peers, stragglers, decisions, service, weights) = shared
+            .with_node(|node, _| {
                 (
                     node.replicated_keys().len() as u64,
                     node.replica_staleness_ns(50.0),
@@ -344,8 +361,15 @@ impl NodeStats {
                     node.straggler_events().to_vec(),
                     node.balance_decisions().to_vec(),
                     node.service_stats(),
+                    node.balance_weights(),
                 )
             });
+        stats.balance_weights = (weights.into_iter())
+            .map(|(member, weight)| BalanceWeight {
+                node: member.0,
+                weight,
+            })
+            .collect();
         stats.service = service
             .into_iter()
             .map(|(member, s)| ServiceStat {
@@ -368,6 +392,8 @@ impl NodeStats {
                 weight_after: d.weight.1,
                 score_us: d.score_ns.map(|(s, _)| s / 1e3),
                 others_us: d.score_ns.map(|(_, o)| o / 1e3),
+                capacity_keys_per_s: d.capacity.map(|(c, _)| c),
+                others_capacity_keys_per_s: d.capacity.map(|(_, o)| o),
                 ops_before: d.ops_per_round.0,
                 ops_after: d.ops_per_round.1,
                 buckets: d.moves.0,

@@ -65,13 +65,16 @@ pub(crate) fn spawn_timers(
                     node = shared.rank.0,
                     "balancer: {:?} {}: weight {before:.3} -> {after:.3}, {buckets} buckets \
                      ({bytes} bytes) to move; ops per round {ops_before:.0} before, \
-                     {ops_after:.0} after; score {}",
+                     {ops_after:.0} after; score {}; capacity {}",
                     d.kind,
                     d.node,
                     d.score_ns.map_or("none".into(), |(s, o)| format!(
                         "{:.2} ms against {:.2} ms",
                         s / 1e6,
                         o / 1e6
+                    )),
+                    d.capacity.map_or("none".into(), |(c, o)| format!(
+                        "{c:.0} keys per busy second against {o:.0}"
                     )),
                 );
             }

@@ -163,6 +163,9 @@ fn a_node_serves_the_counts_of_what_it_did() {
     assert_eq!(r(r#"peer_up{rank="0",peer="1"}"#), 1.0);
     assert_eq!(r(r#"link_queue_frames{rank="0",peer="1"}"#), 0.0);
     assert_eq!(r(r#"checkpoint_duration_seconds_count{rank="0"}"#), 1.0);
+    // Two nodes give the balancer no third to compare with: it moved nothing.
+    assert_eq!(r(r#"balancer_moves_total{rank="0"}"#), 0.0);
+    assert_eq!(r(r#"balancer_moved_bytes_total{rank="0"}"#), 0.0);
     // Node 1 served node 0's keys as their owner.
     let (_, body1) = get(nodes[1].metrics_addr().unwrap(), "/metrics");
     assert_eq!(

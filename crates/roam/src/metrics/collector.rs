@@ -455,6 +455,29 @@ impl Collector for NodeCollector {
             "node",
             &capacity,
         )?;
+        counter(
+            e,
+            "balancer_moves",
+            "Home moves the load balancer issued (at the coordinator)",
+            s.balancer_moves,
+        )?;
+        counter(
+            e,
+            "balancer_moved_bytes",
+            "Estimated bytes of the keys and records those moves carried",
+            s.balancer_bytes,
+        )?;
+        let weights: Vec<(String, f64)> = (s.balance_weights.iter())
+            .map(|w| (w.node.to_string(), w.weight))
+            .collect();
+        gauges_by(
+            e,
+            "balancer_weight",
+            "The load balancer's weight of each node it shrank (1 is an even share of the \
+             buckets; nodes not listed have 1; at the coordinator)",
+            "node",
+            &weights,
+        )?;
         let m = e.encode_descriptor(
             "checkpoint_duration_seconds",
             "Time this node's worker 0 spent in each checkpoint it took part in (cut, shard \

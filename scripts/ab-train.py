@@ -36,13 +36,12 @@ QUALITY_KEYS = ["wordsim_spearman", "test_auc", "topic_auc", "pair_auc", "heldou
 
 
 def run(roam, nodes, workers, profile, train_args):
-    if nodes == 1:
-        cmd = [roam, "train", *train_args, "--workers-per-node", str(workers)]
-    else:
-        cmd = [roam, "launch", "--nodes", str(nodes), "--workers-per-node", str(workers)]
-        if profile:
-            cmd += ["--profile", profile]
-        cmd += ["--", roam, "train", *train_args]
+    # Through the launcher even for one node: it sets the workers per node the same way for
+    # every app (`roam train ctr` has no `--workers-per-node` of its own).
+    cmd = [roam, "launch", "--nodes", str(nodes), "--workers-per-node", str(workers)]
+    if profile and nodes > 1:
+        cmd += ["--profile", profile]
+    cmd += ["--", roam, "train", *train_args]
     # The old build may predate `--json` (it always printed the report): ask each binary.
     cmd = roam_report.with_json(cmd)
     out = subprocess.run(cmd, capture_output=True, text=True)

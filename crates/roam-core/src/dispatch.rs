@@ -66,6 +66,8 @@ impl Node {
             Msg::PeerLost { peer } => {
                 if self.dir.is_member(peer) {
                     self.handle_peer_lost(now, peer);
+                    // A release the coordinator sent before it knew of a loss came before this.
+                    self.barrier_coordinator_told_loss(from);
                     // The notice is also round 0 of the flush after the loss (`loss_flush.rs`).
                     self.handle_loss_round(from, peer, 0, &[], &[]);
                 } else {
@@ -225,7 +227,12 @@ impl Node {
     }
 
     fn lose_peer(&mut self, now: Time, peer: NodeId, departed: bool) {
-        if !self.dir.is_member(peer) || self.lost.contains(&peer) || peer == self.cfg.id {
+        if !self.dir.is_member(peer) {
+            // A joiner whose join is held here is gone: admitting it later would hand buckets
+            // (under static allocation, keys) to a node that is not there.
+            return self.drop_held_join(peer);
+        }
+        if self.lost.contains(&peer) || peer == self.cfg.id {
             return;
         }
         self.tick(now);

@@ -70,6 +70,9 @@ pub enum MembershipEvent {
     /// This node was drained: it holds nothing and every member has sent it its last frame. It
     /// may say goodbye and exit.
     Drained,
+    /// At the coordinator: `node`'s join, held here, was dropped because its connection ended
+    /// before it was admitted.
+    JoinDropped(NodeId),
 }
 
 /// Why the coordinator refused a join.
@@ -712,6 +715,20 @@ impl Node {
 
     /// `peer` was lost: changes and a leave complete without its acknowledgement, and every
     /// drain fails (keys may be gone with it).
+    /// Coordinator: `node`, whose join waits here (not admitted yet), is gone (its
+    /// connection ended): its join is dropped and no longer heartbeaten. A join already being
+    /// admitted made it a member, whose loss is a member's.
+    pub(crate) fn drop_held_join(&mut self, node: NodeId) {
+        let held = self.membership.changes.len();
+        (self.membership.changes).retain(|&c| c != Change::Admit(node));
+        if self.membership.changes.len() != held {
+            self.timers.forget(node);
+            self.membership
+                .events
+                .push_back(MembershipEvent::JoinDropped(node));
+        }
+    }
+
     pub(crate) fn membership_lose_peer(&mut self, now: Time, peer: NodeId) {
         self.drained_if_acked();
         let me = self.cfg.id;

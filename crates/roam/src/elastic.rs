@@ -206,6 +206,14 @@ impl Shared {
                     }
                     self.elastic.addrs.lock().remove(&node);
                 }
+                MembershipEvent::JoinDropped(node) => {
+                    tracing::warn!(
+                        node = rank,
+                        "the join of {node} was dropped: its connection ended before it was \
+                         admitted"
+                    );
+                    self.elastic.addrs.lock().remove(&node);
+                }
                 MembershipEvent::Drained => {
                     tracing::info!(node = rank, "drained: leaving the cluster");
                     state.drained = true;

@@ -17,6 +17,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
 
 use crate::id::Key;
 
@@ -40,7 +41,10 @@ pub(super) struct Index {
 }
 
 pub(super) struct SparseIndex {
-    map: DashMap<Key, u32>,
+    /// Fx hashing: with dashmap's default SipHash one epoch of `roam train ctr --mode single`
+    /// ran 5.7 % more instructions (callgrind). Keys come from the cluster's own apps and
+    /// peers, which are trusted, so a hash built to resist chosen collisions buys nothing.
+    map: DashMap<Key, u32, FxBuildHasher>,
     chunks: [AtomicPtr<Entry>; ENTRY_CHUNKS],
     /// Entries handed out; protocol-only writes.
     len: UnsafeCell<u64>,
@@ -62,7 +66,7 @@ impl Index {
         Self {
             dense: Box::new([]),
             sparse: Some(SparseIndex {
-                map: DashMap::new(),
+                map: DashMap::with_hasher(FxBuildHasher),
                 chunks: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
                 len: UnsafeCell::new(0),
             }),

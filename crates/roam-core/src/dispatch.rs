@@ -12,6 +12,7 @@
 
 use crate::error::OpError;
 use crate::id::NodeId;
+use crate::membership::JoinRefusal;
 use crate::msg::{Msg, MsgError, encode};
 use crate::node::{Node, OpKind, Time};
 use crate::warning::Warning;
@@ -234,6 +235,10 @@ impl Node {
         }
         if self.lost.contains(&peer) || peer == self.cfg.id {
             return;
+        }
+        if self.membership.early.is_some() && peer == self.dir.coordinator() {
+            // A joiner that lost the coordinator before its welcome: no welcome can come.
+            self.refuse_join(JoinRefusal::CoordinatorGone { coordinator: peer });
         }
         self.tick(now);
         self.lost.insert(peer);

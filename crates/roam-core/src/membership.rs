@@ -105,6 +105,13 @@ pub enum JoinRefusal {
         /// How long it was silent (the liveness silence timeout).
         silent_ns: u64,
     },
+    /// Decided by the joiner itself: its connection to the coordinator ended before the
+    /// welcome.
+    #[error("the connection to the coordinator, node {}, ended", coordinator.0)]
+    CoordinatorGone {
+        /// The coordinator asked.
+        coordinator: NodeId,
+    },
 }
 
 impl JoinRefusal {
@@ -115,7 +122,7 @@ impl JoinRefusal {
             Self::Replication => 3,
             Self::RankTaken => 4,
             // Never sent: a joiner decides these itself.
-            Self::BadWelcome(_) | Self::Unanswered { .. } => 5,
+            Self::BadWelcome(_) | Self::Unanswered { .. } | Self::CoordinatorGone { .. } => 5,
         }
     }
 

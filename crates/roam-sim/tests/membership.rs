@@ -491,3 +491,33 @@ fn a_held_join_whose_joiner_crashed_is_dropped() {
     });
     assert!(dropped > 0, "no seed held node 4's join behind node 3's");
 }
+
+/// The coordinator crashes while a server waits for its welcome: the joiner's connection to it
+/// ends, and the join is refused at once (`CoordinatorGone`), without failure detection (it
+/// used to wait for a welcome that could not come, or, under failure detection, for the
+/// silence timeout).
+#[test]
+fn a_joiner_whose_coordinator_crashed_gives_up_at_once() {
+    for_each_seed(20, |seed| {
+        let cfg = SimConfig::new(4, 1, roam_core::KeySpace::uniform(16, 1).unwrap())
+            .with_seed(seed)
+            .with_joiners(1);
+        let mut sim = Sim::new(cfg);
+        sim.start_join(NodeId(3));
+        sim.crash(NodeId(0));
+        sim.run_until_idle().unwrap();
+        let ended: Vec<MembershipEvent> = (sim.membership_events().iter())
+            .filter(|&&(_, n, _)| n == NodeId(3))
+            .map(|&(_, _, e)| e)
+            .collect();
+        assert_eq!(
+            ended,
+            [MembershipEvent::Refused(
+                roam_core::JoinRefusal::CoordinatorGone {
+                    coordinator: NodeId(0)
+                }
+            )],
+            "seed {seed}"
+        );
+    });
+}

@@ -39,9 +39,6 @@
 //!   acted on are dropped then, as no access will come for them).
 //! - Nothing here touches the node: acting produces keys for a hand-off, which the shell issues.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -121,14 +118,15 @@ pub struct Intents {
     timing: IntentTiming,
     clock: u64,
     /// Signalled intents by start clock (ties by slot), pointing into `pending_slab`.
-    pending: BinaryHeap<Reverse<(u64, usize)>>,
+    pending: Queue<(u64, usize)>,
     pending_slab: Vec<Option<Pending>>,
     pending_free: Vec<usize>,
     pending_keys: usize,
     /// Acted intents by start clock (the late check) and by end clock (the release of their
-    /// interest), as `(clock, serial, slot)` into `acted_slab`.
-    by_start: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    by_end: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    /// interest), as `(clock, serial, slot)` into `acted_slab`. Not binary heaps: entries come
+    /// nearly sorted (`intent/queue.rs`).
+    by_start: Queue<(u64, u64, usize)>,
+    by_end: Queue<(u64, u64, usize)>,
     acted_slab: Vec<Option<Acted>>,
     acted_free: Vec<usize>,
     next_serial: u64,
@@ -270,12 +268,12 @@ impl Intents {
         Self {
             timing,
             clock: 0,
-            pending: BinaryHeap::new(),
+            pending: Queue::default(),
             pending_slab: Vec::new(),
             pending_free: Vec::new(),
             pending_keys: 0,
-            by_start: BinaryHeap::new(),
-            by_end: BinaryHeap::new(),
+            by_start: Queue::default(),
+            by_end: Queue::default(),
             acted_slab: Vec::new(),
             acted_free: Vec::new(),
             next_serial: 0,
@@ -350,6 +348,12 @@ impl Intents {
         self.linger.set_round_ns(ns);
     }
 
+    /// Keeps the linger's watched keys in a hash map even for a dense key space.
+    #[cfg(test)]
+    fn hash_linger_table(&mut self) {
+        self.linger.hash_watches();
+    }
+
     /// See [`Intents::set_linger`].
     pub fn lingers(&self) -> bool {
         self.linger.is_on()
@@ -377,7 +381,7 @@ impl Intents {
                 end,
                 keys: owned,
             });
-            self.pending.push(Reverse((start, slot)));
+            self.pending.push((start, slot));
         }
         while self.pending_keys > MAX_PENDING_KEYS {
             self.act_on_earliest(store, out);
@@ -407,7 +411,7 @@ impl Intents {
         self.release_ended(self.clock, store, out);
         self.linger.release_due(false, store, out);
         let horizon = self.clock.saturating_add(self.window());
-        while let Some(&Reverse((start, _))) = self.pending.peek() {
+        while let Some((start, _)) = self.pending.peek() {
             if start > horizon {
                 break;
             }
@@ -421,7 +425,10 @@ impl Intents {
         self.check_started_by(u64::MAX, store);
         self.release_ended(u64::MAX, store, out);
         self.linger.release_due(true, store, out);
-        for slot in std::mem::take(&mut self.pending).into_iter().map(|r| r.0.1) {
+        for slot in std::mem::take(&mut self.pending)
+            .drain()
+            .map(|(_, slot)| slot)
+        {
             if let Some(p) = self.pending_slab[slot].take() {
                 self.pending_keys -= p.keys.len();
                 self.spare.push(p.keys);
@@ -431,7 +438,7 @@ impl Intents {
     }
 
     fn act_on_earliest(&mut self, store: &Store, out: &mut Actions) {
-        let Some(Reverse((_, slot))) = self.pending.pop() else {
+        let Some((_, slot)) = self.pending.pop() else {
             return;
         };
         let pending = self.pending_slab[slot]
@@ -508,9 +515,9 @@ impl Intents {
             serial,
         });
         if !due_now {
-            self.by_start.push(Reverse((start, serial, slot)));
+            self.by_start.push((start, serial, slot));
         }
-        self.by_end.push(Reverse((end, serial, slot)));
+        self.by_end.push((end, serial, slot));
     }
 
     /// When the clock is expected to reach `clock`, from the latest tick at the measured rate
@@ -528,7 +535,7 @@ impl Intents {
 
     /// Releases the acted intent that ends first, early (false if none is tracked).
     fn release_earliest(&mut self, store: &Store, out: &mut Actions) -> bool {
-        let Some(Reverse((_, serial, slot))) = self.by_end.pop() else {
+        let Some((_, serial, slot)) = self.by_end.pop() else {
             return false;
         };
         self.release(slot, serial, store, out);
@@ -537,7 +544,7 @@ impl Intents {
 
     /// Releases every acted intent whose end is at most `clock`.
     fn release_ended(&mut self, clock: u64, store: &Store, out: &mut Actions) {
-        while let Some(&Reverse((end, serial, slot))) = self.by_end.peek() {
+        while let Some((end, serial, slot)) = self.by_end.peek() {
             if end > clock {
                 break;
             }
@@ -573,7 +580,7 @@ impl Intents {
     }
 
     fn check_started_by(&mut self, clock: u64, store: &Store) {
-        while let Some(&Reverse((start, serial, slot))) = self.by_start.peek() {
+        while let Some((start, serial, slot)) = self.by_start.peek() {
             if start > clock {
                 break;
             }
@@ -667,10 +674,13 @@ pub fn poisson_quantile(mean: f64, q: f64) -> u64 {
     k
 }
 
+mod calendar;
 mod linger;
+mod queue;
 
 use linger::Linger;
 pub use linger::{FRAME_COST_BYTES, MAX_LINGERING_KEYS, break_even_rounds};
+use queue::Queue;
 
 #[cfg(test)]
 mod tests;

@@ -217,6 +217,11 @@ impl Interest {
     pub fn is_exact(&self) -> bool {
         self.exact
     }
+
+    /// The number of keys, if counts are exact per key (a dense key space).
+    pub fn dense_keys(&self) -> Option<usize> {
+        self.exact.then_some(self.counts.len())
+    }
 }
 
 #[cfg(test)]

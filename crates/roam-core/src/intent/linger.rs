@@ -45,9 +45,13 @@
 //! worker finishes. At most [`MAX_LINGERING_KEYS`] keys are watched (beyond, keys are neither
 //! watched nor kept). A key whose deferred offer waits for the end of its use here starts no
 //! linger.
+//!
+//! The watched keys sit in a table probed for every key of every ended intent: one slot per
+//! key for dense key spaces of at most [`MAX_DENSE_KEYS`] keys (a hash probe missed the cache
+//! there), a hash map otherwise. Both say the same: whether a key is watched, until when, and
+//! whether it holds a linger. Their ends are kept by round in buckets (`calendar.rs`), not
+//! in a binary heap: its sifts were as costly as the probes.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -60,6 +64,7 @@ use crate::stats::NodeCounters;
 use crate::store::Store;
 
 use super::Actions;
+use super::calendar::Calendar;
 
 /// The CPU cost of one frame, in bytes that cost as much (about 4 µs against about 3 ns a
 /// byte, both ends together; see the module docs).
@@ -71,6 +76,11 @@ const FRAMES_PER_REACQUIRE: u64 = 5;
 
 /// Keys watched per worker: beyond, a key whose use ends is neither watched nor kept.
 pub const MAX_LINGERING_KEYS: usize = 1 << 20;
+
+/// Largest dense key space whose watches take one slot per key: 8 bytes a key, 32 MiB at
+/// most, no more than the hash map holding [`MAX_LINGERING_KEYS`] keys (zeroed lazily by the
+/// OS, so only the pages of keys ever watched are touched).
+const MAX_DENSE_KEYS: usize = 1 << 22;
 
 /// Share-sync rounds after which keeping a key of `value_bytes` has cost as much as getting
 /// it back would, when a node asks for `keys_per_request` keys at a time: getting it back
@@ -93,10 +103,10 @@ pub(super) struct Linger {
     /// Per key whose last intent here ended within its break-even rounds: the node's round at
     /// which that time is up, and whether the key holds a linger (or is only watched, to learn
     /// whether it would have paid).
-    until: HashMap<Key, (u64, bool)>,
+    until: Watches,
     /// The same keys by the round they were last due (entries made stale by a restart are
     /// pushed again when they come up).
-    by_round: BinaryHeap<Reverse<(u64, Key)>>,
+    by_round: Calendar,
     interest: Arc<Interest>,
     node_counters: Arc<NodeCounters>,
     /// Smoothed keys per request for keys not here (one acted intent's).
@@ -121,10 +131,14 @@ pub(super) struct Linger {
 
 impl Linger {
     pub(super) fn new(interest: Arc<Interest>, node_counters: Arc<NodeCounters>) -> Self {
+        let until = match interest.dense_keys() {
+            Some(keys) if keys <= MAX_DENSE_KEYS => Watches::dense(keys),
+            _ => Watches::Hashed(HashMap::default()),
+        };
         Self {
             on: true,
-            until: HashMap::default(),
-            by_round: BinaryHeap::new(),
+            until,
+            by_round: Calendar::default(),
             interest,
             node_counters,
             keys_per_request: None,
@@ -136,6 +150,13 @@ impl Linger {
             by_time: 0,
             round_ns: crate::share::ShareSync::default().typical_gap_ns(),
         }
+    }
+
+    /// Watches keys in a hash map whatever the key space (tests compare the two tables).
+    #[cfg(test)]
+    pub(super) fn hash_watches(&mut self) {
+        assert_eq!(self.until.len(), 0, "switched before any watch");
+        self.until = Watches::Hashed(HashMap::default());
     }
 
     /// How long a share-sync round typically takes (the clock's pace while none run).
@@ -212,17 +233,18 @@ impl Linger {
             let value_bytes = 4 * store.space().len(key) as u64;
             let due =
                 self.round() + break_even_rounds(value_bytes, self.keys_per_request.unwrap_or(1.0));
-            if let Some((until, held)) = self.until.get_mut(&key) {
-                *until = due;
+            if let Some(held) = self.until.restart(key, due) {
                 // A key watched without a hold (lingering did not pay then, or an offer
                 // waited for this end) takes one now that it would: else a key used again
                 // and again would never get one.
-                let hold = !*held
+                let hold = !held
                     && short
                     && self.reused >= 0.5
                     && !self.interest.deferring(key)
                     && self.interest.hold_linger(key);
-                *held |= hold;
+                if hold {
+                    self.until.set(key, due, true);
+                }
                 self.held += usize::from(hold);
                 self.outcome(true);
             } else if short && self.until.len() < MAX_LINGERING_KEYS {
@@ -230,8 +252,8 @@ impl Linger {
                     && !self.interest.deferring(key)
                     && self.interest.hold_linger(key);
                 self.held += usize::from(held);
-                self.until.insert(key, (due, held));
-                self.by_round.push(Reverse((due, key)));
+                self.until.set(key, due, held);
+                self.by_round.push(due, key);
             }
         }
         let (last_intent, watched) = self.interest.sub(key);
@@ -244,20 +266,20 @@ impl Linger {
     /// handing on the keys that nothing here wants any more.
     pub(super) fn release_due(&mut self, all: bool, store: &Store, out: &mut Actions) {
         let round = self.round();
-        while let Some(&Reverse((due, key))) = self.by_round.peek() {
+        while let Some((due, key)) = self.by_round.peek() {
             if due > round && !all {
                 break;
             }
             self.by_round.pop();
-            let Some(&(until, held)) = self.until.get(&key) else {
+            let Some((until, held)) = self.until.get(key) else {
                 continue;
             };
             if until > due && !all {
                 // Restarted since: due later.
-                self.by_round.push(Reverse((until, key)));
+                self.by_round.push(until, key);
                 continue;
             }
-            self.until.remove(&key);
+            self.until.remove(key);
             if !all {
                 self.outcome(false);
             }
@@ -270,4 +292,94 @@ impl Linger {
             }
         }
     }
+}
+
+/// The watched keys: per key, the round its watch ends and whether it holds a linger.
+#[derive(Debug)]
+enum Watches {
+    /// Slot `key`: 0 if not watched, else the round shifted up by one and the hold in bit 0
+    /// (a watch ends two rounds or more after round 0, so a watched slot is never 0).
+    Dense {
+        slots: Vec<u64>,
+        len: usize,
+    },
+    Hashed(HashMap<Key, (u64, bool)>),
+}
+
+impl Watches {
+    fn dense(keys: usize) -> Self {
+        // `vec!` of zeros is allocated zeroed: pages are touched only by the keys watched.
+        Self::Dense {
+            slots: vec![0; keys],
+            len: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Dense { len, .. } => *len,
+            Self::Hashed(map) => map.len(),
+        }
+    }
+
+    fn get(&self, key: Key) -> Option<(u64, bool)> {
+        match self {
+            Self::Dense { slots, .. } => match slots[key as usize] {
+                0 => None,
+                slot => Some((slot >> 1, slot & 1 != 0)),
+            },
+            Self::Hashed(map) => map.get(&key).copied(),
+        }
+    }
+
+    /// If `key` is watched: its watch now ends at round `due`; returns whether it holds a
+    /// linger.
+    fn restart(&mut self, key: Key, due: u64) -> Option<bool> {
+        match self {
+            Self::Dense { slots, .. } => {
+                let slot = &mut slots[key as usize];
+                if *slot == 0 {
+                    return None;
+                }
+                *slot = encode(due, *slot & 1 != 0);
+                Some(*slot & 1 != 0)
+            }
+            Self::Hashed(map) => map.get_mut(&key).map(|(until, held)| {
+                *until = due;
+                *held
+            }),
+        }
+    }
+
+    /// Watches `key` until round `due` (again, if watched already).
+    fn set(&mut self, key: Key, due: u64, held: bool) {
+        match self {
+            Self::Dense { slots, len } => {
+                let slot = &mut slots[key as usize];
+                *len += usize::from(*slot == 0);
+                *slot = encode(due, held);
+            }
+            Self::Hashed(map) => {
+                map.insert(key, (due, held));
+            }
+        }
+    }
+
+    fn remove(&mut self, key: Key) {
+        match self {
+            Self::Dense { slots, len } => {
+                let slot = &mut slots[key as usize];
+                *len -= usize::from(*slot != 0);
+                *slot = 0;
+            }
+            Self::Hashed(map) => {
+                map.remove(&key);
+            }
+        }
+    }
+}
+
+fn encode(due: u64, held: bool) -> u64 {
+    debug_assert!(due > 0 && due < 1 << 63, "round {due} out of range");
+    due << 1 | u64::from(held)
 }

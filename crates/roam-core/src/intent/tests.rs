@@ -440,3 +440,94 @@ fn rounds_that_run_late_are_not_counted_twice() {
     );
     assert!(!interest.wanted(4));
 }
+
+#[test]
+fn dense_and_hashed_linger_tables_agree() {
+    // The same workload on two workers, one watching keys in a slot per key and one in a
+    // hash map: every call hands on the same keys, and the interest reads the same.
+    let (store_a, mut dense, interest_a, counters_a, mut now_a) = measured(100);
+    let (store_b, mut hashed, interest_b, counters_b, mut now_b) = measured(100);
+    hashed.hash_linger_table();
+    let mut state = 7u64;
+    let mut next = |below: u64| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) % below
+    };
+    let (mut held_most, mut least_reuse) = (0, 1.0f64);
+    for step in 0..4_000 {
+        let (mut out_a, mut out_b) = (Actions::default(), Actions::default());
+        match next(10) {
+            0..=5 => {
+                let keys: Vec<Key> = (0..1 + next(4)).map(|_| next(100)).collect();
+                let start = dense.clock() + 1 + next(3);
+                // Now and then a use longer than a sync round (20,000 clocks), which
+                // starts no linger.
+                let end = start + if next(20) == 0 { 20_000 } else { 1 };
+                dense.signal(&store_a, &keys, start, end, &mut out_a);
+                hashed.signal(&store_b, &keys, start, end, &mut out_b);
+                for _ in 0..next(4) {
+                    now_a += 1_000;
+                    now_b += 1_000;
+                    dense.advance(Time(now_a), &store_a, &mut out_a);
+                    hashed.advance(Time(now_b), &store_b, &mut out_b);
+                }
+            }
+            6..=7 => {
+                let rounds = next(30);
+                out_a.unwanted = rounds_pass(&mut dense, &store_a, &counters_a, &mut now_a, rounds);
+                out_b.unwanted =
+                    rounds_pass(&mut hashed, &store_b, &counters_b, &mut now_b, rounds);
+            }
+            8 => {
+                let (key, on) = (next(100), next(2) == 0);
+                interest_a.watch_additions(key, on);
+                interest_b.watch_additions(key, on);
+            }
+            _ => {
+                let key = next(100);
+                store_a.insert_replica(key, &[0.0; 100]);
+                store_b.insert_replica(key, &[0.0; 100]);
+            }
+        }
+        assert_eq!(out_a.due, out_b.due, "step {step}");
+        assert_eq!(out_a.unwanted, out_b.unwanted, "step {step}");
+        assert_eq!(out_a.extended, out_b.extended, "step {step}");
+        assert_eq!(dense.tally(), hashed.tally(), "step {step}");
+        assert_eq!(
+            dense.lingering_keys(),
+            hashed.lingering_keys(),
+            "step {step}"
+        );
+        assert_eq!(dense.linger_reuse(), hashed.linger_reuse(), "step {step}");
+        for key in 0..100 {
+            assert_eq!(
+                interest_a.wanted(key),
+                interest_b.wanted(key),
+                "step {step}"
+            );
+            assert_eq!(
+                interest_a.lingering(key),
+                interest_b.lingering(key),
+                "step {step}"
+            );
+        }
+        held_most = held_most.max(dense.lingering_keys());
+        least_reuse = least_reuse.min(dense.linger_reuse());
+    }
+    assert!(held_most > 10, "keys lingered ({held_most} at most)");
+    assert!(
+        least_reuse < 0.5,
+        "lingering stopped paying at times ({least_reuse})"
+    );
+    let (mut out_a, mut out_b) = (Actions::default(), Actions::default());
+    dense.finish(&store_a, &mut out_a);
+    hashed.finish(&store_b, &mut out_b);
+    assert_eq!(out_a.unwanted, out_b.unwanted);
+    assert_eq!(dense.lingering_keys(), 0);
+    assert_eq!(hashed.lingering_keys(), 0);
+    for key in 0..100 {
+        assert!(!interest_a.wanted(key) && !interest_b.wanted(key));
+    }
+}

@@ -13,8 +13,8 @@
 //!   rounds in a row, or when detection calls it a straggler — unless the straggler's
 //!   weight is already its capacity's share (below), which it can carry.
 //! - **Weights.** Each live node has a weight in [`Balancer::min_weight`]`..=1`; its target
-//!   share of the buckets is proportional to it. The most overloaded node (the one with the
-//!   lowest target) shrinks to its measured capacity over the others' median
+//!   share of the buckets is proportional to it. The most overloaded node (the one whose
+//!   target is the largest step down from its weight) shrinks to its measured capacity over the others' median
 //!   (`load_service.rs`: keys served per busy second), or by the ratio of the others' median
 //!   score to its own, whichever is lower (at least ×0.75, at most ×0.25 per step).
 //! - **Moves** follow from the targets: a node above its target gives buckets — first those
@@ -438,8 +438,13 @@ impl Node {
                     .get(n)
                     .is_none_or(|&(at, _)| at <= self.balance.round)
             })
+            // The most overloaded: the largest step down relative to its weight (a node
+            // shrunk far already has a low target, not necessarily the worst load).
             .map(|n| (n, self.shrink_target(n, round)))
-            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+            .min_by(|a, b| {
+                let step = |&(n, target): &(NodeId, f64)| target / self.weight(n);
+                step(a).total_cmp(&step(b)).then(a.0.cmp(&b.0))
+            });
         let (kind, node, target) = if let Some((node, target)) = worst {
             (ChangeKind::Shrink, node, target.max(cfg.min_weight))
         } else {

@@ -45,10 +45,6 @@ pub(crate) struct Barriers {
     warned: u64,
     /// A wait began, so the next timer deadline may be earlier than the shell last read.
     rearm: bool,
-    /// A peer lost while this node's arrival was out (not the coordinator): the barrier
-    /// fails naming it once the coordinator's own notice of a loss comes, unless a release
-    /// comes first.
-    failing: Option<NodeId>,
 }
 
 impl Node {
@@ -177,12 +173,6 @@ impl Node {
     /// At the coordinator: releases the barrier once every member that hosts workers has
     /// arrived (also after a member left, which may have been the last one missing).
     pub(crate) fn recheck_barrier(&mut self) {
-        if !self.lost.is_empty() {
-            // No release once a loss is known: a member waiting for one since its own loss
-            // notice fails at this node's notice, which must then come after any release.
-            self.barriers.nodes_arrived.clear();
-            return;
-        }
         let arrived = &self.barriers.nodes_arrived;
         if arrived.is_empty() || !self.dir.worker_members().all(|m| arrived.contains(&m)) {
             return;
@@ -217,7 +207,6 @@ impl Node {
             });
         }
         self.barriers.generation += 1;
-        self.barriers.failing = None;
         self.barriers.local_arrivals = 0;
         self.barriers.node_arrived = false;
         self.barriers.arrived.clear();
@@ -230,32 +219,8 @@ impl Node {
         self.thaw(now);
     }
 
-    /// A peer is lost: no barrier can complete any more — except one that the coordinator
-    /// released before it learnt of any loss (it releases none after: `recheck_barrier`). A
-    /// node whose arrival is out cannot tell: its release may be on the way. The coordinator
-    /// tells every other member of each loss as soon as it learns of it, and links are FIFO,
-    /// so such a release comes before the coordinator's first notice to this node; so this
-    /// node waits for a notice from the coordinator (or for the coordinator's own loss) to
-    /// fail. (A node the coordinator counts as lost is told of the other end's loss: a loss
-    /// between two live nodes is told to the coordinator by both.)
+    /// A peer is lost: no barrier can complete any more.
     pub(crate) fn fail_barriers(&mut self, peer: NodeId) {
-        let coordinator = self.dir.coordinator();
-        if self.barriers.node_arrived
-            && !self.barriers.local_waiters.is_empty()
-            && self.cfg.id != coordinator
-            && peer != coordinator
-            && !self.lost.contains(&coordinator)
-        {
-            self.barriers.failing.get_or_insert(peer);
-            return;
-        }
-        let peer = self.barriers.failing.take().unwrap_or(peer);
-        self.fail_barriers_now(peer);
-    }
-
-    /// Fails this node's waiters at the barrier, naming `peer`.
-    fn fail_barriers_now(&mut self, peer: NodeId) {
-        self.barriers.failing = None;
         self.barriers.local_arrivals = 0;
         self.barriers.node_arrived = false;
         self.barriers.arrived.clear();
@@ -269,16 +234,6 @@ impl Node {
 }
 
 impl Node {
-    /// The coordinator told this node of a loss: a barrier that waited for its release since a
-    /// loss fails now (a release sent before the notice came first).
-    pub(crate) fn barrier_coordinator_told_loss(&mut self, from: NodeId) {
-        if from == self.dir.coordinator()
-            && let Some(peer) = self.barriers.failing
-        {
-            self.fail_barriers_now(peer);
-        }
-    }
-
     /// Whether the next timer deadline ([`Node::poll_timeout`]) may have moved earlier since
     /// the last call: a barrier began to wait, or intent sharing began (its sync rounds). A
     /// shell that sleeps until the deadline it read reads it again when this is true. Clears

@@ -67,8 +67,6 @@ impl Node {
             Msg::PeerLost { peer } => {
                 if self.dir.is_member(peer) {
                     self.handle_peer_lost(now, peer);
-                    // A release the coordinator sent before it knew of a loss came before this.
-                    self.barrier_coordinator_told_loss(from);
                     // The notice is also round 0 of the flush after the loss (`loss_flush.rs`).
                     self.handle_loss_round(from, peer, 0, &[], &[]);
                 } else {

@@ -173,8 +173,6 @@ impl Node {
             .collect()
     }
 
-    /// This round's capacity verdicts over the live members (`live`) with a capacity and a
-    /// report since the last round; none unless three have one.
     /// Every live member's latest capacity estimate (fresh or not: a node the balancer
     /// unloaded may serve too few keys for a new one) and the median of the others', when
     /// three or more have one; for the balancer (`balance.rs`).
@@ -201,6 +199,8 @@ impl Node {
             .collect()
     }
 
+    /// This round's capacity verdicts over the live members (`live`) with a capacity and a
+    /// report since the last round; none unless three have one.
     pub(crate) fn capacity_verdicts(
         &mut self,
         watch: LoadWatch,

@@ -720,8 +720,6 @@ impl Node {
         }
     }
 
-    /// `peer` was lost: changes and a leave complete without its acknowledgement, and every
-    /// drain fails (keys may be gone with it).
     /// Coordinator: `node`, whose join waits here (not admitted yet), is gone (its
     /// connection ended): its join is dropped and no longer heartbeaten. A join already being
     /// admitted made it a member, whose loss is a member's.
@@ -736,6 +734,8 @@ impl Node {
         }
     }
 
+    /// `peer` was lost: changes and a leave complete without its acknowledgement, and every
+    /// drain fails (keys may be gone with it).
     pub(crate) fn membership_lose_peer(&mut self, now: Time, peer: NodeId) {
         self.drained_if_acked();
         let me = self.cfg.id;

@@ -319,46 +319,6 @@ fn broken_connection_fails_only_ops_across_it() {
     });
 }
 
-/// The coordinator released a barrier, then a node crashed, and another node learnt of the
-/// crash before the release reached it (the release held on its link): that node's barrier
-/// completes, since the coordinator's release comes before its notice of the loss. (It used to
-/// fail with `PeerGone` although every node had arrived.) A barrier the coordinator did not
-/// release before the loss still fails (`a_barrier_waiting_for_a_crashed_node_fails`).
-#[test]
-fn a_barrier_released_before_a_loss_completes_where_the_release_comes_late() {
-    for_each_seed(20, |seed| {
-        let cfg = SimConfig::new(3, 1, KeySpace::uniform(6, 1).unwrap()).with_seed(seed);
-        let mut sim = Sim::new(cfg);
-        for w in sim.workers() {
-            sim.add_script(w, [Op::Barrier]);
-        }
-        let coordinator = WorkerRef::new(0, 0);
-        while sim.unfinished_workers().contains(&coordinator) {
-            assert!(sim.step(), "seed {seed}: the run ended before the release");
-        }
-        sim.partition(NodeId(0), NodeId(1));
-        sim.crash(NodeId(2));
-        sim.run_until_idle().unwrap();
-        assert!(
-            sim.node(NodeId(1)).is_lost(NodeId(2)),
-            "seed {seed}: node 1 learnt of the crash while the release was held"
-        );
-        assert_eq!(
-            sim.unfinished_workers(),
-            [WorkerRef::new(1, 0)],
-            "seed {seed}: node 1 waits for the release or the coordinator's notice"
-        );
-        sim.heal(NodeId(0), NodeId(1));
-        sim.run_until_idle().unwrap();
-        assert!(sim.unfinished_workers().is_empty(), "seed {seed}");
-        for w in [coordinator, WorkerRef::new(1, 0)] {
-            let barrier = sim.history().of_worker(w).last().unwrap();
-            assert_eq!(barrier.outcome, Outcome::Done, "seed {seed}: {barrier}");
-        }
-        check_loss_propagation(&sim, seed);
-    });
-}
-
 /// A connection that breaks between two non-coordinators used to leave the coordinator waiting
 /// forever at the next barrier (nobody told it); now both ends' `PeerLost` notices reach it, so
 /// every barrier fails with `PeerGone` and nothing hangs, whether the barrier started before,

@@ -191,11 +191,9 @@ fn peer_loss(args: &PeerLossArgs) -> anyhow::Result<()> {
         std::process::exit(0);
     }
     match ready {
-        // The last node leaves as soon as it is released. A node that learns of the loss
-        // before its own release arrives waits for the coordinator's notice of the loss, which
-        // comes after the release (`roam_core` barrier.rs), so the barrier completes; a
-        // failure naming the vanished node would still be the behaviour this check is about
-        // (the pull below must then fail the same way), so it is not treated as an error.
+        // The last node leaves as soon as it is released: a node that learns of the loss
+        // before its own release arrives sees its barrier fail, naming that node, which is
+        // the behaviour this check is about (the pull below must then fail the same way).
         Ok(()) => {}
         Err(OpError::PeerGone { peer }) if peer.0 == last => {}
         Err(e) => return Err(e.into()),

@@ -75,18 +75,18 @@ mod tests {
 
     use super::*;
 
-    /// A small deterministic generator (no dependency for a test).
-    fn next(state: &mut u64) -> u64 {
-        *state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        *state >> 33
+    use rand_chacha::ChaCha8Rng;
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+
+    /// 31 random bits.
+    fn next(rng: &mut ChaCha8Rng) -> u64 {
+        rng.next_u64() >> 33
     }
 
     #[test]
     fn the_calendar_yields_what_a_binary_heap_yields() {
         for seed in 0..50u64 {
-            let mut state = seed;
+            let mut state = ChaCha8Rng::seed_from_u64(seed);
             let (mut calendar, mut heap) = (Calendar::default(), BinaryHeap::new());
             let mut round = 0u64;
             for step in 0..3_000 {

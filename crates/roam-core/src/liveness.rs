@@ -145,8 +145,7 @@ impl Node {
 
     /// Runs the timers due at `now`: sends heartbeats, declares silent peers lost.
     pub fn handle_timeout(&mut self, now: Time) {
-        self.clock = self.clock.max(now);
-        self.dynamic.unpin();
+        self.tick(now);
         self.replica_handle_timeout(now);
         self.share_handle_timeout(now);
         self.defer_handle_timeout(now);

@@ -184,19 +184,7 @@ impl Node {
             .filter(|(node, _)| live(node))
             .filter_map(|(&node, (stats, _))| Some((node, stats.capacity?)))
             .collect();
-        if capacities.len() < 3 {
-            return BTreeMap::new();
-        }
-        (capacities.iter())
-            .map(|(&node, &capacity)| {
-                let mut others: Vec<f64> = (capacities.iter())
-                    .filter(|&(&n, _)| n != node)
-                    .map(|(_, &c)| c)
-                    .collect();
-                others.sort_by(f64::total_cmp);
-                (node, (capacity, median(&others)))
-            })
-            .collect()
+        against_others(&capacities)
     }
 
     /// This round's capacity verdicts over the live members (`live`) with a capacity and a
@@ -215,29 +203,39 @@ impl Node {
                 capacities.insert(*node, capacity);
             }
         }
-        let mut verdicts = BTreeMap::new();
-        if capacities.len() < 3 {
-            return verdicts;
-        }
-        for (&node, &capacity) in &capacities {
-            let mut others: Vec<f64> = (capacities.iter())
-                .filter(|&(&n, _)| n != node)
-                .map(|(_, &c)| c)
-                .collect();
-            others.sort_by(f64::total_cmp);
-            let others = median(&others);
-            verdicts.insert(
-                node,
-                CapacityVerdict {
+        (against_others(&capacities).into_iter())
+            .map(|(node, (capacity, others))| {
+                let verdict = CapacityVerdict {
                     capacity,
                     others,
                     slow: capacity * watch.slow_factor < others,
                     fine: capacity * watch.recover_factor > others,
-                },
-            );
-        }
-        verdicts
+                };
+                (node, verdict)
+            })
+            .collect()
     }
+}
+
+/// Each node's capacity and the median of the others', when three or more have one (two
+/// cannot tell which of them is slow).
+fn against_others(capacities: &BTreeMap<NodeId, f64>) -> BTreeMap<NodeId, (f64, f64)> {
+    if capacities.len() < 3 {
+        return BTreeMap::new();
+    }
+    let mut others = Vec::with_capacity(capacities.len() - 1);
+    (capacities.iter())
+        .map(|(&node, &capacity)| {
+            others.clear();
+            others.extend(
+                (capacities.iter())
+                    .filter(|&(&n, _)| n != node)
+                    .map(|(_, &c)| c),
+            );
+            others.sort_by(f64::total_cmp);
+            (node, (capacity, median(&others)))
+        })
+        .collect()
 }
 
 #[cfg(test)]

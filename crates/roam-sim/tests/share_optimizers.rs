@@ -268,3 +268,74 @@ fn sgd_gradients_on_shared_keys_equal_additive_pushes_scaled_by_minus_lr() {
     });
     eprintln!("{runs} runs: SGD gradients equal additive pushes");
 }
+
+/// A gradient pushed while its key's grant is on the way (the key wanted by an intent, the
+/// push queued at the wanter) joins the new replica's gradient sum, as one pushed a moment
+/// later would: every step the owner takes is a member's round or leave sum, none a remote
+/// push of one gradient (issue #17). The pushes follow the intent at once, so most runs queue
+/// all of them and the owner steps once.
+#[test]
+fn gradients_queued_for_a_grant_join_the_replicas_sum() {
+    let seeds = if cfg!(debug_assertions) { 40 } else { 200 };
+    let (mut runs, mut single_steps) = (0, 0);
+    for_each_seed(seeds, |seed| {
+        let mut rng = test_rng(seed ^ 0x009a_175e);
+        let optimizer = random_stateful_optimizer(&mut rng);
+        let len: u32 = rng.random_range(1..=4);
+        let space = roam_core::KeySpace::uniform(1, len)
+            .unwrap()
+            .with_optimizer(optimizer)
+            .unwrap();
+        let min_delay = rng.random_range(1_000..=5_000);
+        let cfg = SimConfig::new(2, 1, space)
+            .with_seed(seed)
+            .with_dynamic(true)
+            .with_intent_techniques(IntentTechniques::ReplicateOnly, 1_000_000)
+            .with_delay(min_delay, min_delay + rng.random_range(1..=50_000));
+        let mut sim = Sim::new(cfg);
+        let owner = (0..2)
+            .map(NodeId)
+            .find(|&n| sim.node(n).store().residency(0) == Residency::Local)
+            .expect("the key starts at its home");
+        let member = NodeId(1 - owner.0);
+        let pushes = rng.random_range(2..=4);
+        let grads: Vec<Vec<f32>> = (0..pushes)
+            .map(|tag| tagged_gradient(&mut rng, tag, len as usize))
+            .collect();
+        let mut script = vec![Op::Intent {
+            keys: vec![0],
+            start: 0,
+            end: 4,
+        }];
+        script.extend(grads.iter().map(|g| Op::PushGradients {
+            keys: vec![0],
+            grads: g.clone(),
+            wait: false,
+        }));
+        script.extend((0..8).map(|_| Op::AdvanceClock));
+        script.push(Op::WaitAll);
+        sim.node_mut(owner).log_replica_steps(true);
+        sim.node_mut(member).log_replica_steps(true);
+        sim.add_script(WorkerRef::new(member.0, 0), script);
+        run_to_end(seed, &mut sim);
+        for op in sim.history().ops() {
+            assert!(op.succeeded(), "seed {seed}: {op}");
+        }
+        let log = steps_only_at(seed, &sim, 0, owner, "owner");
+        check_tags_cover(seed, 0, &log, pushes);
+        assert_eq!(
+            total(&sim, |c| &c.share_grad_steps),
+            log.len() as u64,
+            "seed {seed}: the owner stepped with something else than members' sums \
+             ({pushes} gradients pushed, steps {log:?})"
+        );
+        assert_eq!(total(&sim, |c| &c.shares_in), 1, "seed {seed}: one grant");
+        single_steps += usize::from(log.len() == 1);
+        runs += 1;
+    });
+    eprintln!("{runs} runs: {single_steps} with every gradient in one step");
+    assert!(
+        single_steps * 2 > runs,
+        "most runs queue every push for the grant: {single_steps} of {runs}"
+    );
+}

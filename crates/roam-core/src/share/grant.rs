@@ -3,7 +3,10 @@
 //!
 //! Invariants: the queued accesses apply in arrival order before the replica is visible (as a
 //! relocation's queue applies before its record is inserted), the queued pushes forming the
-//! replica's first pending delta; peers' requests that queued here go on to the owner; a
+//! replica's first pending delta (gradients too: under SGD as the step's addition, under a
+//! stateful optimizer into the replica's gradient sum once it exists, stepped at the owner with
+//! the round's, as the fast path does; sets go on to the owner); peers' requests that queued
+//! here go on to the owner; a
 //! grant this node was not waiting for is handed straight back (`Leave`), so that the owner
 //! never counts a sharer that holds nothing.
 
@@ -32,9 +35,11 @@ impl Node {
         }
         let mut at = 0;
         let mut touched = Vec::new();
-        // Local sets and gradients of shared keys, by operation and mode: they apply at the
-        // owner (a replica has no optimizer state, and a set's meaning is the owner's).
+        // Local sets of shared keys, by operation: they apply at the owner (a set's meaning is
+        // the owner's); so do gradients that no replica could take (no optimizer).
         let mut at_owner: Vec<((u64, UpdateMode), Batch)> = Vec::new();
+        // Gradients under a stateful optimizer, added into the replica's sum once it exists.
+        let mut summed: Vec<(u64, u32, Vec<f32>)> = Vec::new();
         let mut remote: Vec<((NodeId, ReqId, Kind, UpdateMode), Batch)> = Vec::new();
         let mut local_pulls: Vec<(u64, Batch)> = Vec::new();
         let mut unexpected: Vec<(Key, u64)> = Vec::new();
@@ -81,6 +86,8 @@ impl Node {
             // queued pushes form its pending delta.
             value.clear();
             value.extend_from_slice(granted);
+            summed.clear();
+            let optimizer = self.cfg.space.optimizer_for(key).copied();
             for queued in transit.queue {
                 match queued {
                     Queued::LocalPull { op, pos } => {
@@ -96,6 +103,24 @@ impl Node {
                         value.iter_mut().zip(&update).for_each(|(v, u)| *v += u);
                         self.answer(op, pos);
                         touched.push(op);
+                    }
+                    // As the fast path pushes gradients to a replica: SGD's step is additive
+                    // (into the first delta, in order), a stateful optimizer's waits for the
+                    // round's sum at the owner (the replica's value is not changed by it).
+                    Queued::LocalPush {
+                        op,
+                        pos,
+                        update,
+                        mode: UpdateMode::Gradient,
+                    } if optimizer.is_some() => {
+                        let opt = optimizer.as_ref().expect("matched as some");
+                        if opt.is_linear() {
+                            opt.step(&mut value, &mut [], &update);
+                            self.answer(op, pos);
+                            touched.push(op);
+                        } else {
+                            summed.push((op, pos, update));
+                        }
                     }
                     Queued::LocalPush {
                         op,
@@ -134,7 +159,19 @@ impl Node {
                     what: "grant of a key held here",
                 });
                 unexpected.push((key, generation));
+                for (op, pos, update) in summed.drain(..) {
+                    entry(&mut at_owner, (op, UpdateMode::Gradient)).push(key, pos, &update);
+                }
                 continue;
+            }
+            for (op, pos, update) in summed.drain(..) {
+                if self.store.accumulate_replica_gradient(key, &update) {
+                    self.answer(op, pos);
+                    touched.push(op);
+                } else {
+                    // Never expected (a stateful optimizer's replica has a gradient sum).
+                    entry(&mut at_owner, (op, UpdateMode::Gradient)).push(key, pos, &update);
+                }
             }
             self.shares.note_activity();
             self.shares.held.insert(

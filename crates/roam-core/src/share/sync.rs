@@ -258,12 +258,12 @@ impl Node {
                 continue;
             }
             value.resize(self.cfg.space.len(key), 0.0);
-            if !self.store.pull_local(key, &mut value) || value == shared.last_sent {
+            if !self.store.pull_local(key, &mut value) || same_bits(&value, &shared.last_sent) {
                 continue;
             }
             // Changed by members only (bitwise: the same additions in the same order), or
             // also here (then every sharer needs it).
-            let by = if value == shared.shadow {
+            let by = if same_bits(&value, &shared.shadow) {
                 shared.changed_by | std::mem::take(&mut shared.resend)
             } else {
                 u64::MAX
@@ -721,4 +721,11 @@ impl Node {
         let named = self.held_from(from, generations, keys);
         self.leave_shares(now, &named, true);
     }
+}
+
+/// Whether two values are the same bit for bit: a value unchanged since the last broadcast is
+/// the same bits (float `==` would also be slower, compared element by element, and would
+/// call a NaN changed every round and `-0.0` unchanged from `0.0`).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    bytemuck::cast_slice::<f32, u32>(a) == bytemuck::cast_slice::<f32, u32>(b)
 }

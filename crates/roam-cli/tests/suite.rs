@@ -544,7 +544,7 @@ fn suite_from_a_missing_results_file_names_it() {
 }
 
 #[test]
-fn tiny_suite_runs_ctr_scored_by_its_test_auc_without_the_nups_modes() {
+fn tiny_suite_runs_ctr_scored_by_its_test_auc_in_every_mode() {
     // The embedded synthetic set (the quick and tiny presets'), one epoch: about a second
     // per run.
     let suite = Suite::run(
@@ -559,18 +559,12 @@ fn tiny_suite_runs_ctr_scored_by_its_test_auc_without_the_nups_modes() {
         ],
     );
     let runs = suite.runs();
-    // single at 1 node, classic and lapse at 2; nups is refused by the app and skipped.
-    assert_eq!(runs.len(), 3, "{}", suite.stderr);
-    assert!(
-        suite.stderr.contains("skipping ctr in mode nups"),
-        "{}",
-        suite.stderr
-    );
+    // single at 1 node, classic, lapse and nups at 2.
+    assert_eq!(runs.len(), 4, "{}", suite.stderr);
     for r in runs {
         let id = r["id"].as_str().unwrap();
         assert_eq!(r["status"], "ok", "{id}: {}", r["error"]);
         assert_eq!(r["app"], "ctr", "{id}");
-        assert_ne!(r["mode"], "nups", "{id}");
         let epochs = r["epochs"].as_array().expect("epochs");
         assert_eq!(epochs.len(), 1, "{id}");
         let auc = f(&epochs[0], "test_auc");
@@ -584,7 +578,7 @@ fn tiny_suite_runs_ctr_scored_by_its_test_auc_without_the_nups_modes() {
         .nth(2)
         .unwrap_or_else(|| panic!("no ctr quality table: {summary}"));
     let table = table_after(&summary, header);
-    assert_eq!(table.len(), 3, "{summary}");
+    assert_eq!(table.len(), 4, "{summary}");
     for row in &table {
         let auc: f64 = row[10].parse().unwrap_or_else(|_| panic!("{row:?}"));
         assert!(auc > 0.55, "{row:?}");

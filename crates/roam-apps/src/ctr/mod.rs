@@ -24,9 +24,8 @@
 //! node has seen before (`--localize repeats`, [`crate::sightings`]: most rows of a long-tailed
 //! batch are ids used once, which cost a relocation each and are not read here again); `adapm`
 //! signals them as
-//! intents a few batches ahead. The dense keys are never moved. The NuPS modes are refused:
-//! this app does not choose hot keys to replicate (replicated keys would take one step of the
-//! server-side optimizer per sync round at their hub, see docs/embeddings.md; not measured).
+//! intents a few batches ahead. The NuPS modes replicate the dense keys and the hot rows on
+//! every node (`replicate`); outside them the dense keys are never moved.
 //!
 //! Checkpoints (`--checkpoint-dir`, `--resume`; `checkpoint`): the whole model is in roam
 //! keys, so the node checkpoint holds it; a resume skips the dense initialisation and continues
@@ -42,12 +41,13 @@ pub mod budget;
 pub mod checkpoint;
 pub mod data;
 pub mod model;
+pub mod replicate;
 pub mod synthetic;
 pub mod train;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use roam::{Config, Key, Optimizer};
 use serde_json::json;
 
@@ -62,7 +62,7 @@ use synthetic::Spec;
 /// Options of `roam train ctr`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Allocation mode (the nups modes are refused: no hot-key choice for ctr yet).
+    /// Allocation mode.
     #[arg(long, value_enum)]
     pub mode: Mode,
     /// Directory with `train.tsv` and `test.tsv` (`scripts/fetch-data.sh ml-100k-ctr`).
@@ -116,6 +116,9 @@ pub struct Args {
     /// Per-node memory budget and spill file (`ctr/budget.rs`).
     #[command(flatten)]
     pub budget: budget::Budget,
+    /// Replication (the nups modes, `ctr/replicate.rs`).
+    #[command(flatten)]
+    pub replication: replicate::Options,
 }
 
 impl Args {
@@ -147,14 +150,7 @@ impl Args {
         );
         ensure!(self.workers != Some(0), "--workers must be at least 1");
         self.checkpoint.validate()?;
-        if self.mode.replicates() {
-            bail!(
-                "mode {} replicates hot keys, and ctr does not choose keys to replicate (its \
-                 server-side optimizer would step them once per sync round); use single, classic, \
-                 classic-nolocal, lapse or adapm",
-                self.mode.name()
-            );
-        }
+        self.replication.validate()?;
         Ok(())
     }
 
@@ -212,7 +208,8 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         hidden: args.hidden as usize,
     };
     let epoch_keys = SumKeys::keys_needed(train::EPOCH_SUMS, dim);
-    let counter_keys = SumKeys::keys_needed(common::CLUSTER_COUNTERS, dim);
+    let counter_sums_len = common::CLUSTER_COUNTERS + replicate::COUNTERS;
+    let counter_keys = SumKeys::keys_needed(counter_sums_len, dim);
     let mut cfg = Config::sparse(args.dim);
     cfg.optimizer = Some(optimizer);
     cfg.workers_per_node = args.workers;
@@ -221,6 +218,14 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
     args.budget.configure(&mut cfg)?;
+    let dense_keys: Vec<Key> = (RESERVED_BIT..RESERVED_BIT + shape.dense_keys() as Key).collect();
+    let plan = if args.mode.replicates() {
+        replicate::Plan::choose(&data.train, &dense_keys, &args.replication)
+    } else {
+        replicate::Plan::default()
+    };
+    cfg.replicated_keys = plan.keys.clone();
+    args.replication.configure(&mut cfg, plan.keys.len());
     let node = args.mode.start(cfg).context("starting the roam node")?;
     args.output.start(node.rank())?;
     let reserved = |from: Key, n: usize| -> Vec<Key> { (from..from + n as Key).collect() };
@@ -228,7 +233,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     let counter_sums = SumKeys::new(
         reserved(SUMS_BASE + epoch_keys as Key, counter_keys),
         dim,
-        common::CLUSTER_COUNTERS,
+        counter_sums_len,
     );
     let mut settings = json!({
         "metric": "test_auc",
@@ -260,8 +265,9 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         node_intents: &node_intents,
         sightings: sightings.as_ref(),
         console: Console::new(&args.output, "test_auc", "rows"),
-        dense_keys: reserved(RESERVED_BIT, shape.dense_keys()),
+        dense_keys,
         start: &start,
+        plan: &plan,
     };
     let workers = node.workers().context("taking the node's workers")?;
     let outcome = std::thread::scope(|scope| -> anyhow::Result<train::Outcome> {
@@ -286,7 +292,12 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         Ok(outcome)
     })?;
     let mut report = None;
-    if let Some((epochs, counters, intent_sums)) = outcome {
+    if let Some((epochs, counters, replica_sums, intent_sums)) = outcome {
+        let mut settings = settings;
+        if args.mode.replicates() {
+            settings["replication"] =
+                replicate::report(&plan, &args.replication, &replica_sums, node.num_nodes());
+        }
         let parts = u64::from(node.num_nodes() * node.workers_per_node());
         let value = TrainReport {
             app: "ctr",

@@ -37,8 +37,14 @@ const MAX_PENDING: usize = 16;
 /// Test rows per evaluation batch.
 const EVAL_BATCH: usize = 4096;
 
-/// What global worker 0 hands back: per-epoch records, cluster counters, intent counters.
-pub type Outcome = Option<(Vec<Value>, ClusterCounters, [u64; intents::COUNTERS])>;
+/// What global worker 0 hands back: per-epoch records, cluster counters, the cluster sums of
+/// the replication counters (`super::replicate::node_counters`), intent counters.
+pub type Outcome = Option<(
+    Vec<Value>,
+    ClusterCounters,
+    Vec<u64>,
+    [u64; intents::COUNTERS],
+)>;
 
 /// Everything the workers of a node share.
 pub struct Job<'a> {
@@ -64,6 +70,8 @@ pub struct Job<'a> {
     pub dense_keys: Vec<Key>,
     /// Where the run starts (a fresh run, or a resumed checkpoint: `super::checkpoint`).
     pub start: &'a crate::checkpointing::Start,
+    /// The keys replicated on every node (the nups modes; else none).
+    pub plan: &'a super::replicate::Plan,
 }
 
 /// A worker's buffers.
@@ -121,6 +129,9 @@ impl Job<'_> {
         let args = self.args;
         let gid = w.global_id() as usize;
         let parts = (w.num_nodes() * w.workers_per_node()) as usize;
+        if args.mode.replicates() {
+            crate::replication::check_same_set(&self.epoch_sums, w, &self.plan.keys)?;
+        }
         let (first, init) = super::checkpoint::first_epoch(self.start);
         if gid == 0 && init {
             w.set(&self.dense_keys, &self.shape.init_dense(args.seed))?
@@ -220,14 +231,18 @@ impl Job<'_> {
             }
         }
         w.barrier()?;
-        let mut mine = [0u64; common::CLUSTER_COUNTERS];
+        let mut mine = vec![0u64; common::CLUSTER_COUNTERS + super::replicate::COUNTERS];
         if w.id() == 0 {
-            mine = common::node_counters(&self.node.stats());
+            let stats = self.node.stats();
+            mine[..common::CLUSTER_COUNTERS].copy_from_slice(&common::node_counters(&stats));
+            mine[common::CLUSTER_COUNTERS..]
+                .copy_from_slice(&super::replicate::node_counters(&stats));
         }
         self.counter_sums.contribute(w, &mine)?;
         let sums = self.counter_sums.barrier_and_read(w)?;
-        let counters = ClusterCounters::from_sums(&sums);
-        Ok((gid == 0).then_some((records, counters, intent_total)))
+        let (cluster, replica) = sums.split_at(common::CLUSTER_COUNTERS);
+        let counters = ClusterCounters::from_sums(cluster);
+        Ok((gid == 0).then(|| (records, counters, replica.to_vec(), intent_total)))
     }
 
     /// Trains on `order` (this worker's rows, shuffled) in batches; returns the summed loss

@@ -125,8 +125,7 @@ pub(crate) struct Plan {
 /// Expands `m` into runs. Profiles that need namespaces are skipped (with a message) unless
 /// `root`. `single` runs once per workers-per-node value, at one node on loopback (it opens no
 /// link, so a network profile cannot change it); a distributed mode at one node likewise runs
-/// only on loopback. The sampling workloads run once per scheme of [`samplings_for`]. A mode a
-/// workload refuses ([`App::refuses`]) is skipped for it, with the reason.
+/// only on loopback. The sampling workloads run once per scheme of [`samplings_for`].
 pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
     let mut out = Plan {
         runs: Vec::new(),
@@ -135,12 +134,6 @@ pub(crate) fn plan(m: &Matrix, root: bool) -> Plan {
     let mut samplings = BTreeMap::new();
     for &app in &m.apps {
         for &mode in &m.modes {
-            if let Some(why) = app.refuses(mode) {
-                out.skipped
-                    .push(format!("{} in mode {}: {why}", app.name(), mode.name()));
-                samplings.insert((app, mode), Vec::new());
-                continue;
-            }
             let (runs, dropped) = samplings_for(app, mode, &m.samplings);
             for dropped in dropped {
                 out.skipped.push(format!(
@@ -312,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn ctr_runs_its_presets_and_skips_the_nups_modes_it_refuses() {
+    fn ctr_runs_its_presets_in_every_mode_the_nups_modes_included() {
         use clap::ValueEnum;
         let data = Path::new("/d");
         for app in [App::Ctr, App::CtrMl100k] {
@@ -354,19 +347,16 @@ mod tests {
             .filter(|r| r.app == App::Ctr)
             .map(|r| r.mode)
             .collect();
-        assert_eq!(ctr, [Mode::Single, Mode::Lapse]);
-        assert!(
-            p.runs
-                .iter()
-                .any(|r| r.app == App::Mf && r.mode == Mode::Nups)
+        assert_eq!(
+            ctr,
+            [
+                Mode::Single,
+                Mode::Lapse,
+                Mode::Nups,
+                Mode::NupsReplicateOnly
+            ]
         );
-        let refused: Vec<&String> = p
-            .skipped
-            .iter()
-            .filter(|s| s.starts_with("ctr in mode"))
-            .collect();
-        assert_eq!(refused.len(), 2, "{:?}", p.skipped);
-        assert!(refused[0].contains("nups"), "{}", refused[0]);
+        assert!(p.skipped.is_empty(), "{:?}", p.skipped);
     }
 
     #[test]

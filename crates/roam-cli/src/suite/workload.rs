@@ -180,17 +180,6 @@ impl App {
     pub(crate) fn scored(self) -> bool {
         !matches!(self, Self::Mf | Self::MfZipf)
     }
-
-    /// Why the workload does not run in `mode`, if it does not: ctr refuses the NuPS modes
-    /// (it does not choose hot keys to replicate, see `roam_apps::ctr`).
-    pub(crate) fn refuses(self, mode: Mode) -> Option<&'static str> {
-        match self {
-            Self::Ctr | Self::CtrMl100k if mode.replicates() => {
-                Some("ctr chooses no hot keys to replicate, so it refuses the NuPS modes")
-            }
-            _ => None,
-        }
-    }
 }
 
 impl Mode {

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Elastic membership benchmark (docs/elasticity.md, "Adding and removing servers").
 
-Runs MF `classic` on 4 nodes x 1 worker at 1 Gbit/s with 50 us latency, three ways, RUNS times
-each: no change (`base`), two servers joining at JOIN s (`join`), and one server joining at
-JOIN s that is drained at DRAIN s (`jd`). Each run's output is kept with wall-clock stamps
-(`OUT/<config><i>.log`); the report gives rank 0's seconds per epoch before and after (medians
-and ranges over the runs), the epochs a join or drain fell in against the epoch before, and
-the final test RMSE of every run.
+Runs MF `classic` on 4 nodes x 1 worker at BANDWIDTH (default 1 Gbit/s) per node link with
+50 us latency, three ways, RUNS times each: no change (`base`), two servers joining at JOIN s
+(`join`), and one server joining at JOIN s that is drained at DRAIN s (`jd`). Each run's output
+is kept with wall-clock stamps (`OUT/<config><i>.log`); the report gives rank 0's seconds per
+epoch before and after each change (medians and ranges over the runs: the epochs that ended
+before the join was asked, the epochs that started after it was done, and for `jd` those after
+the drain; `base` is split at JOIN s the same way), the epochs a join or drain fell in against
+the epoch before, and the final test RMSE of every run.
 
-Usage: scripts/membership-bench.py [--runs 3] [--join 5] [--drain 11] [--out DIR]
-       [--analyse-only]   (run from the repository root after `cargo build --release`)
+Usage: scripts/membership-bench.py [--runs 3] [--join 5] [--drain 11] [--bandwidth 1gbit]
+       [--epochs 12] [--out DIR] [--analyse-only]
+       (run from the repository root after `cargo build --release`)
 """
 
 import argparse
@@ -23,13 +26,13 @@ import time
 import roam_report  # scripts/roam_report.py: reports from old and new binaries
 
 R = "target/release/roam"
-TRAIN = [R, "train", "mf", "--mode", "classic", "--epochs", "12", "--synthetic",
-         "rows=20000,cols=10000,rank=10,nnz=1e6,noise=0.1,test=0.1,seed=1"]
+DATA = "rows=20000,cols=10000,rank=10,nnz=1e6,noise=0.1,test=0.1,seed=1"
 
 
-def run(out: pathlib.Path, tag: str, extra: list[str]) -> None:
-    cmd = [R, "launch", "--nodes", "4", "--workers-per-node", "1", "--bandwidth", "1gbit",
-           "--latency-us", "50", *extra, "--", *roam_report.with_json(TRAIN)]
+def run(out: pathlib.Path, tag: str, extra: list[str], bandwidth: str, epochs: int) -> None:
+    train = [R, "train", "mf", "--mode", "classic", "--epochs", str(epochs), "--synthetic", DATA]
+    cmd = [R, "launch", "--nodes", "4", "--workers-per-node", "1", "--bandwidth", bandwidth,
+           "--latency-us", "50", *extra, "--", *roam_report.with_json(train)]
     t0 = time.time()
     with open(out / f"{tag}.log", "w") as log:
         log.write(" ".join(cmd) + "\n")
@@ -56,6 +59,14 @@ def load(path: pathlib.Path) -> dict:
         m = re.search(r"started at ([\d.]+) s", line)
         if "[launch] joiner" in line and m:
             r["events"].append(("join", float(m.group(1)), float(m.group(1))))
+        m = re.search(r"\[joiner (\d+)\] roam: joined the running job", line)
+        if m:
+            # Admitted: the join is done at this line's stamp.
+            joins = [i for i, e in enumerate(r["events"]) if e[0] == "join"]
+            k = int(m.group(1)) - 1
+            if k < len(joins):
+                kind, asked, _ = r["events"][joins[k]]
+                r["events"][joins[k]] = (kind, asked, float(line.split()[0]))
         m = re.search(r"node (\d+) drained at ([\d.]+) s \(asked at ([\d.]+) s", line)
         if m:
             r["events"].append(("drain", float(m.group(3)), float(m.group(2))))
@@ -72,16 +83,40 @@ def epoch_at(r: dict, t: float) -> int:
     return next((i for i, end in enumerate(r["ends"]) if t <= end), len(r["ends"]) - 1)
 
 
-def analyse(out: pathlib.Path, runs: int) -> None:
+def between(r: dict, start: float, end: float) -> list[float]:
+    """Seconds of the epochs that started at or after `start` and ended by `end`."""
+    return [secs for secs, stop in zip(r["secs"], r["ends"])
+            if stop - secs >= start and stop <= end]
+
+
+def medians(rs: list[dict], start: list[float], end: list[float]) -> str:
+    parts = [between(r, a, b) for r, a, b in zip(rs, start, end)]
+    if any(not p for p in parts):
+        return "no whole epoch in that span"
+    return fmt([st.median(p) for p in parts]) + f", {min(map(len, parts))}+ epochs per run"
+
+
+def analyse(out: pathlib.Path, runs: int, join: float) -> None:
+    inf = float("inf")
     for config in ("base", "join", "jd"):
         rs = [load(out / f"{config}{i}.log") for i in range(1, runs + 1)]
         print(f"{config}: exit codes {[r['rc'] for r in rs]}, final test RMSE "
               f"{[r.get('rmse') for r in rs]}")
-        print(f"  s/epoch, epochs 1-3: {fmt([st.median(r['secs'][0:3]) for r in rs])}; "
-              f"epochs 6-12: {fmt([st.median(r['secs'][5:12]) for r in rs])}")
+        # (asked, done) of the first join and of the drain, per run.
+        joins = [next(((a, d) for k, a, d in r["events"] if k == "join"), (join, join))
+                 for r in rs]
+        drains = [next(((a, d) for k, a, d in r["events"] if k == "drain"), (inf, inf))
+                  for r in rs]
+        print(f"  s/epoch before the join: {medians(rs, [0.0] * runs, [a for a, _ in joins])}")
         if config == "jd":
-            print(f"  epochs 6-9: {fmt([st.median(r['secs'][5:9]) for r in rs])}; "
-                  f"epochs 10-12: {fmt([st.median(r['secs'][9:12]) for r in rs])}")
+            print(f"  after the join, before the drain: "
+                  f"{medians(rs, [d for _, d in joins], [a for a, _ in drains])}")
+            print(f"  after the drain: {medians(rs, [d for _, d in drains], [inf] * runs)}")
+        else:
+            # Two joiners: after the later one was admitted.
+            last = [max((d for k, _, d in r["events"] if k == "join"), default=join) for r in rs]
+            print(f"  s/epoch after the join{'s' if config == 'join' else ''}: "
+                  f"{medians(rs, last, [inf] * runs)}")
         for r in rs:
             for kind, asked, done in r["events"]:
                 i, j = epoch_at(r, asked), epoch_at(r, done)
@@ -95,6 +130,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--join", type=float, default=5.0)
     ap.add_argument("--drain", type=float, default=11.0)
+    ap.add_argument("--bandwidth", default="1gbit", help="per node link, tc syntax")
+    ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--out", default="bench-results/membership")
     ap.add_argument("--analyse-only", action="store_true")
     args = ap.parse_args()
@@ -108,8 +145,8 @@ def main() -> None:
         }
         for i in range(1, args.runs + 1):
             for config, extra in configs.items():
-                run(out, f"{config}{i}", extra)
-    analyse(out, args.runs)
+                run(out, f"{config}{i}", extra, args.bandwidth, args.epochs)
+    analyse(out, args.runs, args.join)
 
 
 if __name__ == "__main__":

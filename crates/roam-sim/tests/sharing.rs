@@ -160,9 +160,10 @@ fn sweep(home_moves: bool, drain: bool) {
         "{n} seeds: grants, relocations by intent, revokes, promotions, deferrals, \
          deferrals expired, deferrals extended: {sums:?}"
     );
-    if n >= 100 {
+    if n >= 1_000 {
         // Every path but the deadline's expiry, which random runs reach only a few times in
-        // 3,000 seeds (none in the first 1,000): `linger.rs`
+        // 3,000 seeds (none in the first 1,000; the debug build's 200 seeds miss rarer ones
+        // too, e.g. an extended deferral under drains): `linger.rs`
         // `a_deferred_offer_expires_when_the_owner_overruns_its_use` takes it in every seed.
         let taken = sums.iter().enumerate().all(|(path, &s)| path == 5 || s > 0);
         assert!(taken, "every path taken: {sums:?}");

@@ -139,6 +139,11 @@ impl Job<'_> {
                 .context("initialising the dense parameters")?;
         }
         w.barrier()?;
+        if args.mode.replicates() {
+            // The dense keys' initial values were set at their hubs: bring them to every
+            // replica before anyone reads them (a barrier does not sync replicas).
+            w.sync_replicas()?;
+        }
         let train = &self.data.train;
         let mine: Vec<usize> = (gid..train.len()).step_by(parts).collect();
         let mut t = Trainer::default();
@@ -164,6 +169,11 @@ impl Job<'_> {
             let cpu = common::process_cpu_micros().saturating_sub(cpu_start);
             w.barrier()?;
             let clock = Stopwatch::start();
+            if args.mode.replicates() {
+                // Every node's last gradients stepped at the hubs and the results in every
+                // replica: the evaluation reads the model of the whole epoch, not a changing one.
+                w.sync_replicas()?;
+            }
             let test = if gid == 0 {
                 Some(self.evaluate(w)?)
             } else {

@@ -2,7 +2,8 @@
 """Runs `roam train ctr` in several modes, interleaved, and prints one markdown table row per
 mode: test AUC after the last epoch (median, range), the last epoch's loss, rows per second,
 CPU seconds per epoch summed over the nodes (median, range), its ratio to single's median in the
-same batch, the local fraction and the MB sent (docs/workloads-ctr.md, "NuPS modes").
+same batch, the local fraction, the MB sent and, in the NuPS modes, the replicated keys, rows
+and share of row accesses (docs/workloads-ctr.md, "NuPS modes").
 
 Usage: scripts/ctr-modes.py [--roam target/release/roam] [--data data/ml-100k-ctr]
            [--modes single,classic,lapse,nups,nups-replicate-only,adapm] [--nodes 2] [--reps 3]
@@ -56,11 +57,18 @@ def main():
                 "cpu": st.mean(e["cpu_seconds"] for e in ep),
                 "local": ep[-1]["local_fraction"],
                 "mb": r["bytes_sent"] / 1e6,
+                "rep": r["settings"].get("replication"),
             })
 
     def spread(rs, key, fmt):
         v = [x[key] for x in rs]
         return f"{fmt.format(st.median(v))} ({fmt.format(min(v))}–{fmt.format(max(v))})"
+
+    def replicated(rep):
+        if not rep:
+            return ""
+        return (f" {rep['replicated_keys']} keys ({rep['replicated_rows']} rows, "
+                f"{rep['access_fraction']:.0%} of row accesses) |")
 
     single = st.median(x["cpu"] for x in results["single"]) if "single" in results else None
     for mode in modes:
@@ -70,7 +78,7 @@ def main():
         print(f"| {mode} | {nodes} | {spread(rs, 'auc', '{:.4f}')} | "
               f"{st.median(x['loss'] for x in rs):.4f} | {spread(rs, 'rows', '{:,.0f}')} | "
               f"{spread(rs, 'cpu', '{:.2f}')} | {ratio} | {st.median(x['local'] for x in rs):.3f} | "
-              f"{st.median(x['mb'] for x in rs):.1f} |")
+              f"{st.median(x['mb'] for x in rs):.1f} |{replicated(rs[0]['rep'])}")
 
 
 if __name__ == "__main__":

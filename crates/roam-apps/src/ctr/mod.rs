@@ -23,9 +23,9 @@
 //! next batch's embedding rows while the current one computes — by default only those the
 //! node has seen before (`--localize repeats`, [`crate::sightings`]: most rows of a long-tailed
 //! batch are ids used once, which cost a relocation each and are not read here again); `adapm`
-//! signals them as
-//! intents a few batches ahead. The NuPS modes replicate the dense keys and the hot rows on
-//! every node (`replicate`); outside them the dense keys are never moved.
+//! signals them as intents a few batches ahead, and the dense keys for the whole epoch. The
+//! NuPS modes replicate the dense keys and the hot rows on every node (`replicate`); in the
+//! other modes the dense keys never move.
 //!
 //! Checkpoints (`--checkpoint-dir`, `--resume`; `checkpoint`): the whole model is in roam
 //! keys, so the node checkpoint holds it; a resume skips the dense initialisation and continues

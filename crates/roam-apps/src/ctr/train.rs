@@ -278,6 +278,9 @@ impl Job<'_> {
             Ok(())
         };
         if intents {
+            // Every batch reads and pushes the dense keys: one intent for the whole epoch, so
+            // that roam shares them among the nodes (each node a replica) as it decides.
+            w.intent(&self.dense_keys, base, base + chunks.len() as u64)?;
             for i in 0..ahead.min(chunks.len()) {
                 signal(t, i)?;
             }

@@ -7,6 +7,7 @@ and share of row accesses (docs/workloads-ctr.md, "NuPS modes").
 
 Usage: scripts/ctr-modes.py [--roam target/release/roam] [--data data/ml-100k-ctr]
            [--modes single,classic,lapse,nups,nups-replicate-only,adapm] [--nodes 2] [--reps 3]
+           [--profile loopback|10gbe|1gbe]
            [-- EXTRA ARGS of every distributed run]
 Without --data the app's embedded synthetic set is used.
 """
@@ -33,6 +34,7 @@ def main():
     ap.add_argument("--data", default=None)
     ap.add_argument("--modes", default="single,classic,lapse,nups,nups-replicate-only,adapm")
     ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--profile", default="loopback", help="roam launch's network profile")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("extra", nargs="*", help="arguments of every distributed run (after --)")
     a = ap.parse_args()
@@ -44,7 +46,8 @@ def main():
             if a.data:
                 cmd += ["--data", a.data]
             if mode != "single":
-                cmd = [a.roam, "launch", "--nodes", str(a.nodes), "--"] + cmd + a.extra
+                cmd = [a.roam, "launch", "--nodes", str(a.nodes), "--profile", a.profile,
+                       "--"] + cmd + a.extra
             run = subprocess.run(cmd, capture_output=True, text=True)
             r = report(run.stdout)
             if run.returncode != 0 or r is None:

@@ -49,16 +49,21 @@ def load(path: pathlib.Path) -> dict:
             stamp = float(line.split()[0])
             report = json.loads(line.split("] ", 1)[1])
             epochs = report["epochs"]
-            ends, at = [], stamp
+            ends, starts, at = [], [], stamp
             for e in reversed(epochs):
                 ends.append(at)
                 at -= e["seconds"] + e.get("eval_seconds", 0)
+                starts.append(at)
             r["ends"] = list(reversed(ends))
+            r["starts"] = list(reversed(starts))
             r["secs"] = [e["seconds"] for e in epochs]
             r["rmse"] = epochs[-1]["test_rmse"]
+        # Every time is this script's stamp of the line (the launcher's own clock, in its
+        # messages, runs a few hundred ms behind the stamps; the epochs are placed by stamps).
         m = re.search(r"started at ([\d.]+) s", line)
         if "[launch] joiner" in line and m:
-            r["events"].append(("join", float(m.group(1)), float(m.group(1))))
+            stamp = float(line.split()[0])
+            r["events"].append(("join", stamp, stamp))
         m = re.search(r"\[joiner (\d+)\] roam: joined the running job", line)
         if m:
             # Admitted: the join is done at this line's stamp.
@@ -69,7 +74,9 @@ def load(path: pathlib.Path) -> dict:
                 r["events"][joins[k]] = (kind, asked, float(line.split()[0]))
         m = re.search(r"node (\d+) drained at ([\d.]+) s \(asked at ([\d.]+) s", line)
         if m:
-            r["events"].append(("drain", float(m.group(3)), float(m.group(2))))
+            done = float(line.split()[0])
+            took = float(m.group(2)) - float(m.group(3))
+            r["events"].append(("drain", done - took, done))
         if line.startswith("RC"):
             r["rc"] = int(line.split()[1])
     return r
@@ -84,9 +91,10 @@ def epoch_at(r: dict, t: float) -> int:
 
 
 def between(r: dict, start: float, end: float) -> list[float]:
-    """Seconds of the epochs that started at or after `start` and ended by `end`."""
-    return [secs for secs, stop in zip(r["secs"], r["ends"])
-            if stop - secs >= start and stop <= end]
+    """Seconds of the epochs that started (the previous epoch's end, its evaluation
+    included) at or after `start` and ended by `end`."""
+    return [secs for secs, begin, stop in zip(r["secs"], r["starts"], r["ends"])
+            if begin >= start and stop <= end]
 
 
 def medians(rs: list[dict], start: list[float], end: list[float]) -> str:
@@ -121,8 +129,9 @@ def analyse(out: pathlib.Path, runs: int, join: float) -> None:
             for kind, asked, done in r["events"]:
                 i, j = epoch_at(r, asked), epoch_at(r, done)
                 slowest = max(r["secs"][i:j + 1])
+                before = f"{r['secs'][i - 1]:.2f} s before it" if i > 0 else "no epoch before"
                 print(f"  {kind} asked at {asked:.2f} s, done at {done:.2f} s: slowest epoch "
-                      f"{slowest:.2f} s against {r['secs'][i - 1]:.2f} s before it")
+                      f"{slowest:.2f} s against {before}")
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::Args;
 use super::data::{Dataset, mix};
 use super::model::{self, Batch, Grads, Params, Scratch, Shape};
-use crate::common::{self, ClusterCounters, Stopwatch, SumKeys};
+use crate::common::{self, ClusterCounters, Mode, Stopwatch, SumKeys};
 use crate::intents::{self, NodeIntents};
 use crate::output::{self, Console, LocalFraction};
 use crate::sightings::Sightings;
@@ -279,8 +279,12 @@ impl Job<'_> {
         };
         if intents {
             // Every batch reads and pushes the dense keys: one intent for the whole epoch, so
-            // that roam shares them among the nodes (each node a replica) as it decides.
-            w.intent(&self.dense_keys, base, base + chunks.len() as u64)?;
+            // that roam shares them among the nodes (each node a replica). Not when keys only
+            // move (`adapm-relocate-only`): keys every node wants all the time would move from
+            // node to node; and not for a worker without batches (an intent needs a clock).
+            if args.mode != Mode::AdapmRelocateOnly && !chunks.is_empty() {
+                w.intent(&self.dense_keys, base, base + chunks.len() as u64)?;
+            }
             for i in 0..ahead.min(chunks.len()) {
                 signal(t, i)?;
             }

@@ -69,7 +69,7 @@ def main():
 
     def replicated(rep):
         if not rep:
-            return ""
+            return "  |"
         return (f" {rep['replicated_keys']} keys ({rep['replicated_rows']} rows, "
                 f"{rep['access_fraction']:.0%} of row accesses) |")
 

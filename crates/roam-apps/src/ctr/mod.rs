@@ -54,6 +54,7 @@ use serde_json::json;
 use crate::common::{self, Mode, SumKeys, TrainReport};
 use crate::intents::{self, NodeIntents};
 use crate::output::{Console, OutputArgs};
+use crate::replication;
 use crate::sightings::{Localize, Sightings};
 use data::{Dataset, RESERVED_BIT};
 use model::Shape;
@@ -208,7 +209,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         hidden: args.hidden as usize,
     };
     let epoch_keys = SumKeys::keys_needed(train::EPOCH_SUMS, dim);
-    let counter_sums_len = common::CLUSTER_COUNTERS + replicate::COUNTERS;
+    let counter_sums_len = common::CLUSTER_COUNTERS + replication::COUNTERS;
     let counter_keys = SumKeys::keys_needed(counter_sums_len, dim);
     let mut cfg = Config::sparse(args.dim);
     cfg.optimizer = Some(optimizer);
@@ -218,7 +219,8 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     args.output.configure(&mut cfg);
     let start = args.checkpoint.configure(&mut cfg, args.epochs)?;
     args.budget.configure(&mut cfg)?;
-    let dense_keys: Vec<Key> = (RESERVED_BIT..RESERVED_BIT + shape.dense_keys() as Key).collect();
+    let reserved = |from: Key, n: usize| -> Vec<Key> { (from..from + n as Key).collect() };
+    let dense_keys = reserved(RESERVED_BIT, shape.dense_keys());
     let plan = if args.mode.replicates() {
         replicate::Plan::choose(&data.train, &dense_keys, &args.replication)
     } else {
@@ -228,7 +230,6 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     args.replication.configure(&mut cfg, plan.keys.len());
     let node = args.mode.start(cfg).context("starting the roam node")?;
     args.output.start(node.rank())?;
-    let reserved = |from: Key, n: usize| -> Vec<Key> { (from..from + n as Key).collect() };
     let epoch_sums = SumKeys::new(reserved(SUMS_BASE, epoch_keys), dim, train::EPOCH_SUMS);
     let counter_sums = SumKeys::new(
         reserved(SUMS_BASE + epoch_keys as Key, counter_keys),
@@ -293,10 +294,10 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     })?;
     let mut report = None;
     if let Some((epochs, counters, replica_sums, intent_sums)) = outcome {
-        let mut settings = settings;
         if args.mode.replicates() {
             settings["replication"] =
-                replicate::report(&plan, &args.replication, &replica_sums, node.num_nodes());
+                args.replication
+                    .report(plan.fields(), &replica_sums, node.num_nodes());
         }
         let parts = u64::from(node.num_nodes() * node.workers_per_node());
         let value = TrainReport {

@@ -61,6 +61,16 @@ impl Plan {
             access_fraction: covered as f64 / accesses.max(1) as f64,
         }
     }
+
+    /// What the report's `replication` object says about the choice (`Options::report` adds
+    /// the chooser and the sync figures).
+    pub fn fields(&self) -> serde_json::Value {
+        json!({
+            "replicated_keys": self.keys.len(),
+            "replicated_rows": self.rows,
+            "access_fraction": self.access_fraction,
+        })
+    }
 }
 
 /// Training examples that use each row (each distinct row of an example once).
@@ -79,19 +89,6 @@ pub fn row_counts(train: &Examples) -> HashMap<Key, u64> {
         }
     }
     counts
-}
-
-pub use crate::replication::{COUNTERS, node_counters};
-
-/// The `replication` object of the report's settings, from the plan and the cluster sums of
-/// [`node_counters`] over `nodes` nodes.
-pub fn report(plan: &Plan, opts: &Options, sums: &[u64], nodes: u32) -> serde_json::Value {
-    let fields = json!({
-        "replicated_keys": plan.keys.len(),
-        "replicated_rows": plan.rows,
-        "access_fraction": plan.access_fraction,
-    });
-    opts.report(fields, sums, nodes)
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ const MAX_PENDING: usize = 16;
 const EVAL_BATCH: usize = 4096;
 
 /// What global worker 0 hands back: per-epoch records, cluster counters, the cluster sums of
-/// the replication counters (`super::replicate::node_counters`), intent counters.
+/// the replication counters (`crate::replication::node_counters`), intent counters.
 pub type Outcome = Option<(
     Vec<Value>,
     ClusterCounters,
@@ -241,12 +241,12 @@ impl Job<'_> {
             }
         }
         w.barrier()?;
-        let mut mine = vec![0u64; common::CLUSTER_COUNTERS + super::replicate::COUNTERS];
+        let mut mine = vec![0u64; common::CLUSTER_COUNTERS + crate::replication::COUNTERS];
         if w.id() == 0 {
             let stats = self.node.stats();
             mine[..common::CLUSTER_COUNTERS].copy_from_slice(&common::node_counters(&stats));
             mine[common::CLUSTER_COUNTERS..]
-                .copy_from_slice(&super::replicate::node_counters(&stats));
+                .copy_from_slice(&crate::replication::node_counters(&stats));
         }
         self.counter_sums.contribute(w, &mine)?;
         let sums = self.counter_sums.barrier_and_read(w)?;

@@ -12,6 +12,7 @@
 
 use crate::id::{Key, NodeId, ReqId};
 use crate::node::{Batch, Batches, Node, Time};
+use crate::optim::Optimizer;
 use crate::relocate::{Queued, entry};
 use crate::stats::add;
 use crate::store::{Residency, UpdateMode};
@@ -112,16 +113,14 @@ impl Node {
                         pos,
                         update,
                         mode: UpdateMode::Gradient,
-                    } if optimizer.is_some() => {
-                        let opt = optimizer.as_ref().expect("matched as some");
-                        if opt.is_linear() {
-                            opt.step(&mut value, &mut [], &update);
+                    } if optimizer.is_some() => match optimizer.filter(Optimizer::is_linear) {
+                        Some(sgd) => {
+                            sgd.step(&mut value, &mut [], &update);
                             self.answer(op, pos);
                             touched.push(op);
-                        } else {
-                            summed.push((op, pos, update));
                         }
-                    }
+                        None => summed.push((op, pos, update)),
+                    },
                     Queued::LocalPush {
                         op,
                         pos,

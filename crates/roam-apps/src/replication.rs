@@ -48,6 +48,17 @@ impl Options {
         sync_every(self.sync_every_ms).map(drop)
     }
 
+    /// A chooser's options with roam's sync defaults (the apps' unit tests).
+    #[cfg(test)]
+    pub(crate) fn choosing(replicate_alpha: f64, replicate_top: Option<usize>) -> Self {
+        Self {
+            replicate_alpha,
+            replicate_top,
+            sync_every_ms: None,
+            sync_updates_per_key: None,
+        }
+    }
+
     /// Sets `cfg`'s sync period and work clock from these options, for `replicated` keys.
     pub fn configure(&self, cfg: &mut roam::Config, replicated: usize) {
         if let Some(per_key) = self.sync_updates_per_key {

@@ -108,15 +108,6 @@ mod tests {
         e
     }
 
-    fn opts(alpha: f64, top: Option<usize>) -> Options {
-        Options {
-            replicate_alpha: alpha,
-            replicate_top: top,
-            sync_every_ms: None,
-            sync_updates_per_key: None,
-        }
-    }
-
     #[test]
     fn rows_are_counted_once_per_example_and_the_dense_keys_always_replicated() {
         // Key 1 in every row (twice in row 0: counted once), 2 in two rows, 3 and 4 once.
@@ -127,15 +118,15 @@ mod tests {
         assert_eq!((counts[&3], counts[&4]), (1, 1));
         let dense = [100, 101];
         // Mean over the 4 rows used: 7/4; 1.5× that is 2.625: only key 1.
-        let p = Plan::choose(&train, &dense, &opts(1.5, None));
+        let p = Plan::choose(&train, &dense, &Options::choosing(1.5, None));
         assert_eq!(p.keys, [1, 100, 101]);
         assert_eq!(p.rows, 1);
         assert!((p.access_fraction - 3.0 / 7.0).abs() < 1e-12, "{p:?}");
-        let p = Plan::choose(&train, &dense, &opts(100.0, Some(2)));
+        let p = Plan::choose(&train, &dense, &Options::choosing(100.0, Some(2)));
         assert_eq!(p.keys, [1, 2, 100, 101]);
         assert_eq!(p.rows, 2);
         // Nothing hot enough: the dense keys still.
-        let p = Plan::choose(&train, &dense, &opts(100.0, None));
+        let p = Plan::choose(&train, &dense, &Options::choosing(100.0, None));
         assert_eq!((p.keys.as_slice(), p.rows), (&dense[..], 0));
         assert_eq!(p.access_fraction, 0.0);
     }

@@ -161,33 +161,24 @@ mod tests {
         }
     }
 
-    fn opts(alpha: f64, top: Option<usize>) -> Options {
-        Options {
-            replicate_alpha: alpha,
-            replicate_top: top,
-            sync_every_ms: None,
-            sync_updates_per_key: None,
-        }
-    }
-
     #[test]
     fn relations_always_and_entities_by_frequency() {
         let g = graph();
         assert_eq!(counts(&g), [5, 2, 1, 1, 1, 0, 3, 2]);
         // 15 occurrences over 8 keys: mean 1.875.
-        let p = Plan::choose(&g, &opts(2.0, None), 1);
+        let p = Plan::choose(&g, &Options::choosing(2.0, None), 1);
         assert_eq!(p.keys, [0, 6, 7], "only entity 0 has >= 3.75");
         assert_eq!((p.entities, p.relations), (1, 2));
         // Positives: entity 0 (5) + relations (5) of 15; negatives: 2 per triple, 1/6 of them.
         let expected = (10.0 + 2.0 * 5.0 / 6.0) / (5.0 * 5.0);
         assert!((p.access_fraction - expected).abs() < 1e-12);
-        let p = Plan::choose(&g, &opts(1.0, None), 1);
+        let p = Plan::choose(&g, &Options::choosing(1.0, None), 1);
         assert_eq!(p.keys, [0, 1, 6, 7]);
-        let p = Plan::choose(&g, &opts(1.0, Some(3)), 1);
+        let p = Plan::choose(&g, &Options::choosing(1.0, Some(3)), 1);
         assert_eq!(p.keys, [0, 1, 2, 6, 7], "top 3 entities, ties by key");
         assert!(p.is_replicated(2) && !p.is_replicated(3) && p.is_replicated(7));
         assert!(!Plan::none(&g).is_replicated(7));
-        let p = Plan::choose(&g, &opts(1e9, None), 1);
+        let p = Plan::choose(&g, &Options::choosing(1e9, None), 1);
         assert_eq!(p.keys, [6, 7], "relations even when no entity qualifies");
     }
 }

@@ -181,6 +181,7 @@ impl Shared<'_> {
             sampler: self.sampler,
             buckets: self.buckets,
             draw_ahead: sampling::draws_ahead(self.scheme),
+            localize_parts: self.mode.localizes(),
         };
         let mut step = Step::default();
         let mut sampled_total = [0u64; 2];

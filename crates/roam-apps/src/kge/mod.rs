@@ -108,14 +108,19 @@ pub struct Args {
     /// trains the triples of its relations, Lapse's data clustering) or `buckets` (entities
     /// in 2W parts, each epoch in 2W − 1 rounds in which each worker trains the triples among
     /// the two parts it holds, negatives drawn from those parts: PyTorch-BigGraph's schedule;
-    /// modes that signal intents only; docs/workloads-kge.md, "Bucket schedule").
+    /// modes that move keys: adapm, lapse, nups; docs/workloads-kge.md, "Bucket schedule").
     #[arg(long, value_enum, default_value = "relation")]
     pub schedule: Schedule,
     /// `--schedule buckets`: each round also draws negatives from a pool of entities of the
     /// other parts, this many times as many as the worker holds, pulled when the round starts
-    /// and written back when it ends (0: negatives from the two parts held only).
+    /// (0: negatives from the two parts held only).
     #[arg(long, default_value_t = 1.0)]
     pub bucket_pool: f64,
+    /// `--schedule buckets`: push the summed gradients of the pool's entities every this many
+    /// triples, and at the round's end (0: at the round's end only, which is cheapest but
+    /// applies a round's gradients of a pooled entity late and in one AdaGrad step).
+    #[arg(long, default_value_t = buckets::DEFAULT_POOL_FLUSH)]
+    pub bucket_pool_flush: usize,
     /// Lapse mode: localize the entities of the triple this many triples ahead (0: never).
     #[arg(long, default_value_t = 1)]
     pub localize_ahead: usize,
@@ -198,8 +203,10 @@ impl Args {
             self.mode.name()
         );
         ensure!(
-            self.schedule != Schedule::Buckets || self.mode.signals_intents(),
-            "--schedule buckets needs a mode that signals intents (adapm), not {}",
+            self.schedule != Schedule::Buckets
+                || self.mode.signals_intents()
+                || self.mode.localizes(),
+            "--schedule buckets needs a mode that moves keys (adapm, lapse or nups), not {}",
             self.mode.name()
         );
         ensure!(
@@ -330,6 +337,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         },
         seed: args.seed,
         bucket_pool: args.bucket_pool,
+        bucket_pool_flush: args.bucket_pool_flush,
         update: args.update,
         init_range: args.init_range,
     };
@@ -415,6 +423,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
                 "intent_ahead": hyper.intent_ahead,
                 "schedule": args.schedule.name(),
                 "bucket_pool": args.bucket_pool,
+                "bucket_pool_flush": args.bucket_pool_flush,
                 "pushes_in_flight": hyper.pushes_in_flight,
                 "seed": args.seed,
                 "entities": graph.num_entities,

@@ -92,6 +92,8 @@ pub struct Hyper {
     /// The bucket schedule's pool of global negatives per round, as a multiple of the
     /// entities a worker holds (`buckets.rs`).
     pub bucket_pool: f64,
+    /// Triples between two pushes of the pool's gradients (0: once, at the round's end).
+    pub bucket_pool_flush: usize,
 }
 
 /// Where the negatives of a positive come from.
@@ -105,27 +107,69 @@ pub enum Negatives<'a> {
     Pooled(&'a [Key], &'a mut Pool),
 }
 
-/// Copies of keys held elsewhere, read once and written back once (a bucket round's global
-/// negatives): values as pulled, and the sum of this worker's gradients since.
+/// Copies of keys held elsewhere, read once per round (a bucket round's global negatives):
+/// values as pulled, and the sum of this worker's gradients since they were last pushed
+/// (`buckets.rs` pushes them every `--bucket-pool-flush` triples and at the round's end).
 #[derive(Debug, Default)]
 pub struct Pool {
     /// The keys, and where each one's values start in `values` and `deltas`.
-    pub index: std::collections::HashMap<Key, usize>,
+    pub index: rustc_hash::FxHashMap<Key, usize>,
     /// The keys in pull order.
     pub keys: Vec<Key>,
     /// Their values, as read when the round started.
     pub values: Vec<f32>,
-    /// Their gradients since, summed (pushed with `push_gradients` when the round ends).
+    /// Their gradients since the last push, summed.
     pub deltas: Vec<f32>,
+    /// Positions in `keys` of the keys with a gradient since the last push (each once).
+    touched: Vec<u32>,
+    /// Whether each key is in `touched`.
+    dirty: Vec<bool>,
 }
 
 impl Pool {
-    /// Empties the pool.
-    pub fn clear(&mut self) {
+    /// Replaces the pool with `keys` (ascending or not, each once) and their values `values`
+    /// (`len` per key; `values` is left with the old values' buffer).
+    pub fn install(&mut self, keys: &[Key], values: &mut Vec<f32>, len: usize) {
         self.index.clear();
+        self.index
+            .extend(keys.iter().enumerate().map(|(i, &key)| (key, i * len)));
         self.keys.clear();
-        self.values.clear();
+        self.keys.extend_from_slice(keys);
+        std::mem::swap(&mut self.values, values);
         self.deltas.clear();
+        self.deltas.resize(self.values.len(), 0.0);
+        self.touched.clear();
+        self.dirty.clear();
+        self.dirty.resize(keys.len(), false);
+    }
+
+    /// Adds gradient `grad` of the key whose values start at `at`.
+    fn add(&mut self, at: usize, grad: &[f32]) {
+        let i = at / grad.len();
+        if !self.dirty[i] {
+            self.dirty[i] = true;
+            self.touched.push(i as u32);
+        }
+        self.deltas[at..at + grad.len()]
+            .iter_mut()
+            .zip(grad)
+            .for_each(|(d, g)| *d += g);
+    }
+
+    /// Moves the summed gradients of the keys touched since the last call into `keys` and
+    /// `grads` (`len` per key, replacing their contents), zeroing them here.
+    pub fn take_gradients(&mut self, len: usize, keys: &mut Vec<Key>, grads: &mut Vec<f32>) {
+        keys.clear();
+        grads.clear();
+        for &i in &self.touched {
+            let i = i as usize;
+            keys.push(self.keys[i]);
+            let sum = &mut self.deltas[i * len..(i + 1) * len];
+            grads.extend_from_slice(sum);
+            sum.fill(0.0);
+            self.dirty[i] = false;
+        }
+        self.touched.clear();
     }
 }
 
@@ -296,20 +340,17 @@ impl Step {
             return Ok(worker.push(&[], &[])?);
         }
         if let Negatives::Pooled(_, pool) = negatives {
-            // Gradients of pooled keys are summed in the pool until the round pushes them
-            // (one AdaGrad step per round, as a replica's at its sync); the pooled values stay
-            // as read at the round's start.
+            // Gradients of pooled keys are summed in the pool until the schedule pushes them
+            // (one AdaGrad step per key and push, as a replica's at its sync); the pooled
+            // values stay as read at the round's start.
             let (keys, grads) = (&mut self.push_keys, &mut self.push_grads);
             let ne = u64::from(graph.num_entities);
             let (mut kept, mut read, mut write) = (0, 0, 0);
             for i in 0..keys.len() {
                 let key = keys[i];
                 let len = if key < ne { e } else { rl };
-                match pool.index.get(&key) {
-                    Some(&at) => pool.deltas[at..at + len]
-                        .iter_mut()
-                        .zip(&grads[read..read + len])
-                        .for_each(|(d, g)| *d += g),
+                match pool.index.get(&key).copied() {
+                    Some(at) => pool.add(at, &grads[read..read + len]),
                     None => {
                         keys[kept] = key;
                         grads.copy_within(read..read + len, write);
@@ -477,6 +518,9 @@ pub struct Epoch<'a> {
     /// adapm mode: whether a triple's negatives are drawn when its intent is signalled and
     /// named in it (`naive`), or drawn when it trains, from the keys held here (`local`).
     pub draw_ahead: bool,
+    /// The bucket schedule under `lapse` and `nups`: each round's parts are localized when
+    /// the barrier before it releases (adapm signals them a round ahead instead).
+    pub localize_parts: bool,
 }
 
 /// The prepared samples of an epoch: one handle per batch of positives, in order.

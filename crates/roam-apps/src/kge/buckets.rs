@@ -50,6 +50,33 @@ pub const SHARE_SYNC_EVERY: std::time::Duration = std::time::Duration::from_mill
 /// 2 nodes and 1.2–2.2× at 4; the schedule exists to cut CPU, so the default is the cheap end.
 pub const DEFAULT_POOL_FLUSH: usize = 0;
 
+/// How a round's parts reach the worker that trains them, by mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartMoves {
+    /// The adapm modes: each round's intent is signalled a round ahead, and roam acts on it
+    /// (`adapm-replicate-only` shares the parts instead of moving them).
+    Intents,
+    /// lapse and nups: the worker localizes the round's parts once the barrier before it
+    /// released them.
+    Localize,
+    /// The other modes: keys stay where they are (all here under `single`; at their hash
+    /// homes under `classic` and `nups-replicate-only`, read and pushed there).
+    Stay,
+}
+
+impl PartMoves {
+    /// What mode `mode` does.
+    pub fn of(mode: crate::common::Mode) -> Self {
+        if mode.signals_intents() {
+            Self::Intents
+        } else if mode.localizes() {
+            Self::Localize
+        } else {
+            Self::Stay
+        }
+    }
+}
+
 /// How the training triples are spread over workers and time (`--schedule`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Schedule {
@@ -176,19 +203,23 @@ impl Buckets {
 }
 
 impl Epoch<'_> {
-    /// The epoch of global worker `gid` under the bucket schedule (adapm: intents per round).
-    /// Round `r` trains from clock `c` to `c + n` (`n` triples, one tick each), then a barrier
-    /// and one more tick; its keys — the two parts and the round's relations — are wanted for
-    /// exactly that range. Each round signals the next one's intent (the last one the next
-    /// epoch's first, unless `last_epoch`; the run's first epoch — the first after a resume
-    /// too — signals its own first round), so roam moves the parts while the rounds run.
+    /// The epoch of global worker `gid` under the bucket schedule. How the parts move is
+    /// [`PartMoves`]: under adapm, round `r` trains from clock `c` to `c + n` (`n` triples, one
+    /// tick each), then a barrier and one more tick; its keys — the two parts and the round's
+    /// relations — are wanted for exactly that range. Each round signals the next one's intent
+    /// (the last one the next epoch's first, unless `last_epoch`; the run's first epoch — the
+    /// first after a resume too — signals its own first round), so roam moves the parts while
+    /// the rounds run. Under lapse and nups the worker localizes each round's parts after the
+    /// barrier before it (every epoch starts with one, in `job.rs`), which is when their last
+    /// user has pushed.
     ///
     /// Negatives are drawn uniformly from the entities held and the round's *pool*: as many
     /// entities again (× [`Hyper::bucket_pool`]) drawn uniformly from the other parts, pulled
     /// while the barrier before the round waits; their gradients are summed meanwhile and
-    /// pushed once when the round ends (one AdaGrad step per pooled key and round, where the
-    /// key lives: the semantics of a replica under a stateful optimizer), and a pooled value is
-    /// the one read at the round's start, at most one round old. Without a pool every
+    /// pushed every [`Hyper::bucket_pool_flush`] triples and when the round ends (one AdaGrad
+    /// step per pooled key and push, where the key lives: the semantics of a replica under a
+    /// stateful optimizer), and a pooled value is the one read at the round's start, at most
+    /// one round old. Without a pool every
     /// negative of a triple comes from its own two parts, and its ranking against the rest is
     /// never trained: on the quick graph after 10 epochs at 4
     /// nodes the MRR was 0.158 (0.149–0.191) without and 0.213 (0.188–0.237) with a pool as
@@ -216,7 +247,7 @@ impl Epoch<'_> {
         // adapm: round r's intent, its two parts and its relations over its clock range.
         let mut signal = |r: usize, start: u64| -> anyhow::Result<()> {
             let n = buckets.triples[r][w].len() as u64;
-            if n == 0 || self.localize_parts {
+            if n == 0 || self.part_moves != PartMoves::Intents {
                 return Ok(());
             }
             keys.clear();
@@ -237,7 +268,7 @@ impl Epoch<'_> {
         // round (nups replicates them; under lapse they are read where they are).
         let mut part_keys: Vec<Key> = Vec::new();
         let mut localize = |r: usize| -> anyhow::Result<Option<Ticket<'static>>> {
-            if !self.localize_parts || buckets.triples[r][w].is_empty() {
+            if self.part_moves != PartMoves::Localize || buckets.triples[r][w].is_empty() {
                 return Ok(None);
             }
             part_keys.clear();

@@ -26,7 +26,7 @@ use std::time::Instant;
 use roam::{NodeHandle, SamplerId, Scheme, Worker};
 use serde_json::json;
 
-use super::buckets::{BUCKETS_SCHEME, Buckets};
+use super::buckets::{BUCKETS_SCHEME, Buckets, PartMoves};
 use super::data::Graph;
 use super::eval::{Filter, Metrics, evaluate};
 use super::params::{gather, init_params, relation_key};
@@ -156,8 +156,9 @@ impl Shared<'_> {
             // every replica before anyone reads them.
             worker.sync_replicas()?;
         }
-        if self.mode.localizes() {
-            // (adapm names each triple's relation in its intent instead.)
+        if self.mode.localizes() && self.buckets.is_none() {
+            // (adapm names each triple's relation in its intent instead; under the bucket
+            // schedule every worker uses every relation.)
             // Data clustering: this worker is the only user of its relations (replicated
             // relations are local everywhere already).
             let keys: Vec<u64> = self
@@ -181,7 +182,7 @@ impl Shared<'_> {
             sampler: self.sampler,
             buckets: self.buckets,
             draw_ahead: sampling::draws_ahead(self.scheme),
-            localize_parts: self.mode.localizes(),
+            part_moves: PartMoves::of(self.mode),
         };
         let mut step = Step::default();
         let mut sampled_total = [0u64; 2];

@@ -108,7 +108,8 @@ pub struct Args {
     /// trains the triples of its relations, Lapse's data clustering) or `buckets` (entities
     /// in 2W parts, each epoch in 2W − 1 rounds in which each worker trains the triples among
     /// the two parts it holds, negatives drawn from those parts: PyTorch-BigGraph's schedule;
-    /// modes that move keys: adapm, lapse, nups; docs/workloads-kge.md, "Bucket schedule").
+    /// adapm signals each round's parts, lapse and nups localize them, the other modes leave
+    /// them where they are; docs/workloads-kge.md, "Bucket schedule").
     #[arg(long, value_enum, default_value = "relation")]
     pub schedule: Schedule,
     /// `--schedule buckets`: each round also draws negatives from a pool of entities of the
@@ -200,13 +201,6 @@ impl Args {
         ensure!(
             self.intent_ahead.is_none() || self.mode.signals_intents(),
             "--intent-ahead applies to mode adapm, not {}",
-            self.mode.name()
-        );
-        ensure!(
-            self.schedule != Schedule::Buckets
-                || self.mode.signals_intents()
-                || self.mode.localizes(),
-            "--schedule buckets needs a mode that moves keys (adapm, lapse or nups), not {}",
             self.mode.name()
         );
         ensure!(
@@ -322,7 +316,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         eta: args.eta,
         gamma: args.gamma,
         neg_ratio: args.neg_ratio,
-        localize_ahead: if args.mode.localizes() {
+        localize_ahead: if args.mode.localizes() && args.schedule == Schedule::Relation {
             args.localize_ahead
         } else {
             0

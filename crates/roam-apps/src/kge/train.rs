@@ -55,7 +55,7 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use roam::{Key, SampleHandle, SamplerId, Ticket, Worker};
 
-use super::buckets::Buckets;
+use super::buckets::{Buckets, PartMoves};
 use super::data::{Graph, Triple};
 use super::model::{Model, axpy, dot, logistic};
 use super::params::{mix, relation_key};
@@ -518,9 +518,8 @@ pub struct Epoch<'a> {
     /// adapm mode: whether a triple's negatives are drawn when its intent is signalled and
     /// named in it (`naive`), or drawn when it trains, from the keys held here (`local`).
     pub draw_ahead: bool,
-    /// The bucket schedule under `lapse` and `nups`: each round's parts are localized when
-    /// the barrier before it releases (adapm signals them a round ahead instead).
-    pub localize_parts: bool,
+    /// How the bucket schedule's parts reach the workers that train them.
+    pub part_moves: PartMoves,
 }
 
 /// The prepared samples of an epoch: one handle per batch of positives, in order.

@@ -26,7 +26,9 @@ impl App {
                 .iter()
                 .map(|name| (Path::new(CTR_ML100K).join(name), "ml-100k-ctr"))
                 .collect(),
-            Self::Mf | Self::MfZipf | Self::Kge | Self::W2v | Self::Ctr => Vec::new(),
+            Self::Mf | Self::MfZipf | Self::Kge | Self::KgeBuckets | Self::W2v | Self::Ctr => {
+                Vec::new()
+            }
         }
     }
 
@@ -141,7 +143,14 @@ mod tests {
     #[test]
     fn gcide_word_vectors_are_a_default_of_full_only_when_the_data_is_there() {
         let data = Scratch::new("roam-suite-plan-data");
-        let synthetic = [App::Mf, App::MfZipf, App::Kge, App::W2v, App::Ctr];
+        let synthetic = [
+            App::Mf,
+            App::MfZipf,
+            App::Kge,
+            App::KgeBuckets,
+            App::W2v,
+            App::Ctr,
+        ];
         assert!(!Preset::Tiny.apps().contains(&App::W2vGcide));
         assert_eq!(Preset::Quick.apps(), synthetic);
         for preset in [Preset::Full] {

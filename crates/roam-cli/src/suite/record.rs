@@ -155,13 +155,13 @@ impl RunRecord {
         self.epoch_mean("cpu_seconds")
     }
 
-    /// The workload's quality metric after the last epoch, with its name: kge's filtered test
-    /// MRR (`mrr`), w2v's headline metric (the report's `settings.metric`: `topic_auc` on the
+    /// The workload's quality metric after the last epoch, with its name: kge's (and
+    /// kge-buckets') filtered test MRR (`mrr`), w2v's headline metric (the report's `settings.metric`: `topic_auc` on the
     /// synthetic corpus), w2v-gcide's WordSim-353 Spearman correlation (`wordsim_spearman`),
     /// ctr's test AUC (`test_auc`, higher is better); `None` for the others and when the job did not report it.
     pub(crate) fn quality(&self) -> Option<(String, f64)> {
         let name = match self.app {
-            App::Kge => "mrr".to_string(),
+            App::Kge | App::KgeBuckets => "mrr".to_string(),
             App::W2vGcide => "wordsim_spearman".to_string(),
             App::Ctr | App::CtrMl100k => "test_auc".to_string(),
             App::W2v => self

@@ -377,7 +377,7 @@ impl Summary {
         for app in apps {
             let metric = self.quality_metric(app).unwrap_or("quality");
             let what = match (app, metric) {
-                (App::Kge, _) => format!("filtered test MRR (`{metric}`)"),
+                (App::Kge | App::KgeBuckets, _) => format!("filtered test MRR (`{metric}`)"),
                 (_, "test_auc") => format!("test AUC (`{metric}`)"),
                 (_, "wordsim_spearman") => {
                     format!("WordSim-353 Spearman correlation (`{metric}`)")

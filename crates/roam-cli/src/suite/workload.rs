@@ -37,13 +37,16 @@ pub(crate) enum App {
     MfZipf,
     /// Knowledge-graph embeddings.
     Kge,
+    /// Knowledge-graph embeddings on the same graph with the bucket schedule (`--schedule
+    /// buckets`: entity parts trained in rounds, PyTorch-BigGraph's schedule).
+    KgeBuckets,
     /// Word vectors.
     W2v,
     /// Word vectors on the real GCIDE corpus, scored by WordSim-353 (needs
     /// `scripts/fetch-data.sh gcide gensim-eval`).
     W2vGcide,
     /// Click-through-rate prediction on synthetic clicks (Zipf-distributed ids over sparse
-    /// fields), scored by the test AUC. Refuses the NuPS modes (it chooses no hot keys).
+    /// fields), scored by the test AUC.
     Ctr,
     /// Click-through-rate prediction on MovieLens-100k as clicks (needs
     /// `scripts/fetch-data.sh ml-100k-ctr`).
@@ -124,6 +127,7 @@ impl App {
             Self::Mf => "mf",
             Self::MfZipf => "mf-zipf",
             Self::Kge => "kge",
+            Self::KgeBuckets => "kge-buckets",
             Self::W2v => "w2v",
             Self::W2vGcide => "w2v-gcide",
             Self::Ctr => "ctr",
@@ -135,7 +139,7 @@ impl App {
     pub(crate) fn command(self) -> &'static str {
         match self {
             Self::Mf | Self::MfZipf => "mf",
-            Self::Kge => "kge",
+            Self::Kge | Self::KgeBuckets => "kge",
             Self::W2v | Self::W2vGcide => "w2v",
             Self::Ctr | Self::CtrMl100k => "ctr",
         }
@@ -145,7 +149,7 @@ impl App {
     pub(crate) fn points_setting(self) -> &'static str {
         match self {
             Self::Mf | Self::MfZipf => "train_points",
-            Self::Kge => "train_triples",
+            Self::Kge | Self::KgeBuckets => "train_triples",
             Self::W2v | Self::W2vGcide => "train_words",
             Self::Ctr | Self::CtrMl100k => "train_rows",
         }
@@ -155,16 +159,17 @@ impl App {
     pub(crate) fn point_name(self) -> &'static str {
         match self {
             Self::Mf | Self::MfZipf => "rating",
-            Self::Kge => "triple",
+            Self::Kge | Self::KgeBuckets => "triple",
             Self::W2v | Self::W2vGcide => "word",
             Self::Ctr | Self::CtrMl100k => "example",
         }
     }
 
-    /// The app's negative sampler, for the workloads that draw negatives (`--sampling`).
+    /// The app's negative sampler, for the workloads that draw negatives (`--sampling`; the
+    /// bucket schedule draws its own, from the parts held and its pool).
     pub(crate) fn sampler(self) -> Option<roam_apps::sampling::App> {
         match self {
-            Self::Mf | Self::MfZipf | Self::Ctr | Self::CtrMl100k => None,
+            Self::Mf | Self::MfZipf | Self::Ctr | Self::CtrMl100k | Self::KgeBuckets => None,
             Self::Kge => Some(roam_apps::sampling::App::Kge),
             Self::W2v | Self::W2vGcide => Some(roam_apps::sampling::App::W2v),
         }
@@ -421,6 +426,11 @@ impl Preset {
                 "entities=2000,relations=40,triples=20000,seed=1",
                 &["--eval-every", "0", "--eval-max", "100"],
             ),
+            (App::KgeBuckets, _) => {
+                let mut args = self.train_args(App::Kge, data);
+                args.extend(["--schedule".to_string(), "buckets".to_string()]);
+                return args;
+            }
             (App::W2v, Self::Full) => (
                 "words=20000000,vocab=100000,topics=50,seed=1",
                 &["--eval-every", "0", "--eval-pairs", "5000"],
@@ -479,11 +489,19 @@ impl Preset {
     pub(crate) fn apps(self) -> Vec<App> {
         match self {
             Self::Tiny => vec![App::Mf, App::Kge, App::W2v],
-            Self::Quick => vec![App::Mf, App::MfZipf, App::Kge, App::W2v, App::Ctr],
+            Self::Quick => vec![
+                App::Mf,
+                App::MfZipf,
+                App::Kge,
+                App::KgeBuckets,
+                App::W2v,
+                App::Ctr,
+            ],
             Self::Full => vec![
                 App::Mf,
                 App::MfZipf,
                 App::Kge,
+                App::KgeBuckets,
                 App::W2v,
                 App::W2vGcide,
                 App::Ctr,
@@ -560,6 +578,25 @@ mod tests {
                 plain,
                 "same matrix but the skew"
             );
+        }
+    }
+
+    #[test]
+    fn kge_buckets_runs_the_kge_app_on_its_graph_with_the_bucket_schedule() {
+        assert_eq!(App::KgeBuckets.command(), "kge");
+        assert_eq!(App::KgeBuckets.name(), "kge-buckets");
+        assert!(
+            !App::KgeBuckets.samples(),
+            "the schedule draws its own negatives"
+        );
+        assert!(App::KgeBuckets.scored());
+        assert!(Preset::Quick.apps().contains(&App::KgeBuckets));
+        assert!(!Preset::Tiny.apps().contains(&App::KgeBuckets));
+        let data = Path::new("data");
+        for preset in [Preset::Full, Preset::Quick, Preset::Tiny] {
+            let plain = preset.train_args(App::Kge, data).join(" ");
+            let args = preset.train_args(App::KgeBuckets, data).join(" ");
+            assert_eq!(args, format!("{plain} --schedule buckets"));
         }
     }
 

@@ -185,6 +185,30 @@ impl Node {
                 }
                 continue;
             }
+            if !replicated {
+                // The common case, a key owned here: served in one lookup of its state word
+                // (anything else, a replica shared here included, takes the paths below).
+                if let Some(mode) = mode {
+                    if self.store.push_owned(key, update, mode) {
+                        if mode == UpdateMode::Gradient
+                            && let Some(log) = self.replicas.step_log()
+                        {
+                            log.push((key, update.to_vec()));
+                        }
+                        answered.push(key, pos, &[]);
+                        continue;
+                    }
+                } else {
+                    let start = answered.values.len();
+                    answered.values.resize(start + len, 0.0);
+                    if self.store.pull_owned(key, &mut answered.values[start..]) {
+                        answered.keys.push(key);
+                        answered.positions.push(pos);
+                        continue;
+                    }
+                    answered.values.truncate(start);
+                }
+            }
             if !replicated && self.unadmitted(key) {
                 // No row, and none may be made now (`dynamic.rs`).
                 if is_pull {

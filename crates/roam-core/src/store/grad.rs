@@ -21,14 +21,34 @@ impl Store {
     /// way the optimizer can step (see the module docs); false otherwise.
     #[inline]
     pub(super) fn step_local(&self, key: Key, state: &AtomicU64, g: &[f32]) -> bool {
-        self.space.optimizer_for(key).is_some_and(|opt| {
-            latched_as(state, grad_accept(opt), |s| {
-                // SAFETY: latched and held.
-                let record = unsafe { self.record(key, s) };
-                let mut scratch = Scratch::new(record.len(), self.plain());
-                step_record::<0>(opt, record, s, g, self.plain(), scratch.get());
-                dirtied(s)
-            })
+        self.space
+            .optimizer_for(key)
+            .is_some_and(|opt| self.step_as(key, state, grad_accept(opt), opt, g))
+    }
+
+    /// [`Store::step_local`] of an owned record only.
+    pub(super) fn step_owned(&self, key: Key, state: &AtomicU64, g: &[f32]) -> bool {
+        self.space
+            .optimizer_for(key)
+            .is_some_and(|opt| self.step_as(key, state, LOCAL, opt, g))
+    }
+
+    /// Steps the record if its word has a flag of `accept`.
+    #[inline(always)]
+    fn step_as(
+        &self,
+        key: Key,
+        state: &AtomicU64,
+        accept: u64,
+        opt: &Optimizer,
+        g: &[f32],
+    ) -> bool {
+        latched_as(state, accept, |s| {
+            // SAFETY: latched and held.
+            let record = unsafe { self.record(key, s) };
+            let mut scratch = Scratch::new(record.len(), self.plain());
+            step_record::<0>(opt, record, s, g, self.plain(), scratch.get());
+            dirtied(s)
         })
     }
 

@@ -104,14 +104,21 @@ pub(super) fn latched_as(state: &AtomicU64, accept: u64, f: impl FnOnce(u64) -> 
 /// release bumps the version) and the read is retried. If it saw none, it copied the values as
 /// of the word, which were published by that word's `Release` store.
 #[inline(always)]
-pub(super) fn read_consistent<const TOUCH: bool>(
+pub(super) fn read_consistent<const TOUCH: bool>(state: &AtomicU64, read: impl FnMut(u64)) -> bool {
+    read_consistent_as::<TOUCH>(state, HELD, read)
+}
+
+/// [`read_consistent`] of a record whose word has a flag of `accept` (a subset of HELD).
+#[inline(always)]
+pub(super) fn read_consistent_as<const TOUCH: bool>(
     state: &AtomicU64,
+    accept: u64,
     mut read: impl FnMut(u64),
 ) -> bool {
     let mut spins = 0u32;
     loop {
         let s = state.load(Ordering::Acquire);
-        if s & HELD == 0 {
+        if s & accept == 0 {
             return false;
         }
         if s & LATCH == 0 {

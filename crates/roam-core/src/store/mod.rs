@@ -147,7 +147,7 @@ mod replica_grad;
 mod replica_ops;
 mod values;
 
-use latch::{bumped, dirtied, latched, latched_as, read_consistent};
+use latch::{bumped, dirtied, latched, latched_as, read_consistent, read_consistent_as};
 pub use values::apply;
 use values::{add_values, apply_to_record, as_plain, load_values, store_values};
 
@@ -357,6 +357,45 @@ impl Store {
         } else {
             self.read::<false>(state, copy)
         }
+    }
+
+    /// [`Store::pull_local`] of an owned record only (not a replica): a server's answer to a
+    /// request in one lookup of the key (owned is what [`Store::residency`] calls local).
+    #[inline]
+    pub fn pull_owned(&self, key: Key, out: &mut [f32]) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        let mut copy = |s| {
+            // SAFETY: owned when observed, so the slot was allocated for this key.
+            let record = unsafe { self.record(key, s) };
+            load_values::<0>(out, &record[..out.len()], self.plain());
+        };
+        match (self.optimistic, self.clocked) {
+            (true, true) => read_consistent_as::<true>(state, LOCAL, copy),
+            (true, false) => read_consistent_as::<false>(state, LOCAL, copy),
+            (false, clocked) => latched_as(state, LOCAL, |s| {
+                copy(s);
+                if clocked { s | REFERENCED } else { s }
+            }),
+        }
+    }
+
+    /// [`Store::push_local`] to an owned record only (not a replica), in one lookup.
+    #[inline]
+    pub fn push_owned(&self, key: Key, update: &[f32], mode: UpdateMode) -> bool {
+        let Some(state) = self.index.get(key) else {
+            return false;
+        };
+        if mode == UpdateMode::Gradient {
+            return self.step_owned(key, state, update);
+        }
+        latched_as(state, LOCAL, |s| {
+            // SAFETY: latched and owned.
+            let record = unsafe { self.record(key, s) };
+            apply_to_record(record, update, mode, self.plain());
+            dirtied(s)
+        })
     }
 
     /// Applies `update` to `key`'s visible values if the key is held here; a `Set` applies only

@@ -618,3 +618,50 @@ impl Drop for Done {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+#[test]
+fn the_owned_accessors_serve_owned_records_only() {
+    let space = KeySpace::uniform(4, 2)
+        .unwrap()
+        .with_optimizer(crate::optim::Optimizer::sgd(0.5))
+        .unwrap();
+    let store = Store::new(space);
+    assert!(store.insert(1, &[1.0, 2.0]));
+    assert!(store.insert_replica(3, &[5.0, 6.0]));
+    let mut out = [0.0; 2];
+    assert!(store.pull_owned(1, &mut out));
+    assert_eq!(out, [1.0, 2.0]);
+    assert!(store.push_owned(1, &[1.0, 1.0], UpdateMode::Add));
+    assert!(store.push_owned(1, &[2.0, 2.0], UpdateMode::Gradient));
+    assert!(store.pull_owned(1, &mut out));
+    assert_eq!(out, [1.0, 2.0], "+1 then -0.5·2");
+    assert!(store.push_owned(1, &[7.0, 8.0], UpdateMode::Set));
+    assert!(store.pull_owned(1, &mut out));
+    assert_eq!(out, [7.0, 8.0]);
+    // A replica is held here but not owned: the owned accessors leave it alone (a server
+    // forwards such a request to the owner), though the worker's fast path reads it.
+    out = [0.0; 2];
+    assert!(!store.pull_owned(3, &mut out));
+    assert_eq!(out, [0.0; 2]);
+    for mode in [UpdateMode::Add, UpdateMode::Set, UpdateMode::Gradient] {
+        assert!(!store.push_owned(3, &[1.0, 1.0], mode), "{mode:?}");
+    }
+    assert!(store.pull_local(3, &mut out));
+    assert_eq!(out, [5.0, 6.0], "untouched");
+    // Neither held nor known.
+    assert!(!store.pull_owned(0, &mut out));
+    assert!(!store.push_owned(0, &[1.0, 1.0], UpdateMode::Add));
+
+    // Long values are read under the latch (no optimistic reader): the same answers.
+    const LONG: usize = MAX_OPTIMISTIC_LEN + 1;
+    let store = Store::new(KeySpace::uniform(4, LONG as u32).unwrap());
+    assert!(store.plain());
+    assert!(store.insert(1, &[1.0; LONG]));
+    assert!(store.insert_replica(3, &[5.0; LONG]));
+    let mut out = [0.0; LONG];
+    assert!(store.push_owned(1, &[1.0; LONG], UpdateMode::Add));
+    assert!(store.pull_owned(1, &mut out));
+    assert_eq!(out, [2.0; LONG]);
+    assert!(!store.pull_owned(3, &mut out));
+    assert!(!store.push_owned(3, &[1.0; LONG], UpdateMode::Add));
+}

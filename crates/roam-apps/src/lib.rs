@@ -9,7 +9,8 @@
 //! - `mf`: matrix factorisation by DSGD with parameter blocking.
 //! - `kge`: knowledge-graph embeddings (ComplEx, RESCAL) with AdaGrad and filtered ranking.
 //! - [`sampling`]: negatives through roam's sampling API: `--sampling` and its defaults.
-//! - [`sightings`]: which keys to `localize` (`--localize repeats`: only those seen before).
+//! - [`sightings`]: which keys to `localize` (`--localize exclusive|repeats|all`; the filter of
+//!   keys seen before, for `repeats`).
 //! - `w2v`: skip-gram word vectors with negative sampling.
 //! - `ctr`: click-through-rate prediction (sparse id fields, embeddings, an MLP) with
 //!   server-side optimizers.

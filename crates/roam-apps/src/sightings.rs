@@ -36,6 +36,10 @@ pub enum Localize {
     All,
     /// Only the keys this node has seen before (the second sighting moves a row).
     Repeats,
+    /// Only the keys that no other node's workers use (known from the data, which every node
+    /// holds): moved here once, before the first epoch, and never asked for again; every
+    /// other key is read and pushed where it is.
+    Exclusive,
 }
 
 impl Localize {
@@ -44,6 +48,7 @@ impl Localize {
         match self {
             Self::All => "all",
             Self::Repeats => "repeats",
+            Self::Exclusive => "exclusive",
         }
     }
 }

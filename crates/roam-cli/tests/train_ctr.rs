@@ -173,6 +173,24 @@ fn two_nodes_in_every_mode_learn_like_single() {
         if mode.starts_with("adapm") {
             assert!(r["intents"].is_object(), "{r}");
         }
+        if mode == "lapse" || mode == "nups" {
+            // The default: each node's own rows (no other node trains them) moved there once,
+            // before training, and nothing moved after.
+            assert_eq!(r["settings"]["localize"], "exclusive", "{r}");
+            let own: Vec<u64> = r["settings"]["exclusive_rows"]
+                .as_array()
+                .expect("exclusive_rows")
+                .iter()
+                .map(|n| n.as_u64().unwrap())
+                .collect();
+            assert_eq!(own.len(), 2, "{r}");
+            assert!(own.iter().all(|&n| n > 0), "{r}");
+            let moved = r["relocations"].as_u64().expect("relocations");
+            assert!(
+                moved > 0 && moved <= own.iter().sum::<u64>(),
+                "{mode}: {moved} relocations for {own:?} own rows"
+            );
+        }
         local.push((mode, last_epoch(&r, "local_fraction")));
     }
     let of = |m: &str| {
@@ -398,7 +416,11 @@ fn two_lapse_nodes_under_a_row_budget_hold_it_and_drop_nothing() {
     let d = dir.to_str().unwrap();
     let max_rows = 1500;
     let budget = max_rows.to_string();
-    let args = train("lapse", &["--max-rows", &budget, "--spill-dir", d]);
+    // Rows moved in batch by batch (the default moves a node's own rows once, before training).
+    let args = train(
+        "lapse",
+        &["--max-rows", &budget, "--spill-dir", d, "--localize", "all"],
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = launch(2, 1, &args);
     let r = report(&out);

@@ -19,10 +19,12 @@
 //! Training (`train`): global worker `p` of `P` trains on the training rows `r ≡ p (mod P)`,
 //! in a seeded shuffled order per epoch, in batches of `--batch`: pull the batch's distinct
 //! rows and the dense keys, forward and backward, push both gradients (not waited; a worker's
-//! later pulls see its own pushes). Modes change only where rows live: `lapse` localizes the
-//! next batch's embedding rows while the current one computes — by default only those the
-//! node has seen before (`--localize repeats`, [`crate::sightings`]: most rows of a long-tailed
-//! batch are ids used once, which cost a relocation each and are not read here again); `adapm`
+//! later pulls see its own pushes). Modes change only where rows live: `lapse` moves each row
+//! that only this node's workers train on here once, before the first epoch, and reads every
+//! other row where it is (`--localize exclusive`: every node holds the data, so it knows which
+//! rows are its own; a row two nodes train on would move back and forth); or it localizes the
+//! next batch's rows while the current one computes, all of them or only those the node has
+//! seen before (`--localize all|repeats`, [`crate::sightings`]); `adapm`
 //! signals them as intents a few batches ahead, and the dense keys for the whole epoch. The
 //! NuPS modes replicate the dense keys and the hot rows on every node (`replicate`); in the
 //! other modes the dense keys never move.
@@ -97,10 +99,11 @@ pub struct Args {
     /// adapm: signal a batch's rows this many batches ahead.
     #[arg(long, default_value_t = 4)]
     pub intent_ahead: u32,
-    /// lapse: which of the next batch's rows to localize: `repeats`, only those this node has
-    /// seen before (a tail id used once is pulled and pushed remotely instead of moved), or
-    /// `all`.
-    #[arg(long, value_enum, default_value = "repeats")]
+    /// lapse and nups: which rows to localize: `exclusive`, once before training, the rows no
+    /// other node trains on (none during the epochs: every other row is read where it is);
+    /// `repeats`, those of the next batch this node has seen before (a tail id used once is
+    /// pulled and pushed remotely instead of moved); or `all` of the next batch's.
+    #[arg(long, value_enum, default_value = "exclusive")]
     pub localize: Localize,
     /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, set by `roam launch`, else 1).
     #[arg(long)]
@@ -252,6 +255,20 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     if args.mode.localizes() {
         settings["localize"] = json!(args.localize.name());
     }
+    // `--localize exclusive`: the rows only this node's workers train, moved here before the
+    // first epoch (every node derives the same split from its copy of the data).
+    let exclusive = (args.mode.localizes() && args.localize == Localize::Exclusive).then(|| {
+        replicate::exclusive_rows(
+            &data.train,
+            node.num_nodes() as usize,
+            node.workers_per_node() as usize,
+            node.rank() as usize,
+            |key| plan.keys.binary_search(&key).is_ok(),
+        )
+    });
+    if let Some(e) = &exclusive {
+        settings["exclusive_rows"] = json!(e.per_node);
+    }
     // 2 MiB per node, so only when it is used.
     let sightings =
         (args.mode.localizes() && args.localize == Localize::Repeats).then(Sightings::default);
@@ -265,6 +282,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         counter_sums,
         node_intents: &node_intents,
         sightings: sightings.as_ref(),
+        exclusive: exclusive.as_ref().map(|e| e.mine.as_slice()),
         console: Console::new(&args.output, "test_auc", "rows"),
         dense_keys,
         start: &start,

@@ -64,6 +64,9 @@ pub struct Job<'a> {
     pub node_intents: &'a NodeIntents,
     /// lapse with `--localize repeats`: the keys this node has offered to `localize`.
     pub sightings: Option<&'a Sightings>,
+    /// `--localize exclusive`: the rows only this node's workers train on, moved here before
+    /// the first epoch.
+    pub exclusive: Option<&'a [Key]>,
     /// Progress output.
     pub console: Console,
     /// The keys of the dense parameters.
@@ -143,6 +146,16 @@ impl Job<'_> {
             // The dense keys' initial values were set at their hubs: bring them to every
             // replica before anyone reads them (a barrier does not sync replicas).
             w.sync_replicas()?;
+        }
+        if let Some(rows) = self.exclusive {
+            // Once, by one worker per node; the barrier keeps the moves out of the first
+            // epoch's figures.
+            if w.id() == 0 {
+                w.localize(rows)?
+                    .wait()
+                    .context("moving this node's rows here")?;
+            }
+            w.barrier()?;
         }
         let train = &self.data.train;
         let mine: Vec<usize> = (gid..train.len()).step_by(parts).collect();
@@ -268,7 +281,8 @@ impl Job<'_> {
         let train = &self.data.train;
         let dim = self.shape.dim;
         let chunks: Vec<&[usize]> = order.chunks(args.batch).collect();
-        let (localize, intents) = (args.mode.localizes(), args.mode.signals_intents());
+        let localize = args.mode.localizes() && self.exclusive.is_none();
+        let intents = args.mode.signals_intents();
         let ahead = args.intent_ahead as usize;
         let base = w.current_clock();
         let signal = |t: &mut Trainer, i: usize| -> anyhow::Result<()> {

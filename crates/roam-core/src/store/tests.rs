@@ -631,7 +631,12 @@ fn the_owned_accessors_serve_owned_records_only() {
     let mut out = [0.0; 2];
     assert!(store.pull_owned(1, &mut out));
     assert_eq!(out, [1.0, 2.0]);
+    assert!(!store.take_dirty(1), "a read dirties nothing");
     assert!(store.push_owned(1, &[1.0, 1.0], UpdateMode::Add));
+    assert!(
+        store.take_dirty(1),
+        "a push marks the record dirty, as push_local does"
+    );
     assert!(store.push_owned(1, &[2.0, 2.0], UpdateMode::Gradient));
     assert!(store.pull_owned(1, &mut out));
     assert_eq!(out, [1.0, 2.0], "+1 then -0.5·2");
@@ -648,9 +653,12 @@ fn the_owned_accessors_serve_owned_records_only() {
     }
     assert!(store.pull_local(3, &mut out));
     assert_eq!(out, [5.0, 6.0], "untouched");
-    // Neither held nor known.
+    // Not held here (a dense space has a word for every key), or on its way here.
     assert!(!store.pull_owned(0, &mut out));
     assert!(!store.push_owned(0, &[1.0, 1.0], UpdateMode::Add));
+    store.set_in_transit(2, true);
+    assert!(!store.pull_owned(2, &mut out));
+    assert!(!store.push_owned(2, &[1.0, 1.0], UpdateMode::Add));
 
     // Long values are read under the latch (no optimistic reader): the same answers.
     const LONG: usize = MAX_OPTIMISTIC_LEN + 1;

@@ -190,6 +190,15 @@ fn two_nodes_in_every_mode_learn_like_single() {
                 moved > 0 && moved <= own.iter().sum::<u64>(),
                 "{mode}: {moved} relocations for {own:?} own rows"
             );
+            // Nothing moves during the epochs: one epoch fewer moves exactly as many rows.
+            let args = train(mode, &["--epochs", "1"]);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let shorter = report(&launch(2, 1, &args));
+            assert_eq!(
+                shorter["relocations"].as_u64(),
+                Some(moved),
+                "{mode}: {shorter}"
+            );
         }
         local.push((mode, last_epoch(&r, "local_fraction")));
     }
@@ -416,15 +425,14 @@ fn two_lapse_nodes_under_a_row_budget_hold_it_and_drop_nothing() {
     let d = dir.to_str().unwrap();
     let max_rows = 1500;
     let budget = max_rows.to_string();
-    // Rows moved in batch by batch (the default moves a node's own rows once, before training).
-    let args = train(
-        "lapse",
-        &["--max-rows", &budget, "--spill-dir", d, "--localize", "all"],
-    );
+    let args = train("lapse", &["--max-rows", &budget, "--spill-dir", d]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = launch(2, 1, &args);
     let r = report(&out);
     assert_learns(&r);
+    // Under a budget the default moves rows batch by batch, from their second sighting (a
+    // node's own rows, moved before training, would mostly be evicted again).
+    assert_eq!(r["settings"]["localize"], "repeats", "{r}");
     let stats = node_stats(&out);
     assert_eq!(stats.len(), 2, "{out}");
     for node in &stats {

@@ -33,9 +33,14 @@ pub struct Budget {
 }
 
 impl Budget {
+    /// Whether a row budget is asked for.
+    pub fn is_set(&self) -> bool {
+        self.max_rows.is_some() || self.max_bytes.is_some()
+    }
+
     /// Sets `cfg`'s dynamic policy and spill directory from the options.
     pub fn configure(&self, cfg: &mut Config) -> anyhow::Result<()> {
-        let budget = self.max_rows.is_some() || self.max_bytes.is_some();
+        let budget = self.is_set();
         if budget && self.spill_dir.is_none() {
             bail!(
                 "--max-rows and --max-bytes need --spill-dir: ctr keeps its MLP weights and \

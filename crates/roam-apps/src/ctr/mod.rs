@@ -102,9 +102,11 @@ pub struct Args {
     /// lapse and nups: which rows to localize: `exclusive`, once before training, the rows no
     /// other node trains on (none during the epochs: every other row is read where it is);
     /// `repeats`, those of the next batch this node has seen before (a tail id used once is
-    /// pulled and pushed remotely instead of moved); or `all` of the next batch's.
-    #[arg(long, value_enum, default_value = "exclusive")]
-    pub localize: Localize,
+    /// pulled and pushed remotely instead of moved); or `all` of the next batch's. Default:
+    /// `exclusive`, or `repeats` under a row budget (`--max-rows`, `--max-bytes`: a node's own
+    /// rows, most of them ids used once, would be created and moved only to be evicted).
+    #[arg(long, value_enum)]
+    pub localize: Option<Localize>,
     /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, set by `roam launch`, else 1).
     #[arg(long)]
     pub workers: Option<u32>,
@@ -126,6 +128,15 @@ pub struct Args {
 }
 
 impl Args {
+    /// The `--localize` policy, with its default resolved (see the option).
+    pub fn localize(&self) -> Localize {
+        self.localize.unwrap_or(if self.budget.is_set() {
+            Localize::Repeats
+        } else {
+            Localize::Exclusive
+        })
+    }
+
     fn validate(&self) -> anyhow::Result<()> {
         ensure!(self.epochs >= 1, "--epochs must be at least 1");
         ensure!(
@@ -253,11 +264,11 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         "evaluation": "global worker 0, whole test set, after every epoch",
     });
     if args.mode.localizes() {
-        settings["localize"] = json!(args.localize.name());
+        settings["localize"] = json!(args.localize().name());
     }
     // `--localize exclusive`: the rows only this node's workers train, moved here before the
     // first epoch (every node derives the same split from its copy of the data).
-    let exclusive = (args.mode.localizes() && args.localize == Localize::Exclusive).then(|| {
+    let exclusive = (args.mode.localizes() && args.localize() == Localize::Exclusive).then(|| {
         replicate::exclusive_rows(
             &data.train,
             node.num_nodes() as usize,
@@ -271,7 +282,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     }
     // 2 MiB per node, so only when it is used.
     let sightings =
-        (args.mode.localizes() && args.localize == Localize::Repeats).then(Sightings::default);
+        (args.mode.localizes() && args.localize() == Localize::Repeats).then(Sightings::default);
     let node_intents = NodeIntents::default();
     let job = train::Job {
         args,

@@ -37,6 +37,10 @@ const MAX_PENDING: usize = 16;
 /// Test rows per evaluation batch.
 const EVAL_BATCH: usize = 4096;
 
+/// Keys per `localize` of a node's own rows (`--localize exclusive`): each chunk's records
+/// travel in frames far below the wire's value limit whatever the row length.
+const EXCLUSIVE_CHUNK: usize = 1 << 16;
+
 /// What global worker 0 hands back: per-epoch records, cluster counters, the cluster sums of
 /// the replication counters (`crate::replication::node_counters`), intent counters.
 pub type Outcome = Option<(
@@ -148,12 +152,16 @@ impl Job<'_> {
             w.sync_replicas()?;
         }
         if let Some(rows) = self.exclusive {
-            // Once, by one worker per node; the barrier keeps the moves out of the first
-            // epoch's figures.
-            if w.id() == 0 {
-                w.localize(rows)?
-                    .wait()
-                    .context("moving this node's rows here")?;
+            // Once, by one worker per node, in chunks (a frame holds at most
+            // `roam_core::wire::Limits::max_values`); the barrier keeps the moves out of the
+            // first epoch's figures. Nothing to move on one node, nor when nothing is left to
+            // train.
+            if w.id() == 0 && w.num_nodes() > 1 && first < args.epochs {
+                for chunk in rows.chunks(EXCLUSIVE_CHUNK) {
+                    w.localize(chunk)?
+                        .wait()
+                        .context("moving this node's rows here")?;
+                }
             }
             w.barrier()?;
         }

@@ -215,6 +215,39 @@ fn two_nodes_in_every_mode_learn_like_single() {
     assert!(of("nups-replicate-only") > of("classic"), "{local:?}");
 }
 
+/// `--shard-by f0`: all rows with one f0 id go to one worker, so every f0 row is one node's
+/// own: each node owns more rows than when rows are dealt out one by one, and the model learns
+/// as well.
+#[test]
+fn sharding_by_a_field_gives_each_node_more_rows_of_its_own() {
+    let own = |extra: &[&str]| -> (Value, u64) {
+        let args = train("nups", extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = report(&launch(2, 1, &args));
+        let rows = r["settings"]["exclusive_rows"]
+            .as_array()
+            .expect("exclusive_rows")
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        (r, rows)
+    };
+    let (dealt, dealt_rows) = own(&[]);
+    let (sharded, sharded_rows) = own(&["--shard-by", "f0"]);
+    assert_eq!(dealt["settings"]["shard_by"], Value::Null, "{dealt}");
+    assert_eq!(sharded["settings"]["shard_by"], "f0", "{sharded}");
+    assert!(
+        sharded_rows > dealt_rows,
+        "own rows: {sharded_rows} sharded by f0, {dealt_rows} dealt"
+    );
+    assert_learns(&sharded);
+    let (a, b) = (
+        last_epoch(&dealt, "test_auc"),
+        last_epoch(&sharded, "test_auc"),
+    );
+    assert!((a - b).abs() < 0.02, "AUC {b} sharded, {a} dealt");
+}
+
 #[test]
 fn adam_and_sgd_train_too() {
     for (opt, lr) in [("adam", "0.002"), ("sgd", "0.5")] {
@@ -295,6 +328,10 @@ fn bad_input_fails_with_a_message() {
         (
             vec!["train", "ctr", "--mode", "single", "--optimizer", "ftrl"],
             "FTRL",
+        ),
+        (
+            vec!["train", "ctr", "--mode", "single", "--shard-by", "user"],
+            "has no such field (its fields: f0, f1,",
         ),
         (
             vec![

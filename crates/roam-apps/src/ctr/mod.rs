@@ -44,6 +44,7 @@ pub mod checkpoint;
 pub mod data;
 pub mod model;
 pub mod replicate;
+pub mod shard;
 pub mod synthetic;
 pub mod train;
 
@@ -107,6 +108,12 @@ pub struct Args {
     /// rows, most of them ids used once, would be created and moved only to be evicted).
     #[arg(long, value_enum)]
     pub localize: Option<Localize>,
+    /// Spread the training rows over the workers by this field's id (all rows with one id go
+    /// to one worker, so its row is one node's: `--localize exclusive` moves it there) instead
+    /// of row by row (`r ≡ p (mod P)`). A field name of the data (`f0`, `f1`, … for synthetic
+    /// data).
+    #[arg(long)]
+    pub shard_by: Option<String>,
     /// Worker threads per node (default: ROAM_WORKERS_PER_NODE, set by `roam launch`, else 1).
     #[arg(long)]
     pub workers: Option<u32>,
@@ -216,6 +223,20 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         "{dataset}: the training set is empty"
     );
     ensure!(!data.test.is_empty(), "{dataset}: the test set is empty");
+    let shard_field = match &args.shard_by {
+        None => None,
+        Some(name) => Some(
+            data.field_names
+                .iter()
+                .position(|f| f == name)
+                .with_context(|| {
+                    format!(
+                        "--shard-by {name}: {dataset} has no such field (its fields: {})",
+                        data.field_names.join(", ")
+                    )
+                })?,
+        ),
+    };
     let dim = args.dim as usize;
     let shape = Shape {
         fields: data.field_names.len(),
@@ -268,11 +289,15 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     }
     // `--localize exclusive`: the rows only this node's workers train, moved here before the
     // first epoch (every node derives the same split from its copy of the data).
+    let shards = shard::Shards {
+        parts: (node.num_nodes() * node.workers_per_node()) as usize,
+        by: shard_field,
+    };
     let exclusive = (args.mode.localizes() && args.localize() == Localize::Exclusive).then(|| {
         replicate::exclusive_rows(
             &data.train,
+            &shards,
             node.num_nodes() as usize,
-            node.workers_per_node() as usize,
             node.rank() as usize,
             |key| plan.keys.binary_search(&key).is_ok(),
         )
@@ -280,6 +305,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
     if let Some(e) = &exclusive {
         settings["exclusive_rows"] = json!(e.per_node);
     }
+    settings["shard_by"] = json!(args.shard_by);
     // 2 MiB per node, so only when it is used.
     let sightings =
         (args.mode.localizes() && args.localize() == Localize::Repeats).then(Sightings::default);
@@ -294,6 +320,7 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         node_intents: &node_intents,
         sightings: sightings.as_ref(),
         exclusive: exclusive.as_ref().map(|e| e.mine.as_slice()),
+        shards,
         console: Console::new(&args.output, "test_auc", "rows"),
         dense_keys,
         start: &start,

@@ -71,6 +71,8 @@ pub struct Job<'a> {
     /// `--localize exclusive`: the rows only this node's workers train on, moved here before
     /// the first epoch.
     pub exclusive: Option<&'a [Key]>,
+    /// Which worker trains which row.
+    pub shards: super::shard::Shards,
     /// Progress output.
     pub console: Console,
     /// The keys of the dense parameters.
@@ -166,7 +168,7 @@ impl Job<'_> {
             w.barrier()?;
         }
         let train = &self.data.train;
-        let mine: Vec<usize> = (gid..train.len()).step_by(parts).collect();
+        let mine = self.shards.rows_of(train, gid);
         let mut t = Trainer::default();
         let mut records = Vec::new();
         let mut local_fraction = LocalFraction::default();

@@ -1,5 +1,6 @@
-//! Which keys to `localize`: all of a batch's, or only those this node has seen before
-//! (`--localize repeats`).
+//! Which keys to `localize` (`--localize`): by default (`exclusive`) the rows no other node
+//! trains on, once before training (`ctr::shard::exclusive_rows`, no filter involved); all of
+//! a batch's (`all`); or only those this node has seen before (`repeats`, this filter).
 //!
 //! Why: on sparse data with a long tail (ctr's Zipf ids over 10^8) most of a batch's rows are
 //! ids used once. Moving such a row costs a relocation (a round trip through its home, the row

@@ -96,6 +96,16 @@ impl Node {
         self.send(origin, frame);
     }
 
+    /// Logs an optimizer step applied here for a request, when the replica step log is on
+    /// (tests replay a key's steps from it, `log_replica_steps`).
+    fn log_step(&mut self, key: Key, update: &[f32], mode: UpdateMode) {
+        if mode == UpdateMode::Gradient
+            && let Some(log) = self.replicas.step_log()
+        {
+            log.push((key, update.to_vec()));
+        }
+    }
+
     /// Serves a pull (`mode` none) or push request: answers the keys held here, queues those on
     /// their way here, holds those of a bucket whose move to this node is completing, and
     /// forwards the rest one hop closer to their owner.
@@ -190,11 +200,7 @@ impl Node {
                 // (anything else, a replica shared here included, takes the paths below).
                 if let Some(mode) = mode {
                     if self.store.push_owned(key, update, mode) {
-                        if mode == UpdateMode::Gradient
-                            && let Some(log) = self.replicas.step_log()
-                        {
-                            log.push((key, update.to_vec()));
-                        }
+                        self.log_step(key, update, mode);
                         answered.push(key, pos, &[]);
                         continue;
                     }
@@ -231,13 +237,8 @@ impl Node {
             match residency {
                 Residency::Local => {
                     if let Some(mode) = mode {
-                        let applied = self.store.push_local(key, update, mode);
-                        if applied
-                            && mode == UpdateMode::Gradient
-                            && let Some(log) = self.replicas.step_log()
-                        {
-                            // Tests replay a key's steps from the log (`log_replica_steps`).
-                            log.push((key, update.to_vec()));
+                        if self.store.push_local(key, update, mode) {
+                            self.log_step(key, update, mode);
                         }
                         answered.push(key, pos, &[]);
                     } else {

@@ -16,8 +16,9 @@
 //! gradients from all workers are applied as they arrive (asynchronous, like the embeddings);
 //! every batch pulls the dense parameters afresh.
 //!
-//! Training (`train`): global worker `p` of `P` trains on the training rows `r ≡ p (mod P)`,
-//! in a seeded shuffled order per epoch, in batches of `--batch`: pull the batch's distinct
+//! Training (`train`): global worker `p` of `P` trains on the training rows `r ≡ p (mod P)` (or,
+//! under `--shard-by FIELD`, those whose id in the field hashes to `p`: `shard`), in a seeded
+//! shuffled order per epoch, in batches of `--batch`: pull the batch's distinct
 //! rows and the dense keys, forward and backward, push both gradients (not waited; a worker's
 //! later pulls see its own pushes). Modes change only where rows live: `lapse` moves each row
 //! that only this node's workers train on here once, before the first epoch, and reads every
@@ -293,15 +294,18 @@ pub fn run(args: &Args) -> anyhow::Result<Option<serde_json::Value>> {
         parts: (node.num_nodes() * node.workers_per_node()) as usize,
         by: shard_field,
     };
-    let exclusive = (args.mode.localizes() && args.localize() == Localize::Exclusive).then(|| {
-        replicate::exclusive_rows(
-            &data.train,
-            &shards,
-            node.num_nodes() as usize,
-            node.rank() as usize,
-            |key| plan.keys.binary_search(&key).is_ok(),
-        )
-    });
+    // (On one node every row is the node's own: nothing would move.)
+    let exclusive =
+        (args.mode.localizes() && args.localize() == Localize::Exclusive && node.num_nodes() > 1)
+            .then(|| {
+                shard::exclusive_rows(
+                    &data.train,
+                    &shards,
+                    node.num_nodes() as usize,
+                    node.rank() as usize,
+                    |key| plan.keys.binary_search(&key).is_ok(),
+                )
+            });
     if let Some(e) = &exclusive {
         settings["exclusive_rows"] = json!(e.per_node);
     }

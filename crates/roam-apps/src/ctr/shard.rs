@@ -6,8 +6,13 @@
 //! `--localize exclusive` then moves there once. Every node holds the data and computes the
 //! same assignment; it is fixed across epochs (each epoch shuffles a worker's rows only).
 //!
+//! [`exclusive_rows`] derives from the assignment the rows only one node's workers train on:
+//! `--localize exclusive` moves each node's own rows there once, before training.
+//!
 //! Invariants: every row goes to exactly one worker in `0..parts`; the assignment depends only
-//! on the row's data, the field and `parts`.
+//! on the row's data, the field and `parts`, so every node computes the same own rows.
+
+use roam::Key;
 
 use super::data::{Examples, mix};
 
@@ -42,9 +47,131 @@ impl Shards {
     }
 }
 
+/// The embedding rows that only one node's workers train on (`--localize exclusive`).
+#[derive(Debug, Default)]
+pub struct Exclusive {
+    /// This node's, ascending.
+    pub mine: Vec<Key>,
+    /// How many each node has.
+    pub per_node: Vec<u64>,
+}
+
+/// The rows that only node `rank`'s workers train on, when `shards` says which global worker
+/// trains each training row and node `n` of `nodes` runs the workers `n · per_node .. (n + 1) ·
+/// per_node` (`roam::Worker::global_id`; `per_node = shards.parts / nodes`); `skip` leaves
+/// keys out (the replicated ones). A row several workers of one node use is as exclusive as a
+/// row one worker uses: the node holds it for all of them.
+pub fn exclusive_rows(
+    train: &Examples,
+    shards: &Shards,
+    nodes: usize,
+    rank: usize,
+    skip: impl Fn(Key) -> bool,
+) -> Exclusive {
+    // Key → the one node using it so far, or `SHARED`.
+    const SHARED: u32 = u32::MAX;
+    let mut user: rustc_hash::FxHashMap<Key, u32> = rustc_hash::FxHashMap::default();
+    let nodes = nodes.max(1);
+    let per_node = (shards.parts / nodes).max(1);
+    for row in 0..train.len() {
+        let node = (shards.worker_of(train, row) / per_node) as u32;
+        for field in 0..train.fields {
+            for &key in train.bag(row, field) {
+                let u = user.entry(key).or_insert(node);
+                if *u != node {
+                    *u = SHARED;
+                }
+            }
+        }
+    }
+    let mut out = Exclusive {
+        mine: Vec::new(),
+        per_node: vec![0; nodes],
+    };
+    for (key, node) in user {
+        if node == SHARED || skip(key) {
+            continue;
+        }
+        out.per_node[node as usize] += 1;
+        if node == rank as u32 {
+            out.mine.push(key);
+        }
+    }
+    out.mine.sort_unstable();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows of two fields; each row a list of (field, keys).
+    fn examples(rows: &[[&[Key]; 2]]) -> Examples {
+        let mut e = Examples::new(2);
+        for row in rows {
+            for bag in row {
+                e.keys.extend_from_slice(bag);
+                e.end_bag().unwrap();
+            }
+            e.labels.push(0);
+        }
+        e
+    }
+
+    fn by_index(parts: usize) -> Shards {
+        Shards { parts, by: None }
+    }
+
+    #[test]
+    fn a_row_is_exclusive_to_the_one_node_whose_workers_train_it() {
+        // Rows 0..6; with 2 nodes × 1 worker, even rows are node 0's and odd rows node 1's.
+        let train = examples(&[
+            [&[1], &[2]],    // node 0
+            [&[1], &[3]],    // node 1: key 1 shared
+            [&[4, 4], &[2]], // node 0
+            [&[3], &[5]],    // node 1
+            [&[6], &[]],     // node 0
+            [&[5], &[7]],    // node 1
+        ]);
+        let e0 = exclusive_rows(&train, &by_index(2), 2, 0, |_| false);
+        let e1 = exclusive_rows(&train, &by_index(2), 2, 1, |_| false);
+        assert_eq!(e0.mine, [2, 4, 6]);
+        assert_eq!(e1.mine, [3, 5, 7]);
+        assert_eq!(e0.per_node, [3, 3]);
+        assert_eq!(
+            e1.per_node, e0.per_node,
+            "every node derives the same split"
+        );
+        // Replicated keys are left out.
+        let e0 = exclusive_rows(&train, &by_index(2), 2, 0, |k| k == 4);
+        assert_eq!(
+            (e0.mine.as_slice(), e0.per_node.as_slice()),
+            (&[2, 6][..], &[2, 3][..])
+        );
+        // 1 node × 2 workers: both workers' rows are the node's, so every row is its own.
+        assert_eq!(
+            exclusive_rows(&train, &by_index(2), 1, 0, |_| false).mine,
+            [1, 2, 3, 4, 5, 6, 7]
+        );
+        // 2 nodes × 2 workers: worker r mod 4 trains row r, node 0 runs workers 0 and 1, so
+        // rows 0, 1, 4, 5 are node 0's and rows 2, 3 node 1's.
+        let e = exclusive_rows(&train, &by_index(4), 2, 0, |_| false);
+        assert_eq!(e.mine, [1, 6, 7]);
+        assert_eq!(e.per_node, [3, 1]);
+        // Rows dealt by their field-0 id: every key used in field 0 only is one node's (keys
+        // 3 and 5 are also used in field 1; the app's keys are per field, `feature_key`).
+        let by_field = Shards {
+            parts: 2,
+            by: Some(0),
+        };
+        let mine: Vec<Vec<Key>> = (0..2)
+            .map(|rank| exclusive_rows(&train, &by_field, 2, rank, |_| false).mine)
+            .collect();
+        for key in [1, 4, 6] {
+            let owners = mine.iter().filter(|m| m.contains(&key)).count();
+            assert_eq!(owners, 1, "field-0 key {key} is one node's: {mine:?}");
+        }
+    }
 
     #[test]
     fn every_row_goes_to_one_worker_and_a_fields_id_to_one_worker() {

@@ -137,7 +137,7 @@ impl Job<'_> {
     pub fn worker(&self, w: &Worker) -> anyhow::Result<Outcome> {
         let args = self.args;
         let gid = w.global_id() as usize;
-        let parts = (w.num_nodes() * w.workers_per_node()) as usize;
+        let parts = self.shards.parts;
         if args.mode.replicates() {
             crate::replication::check_same_set(&self.epoch_sums, w, &self.plan.keys)?;
         }
@@ -156,9 +156,9 @@ impl Job<'_> {
         if let Some(rows) = self.exclusive {
             // Once, by one worker per node, in chunks (a frame holds at most
             // `roam_core::wire::Limits::max_values`); the barrier keeps the moves out of the
-            // first epoch's figures. Nothing to move on one node, nor when nothing is left to
-            // train.
-            if w.id() == 0 && w.num_nodes() > 1 && first < args.epochs {
+            // first epoch's figures (`run` computes no rows on one node); nothing to move when
+            // nothing is left to train.
+            if w.id() == 0 && first < args.epochs {
                 for chunk in rows.chunks(EXCLUSIVE_CHUNK) {
                     w.localize(chunk)?
                         .wait()

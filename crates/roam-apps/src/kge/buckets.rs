@@ -8,9 +8,16 @@
 //! can only replicate or bounce it (AdaPM 8× `single`'s CPU at 2 nodes, 22× at 4, on the
 //! quick graph). With buckets an entity is used by one worker for a whole round, and each
 //! worker keeps one of its two parts into the next round, so `W` parts move at each round's
-//! end (like MF's column blocks); negatives are
-//! drawn from the two parts the worker holds (PBG's same-partition negatives: local reads),
-//! and only the relations, used everywhere at once, are shared.
+//! end (like MF's column blocks); negatives are drawn from the two parts the worker holds (PBG's
+//! same-partition negatives: local reads) and from a pool of the other parts' entities, read at
+//! the round's start, whose gradients are pushed every `--bucket-pool-flush` triples and at the
+//! round's end.
+//!
+//! How the parts move is [`PartMoves`]: under adapm each round's intent is signalled a round
+//! ahead (the relations, used everywhere at once, are in it and end up shared); under lapse and
+//! nups the worker localizes the round's parts when the barrier before it releases them (nups
+//! replicates the relations, lapse reads them at their homes); the other modes leave the parts
+//! where they are.
 //!
 //! Invariants of [`Buckets::new`]: every training triple is in exactly one (round, worker);
 //! in each round the workers' part pairs are disjoint and cover all parts; every pair of
@@ -45,9 +52,10 @@ pub const SHARE_SYNC_EVERY: std::time::Duration = std::time::Duration::from_mill
 
 /// Triples between two pushes of a round's pool gradients (`--bucket-pool-flush`; 0: once, at
 /// the round's end). Measured on the quick graph under `nups` (`docs/workloads-kge.md`, "`nups`
-/// with the bucket schedule"): pushing every 128–512 triples brought the MRR after 12 epochs
-/// from 0.12–0.18 to 0.21–0.25 (`single`: 0.26), at 1.6–1.9× the CPU of pushing once a round at
-/// 2 nodes and 1.2–2.2× at 4; the schedule exists to cut CPU, so the default is the cheap end.
+/// with the bucket schedule"): pushing every 64–512 triples brought the MRR after 12 epochs
+/// from 0.12 (2 nodes) and 0.18 (4) to 0.17–0.25 (`single`: 0.26; flush 256 at 4 nodes: 0.166),
+/// at 1.6–1.9× the CPU of pushing once a round at 2 nodes and 1.2–2.9× at 4; the schedule exists
+/// to cut CPU, so the default is the cheap end.
 pub const DEFAULT_POOL_FLUSH: usize = 0;
 
 /// How a round's parts reach the worker that trains them, by mode.

@@ -45,8 +45,10 @@
 //! when the triple trains, with `pull_sample`, from the entities held here then (owned, or
 //! replicas): no intent, no communication, not uniform.
 //!
-//! Under `--schedule buckets` the epoch is `buckets.rs`'s instead: rounds of entity parts, one
-//! intent per round, negatives from the parts held and a pool ([`Negatives::Pooled`]).
+//! Under `--schedule buckets` the epoch is `buckets.rs`'s instead: rounds of entity parts, moved
+//! as [`super::buckets::PartMoves`] says (an intent per round under adapm, a localize at the
+//! round's barrier under lapse and nups, not at all otherwise), negatives from the parts held
+//! and a pool ([`Negatives::Pooled`]).
 
 use std::collections::VecDeque;
 

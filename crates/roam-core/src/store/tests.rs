@@ -657,6 +657,7 @@ fn the_owned_accessors_serve_owned_records_only() {
     assert!(!store.pull_owned(0, &mut out));
     assert!(!store.push_owned(0, &[1.0, 1.0], UpdateMode::Add));
     store.set_in_transit(2, true);
+    assert_eq!(store.residency(2), Residency::InTransit);
     assert!(!store.pull_owned(2, &mut out));
     assert!(!store.push_owned(2, &[1.0, 1.0], UpdateMode::Add));
 

@@ -86,6 +86,20 @@ impl Examples {
         Ok(())
     }
 
+    /// Rows of two fields, each row its two bags, all labelled 0 (tests).
+    #[cfg(test)]
+    pub(crate) fn two_fields(rows: &[[&[Key]; 2]]) -> Self {
+        let mut e = Self::new(2);
+        for row in rows {
+            for bag in row {
+                e.keys.extend_from_slice(bag);
+                e.end_bag().expect("few keys");
+            }
+            e.labels.push(0);
+        }
+        e
+    }
+
     /// Fraction of rows labelled 1.
     pub fn click_rate(&self) -> f64 {
         if self.is_empty() {

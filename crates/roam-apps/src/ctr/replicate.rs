@@ -95,23 +95,10 @@ pub fn row_counts(train: &Examples) -> HashMap<Key, u64> {
 mod tests {
     use super::*;
 
-    /// Rows of two fields; each row a list of (field, keys).
-    fn examples(rows: &[[&[Key]; 2]]) -> Examples {
-        let mut e = Examples::new(2);
-        for row in rows {
-            for bag in row {
-                e.keys.extend_from_slice(bag);
-                e.end_bag().unwrap();
-            }
-            e.labels.push(0);
-        }
-        e
-    }
-
     #[test]
     fn rows_are_counted_once_per_example_and_the_dense_keys_always_replicated() {
         // Key 1 in every row (twice in row 0: counted once), 2 in two rows, 3 and 4 once.
-        let train = examples(&[[&[1, 1], &[2]], [&[1], &[2, 3]], [&[1], &[4]]]);
+        let train = Examples::two_fields(&[[&[1, 1], &[2]], [&[1], &[2, 3]], [&[1], &[4]]]);
         let counts = row_counts(&train);
         assert_eq!(counts[&1], 3);
         assert_eq!(counts[&2], 2);

@@ -105,19 +105,6 @@ pub fn exclusive_rows(
 mod tests {
     use super::*;
 
-    /// Rows of two fields; each row a list of (field, keys).
-    fn examples(rows: &[[&[Key]; 2]]) -> Examples {
-        let mut e = Examples::new(2);
-        for row in rows {
-            for bag in row {
-                e.keys.extend_from_slice(bag);
-                e.end_bag().unwrap();
-            }
-            e.labels.push(0);
-        }
-        e
-    }
-
     fn by_index(parts: usize) -> Shards {
         Shards { parts, by: None }
     }
@@ -125,7 +112,7 @@ mod tests {
     #[test]
     fn a_row_is_exclusive_to_the_one_node_whose_workers_train_it() {
         // Rows 0..6; with 2 nodes × 1 worker, even rows are node 0's and odd rows node 1's.
-        let train = examples(&[
+        let train = Examples::two_fields(&[
             [&[1], &[2]],    // node 0
             [&[1], &[3]],    // node 1: key 1 shared
             [&[4, 4], &[2]], // node 0

@@ -355,9 +355,19 @@ class Worker:
         """Applies ``grads`` (the keys' gradients, concatenated) with the node's optimizer
         (``Node(optimizer=...)``) where each row lives: local rows at once, remote rows at
         their owner. A key named twice gets two steps. Raises as ``push``, and
-        ``AccessError`` without an optimizer; the ticket fails with ``AccessError`` for a
-        replicated key under an optimizer other than SGD. With ``table``, the table's own
-        optimizer steps its rows (``AccessError`` if it has none)."""
+        ``AccessError`` without an optimizer; a replicated key's gradient accumulates for its
+        hub's next step. With ``table``, the table's own optimizer steps its rows
+        (``AccessError`` if it has none)."""
+    def push_gradient_sums(
+        self, keys: Keys, aggregates: Values, *, table: str | None = None
+    ) -> Ticket:
+        """Applies aggregates of gradients, one optimizer step per key standing for all of
+        them: ``aggregates`` holds, per key, the sum of its gradients then the sum of their
+        squares (twice the key's length). For gradients gathered before they are sent
+        (copies of rows held elsewhere): the optimizer's state grows as if each had been
+        pushed (Adagrad's accumulator by the squares, not the square of the sum), and an
+        aggregate of one gradient ``(g, g*g)`` is exactly ``push_gradients`` of ``g``. Raises
+        as ``push_gradients``; ``AccessError`` names the expected length on a mismatch."""
     def localize(self, keys: Keys, *, table: str | None = None) -> Ticket:
         """Moves ``keys`` to this node (dynamic allocation; a no-op otherwise). The ticket
         completes once all of them have arrived; accesses stay correct while they move."""

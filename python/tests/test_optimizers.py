@@ -78,6 +78,34 @@ def test_push_gradients_matches_the_update_rule(kind, params):
                                    err_msg=f"{kind} key {k}")
 
 
+def test_push_gradient_sums_steps_like_the_gradients_it_sums():
+    """An aggregate of one gradient is that gradient's step, bit for bit; an aggregate of n
+    equal gradients leaves Adagrad's accumulator where n steps leave it (the next step of
+    that size is as small as after n steps) and moves the row about as far."""
+    g = np.full(LEN, 0.5, np.float32)
+    with roam.Node(num_keys=KEYS, value_lengths=LEN, workers=1,
+                   optimizer={"kind": "adagrad", "lr": 0.1}) as node:
+        w = node.worker(0)
+        w.push_gradients(u64(0), g).wait()
+        w.push_gradient_sums(u64(1), np.concatenate([g, g * g])).wait()
+        one, agg = w.pull(u64(0, 1)).wait()
+        np.testing.assert_array_equal(one, agg)
+        n = 16
+        for _ in range(n):
+            w.push_gradients(u64(2), g).wait()
+        w.push_gradient_sums(u64(3), np.concatenate([n * g, n * g * g])).wait()
+        w.push_gradients(u64(4), n * g).wait()
+        steps, aggregate, summed = w.pull(u64(2, 3, 4)).wait()
+        np.testing.assert_allclose(aggregate, steps, rtol=0.03)
+        assert np.all(np.abs(summed) < 0.3 * np.abs(steps)), "one step of the sum moves less"
+        before = w.pull(u64(2, 3)).wait()
+        w.push_gradients(u64(2, 3), np.concatenate([g, g])).wait()
+        moved = w.pull(u64(2, 3)).wait() - before
+        np.testing.assert_allclose(moved[1], moved[0], rtol=1e-5)
+        with pytest.raises(roam.AccessError, match="buffer holds 3 values .* 6 values"):
+            w.push_gradient_sums(u64(5), np.ones(LEN, np.float32))
+
+
 def test_a_name_selects_the_defaults_and_state_survives_a_checkpoint(tmp_path):
     ckpt = tmp_path / "ckpt"
     g = np.ones(LEN, np.float32)

@@ -259,7 +259,8 @@ impl Front {
     }
 
     /// Applies `vals` to `keys` (added, overwriting with [`UpdateMode::Set`], or as gradients
-    /// with [`UpdateMode::Gradient`], see [`Front::push_gradients`]): local keys
+    /// with [`UpdateMode::Gradient`], see [`Front::push_gradients`]; aggregates of gradients,
+    /// twice the keys' lengths, with [`UpdateMode::GradientSums`]): local keys
     /// now, after the whole batch was validated; `None` if that was all, else the rest.
     // Inlined so that each caller gets a loop specialised to its mode.
     #[inline(always)]
@@ -269,6 +270,11 @@ impl Front {
         vals: &'a [f32],
         mode: UpdateMode,
     ) -> Result<Option<Handoff<'a>>, AccessError> {
+        if mode == UpdateMode::GradientSums {
+            // Each key's update is twice its length (folded away: `mode` is a constant at
+            // every caller).
+            return self.push_gradient_sums(keys, vals);
+        }
         let (store, space, fast) = (&*self.store, self.store.space(), self.fast_local_access);
         space.check_batch(keys, vals.len())?;
         let misses = &mut self.misses;
@@ -326,6 +332,81 @@ impl Front {
             return Err(AccessError::NoOptimizer);
         }
         self.push(keys, grads, UpdateMode::Gradient)
+    }
+
+    /// Applies aggregates of gradients to `keys` with the key space's optimizer
+    /// ([`Optimizer::step_sums`](crate::Optimizer::step_sums)): key `i`'s part of `vals` is
+    /// twice its length, the sum of its gradients then the sum of their squares. Where each
+    /// record lives, like [`Front::push_gradients`]; one step per key and call. For a worker
+    /// that gathers gradients of rows held elsewhere and sends them now and then (a pool of
+    /// negatives): the optimizer's state grows as if each gradient had been pushed. Fails,
+    /// changing nothing, without an optimizer or on bad input: a length other than twice the
+    /// keys' lengths, or a sum of squares that is negative or not finite.
+    pub fn push_gradient_sums<'a>(
+        &'a mut self,
+        keys: &[Key],
+        vals: &'a [f32],
+    ) -> Result<Option<Handoff<'a>>, AccessError> {
+        let space = self.store.space();
+        if space.named_tables().is_none() && space.optimizer().is_none() {
+            return Err(AccessError::NoOptimizer);
+        }
+        match space.check_batch(keys, vals.len() / 2) {
+            Ok(half) if 2 * half == vals.len() => {}
+            Ok(half) => {
+                return Err(AccessError::LengthMismatch {
+                    keys: keys.len(),
+                    expected: 2 * half,
+                    actual: vals.len(),
+                });
+            }
+            Err(AccessError::LengthMismatch { keys, expected, .. }) => {
+                return Err(AccessError::LengthMismatch {
+                    keys,
+                    expected: 2 * expected,
+                    actual: vals.len(),
+                });
+            }
+            Err(e) => return Err(e),
+        }
+        if keys.iter().any(|&k| space.optimizer_for(k).is_none()) {
+            return Err(AccessError::NoOptimizer);
+        }
+        let mut offset = 0;
+        for &key in keys {
+            let len = space.len(key);
+            let squares = &vals[offset + len..offset + 2 * len];
+            if !squares.iter().all(|q| q.is_finite() && *q >= 0.0) {
+                return Err(AccessError::BadSquares { key });
+            }
+            offset += 2 * len;
+        }
+        let (store, fast) = (&*self.store, self.fast_local_access);
+        let misses = &mut self.misses;
+        misses.keys.clear();
+        misses.offsets.clear();
+        let mut offset = 0;
+        for &key in keys {
+            let len = space.len(key);
+            let aggregate = &vals[offset..offset + 2 * len];
+            let served = fast
+                && (store.push_local(key, aggregate, UpdateMode::GradientSums)
+                    || store.accumulate_replica_gradient_sums(key, aggregate));
+            if !served {
+                misses.push(key, offset);
+            }
+            offset += 2 * len;
+        }
+        let c = &self.counters;
+        if self.all_local(keys.len(), &c.local_push_keys, &c.local_push_ops) {
+            return Ok(None);
+        }
+        Ok(Some(Handoff::Push {
+            keys: &self.misses.keys,
+            offsets: &self.misses.offsets,
+            vals,
+            mode: UpdateMode::GradientSums,
+        }))
     }
 
     /// Counts the keys of a batch of `batch` keys that the fast path served, and the operation
@@ -604,6 +685,87 @@ mod tests {
         ));
         handoff.issue(&mut node, Time(1), WorkerId(0));
         assert_eq!(snapshot(&node, &[local]), [-1.0, -2.0]);
+    }
+
+    /// Aggregates are twice the keys' lengths (a mismatch names the doubled length), need an
+    /// optimizer, step local keys now with `Optimizer::step_sums` and hand the rest off as
+    /// aggregates.
+    #[test]
+    fn gradient_aggregates_are_checked_and_step_local_keys() {
+        let space = KeySpace::per_key(vec![2; 64]).unwrap();
+        let plain = node(space.clone(), true, PolicyKind::Static);
+        let mut front = Front::new(&plain, WorkerId(0), Arc::default());
+        assert_eq!(
+            front.push_gradient_sums(&[1], &[1.0; 4]).unwrap_err(),
+            AccessError::NoOptimizer
+        );
+        let adagrad = crate::optim::Optimizer::adagrad(0.5);
+        for space in [
+            KeySpace::uniform(64, 2).unwrap(),
+            KeySpace::per_key(vec![2; 64]).unwrap(),
+        ] {
+            let mut node = node(
+                space.with_optimizer(adagrad).unwrap(),
+                true,
+                PolicyKind::Static,
+            );
+            let (local, remote) = local_and_remote(&node);
+            let mut front = Front::new(&node, WorkerId(0), Arc::default());
+            for (len, expected) in [(4, 8), (7, 8), (9, 8)] {
+                assert_eq!(
+                    front
+                        .push_gradient_sums(&[local, remote], &vec![1.0; len])
+                        .unwrap_err(),
+                    AccessError::LengthMismatch {
+                        keys: 2,
+                        expected,
+                        actual: len
+                    },
+                    "{len} values"
+                );
+            }
+            assert!(matches!(
+                front.push_gradient_sums(&[local, 64], &[1.0; 8]),
+                Err(AccessError::KeyOutOfRange { key: 64, .. })
+            ));
+            for bad in [-0.5, f32::NAN, f32::INFINITY] {
+                let aggregate = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, bad];
+                assert_eq!(
+                    front
+                        .push_gradient_sums(&[local, remote], &aggregate)
+                        .unwrap_err(),
+                    AccessError::BadSquares { key: remote },
+                    "square {bad}"
+                );
+            }
+            assert_eq!(
+                snapshot(&node, &[local]),
+                [0.0, 0.0],
+                "refused batches change nothing"
+            );
+            let aggregate = [3.0, -1.0, 5.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+            let handoff = front
+                .push_gradient_sums(&[local, remote], &aggregate)
+                .unwrap()
+                .expect("the remote key is handed off");
+            let Handoff::Push {
+                keys,
+                offsets,
+                mode,
+                ..
+            } = &handoff
+            else {
+                panic!("a push hand-off");
+            };
+            assert_eq!(
+                (*keys, *offsets, *mode),
+                (&[remote][..], &[4][..], UpdateMode::GradientSums)
+            );
+            handoff.issue(&mut node, Time(1), WorkerId(0));
+            let (mut w, mut acc) = ([0.0f32; 2], [0.0f32; 2]);
+            adagrad.step_sums(&mut w, &mut acc, &[3.0, -1.0], &[5.0, 1.0]);
+            assert_eq!(snapshot(&node, &[local]), w);
+        }
     }
 
     #[test]

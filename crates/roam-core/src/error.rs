@@ -29,6 +29,16 @@ pub enum AccessError {
     /// `push_gradients` on a key space without an optimizer.
     #[error("push_gradients needs an optimizer, and none is configured for this key space")]
     NoOptimizer,
+    /// `push_gradient_sums` with a sum of squares that no gradients have (negative or not
+    /// finite): per key the sums come first, then the squares.
+    #[error(
+        "the gradient aggregate of key {key} has a sum of squares that is negative or not \
+         finite (each key's part is its gradient sum, then the sum of their squares)"
+    )]
+    BadSquares {
+        /// The key whose squares are bad.
+        key: Key,
+    },
 }
 
 /// Bad input to `intent`: nothing was recorded.

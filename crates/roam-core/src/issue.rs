@@ -106,15 +106,20 @@ impl Node {
         let me = self.cfg.id;
         for (pos, (&key, &offset)) in keys.iter().zip(offsets).enumerate() {
             let pos = pos as u32;
-            let update = &values[offset..offset + self.cfg.space.len(key)];
-            if mode == UpdateMode::Gradient {
+            let update = &values[offset..offset + self.cfg.space.len(key) * mode.width()];
+            if mode.is_gradient() {
                 if self.cfg.space.optimizer_for(key).is_none() {
                     self.answer(op, pos);
                     self.fail(op, OpError::Access(AccessError::NoOptimizer));
                     continue;
                 }
                 // A replicated key under a stateful optimizer: accumulated for its hub.
-                if self.store.accumulate_replica_gradient(key, update) {
+                let accumulated = if mode == UpdateMode::GradientSums {
+                    self.store.accumulate_replica_gradient_sums(key, update)
+                } else {
+                    self.store.accumulate_replica_gradient(key, update)
+                };
+                if accumulated {
                     self.answer(op, pos);
                     continue;
                 }

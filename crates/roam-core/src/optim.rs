@@ -4,7 +4,9 @@
 //! [`Optimizer::layout`]) and validated before any node starts. Its state lives in the hidden
 //! part of each record, right after the visible values, so it moves with relocation, is saved by
 //! checkpoints and is never returned by a pull. [`Optimizer::step`] updates one record in place
-//! from one gradient; the store calls it under the key's latch, exactly where a push would add.
+//! from one gradient; [`Optimizer::step_sums`] from an aggregate of several (their sum and sum
+//! of squares, `push_gradient_sums` and replicas' accumulators); the store calls them under the
+//! key's latch, exactly where a push would add.
 //!
 //! Hidden state per record of `len` visible values (zero-initialised, like every new record):
 //!
@@ -15,8 +17,9 @@
 //! | Adam      | `m[len]`, `v[len]`, step count `t` (as `f32`) | (2, 1)                      |
 //! | FTRL      | `z[len]`, `n[len]`                            | (2, 0)                      |
 //!
-//! Invariants: `step` is a pure function of (record, gradient, hyper-parameters): no clock, no
-//! randomness, so every node applying the same gradients in the same order gets the same bits.
+//! Invariants: `step` and `step_sums` are pure functions of (record, gradient or aggregate,
+//! hyper-parameters): no clock, no randomness, so every node applying the same gradients in the
+//! same order gets the same bits.
 //! Adam's step count is an `f32`: exact up to 2^24 steps of one row, after which it stops
 //! growing, when both bias corrections are 1 to within `f32` anyway.
 
@@ -301,6 +304,87 @@ impl Optimizer {
     }
 }
 
+impl Optimizer {
+    /// Applies an *aggregate* of gradients to a record: `sums` the sum of `n ≥ 1` gradients
+    /// of the key, `squares` the sum of their squares (per value). What pushes that gather a
+    /// key's gradients before they travel use (a worker's pool of remote rows,
+    /// `Worker::push_gradient_sums`): one step that stands for `n` in a row.
+    ///
+    /// - SGD: `w -= lr·sum`, exactly the `n` steps.
+    /// - Adagrad: `acc += squares` (exactly the `n` steps' accumulator), and `w` moves as `n̂`
+    ///   steps of the mean gradient would, `n̂ = max(1, sum²/squares)` (the count when the
+    ///   gradients agree; 1 when they cancel): `w -= lr·sum/sqrt(acc + eps)` for `n̂ ≤ 1`
+    ///   (one gradient is exactly its own step), else the midpoint-rule integral of those steps,
+    ///   `w -= lr·2·sum / (sqrt(a + eps + squares + q/2) + sqrt(a + eps + q/2))` with `a` the
+    ///   accumulator before and `q = squares/n̂`. One sum of `n` equal gradients then moves
+    ///   about `2√n` steps' worth, as `n` steps do; a plain step with the sum would move one
+    ///   and add `n²·g²` to the accumulator, which shrinks every later step of the key.
+    /// - FTRL: `n += squares` and `σ` from it; `z += sum − σ·w` (the per-coordinate learning
+    ///   rate is the `n` steps' own).
+    /// - Adam: one step with the sum (`squares` unused): its second moment is a running mean,
+    ///   not a sum, so there is no count-free way to fold `n` steps into one.
+    ///
+    /// A negative or NaN square counts as 0 (the front refuses them from workers; this keeps
+    /// a peer's bad frame from poisoning the state).
+    #[inline]
+    pub fn step_sums(&self, w: &mut [f32], state: &mut [f32], sums: &[f32], squares: &[f32]) {
+        let len = sums.len();
+        let (w, squares) = (&mut w[..len], &squares[..len]);
+        match *self {
+            Self::Sgd { .. } | Self::Adam { .. } => self.step(w, state, sums),
+            Self::Adagrad { lr, eps } => {
+                let acc = &mut state[..len];
+                for (((w, a), &s), &q2) in w.iter_mut().zip(acc.iter_mut()).zip(sums).zip(squares) {
+                    // A sum of squares is never negative: a bad one (a peer's, say) would make
+                    // the accumulator, and every later step of the row, NaN.
+                    let q2 = q2.max(0.0);
+                    let before = *a + eps;
+                    *a += q2;
+                    let after = *a + eps;
+                    let agree = s * s;
+                    *w -= if agree <= q2 {
+                        // One gradient (or ones that cancel): exactly `step`'s arithmetic.
+                        lr * s / after.sqrt()
+                    } else {
+                        // n̂ = sum²/squares, q = squares/n̂ = squares²/sum².
+                        // (`q2 / agree` < 1 first: no overflow for huge squares.)
+                        let half_q = 0.5 * q2 * (q2 / agree);
+                        // sqrt(x + Q) − sqrt(x) = Q / (sqrt(x + Q) + sqrt(x)): no
+                        // cancellation when the accumulator dwarfs the squares.
+                        lr * 2.0 * s / ((after + half_q).sqrt() + (before + half_q).sqrt())
+                    };
+                }
+            }
+            Self::Ftrl {
+                alpha,
+                beta,
+                l1,
+                l2,
+            } => {
+                let (z, n) = state.split_at_mut(len);
+                let n = &mut n[..len];
+                for ((((w, z), n), &s), &q2) in w
+                    .iter_mut()
+                    .zip(z.iter_mut())
+                    .zip(n.iter_mut())
+                    .zip(sums)
+                    .zip(squares)
+                {
+                    let n_new = *n + q2.max(0.0);
+                    let sigma = (n_new.sqrt() - n.sqrt()) / alpha;
+                    *z += s - sigma * *w;
+                    *n = n_new;
+                    *w = if z.abs() <= l1 {
+                        0.0
+                    } else {
+                        -(*z - z.signum() * l1) / ((beta + n_new.sqrt()) / alpha + l2)
+                    };
+                }
+            }
+        }
+    }
+}
+
 /// The static name of a hyper-parameter for an error (the names of the valid ones; any other
 /// is reported as "unknown").
 fn leak_name(name: &str) -> &'static str {
@@ -423,6 +507,86 @@ mod tests {
                     assert_eq!(s, rs, "{} step {step}", opt.name());
                 }
             }
+        }
+    }
+
+    #[test]
+    fn an_aggregate_of_one_gradient_is_that_gradients_step() {
+        let len = 5;
+        for opt in all() {
+            let hidden = opt.layout().record_len(len) - len;
+            let (mut w, mut s) = (vec![0.25f32; len], vec![0.0f32; hidden]);
+            let (mut aw, mut as_) = (w.clone(), s.clone());
+            for step in 0..50 {
+                let g: Vec<f32> = (0..len).map(|i| grad(step, i)).collect();
+                let squares: Vec<f32> = g.iter().map(|g| g * g).collect();
+                opt.step(&mut w, &mut s, &g);
+                opt.step_sums(&mut aw, &mut as_, &g, &squares);
+                assert_eq!((&w, &s), (&aw, &as_), "{} step {step}", opt.name());
+            }
+        }
+    }
+
+    /// Adagrad from several accumulator levels: `n` equal gradients as one aggregate end with
+    /// the accumulator of `n` steps and move within 3 % of them (a step with their sum moves
+    /// about `1/(2√n)` as far); SGD's aggregate is the `n` steps; FTRL's accumulator is theirs.
+    #[test]
+    fn an_aggregate_of_n_gradients_moves_like_n_steps() {
+        for start in [0.0f32, 0.01, 1.0, 100.0] {
+            for n in [2usize, 4, 16, 64, 1000] {
+                let g = 0.3f32;
+                let opt = Optimizer::adagrad(0.1);
+                let (mut w, mut acc) = ([0.0f32], [start]);
+                for _ in 0..n {
+                    opt.step(&mut w, &mut acc, &[g]);
+                }
+                let sum = g * n as f32;
+                let squares = g * g * n as f32;
+                let (mut aw, mut aacc) = ([0.0f32], [start]);
+                opt.step_sums(&mut aw, &mut aacc, &[sum], &[squares]);
+                let rel = |a: f32, b: f32| (a - b).abs() / b.abs();
+                assert!(rel(aacc[0], acc[0]) < 1e-4, "acc {aacc:?} vs {acc:?}");
+                assert!(
+                    rel(aw[0], w[0]) < 0.03,
+                    "start {start}, n {n}: moved {} vs {} in {n} steps",
+                    aw[0],
+                    w[0]
+                );
+                let (mut sw, mut sacc) = ([0.0f32], [start]);
+                opt.step(&mut sw, &mut sacc, &[sum]);
+                if start < 1.0 && n >= 16 {
+                    assert!(
+                        sw[0].abs() < 0.5 * w[0].abs(),
+                        "the sum's one step moves less"
+                    );
+                }
+            }
+        }
+        let sgd = Optimizer::sgd(0.5);
+        let mut w = [1.0f32, 2.0];
+        sgd.step_sums(&mut w, &mut [], &[2.0, -4.0], &[4.0, 16.0]);
+        assert_eq!(w, [0.0, 4.0]);
+        let ftrl = Optimizer::ftrl(0.1);
+        let (mut w, mut state) = ([0.0f32], [0.0f32, 0.0]);
+        ftrl.step_sums(&mut w, &mut state, &[0.6], &[0.2]);
+        assert_eq!(state[1], 0.2, "n grows by the squares");
+        // σ·w = 0 from w = 0: z is the sum; w = −z / ((β + √n)/α) with β = 1, α = 0.1.
+        assert_eq!(state[0], 0.6);
+        let want = -0.6 / ((1.0 + 0.2f32.sqrt()) / 0.1);
+        assert!((w[0] - want).abs() < 1e-6, "{} vs {want}", w[0]);
+        // Bad squares (a peer's) count as zero instead of poisoning the state.
+        let (mut w, mut acc) = ([0.0f32], [1.0f32]);
+        opt_nan_free(&mut w, &mut acc);
+    }
+
+    fn opt_nan_free(w: &mut [f32; 1], acc: &mut [f32; 1]) {
+        let opt = Optimizer::adagrad(0.1);
+        for bad in [-4.0, f32::NAN] {
+            opt.step_sums(w, acc, &[1.0], &[bad]);
+            assert!(
+                w[0].is_finite() && acc[0] == 1.0,
+                "square {bad}: {w:?} {acc:?}"
+            );
         }
     }
 

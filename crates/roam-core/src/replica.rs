@@ -33,8 +33,9 @@
 //!   round, a delivery back. [`Node::issue_sync_replicas`] makes every earlier push visible
 //!   everywhere at once (a collective: flush markers to every hub, `ReplicaFlushed` back).
 //! - Under a stateful optimizer (Adagrad, Adam, FTRL) gradients of replicated keys accumulate
-//!   at each node and the hub steps its primary, the only copy of the optimizer state, once per
-//!   round with their sum (`replica/grads.rs`, which states the exact semantics).
+//!   at each node (with their squares) and the hub steps its primary, the only copy of the
+//!   optimizer state, once per round with their aggregate (`replica/grads.rs`, which states the
+//!   exact semantics).
 //! - Replicated keys are never owned, relocated or cached. A `set` of a replicated key goes to
 //!   its hub, overwrites the primary, and reaches the setter before its completion; pushes not
 //!   yet applied at the hub when the set lands there are added on top of it.
@@ -590,6 +591,7 @@ impl Node {
         hub: NodeId,
         keys: &[Key],
         values: &[f32],
+        width: usize,
     ) -> Option<Vec<u32>> {
         let mut positions = Vec::with_capacity(keys.len());
         let mut total = 0usize;
@@ -612,7 +614,7 @@ impl Node {
                 }
             }
         }
-        if total != values.len() {
+        if total * width != values.len() {
             self.warn(Warning::Replica {
                 from,
                 key: keys.first().copied().unwrap_or(0),
@@ -632,7 +634,10 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        let Some(positions) = self.check_replica_frame(from, self.cfg.id, keys, values) else {
+        // A gradient round carries aggregates: sums, then squares.
+        let width = if round & GRADIENT_ROUND != 0 { 2 } else { 1 };
+        let Some(positions) = self.check_replica_frame(from, self.cfg.id, keys, values, width)
+        else {
             return;
         };
         if round & GRADIENT_ROUND != 0 {
@@ -679,7 +684,7 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        let Some(positions) = self.check_replica_frame(from, from, keys, values) else {
+        let Some(positions) = self.check_replica_frame(from, from, keys, values, 1) else {
             return;
         };
         let r = &mut self.replicas;

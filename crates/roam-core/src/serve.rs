@@ -26,7 +26,7 @@ impl Node {
     fn validate_request(
         &self,
         request: &Request<'_>,
-        is_push: bool,
+        mode: Option<UpdateMode>,
     ) -> Result<(), (RejectCode, Key)> {
         let mut total = 0usize;
         for &key in request.keys {
@@ -35,7 +35,7 @@ impl Node {
             }
             total += self.cfg.space.len(key);
         }
-        let expected = if is_push { total } else { 0 };
+        let expected = mode.map_or(0, |mode| total * mode.width());
         if request.values.len() != expected {
             return Err((
                 RejectCode::LengthMismatch,
@@ -53,7 +53,7 @@ impl Node {
         request: &Request<'_>,
         mode: Option<UpdateMode>,
     ) -> Result<(), Key> {
-        if mode != Some(UpdateMode::Gradient) {
+        if !mode.is_some_and(UpdateMode::is_gradient) {
             return Ok(());
         }
         let first = request.keys.first().copied().unwrap_or(0);
@@ -97,12 +97,19 @@ impl Node {
     }
 
     /// Logs an optimizer step applied here for a request, when the replica step log is on
-    /// (tests replay a key's steps from it, `log_replica_steps`).
+    /// (tests replay a key's steps from it, `log_replica_steps`), as the aggregate it is
+    /// (a gradient `g` as `g` and `g²`: `Optimizer::step_sums` of it is `step` of `g`).
     fn log_step(&mut self, key: Key, update: &[f32], mode: UpdateMode) {
-        if mode == UpdateMode::Gradient
-            && let Some(log) = self.replicas.step_log()
-        {
-            log.push((key, update.to_vec()));
+        let Some(log) = self.replicas.step_log() else {
+            return;
+        };
+        match mode {
+            UpdateMode::Gradient => {
+                let squares = update.iter().map(|g| g * g);
+                log.push((key, update.iter().copied().chain(squares).collect()));
+            }
+            UpdateMode::GradientSums => log.push((key, update.to_vec())),
+            UpdateMode::Add | UpdateMode::Set => {}
         }
     }
 
@@ -139,12 +146,10 @@ impl Node {
             };
             return self.reject(origin, req, all, RejectCode::PeerLost, u64::from(from.0));
         }
-        let checked = self
-            .validate_request(&request, mode.is_some())
-            .and_then(|()| {
-                self.check_gradients(&request, mode)
-                    .map_err(|key| (RejectCode::GradientRefused, key))
-            });
+        let checked = self.validate_request(&request, mode).and_then(|()| {
+            self.check_gradients(&request, mode)
+                .map_err(|key| (RejectCode::GradientRefused, key))
+        });
         if let Err((code, culprit)) = checked {
             let all = Batch {
                 keys: request.keys.to_vec(),
@@ -163,12 +168,13 @@ impl Node {
         let mut lost: BTreeMap<NodeId, Batch> = BTreeMap::new();
         let mut replica_sets = Batch::default();
         let mut offset = 0;
+        let width = mode.map_or(1, UpdateMode::width);
         for (&key, &pos) in request.keys.iter().zip(request.positions) {
             let len = self.cfg.space.len(key);
             let update = if is_pull {
                 &[][..]
             } else {
-                &request.values[offset..offset + len]
+                &request.values[offset..offset + len * width]
             };
             offset += update.len();
             // While a bucket's move to this node completes, even its keys held here wait, so

@@ -38,7 +38,8 @@ pub enum Kind {
     /// Values of a [`Kind::Pull`], in the request's key order.
     PullReply = 2,
     /// Apply values to the keys (add, overwrite with [`FLAG_SET`], or apply as gradients with
-    /// [`FLAG_GRADIENT`]); answered by
+    /// [`FLAG_GRADIENT`], as aggregates of gradients, twice the keys' lengths, with
+    /// [`FLAG_SQUARES`] too); answered by
     /// [`Kind::PushReply`].
     Push = 3,
     /// Acknowledges a [`Kind::Push`]; `aux` holds the number of keys applied.
@@ -76,7 +77,8 @@ pub enum Kind {
     OpDone = 19,
     /// A node routes by a bucket's new home; sent to the old home, which passes it on.
     EpochAck = 20,
-    /// A node's replica deltas of one sync round, to the keys' hub (`req`: round, `aux`: origin).
+    /// A node's replica deltas of one sync round, to the keys' hub (`req`: round, `aux`: origin;
+    /// a round with bit 63 set carries gradient aggregates, twice the keys' lengths).
     ReplicaDeltas = 21,
     /// A hub's primaries (`req`: the receiver's acknowledged round, `aux`: oldest origin).
     ReplicaValues = 22,
@@ -121,7 +123,8 @@ pub enum Kind {
     Released = 38,
     /// Owner → a node that wanted the keys: replicas (`req`: the want's generation).
     Grant = 39,
-    /// A member's replica deltas of one sync round, to the keys' owner (`req`: round).
+    /// A member's replica deltas of one sync round, to the keys' owner (`req`: round; a round
+    /// with bit 63 set carries gradient aggregates, twice the keys' lengths).
     ShareDeltas = 40,
     /// An owner's values of shared keys (`req`: the receiver's last round applied).
     ShareValues = 41,
@@ -210,6 +213,9 @@ pub const FLAG_SET: u8 = 1;
 /// [`Kind::Push`] flag: the values are gradients for the key space's optimizer (never together
 /// with [`FLAG_SET`]).
 pub const FLAG_GRADIENT: u8 = 4;
+/// [`Kind::Push`] flag, with [`FLAG_GRADIENT`]: each key's values are an aggregate of
+/// gradients, their sum then the sum of their squares (twice the key's length).
+pub const FLAG_SQUARES: u8 = 8;
 /// The body holds one `u32` position per key after the keys: the key's index in the operation
 /// that first issued it, so that partial answers from several nodes can be put in place.
 pub const FLAG_POSITIONS: u8 = 2;

@@ -125,19 +125,20 @@ impl PyWorker {
         table: Option<&str>,
     ) -> PyResult<PyTicket> {
         let (keys, table) = self.cell.node.table_keys(table, Keys::get(keys)?)?;
-        if mode == UpdateMode::Gradient
+        let (what, name) = match mode {
+            UpdateMode::Add => ("push", "vals"),
+            UpdateMode::Set => ("set", "vals"),
+            UpdateMode::Gradient => ("push_gradients", "grads"),
+            UpdateMode::GradientSums => ("push_gradient_sums", "aggregates"),
+        };
+        if mode.is_gradient()
             && let Some(table) = table.as_ref().filter(|t| t.optimizer().is_none())
         {
             return Err(errors::access_error_msg(format!(
-                "table {:?} has no optimizer; push_gradients needs one",
+                "table {:?} has no optimizer; {what} needs one",
                 table.name()
             )));
         }
-        let name = if mode == UpdateMode::Gradient {
-            "grads"
-        } else {
-            "vals"
-        };
         let vals = F32Buffer::get(vals, name, false)?;
         keys.check_unpinned()?;
         vals.check_unpinned(name)?;
@@ -151,14 +152,10 @@ impl PyWorker {
                 UpdateMode::Add => worker.push(keys.as_slice(), vals),
                 UpdateMode::Set => worker.set(keys.as_slice(), vals),
                 UpdateMode::Gradient => worker.push_gradients(keys.as_slice(), vals),
+                UpdateMode::GradientSums => worker.push_gradient_sums(keys.as_slice(), vals),
             };
             ticket.map(Issued::Other)
         })?;
-        let what = match mode {
-            UpdateMode::Add => "push",
-            UpdateMode::Set => "set",
-            UpdateMode::Gradient => "push_gradients",
-        };
         Ok(self.ticket(op, None, what))
     }
 }
@@ -317,6 +314,24 @@ impl PyWorker {
         table: Option<&str>,
     ) -> PyResult<PyTicket> {
         self.update(py, keys, grads, UpdateMode::Gradient, table)
+    }
+
+    /// Applies aggregates of gradients to `keys`, one optimizer step per key standing for all
+    /// of them; returns a `Ticket`. `aggregates` (float32) holds, per key, the sum of its
+    /// gradients then the sum of their squares (twice the key's length): for gradients a
+    /// worker gathers before sending them (copies of rows held elsewhere), so that the
+    /// optimizer's state grows as if each had been pushed (Adagrad's accumulator by the
+    /// squares, not by the square of the sum). Raises `roam.AccessError` without an optimizer
+    /// or on a length mismatch. With `table`, `keys` are ids of that named table.
+    #[pyo3(signature = (keys, aggregates, *, table=None))]
+    fn push_gradient_sums(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        aggregates: &Bound<'_, PyAny>,
+        table: Option<&str>,
+    ) -> PyResult<PyTicket> {
+        self.update(py, keys, aggregates, UpdateMode::GradientSums, table)
     }
 
     /// Overwrites the values of `keys` with `vals`; returns a `Ticket`. `vals` may be reused as

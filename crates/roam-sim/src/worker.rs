@@ -82,6 +82,16 @@ pub enum Op {
         /// Block until acknowledged or only issue.
         wait: bool,
     },
+    /// Apply aggregates of gradients to `keys` (`Front::push_gradient_sums`): per key its
+    /// gradient sum, then the sum of their squares.
+    PushGradientSums {
+        /// Keys to update.
+        keys: Vec<Key>,
+        /// The aggregates, concatenated in key order (twice each key's length).
+        aggregates: Vec<f32>,
+        /// Block until acknowledged or only issue.
+        wait: bool,
+    },
     /// Move ownership of `keys` to this worker's node (dynamic allocation). Like the real shell,
     /// the worker first checks the store: if allocation is static or every key is already local
     /// (or a replica) it completes at once without involving the node; otherwise it hands the

@@ -8,8 +8,8 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use roam_core::wire::{self, FLAG_POSITIONS, FLAG_SET, Frame, Kind, Limits};
-use roam_core::{KeySpace, NodeId, OpError, ReqId};
+use roam_core::wire::{self, FLAG_POSITIONS, FLAG_SET, FLAG_SQUARES, Frame, Kind, Limits};
+use roam_core::{KeySpace, NodeId, OpError, Optimizer, ReqId};
 use roam_sim::{Fault, Op, Outcome, Sim, SimConfig, WorkerRef, for_each_seed};
 
 /// 3 nodes, 1 worker each, 12 keys of 2 values, range partitioning: node 0 is home of keys
@@ -146,6 +146,54 @@ fn a_write_with_the_wrong_number_of_values_is_rejected_whole() {
                 *bytes = rebuild(&frame, frame.keys(), &values);
             });
             sim.add_script(W1, [Op::push(vec![2, 0], vec![1.0; 4])]);
+            sim.run_until_idle().unwrap();
+            rejected_by_node_0(
+                &sim.history().ops()[0].outcome,
+                "value lengths do not match",
+            );
+            assert_all_zero(&sim);
+        }
+    });
+}
+
+/// An aggregate of gradients is twice its keys' lengths: a frame that drops the squares, or
+/// claims aggregates (`FLAG_SQUARES`) for plain gradients, is rejected whole rather than
+/// stepped with values of the wrong meaning.
+#[test]
+fn gradient_aggregates_of_the_wrong_length_are_rejected_whole() {
+    for_each_seed(4, |seed| {
+        for aggregates in [true, false] {
+            let space = KeySpace::uniform(12, 2)
+                .unwrap()
+                .with_optimizer(Optimizer::adagrad(0.1))
+                .unwrap();
+            let mut sim = Sim::new(SimConfig::new(3, 1, space).with_seed(seed));
+            tamper_first(&mut sim, 1, 0, Kind::Push, move |bytes| {
+                let frame = decode(bytes);
+                let mut values = frame.values().to_vec();
+                if aggregates {
+                    values.truncate(values.len() / 2);
+                }
+                let mut tampered = decode(&rebuild(&frame, frame.keys(), &values));
+                if !aggregates {
+                    tampered.header.flags |= FLAG_SQUARES;
+                }
+                *bytes = tampered.to_bytes();
+            });
+            let op = if aggregates {
+                Op::PushGradientSums {
+                    keys: vec![2, 0],
+                    aggregates: vec![1.0; 8],
+                    wait: true,
+                }
+            } else {
+                Op::PushGradients {
+                    keys: vec![2, 0],
+                    grads: vec![1.0; 4],
+                    wait: true,
+                }
+            };
+            sim.add_script(W1, [op]);
             sim.run_until_idle().unwrap();
             rejected_by_node_0(
                 &sim.history().ops()[0].outcome,

@@ -1,17 +1,23 @@
-//! Server-side optimizers (`push_gradients`) under relocation and home moves.
+//! Server-side optimizers (`push_gradients`, `push_gradient_sums`) under relocation and home
+//! moves.
 //!
 //! - SGD is linear: the random dynamic cases of `home_moves.rs` with every push turned into the
-//!   gradient whose SGD step is that push (`lr = 0.5`, `g = −2·v`, exact in `f32`) must end with
-//!   the same exact sums and stay linearizable (the simulator records an SGD gradient as the
-//!   push it is, so every checker covers it).
+//!   gradient whose SGD step is that push (`lr = 0.5`, `g = −2·v`, exact in `f32`; every other
+//!   one as a `push_gradient_sums` aggregate) must end with the same exact sums and stay
+//!   linearizable (the simulator records an SGD gradient as the push it is, so every checker
+//!   covers it).
 //! - Adagrad, Adam and FTRL are order-sensitive and stateful: each key's gradients come from one
 //!   worker, synchronously, so each key sees one sequence; while every worker also pulls,
 //!   relocates and moves homes of any keys, each key's whole record (visible values and hidden
 //!   state) must end bit-exact equal to that sequence applied by `Optimizer::step` from zeros,
 //!   and pulls must return the visible part only. With intents, a key shared at its writer's
 //!   node accumulates its gradients there and its owner steps once per sync round with their
-//!   sum (`share/sync.rs`): its record must then be the sequence applied in consecutive groups
-//!   (every grouping of up to 14 gradients is tried).
+//!   aggregate (sum and sum of squares, `Optimizer::step_sums`; `share/sync.rs`): its record
+//!   must then be the sequence applied in consecutive groups (every grouping of up to 14
+//!   gradients is tried).
+//! - `push_gradient_sums` takes the same paths: with aggregates of 1–3 copies of a gradient
+//!   instead of gradients, each key's record is its aggregates applied by `step_sums` in order
+//!   (in consecutive groups where shared).
 
 mod common;
 
@@ -44,14 +50,34 @@ fn sgd_gradients_with_relocations_and_home_moves_keep_exact_sums() {
             .with_optimizer(Optimizer::sgd(0.5))
             .unwrap();
         let mut gradients = 0;
+        let space = case.cfg.space.clone();
         for (_, script) in &mut case.scripts {
             for op in script.iter_mut() {
                 if let Op::Push { keys, vals, wait } = op {
                     gradients += 1;
-                    *op = Op::PushGradients {
-                        keys: std::mem::take(keys),
-                        grads: vals.iter().map(|v| -2.0 * v).collect(),
-                        wait: *wait,
+                    let grads: Vec<f32> = vals.iter().map(|v| -2.0 * v).collect();
+                    // Every other one as an aggregate (SGD steps with its sums; the squares,
+                    // any values, are unused).
+                    *op = if gradients % 2 == 0 {
+                        let mut aggregates = Vec::with_capacity(2 * grads.len());
+                        let mut at = 0;
+                        for &key in keys.iter() {
+                            let g = &grads[at..at + space.len(key)];
+                            aggregates.extend_from_slice(g);
+                            aggregates.extend(g.iter().map(|g| g * g + 1.0));
+                            at += g.len();
+                        }
+                        Op::PushGradientSums {
+                            keys: std::mem::take(keys),
+                            aggregates,
+                            wait: *wait,
+                        }
+                    } else {
+                        Op::PushGradients {
+                            keys: std::mem::take(keys),
+                            grads,
+                            wait: *wait,
+                        }
                     };
                 }
             }
@@ -69,12 +95,15 @@ fn sgd_gradients_with_relocations_and_home_moves_keep_exact_sums() {
 
 /// A random run where worker `k % workers` alone sends key `k`'s gradients (synchronously),
 /// and every worker pulls, localizes and moves homes of random keys; returns the config, the
-/// scripts and each key's gradient sequence.
+/// scripts and each key's sequence of steps, each an aggregate (sums, then squares: a
+/// gradient `g` is `(g, g²)`). With `aggregates`, the steps are `push_gradient_sums` of `m`
+/// copies of a gradient (`m` in 1..=3), else `push_gradients`.
 #[allow(clippy::type_complexity)]
 fn one_writer_per_key(
     seed: u64,
     optimizer: Optimizer,
     intents: bool,
+    aggregates: bool,
 ) -> (
     SimConfig,
     Vec<(roam_sim::WorkerRef, Vec<Op>)>,
@@ -133,13 +162,33 @@ fn one_writer_per_key(
                         let g: Vec<f32> = (0..space.len(k))
                             .map(|_| rng.random_range(-8i8..=8) as f32 / 4.0)
                             .collect();
-                        grads.extend_from_slice(&g);
-                        sequences[k as usize].push(g);
+                        // Small integer multiples of quarters: every product is exact.
+                        let m = if aggregates {
+                            rng.random_range(1..=3) as f32
+                        } else {
+                            1.0
+                        };
+                        let sums = g.iter().map(|g| g * m);
+                        let aggregate: Vec<f32> = sums.chain(g.iter().map(|g| g * g * m)).collect();
+                        if aggregates {
+                            grads.extend_from_slice(&aggregate);
+                        } else {
+                            grads.extend_from_slice(&g);
+                        }
+                        sequences[k as usize].push(aggregate);
                     }
-                    Op::PushGradients {
-                        keys,
-                        grads,
-                        wait: true,
+                    if aggregates {
+                        Op::PushGradientSums {
+                            keys,
+                            aggregates: grads,
+                            wait: true,
+                        }
+                    } else {
+                        Op::PushGradients {
+                            keys,
+                            grads,
+                            wait: true,
+                        }
                     }
                 }
                 0..7 if intents => {
@@ -173,14 +222,31 @@ fn one_writer_per_key(
 }
 
 fn stateful_optimizers_match_a_sequential_application(optimizer: Optimizer) {
-    match_a_sequential_application(optimizer, false);
+    match_a_sequential_application(optimizer, false, false);
+}
+
+/// `record` after `optimizer` steps it with each aggregate (sums, then squares) of `sequence`
+/// in order (`Optimizer::step_sums`, which for `(g, g²)` is `step` of `g`).
+fn stepped_aggregates(
+    optimizer: Optimizer,
+    len: usize,
+    mut record: Vec<f32>,
+    sequence: &[Vec<f32>],
+) -> Vec<f32> {
+    for aggregate in sequence {
+        let (w, state) = record.split_at_mut(len);
+        let (sums, squares) = aggregate.split_at(len);
+        optimizer.step_sums(w, state, sums, squares);
+    }
+    record
 }
 
 /// Longest sequence whose groupings are all tried (2^(n−1) of them).
 const MAX_GROUPED: usize = 14;
 
-/// Every record `sequence` gives when applied in consecutive groups, each group one step with
-/// its sum (summed in order, as an accumulator does).
+/// Every record the aggregates of `sequence` give when applied in consecutive groups, each
+/// group one `Optimizer::step_sums` with their sum (sums and squares each summed in order, as
+/// an accumulator does).
 fn grouped_application(
     optimizer: Optimizer,
     record_len: usize,
@@ -194,13 +260,14 @@ fn grouped_application(
     after[0].push(vec![0.0; record_len]);
     for i in 0..sequence.len() {
         let from = std::mem::take(&mut after[i]);
-        let mut sum = vec![0.0f32; len];
+        let mut sum = vec![0.0f32; 2 * len];
         for j in i..sequence.len() {
             sum.iter_mut().zip(&sequence[j]).for_each(|(s, g)| *s += g);
             for record in &from {
                 let mut next = record.clone();
                 let (w, state) = next.split_at_mut(len);
-                optimizer.step(w, state, &sum);
+                let (sums, squares) = sum.split_at(len);
+                optimizer.step_sums(w, state, sums, squares);
                 if seen[j + 1].insert(next.iter().map(|v| v.to_bits()).collect()) {
                     after[j + 1].push(next);
                 }
@@ -213,14 +280,14 @@ fn grouped_application(
 
 /// With `intents`, workers signal intents instead of localizing (relocation and, while several
 /// nodes want a key, shares: replicas by intent, whose gradients accumulate there and are
-/// stepped by the owner once per sync round with their sum, so a key's record may be its
+/// stepped by the owner once per sync round with their aggregate, so a key's record may be its
 /// sequence applied in consecutive groups); the final pulls are not checked then (a share may
 /// still serve them, bounded-stale).
-fn match_a_sequential_application(optimizer: Optimizer, intents: bool) {
+fn match_a_sequential_application(optimizer: Optimizer, intents: bool, aggregates: bool) {
     let (mut steps, mut moved, mut homes, mut shares, mut runs) = (0usize, 0, 0, 0, 0);
     let mut grouped = 0;
     for_each_seed(default_seeds(), |seed| {
-        let (cfg, scripts, sequences) = one_writer_per_key(seed, optimizer, intents);
+        let (cfg, scripts, sequences) = one_writer_per_key(seed, optimizer, intents, aggregates);
         let space = cfg.space.clone();
         let sim = run_fault_free(seed, cfg, scripts);
         moved += total(&sim, |c| &c.relocations_in);
@@ -231,7 +298,14 @@ fn match_a_sequential_application(optimizer: Optimizer, intents: bool) {
         for (key, sequence) in sequences.iter().enumerate() {
             let key = key as Key;
             let len = space.len(key);
-            let want = stepped(&optimizer, len, vec![0.0; space.record_len(key)], sequence);
+            let zeros = vec![0.0; space.record_len(key)];
+            let want = if aggregates {
+                stepped_aggregates(optimizer, len, zeros, sequence)
+            } else {
+                // Plain gradients against `Optimizer::step` itself, independently of `step_sums`.
+                let gradients: Vec<Vec<f32>> = sequence.iter().map(|a| a[..len].to_vec()).collect();
+                stepped(&optimizer, len, zeros, &gradients)
+            };
             steps += sequence.len();
             let got = sole_record(seed, &sim, key);
             if intents && got != want {
@@ -308,5 +382,24 @@ fn ftrl_with_relocations_and_home_moves_matches_a_sequential_application() {
 
 #[test]
 fn adagrad_with_intents_and_shares_matches_a_sequential_application() {
-    match_a_sequential_application(Optimizer::adagrad(0.1), true);
+    match_a_sequential_application(Optimizer::adagrad(0.1), true, false);
+}
+
+/// `push_gradient_sums` takes the paths of `push_gradients` (local steps, requests forwarded
+/// and queued behind relocations and home moves, shares' accumulators): each key's record is
+/// its aggregates applied in order (in groups where shared).
+#[test]
+fn aggregates_with_relocations_and_home_moves_match_a_sequential_application() {
+    for optimizer in [
+        Optimizer::adagrad(0.1),
+        Optimizer::Ftrl {
+            alpha: 0.1,
+            beta: 1.0,
+            l1: 0.05,
+            l2: 0.01,
+        },
+    ] {
+        match_a_sequential_application(optimizer, false, true);
+    }
+    match_a_sequential_application(Optimizer::adagrad(0.1), true, true);
 }

@@ -127,6 +127,20 @@ impl TableHandle<'_> {
         self.with_keys(ids, |keys| self.worker.push_gradients(keys, grads))
     }
 
+    /// [`Worker::push_gradient_sums`] with the table's optimizer (`aggregates` holds
+    /// `2 × dim` values per row: sums, then squares); fails, changing nothing, if the table
+    /// has none.
+    pub fn push_gradient_sums(
+        &self,
+        ids: &[u64],
+        aggregates: &[f32],
+    ) -> Result<Ticket<'static>, TableAccessError> {
+        if self.table.optimizer().is_none() {
+            return Err(TableAccessError::NoOptimizer(self.table.name().to_owned()));
+        }
+        self.with_keys(ids, |keys| self.worker.push_gradient_sums(keys, aggregates))
+    }
+
     /// [`Worker::localize`] of rows `ids`.
     pub fn localize(&self, ids: &[u64]) -> Result<Ticket<'static>, TableAccessError> {
         self.with_keys(ids, |keys| self.worker.localize(keys))

@@ -358,8 +358,9 @@ impl Worker {
     /// their latch like a push; remote keys at their owner. The optimizer's state (Adagrad's
     /// accumulator, Adam's moments and step count, FTRL's `z` and `n`) stays hidden in the
     /// record: it moves with the key and is checkpointed, and pulls never return it. A key
-    /// named twice gets two steps. Fails, changing nothing, without an optimizer; fails the
-    /// ticket for a replicated key under an optimizer other than SGD.
+    /// named twice gets two steps. Fails, changing nothing, without an optimizer. A replicated
+    /// key's gradient under a stateful optimizer accumulates here for its hub's next step
+    /// (`docs/embeddings.md`, "Where the step runs").
     pub fn push_gradients(
         &self,
         keys: &[Key],
@@ -367,6 +368,28 @@ impl Worker {
     ) -> Result<Ticket<'static>, AccessError> {
         let mut front = self.front.borrow_mut();
         let inflight = self.hand_off(front.push_gradients(keys, grads)?);
+        Ok(Ticket {
+            inflight,
+            out: None,
+        })
+    }
+
+    /// Applies aggregates of gradients to `keys`, one step per key standing for all of them
+    /// ([`roam_core::Optimizer::step_sums`]): key `i`'s part of `aggregates` is twice its
+    /// length, the sum of its gradients then the sum of their squares. For gradients gathered
+    /// before they travel (a worker's copies of rows held elsewhere, pushed now and then):
+    /// the optimizer's state grows as if each gradient had been pushed (Adagrad's accumulator
+    /// by the squares, not by the square of the sum) and the row moves about as far as those
+    /// steps would. Where each record lives, like [`Worker::push_gradients`]; a replicated key
+    /// adds the aggregate to its accumulator. Fails, changing nothing, without an optimizer
+    /// or when `aggregates` is not twice the keys' lengths.
+    pub fn push_gradient_sums(
+        &self,
+        keys: &[Key],
+        aggregates: &[f32],
+    ) -> Result<Ticket<'static>, AccessError> {
+        let mut front = self.front.borrow_mut();
+        let inflight = self.hand_off(front.push_gradient_sums(keys, aggregates)?);
         Ok(Ticket {
             inflight,
             out: None,

@@ -36,7 +36,8 @@ use roam::{Key, Ticket, Worker};
 
 use super::data::{Graph, Triple};
 use super::params::{mix, relation_key};
-use super::train::{Epoch, Hyper, LossSum, Negatives, Pool, Step, end_epoch, retire_pushes};
+use super::pool::Pool;
+use super::train::{Epoch, Hyper, LossSum, Negatives, Step, end_epoch, retire_pushes};
 
 /// The name reports give the bucket schedule's negatives (uniform over the two parts held
 /// and the round's pool), in place of a sampling scheme's.
@@ -364,9 +365,9 @@ impl Epoch<'_> {
             for (i, &triple) in order.iter().enumerate() {
                 trainer.train(triple, &candidates, &mut pool, &mut rng, &mut tick)?;
                 if flush > 0 && (i + 1) % flush == 0 {
-                    pool.take_gradients(entity_len, &mut flushed_keys, &mut flushed_grads);
+                    pool.take_aggregates(entity_len, &mut flushed_keys, &mut flushed_grads);
                     if !flushed_keys.is_empty() {
-                        let push = worker.push_gradients(&flushed_keys, &flushed_grads)?;
+                        let push = worker.push_gradient_sums(&flushed_keys, &flushed_grads)?;
                         trainer.pending.push_back(push);
                         retire_pushes(trainer.pending, hyper.pushes_in_flight)?;
                     }
@@ -374,9 +375,9 @@ impl Epoch<'_> {
             }
             let since_tick = trainer.since_tick;
             tick(since_tick);
-            pool.take_gradients(entity_len, &mut flushed_keys, &mut flushed_grads);
+            pool.take_aggregates(entity_len, &mut flushed_keys, &mut flushed_grads);
             if !flushed_keys.is_empty() {
-                pending.push_back(worker.push_gradients(&flushed_keys, &flushed_grads)?);
+                pending.push_back(worker.push_gradient_sums(&flushed_keys, &flushed_grads)?);
             }
             // The round's updates land before its parts go to their next users.
             retire_pushes(&mut pending, 0)?;

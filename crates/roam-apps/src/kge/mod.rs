@@ -27,6 +27,7 @@ pub mod job;
 pub mod model;
 pub mod params;
 pub mod partition;
+pub mod pool;
 pub mod replicate;
 pub mod synthetic;
 pub mod train;
@@ -117,8 +118,9 @@ pub struct Args {
     /// (0: negatives from the two parts held only).
     #[arg(long, default_value_t = 1.0)]
     pub bucket_pool: f64,
-    /// `--schedule buckets`: push the summed gradients of the pool's entities every this many
-    /// triples, and at the round's end (0: at the round's end only, which is cheapest but
+    /// `--schedule buckets`: send the aggregated gradients (sums and squares,
+    /// `push_gradient_sums`) of the pool's entities every this many triples, and at the round's
+    /// end (0: at the round's end only, which is cheapest but
     /// applies a round's gradients of a pooled entity late and in one AdaGrad step).
     #[arg(long, default_value_t = buckets::DEFAULT_POOL_FLUSH)]
     pub bucket_pool_flush: usize,

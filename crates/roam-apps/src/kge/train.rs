@@ -16,7 +16,7 @@
 //!    ([`super::params::optimizer`]) steps each record where it lives, `acc += g²; w −= eta·g/√(acc+eps)`,
 //!    its accumulator hidden state in the record (moved with it, checkpointed, never pulled).
 //!    A replicated key's gradients accumulate until the sync, and its hub steps it once per
-//!    round with their sum (`roam_core::replica`).
+//!    round with their aggregate, sum and sum of squares (`roam_core::replica`).
 //!
 //! Summing before the step (instead of Lapse's 1 + 2N separate pull/update/push rounds) makes
 //! the whole positive one read and one write per key, which is what makes remote keys cheap
@@ -62,6 +62,7 @@ use super::data::{Graph, Triple};
 use super::model::{Model, axpy, dot, logistic};
 use super::params::{mix, relation_key};
 use super::partition::Partition;
+use super::pool::Pool;
 use super::replicate::Plan;
 
 /// Settings shared by all workers of a process.
@@ -107,72 +108,6 @@ pub enum Negatives<'a> {
     /// Drawn earlier; those in the pool are read from it and their updates summed into it
     /// (the bucket schedule's global negatives, `buckets.rs`), the rest pulled and pushed.
     Pooled(&'a [Key], &'a mut Pool),
-}
-
-/// Copies of keys held elsewhere, read once per round (a bucket round's global negatives):
-/// values as pulled, and the sum of this worker's gradients since they were last pushed
-/// (`buckets.rs` pushes them every `--bucket-pool-flush` triples and at the round's end).
-#[derive(Debug, Default)]
-pub struct Pool {
-    /// The keys, and where each one's values start in `values` and `deltas`.
-    pub index: rustc_hash::FxHashMap<Key, usize>,
-    /// The keys in pull order.
-    pub keys: Vec<Key>,
-    /// Their values, as read when the round started.
-    pub values: Vec<f32>,
-    /// Their gradients since the last push, summed.
-    pub deltas: Vec<f32>,
-    /// Positions in `keys` of the keys with a gradient since the last push (each once).
-    touched: Vec<u32>,
-    /// Whether each key is in `touched`.
-    dirty: Vec<bool>,
-}
-
-impl Pool {
-    /// Replaces the pool with `keys` (ascending or not, each once) and their values `values`
-    /// (`len` per key; `values` is left with the old values' buffer).
-    pub fn install(&mut self, keys: &[Key], values: &mut Vec<f32>, len: usize) {
-        self.index.clear();
-        self.index
-            .extend(keys.iter().enumerate().map(|(i, &key)| (key, i * len)));
-        self.keys.clear();
-        self.keys.extend_from_slice(keys);
-        std::mem::swap(&mut self.values, values);
-        self.deltas.clear();
-        self.deltas.resize(self.values.len(), 0.0);
-        self.touched.clear();
-        self.dirty.clear();
-        self.dirty.resize(keys.len(), false);
-    }
-
-    /// Adds gradient `grad` of the key whose values start at `at`.
-    fn add(&mut self, at: usize, grad: &[f32]) {
-        let i = at / grad.len();
-        if !self.dirty[i] {
-            self.dirty[i] = true;
-            self.touched.push(i as u32);
-        }
-        self.deltas[at..at + grad.len()]
-            .iter_mut()
-            .zip(grad)
-            .for_each(|(d, g)| *d += g);
-    }
-
-    /// Moves the summed gradients of the keys touched since the last call into `keys` and
-    /// `grads` (`len` per key, replacing their contents), zeroing them here.
-    pub fn take_gradients(&mut self, len: usize, keys: &mut Vec<Key>, grads: &mut Vec<f32>) {
-        keys.clear();
-        grads.clear();
-        for &i in &self.touched {
-            let i = i as usize;
-            keys.push(self.keys[i]);
-            let sum = &mut self.deltas[i * len..(i + 1) * len];
-            grads.extend_from_slice(sum);
-            sum.fill(0.0);
-            self.dirty[i] = false;
-        }
-        self.touched.clear();
-    }
 }
 
 /// How the 1 + 2N scored triples of a positive are turned into one push per key.

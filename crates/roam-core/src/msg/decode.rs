@@ -8,7 +8,7 @@ use super::{Member, Msg, MsgError, Request};
 use crate::id::NodeId;
 use crate::load_service::SERVICE_VALUES;
 use crate::store::UpdateMode;
-use crate::wire::{FLAG_GRADIENT, FLAG_POSITIONS, FLAG_SET, Frame, Kind, RejectCode};
+use crate::wire::{FLAG_GRADIENT, FLAG_POSITIONS, FLAG_SET, FLAG_SQUARES, Frame, Kind, RejectCode};
 
 impl<'a> Msg<'a> {
     /// Decodes `frame`; see the module docs for what is checked.
@@ -67,11 +67,17 @@ impl<'a> Msg<'a> {
             }
             Kind::Push => Self::Push {
                 request: request()?,
-                mode: match (h.flags & FLAG_SET != 0, h.flags & FLAG_GRADIENT != 0) {
-                    (false, false) => UpdateMode::Add,
-                    (true, false) => UpdateMode::Set,
-                    (false, true) => UpdateMode::Gradient,
-                    (true, true) => return Err(shape("either set or gradient, not both")),
+                mode: match (
+                    h.flags & FLAG_SET != 0,
+                    h.flags & FLAG_GRADIENT != 0,
+                    h.flags & FLAG_SQUARES != 0,
+                ) {
+                    (false, false, false) => UpdateMode::Add,
+                    (true, false, false) => UpdateMode::Set,
+                    (false, true, false) => UpdateMode::Gradient,
+                    (false, true, true) => UpdateMode::GradientSums,
+                    (true, true, _) => return Err(shape("either set or gradient, not both")),
+                    (_, false, true) => return Err(shape("squares only with gradients")),
                 },
             },
             Kind::PullReply => Self::PullReply {

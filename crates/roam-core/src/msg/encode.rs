@@ -8,7 +8,7 @@
 use super::Request;
 use crate::id::{Key, NodeId, ReqId};
 use crate::store::UpdateMode;
-use crate::wire::{FLAG_GRADIENT, FLAG_SET, Frame, Kind, RejectCode};
+use crate::wire::{FLAG_GRADIENT, FLAG_SET, FLAG_SQUARES, Frame, Kind, RejectCode};
 
 /// A request (pull, or push with its values and `mode`).
 pub fn request(kind: Kind, request: &Request<'_>, mode: UpdateMode) -> Frame {
@@ -25,6 +25,7 @@ pub fn request(kind: Kind, request: &Request<'_>, mode: UpdateMode) -> Frame {
         UpdateMode::Add => 0,
         UpdateMode::Set => FLAG_SET,
         UpdateMode::Gradient => FLAG_GRADIENT,
+        UpdateMode::GradientSums => FLAG_GRADIENT | FLAG_SQUARES,
     };
     frame
 }

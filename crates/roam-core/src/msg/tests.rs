@@ -2,7 +2,7 @@
 //! reads back; malformed shapes are refused with a `MsgError`, never a panic.
 
 use super::*;
-use crate::wire::{FLAG_SET, Frame, Kind};
+use crate::wire::{FLAG_GRADIENT, FLAG_SET, FLAG_SQUARES, Frame, Kind};
 
 #[test]
 fn rejects_carry_a_full_64_bit_culprit() {
@@ -38,17 +38,34 @@ fn push_modes_roundtrip_and_set_with_gradient_is_refused() {
         positions: &[0, 1],
         values: &[0.5, -1.5],
     };
-    for mode in [UpdateMode::Add, UpdateMode::Set, UpdateMode::Gradient] {
+    for mode in [
+        UpdateMode::Add,
+        UpdateMode::Set,
+        UpdateMode::Gradient,
+        UpdateMode::GradientSums,
+    ] {
         let frame = encode::request(Kind::Push, &request, mode);
         let (back, _) = crate::wire::decode(&frame.to_bytes(), &Default::default()).unwrap();
         assert_eq!(Msg::decode(&back).unwrap(), Msg::Push { request, mode });
     }
-    let mut frame = encode::request(Kind::Push, &request, UpdateMode::Gradient);
-    frame.header.flags |= FLAG_SET;
-    assert!(matches!(
-        Msg::decode(&frame),
-        Err(MsgError::BadShape { .. })
-    ));
+    for (mode, bad) in [
+        (UpdateMode::Gradient, FLAG_SET),
+        (UpdateMode::GradientSums, FLAG_SET),
+        (UpdateMode::Add, FLAG_SQUARES),
+        (UpdateMode::Set, FLAG_SQUARES),
+    ] {
+        let mut frame = encode::request(Kind::Push, &request, mode);
+        frame.header.flags |= bad;
+        assert!(
+            matches!(Msg::decode(&frame), Err(MsgError::BadShape { .. })),
+            "{mode:?} with flag {bad}"
+        );
+    }
+    let frame = encode::request(Kind::Push, &request, UpdateMode::GradientSums);
+    assert_eq!(
+        frame.header.flags & (FLAG_GRADIENT | FLAG_SQUARES),
+        FLAG_GRADIENT | FLAG_SQUARES
+    );
 }
 
 #[test]

@@ -3,9 +3,10 @@
 //!
 //! Invariants: the queued accesses apply in arrival order before the replica is visible (as a
 //! relocation's queue applies before its record is inserted), the queued pushes forming the
-//! replica's first pending delta (gradients too: under SGD as the step's addition, under a
-//! stateful optimizer into the replica's gradient sum once it exists, stepped at the owner with
-//! the round's, as the fast path does; sets go on to the owner); peers' requests that queued
+//! replica's first pending delta (gradients and aggregates too: under SGD as the step's
+//! addition, under a stateful optimizer into the replica's accumulator once it exists, stepped
+//! at the owner with the round's aggregate, as the fast path does; sets go on to the owner);
+//! peers' requests that queued
 //! here go on to the owner; a
 //! grant this node was not waiting for is handed straight back (`Leave`), so that the owner
 //! never counts a sharer that holds nothing.
@@ -31,7 +32,7 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        if !self.check_share_lengths(from, keys, values) {
+        if !self.check_share_lengths(from, keys, values, 1) {
             return;
         }
         let mut at = 0;
@@ -40,7 +41,7 @@ impl Node {
         // the owner's); so do gradients that no replica could take (no optimizer).
         let mut at_owner: Vec<((u64, UpdateMode), Batch)> = Vec::new();
         // Gradients under a stateful optimizer, added into the replica's sum once it exists.
-        let mut summed: Vec<(u64, u32, Vec<f32>)> = Vec::new();
+        let mut summed: Vec<(u64, u32, Vec<f32>, UpdateMode)> = Vec::new();
         let mut remote: Vec<((NodeId, ReqId, Kind, UpdateMode), Batch)> = Vec::new();
         let mut local_pulls: Vec<(u64, Batch)> = Vec::new();
         let mut unexpected: Vec<(Key, u64)> = Vec::new();
@@ -105,22 +106,27 @@ impl Node {
                         self.answer(op, pos);
                         touched.push(op);
                     }
-                    // As the fast path pushes gradients to a replica: SGD's step is additive
-                    // (into the first delta, in order), a stateful optimizer's waits for the
-                    // round's sum at the owner (the replica's value is not changed by it).
+                    // As the fast path pushes gradients (and aggregates) to a replica: SGD's step
+                    // is additive (into the first delta, in order), a stateful optimizer's waits
+                    // for the round's aggregate at the owner (the replica's value is not changed
+                    // by it).
                     Queued::LocalPush {
                         op,
                         pos,
                         update,
-                        mode: UpdateMode::Gradient,
-                    } if optimizer.is_some() => match optimizer.filter(Optimizer::is_linear) {
-                        Some(sgd) => {
-                            sgd.step(&mut value, &mut [], &update);
-                            self.answer(op, pos);
-                            touched.push(op);
+                        mode,
+                    } if mode.is_gradient() && optimizer.is_some() => {
+                        match optimizer.filter(Optimizer::is_linear) {
+                            Some(sgd) => {
+                                // SGD steps with an aggregate's sums (its squares unused).
+                                let sums = &update[..update.len() / mode.width()];
+                                sgd.step(&mut value, &mut [], sums);
+                                self.answer(op, pos);
+                                touched.push(op);
+                            }
+                            None => summed.push((op, pos, update, mode)),
                         }
-                        None => summed.push((op, pos, update)),
-                    },
+                    }
                     Queued::LocalPush {
                         op,
                         pos,
@@ -158,18 +164,23 @@ impl Node {
                     what: "grant of a key held here",
                 });
                 unexpected.push((key, generation));
-                for (op, pos, update) in summed.drain(..) {
-                    entry(&mut at_owner, (op, UpdateMode::Gradient)).push(key, pos, &update);
+                for (op, pos, update, mode) in summed.drain(..) {
+                    entry(&mut at_owner, (op, mode)).push(key, pos, &update);
                 }
                 continue;
             }
-            for (op, pos, update) in summed.drain(..) {
-                if self.store.accumulate_replica_gradient(key, &update) {
+            for (op, pos, update, mode) in summed.drain(..) {
+                let accumulated = if mode == UpdateMode::GradientSums {
+                    self.store.accumulate_replica_gradient_sums(key, &update)
+                } else {
+                    self.store.accumulate_replica_gradient(key, &update)
+                };
+                if accumulated {
                     self.answer(op, pos);
                     touched.push(op);
                 } else {
                     // Never expected (a stateful optimizer's replica has a gradient sum).
-                    entry(&mut at_owner, (op, UpdateMode::Gradient)).push(key, pos, &update);
+                    entry(&mut at_owner, (op, mode)).push(key, pos, &update);
                 }
             }
             self.shares.note_activity();
@@ -254,12 +265,13 @@ impl Node {
         from: NodeId,
         keys: &[Key],
         values: &[f32],
+        width: usize,
     ) -> bool {
         if !self.check_share_keys(from, keys) {
             return false;
         }
         let total: usize = keys.iter().map(|&key| self.cfg.space.len(key)).sum();
-        if total != values.len() {
+        if total * width != values.len() {
             self.warn(Warning::Relocation {
                 from: Some(from),
                 key: keys.first().copied().unwrap_or(0),

@@ -185,13 +185,22 @@ impl Store {
         miss: impl FnMut(usize),
     ) {
         self.assert_uniform(len);
-        debug_assert_eq!(update.len(), keys.len() * len);
+        debug_assert_eq!(update.len(), keys.len() * len * mode.width());
         // One loop per mode and short length, so that neither the mode nor the accepted flags
         // are tested per key, and short values are added with unrolled moves.
         match mode {
             UpdateMode::Add => by_len!(len, self.push_batch::<false>(keys, update, len, miss)),
             UpdateMode::Set => by_len!(len, self.push_batch::<true>(keys, update, len, miss)),
             UpdateMode::Gradient => self.push_gradients_local(keys, update, len, miss),
+            UpdateMode::GradientSums => {
+                let width = 2 * len;
+                let mut miss = miss;
+                for (i, (&key, update)) in keys.iter().zip(update.chunks_exact(width)).enumerate() {
+                    if !self.push_local(key, update, mode) {
+                        miss(i);
+                    }
+                }
+            }
         }
     }
 

@@ -17,20 +17,79 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use super::*;
 
 impl Store {
-    /// Steps `key`'s record (index entry `state`) with gradient `g` if it is held here in a
-    /// way the optimizer can step (see the module docs); false otherwise.
+    /// Steps `key`'s record (index entry `state`) with gradient `g` (an aggregate under
+    /// [`UpdateMode::GradientSums`]) if it is held here in a way the optimizer can step (see
+    /// the module docs); false otherwise.
     #[inline]
-    pub(super) fn step_local(&self, key: Key, state: &AtomicU64, g: &[f32]) -> bool {
-        self.space
-            .optimizer_for(key)
-            .is_some_and(|opt| self.step_as(key, state, grad_accept(opt), opt, g))
+    pub(super) fn step_local(
+        &self,
+        key: Key,
+        state: &AtomicU64,
+        g: &[f32],
+        mode: UpdateMode,
+    ) -> bool {
+        self.space.optimizer_for(key).is_some_and(|opt| {
+            let accept = grad_accept(opt);
+            if mode == UpdateMode::GradientSums {
+                self.step_sums_as(key, state, accept, opt, g)
+            } else {
+                self.step_as(key, state, accept, opt, g)
+            }
+        })
     }
 
     /// [`Store::step_local`] of an owned record only.
-    pub(super) fn step_owned(&self, key: Key, state: &AtomicU64, g: &[f32]) -> bool {
-        self.space
-            .optimizer_for(key)
-            .is_some_and(|opt| self.step_as(key, state, LOCAL, opt, g))
+    pub(super) fn step_owned(
+        &self,
+        key: Key,
+        state: &AtomicU64,
+        g: &[f32],
+        mode: UpdateMode,
+    ) -> bool {
+        self.space.optimizer_for(key).is_some_and(|opt| {
+            if mode == UpdateMode::GradientSums {
+                self.step_sums_as(key, state, LOCAL, opt, g)
+            } else {
+                self.step_as(key, state, LOCAL, opt, g)
+            }
+        })
+    }
+
+    /// Steps the record with an aggregate (sums, then squares) if its word has a flag of
+    /// `accept`, like [`step_record`] does a gradient (in a stack copy where readers may look).
+    fn step_sums_as(
+        &self,
+        key: Key,
+        state: &AtomicU64,
+        accept: u64,
+        opt: &Optimizer,
+        aggregate: &[f32],
+    ) -> bool {
+        let (sums, squares) = aggregate.split_at(aggregate.len() / 2);
+        let plain = self.plain();
+        latched_as(state, accept, |s| {
+            // SAFETY: latched and held.
+            let record = unsafe { self.record(key, s) };
+            // A replica (SGD only, see `grad_accept`) is stepped in its value only.
+            let record = if s & REPLICA != 0 {
+                &record[..sums.len()]
+            } else {
+                record
+            };
+            if plain {
+                // SAFETY: the latch holder in a store without optimistic readers.
+                let (w, state) = unsafe { as_plain(record) }.split_at_mut(sums.len());
+                opt.step_sums(w, state, sums, squares);
+            } else {
+                let mut scratch = Scratch::new(record.len(), false);
+                let copy = &mut scratch.get()[..record.len()];
+                load_values::<0>(copy, record, false);
+                let (w, state) = copy.split_at_mut(sums.len());
+                opt.step_sums(w, state, sums, squares);
+                store_values(record, copy, false);
+            }
+            dirtied(s)
+        })
     }
 
     /// Steps the record if its word has a flag of `accept`.
@@ -233,8 +292,9 @@ fn step_record<const L: usize>(
 mod tests {
     use super::*;
 
-    /// Gradients on every path (per-key `push_local`, the batched optimistic and plain
-    /// stores) give the record `Optimizer::step` gives, hidden state included; pulls return
+    /// Gradients and aggregates on every path (per-key `push_local`, the batched optimistic and
+    /// plain stores) give the record `Optimizer::step` and `step_sums` give, hidden state
+    /// included; pulls return
     /// the visible part; removal (a relocation) carries the whole record.
     #[test]
     fn every_path_steps_the_whole_record_like_the_optimizer() {
@@ -261,6 +321,14 @@ mod tests {
                 let g: Vec<f32> = (0..len).map(|i| (i + step) as f32 - 1.5).collect();
                 let (w, state) = want.split_at_mut(len);
                 opt.step(w, state, &g);
+                // And an aggregate of three copies of `g` (`UpdateMode::GradientSums`).
+                let aggregate: Vec<f32> = g
+                    .iter()
+                    .map(|g| 3.0 * g)
+                    .chain(g.iter().map(|g| 3.0 * g * g))
+                    .collect();
+                let (w, state) = want.split_at_mut(len);
+                opt.step_sums(w, state, &aggregate[..len], &aggregate[len..]);
                 match space.uniform_len() {
                     Some(len) => {
                         let mut misses = Vec::new();
@@ -268,8 +336,21 @@ mod tests {
                             misses.push(i)
                         });
                         assert_eq!(misses, [1], "key 2 is not here");
+                        misses.clear();
+                        let both = [aggregate.clone(), aggregate].concat();
+                        store.push_batch_local(
+                            &[2, 1],
+                            &both,
+                            len,
+                            UpdateMode::GradientSums,
+                            |i| misses.push(i),
+                        );
+                        assert_eq!(misses, [0], "key 2 is not here");
                     }
-                    None => assert!(store.push_local(1, &g, UpdateMode::Gradient)),
+                    None => {
+                        assert!(store.push_local(1, &g, UpdateMode::Gradient));
+                        assert!(store.push_local(1, &aggregate, UpdateMode::GradientSums));
+                    }
                 }
             }
             let mut out = vec![0.0; len];
@@ -297,10 +378,15 @@ mod tests {
                 store.push_local(0, &[2.0, 4.0], UpdateMode::Gradient),
                 stepped
             );
+            // An aggregate: SGD steps the replica with its sums (squares unused).
+            assert_eq!(
+                store.push_local(0, &[2.0, 2.0, 9.0, 9.0], UpdateMode::GradientSums),
+                stepped
+            );
             let mut delta = Vec::new();
             assert_eq!(store.take_delta(0, &mut delta), stepped);
             if stepped {
-                assert_eq!(delta, [-1.0, -2.0]);
+                assert_eq!(delta, [-2.0, -3.0]);
             }
         }
         let store = Store::new(KeySpace::uniform(2, 2).unwrap());

@@ -161,6 +161,24 @@ pub enum UpdateMode {
     /// The key space's optimizer applies `update` as a gradient to the whole record (visible
     /// values and the optimizer's hidden state; `optim.rs`).
     Gradient,
+    /// Like `Gradient`, for an aggregate of gradients: each key's update is twice its length,
+    /// the sum of its gradients then the sum of their squares, applied as one step that
+    /// stands for all of them ([`Optimizer::step_sums`]).
+    GradientSums,
+}
+
+impl UpdateMode {
+    /// Update values per visible value of a key (2 for [`UpdateMode::GradientSums`]).
+    #[inline(always)]
+    pub fn width(self) -> usize {
+        if self == Self::GradientSums { 2 } else { 1 }
+    }
+
+    /// Whether the key space's optimizer applies the update.
+    #[inline(always)]
+    pub fn is_gradient(self) -> bool {
+        matches!(self, Self::Gradient | Self::GradientSums)
+    }
 }
 
 /// Residency of a key's owned copy in this store. (A replica held here is reported by
@@ -387,8 +405,8 @@ impl Store {
         let Some(state) = self.index.get(key) else {
             return false;
         };
-        if mode == UpdateMode::Gradient {
-            return self.step_owned(key, state, update);
+        if mode.is_gradient() {
+            return self.step_owned(key, state, update, mode);
         }
         latched_as(state, LOCAL, |s| {
             // SAFETY: latched and owned.
@@ -400,14 +418,14 @@ impl Store {
 
     /// Applies `update` to `key`'s visible values if the key is held here; a `Set` applies only
     /// to an owned key (what overwriting a replica means is the protocol's decision).
-    /// `update.len()` must equal the key's length.
+    /// `update.len()` must equal the key's length times the mode's [`UpdateMode::width`].
     #[inline]
     pub fn push_local(&self, key: Key, update: &[f32], mode: UpdateMode) -> bool {
         let Some(state) = self.index.get(key) else {
             return false;
         };
-        if mode == UpdateMode::Gradient {
-            return self.step_local(key, state, update);
+        if mode.is_gradient() {
+            return self.step_local(key, state, update, mode);
         }
         let accept = if mode == UpdateMode::Add { HELD } else { LOCAL };
         latched_as(state, accept, |s| {

@@ -89,7 +89,9 @@ pub(super) fn apply_to_record(record: &[AtomicU32], update: &[f32], mode: Update
     match mode {
         UpdateMode::Add => add_values::<0>(values, update, plain),
         UpdateMode::Set => store_values(values, update, plain),
-        UpdateMode::Gradient => unreachable!("gradients go through step_record"),
+        UpdateMode::Gradient | UpdateMode::GradientSums => {
+            unreachable!("gradients go through step_record")
+        }
     }
 }
 
@@ -97,6 +99,14 @@ pub(super) fn apply_to_record(record: &[AtomicU32], update: &[f32], mode: Update
 /// store (a record in transit): `optimizer` is the key space's, used by gradients only.
 #[inline]
 pub fn apply(record: &mut [f32], update: &[f32], mode: UpdateMode, optimizer: Option<&Optimizer>) {
+    if mode == UpdateMode::GradientSums {
+        if let Some(opt) = optimizer {
+            let (sums, squares) = update.split_at(update.len() / 2);
+            let (w, state) = record.split_at_mut(sums.len());
+            opt.step_sums(w, state, sums, squares);
+        }
+        return;
+    }
     let vals = &mut record[..update.len()];
     match mode {
         UpdateMode::Add => vals.iter_mut().zip(update).for_each(|(v, u)| *v += u),
@@ -107,5 +117,6 @@ pub fn apply(record: &mut [f32], update: &[f32], mode: UpdateMode, optimizer: Op
                 opt.step(w, state, update);
             }
         }
+        UpdateMode::GradientSums => unreachable!("applied above"),
     }
 }

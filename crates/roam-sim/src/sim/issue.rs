@@ -119,6 +119,18 @@ impl Sim {
                 UpdateMode::Gradient,
                 Pace { wait, think },
             ),
+            Op::PushGradientSums {
+                keys,
+                aggregates,
+                wait,
+            } => self.issue_push(
+                n,
+                w,
+                keys,
+                aggregates,
+                UpdateMode::GradientSums,
+                Pace { wait, think },
+            ),
             Op::Localize { keys, wait } => self.issue_localize(n, w, keys, Pace { wait, think }),
             Op::MoveHome { key, to, wait } => {
                 self.issue_move_home(n, w, key, NodeId(to), Pace { wait, think })
@@ -362,12 +374,34 @@ impl Sim {
                 (OpKind::Push, vals.iter().map(|g| -(lr * g)).collect())
             }
             (UpdateMode::Gradient, _) => (OpKind::Gradient, vals.clone()),
+            // An aggregate's sums are what SGD steps with (the squares are unused); under a
+            // stateful optimizer the sums stand for the write (optimizer tests model it).
+            (UpdateMode::GradientSums, opt) => {
+                let mut sums = Vec::with_capacity(vals.len() / 2);
+                let mut at = 0;
+                for &key in &keys {
+                    let len = self
+                        .cfg
+                        .space
+                        .len(key)
+                        .min(vals.len().saturating_sub(at) / 2);
+                    sums.extend_from_slice(&vals[at..at + len]);
+                    at += 2 * len;
+                }
+                match opt {
+                    Some(roam_core::Optimizer::Sgd { lr }) => {
+                        (OpKind::Push, sums.iter().map(|g| -(lr * g)).collect())
+                    }
+                    _ => (OpKind::Gradient, sums),
+                }
+            }
         };
         let record = self.invoke(n, w, kind, keys.clone(), input, pace.wait);
         let now = self.now;
         let (front, node, id) = self.front_of(n, w);
         let pushed = match mode {
             UpdateMode::Gradient => front.push_gradients(&keys, &vals),
+            UpdateMode::GradientSums => front.push_gradient_sums(&keys, &vals),
             _ => front.push(&keys, &vals, mode),
         };
         let issued = issue(pushed, node, now, id);

@@ -367,7 +367,8 @@ class Worker:
         (copies of rows held elsewhere): the optimizer's state grows as if each had been
         pushed (Adagrad's accumulator by the squares, not the square of the sum), and an
         aggregate of one gradient ``(g, g*g)`` is exactly ``push_gradients`` of ``g``. Raises
-        as ``push_gradients``; ``AccessError`` names the expected length on a mismatch."""
+        as ``push_gradients``; ``AccessError`` names the expected length on a mismatch, and
+        the key whose sum of squares is negative or not finite."""
     def localize(self, keys: Keys, *, table: str | None = None) -> Ticket:
         """Moves ``keys`` to this node (dynamic allocation; a no-op otherwise). The ticket
         completes once all of them have arrived; accesses stay correct while they move."""

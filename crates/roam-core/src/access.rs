@@ -297,16 +297,28 @@ impl Front {
                     || grad && store.accumulate_replica_gradient(key, &vals[at]))
             }),
         }
+        Ok(self.push_handoff(keys.len(), vals, mode))
+    }
+
+    /// Counts a push of `batch` keys and hands off its misses, if any, with their values
+    /// `vals` and mode `mode`.
+    #[inline(always)]
+    fn push_handoff<'a>(
+        &'a self,
+        batch: usize,
+        vals: &'a [f32],
+        mode: UpdateMode,
+    ) -> Option<Handoff<'a>> {
         let c = &self.counters;
-        if self.all_local(keys.len(), &c.local_push_keys, &c.local_push_ops) {
-            return Ok(None);
+        if self.all_local(batch, &c.local_push_keys, &c.local_push_ops) {
+            return None;
         }
-        Ok(Some(Handoff::Push {
+        Some(Handoff::Push {
             keys: &self.misses.keys,
             offsets: &self.misses.offsets,
             vals,
             mode,
-        }))
+        })
     }
 
     /// Applies gradients `grads` to `keys` with the key space's optimizer (`optim.rs`), where
@@ -397,16 +409,7 @@ impl Front {
             }
             offset += 2 * len;
         }
-        let c = &self.counters;
-        if self.all_local(keys.len(), &c.local_push_keys, &c.local_push_ops) {
-            return Ok(None);
-        }
-        Ok(Some(Handoff::Push {
-            keys: &self.misses.keys,
-            offsets: &self.misses.offsets,
-            vals,
-            mode: UpdateMode::GradientSums,
-        }))
+        Ok(self.push_handoff(keys.len(), vals, UpdateMode::GradientSums))
     }
 
     /// Counts the keys of a batch of `batch` keys that the fast path served, and the operation

@@ -33,9 +33,8 @@
 //!   round, a delivery back. [`Node::issue_sync_replicas`] makes every earlier push visible
 //!   everywhere at once (a collective: flush markers to every hub, `ReplicaFlushed` back).
 //! - Under a stateful optimizer (Adagrad, Adam, FTRL) gradients of replicated keys accumulate
-//!   at each node (with their squares) and the hub steps its primary, the only copy of the
-//!   optimizer state, once per round with their aggregate (`replica/grads.rs`, which states the
-//!   exact semantics).
+//!   at each node and the hub steps its primary, the only copy of the optimizer state, once per
+//!   round with their sum (`replica/grads.rs`, which states the exact semantics).
 //! - Replicated keys are never owned, relocated or cached. A `set` of a replicated key goes to
 //!   its hub, overwrites the primary, and reaches the setter before its completion; pushes not
 //!   yet applied at the hub when the set lands there are added on top of it.
@@ -591,7 +590,6 @@ impl Node {
         hub: NodeId,
         keys: &[Key],
         values: &[f32],
-        width: usize,
     ) -> Option<Vec<u32>> {
         let mut positions = Vec::with_capacity(keys.len());
         let mut total = 0usize;
@@ -614,7 +612,7 @@ impl Node {
                 }
             }
         }
-        if total * width != values.len() {
+        if total != values.len() {
             self.warn(Warning::Replica {
                 from,
                 key: keys.first().copied().unwrap_or(0),
@@ -634,10 +632,7 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        // A gradient round carries aggregates: sums, then squares.
-        let width = if round & GRADIENT_ROUND != 0 { 2 } else { 1 };
-        let Some(positions) = self.check_replica_frame(from, self.cfg.id, keys, values, width)
-        else {
+        let Some(positions) = self.check_replica_frame(from, self.cfg.id, keys, values) else {
             return;
         };
         if round & GRADIENT_ROUND != 0 {
@@ -684,7 +679,7 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        let Some(positions) = self.check_replica_frame(from, from, keys, values, 1) else {
+        let Some(positions) = self.check_replica_frame(from, from, keys, values) else {
             return;
         };
         let r = &mut self.replicas;

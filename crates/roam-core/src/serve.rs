@@ -97,18 +97,16 @@ impl Node {
     }
 
     /// Logs an optimizer step applied here for a request, when the replica step log is on
-    /// (tests replay a key's steps from it, `log_replica_steps`), as the aggregate it is
-    /// (a gradient `g` as `g` and `g²`: `Optimizer::step_sums` of it is `step` of `g`).
+    /// (tests replay a key's steps from it, `log_replica_steps`): a gradient as it is, an
+    /// aggregate by its sums (the tests push aggregates of one gradient, `(g, g²)`, whose
+    /// `Optimizer::step_sums` is `step` of `g`).
     fn log_step(&mut self, key: Key, update: &[f32], mode: UpdateMode) {
         let Some(log) = self.replicas.step_log() else {
             return;
         };
         match mode {
-            UpdateMode::Gradient => {
-                let squares = update.iter().map(|g| g * g);
-                log.push((key, update.iter().copied().chain(squares).collect()));
-            }
-            UpdateMode::GradientSums => log.push((key, update.to_vec())),
+            UpdateMode::Gradient => log.push((key, update.to_vec())),
+            UpdateMode::GradientSums => log.push((key, update[..update.len() / 2].to_vec())),
             UpdateMode::Add | UpdateMode::Set => {}
         }
     }

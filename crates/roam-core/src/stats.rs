@@ -138,7 +138,7 @@ counters! {
         /// Keys whose accumulated gradient sum this node, as a member, sent to their owner
         /// (one per key per sync round or leave: stateful optimizers only).
         share_grad_keys_sent,
-        /// Optimizer steps this node, as owner, took with a member's gradient aggregate (sums and squares).
+        /// Optimizer steps this node, as owner, took with a member's gradient sum.
         share_grad_steps,
     }
 }

@@ -77,8 +77,7 @@ pub enum Kind {
     OpDone = 19,
     /// A node routes by a bucket's new home; sent to the old home, which passes it on.
     EpochAck = 20,
-    /// A node's replica deltas of one sync round, to the keys' hub (`req`: round, `aux`: origin;
-    /// a round with bit 63 set carries gradient aggregates, twice the keys' lengths).
+    /// A node's replica deltas of one sync round, to the keys' hub (`req`: round, `aux`: origin).
     ReplicaDeltas = 21,
     /// A hub's primaries (`req`: the receiver's acknowledged round, `aux`: oldest origin).
     ReplicaValues = 22,
@@ -123,8 +122,7 @@ pub enum Kind {
     Released = 38,
     /// Owner → a node that wanted the keys: replicas (`req`: the want's generation).
     Grant = 39,
-    /// A member's replica deltas of one sync round, to the keys' owner (`req`: round; a round
-    /// with bit 63 set carries gradient aggregates, twice the keys' lengths).
+    /// A member's replica deltas of one sync round, to the keys' owner (`req`: round).
     ShareDeltas = 40,
     /// An owner's values of shared keys (`req`: the receiver's last round applied).
     ShareValues = 41,

@@ -12,12 +12,11 @@
 //!   state) must end bit-exact equal to that sequence applied by `Optimizer::step` from zeros,
 //!   and pulls must return the visible part only. With intents, a key shared at its writer's
 //!   node accumulates its gradients there and its owner steps once per sync round with their
-//!   aggregate (sum and sum of squares, `Optimizer::step_sums`; `share/sync.rs`): its record
-//!   must then be the sequence applied in consecutive groups (every grouping of up to 14
-//!   gradients is tried).
+//!   sum (`share/sync.rs`): its record must then be the sequence applied in consecutive groups
+//!   (every grouping of up to 14 gradients is tried).
 //! - `push_gradient_sums` takes the same paths: with aggregates of 1–3 copies of a gradient
 //!   instead of gradients, each key's record is its aggregates applied by `step_sums` in order
-//!   (in consecutive groups where shared).
+//!   (where shared, in consecutive groups stepped with their sums).
 
 mod common;
 
@@ -244,9 +243,10 @@ fn stepped_aggregates(
 /// Longest sequence whose groupings are all tried (2^(n−1) of them).
 const MAX_GROUPED: usize = 14;
 
-/// Every record the aggregates of `sequence` give when applied in consecutive groups, each
-/// group one `Optimizer::step_sums` with their sum (sums and squares each summed in order, as
-/// an accumulator does).
+/// Every record the aggregates of `sequence` give when applied in consecutive groups: each
+/// group one `Optimizer::step` with the sum of its aggregates' sums (summed in order, as a
+/// share's accumulator does), and a group of one aggregate also as `Optimizer::step_sums` (the
+/// owner stepping it itself).
 fn grouped_application(
     optimizer: Optimizer,
     record_len: usize,
@@ -260,16 +260,25 @@ fn grouped_application(
     after[0].push(vec![0.0; record_len]);
     for i in 0..sequence.len() {
         let from = std::mem::take(&mut after[i]);
-        let mut sum = vec![0.0f32; 2 * len];
+        let mut sum = vec![0.0f32; len];
         for j in i..sequence.len() {
             sum.iter_mut().zip(&sequence[j]).for_each(|(s, g)| *s += g);
             for record in &from {
-                let mut next = record.clone();
-                let (w, state) = next.split_at_mut(len);
-                let (sums, squares) = sum.split_at(len);
-                optimizer.step_sums(w, state, sums, squares);
-                if seen[j + 1].insert(next.iter().map(|v| v.to_bits()).collect()) {
-                    after[j + 1].push(next);
+                let (sums, squares) = sequence[i].split_at(len);
+                // A share's round steps with the sum of its aggregates' sums; an aggregate
+                // alone may also have been stepped at the owner itself, squares and all.
+                let alone = (j == i).then_some((sums, squares));
+                let steps = [(sum.as_slice(), None), (sums, Some(squares))];
+                for (sums, squares) in steps.into_iter().take(if alone.is_some() { 2 } else { 1 }) {
+                    let mut next = record.clone();
+                    let (w, state) = next.split_at_mut(len);
+                    match squares {
+                        Some(squares) => optimizer.step_sums(w, state, sums, squares),
+                        None => optimizer.step(w, state, sums),
+                    }
+                    if seen[j + 1].insert(next.iter().map(|v| v.to_bits()).collect()) {
+                        after[j + 1].push(next);
+                    }
                 }
             }
         }
@@ -280,7 +289,7 @@ fn grouped_application(
 
 /// With `intents`, workers signal intents instead of localizing (relocation and, while several
 /// nodes want a key, shares: replicas by intent, whose gradients accumulate there and are
-/// stepped by the owner once per sync round with their aggregate, so a key's record may be its
+/// stepped by the owner once per sync round with their sum, so a key's record may be its
 /// sequence applied in consecutive groups); the final pulls are not checked then (a share may
 /// still serve them, bounded-stale).
 fn match_a_sequential_application(optimizer: Optimizer, intents: bool, aggregates: bool) {

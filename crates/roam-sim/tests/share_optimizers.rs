@@ -1,9 +1,9 @@
 //! Server-side optimizers on keys shared by intent (AdaPM shares; `share/sync.rs`,
 //! `store/replica_grad.rs`): a `push_gradients` of a key held here as a share replica adds into
-//! the replica's accumulator; each share-sync round (and the replica's leave) ships the
-//! aggregate (sum and sum of squares) to the owner, which steps its record once with it
-//! (`Optimizer::step_sums`). Every other push of gradients is a `push_gradient_sums` of
-//! aggregates of one (`(g, g²)`), which must act exactly as the gradients.
+//! the replica's accumulator; each share-sync round (and the replica's leave) ships the sum to
+//! the owner, which steps its record once with it. Every other push of gradients is a
+//! `push_gradient_sums` of aggregates of one (`(g, g²)`), which must act exactly as the
+//! gradients (a replica's accumulator takes an aggregate's sums).
 //!
 //! Random runs (2–4 nodes, 1–2 workers each, 2–8 keys, uniform or per-key lengths, fast local
 //! access or not, random delays, think times and sync periods; replicate-only, so keys stay
@@ -14,9 +14,8 @@
 //!   member's round or leave sum, or a remote push of one gradient). Coordinate 0 of the `j`-th
 //!   gradient of a key is `2^(j−8)`, so a step's sum names the gradients in it: the steps'
 //!   sets are disjoint and cover every gradient pushed (none lost or stepped twice), and the
-//!   owner's final record (visible values and state) is, bit for bit, `step_sums` applied
-//!   from zeros to the logged aggregates in order, whose squares sum to the gradients'; no
-//!   node but the owner steps the key;
+//!   owner's final record (visible values and state) is, bit for bit, the optimizer applied
+//!   from zeros to the logged sums in order; no node but the owner steps the key;
 //! - **SGD:** a run pushing gradients `g` ends, bit for bit, where the same run pushing
 //!   `−lr·g` additively ends (a replica takes SGD steps into its delta).
 //!
@@ -25,9 +24,8 @@
 mod common;
 
 use common::{
-    check_squares, check_tags_cover, random_lengths, random_partitioning,
-    random_stateful_optimizer, run_to_end, steps_only_at, tagged_gradient, test_rng, total,
-    workers_of,
+    check_tags_cover, random_lengths, random_partitioning, random_stateful_optimizer, run_to_end,
+    steps_only_at, tagged_gradient, test_rng, total, workers_of,
 };
 use rand::Rng;
 use roam_core::{IntentTechniques, Key, NodeId, Optimizer, Residency};
@@ -227,15 +225,12 @@ fn run_stateful(seed: u64) -> (usize, usize, u64) {
         let log = steps_only_at(seed, &sim, k, at, "owner");
         // Conservation: the tags of the steps are disjoint and cover every gradient.
         merged += check_tags_cover(seed, k, &log, pushed[k as usize].len());
-        check_squares(seed, k, len, &log, &pushed[k as usize]);
         steps += log.len();
-        // One optimizer, at the owner: its record is the logged aggregates (sums, then
-        // squares) applied in order.
+        // One optimizer, at the owner: its record is the logged sums applied in order.
         let mut want = vec![0f32; space.record_len(k)];
         for g in &log {
             let (w, state) = want.split_at_mut(len);
-            let (sums, squares) = g.split_at(len);
-            optimizer.step_sums(w, state, sums, squares);
+            optimizer.step(w, state, g);
         }
         let mut got = Vec::new();
         assert!(sim.node(at).store().remove(k, &mut got));
@@ -287,9 +282,9 @@ fn sgd_gradients_on_shared_keys_equal_additive_pushes_scaled_by_minus_lr() {
     eprintln!("{runs} runs: SGD gradients equal additive pushes");
 }
 
-/// A gradient (or aggregate) pushed while its key's grant is on the way (the key wanted by an
-/// intent, the push queued at the wanter) joins the new replica's gradient sum, as one pushed
-/// a moment later would: every step the owner takes is a member's round or leave sum, none a remote
+/// A gradient pushed while its key's grant is on the way (the key wanted by an intent, the
+/// push queued at the wanter) joins the new replica's gradient sum, as one pushed a moment
+/// later would: every step the owner takes is a member's round or leave sum, none a remote
 /// push of one gradient (issue #17). The pushes follow the intent at once, so most runs queue
 /// all of them and the owner steps once.
 #[test]
@@ -326,7 +321,7 @@ fn gradients_queued_for_a_grant_join_the_replicas_sum() {
             end: 4,
         }];
         // Every other one as an aggregate of itself, `(g, g²)`: queued aggregates join the
-        // replica's accumulator as gradients do.
+        // replica's sum as gradients do.
         script.extend(grads.iter().enumerate().map(|(i, g)| {
             if i % 2 == 0 {
                 Op::PushGradients {
@@ -353,7 +348,6 @@ fn gradients_queued_for_a_grant_join_the_replicas_sum() {
         }
         let log = steps_only_at(seed, &sim, 0, owner, "owner");
         check_tags_cover(seed, 0, &log, pushes);
-        check_squares(seed, 0, len as usize, &log, &grads);
         assert_eq!(
             total(&sim, |c| &c.share_grad_steps),
             log.len() as u64,

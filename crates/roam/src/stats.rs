@@ -107,7 +107,7 @@ pub struct NodeStats {
     pub share_bytes_sent: u64,
     /// Keys whose accumulated gradient sum this node sent to their owner (per round or leave).
     pub share_grad_keys_sent: u64,
-    /// Optimizer steps this node, as owner, took with a member's gradient aggregate (sums and squares).
+    /// Optimizer steps this node, as owner, took with a member's gradient sum.
     pub share_grad_steps: u64,
     /// How long replicas held here by intent lived (median), ms.
     pub replica_lifetime_p50_ms: f64,

@@ -381,8 +381,10 @@ impl Worker {
     /// the optimizer's state grows as if each gradient had been pushed (Adagrad's accumulator
     /// by the squares, not by the square of the sum) and the row moves about as far as those
     /// steps would. Where each record lives, like [`Worker::push_gradients`]; a replicated key
-    /// adds the aggregate to its accumulator. Fails, changing nothing, without an optimizer
-    /// or when `aggregates` is not twice the keys' lengths.
+    /// adds the aggregate's sums to the round's sum it steps with (the squares are dropped:
+    /// `docs/embeddings.md`, "Aggregates of gradients"). Fails, changing nothing, without an
+    /// optimizer, when `aggregates` is not twice the keys' lengths, or on a negative or
+    /// non-finite square.
     pub fn push_gradient_sums(
         &self,
         keys: &[Key],

@@ -1,13 +1,12 @@
 //! A stateful optimizer (Adagrad) on replicated keys over TCP: three nodes × two workers push
 //! gradients of replicated keys; each node accumulates them, and the key's hub steps its
-//! primary once per sync with their aggregate, sum and sum of squares (`roam_core::replica`,
-//! `replica/grads.rs`).
+//! primary once per sync with their sum (`roam_core::replica`, `replica/grads.rs`).
 //!
 //! With background rounds off (a one-hour period), every `sync_replicas` is exactly one
-//! Adagrad step per key on the aggregate of the gradients pushed since the previous one. The
-//! gradients are multiples of 1/4, so their sums and sums of squares are exact in any order,
-//! and every replica on every node must equal, bit for bit, that step sequence applied here
-//! with `Optimizer::step_sums`. A checkpoint then carries the hub's accumulator: a cluster restored
+//! Adagrad step per key on the sum of the gradients pushed since the previous one. The
+//! gradients are multiples of 1/4, so their sum is exact in any order, and every replica on
+//! every node must equal, bit for bit, that step sequence applied here with
+//! `Optimizer::step`. A checkpoint then carries the hub's accumulator: a cluster restored
 //! from it takes one more sync's step from the restored state, again bit for bit. A second run
 //! with 1 ms background rounds and thousands of pushes checks that every replica converges to
 //! one value after a sync, and that the rounds ran.
@@ -42,20 +41,17 @@ fn grad(n: u32, w: u32, k: usize, r: usize) -> [f32; 2] {
     [a * if k == 0 { 1.0 } else { -1.0 }, -0.5]
 }
 
-/// Each round's aggregate of the gradients of key number `k` over 3 nodes × 2 workers: their
-/// sum, then the sum of their squares.
-fn round_sum(k: usize, r: usize) -> ([f32; 2], [f32; 2]) {
-    let (mut sum, mut squares) = ([0.0; 2], [0.0; 2]);
+/// Each round's sum of the gradients of key number `k` over 3 nodes × 2 workers.
+fn round_sum(k: usize, r: usize) -> [f32; 2] {
+    let mut sum = [0.0; 2];
     for n in 0..3 {
         for w in 0..2 {
             let g = grad(n, w, k, r);
-            for i in 0..2 {
-                sum[i] += g[i];
-                squares[i] += g[i] * g[i];
-            }
+            sum[0] += g[0];
+            sum[1] += g[1];
         }
     }
-    (sum, squares)
+    sum
 }
 
 /// Runs `rounds` (numbered from `first`) of: every worker pushes its gradients, then syncs;
@@ -110,15 +106,14 @@ fn push_rounds(
     });
 }
 
-/// Each key's record (visible, then accumulator) after applying `rounds` syncs' aggregates.
+/// Each key's record (visible, then accumulator) after applying `rounds` syncs' sums.
 fn replay(records: &mut [[f32; 4]; 2], rounds: std::ops::Range<usize>) -> Vec<[[f32; 2]; 2]> {
     let mut after = Vec::new();
     for r in rounds {
         let mut values = [[0.0; 2]; 2];
         for (k, record) in records.iter_mut().enumerate() {
             let (w, acc) = record.split_at_mut(2);
-            let (sum, squares) = round_sum(k, r);
-            adagrad().step_sums(w, acc, &sum, &squares);
+            adagrad().step(w, acc, &round_sum(k, r));
             values[k] = [w[0], w[1]];
         }
         after.push(values);

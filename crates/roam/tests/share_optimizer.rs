@@ -1,13 +1,12 @@
 //! A stateful optimizer (Adagrad) on a key shared by intent (AdaPM) over TCP: node 0 signals
 //! an intent on a key node 1 owns and gets a replica (replicate-only); its `push_gradients` of
 //! the key accumulate there (the replica's value does not move), and when the intent ends the
-//! replica's leave ships their aggregate (sum and sum of squares) to the owner, which steps its
-//! record **once** with it (`share/sync.rs`, `store/replica_grad.rs`).
+//! replica's leave ships the sum to the owner, which steps its record **once** with it
+//! (`share/sync.rs`, `store/replica_grad.rs`).
 //!
-//! Background share rounds are off (a one-hour period), so the whole aggregate goes with the
-//! leave: the owner's value must equal, bit for bit, one `Optimizer::step_sums` from zeros on
-//! it (the gradients are multiples of 1/4, so sums and squares are exact in any order), and
-//! the stats must show
+//! Background share rounds are off (a one-hour period), so the whole sum goes with the leave:
+//! the owner's value must equal, bit for bit, one Adagrad step from zeros on the sum (the
+//! gradients are multiples of 1/4, so the sum is exact in any order), and the stats must show
 //! one sum shipped, one step taken, and no gradient sent as a remote push.
 
 mod common;
@@ -54,13 +53,11 @@ fn gradients_at_a_share_replica_step_the_owner_once_with_their_sum_over_tcp() {
         std::thread::yield_now();
     }
     assert_eq!(out, [0.0, 0.0]);
-    let (mut sum, mut squares) = ([0.0f32; 2], [0.0f32; 2]);
+    let mut sum = [0.0f32; 2];
     for i in 0..PUSHES {
         let g = grad(i);
         sum[0] += g[0];
         sum[1] += g[1];
-        squares[0] += g[0] * g[0];
-        squares[1] += g[1] * g[1];
         w0.push_gradients(&[KEY], &g).unwrap().wait().unwrap();
     }
     assert!(w0.pull_if_local(KEY, &mut out).unwrap());
@@ -81,7 +78,7 @@ fn gradients_at_a_share_replica_step_the_owner_once_with_their_sum_over_tcp() {
     });
     let mut want = [0.0f32; 4];
     let (w, acc) = want.split_at_mut(2);
-    adagrad().step_sums(w, acc, &sum, &squares);
+    adagrad().step(w, acc, &sum);
     assert!(
         w1.pull_if_local(KEY, &mut out).unwrap(),
         "the owner keeps it"
@@ -89,7 +86,7 @@ fn gradients_at_a_share_replica_step_the_owner_once_with_their_sum_over_tcp() {
     assert_eq!(
         out,
         [want[0], want[1]],
-        "one step with the aggregate, at the owner"
+        "one step with the sum, at the owner"
     );
     drop((w0, w1));
     let mut stats = Vec::new();

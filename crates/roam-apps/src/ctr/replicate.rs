@@ -14,8 +14,8 @@
 //! count the same examples and choose the same set (the job checks it with the fingerprint).
 //!
 //! Semantics under the server-side optimizer (docs/embeddings.md, "Where the step runs"): a
-//! replicated key takes one optimizer step per sync round at its hub with the aggregate (sum and
-//! sum of squares) of the round's gradients from every node, so the rounds' frequency is a batch size (roam's default
+//! replicated key takes one optimizer step per sync round at its hub with the sum of the
+//! round's gradients from every node, so the rounds' frequency is a batch size (roam's default
 //! period, 10 ms, unless `--sync-every-ms` or `--sync-updates-per-key` say otherwise). The
 //! initial dense values are set at the hubs and synced to every replica before training, and
 //! the replicas are synced again before each evaluation (`train.rs`).

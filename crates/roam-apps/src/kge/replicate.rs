@@ -97,7 +97,7 @@ impl Plan {
 /// Entities plus relations.
 /// KGE's sync period when neither `--sync-every-ms` nor `--sync-updates-per-key` is given:
 /// 1 ms, not roam's 10. Under the server-side AdaGrad a replicated key takes one step per hub
-/// round with the round's aggregated gradients, so fewer rounds are fewer steps: on lapse-toy
+/// round with the round's summed gradient, so fewer rounds are fewer steps: on lapse-toy
 /// (2 × 2 workers, 4 epochs, 10 seeds) test MRR was 0.461 (0.400–0.523) at 10 ms and 0.479
 /// (0.432–0.502) at 1 ms, single 0.501 (docs/workloads-kge.md, "Server-side AdaGrad").
 pub const SYNC_EVERY_MS: f64 = 1.0;

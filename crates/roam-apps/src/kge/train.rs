@@ -16,7 +16,7 @@
 //!    ([`super::params::optimizer`]) steps each record where it lives, `acc += g²; w −= eta·g/√(acc+eps)`,
 //!    its accumulator hidden state in the record (moved with it, checkpointed, never pulled).
 //!    A replicated key's gradients accumulate until the sync, and its hub steps it once per
-//!    round with their aggregate, sum and sum of squares (`roam_core::replica`).
+//!    round with their sum (`roam_core::replica`).
 //!
 //! Summing before the step (instead of Lapse's 1 + 2N separate pull/update/push rounds) makes
 //! the whole positive one read and one write per key, which is what makes remote keys cheap

@@ -5,16 +5,13 @@
 //! `push_gradients` of the key anywhere adds the gradient into that node's accumulator; the
 //! replica's value does not change. Each sync round takes the accumulators along with the
 //! deltas: a hub adds its own into its per-key *gradient sum*, other nodes send theirs to the
-//! hub in a `ReplicaDeltas` frame whose round carries [`GRADIENT_ROUND`]. A sum is an
-//! *aggregate*: the gradients' sum and the sum of their squares (twice the key's length, in
-//! accumulators, frames and sums alike). At the end of its own round the hub steps each primary
-//! whose sum is non-empty **once**, with the aggregate (`Optimizer::step_sums`: the state grows
-//! as if every gradient had been a step), zeroes the sum, and broadcasts the new value to every
-//! node, its contributors included (their
+//! hub in a `ReplicaDeltas` frame whose round carries [`GRADIENT_ROUND`]. At the end of its
+//! own round the hub steps each primary whose sum is non-empty **once**, with the sum, zeroes
+//! the sum, and broadcasts the new value to every node, its contributors included (their
 //! replicas do not hold their gradients). During a `sync_replicas` flush (or a checkpoint
 //! cut's) the hub steps only once every node's flush marker is in, so the flush is one step
 //! on everything pushed before it: with background rounds off, each `sync_replicas` is
-//! exactly one step per key with the aggregate of the gradients pushed since the previous one.
+//! exactly one step per key with the sum of the gradients pushed since the previous one.
 //!
 //! Invariants: every gradient lands in exactly one accumulator take, one frame, one sum and one
 //! step (per-link FIFO, no node lost); a replica's value is always the primary as last
@@ -46,8 +43,7 @@ pub(super) struct HubGrads {
     pending: Vec<u32>,
     is_pending: Vec<bool>,
     since: Option<Time>,
-    /// When on: every step taken here, as (key, aggregate: sums then squares), in order (tests
-    /// replay it with `Optimizer::step_sums`).
+    /// When on: every step taken here, as (key, summed gradient), in order (tests replay it).
     pub(super) log: Option<Vec<(Key, Vec<f32>)>>,
 }
 
@@ -62,8 +58,7 @@ impl HubGrads {
         for (pos, &at) in primary_at.iter().enumerate() {
             if at != NOT_HUB {
                 sum_at[pos] = total;
-                // The sum, then the sum of squares.
-                total += 2 * lens[pos];
+                total += lens[pos];
             }
         }
         Self {
@@ -75,7 +70,7 @@ impl HubGrads {
         }
     }
 
-    /// Adds aggregate `g` (sums, then squares) into the sum of hub position `pos`.
+    /// Adds `g` into the sum of hub position `pos`.
     pub(super) fn add(&mut self, pos: u32, g: &[f32], since: Time) {
         let at = self.sum_at[pos as usize];
         debug_assert_ne!(at, NOT_HUB);
@@ -147,8 +142,8 @@ impl Node {
         self.replicas.grads.log = on.then(Vec::new);
     }
 
-    /// The optimizer steps taken at this hub since the log was turned on: (key, aggregate),
-    /// in order; an aggregate is the summed gradients, then their summed squares.
+    /// The optimizer steps taken at this hub since the log was turned on: (key, summed
+    /// gradient), in order.
     #[doc(hidden)]
     pub fn replica_steps(&self) -> &[(Key, Vec<f32>)] {
         self.replicas.grads.log.as_deref().unwrap_or(&[])
@@ -226,14 +221,13 @@ impl Node {
         }
         let mut at = 0;
         for (&key, &pos) in keys.iter().zip(positions) {
-            let len = 2 * self.cfg.space.len(key);
+            let len = self.cfg.space.len(key);
             self.replicas.grads.add(pos, &values[at..at + len], since);
             at += len;
         }
     }
 
-    /// Hub: steps every primary with a pending gradient sum once, with the aggregate (sums and
-    /// squares, `Optimizer::step_sums`), and marks it
+    /// Hub: steps every primary with a pending gradient sum once, with the sum, and marks it
     /// changed for every node. Runs before each broadcast of the primaries (outside a flush)
     /// and when a flush has every node's marker.
     pub(super) fn step_primaries(&mut self) {
@@ -255,10 +249,9 @@ impl Node {
             r.grads.is_pending[pos as usize] = false;
             let sum_at = r.grads.sum_at[pos as usize];
             let at = r.primary_at[pos as usize];
-            let g = &mut r.grads.sums[sum_at..sum_at + 2 * len];
+            let g = &mut r.grads.sums[sum_at..sum_at + len];
             let (w, state) = r.primary[at..at + record_len].split_at_mut(len);
-            let (sums, squares) = g.split_at(len);
-            opt.step_sums(w, state, sums, squares);
+            opt.step(w, state, g);
             if let Some(log) = &mut r.grads.log {
                 log.push((key, g.to_vec()));
             }

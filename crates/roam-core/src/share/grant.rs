@@ -4,8 +4,8 @@
 //! Invariants: the queued accesses apply in arrival order before the replica is visible (as a
 //! relocation's queue applies before its record is inserted), the queued pushes forming the
 //! replica's first pending delta (gradients and aggregates too: under SGD as the step's
-//! addition, under a stateful optimizer into the replica's accumulator once it exists, stepped
-//! at the owner with the round's aggregate, as the fast path does; sets go on to the owner);
+//! addition, under a stateful optimizer into the replica's gradient sum once it exists, stepped
+//! at the owner with the round's, as the fast path does; sets go on to the owner);
 //! peers' requests that queued
 //! here go on to the owner; a
 //! grant this node was not waiting for is handed straight back (`Leave`), so that the owner
@@ -32,7 +32,7 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        if !self.check_share_lengths(from, keys, values, 1) {
+        if !self.check_share_lengths(from, keys, values) {
             return;
         }
         let mut at = 0;
@@ -108,8 +108,8 @@ impl Node {
                     }
                     // As the fast path pushes gradients (and aggregates) to a replica: SGD's step
                     // is additive (into the first delta, in order), a stateful optimizer's waits
-                    // for the round's aggregate at the owner (the replica's value is not changed
-                    // by it).
+                    // for the round's sum at the owner (the replica's value is not changed by
+                    // it).
                     Queued::LocalPush {
                         op,
                         pos,
@@ -265,13 +265,12 @@ impl Node {
         from: NodeId,
         keys: &[Key],
         values: &[f32],
-        width: usize,
     ) -> bool {
         if !self.check_share_keys(from, keys) {
             return false;
         }
         let total: usize = keys.iter().map(|&key| self.cfg.space.len(key)).sum();
-        if total * width != values.len() {
+        if total != values.len() {
             self.warn(Warning::Relocation {
                 from: Some(from),
                 key: keys.first().copied().unwrap_or(0),

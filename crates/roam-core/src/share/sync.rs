@@ -8,13 +8,11 @@
 //! acknowledged round, plus its pending delta. Rounds are numbered per member and links are
 //! FIFO, so "applied up to round r" is exact.
 //!
-//! Under a stateful optimizer a member's `push_gradients` (and `push_gradient_sums`) of a
-//! replica add into the replica's accumulator (`store/replica_grad.rs`: sums and squares), taken
-//! exactly once — by a round or with the replica's removal at its leave — and sent to the owner
-//! in a `ShareDeltas` frame whose round carries `GRADIENT_ROUND` (twice the keys' lengths),
-//! ahead of the leave on the same link; the owner steps its record once per such aggregate
-//! (`Optimizer::step_sums`) while the member is still a sharer (docs/embeddings.md, "Where the
-//! step runs").
+//! Under a stateful optimizer a member's `push_gradients` of a replica add into the replica's
+//! accumulator (`store/replica_grad.rs`), taken exactly once — by a round or with the replica's
+//! removal at its leave — and sent to the owner in a `ShareDeltas` frame whose round carries
+//! `GRADIENT_ROUND`, ahead of the leave on the same link; the owner steps its record once per
+//! such sum while the member is still a sharer (docs/embeddings.md, "Where the step runs").
 
 use std::collections::BTreeMap;
 
@@ -33,8 +31,7 @@ use crate::replica::{GRADIENT_ROUND, contributor};
 /// One owner's part of a leave: keys, their replicas' generations, their final deltas.
 type Leaving = (Vec<Key>, Vec<u32>, Vec<f32>);
 
-/// One owner's accumulated gradients: keys and their aggregates (sums, then squares),
-/// concatenated.
+/// One owner's accumulated gradients: keys and their sums, concatenated.
 type Gradients = (Vec<Key>, Vec<f32>);
 
 impl Node {
@@ -142,8 +139,8 @@ impl Node {
                 keys.push(key);
                 values.extend_from_slice(&delta);
             }
-            // Under a stateful optimizer: the gradients pushed here since the last round, as
-            // one aggregate (sums, squares) for the owner to step once (`store/replica_grad.rs`).
+            // Under a stateful optimizer: the gradients pushed here since the last round,
+            // summed, for the owner to step once (`store/replica_grad.rs`).
             let (keys, values) = grads.entry(held.owner).or_default();
             if self.store.take_replica_gradient(key, values) {
                 keys.push(key);
@@ -215,13 +212,12 @@ impl Node {
     }
 
     /// Owner: a member's accumulated gradients of shared keys: each steps the record once,
-    /// with the member's aggregate (sums, then squares: `Optimizer::step_sums`; the optimizer
-    /// state lives only here). The new value reaches every
+    /// with the member's sum (the optimizer state lives only here). The new value reaches every
     /// sharer, the sender included, with the next broadcast (it differs from the shadow).
     fn handle_share_gradients(&mut self, from: NodeId, keys: &[Key], values: &[f32]) {
         let mut at = 0;
         for &key in keys {
-            let len = 2 * self.cfg.space.len(key);
+            let len = self.cfg.space.len(key);
             let g = &values[at..at + len];
             at += len;
             // As for deltas: only a current sharer sends them, and the key stays here until
@@ -234,7 +230,7 @@ impl Node {
                 continue;
             };
             shared.member_rounds = shared.member_rounds.saturating_add(1);
-            if !self.store.push_local(key, g, UpdateMode::GradientSums) {
+            if !self.store.push_local(key, g, UpdateMode::Gradient) {
                 self.warn(Warning::Relocation {
                     from: Some(from),
                     key,
@@ -319,9 +315,7 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        // A gradient round carries aggregates: sums, then squares.
-        let width = if round & GRADIENT_ROUND != 0 { 2 } else { 1 };
-        if !self.check_share_lengths(from, keys, values, width) {
+        if !self.check_share_lengths(from, keys, values) {
             return;
         }
         let weight = self.shares.updates_per_key;
@@ -414,7 +408,7 @@ impl Node {
         keys: &[Key],
         values: &[f32],
     ) {
-        if !self.check_share_lengths(from, keys, values, 1) {
+        if !self.check_share_lengths(from, keys, values) {
             return;
         }
         let shares = &mut self.shares;
@@ -677,7 +671,7 @@ impl Node {
     ) {
         // No values: every final delta is zero (nothing to add).
         if !values.is_empty() {
-            if !self.check_share_lengths(from, keys, values, 1) {
+            if !self.check_share_lengths(from, keys, values) {
                 return;
             }
             self.apply_member_deltas(from, keys, values, false);

@@ -28,14 +28,7 @@ impl Store {
         g: &[f32],
         mode: UpdateMode,
     ) -> bool {
-        self.space.optimizer_for(key).is_some_and(|opt| {
-            let accept = grad_accept(opt);
-            if mode == UpdateMode::GradientSums {
-                self.step_sums_as(key, state, accept, opt, g)
-            } else {
-                self.step_as(key, state, accept, opt, g)
-            }
-        })
+        self.step_held(key, state, g, mode, grad_accept)
     }
 
     /// [`Store::step_local`] of an owned record only.
@@ -46,11 +39,25 @@ impl Store {
         g: &[f32],
         mode: UpdateMode,
     ) -> bool {
+        self.step_held(key, state, g, mode, |_| LOCAL)
+    }
+
+    /// Steps the record with the key's optimizer if its word has a flag of `accept(opt)`.
+    #[inline(always)]
+    fn step_held(
+        &self,
+        key: Key,
+        state: &AtomicU64,
+        g: &[f32],
+        mode: UpdateMode,
+        accept: impl FnOnce(&Optimizer) -> u64,
+    ) -> bool {
         self.space.optimizer_for(key).is_some_and(|opt| {
+            let accept = accept(opt);
             if mode == UpdateMode::GradientSums {
-                self.step_sums_as(key, state, LOCAL, opt, g)
+                self.step_sums_as(key, state, accept, opt, g)
             } else {
-                self.step_as(key, state, LOCAL, opt, g)
+                self.step_as(key, state, accept, opt, g)
             }
         })
     }

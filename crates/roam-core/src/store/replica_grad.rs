@@ -5,19 +5,15 @@
 //! `push_gradients` of a key held here as a replica adds the gradient into the replica's
 //! accumulator here, and the replica's value does not change. Each sync round takes the
 //! accumulator and ships it to the key's hub (`replica/grads.rs`) or owner (`share/sync.rs`),
-//! which steps its record once with it: an *aggregate*, the gradients' sum and the sum of their
-//! squares, so that the optimizer's state grows as if each gradient had been a step of its own
-//! ([`crate::Optimizer::step_sums`]; with the sum alone, Adagrad's accumulator grew by the
-//! square of the sum, `n²·g²` for `n` like gradients, and every later step of the key shrank).
+//! which steps its record once with the sum.
 //!
 //! Layout: the accumulators live in areas parallel to the replica areas (one per replica area,
 //! so one per named table), addressed by the replica's own slot: a key's accumulator is found
 //! from its state word exactly like its replica, with no lookup table, and it exists exactly as
 //! long as the replica (created zeroed with it, taken whole when it is removed:
-//! [`Store::remove_replica_with_gradient`]). An accumulator record is the gradient sum and the
-//! sum of squares (the key's visible length each) followed by one *touched* word (non-zero: a
-//! gradient arrived since the last take), so sync rounds skip untouched replicas without the
-//! latch.
+//! [`Store::remove_replica_with_gradient`]). An accumulator record is the gradient sum (the
+//! key's visible length) followed by one *touched* word (non-zero: a gradient arrived since the
+//! last take), so sync rounds skip untouched replicas without the latch.
 //!
 //! Invariants: an accumulator is read and written only under its key's latch while the key is
 //! held as a replica (only the touched word is read unlatched, as a hint), so every gradient
@@ -48,17 +44,17 @@ impl GradAreas {
                     areas: tables
                         .all()
                         .iter()
-                        .map(|t| Area::uniform(2 * t.dim() + 1))
+                        .map(|t| Area::uniform(t.dim() + 1))
                         .collect(),
                     by_table: true,
                 })
             }
             ValueLengths::Uniform(len) => stateful(space.optimizer()).then(|| Self {
-                areas: Box::new([Area::uniform(2 * *len as usize + 1)]),
+                areas: Box::new([Area::uniform(*len as usize + 1)]),
                 by_table: false,
             }),
             ValueLengths::PerKey(_) => stateful(space.optimizer()).then(|| Self {
-                areas: Box::new([Area::by_key(space, Scale { value: 2, key: 1 })]),
+                areas: Box::new([Area::by_key(space, Scale { value: 1, key: 1 })]),
                 by_table: false,
             }),
         }
@@ -128,36 +124,11 @@ unsafe fn plain(sum: &[AtomicU32]) -> &mut [f32] {
 }
 
 impl Store {
-    /// Adds gradient `g` (and its square) into `key`'s accumulator if `key` is held here as a
-    /// replica and the key space's optimizer is stateful; false (nothing changed) otherwise.
-    /// The replica's value is unchanged.
+    /// Adds gradient `g` into `key`'s accumulator if `key` is held here as a replica and the
+    /// key space's optimizer is stateful; false (nothing changed) otherwise. The replica's
+    /// value is unchanged.
     #[inline]
     pub fn accumulate_replica_gradient(&self, key: Key, g: &[f32]) -> bool {
-        self.accumulate(key, |sums, squares| {
-            for ((sum, square), &g) in sums.iter_mut().zip(squares).zip(g) {
-                *sum += g;
-                *square += g * g;
-            }
-        })
-    }
-
-    /// [`Store::accumulate_replica_gradient`] of an aggregate (`UpdateMode::GradientSums`:
-    /// the key's gradient sum, then the sum of their squares).
-    pub fn accumulate_replica_gradient_sums(&self, key: Key, aggregate: &[f32]) -> bool {
-        self.accumulate(key, |sums, squares| {
-            let (add_sums, add_squares) = aggregate.split_at(aggregate.len() / 2);
-            sums.iter_mut().zip(add_sums).for_each(|(s, a)| *s += a);
-            squares
-                .iter_mut()
-                .zip(add_squares)
-                .for_each(|(s, a)| *s += a);
-        })
-    }
-
-    /// Runs `add(sums, squares)` on `key`'s accumulator if `key` is held here as a replica
-    /// and the key space's optimizer is stateful.
-    #[inline(always)]
-    fn accumulate(&self, key: Key, add: impl FnOnce(&mut [f32], &mut [f32])) -> bool {
         let Some(grads) = &self.grads else {
             return false;
         };
@@ -166,18 +137,25 @@ impl Store {
         };
         latched_as(state, REPLICA, |s| {
             // SAFETY: latched and held as a replica at this slot.
-            let (aggregate, touched) = unsafe { grads.record(key, (s & SLOT_MASK) as u32) };
+            let (sum, touched) = unsafe { grads.record(key, (s & SLOT_MASK) as u32) };
             // SAFETY: latched.
-            let aggregate = unsafe { plain(aggregate) };
-            let (sums, squares) = aggregate.split_at_mut(aggregate.len() / 2);
-            add(sums, squares);
+            for (sum, &g) in unsafe { plain(sum) }.iter_mut().zip(g) {
+                *sum += g;
+            }
             touched.store(1, Ordering::Relaxed);
             s | REFERENCED
         })
     }
 
-    /// Protocol only: appends `key`'s accumulated aggregate (sums, then squares: twice the
-    /// key's length) to `out` and zeroes it. Returns
+    /// [`Store::accumulate_replica_gradient`] of an aggregate (`UpdateMode::GradientSums`: the
+    /// key's gradient sum, then the sum of their squares): its sum joins the round's, and the
+    /// squares are dropped, since a replicated key steps once per round with the sum alone
+    /// (`docs/embeddings.md`, "Aggregates of gradients", says why).
+    pub fn accumulate_replica_gradient_sums(&self, key: Key, aggregate: &[f32]) -> bool {
+        self.accumulate_replica_gradient(key, &aggregate[..aggregate.len() / 2])
+    }
+
+    /// Protocol only: appends `key`'s accumulated gradient to `out` and zeroes it. Returns
     /// false, appending nothing, if no gradient arrived since the last take (checked first
     /// without the latch: a push still under way is taken next time) or `key` is no replica
     /// here.
@@ -203,8 +181,7 @@ impl Store {
     }
 
     /// Protocol only: [`Store::remove_replica`], also appending the replica's accumulated
-    /// aggregate (sums, then squares) to `grad` (atomically with the removal: no push lands in
-    /// between). Returns
+    /// gradient to `grad` (atomically with the removal: no push lands in between). Returns
     /// whether the replica was here; `grad` gets nothing if no gradient was pending.
     pub fn remove_replica_with_gradient(
         &self,
@@ -246,18 +223,22 @@ mod tests {
         assert!(!store.accumulate_replica_gradient(4, &[1.0, 1.0]));
         let mut sum = Vec::new();
         assert!(store.take_replica_gradient(3, &mut sum));
-        assert_eq!(sum, [0.75, 0.0, 0.3125, 0.125], "sums, then squares");
+        assert_eq!(sum, [0.75, 0.0]);
         sum.clear();
         assert!(!store.take_replica_gradient(3, &mut sum), "taken once");
         assert!(sum.is_empty());
         assert!(store.accumulate_replica_gradient(3, &[1.0, 2.0]));
         assert!(store.take_replica_gradient(3, &mut sum));
-        assert_eq!(sum, [1.0, 2.0, 1.0, 4.0], "the sum restarts from zero");
+        assert_eq!(sum, [1.0, 2.0], "the sum restarts from zero");
         sum.clear();
         assert!(store.accumulate_replica_gradient_sums(3, &[1.0, 2.0, 3.0, 4.0]));
         assert!(store.accumulate_replica_gradient(3, &[1.0, 1.0]));
         assert!(store.take_replica_gradient(3, &mut sum));
-        assert_eq!(sum, [2.0, 3.0, 4.0, 5.0], "aggregates add as they are");
+        assert_eq!(
+            sum,
+            [2.0, 3.0],
+            "an aggregate's sums join, its squares do not"
+        );
         // The pending delta of additive pushes is separate.
         assert!(store.push_local(3, &[1.0, 1.0], UpdateMode::Add));
         let mut delta = Vec::new();
@@ -267,7 +248,7 @@ mod tests {
         assert!(store.accumulate_replica_gradient(3, &[2.0, 3.0]));
         let (mut record, mut grad) = (Vec::new(), Vec::new());
         assert!(store.remove_replica_with_gradient(3, &mut record, &mut grad));
-        assert_eq!(grad, [2.0, 3.0, 4.0, 9.0]);
+        assert_eq!(grad, [2.0, 3.0]);
         assert!(
             !store.accumulate_replica_gradient(3, &[1.0, 1.0]),
             "no replica"
@@ -277,7 +258,7 @@ mod tests {
         assert!(!store.take_replica_gradient(3, &mut sum));
         assert!(store.accumulate_replica_gradient(3, &[1.0, 1.0]));
         assert!(store.take_replica_gradient(3, &mut sum));
-        assert_eq!(sum, [1.0, 1.0, 1.0, 1.0]);
+        assert_eq!(sum, [1.0, 1.0]);
         // Under SGD there are no accumulators (replicas step their value).
         let sgd = Store::new(
             KeySpace::uniform(6, 2)
@@ -304,7 +285,7 @@ mod tests {
         let mut out = Vec::new();
         assert!(store.take_replica_gradient(1, &mut out));
         assert!(store.take_replica_gradient(2, &mut out));
-        assert_eq!(out, [1.0, 2.0, 3.0, 1.0, 4.0, 9.0, 4.0, 5.0, 16.0, 25.0]);
+        assert_eq!(out, [1.0, 2.0, 3.0, 4.0, 5.0]);
     }
 
     /// Two threads accumulate into replicas while a third takes the sums, as workers and a
@@ -341,7 +322,7 @@ mod tests {
                 for key in 0..4 {
                     out.clear();
                     if store.take_replica_gradient(key, &mut out) {
-                        assert_eq!(out.len(), 2 * LEN);
+                        assert_eq!(out.len(), LEN);
                         assert!(out.iter().all(|&g| g == out[0]), "torn sum {out:?}");
                         taken[key as usize] += f64::from(out[0]);
                     }

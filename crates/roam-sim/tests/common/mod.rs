@@ -667,26 +667,6 @@ pub(crate) fn check_tags_cover(seed: u64, k: Key, log: &[&Vec<f32>], pushed: usi
     merged
 }
 
-/// The logged aggregates of key `k` (`len` values: sums, then squares) carry the squares of
-/// its `pushed` [`tagged_gradient`]s: over coordinates 1.. (multiples of 1/16, exact in any
-/// order) the logged squares sum to the sum of the gradients' squares.
-pub(crate) fn check_squares(seed: u64, k: Key, len: usize, log: &[&Vec<f32>], pushed: &[Vec<f32>]) {
-    let logged = log.iter().fold(vec![0f32; len - 1], |mut s, g| {
-        assert_eq!(
-            g.len(),
-            2 * len,
-            "seed {seed}: key {k}: an aggregate is twice the length"
-        );
-        s.iter_mut().zip(&g[len + 1..]).for_each(|(s, q)| *s += q);
-        s
-    });
-    let squares = pushed.iter().fold(vec![0f32; len - 1], |mut s, g| {
-        s.iter_mut().zip(&g[1..]).for_each(|(s, g)| *s += g * g);
-        s
-    });
-    assert_eq!(logged, squares, "seed {seed}: key {k}: summed squares");
-}
-
 /// `record` (visible values, then optimizer state) after `optimizer` steps it with each
 /// gradient of `sequence` in order.
 pub(crate) fn stepped(

@@ -5,11 +5,9 @@
 //! relocation's queue applies before its record is inserted), the queued pushes forming the
 //! replica's first pending delta (gradients and aggregates too: under SGD as the step's
 //! addition, under a stateful optimizer into the replica's gradient sum once it exists, stepped
-//! at the owner with the round's, as the fast path does; sets go on to the owner);
-//! peers' requests that queued
-//! here go on to the owner; a
-//! grant this node was not waiting for is handed straight back (`Leave`), so that the owner
-//! never counts a sharer that holds nothing.
+//! at the owner with the round's, as the fast path does; sets go on to the owner); peers'
+//! requests that queued here go on to the owner; a grant this node was not waiting for is
+//! handed straight back (`Leave`), so that the owner never counts a sharer that holds nothing.
 
 use crate::id::{Key, NodeId, ReqId};
 use crate::node::{Batch, Batches, Node, Time};

@@ -19,12 +19,12 @@ use crate::access::{Front, Handoff};
 use crate::id::Key;
 use crate::node::Time;
 use crate::stats::bump;
-use crate::store::{Residency, Store};
+use crate::store::Store;
 
 /// Whether `key` is held here (owned, or a replica): the keys every scheme counts as local.
 #[inline]
 fn held(store: &Store, key: Key) -> bool {
-    store.residency(key) == Residency::Local || store.has_replica(key)
+    store.is_held(key)
 }
 
 /// Draws from `sampler` until `accept` takes a key (with replacement it takes the first).
@@ -267,6 +267,31 @@ impl Front {
         const AHEAD: usize = 8;
         for &position in firsts.iter().take(AHEAD) {
             store.prefetch_word(support.key(position));
+        }
+        if !scan && !read && handle.drawn.is_none() {
+            // Keys alone, with replacement (word vectors' negatives): the loop below without
+            // its reads, duplicate checks and scan, which cost more than the draws themselves.
+            for (i, slot) in keys_out.iter_mut().enumerate() {
+                if let Some(&ahead) = firsts.get(i + AHEAD) {
+                    store.prefetch_word(support.key(ahead));
+                }
+                let mut position = firsts[i];
+                let mut chosen = None;
+                for _ in 0..LOCAL_TRIES {
+                    let key = support.key(position);
+                    if store.is_held(key) {
+                        chosen = Some(key);
+                        break;
+                    }
+                    position = dist.draw_position(rng);
+                }
+                *slot = chosen.unwrap_or_else(|| {
+                    bump(&counters.sample_fallbacks, 1);
+                    support.key(firsts[i])
+                });
+            }
+            misses.positions = firsts;
+            return Ok(None);
         }
         let mut hits = 0u64;
         for (i, slot) in keys_out.iter_mut().enumerate() {

@@ -346,12 +346,20 @@ impl Store {
         self.word(key) & REPLICA != 0
     }
 
+    /// Whether `key` is held here, owned or as a replica (what sampling counts as local), at
+    /// this instant: one load of its state word.
+    #[inline]
+    pub fn is_held(&self, key: Key) -> bool {
+        self.word(key) & HELD != 0
+    }
+
     /// Whether `key` has a state word here: always for a key of a dense space; for a sparse
     /// space, once this node has held or routed the key (it is never forgotten).
     pub fn is_known(&self, key: Key) -> bool {
         self.index.get(key).is_some()
     }
 
+    #[inline]
     fn word(&self, key: Key) -> u64 {
         self.index
             .get(key)

@@ -336,7 +336,7 @@ impl Epoch<'_> {
         incoming.resize(pool_keys.len() * entity_len, 0.0);
         worker.pull(&pool_keys, &mut incoming)?.wait()?;
         moving.map(Ticket::wait).transpose()?;
-        pool.install(&pool_keys, &mut incoming, entity_len);
+        pool.install(&pool_keys, &incoming, entity_len);
         for r in 0..buckets.rounds() {
             let mut order = buckets.triples[r][w].clone();
             let next = start + order.len() as u64 + 1;
@@ -365,7 +365,7 @@ impl Epoch<'_> {
             for (i, &triple) in order.iter().enumerate() {
                 trainer.train(triple, &candidates, &mut pool, &mut rng, &mut tick)?;
                 if flush > 0 && (i + 1) % flush == 0 {
-                    pool.take_aggregates(entity_len, &mut flushed_keys, &mut flushed_grads);
+                    pool.take_aggregates(&mut flushed_keys, &mut flushed_grads);
                     if !flushed_keys.is_empty() {
                         let push = worker.push_gradient_sums(&flushed_keys, &flushed_grads)?;
                         trainer.pending.push_back(push);
@@ -375,7 +375,7 @@ impl Epoch<'_> {
             }
             let since_tick = trainer.since_tick;
             tick(since_tick);
-            pool.take_aggregates(entity_len, &mut flushed_keys, &mut flushed_grads);
+            pool.take_aggregates(&mut flushed_keys, &mut flushed_grads);
             if !flushed_keys.is_empty() {
                 pending.push_back(worker.push_gradient_sums(&flushed_keys, &flushed_grads)?);
             }
@@ -394,7 +394,7 @@ impl Epoch<'_> {
                 let moving = localize(r + 1)?;
                 arriving.wait()?;
                 moving.map(Ticket::wait).transpose()?;
-                pool.install(&pool_keys, &mut incoming, entity_len);
+                pool.install(&pool_keys, &incoming, entity_len);
             } else {
                 worker.barrier()?;
             }

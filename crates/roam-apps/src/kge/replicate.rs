@@ -94,7 +94,6 @@ impl Plan {
     }
 }
 
-/// Entities plus relations.
 /// KGE's sync period when neither `--sync-every-ms` nor `--sync-updates-per-key` is given:
 /// 1 ms, not roam's 10. Under the server-side AdaGrad a replicated key takes one step per hub
 /// round with the round's summed gradient, so fewer rounds are fewer steps: on lapse-toy
@@ -111,6 +110,7 @@ pub fn with_sync_default(opts: &Options) -> Options {
     opts
 }
 
+/// Entities plus relations.
 fn model_keys(graph: &Graph) -> usize {
     graph.num_entities as usize + graph.num_relations as usize
 }

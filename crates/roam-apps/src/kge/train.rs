@@ -225,7 +225,7 @@ impl Step {
                     for (i, &key) in keys.iter().enumerate() {
                         match pool.index.get(&key) {
                             Some(&at) => self.neg_vals[i * len..(i + 1) * len]
-                                .copy_from_slice(&pool.values[at..at + len]),
+                                .copy_from_slice(pool.values(at)),
                             None => {
                                 self.fetch_keys.push(key);
                                 self.fetch_at.push(i);

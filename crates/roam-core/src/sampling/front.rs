@@ -269,8 +269,10 @@ impl Front {
             store.prefetch_word(support.key(position));
         }
         if !scan && !read && handle.drawn.is_none() {
-            // Keys alone, with replacement (word vectors' negatives): the loop below without
-            // its reads, duplicate checks and scan, which cost more than the draws themselves.
+            // Keys alone, with replacement (word vectors' negatives): the loop below with its
+            // per-sample closures and `Option` branches folded away, which took more
+            // instructions than the draws themselves (docs/benchmarks.md, "Local sampling of
+            // keys alone").
             for (i, slot) in keys_out.iter_mut().enumerate() {
                 if let Some(&ahead) = firsts.get(i + AHEAD) {
                     store.prefetch_word(support.key(ahead));

@@ -322,15 +322,15 @@ impl Node {
         let ops = std::mem::take(&mut self.load.window_ops);
         *self.load.ops_since_round.entry(me).or_default() += ops;
         for node in self.live_peers() {
-            let mut frame = Frame::new(
+            let frame = Frame::with_contents(
                 Kind::LoadReport,
                 me,
                 crate::id::ReqId(0),
                 ops,
                 &peers,
-                values.len(),
+                None,
+                &values,
             );
-            frame.values_mut().copy_from_slice(&values);
             self.send(node, frame);
         }
         self.load.views.insert(me, (view, true));

@@ -93,15 +93,15 @@ pub fn transfer(from: NodeId, keys: &[Key], values: &[f32]) -> Frame {
 
 /// Old home → new home: the keys of `bucket` it held, and their records (concatenated).
 pub fn bucket_keys(from: NodeId, bucket: u32, epoch: u32, keys: &[Key], values: &[f32]) -> Frame {
-    let mut frame = Frame::new(
+    let mut frame = Frame::with_contents(
         Kind::BucketKeys,
         from,
         ReqId(0),
         u64::from(bucket),
         keys,
-        values.len(),
+        None,
+        values,
     );
-    frame.values_mut().copy_from_slice(values);
     frame.header.epoch = epoch;
     frame
 }

@@ -173,9 +173,15 @@ impl Node {
                     entry.resend |= contributor(wanter);
                 }
             }
-            let mut grant =
-                Frame::new(Kind::Grant, me, ReqId(generation), 0, &shared, values.len());
-            grant.values_mut().copy_from_slice(&values);
+            let grant = Frame::with_contents(
+                Kind::Grant,
+                me,
+                ReqId(generation),
+                0,
+                &shared,
+                None,
+                &values,
+            );
             add(&self.counters.share_bytes_sent, grant.wire_len() as u64);
             self.send(wanter, grant);
         }

@@ -160,15 +160,15 @@ impl Node {
             if self.lost.contains(&owner) {
                 continue;
             }
-            let mut frame = Frame::new(
+            let frame = Frame::with_contents(
                 Kind::ShareDeltas,
                 self.cfg.id,
                 ReqId(round),
                 0,
                 &keys,
-                values.len(),
+                None,
+                &values,
             );
-            frame.values_mut().copy_from_slice(&values);
             add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
             self.send(owner, frame);
             let mut starts = HashMap::default();
@@ -197,15 +197,15 @@ impl Node {
                 continue;
             }
             add(&self.counters.share_grad_keys_sent, keys.len() as u64);
-            let mut frame = Frame::new(
+            let frame = Frame::with_contents(
                 Kind::ShareDeltas,
                 self.cfg.id,
                 ReqId(round | GRADIENT_ROUND),
                 0,
                 &keys,
-                values.len(),
+                None,
+                &values,
             );
-            frame.values_mut().copy_from_slice(&values);
             add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
             self.send(owner, frame);
         }
@@ -293,15 +293,15 @@ impl Node {
         }
         for (member, (keys, values)) in frames {
             let ack = self.shares.applied.get(&member).copied().unwrap_or(0);
-            let mut frame = Frame::new(
+            let frame = Frame::with_contents(
                 Kind::ShareValues,
                 self.cfg.id,
                 ReqId(ack),
                 0,
                 &keys,
-                values.len(),
+                None,
+                &values,
             );
-            frame.values_mut().copy_from_slice(&values);
             add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
             self.send(member, frame);
         }
@@ -596,16 +596,15 @@ impl Node {
             } else {
                 &deltas
             };
-            let mut frame = Frame::with_positions(
+            let frame = Frame::with_contents(
                 Kind::Leave,
                 self.cfg.id,
                 ReqId(0),
                 0,
                 &keys,
-                &generations,
-                deltas.len(),
+                Some(&generations),
+                deltas,
             );
-            frame.values_mut().copy_from_slice(deltas);
             add(&self.counters.share_bytes_sent, frame.wire_len() as u64);
             self.send(owner, frame);
         }

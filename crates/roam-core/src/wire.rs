@@ -331,7 +331,7 @@ pub struct Header {
 }
 
 impl Header {
-    /// Encodes into the 32 wire bytes.
+    /// Encodes into the [`HEADER_LEN`] wire bytes.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0] = self.kind as u8;
@@ -346,7 +346,7 @@ impl Header {
         b
     }
 
-    /// Decodes and validates 32 wire bytes; counts are checked against `limits`.
+    /// Decodes and validates [`HEADER_LEN`] wire bytes; counts are checked against `limits`.
     pub fn decode(b: &[u8; HEADER_LEN], limits: &Limits) -> Result<Self, DecodeError> {
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u64_at = |i: usize| u64::from(u32_at(i)) | (u64::from(u32_at(i + 4)) << 32);

@@ -271,8 +271,8 @@ impl Front {
         mode: UpdateMode,
     ) -> Result<Option<Handoff<'a>>, AccessError> {
         if mode == UpdateMode::GradientSums {
-            // Each key's update is twice its length (folded away: `mode` is a constant at
-            // every caller).
+            // Each key's update is twice its length: aggregates have a front end of their own
+            // (a branch folded away where `mode` is a constant, as in the worker).
             return self.push_gradient_sums(keys, vals);
         }
         let (store, space, fast) = (&*self.store, self.store.space(), self.fast_local_access);

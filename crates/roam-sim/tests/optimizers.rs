@@ -267,9 +267,8 @@ fn grouped_application(
                 let (sums, squares) = sequence[i].split_at(len);
                 // A share's round steps with the sum of its aggregates' sums; an aggregate
                 // alone may also have been stepped at the owner itself, squares and all.
-                let alone = (j == i).then_some((sums, squares));
                 let steps = [(sum.as_slice(), None), (sums, Some(squares))];
-                for (sums, squares) in steps.into_iter().take(if alone.is_some() { 2 } else { 1 }) {
+                for (sums, squares) in steps.into_iter().take(if j == i { 2 } else { 1 }) {
                     let mut next = record.clone();
                     let (w, state) = next.split_at_mut(len);
                     match squares {

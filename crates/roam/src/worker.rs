@@ -390,15 +390,11 @@ impl Worker {
         keys: &[Key],
         aggregates: &[f32],
     ) -> Result<Ticket<'static>, AccessError> {
-        let mut front = self.front.borrow_mut();
-        let inflight = self.hand_off(front.push_gradient_sums(keys, aggregates)?);
-        Ok(Ticket {
-            inflight,
-            out: None,
-        })
+        self.update(keys, aggregates, UpdateMode::GradientSums)
     }
 
-    // Inlined into `push` and `set` so that each gets a loop specialised to its mode.
+    // Inlined into `push`, `set` and `push_gradient_sums` so that each gets a loop specialised
+    // to its mode.
     #[inline(always)]
     fn update(
         &self,

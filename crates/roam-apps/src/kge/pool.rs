@@ -2,9 +2,9 @@
 //! read once per round and used as negatives, with the aggregate of the worker's gradients of
 //! them since they were last sent.
 //!
-//! Invariants: `touched` lists each key with a non-zero aggregate exactly once (`dirty` marks
-//! them), so [`Pool::take_aggregates`] sends each such key once and leaves every aggregate at
-//! zero. A key's values, summed gradients and summed squares lie next to each other in one
+//! Invariants: `touched` lists each key given a gradient since the last take exactly once
+//! (`dirty` marks them), so [`Pool::take_aggregates`] sends each such key once and leaves
+//! every aggregate at zero. A key's values, summed gradients and summed squares lie next to each other in one
 //! slot of `3 · len` values at the offset `index` gives: a negative's values are read and its
 //! gradient added a moment later, so the aggregates are on the lines beside the ones just read
 //! (with three separate arrays the add, a cache miss on its sums, was 8 % of a 2-node `nups`

@@ -12,19 +12,33 @@ use rustc_hash::FxHashSet as HashSet;
 use rand::Rng;
 
 use super::{
-    LOCAL_SCAN, LOCAL_TRIES, MAX_PREPARED, NodeSampler, SampleError, SampleHandle, SamplerId,
-    Scheme,
+    Distribution, LOCAL_SCAN, LOCAL_TRIES, MAX_PREPARED, NodeSampler, SampleError, SampleHandle,
+    SamplerId, Scheme, Support,
 };
 use crate::access::{Front, Handoff};
 use crate::id::Key;
 use crate::node::Time;
 use crate::stats::bump;
-use crate::store::Store;
 
-/// Whether `key` is held here (owned, or a replica): the keys every scheme counts as local.
-#[inline]
-fn held(store: &Store, key: Key) -> bool {
-    store.is_held(key)
+/// `local`'s draw: the first of up to [`LOCAL_TRIES`] draws, starting at position `first`,
+/// that `accept` takes.
+#[inline(always)]
+fn first_accepted_draw(
+    dist: &Distribution,
+    support: &Support,
+    rng: &mut impl Rng,
+    first: u64,
+    mut accept: impl FnMut(Key) -> bool,
+) -> Option<Key> {
+    let mut position = first;
+    for _ in 0..LOCAL_TRIES {
+        let key = support.key(position);
+        if accept(key) {
+            return Some(key);
+        }
+        position = dist.draw_position(rng);
+    }
+    None
 }
 
 /// Draws from `sampler` until `accept` takes a key (with replacement it takes the first).
@@ -110,7 +124,7 @@ impl Front {
                     now,
                     n,
                     &spec.distribution,
-                    |key| held(store, key),
+                    |key| store.is_held(key),
                     |key| drawn.as_mut().is_none_or(|set| set.insert(key)),
                     &mut handle.ahead,
                     wanted,
@@ -122,7 +136,7 @@ impl Front {
         if !*keys_move {
             return Ok((handle, None));
         }
-        wanted.retain(|&key| !held(store, key));
+        wanted.retain(|&key| !store.is_held(key));
         if wanted.is_empty() {
             return Ok((handle, None));
         }
@@ -277,16 +291,8 @@ impl Front {
                 if let Some(&ahead) = firsts.get(i + AHEAD) {
                     store.prefetch_word(support.key(ahead));
                 }
-                let mut position = firsts[i];
-                let mut chosen = None;
-                for _ in 0..LOCAL_TRIES {
-                    let key = support.key(position);
-                    if store.is_held(key) {
-                        chosen = Some(key);
-                        break;
-                    }
-                    position = dist.draw_position(rng);
-                }
+                let chosen =
+                    first_accepted_draw(dist, &support, rng, firsts[i], |key| store.is_held(key));
                 *slot = chosen.unwrap_or_else(|| {
                     bump(&counters.sample_fallbacks, 1);
                     support.key(firsts[i])
@@ -306,9 +312,9 @@ impl Front {
             // store; without, the classic ablation, by a message to this node); only checks
             // that it is when the caller reads the values itself.
             let mut take = |key: Key, misses: &mut crate::access::Misses| match out.as_deref_mut() {
-                None => held(store, key),
+                None => store.is_held(key),
                 Some(out) if fast => store.pull_local(key, out),
-                Some(_) if held(store, key) => {
+                Some(_) if store.is_held(key) => {
                     misses.push(key, i * len);
                     true
                 }
@@ -327,15 +333,9 @@ impl Front {
                     }
                 }
             } else {
-                let mut position = first;
-                for _ in 0..LOCAL_TRIES {
-                    let key = support.key(position);
-                    if fresh(key) && take(key, misses) {
-                        chosen = Some(key);
-                        break;
-                    }
-                    position = dist.draw_position(rng);
-                }
+                chosen = first_accepted_draw(dist, &support, rng, first, |key| {
+                    fresh(key) && take(key, misses)
+                });
             }
             let key = match chosen {
                 Some(key) => {

@@ -54,7 +54,7 @@ impl Node {
     ) {
         let mut batches = Batches::new();
         let mut held: BTreeMap<u32, Batch> = BTreeMap::new();
-        let mut here = Batch::default();
+        let mut here = self.spare.take();
         let mut value = Vec::new();
         let me = self.cfg.id;
         for (pos, key) in items {
@@ -64,9 +64,9 @@ impl Node {
                     self.store.pull_local(key, &mut value);
                     here.push(key, pos, &value);
                 }
-                Route::Local => batches.entry(me).or_default().push(key, pos, &[]),
+                Route::Local => self.spare.entry(&mut batches, me).push(key, pos, &[]),
                 Route::Transit => self.queue_local(now, key, Queued::LocalPull { op, pos }),
-                Route::Remote(dest) => batches.entry(dest).or_default().push(key, pos, &[]),
+                Route::Remote(dest) => self.spare.entry(&mut batches, dest).push(key, pos, &[]),
                 Route::Held(bucket) => held.entry(bucket).or_default().push(key, pos, &[]),
                 Route::Unadmitted => {
                     value.resize(self.cfg.space.len(key), 0.0);
@@ -76,9 +76,10 @@ impl Node {
             }
         }
         if !here.keys.is_empty() {
-            let reply = here.into_reply(Kind::PullReply, me, ReqId(op));
+            let reply = here.reply_frame(Kind::PullReply, me, ReqId(op));
             self.accept_pull_answer(op, reply);
         }
+        self.spare.keep(here);
         self.send_batches(op, Kind::Pull, UpdateMode::Add, batches);
         for (bucket, batch) in held {
             let frame = batch.into_request(Kind::Pull, me, ReqId(op), 0, UpdateMode::Add);
@@ -130,7 +131,7 @@ impl Node {
                     self.set_primary(me, &[key], update);
                     self.answer(op, pos);
                 } else {
-                    batches.entry(hub).or_default().push(key, pos, update);
+                    self.spare.entry(&mut batches, hub).push(key, pos, update);
                 }
                 continue;
             }
@@ -139,7 +140,7 @@ impl Node {
                     self.store.push_local(key, update, mode);
                     self.answer(op, pos);
                 }
-                Route::Local => batches.entry(me).or_default().push(key, pos, update),
+                Route::Local => self.spare.entry(&mut batches, me).push(key, pos, update),
                 Route::Transit => {
                     self.queue_local(
                         now,
@@ -152,7 +153,7 @@ impl Node {
                         },
                     );
                 }
-                Route::Remote(dest) => batches.entry(dest).or_default().push(key, pos, update),
+                Route::Remote(dest) => self.spare.entry(&mut batches, dest).push(key, pos, update),
                 Route::Held(bucket) => held.entry(bucket).or_default().push(key, pos, update),
                 Route::Unadmitted => {
                     add(&self.counters.grads_dropped, 1);
@@ -185,7 +186,8 @@ impl Node {
                 self.fail(op, OpError::PeerGone { peer });
                 continue;
             }
-            let frame = batch.into_request(kind, self.cfg.id, ReqId(op), 0, mode);
+            let frame = batch.request_frame(kind, self.cfg.id, ReqId(op), 0, mode);
+            self.spare.keep(batch);
             if let Some(p) = self.pending.get_mut(&op) {
                 p.first_hops.push(dest);
             }

@@ -36,6 +36,7 @@
 pub mod access;
 pub mod balance;
 mod barrier;
+mod batch;
 mod checkpoint;
 pub mod directory;
 mod dispatch;

@@ -47,7 +47,6 @@ use crate::latency::OpLatency;
 use crate::liveness::{Liveness, Timers};
 use crate::load::{Load, LoadWatch};
 use crate::membership::Membership;
-use crate::msg::{Request, encode};
 use crate::placement::BucketRecords;
 use crate::policy::{Policy, PolicyKind};
 use crate::relocate::Transit;
@@ -55,11 +54,12 @@ use crate::replica::{Replicas, Replication};
 use crate::sampling::{NodeSamplers, SamplerSpec};
 use crate::share::{IntentTechniques, ShareSync, Shares};
 use crate::stats::{NodeCounters, add};
-use crate::store::{Residency, Store, UpdateMode};
+use crate::store::{Residency, Store};
 use crate::warning::Warning;
-use crate::wire::{Frame, Kind};
+use crate::wire::Frame;
 
 pub(crate) use crate::barrier::Barriers;
+pub(crate) use crate::batch::{Batch, Batches, SpareBatches};
 
 /// A point in (real or virtual) time, in nanoseconds since an arbitrary origin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -234,50 +234,6 @@ pub(crate) struct Pending {
     pub(crate) reissued: bool,
 }
 
-/// Keys (and their positions and values) gathered for one destination.
-#[derive(Debug, Default)]
-pub(crate) struct Batch {
-    pub(crate) keys: Vec<Key>,
-    pub(crate) positions: Vec<u32>,
-    pub(crate) values: Vec<f32>,
-}
-
-impl Batch {
-    pub(crate) fn push(&mut self, key: Key, position: u32, values: &[f32]) {
-        self.keys.push(key);
-        self.positions.push(position);
-        self.values.extend_from_slice(values);
-    }
-
-    /// An answer frame (pull reply with values, push reply without) for `req` from `from`.
-    pub(crate) fn into_reply(self, kind: Kind, from: NodeId, req: ReqId) -> Frame {
-        encode::reply(kind, from, req, &self.keys, &self.positions, &self.values)
-    }
-
-    /// A request frame (pull, or push with this batch's values).
-    pub(crate) fn into_request(
-        self,
-        kind: Kind,
-        origin: NodeId,
-        req: ReqId,
-        hops: u32,
-        mode: UpdateMode,
-    ) -> Frame {
-        let request = Request {
-            origin,
-            req,
-            hops,
-            keys: &self.keys,
-            positions: &self.positions,
-            values: &self.values,
-        };
-        encode::request(kind, &request, mode)
-    }
-}
-
-/// One batch per destination node, in node order (so that outputs depend only on inputs).
-pub(crate) type Batches = BTreeMap<NodeId, Batch>;
-
 /// Where an access to a key goes from this node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Route {
@@ -329,6 +285,8 @@ pub struct Node {
     pub(crate) policy: Box<dyn Policy>,
     /// Keys on their way to this node, with the operations waiting for them.
     pub(crate) transit: HashMap<Key, Transit>,
+    /// Emptied batches of sent frames, reused by the next ones (`batch.rs`).
+    pub(crate) spare: SpareBatches,
     /// Keys lost with a peer while on their way here, and the peer (`peer_loss.rs`); each stays
     /// in transit in the store.
     pub(crate) lost_keys: BTreeMap<Key, NodeId>,
@@ -429,6 +387,7 @@ impl Node {
             cut: Default::default(),
             warnings: VecDeque::new(),
             transit: HashMap::default(),
+            spare: SpareBatches::default(),
             lost_keys: BTreeMap::new(),
             after_loss: Default::default(),
             cache: HashMap::default(),

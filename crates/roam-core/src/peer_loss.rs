@@ -118,7 +118,9 @@ impl Node {
                     | Queued::RemotePush {
                         origin, req, pos, ..
                     } => {
-                        crate::relocate::entry(&mut rejects, (origin, req)).push(key, pos, &[]);
+                        self.spare
+                            .entry_by(&mut rejects, (origin, req))
+                            .push(key, pos, &[]);
                     }
                 }
             }

@@ -325,7 +325,7 @@ impl Node {
     /// Gives up `keys` to `new_owner`: local ones are sent now, ones still in transit here are
     /// passed on when they land. (Shared keys go through [`Node::release_to`] first.)
     pub(crate) fn release_now(&mut self, _now: Time, new_owner: NodeId, keys: &[Key]) {
-        let mut transfer = Batch::default();
+        let mut transfer = self.spare.take();
         let mut lost: BTreeMap<NodeId, Vec<Key>> = BTreeMap::new();
         for &key in keys {
             if let Some(peer) = self.key_lost(key) {
@@ -362,9 +362,10 @@ impl Node {
         }
     }
 
+    /// Sends `transfer`'s keys and records to `to` (nothing if it is empty); keeps its buffers.
     fn send_transfer(&mut self, to: NodeId, transfer: Batch) {
         if transfer.keys.is_empty() {
-            return;
+            return self.spare.keep(transfer);
         }
         add(&self.counters.relocations_out, transfer.keys.len() as u64);
         add(
@@ -377,6 +378,7 @@ impl Node {
             }
         }
         let frame = encode::transfer(self.cfg.id, &transfer.keys, &transfer.values);
+        self.spare.keep(transfer);
         self.send(to, frame);
     }
 
@@ -462,7 +464,9 @@ impl Node {
             for queued in transit.queue {
                 match queued {
                     Queued::LocalPull { op, pos } => {
-                        entry(&mut local_pulls, op).push(key, pos, &record[..len]);
+                        self.spare
+                            .entry_by(&mut local_pulls, op)
+                            .push(key, pos, &record[..len]);
                         touched_ops.push(op);
                     }
                     Queued::LocalPush {
@@ -480,11 +484,9 @@ impl Node {
                         touched_ops.push(op);
                     }
                     Queued::RemotePull { origin, req, pos } => {
-                        entry(&mut replies, (origin, req, Kind::PullReply)).push(
-                            key,
-                            pos,
-                            &record[..len],
-                        );
+                        self.spare
+                            .entry_by(&mut replies, (origin, req, Kind::PullReply))
+                            .push(key, pos, &record[..len]);
                     }
                     Queued::RemotePush {
                         origin,
@@ -494,7 +496,9 @@ impl Node {
                         mode,
                     } => {
                         apply(&mut record, &update, mode, optimizer.as_ref());
-                        entry(&mut replies, (origin, req, Kind::PushReply)).push(key, pos, &[]);
+                        self.spare
+                            .entry_by(&mut replies, (origin, req, Kind::PushReply))
+                            .push(key, pos, &[]);
                     }
                 }
             }
@@ -502,7 +506,7 @@ impl Node {
             match transit.then_to {
                 Some(next) => {
                     self.store.set_in_transit(key, false);
-                    entry(&mut onward, next).push(key, 0, record);
+                    self.spare.entry_by(&mut onward, next).push(key, 0, record);
                 }
                 None => {
                     self.store.insert(key, record);
@@ -517,14 +521,16 @@ impl Node {
         }
         for ((origin, req, kind), batch) in replies {
             add(&self.counters.served_keys, batch.keys.len() as u64);
-            let reply = batch.into_reply(kind, self.cfg.id, req);
+            let reply = batch.reply_frame(kind, self.cfg.id, req);
+            self.spare.keep(batch);
             self.send_reply(now, origin, reply);
         }
         for (next, batch) in onward {
             self.send_transfer(next, batch);
         }
         for (op, batch) in local_pulls {
-            let reply = batch.into_reply(Kind::PullReply, self.cfg.id, ReqId(op));
+            let reply = batch.reply_frame(Kind::PullReply, self.cfg.id, ReqId(op));
+            self.spare.keep(batch);
             self.accept_pull_answer(op, reply);
         }
         touched_ops.sort_unstable();
@@ -620,17 +626,4 @@ impl Node {
             }
         }
     }
-}
-
-/// The batch for `k`, created on first use (few distinct `k` per frame: a linear scan is
-/// cheaper than a map).
-pub(crate) fn entry<K: PartialEq>(batches: &mut Vec<(K, Batch)>, k: K) -> &mut Batch {
-    let idx = match batches.iter().position(|(key, _)| *key == k) {
-        Some(idx) => idx,
-        None => {
-            batches.push((k, Batch::default()));
-            batches.len() - 1
-        }
-    };
-    &mut batches[idx].1
 }

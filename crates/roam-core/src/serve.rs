@@ -158,7 +158,7 @@ impl Node {
         }
         let is_pull = mode.is_none();
         let kind = frame.header.kind;
-        let mut answered = Batch::default();
+        let mut answered = self.spare.take();
         let mut forward = Batches::new();
         let mut held: BTreeMap<u32, Batch> = BTreeMap::new();
         let mut unroutable = Batch::default();
@@ -195,7 +195,7 @@ impl Node {
                 } else if let Some(peer) = self.dest_lost(hub) {
                     lost.entry(peer).or_default().push(key, pos, &[]);
                 } else {
-                    forward.entry(hub).or_default().push(key, pos, update);
+                    self.spare.entry(&mut forward, hub).push(key, pos, update);
                 }
                 continue;
             }
@@ -280,7 +280,7 @@ impl Node {
                     } else if let Some(peer) = self.dest_lost(next) {
                         lost.entry(peer).or_default().push(key, pos, &[]);
                     } else {
-                        forward.entry(next).or_default().push(key, pos, update);
+                        self.spare.entry(&mut forward, next).push(key, pos, update);
                     }
                 }
             }
@@ -296,13 +296,15 @@ impl Node {
             } else {
                 Kind::PushReply
             };
-            let reply = answered.into_reply(kind, self.cfg.id, req);
+            let reply = answered.reply_frame(kind, self.cfg.id, req);
             self.send_reply(now, origin, reply);
         }
+        self.spare.keep(answered);
         let mode = mode.unwrap_or(UpdateMode::Add);
         for (dest, batch) in forward {
             add(&self.counters.forwards, 1);
-            let frame = batch.into_request(kind, origin, req, hops + 1, mode);
+            let frame = batch.request_frame(kind, origin, req, hops + 1, mode);
+            self.spare.keep(batch);
             self.send(dest, frame);
         }
         for (bucket, batch) in held {

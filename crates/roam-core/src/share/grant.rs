@@ -12,7 +12,7 @@
 use crate::id::{Key, NodeId, ReqId};
 use crate::node::{Batch, Batches, Node, Time};
 use crate::optim::Optimizer;
-use crate::relocate::{Queued, entry};
+use crate::relocate::Queued;
 use crate::stats::add;
 use crate::store::{Residency, UpdateMode};
 use crate::warning::Warning;
@@ -91,7 +91,9 @@ impl Node {
             for queued in transit.queue {
                 match queued {
                     Queued::LocalPull { op, pos } => {
-                        entry(&mut local_pulls, op).push(key, pos, &value);
+                        self.spare
+                            .entry_by(&mut local_pulls, op)
+                            .push(key, pos, &value);
                         touched.push(op);
                     }
                     Queued::LocalPush {
@@ -131,7 +133,9 @@ impl Node {
                         update,
                         mode,
                     } => {
-                        entry(&mut at_owner, (op, mode)).push(key, pos, &update);
+                        self.spare
+                            .entry_by(&mut at_owner, (op, mode))
+                            .push(key, pos, &update);
                     }
                     Queued::Localize { op, pos } => {
                         self.answer(op, pos);
@@ -140,7 +144,7 @@ impl Node {
                     // Peers' requests are for the owner: they go on to it.
                     Queued::RemotePull { origin, req, pos } => {
                         let at = (origin, req, Kind::Pull, UpdateMode::Add);
-                        entry(&mut remote, at).push(key, pos, &[]);
+                        self.spare.entry_by(&mut remote, at).push(key, pos, &[]);
                     }
                     Queued::RemotePush {
                         origin,
@@ -149,7 +153,9 @@ impl Node {
                         update,
                         mode,
                     } => {
-                        entry(&mut remote, (origin, req, Kind::Push, mode)).push(key, pos, &update);
+                        self.spare
+                            .entry_by(&mut remote, (origin, req, Kind::Push, mode))
+                            .push(key, pos, &update);
                     }
                 }
             }
@@ -163,7 +169,9 @@ impl Node {
                 });
                 unexpected.push((key, generation));
                 for (op, pos, update, mode) in summed.drain(..) {
-                    entry(&mut at_owner, (op, mode)).push(key, pos, &update);
+                    self.spare
+                        .entry_by(&mut at_owner, (op, mode))
+                        .push(key, pos, &update);
                 }
                 continue;
             }
@@ -178,7 +186,9 @@ impl Node {
                     touched.push(op);
                 } else {
                     // Never expected (a stateful optimizer's replica has a gradient sum).
-                    entry(&mut at_owner, (op, mode)).push(key, pos, &update);
+                    self.spare
+                        .entry_by(&mut at_owner, (op, mode))
+                        .push(key, pos, &update);
                 }
             }
             self.shares.note_activity();

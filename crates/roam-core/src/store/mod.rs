@@ -1,8 +1,8 @@
 //! The node-local parameter store that worker threads access directly.
 //!
 //! Records live in value areas (`area.rs`) addressed by slot; a key's slot is found through its
-//! 64-bit state word (`index.rs` maps keys to words: an array for dense key spaces, a sharded map
-//! for sparse ones), which also carries the key's latch and how this node holds the key:
+//! 64-bit state word (`index.rs` maps keys to words: an array for dense key spaces, a table
+//! read without locks for sparse ones), which also carries the key's latch and how this node holds the key:
 //!
 //! ```text
 //!  bit 63     LATCH     held while one thread reads or writes the key's record (or moves it)

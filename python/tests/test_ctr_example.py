@@ -99,6 +99,11 @@ def test_wide_deep_roam_matches_plain_torch_in_one_process(tmp_path):
     assert abs(a - b) < 0.005, (a, b)
     for p, m in zip(plain["epochs"], mine["epochs"]):
         assert abs(p["loss"] - m["loss"]) < 0.01, (p, m)
+    # The wide part trains: without it (the same run, --model deep) the losses differ.
+    deep = run([sys.executable, str(EXAMPLE), "--data", str(data), *ARGS, "--impl", "roam"])
+    assert deep["model"] == "deep"
+    gaps = [abs(w["loss"] - d["loss"]) for w, d in zip(mine["epochs"], deep["epochs"])]
+    assert max(gaps) > 1e-3, gaps
 
 
 def test_wide_deep_on_two_nodes_learns_like_one(tmp_path, roam_bin):

@@ -9,9 +9,9 @@
 //! next ones into them.
 //!
 //! Invariants: a spare batch is empty (its keys, positions and values cleared; only capacity
-//! kept); at most [`SPARE_BATCHES`] are kept, none with more than [`SPARE_VALUES_MAX`] values of
-//! capacity, so the pool's memory stays bounded by what a few frames need. Whether a batch is
-//! new or spare never changes a frame's bytes.
+//! kept); at most [`SPARE_BATCHES`] are kept, together of at most [`SPARE_BYTES_MAX`] bytes of
+//! capacity (a batch that would exceed it is dropped), so the pool holds at most 16 MiB per
+//! node. Whether a batch is new or spare never changes a frame's bytes.
 
 use std::collections::BTreeMap;
 
@@ -22,8 +22,8 @@ use crate::wire::{Frame, Kind};
 
 /// Spare batches kept at most: a message rarely has more than one batch per peer.
 pub(crate) const SPARE_BATCHES: usize = 32;
-/// Larger batches are dropped rather than kept: 4 MiB of values.
-pub(crate) const SPARE_VALUES_MAX: usize = 1 << 20;
+/// Bytes of capacity the spare batches may hold together (keys, positions and values).
+pub(crate) const SPARE_BYTES_MAX: usize = 16 << 20;
 
 /// Keys (and their positions and values) gathered for one destination.
 #[derive(Debug, Default)]
@@ -45,11 +45,6 @@ impl Batch {
         encode::reply(kind, from, req, &self.keys, &self.positions, &self.values)
     }
 
-    /// [`Self::reply_frame`] of a batch that is not kept.
-    pub(crate) fn into_reply(self, kind: Kind, from: NodeId, req: ReqId) -> Frame {
-        self.reply_frame(kind, from, req)
-    }
-
     /// A request frame (pull, or push with this batch's values).
     pub(crate) fn request_frame(
         &self,
@@ -69,18 +64,6 @@ impl Batch {
         };
         encode::request(kind, &request, mode)
     }
-
-    /// [`Self::request_frame`] of a batch that is not kept.
-    pub(crate) fn into_request(
-        self,
-        kind: Kind,
-        origin: NodeId,
-        req: ReqId,
-        hops: u32,
-        mode: UpdateMode,
-    ) -> Frame {
-        self.request_frame(kind, origin, req, hops, mode)
-    }
 }
 
 /// One batch per destination node, in node order (so that outputs depend only on inputs).
@@ -88,12 +71,31 @@ pub(crate) type Batches = BTreeMap<NodeId, Batch>;
 
 /// Emptied batches whose buffers the next messages reuse (see the module docs).
 #[derive(Debug, Default)]
-pub(crate) struct SpareBatches(Vec<Batch>);
+pub(crate) struct SpareBatches {
+    kept: Vec<Batch>,
+    /// Bytes of capacity of the kept batches.
+    bytes: usize,
+}
+
+impl Batch {
+    /// Bytes of capacity of its three vectors.
+    fn capacity_bytes(&self) -> usize {
+        self.keys.capacity() * size_of::<Key>()
+            + self.positions.capacity() * size_of::<u32>()
+            + self.values.capacity() * size_of::<f32>()
+    }
+}
 
 impl SpareBatches {
     /// An empty batch: a spare one if there is one.
     pub(crate) fn take(&mut self) -> Batch {
-        self.0.pop().unwrap_or_default()
+        match self.kept.pop() {
+            Some(batch) => {
+                self.bytes -= batch.capacity_bytes();
+                batch
+            }
+            None => Batch::default(),
+        }
     }
 
     /// The batch for `dest` in `batches`, a spare one if it has none yet.
@@ -118,20 +120,23 @@ impl SpareBatches {
         &mut batches[at].1
     }
 
-    /// Keeps `batch`'s buffers for a later message (or drops it: pool full, or too large).
+    /// Keeps `batch`'s buffers for a later message (or drops it: the pool is full, or would
+    /// hold more than [`SPARE_BYTES_MAX`] with it).
     pub(crate) fn keep(&mut self, mut batch: Batch) {
-        if self.0.len() < SPARE_BATCHES && batch.values.capacity() <= SPARE_VALUES_MAX {
+        let bytes = batch.capacity_bytes();
+        if self.kept.len() < SPARE_BATCHES && self.bytes + bytes <= SPARE_BYTES_MAX {
             batch.keys.clear();
             batch.positions.clear();
             batch.values.clear();
-            self.0.push(batch);
+            self.bytes += bytes;
+            self.kept.push(batch);
         }
     }
 
     /// How many are kept (tests).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.0.len()
+        self.kept.len()
     }
 }
 
@@ -162,13 +167,28 @@ mod tests {
             spare.keep(Batch::default());
         }
         assert_eq!(spare.len(), SPARE_BATCHES);
+        // Bytes: values, or keys alone (pull requests and push answers carry no values).
         let mut spare = SpareBatches::default();
-        let big = Batch {
-            values: Vec::with_capacity(SPARE_VALUES_MAX + 1),
+        let values = Batch {
+            values: Vec::with_capacity(SPARE_BYTES_MAX / 4 + 1),
             ..Batch::default()
         };
-        spare.keep(big);
+        spare.keep(values);
         assert_eq!(spare.len(), 0);
+        let half_in_keys = || Batch {
+            keys: Vec::with_capacity(SPARE_BYTES_MAX / 32),
+            positions: Vec::with_capacity(SPARE_BYTES_MAX / 16),
+            ..Batch::default()
+        };
+        spare.keep(half_in_keys());
+        spare.keep(half_in_keys());
+        spare.keep(half_in_keys());
+        assert_eq!(spare.len(), 2, "the third would pass the byte bound");
+        assert!(spare.bytes <= SPARE_BYTES_MAX);
+        let taken = spare.take();
+        assert_eq!(spare.bytes, taken.capacity_bytes());
+        spare.keep(half_in_keys());
+        assert_eq!(spare.len(), 2, "room again once one was taken");
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl Node {
         self.spare.keep(here);
         self.send_batches(op, Kind::Pull, UpdateMode::Add, batches);
         for (bucket, batch) in held {
-            let frame = batch.into_request(Kind::Pull, me, ReqId(op), 0, UpdateMode::Add);
+            let frame = batch.request_frame(Kind::Pull, me, ReqId(op), 0, UpdateMode::Add);
             self.hold(now, bucket, me, frame);
         }
     }
@@ -163,7 +163,7 @@ impl Node {
         }
         self.send_batches(op, Kind::Push, mode, batches);
         for (bucket, batch) in held {
-            let frame = batch.into_request(Kind::Push, me, ReqId(op), 0, mode);
+            let frame = batch.request_frame(Kind::Push, me, ReqId(op), 0, mode);
             self.hold(now, bucket, me, frame);
         }
         self.settle(op);

@@ -233,7 +233,7 @@ impl Node {
             return false;
         }
         if !fresh.keys.is_empty() {
-            let part = fresh.into_reply(Kind::PullReply, from, ReqId(op));
+            let part = fresh.reply_frame(Kind::PullReply, from, ReqId(op));
             self.accept_pull_answer(op, part);
         }
         true

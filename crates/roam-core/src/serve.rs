@@ -308,7 +308,7 @@ impl Node {
             self.send(dest, frame);
         }
         for (bucket, batch) in held {
-            let frame = batch.into_request(kind, origin, req, hops, mode);
+            let frame = batch.request_frame(kind, origin, req, hops, mode);
             self.hold(now, bucket, from, frame);
         }
         for (peer, batch) in lost {

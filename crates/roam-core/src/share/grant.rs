@@ -213,7 +213,8 @@ impl Node {
             }
         }
         for (op, batch) in local_pulls {
-            let reply = batch.into_reply(Kind::PullReply, self.cfg.id, ReqId(op));
+            let reply = batch.reply_frame(Kind::PullReply, self.cfg.id, ReqId(op));
+            self.spare.keep(batch);
             self.accept_pull_answer(op, reply);
         }
         for ((op, mode), batch) in at_owner {
@@ -224,7 +225,9 @@ impl Node {
         }
         for ((origin, req, kind, mode), batch) in remote {
             add(&self.counters.forwards, 1);
-            self.send(from, batch.into_request(kind, origin, req, 1, mode));
+            let frame = batch.request_frame(kind, origin, req, 1, mode);
+            self.spare.keep(batch);
+            self.send(from, frame);
         }
         touched.sort_unstable();
         touched.dedup();

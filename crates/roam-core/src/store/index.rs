@@ -15,9 +15,10 @@
 //! slot with a release store, which a reader's acquire load of the slot pairs with. When the
 //! table would be over half full the writer builds one twice as large and publishes it with
 //! a release store of the table pointer; the old one is kept until the index drops (a reader
-//! may still be probing it), so the tables together take at most twice the current one: 4
-//! bytes a slot, 8 to 16 bytes a key. A reader probing a replaced table misses only keys
-//! inserted after it loaded the pointer, as if its lookup had come first.
+//! may still be probing it): 4 bytes a slot, so the current table takes 8 to 16 bytes a key
+//! and all of them together 16 to 32, besides the arena's 16. A reader probing a replaced
+//! table misses only keys inserted after it loaded the pointer, as if its lookup had come
+//! first.
 //!
 //! Why not a concurrent map crate: with `dashmap` (a read-write lock per shard) the lock's
 //! two atomic read-modify-writes were most of a sparse lookup's time (a named-table pull of
@@ -40,6 +41,10 @@ const ENTRY_BASE_SHIFT: u32 = 12;
 const ENTRY_CHUNKS: usize = 21;
 /// Slots of a new sparse index's table (a power of two).
 const FIRST_SLOTS: usize = 1 << 10;
+const _: () = assert!(
+    FIRST_SLOTS.is_power_of_two() && FIRST_SLOTS >= 2,
+    "`Slots::home` shifts by 64 − log2(slots)"
+);
 
 /// A sparse key's entry: the key (for iteration) and its state word.
 #[derive(Default)]
@@ -61,8 +66,9 @@ pub(super) struct SparseIndex {
     /// Tables replaced by larger ones, freed with the index; protocol-only.
     retired: UnsafeCell<Vec<*mut Slots>>,
     chunks: [AtomicPtr<Entry>; ENTRY_CHUNKS],
-    /// Entries handed out; protocol-only writes.
-    len: UnsafeCell<u64>,
+    /// Entries handed out: written by the protocol only (after the entry's key), read by
+    /// anyone iterating (the checkpoint writer scans from a worker thread).
+    len: AtomicU64,
 }
 
 /// One table of the sparse index: a power-of-two number of slots.
@@ -70,6 +76,7 @@ struct Slots(Box<[AtomicU32]>);
 
 impl Slots {
     fn new(len: usize) -> *mut Self {
+        debug_assert!(len.is_power_of_two() && len >= FIRST_SLOTS);
         let slots = Box::<[AtomicU32]>::new_zeroed_slice(len);
         // SAFETY: the all-zero bit pattern is a valid `AtomicU32` (it is `u32` 0: empty).
         Box::into_raw(Box::new(Self(unsafe { slots.assume_init() })))
@@ -114,7 +121,7 @@ impl Index {
                 table: AtomicPtr::new(Slots::new(FIRST_SLOTS)),
                 retired: UnsafeCell::new(Vec::new()),
                 chunks: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
-                len: UnsafeCell::new(0),
+                len: AtomicU64::new(0),
             }),
         }
     }
@@ -154,8 +161,8 @@ impl Index {
     pub(super) fn len(&self) -> u64 {
         match &self.sparse {
             None => self.dense.len() as u64,
-            // SAFETY: `len` is written by the protocol only, which is also the only iterator.
-            Some(sparse) => unsafe { *sparse.len.get() },
+            // Pairs with `push`'s release store: entries below it have their keys.
+            Some(sparse) => sparse.len.load(Ordering::Acquire),
         }
     }
 
@@ -199,7 +206,7 @@ impl SparseIndex {
         // SAFETY: protocol-only (module docs): no other thread writes the table or `retired`.
         let table = unsafe { &*self.table.load(Ordering::Relaxed) };
         // `len` already counts the new entry.
-        let len = unsafe { *self.len.get() } as usize;
+        let len = self.len.load(Ordering::Relaxed) as usize;
         if len * 2 <= table.0.len() {
             table.put(key, number, Ordering::Release);
             return;
@@ -207,13 +214,12 @@ impl SparseIndex {
         let larger = Slots::new(table.0.len() * 2);
         // SAFETY: just allocated, not yet shared.
         let slots = unsafe { &*larger };
-        for slot in table.0.iter() {
-            let old = slot.load(Ordering::Relaxed);
-            if old != 0 {
-                slots.put(self.entry(old - 1).key, old - 1, Ordering::Relaxed);
-            }
+        // Every entry, the new one included (`key`'s), in entry order: the arena is read
+        // sequentially.
+        debug_assert!(number as usize + 1 == len && self.entry(number).key == key);
+        for n in 0..=number {
+            slots.put(self.entry(n).key, n, Ordering::Relaxed);
         }
-        slots.put(key, number, Ordering::Relaxed);
         let old = self.table.swap(larger, Ordering::Release);
         // SAFETY: protocol-only.
         unsafe { &mut *self.retired.get() }.push(old);
@@ -238,14 +244,14 @@ impl SparseIndex {
 
     /// Protocol only: a new entry for `key`.
     fn push(&self, key: Key) -> u32 {
-        // SAFETY: protocol-only (module docs).
-        let len = unsafe { &mut *self.len.get() };
+        // Protocol-only (module docs): no other thread writes `len`.
+        let len = self.len.load(Ordering::Relaxed);
         // Below `u32::MAX`: slots hold the number plus one.
         assert!(
-            *len < u64::from(u32::MAX),
+            len < u64::from(u32::MAX),
             "a node indexes fewer than 2^32 sparse keys"
         );
-        let entry = *len as u32;
+        let entry = len as u32;
         let (chunk, within) = Self::position(entry);
         let mut base = self.chunks[chunk].load(Ordering::Acquire);
         if base.is_null() {
@@ -261,7 +267,7 @@ impl SparseIndex {
         // SAFETY: the slot is inside the chunk and not yet reachable by any other thread (its
         // number is published through the table only after this returns).
         unsafe { (*base.add(within)).key = key };
-        *len += 1;
+        self.len.store(len + 1, Ordering::Release);
         entry
     }
 }
@@ -299,12 +305,21 @@ mod tests {
         println!("seed {seed}");
         let mut rng = SmallRng::seed_from_u64(seed);
         let index = Index::sparse();
-        let mut keys: Vec<Key> = vec![0, u64::MAX, 1, 1 << 56, (1 << 56) | 1];
-        // Keys differing only in bits the hash folds together start their probes alike.
-        keys.extend((0..2000u64).map(|i| (i << 32) ^ i));
+        // First 40 keys whose probes all start at the first table's last slot: inserted
+        // first, they fill it and wrap around to slot 0 and on.
+        let probe = Slots::new(FIRST_SLOTS);
+        // SAFETY: just allocated; freed below, and no one else has it.
+        let first = unsafe { &*probe };
+        let mut keys: Vec<Key> = (1..)
+            .filter(|&k| first.home(k) == FIRST_SLOTS - 1)
+            .take(40)
+            .collect();
+        // SAFETY: from `Slots::new`, freed once.
+        drop(unsafe { Box::from_raw(probe) });
+        keys.extend([0, u64::MAX, 1 << 56, (1 << 56) | 1]);
         keys.extend((0..50_000).map(|_| rng.random::<u64>()));
-        keys.sort_unstable();
-        keys.dedup();
+        let mut seen = std::collections::HashSet::new();
+        keys.retain(|&k| seen.insert(k));
         let mut words = Vec::new();
         for (n, &key) in keys.iter().enumerate() {
             let word = index.get_or_insert(key).unwrap();
@@ -326,7 +341,7 @@ mod tests {
         }
         for _ in 0..10_000 {
             let key = rng.random::<u64>();
-            if keys.binary_search(&key).is_err() {
+            if !seen.contains(&key) {
                 assert!(index.get(key).is_none(), "key {key:#x} never inserted");
             }
         }

@@ -234,10 +234,12 @@ pub struct Store {
 }
 
 // SAFETY: records are only accessed under the per-key latch (see module invariants); the areas'
-// and index's protocol-only parts are only touched by protocol methods, which the node lock
-// serialises.
+// and index's protocol-only parts (the index's retired tables, its inserts) are only touched by
+// protocol methods, which the node lock serialises; workers only load the index (`index.rs`).
 unsafe impl Sync for Store {}
-// SAFETY: the areas own their chunk allocations; moving the store moves their ownership.
+// SAFETY: the areas own their chunk allocations, and the sparse index its arena chunks and
+// lookup tables (raw pointers, freed only when it drops); moving the store moves their
+// ownership.
 unsafe impl Send for Store {}
 
 impl Store {

@@ -438,8 +438,9 @@ class Worker:
         """Writes a checkpoint of every node into directory ``path`` (reachable by every node):
         a collective like :meth:`barrier` holding every push issued before it by any worker and
         none after. Each node writes a safetensors shard (tensors ``keys`` (uint64) and
-        ``values`` (float32, one row per key; per-key lengths add ``offsets``)), rank 0 a
-        ``manifest.json`` last. Raises ``OpError`` if writing fails."""
+        ``values`` (float32, one row per key; per-key lengths add ``offsets``); with named
+        tables, per table ``<name>.ids`` and ``<name>.values``), rank 0 a ``manifest.json``
+        last. Raises ``OpError`` if writing fails."""
     def prepare_sample(
         self, sampler: int, n: int, start: int | None = None, end: int | None = None
     ) -> Sample:

@@ -40,6 +40,7 @@ TABLES = {
              "initializer": {"kind": "normal", "mean": 0.0, "std": 0.1, "seed": 3}},
     "item": {"dim": 2, "dynamic": True, "optimizer": {"kind": "sgd", "lr": 0.5}},
     "bias": {"dim": 1, "num_ids": 5},
+    "unused": {"dim": 2, "num_ids": 3},
 }
 
 
@@ -73,6 +74,10 @@ def test_a_table_loads_from_the_checkpoint_with_safetensors(tmp_path):
     ids, rows, state = load_table(ckpt, "bias")
     assert ids.tolist() == [1, 3] and state.shape == (2, 0)
     np.testing.assert_array_equal(rows, biases[[1, 0]])
+
+    # A table without a row in the shard still has its tensors, of no rows.
+    ids, rows, state = load_table(ckpt, "unused")
+    assert ids.shape == (0,) and rows.shape == (0, 2) and state.shape == (0, 0)
 
 
 def test_a_table_of_two_shards_loads_with_safetensors(roam_bin, tmp_path):

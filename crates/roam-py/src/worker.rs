@@ -533,7 +533,8 @@ impl PyWorker {
     /// Writes a checkpoint of every node into directory `path` (shared by every node), noting
     /// `epoch` in its manifest: a collective like `barrier` that holds every push issued before
     /// it by any worker and none issued after. Each node writes a safetensors shard (`keys`,
-    /// `values`; per-key lengths add `offsets`), rank 0 the manifest last; restore with
+    /// `values`; per-key lengths add `offsets`; named tables: `<name>.ids`, `<name>.values`
+    /// per table), rank 0 the manifest last; restore with
     /// `Node(restore_from=path)` on any number of nodes. Blocks with the GIL released.
     #[pyo3(signature = (path, epoch = 0))]
     fn checkpoint(&self, py: Python<'_>, path: std::path::PathBuf, epoch: u64) -> PyResult<()> {

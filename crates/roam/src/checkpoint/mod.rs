@@ -11,6 +11,11 @@
 //!   - uniform record length `r`: `values`: `F32 [n, r]`, one record per row;
 //!   - per-key lengths: `offsets`: `U64 [n + 1]` and `values`: `F32 [total]`, key `keys[i]`'s
 //!     record being `values[offsets[i]..offsets[i + 1]]`;
+//!   - named tables (layout `tables`, instead of the three above): per table, in the space's
+//!     order, `<name>.ids`: `U64 [n_t]`, the ids of its rows (no table bits), then, after every
+//!     table's ids, per table `<name>.values`: `F32 [n_t, r_t]`, `r_t` being the table's record
+//!     length; so each table opens as a tensor of its own. (Checkpoints of tables written
+//!     before this layout used the per-key one, which a restore still reads.)
 //!   - a record is the key's visible values, then its hidden state (`RecordLayout`:
 //!     `hidden_per_value` per value, then `hidden_per_key`); replicated keys have zero hidden
 //!     state.

@@ -19,6 +19,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use roam_core::tables::{ID_BITS, MAX_ID};
 use roam_core::{Key, KeySpace, Node};
 use serde_json::Value;
 
@@ -46,8 +47,12 @@ struct Plan {
     path: PathBuf,
     info: ShardInfo,
     head: Vec<u8>,
-    /// Record length of every key, or `None` for per-key lengths (an `offsets` tensor).
+    /// Record length of every key, or `None` for per-key lengths (an `offsets` tensor) or
+    /// named tables.
     uniform: Option<u64>,
+    /// Named tables' layout (`<name>.ids` and `<name>.values` per table): each table's row
+    /// count, in the space's order.
+    tables: Option<Vec<u64>>,
     /// Record values in the shard.
     total: u64,
 }
@@ -179,7 +184,7 @@ fn names(tables: &[TableInfo]) -> String {
 }
 
 /// Checks one shard's size and header against the manifest (no data read).
-fn plan(dir: &Path, info: &ShardInfo) -> Result<Plan, RestoreError> {
+fn plan(dir: &Path, info: &ShardInfo, space: &KeySpace) -> Result<Plan, RestoreError> {
     if info.file.contains('/') || info.file.starts_with('.') {
         return Err(shard_err(
             &dir.join(MANIFEST),
@@ -247,6 +252,106 @@ fn plan(dir: &Path, info: &ShardInfo) -> Result<Plan, RestoreError> {
         Ok((shape, [offs[0], offs[1]]))
     };
     let n = info.keys;
+    let named = json["__metadata__"]["layout"] == "tables";
+    let (expect, uniform, tables, total) = if named {
+        let (expect, rows, total) = tables_tensors(&path, space, n, &tensor)?;
+        (expect, None, Some(rows), total)
+    } else {
+        let (expect, uniform, total) = key_tensors(&path, n, &tensor)?;
+        (expect, uniform, None, total)
+    };
+    // The tensors lie back to back, in this order, and end where the file does.
+    let mut at = 0u64;
+    for ([start, end], bytes) in expect {
+        if start != at || end.checked_sub(start) != Some(bytes) {
+            return Err(shard_err(&path, "tensor offsets do not match their shapes"));
+        }
+        at = end;
+    }
+    if 8 + hlen + at != size {
+        return Err(shard_err(&path, "tensors do not end where the file does"));
+    }
+    let mut full = len.to_vec();
+    full.extend_from_slice(&head);
+    Ok(Plan {
+        path,
+        info: info.clone(),
+        head: full,
+        uniform,
+        tables,
+        total,
+    })
+}
+
+/// A tensor's shape and byte offsets, by name and dtype, from a shard's header.
+type TensorOf<'a> = dyn Fn(&str, &str) -> Result<(Vec<u64>, [u64; 2]), RestoreError> + 'a;
+
+/// Tensors' byte offsets and sizes in file order, and the record values' total.
+type Expected = Vec<([u64; 2], u64)>;
+
+/// The tensors of a named tables' shard (`<name>.ids`, then `<name>.values`, per table of the
+/// node's space, whose tables the manifest matched): their offsets and sizes in file order,
+/// each table's row count, and the values' total.
+fn tables_tensors(
+    path: &Path,
+    space: &KeySpace,
+    n: u64,
+    tensor: &TensorOf<'_>,
+) -> Result<(Expected, Vec<u64>, u64), RestoreError> {
+    let Some(tables) = space.named_tables() else {
+        return Err(shard_err(
+            path,
+            "a shard of named tables, and this node's key space has none",
+        ));
+    };
+    let (mut ids, mut values, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+    let mut total = 0u64;
+    for table in tables.all() {
+        let name = table.name();
+        let (shape, offs) = tensor(&format!("{name}.ids"), "U64")?;
+        let [count] = shape[..] else {
+            return Err(shard_err(
+                path,
+                format!("table {name:?}: ids shape {shape:?}"),
+            ));
+        };
+        let record = table.record_len() as u64;
+        let (vshape, voffs) = tensor(&format!("{name}.values"), "F32")?;
+        if vshape != [count, record] {
+            return Err(shard_err(
+                path,
+                format!(
+                    "table {name:?}: values shape {vshape:?}, expected [{count}, {record}] \
+                     ({count} ids, {record} floats a record)"
+                ),
+            ));
+        }
+        let floats = count.saturating_mul(record);
+        ids.push((offs, count.saturating_mul(8)));
+        values.push((voffs, floats.saturating_mul(4)));
+        rows.push(count);
+        total = total.saturating_add(floats);
+    }
+    let keys = rows.iter().fold(0u64, |a, &r| a.saturating_add(r));
+    if keys != n {
+        return Err(shard_err(
+            path,
+            format!("{keys} ids in its tables, the manifest says {n} keys"),
+        ));
+    }
+    ids.extend(values);
+    Ok((ids, rows, total))
+}
+
+/// The tensors of a shard of one key space (`keys`, `values`, and with per-key lengths
+/// `offsets`): their offsets and sizes in file order, the uniform record length if there is
+/// one, and the values' total.
+fn key_tensors(
+    path: &Path,
+    n: u64,
+    tensor: &TensorOf<'_>,
+) -> Result<(Expected, Option<u64>, u64), RestoreError> {
+    let path = path.to_path_buf();
     let (kshape, koffs) = tensor("keys", "U64")?;
     let (vshape, voffs) = tensor("values", "F32")?;
     let mut expect = vec![(koffs, 8 * n)];
@@ -269,26 +374,7 @@ fn plan(dir: &Path, info: &ShardInfo) -> Result<Plan, RestoreError> {
         other => return Err(shard_err(&path, format!("values shape {other:?}"))),
     };
     expect.push((voffs, total.saturating_mul(4)));
-    // The tensors lie back to back, in this order, and end where the file does.
-    let mut at = 0u64;
-    for ([start, end], bytes) in expect {
-        if start != at || end.checked_sub(start) != Some(bytes) {
-            return Err(shard_err(&path, "tensor offsets do not match their shapes"));
-        }
-        at = end;
-    }
-    if 8 + hlen + at != size {
-        return Err(shard_err(&path, "tensors do not end where the file does"));
-    }
-    let mut full = len.to_vec();
-    full.extend_from_slice(&head);
-    Ok(Plan {
-        path,
-        info: info.clone(),
-        head: full,
-        uniform,
-        total,
-    })
+    Ok((expect, uniform, total))
 }
 
 /// Loads one checked shard's records for this node, in two passes over its key index (and
@@ -378,9 +464,9 @@ impl Index<'_> {
     }
 
     fn values_at(&self) -> u64 {
-        let offsets = match self.plan.uniform {
-            Some(_) => 0,
-            None => 8 * (self.plan.info.keys + 1),
+        let offsets = match (self.plan.uniform, &self.plan.tables) {
+            (None, None) => 8 * (self.plan.info.keys + 1),
+            _ => 0,
         };
         self.offsets_at() + offsets
     }
@@ -401,9 +487,13 @@ impl Index<'_> {
         // not per key); records are used in place in their chunk.
         const BATCH: usize = 1024;
         let (mut keys, mut ends) = ([0u64; BATCH], [0u64; BATCH]);
-        let mut start = match p.uniform {
-            Some(_) => 0,
-            None => {
+        let per_key = p.uniform.is_none() && p.tables.is_none();
+        // Named tables: the table of the ids being read (one past its index), and the ids
+        // left in it.
+        let (mut table, mut left) = (0usize, 0u64);
+        let mut start = match per_key {
+            false => 0,
+            true => {
                 self.lengths
                     .read_at(offsets_at, bytemuck::bytes_of_mut(&mut ends[0]))?;
                 u64::from_le(ends[0])
@@ -418,7 +508,7 @@ impl Index<'_> {
             let m = (n - i).min(BATCH as u64) as usize;
             self.keys
                 .read_at(keys_at + 8 * i, bytemuck::cast_slice_mut(&mut keys[..m]))?;
-            if p.uniform.is_none() {
+            if per_key {
                 self.lengths.read_at(
                     offsets_at + 8 * (i + 1),
                     bytemuck::cast_slice_mut(&mut ends[..m]),
@@ -427,9 +517,25 @@ impl Index<'_> {
             for j in 0..m {
                 // Little-endian on disk (and in memory: the wire format requires such a
                 // target).
-                let key = u64::from_le(keys[j]);
+                let mut key = u64::from_le(keys[j]);
+                if let Some(rows) = &p.tables {
+                    while left == 0 {
+                        // The tables' ids sum to `n` (checked in `plan`): one remains.
+                        left = rows[table];
+                        table += 1;
+                    }
+                    left -= 1;
+                    if key > MAX_ID {
+                        return Err(shard_err(
+                            &p.path,
+                            format!("id {key} of table {} out of range", table - 1),
+                        ));
+                    }
+                    key |= ((table - 1) as u64) << ID_BITS;
+                }
                 let len = match p.uniform {
                     Some(r) => r,
+                    None if !per_key => space.record_len(key) as u64,
                     None => {
                         let end = u64::from_le(ends[j]);
                         if end < start || end > p.total {
@@ -474,7 +580,7 @@ pub fn restore_into(node: &mut Node, dir: &Path) -> Result<RestoreStats, Restore
     let plans = manifest
         .shards
         .iter()
-        .map(|info| plan(dir, info))
+        .map(|info| plan(dir, info, &space))
         .collect::<Result<Vec<_>, _>>()?;
     let mut stats = RestoreStats {
         epoch: manifest.epoch,

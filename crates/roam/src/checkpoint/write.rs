@@ -19,7 +19,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use roam_core::store::{Holding, Store};
-use roam_core::{Key, KeySpace};
+use roam_core::{Key, KeySpace, Tables};
 
 use super::chunks::{ChunkHasher, chunk_bytes, whole_crc};
 use super::{
@@ -105,9 +105,14 @@ fn start_writeback(file: &File, from: u64, to: u64) {
     }
 }
 
-/// The safetensors header of a shard of `n` keys and `total` record values (`uniform`: every
-/// record that long), padded with spaces to a multiple of 8 bytes.
-pub(crate) fn header(n: u64, total: u64, uniform: Option<u64>) -> Vec<u8> {
+/// The safetensors header of a shard of `n` keys and `total` record values in `layout`, padded
+/// with spaces to a multiple of 8 bytes.
+pub(crate) fn header(n: u64, total: u64, layout: &Layout) -> Vec<u8> {
+    let uniform = match layout {
+        Layout::Uniform(r) => Some(*r),
+        Layout::PerKey => None,
+        Layout::Tables(tables) => return tables_header(tables),
+    };
     let keys_end = 8 * n;
     let mut json = format!(
         "{{\"__metadata__\":{{\"format\":\"{FORMAT}\",\"version\":\"{VERSION}\",\"layout\":\"{}\"}},\
@@ -133,12 +138,93 @@ pub(crate) fn header(n: u64, total: u64, uniform: Option<u64>) -> Vec<u8> {
             ))
         }
     }
-    while json.len() % 8 != 0 {
+    padded(json)
+}
+
+/// The header of a named tables' shard: every table's `<name>.ids`, then every table's
+/// `<name>.values` (built with `serde_json`: table names are the user's and need escaping).
+fn tables_header(tables: &[TableRun]) -> Vec<u8> {
+    let mut map = serde_json::Map::new();
+    map.insert(
+        "__metadata__".into(),
+        serde_json::json!({"format": FORMAT, "version": VERSION.to_string(), "layout": "tables"}),
+    );
+    let mut at = 0u64;
+    for t in tables {
+        let end = at + 8 * t.rows;
+        map.insert(
+            format!("{}.ids", t.name),
+            serde_json::json!({"dtype": "U64", "shape": [t.rows], "data_offsets": [at, end]}),
+        );
+        at = end;
+    }
+    for t in tables {
+        let end = at + 4 * t.rows * t.record;
+        map.insert(
+            format!("{}.values", t.name),
+            serde_json::json!({
+                "dtype": "F32", "shape": [t.rows, t.record], "data_offsets": [at, end]
+            }),
+        );
+        at = end;
+    }
+    padded(serde_json::Value::Object(map).to_string())
+}
+
+/// The header length and the JSON, padded with spaces so that the tensors start 8-aligned.
+fn padded(mut json: String) -> Vec<u8> {
+    while !json.len().is_multiple_of(8) {
         json.push(' ');
     }
     let mut out = (json.len() as u64).to_le_bytes().to_vec();
     out.extend_from_slice(json.as_bytes());
     out
+}
+
+/// How a shard lays out its records (see the module docs of `checkpoint`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// One record length for every key: `keys`, `values [n, r]`.
+    Uniform(u64),
+    /// A length per key: `keys`, `offsets [n + 1]`, `values [total]`.
+    PerKey,
+    /// Named tables, in the space's order: every table's ids, then every table's records.
+    Tables(Vec<TableRun>),
+}
+
+/// One named table's part of a shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TableRun {
+    pub(crate) name: String,
+    /// Rows of the table in the shard.
+    pub(crate) rows: u64,
+    /// Floats per record (the row and its optimizer state).
+    pub(crate) record: u64,
+}
+
+impl Layout {
+    /// The layout of a shard of `space` whose keys are `table_rows` per table (named tables
+    /// only; ignored otherwise).
+    fn of(space: &KeySpace, table_rows: &[u64]) -> Self {
+        if let Some(tables) = space.named_tables() {
+            return Self::Tables(
+                tables
+                    .all()
+                    .iter()
+                    .zip(table_rows)
+                    .map(|(t, &rows)| TableRun {
+                        name: t.name().to_owned(),
+                        rows,
+                        record: t.record_len() as u64,
+                    })
+                    .collect(),
+            );
+        }
+        match space.uniform_len() {
+            Some(len) => Self::Uniform(space.layout().record_len(len) as u64),
+            None => Self::PerKey,
+        }
+    }
 }
 
 /// Visits the records of the cut this node writes, keys ascending: its owned records merged
@@ -233,19 +319,22 @@ pub(crate) fn write_shard(
     let path = dir.join(&name);
     let tmp = dir.join(format!("{name}.tmp"));
     let (mut n, mut total) = (0u64, 0u64);
-    visit(store, space, primaries, |_, _, len| {
+    let mut table_rows = vec![0u64; space.named_tables().map_or(0, |t| t.all().len())];
+    visit(store, space, primaries, |key, _, len| {
         n += 1;
         total += len as u64;
+        if let Some(rows) = table_rows.get_mut(Tables::index_of(key)) {
+            *rows += 1;
+        }
         Ok(())
     })
     .map_err(io_at(&path))?;
-    let uniform = space
-        .uniform_len()
-        .map(|len| space.layout().record_len(len) as u64);
-    let head = header(n, total, uniform);
+    let layout = Layout::of(space, &table_rows);
+    let per_key = layout == Layout::PerKey;
+    let head = header(n, total, &layout);
     let file = File::create(&tmp).map_err(io_at(&tmp))?;
     let data = head.len() as u64;
-    let values_at = data + 8 * n + if uniform.is_some() { 0 } else { 8 * (n + 1) };
+    let values_at = data + 8 * n + if per_key { 8 * (n + 1) } else { 0 };
     let size = values_at + 4 * total;
     let chunk = chunk_bytes(size);
     let mut keys = Region::new(&file, data, chunk);
@@ -253,10 +342,13 @@ pub(crate) fn write_shard(
     let mut values = Region::new(&file, values_at, chunk);
     let (mut seen, mut at) = (0u64, 0u64);
     let zeros = vec![0u8; 4096];
+    let tables = matches!(layout, Layout::Tables(_));
     visit(store, space, primaries, |key, record, len| {
         seen += 1;
-        keys.put(&key.to_le_bytes())?;
-        if uniform.is_none() {
+        // A named table's tensor holds its ids; its index in the space is the tensor's.
+        let stored = if tables { Tables::id_of(key) } else { key };
+        keys.put(&stored.to_le_bytes())?;
+        if per_key {
             offsets.put(&at.to_le_bytes())?;
         }
         at += len as u64;
@@ -277,7 +369,7 @@ pub(crate) fn write_shard(
             error: io::Error::other("the store changed while the checkpoint was written"),
         });
     }
-    if uniform.is_none() {
+    if per_key {
         offsets.put(&at.to_le_bytes()).map_err(io_at(&tmp))?;
     }
     let mut head_chunks = ChunkHasher::new(chunk, 0);

@@ -400,3 +400,123 @@ fn shutdown(nodes: Vec<roam::NodeHandle>) {
         }
     });
 }
+
+/// Checkpoints of named tables written before the `tables` layout held every table under its
+/// keys (`table << 56 | id`) in the per-key layout (`keys`, `offsets`, `values`). The shard of
+/// a fresh checkpoint is rewritten that way (with its manifest's sizes and checksums), and two
+/// nodes restore it: every row is the one trained.
+#[test]
+fn a_tables_checkpoint_in_the_earlier_per_key_layout_still_restores() {
+    let seed = 7;
+    println!("seed {seed}");
+    let dir = std::env::temp_dir().join(format!("roam-tables-per-key-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let tables = || vec![user_table(), item_table(3)];
+    let trained_users: Vec<u64> = (0..USERS).step_by(3).collect();
+    let all_items: Vec<u64> = (0..ITEMS).map(item_id).collect();
+    let nodes = cluster(1, || config(tables()));
+    {
+        let w = nodes[0].worker(0).unwrap();
+        let (users, items) = (w.table("user").unwrap(), w.table("item").unwrap());
+        let g: Vec<f32> = (trained_users.iter())
+            .flat_map(|&id| gradient(seed, 0, id, 0, 4))
+            .collect();
+        users
+            .push_gradients(&trained_users, &g)
+            .unwrap()
+            .wait()
+            .unwrap();
+        let g: Vec<f32> = (all_items.iter())
+            .flat_map(|&id| gradient(seed, 1, id, 0, 3))
+            .collect();
+        items
+            .push_gradients(&all_items, &g)
+            .unwrap()
+            .wait()
+            .unwrap();
+        w.checkpoint(&dir).unwrap();
+    }
+    shutdown(nodes);
+
+    let mut manifest = roam::checkpoint::manifest_of(&dir).unwrap();
+    let path = dir.join(&manifest.shards[0].file);
+    let (header, data) = read_shard(&path);
+    let (mut keys, mut offsets, mut values) = (Vec::new(), vec![0u64], Vec::new());
+    for (t, table) in manifest.tables.iter().enumerate() {
+        let tensor = |suffix: &str| {
+            let info = &header[format!("{}.{suffix}", table.name)];
+            let at = |i: usize| info["data_offsets"][i].as_u64().unwrap() as usize;
+            (info["shape"].clone(), &data[at(0)..at(1)])
+        };
+        let (shape, ids) = tensor("ids");
+        assert_eq!(shape[0].as_u64().unwrap() as usize, ids.len() / 8);
+        let (shape, records) = tensor("values");
+        let record = shape[1].as_u64().unwrap();
+        for id in ids.chunks(8) {
+            keys.push((t as u64) << 56 | u64::from_le_bytes(id.try_into().unwrap()));
+            offsets.push(offsets.last().unwrap() + record);
+        }
+        values.extend_from_slice(records);
+    }
+    let (n, total) = (keys.len() as u64, values.len() as u64 / 4);
+    let (keys_end, offsets_end) = (8 * n, 8 * n + 8 * (n + 1));
+    let mut json = serde_json::json!({
+        "__metadata__": {"format": "roam-checkpoint", "version": "1", "layout": "per-key"},
+        "keys": {"dtype": "U64", "shape": [n], "data_offsets": [0, keys_end]},
+        "offsets": {"dtype": "U64", "shape": [n + 1], "data_offsets": [keys_end, offsets_end]},
+        "values": {"dtype": "F32", "shape": [total],
+                   "data_offsets": [offsets_end, offsets_end + 4 * total]},
+    })
+    .to_string();
+    while !json.len().is_multiple_of(8) {
+        json.push(' ');
+    }
+    let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(json.as_bytes());
+    keys.iter()
+        .for_each(|k| bytes.extend_from_slice(&k.to_le_bytes()));
+    offsets
+        .iter()
+        .for_each(|o| bytes.extend_from_slice(&o.to_le_bytes()));
+    bytes.extend_from_slice(&values);
+    std::fs::write(&path, &bytes).unwrap();
+    let size = bytes.len() as u64;
+    let shard = &mut manifest.shards[0];
+    shard.bytes = size;
+    shard.crc32 = crc32fast::hash(&bytes);
+    shard.chunk_bytes = size.div_ceil(64).next_power_of_two().clamp(256, 4 << 20);
+    shard.chunk_crc32 = (bytes.chunks(shard.chunk_bytes as usize))
+        .map(crc32fast::hash)
+        .collect();
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+
+    let (user, item) = (user_table(), item_table(3));
+    let restored = cluster(2, || config(tables()).restore_from(&dir));
+    let w = restored[0].worker(0).unwrap();
+    let (users, items) = (w.table("user").unwrap(), w.table("item").unwrap());
+    let all_users: Vec<u64> = (0..USERS).collect();
+    let mut out = vec![0.0; all_users.len() * 4];
+    users.pull(&all_users, &mut out).unwrap().wait().unwrap();
+    for (id, got) in out.chunks(4).enumerate() {
+        let rounds = usize::from(trained_users.contains(&(id as u64)));
+        let key = users.key(id as u64).unwrap();
+        let want = reference(&user, key, seed, 0, id as u64, rounds);
+        assert_eq!(got, want, "user {id}");
+    }
+    let mut out = vec![0.0; all_items.len() * 3];
+    items.pull(&all_items, &mut out).unwrap().wait().unwrap();
+    for (&id, got) in all_items.iter().zip(out.chunks(3)) {
+        let want = reference(&item, items.key(id).unwrap(), seed, 1, id, 1);
+        assert_eq!(got, want, "item {id}");
+    }
+    drop(users);
+    drop(items);
+    drop(w);
+    shutdown(restored);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -143,7 +143,9 @@ class Node:
             W}`` or ``{"kind": "probability", "p": p, "seed": s}``), ``"max_rows"`` (rows per
             node; the LRU clock evicts to stay under it), ``"max_bytes"`` (the same budget in
             bytes of records: values and optimizer state, 4 bytes a float), ``"ttl"`` (seconds untouched
-            before a row is evicted) and ``"spill"`` (``True``: evicted rows are kept whole in a
+            before a row is evicted) or ``"ttl_steps"`` (steps untouched: ticks of the node's
+            clock, the furthest of its workers' :meth:`Worker.advance_clock` calls, which a
+            training loop makes once a batch) and ``"spill"`` (``True``: evicted rows are kept whole in a
             spill file per node under ``spill_dir`` and taken back, trained, on their next use).
             An id without a row reads the initializer's value (a spilled id: its spilled
             values) and its updates are dropped (``stats()["rows_rejected"]``,

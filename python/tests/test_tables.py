@@ -2,6 +2,8 @@
 one in-process node. Initial rows are a pure function of (seed, key); admission by count and
 probability; the row budget holds under a stream of new ids; bad settings raise naming them."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,29 @@ def test_row_budget_holds_and_evicts():
     assert stats["keys_held"] == 50
 
 
+def test_ttl_in_steps_evicts_rows_untouched_for_that_many_steps():
+    """`ttl_steps`: the node's timer looks at its clock (`advance_clock` ticks) and sweeps every
+    two steps; rows never touched again go, rows read at every step stay with their pushes.
+    The loop ticks until the cold rows are gone (bounded: the sweeps need only a few ticks and
+    timer looks); the exact step counts are checked in the simulator
+    (`ttl_in_steps_evicts_rows_untouched_for_that_many_ticks_and_time_alone_does_not`)."""
+    with roam.Node(value_lengths=DIM, dynamic={"ttl_steps": 4}) as node:
+        w = node.worker(0)
+        cold, hot = list(range(100, 110)), list(range(10))
+        for keys in (cold, hot):
+            w.push(u64(*keys), np.ones(len(keys) * DIM, np.float32)).wait()
+        deadline = time.monotonic() + 60
+        while node.stats()["rows_evicted"] < len(cold):
+            assert time.monotonic() < deadline, f"cold rows still held: {node.stats()}"
+            w.advance_clock()
+            pull(w, hot)
+            time.sleep(0.002)
+        np.testing.assert_array_equal(pull(w, hot), 1.0)
+        assert node.stats()["rows_evicted"] == len(cold)
+        # Evicted, so created again by the pull: the initializer's zeros.
+        np.testing.assert_array_equal(pull(w, cold), 0.0)
+
+
 def test_spill_brings_evicted_rows_back_trained(tmp_path):
     dynamic = {"max_rows": 50, "spill": True}
     with roam.Node(
@@ -114,6 +139,8 @@ def test_spill_brings_evicted_rows_back_trained(tmp_path):
         ({"dynamic": {"admission": "lru"}}, ValueError, "unknown admission"),
         ({"dynamic": {"budget": 3}}, ValueError, "unknown dynamic key"),
         ({"dynamic": {"ttl": -1}}, ValueError, "ttl"),
+        ({"dynamic": {"ttl_steps": 1}}, ValueError, "ttl_steps = 1 is invalid"),
+        ({"dynamic": {"ttl": 1.0, "ttl_steps": 8}}, ValueError, "ttl_ns and ttl_steps"),
         ({"dynamic": 5}, TypeError, "dynamic must be a dict"),
         ({"dynamic": {"spill": 1.5}}, TypeError, "spill\" must be True or False"),
     ],

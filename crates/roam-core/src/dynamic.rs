@@ -34,7 +34,9 @@
 //! - **TTL.** With `ttl_ns`, the node's timer sweeps the store every `ttl_ns / 2` (in bounded
 //!   chunks, off the hot path); a row found unreferenced by two consecutive sweeps is evicted,
 //!   so a row untouched for `1.5 × ttl_ns` is gone, and one touched within the last `ttl_ns`
-//!   stays. Time is the core's `now`, an input: no clock is read here.
+//!   stays. Time is the core's `now`, an input: no clock is read here. With `ttl_steps` the
+//!   sweeps run every `ttl_steps / 2` steps of the node's clock instead (the largest of its
+//!   workers' clocks, `NodeCounters::worker_clock`), looked at every 5 ms (`STEPS_POLL_NS`).
 //!
 //! Which rows this node may evict: rows it owns **at their creator** (the default owner, which
 //! its home records as "no record" or as owned by it), not statically replicated, not shared
@@ -88,155 +90,11 @@ use crate::stats::add;
 use crate::store::{Residency, ReturnVisit, Sweep, Visit};
 use crate::wire::Kind;
 
-/// Admission of new rows in a dynamic key space. See the module docs.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub enum Admission {
-    /// Every id gets a row on first use.
-    #[default]
-    All,
-    /// An id gets a row once its creator has seen it `min_count` times (count-min sketch of
-    /// `SKETCH_DEPTH × sketch_width` counters).
-    Count {
-        /// Sightings needed (1: admit at once).
-        min_count: u32,
-        /// Counters per sketch row (rounded up to a power of two).
-        sketch_width: u32,
-    },
-    /// A fixed fraction `p` of the ids gets a row, chosen by a hash of `(seed, id)`.
-    Probability {
-        /// Fraction admitted, in `(0, 1]`.
-        p: f64,
-        /// Seed of the hash.
-        seed: u64,
-    },
-}
+mod policy;
 
-/// Rows of the count-min sketch.
-pub const SKETCH_DEPTH: usize = 4;
-/// The largest sketch width (2^24 counters per row: 128 MiB in all).
-pub const MAX_SKETCH_WIDTH: u32 = 1 << 24;
-
-/// Admission and eviction of a dynamic key space. See the module docs.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct DynamicPolicy {
-    /// Which ids get a row.
-    pub admission: Admission,
-    /// The most rows this node creates and holds (`None`: unbounded).
-    pub max_rows: Option<u64>,
-    /// The most bytes of records (visible values and optimizer state, 4 bytes a float) this
-    /// node creates and holds (`None`: unbounded): a row budget of `max_bytes / record bytes`
-    /// (per table: named tables have their own dimensions). With `max_rows` too, the smaller.
-    pub max_bytes: Option<u64>,
-    /// Rows untouched this long (ns of the core's time) are evicted (`None`: never).
-    pub ttl_ns: Option<u64>,
-    /// Evicted rows are kept whole in the node's spill (`spill.rs`; a file per node in `roam`)
-    /// and a later creation of the id takes its record back, instead of being discarded.
-    pub spill: bool,
-}
-
-/// Why a dynamic policy is invalid.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum DynamicError {
-    /// Admission and eviction need a sparse key space.
-    #[error("admission and eviction need a sparse (dynamic) key space, not a dense one")]
-    Dense,
-    /// `min_count` must be at least 1 and the sketch width in `1..=MAX_SKETCH_WIDTH`.
-    #[error(
-        "admission by count: min_count = {min_count} and sketch_width = {sketch_width} are invalid; \
-         min_count must be >= 1 and sketch_width in 1..={MAX_SKETCH_WIDTH}"
-    )]
-    BadCount {
-        /// Given count.
-        min_count: u32,
-        /// Given width.
-        sketch_width: u32,
-    },
-    /// `p` must be in `(0, 1]`.
-    #[error("admission probability p = {0} is invalid; it must be in (0, 1]")]
-    BadProbability(f64),
-    /// A budget of zero rows admits nothing.
-    #[error("max_rows = 0 is invalid; the budget must allow at least one row")]
-    ZeroBudget,
-    /// A byte budget below one record admits nothing.
-    #[error(
-        "max_bytes = {max_bytes} is invalid; the budget must hold at least one record \
-         ({record_bytes} bytes)"
-    )]
-    BytesBelowOneRecord {
-        /// Given budget.
-        max_bytes: u64,
-        /// Bytes of one record (at least 4: one float, when the record is not known yet).
-        record_bytes: u64,
-    },
-    /// A TTL below 2 ns cannot be swept in halves.
-    #[error("ttl = {0} ns is invalid; it must be at least 2 ns")]
-    BadTtl(u64),
-}
-
-impl DynamicPolicy {
-    /// Fails if a parameter is not usable.
-    pub fn validate(&self) -> Result<(), DynamicError> {
-        match self.admission {
-            Admission::All => {}
-            Admission::Count {
-                min_count,
-                sketch_width,
-            } => {
-                if min_count == 0 || sketch_width == 0 || sketch_width > MAX_SKETCH_WIDTH {
-                    return Err(DynamicError::BadCount {
-                        min_count,
-                        sketch_width,
-                    });
-                }
-            }
-            Admission::Probability { p, .. } => {
-                if !(p > 0.0 && p <= 1.0) {
-                    return Err(DynamicError::BadProbability(p));
-                }
-            }
-        }
-        if self.max_rows == Some(0) {
-            return Err(DynamicError::ZeroBudget);
-        }
-        self.validate_bytes(1)?;
-        if let Some(ttl) = self.ttl_ns
-            && ttl < 2
-        {
-            return Err(DynamicError::BadTtl(ttl));
-        }
-        Ok(())
-    }
-}
-
-impl DynamicPolicy {
-    /// The row budget for records of `record_len` floats: the smaller of `max_rows` and
-    /// `max_bytes / (4 × record_len)`; `None` when neither is set.
-    pub fn row_budget(&self, record_len: usize) -> Option<u64> {
-        let by_bytes = self.max_bytes.map(|b| b / (4 * record_len.max(1) as u64));
-        match (self.max_rows, by_bytes) {
-            (Some(r), Some(b)) => Some(r.min(b)),
-            (r, b) => r.or(b),
-        }
-    }
-
-    /// Fails if `max_bytes` cannot hold one record of `record_len` floats.
-    pub fn validate_bytes(&self, record_len: usize) -> Result<(), DynamicError> {
-        let record_bytes = 4 * record_len.max(1) as u64;
-        match self.max_bytes {
-            Some(max_bytes) if max_bytes < record_bytes => Err(DynamicError::BytesBelowOneRecord {
-                max_bytes,
-                record_bytes,
-            }),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// Whether `Probability { p, seed }` admits `key`: the same answer at every node, every time.
-pub fn admitted_by_hash(p: f64, seed: u64, key: Key) -> bool {
-    let h = mix64(mix64(seed ^ 0xa076_1d64_78bd_642f) ^ key);
-    ((h >> 11) as f64) < p * (1u64 << 53) as f64
-}
+pub use policy::{
+    Admission, DynamicError, DynamicPolicy, MAX_SKETCH_WIDTH, SKETCH_DEPTH, admitted_by_hash,
+};
 
 /// A count-min sketch with conservative update and saturating 16-bit counters.
 struct CountMin {
@@ -275,6 +133,17 @@ impl CountMin {
 /// Entries one timer call visits while a TTL sweep is under way (bounds the node-lock hold).
 const SWEEP_CHUNK: u64 = 4096;
 
+/// How often the timer looks at the node's clock for a TTL in steps, in ns of the core's
+/// time (as the share-sync work clock looks at its counts).
+const STEPS_POLL_NS: u64 = 5_000_000;
+
+/// A space's TTL: in the core's time, or in steps of the node's clock.
+#[derive(Clone, Copy)]
+enum Ttl {
+    Ns(u64),
+    Steps(u64),
+}
+
 /// Index entries a trim's clock visits per call at most (it runs at every landing while the
 /// node is above its budget: a node whose rows may not go yet must not scan its whole index
 /// each time).
@@ -301,6 +170,8 @@ pub(crate) struct DynamicState {
     hand: u64,
     /// The TTL sweep under way: the next entry, and the entry count when it began.
     sweep: Option<(u64, u64)>,
+    /// When the next TTL sweep begins: the core's time (ns), or with a TTL in steps the node's
+    /// clock.
     next_sweep_at: u64,
     /// Scratch for evicted records.
     evicted: Vec<f32>,
@@ -345,7 +216,7 @@ impl DynamicState {
             })
             .max();
         // Tables that set a TTL share it (`tables.rs`).
-        let ttl = policies.iter().find_map(|p| p.ttl_ns);
+        let ttl = policies.iter().find_map(|p| p.ttl_ns.or(p.ttl_steps));
         let spills = policies.iter().any(|p| p.spill);
         Self {
             sketch: width.map(CountMin::new),
@@ -546,7 +417,7 @@ impl Node {
                             .cfg
                             .space
                             .dynamic_for(key)
-                            .is_some_and(|p| p.ttl_ns.is_some()))
+                            .is_some_and(|p| p.ttl_ns.or(p.ttl_steps).is_some()))
             },
             &mut evicted,
         );
@@ -567,17 +438,21 @@ impl Node {
     }
 
     /// The TTL of the space (shared by the tables that set one).
-    fn ttl_ns(&self) -> Option<u64> {
-        self.cfg.space.dynamic_policies().find_map(|p| p.ttl_ns)
+    fn ttl(&self) -> Option<Ttl> {
+        self.cfg
+            .space
+            .dynamic_policies()
+            .find_map(|p| p.ttl_ns.map(Ttl::Ns).or(p.ttl_steps.map(Ttl::Steps)))
     }
 
-    /// When the TTL sweep next needs the timer.
+    /// When the TTL sweep next needs the timer: while one runs, now; with a TTL in time, when
+    /// the next begins; in steps, the next look at the node's clock.
     pub(crate) fn dynamic_timeout(&self) -> Option<Time> {
-        self.ttl_ns()?;
-        Some(Time(if self.dynamic.sweep.is_some() {
-            self.clock.0
-        } else {
-            self.dynamic.next_sweep_at
+        let ttl = self.ttl()?;
+        Some(Time(match (self.dynamic.sweep, ttl) {
+            (Some(_), _) => self.clock.0,
+            (None, Ttl::Ns(_)) => self.dynamic.next_sweep_at,
+            (None, Ttl::Steps(_)) => self.clock.0.saturating_add(STEPS_POLL_NS),
         }))
     }
 
@@ -586,10 +461,17 @@ impl Node {
         if !self.cfg.space.any_dynamic() {
             return;
         }
-        if let Some(ttl) = self.ttl_ns() {
-            if self.dynamic.sweep.is_none() && now.0 >= self.dynamic.next_sweep_at {
+        if let Some(ttl) = self.ttl() {
+            let (at, every) = match ttl {
+                Ttl::Ns(ns) => (now.0, ns),
+                Ttl::Steps(steps) => (
+                    (self.counters.worker_clock).load(std::sync::atomic::Ordering::Relaxed),
+                    steps,
+                ),
+            };
+            if self.dynamic.sweep.is_none() && at >= self.dynamic.next_sweep_at {
                 self.dynamic.sweep = Some((0, self.store.entries()));
-                self.dynamic.next_sweep_at = now.0.saturating_add(ttl / 2);
+                self.dynamic.next_sweep_at = at.saturating_add(every / 2);
             }
             if let Some((from, end)) = self.dynamic.sweep {
                 let to = end.min(from + SWEEP_CHUNK);
@@ -734,75 +616,5 @@ mod tests {
             *n += 1;
             assert!(sketch.add(key) >= *n);
         }
-    }
-
-    #[test]
-    fn probability_admission_is_a_fixed_fraction() {
-        let admitted = (0..100_000u64)
-            .filter(|&k| admitted_by_hash(0.25, 9, k))
-            .count();
-        assert!((24_000..26_000).contains(&admitted), "{admitted}");
-        assert!((0..1000u64).all(|k| admitted_by_hash(0.25, 9, k) == admitted_by_hash(0.25, 9, k)));
-        assert!((0..1000u64).all(|k| admitted_by_hash(1.0, 9, k)));
-    }
-
-    #[test]
-    fn bad_policies_are_named() {
-        let bad = DynamicPolicy {
-            admission: Admission::Probability { p: 0.0, seed: 0 },
-            ..Default::default()
-        };
-        assert_eq!(
-            bad.validate().unwrap_err().to_string(),
-            "admission probability p = 0 is invalid; it must be in (0, 1]"
-        );
-        let bad = DynamicPolicy {
-            max_rows: Some(0),
-            ..Default::default()
-        };
-        assert_eq!(bad.validate(), Err(DynamicError::ZeroBudget));
-    }
-
-    #[test]
-    fn a_byte_budget_is_rows_of_the_record_and_the_smaller_budget_wins() {
-        let bytes = DynamicPolicy {
-            max_bytes: Some(1_000),
-            ..Default::default()
-        };
-        // 25 floats (dim 8 with Adam's state) are 100 bytes: 10 rows.
-        assert_eq!(bytes.row_budget(25), Some(10));
-        assert_eq!(bytes.row_budget(2), Some(125));
-        let both = DynamicPolicy {
-            max_rows: Some(50),
-            ..bytes
-        };
-        assert_eq!(
-            (both.row_budget(25), both.row_budget(2)),
-            (Some(10), Some(50))
-        );
-        assert_eq!(DynamicPolicy::default().row_budget(4), None);
-        assert_eq!(
-            bytes.validate_bytes(300),
-            Err(DynamicError::BytesBelowOneRecord {
-                max_bytes: 1_000,
-                record_bytes: 1_200
-            })
-        );
-        let zero = DynamicPolicy {
-            max_bytes: Some(0),
-            ..Default::default()
-        };
-        assert!(
-            zero.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("max_bytes = 0")
-        );
-        // A named table is checked against its own record.
-        let err =
-            crate::tables::Tables::new(vec![crate::tables::TableSpec::dynamic("wide", 300, bytes)])
-                .unwrap_err()
-                .to_string();
-        assert!(err.contains("at least one record (1200 bytes)"), "{err}");
     }
 }

@@ -400,6 +400,7 @@ impl Intents {
     pub fn advance(&mut self, now: Time, store: &Store, out: &mut Actions) {
         self.clock += 1;
         self.last_tick = Some(now);
+        (self.node_counters.worker_clock).fetch_max(self.clock, Ordering::Relaxed);
         if self.rate.observe(now, self.clock, &self.node_counters) {
             // At least one clock: a window of 0 would act only at the start, always late.
             self.window = poisson_quantile(2.0 * self.rate.estimate(), WINDOW_QUANTILE).max(1);

@@ -792,6 +792,7 @@ mod tests {
             max_rows,
             max_bytes: None,
             ttl_ns: None,
+            ttl_steps: None,
             spill: false,
         };
         let variants = [

@@ -98,6 +98,9 @@ counters! {
         /// Share-sync rounds run here (intent-made replicas; the clock of the linger,
         /// `intent/linger.rs`).
         share_rounds,
+        /// The node's clock: the largest clock of its workers (`Front::advance_clock` calls of
+        /// the furthest one; set with `fetch_max`, not added to). The steps of a TTL in steps.
+        worker_clock,
         /// Replicated keys whose deltas this node sent to their hubs.
         replica_keys_sent,
         /// Replicated keys whose primaries this node received from their hubs.

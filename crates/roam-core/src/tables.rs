@@ -289,15 +289,18 @@ impl Tables {
                 index: index as u32,
             });
         }
-        // One TTL sweep serves every table (`dynamic.rs`), so tables that set a TTL share it.
+        // One TTL sweep serves every table (`dynamic.rs`), so tables that set a TTL share it
+        // (the same time, or the same steps).
+        let ttl = |t: &Table| t.dynamic().map(|p| (p.ttl_ns, p.ttl_steps));
         let ttls: Vec<&Table> = tables
             .iter()
-            .filter(|t| t.dynamic().is_some_and(|p| p.ttl_ns.is_some()))
+            .filter(|t| {
+                t.dynamic()
+                    .is_some_and(|p| p.ttl_ns.or(p.ttl_steps).is_some())
+            })
             .collect();
         if let Some(first) = ttls.first()
-            && let Some(other) = ttls
-                .iter()
-                .find(|t| t.dynamic().map(|p| p.ttl_ns) != first.dynamic().map(|p| p.ttl_ns))
+            && let Some(other) = ttls.iter().find(|t| ttl(t) != ttl(first))
         {
             return Err(KeySpaceError::BadTable {
                 table: other.spec.name.clone(),
@@ -471,6 +474,27 @@ mod tests {
         assert!(
             ttls.to_string().starts_with("table \"b\": its ttl"),
             "{ttls}"
+        );
+        let steps = DynamicPolicy {
+            ttl_steps: Some(10),
+            ..Default::default()
+        };
+        let mixed = Tables::new(vec![
+            TableSpec::dynamic("a", 1, ttl(10)),
+            TableSpec::dynamic("b", 1, steps),
+        ])
+        .unwrap_err();
+        assert!(
+            mixed.to_string().starts_with("table \"b\": its ttl"),
+            "a ttl in time and one in steps differ: {mixed}"
+        );
+        assert!(
+            Tables::new(vec![
+                TableSpec::dynamic("a", 1, steps),
+                TableSpec::dynamic("b", 1, steps),
+                TableSpec::dynamic("c", 1, DynamicPolicy::default()),
+            ])
+            .is_ok()
         );
     }
 

@@ -7,9 +7,9 @@
 //!   bounds default to `[-0.05, 0.05)`, normal to mean 0 and std 0.01).
 //! - `dynamic`: a dict with any of `"admission"` (`"all"`, `{"kind": "count", "min_count": K,
 //!   "sketch_width": W}` or `{"kind": "probability", "p": p, "seed": s}`), `"max_rows"` (rows
-//!   per node), `"max_bytes"` (bytes of records per node), `"ttl"` (seconds) and `"spill"`
-//!   (a bool: keep evicted rows in the spill file under `Node(spill_dir=...)`). It implies
-//!   sparse keys.
+//!   per node), `"max_bytes"` (bytes of records per node), `"ttl"` (seconds) or `"ttl_steps"`
+//!   (ticks of the node's clock, `Worker.advance_clock`), and `"spill"` (a bool: keep evicted
+//!   rows in the spill file under `Node(spill_dir=...)`). It implies sparse keys.
 //!
 //! - `tables`: a dict of named tables, `{name: {"dim": D, "num_ids": N, "optimizer": ...,
 //!   "initializer": ..., "dynamic": ...}}` in key order (a checkpoint restores only into the
@@ -133,7 +133,14 @@ pub(crate) fn dynamic_config(obj: &Bound<'_, PyAny>) -> PyResult<DynamicPolicy> 
         ));
     };
     let mut policy = DynamicPolicy::default();
-    let keys = ["admission", "max_rows", "max_bytes", "ttl", "spill"];
+    let keys = [
+        "admission",
+        "max_rows",
+        "max_bytes",
+        "ttl",
+        "ttl_steps",
+        "spill",
+    ];
     for (name, value) in entries(dict, "dynamic", &keys)? {
         match name.as_str() {
             "admission" => policy.admission = admission_config(&value)?,
@@ -156,6 +163,9 @@ pub(crate) fn dynamic_config(obj: &Bound<'_, PyAny>) -> PyResult<DynamicPolicy> 
                     )));
                 }
                 policy.ttl_ns = Some((secs * 1e9) as u64);
+            }
+            "ttl_steps" if !value.is_none() => {
+                policy.ttl_steps = Some(number("dynamic \"ttl_steps\"", &value)?)
             }
             _ => {}
         }

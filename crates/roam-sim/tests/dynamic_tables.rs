@@ -61,6 +61,7 @@ fn policy(seed: u64) -> DynamicPolicy {
         ttl_ns: seed
             .is_multiple_of(2)
             .then_some(300_000 + (seed % 7) * 100_000),
+        ttl_steps: None,
         spill: seed % 4 >= 2,
     }
 }
@@ -441,6 +442,92 @@ fn ttl_evicts_untouched_rows_and_a_pull_creates_them_again() {
             "hot key {k}"
         );
     }
+    assert_eq!(total(&sim, |c| &c.rows_evicted), cold.len() as u64);
+}
+
+/// TTL in steps: rows untouched for 1.5 × the TTL's steps of the node's clock (its workers'
+/// `advance_clock` ticks) are evicted, rows touched within them stay, and time alone evicts
+/// nothing: after a second of virtual time without a tick every row is still there. Reading
+/// a row on the fast path counts as a touch (`Store::new` marks pulled rows REFERENCED when a
+/// TTL in steps is set: without it this fails on the hot rows held where the worker runs).
+#[test]
+fn ttl_in_steps_evicts_rows_untouched_for_that_many_ticks_and_time_alone_does_not() {
+    use roam_sim::{Op, SimConfig, WorkerRef};
+    const STEPS: u64 = 8;
+    // Longer than the timer's look at the clock (5 ms), so that every tick is looked at.
+    const BETWEEN_TICKS: u64 = 6_000_000;
+    let init = init(4);
+    let policy = DynamicPolicy {
+        ttl_steps: Some(STEPS),
+        ..DynamicPolicy::default()
+    };
+    let space = KeySpace::sparse(2)
+        .and_then(|s| s.with_initializer(init))
+        .and_then(|s| s.with_dynamic(policy))
+        .unwrap();
+    let cold: Vec<u64> = (100..120).collect();
+    let hot: Vec<u64> = (0..20).collect();
+    let ones = |keys: &[u64]| vec![1.0f32; keys.len() * 2];
+    let row = |k: u64, pushes: f32| {
+        let mut row = [0.0; 2];
+        init.fill(k, &mut row);
+        [row[0] + pushes, row[1] + pushes]
+    };
+    let rows = |keys: &[u64], pushes: f32| -> Vec<f32> {
+        keys.iter().flat_map(|&k| row(k, pushes)).collect()
+    };
+    let mut script = vec![
+        Op::push(cold.clone(), ones(&cold)),
+        Op::push(hot.clone(), ones(&hot)),
+        // A second of time, no step: nothing may go.
+        Op::Sleep(1_000_000_000),
+        Op::pull(cold.clone()),
+    ];
+    // The hot keys are touched every STEPS / 4 ticks for 3 × STEPS ticks; the cold ones never
+    // again.
+    for tick in 1..=3 * STEPS {
+        script.push(Op::AdvanceClock);
+        script.push(Op::Sleep(BETWEEN_TICKS));
+        if tick % (STEPS / 4) == 0 {
+            script.push(Op::pull(hot.clone()));
+        }
+    }
+    script.push(Op::pull(cold.clone()));
+    let cfg = SimConfig::new(2, 1, space)
+        .with_seed(5)
+        .with_partitioning(roam_core::Partitioning::Hash);
+    let mut sim = Sim::new(cfg);
+    sim.add_script(WorkerRef::new(0, 0), script);
+    // Each node counts its own workers' steps: node 1's worker trains alongside, touching
+    // nothing (the rows homed there are node 0's worker's, pulled and pushed remotely).
+    let mut ticks = vec![Op::Sleep(1_000_000_000)];
+    for _ in 0..3 * STEPS {
+        ticks.extend([Op::AdvanceClock, Op::Sleep(BETWEEN_TICKS)]);
+    }
+    sim.add_script(WorkerRef::new(1, 0), ticks);
+    while !(sim.unfinished_workers().is_empty() && quiet(&sim)) {
+        assert!(sim.run_steps(1_000) > 0);
+    }
+    let ops = sim.history().ops();
+    let pulls: Vec<_> = ops
+        .iter()
+        .filter(|op| matches!(op.outcome, Outcome::Pulled(_)))
+        .collect();
+    assert_eq!(
+        pulls[0].outcome,
+        Outcome::Pulled(rows(&cold, 1.0)),
+        "a second without a step evicts nothing"
+    );
+    assert_eq!(
+        pulls[pulls.len() - 2].outcome,
+        Outcome::Pulled(rows(&hot, 1.0)),
+        "rows touched within the TTL's steps stay"
+    );
+    assert_eq!(
+        pulls[pulls.len() - 1].outcome,
+        Outcome::Pulled(rows(&cold, 0.0)),
+        "rows untouched for 3 × the TTL's steps were evicted and come back fresh"
+    );
     assert_eq!(total(&sim, |c| &c.rows_evicted), cold.len() as u64);
 }
 

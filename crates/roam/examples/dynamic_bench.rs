@@ -157,6 +157,7 @@ fn child(
             max_rows: Some(max_rows),
             max_bytes: None,
             ttl_ns: None,
+            ttl_steps: None,
             spill,
         });
         cfg.spill_dir = spill.then(|| spill_dir.clone());

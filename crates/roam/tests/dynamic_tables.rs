@@ -39,6 +39,7 @@ fn budget_holds_and_rows_are_consistent_while_ids_stream_and_move() {
                 max_rows: Some(BUDGET),
                 max_bytes: None,
                 ttl_ns: None,
+                ttl_steps: None,
                 spill: false,
             },
         );

@@ -187,6 +187,47 @@ mod tests {
         assert_eq!(out, [5.0, 5.0]);
     }
 
+    /// Every way a policy evicts (a row or byte budget, a TTL in time or in steps) makes pulls
+    /// mark rows REFERENCED; a byte budget alone once did not, so its clock evicted pulled rows
+    /// as if unused.
+    #[test]
+    fn every_eviction_policy_marks_pulled_rows_referenced() {
+        use crate::dynamic::DynamicPolicy;
+        let policies = [
+            DynamicPolicy {
+                max_rows: Some(100),
+                ..Default::default()
+            },
+            DynamicPolicy {
+                max_bytes: Some(1 << 20),
+                ..Default::default()
+            },
+            DynamicPolicy {
+                ttl_ns: Some(1_000),
+                ..Default::default()
+            },
+            DynamicPolicy {
+                ttl_steps: Some(10),
+                ..Default::default()
+            },
+        ];
+        for policy in policies {
+            let space = KeySpace::sparse(2).unwrap().with_dynamic(policy).unwrap();
+            let store = Store::new(space);
+            for key in [10, 11, 12] {
+                assert!(store.insert(key, &[key as f32, 1.0]));
+            }
+            assert!(sweep_all(&store, Sweep::Lru).is_empty(), "{policy:?}");
+            let mut out = [0.0; 2];
+            assert!(store.pull_local(11, &mut out));
+            let mut batch = [0.0; 2];
+            store
+                .pull_batch_local(&[12], &mut batch, 2, |_| {})
+                .unwrap();
+            assert_eq!(sweep_all(&store, Sweep::Lru), vec![10], "{policy:?}");
+        }
+    }
+
     #[test]
     fn ttl_evicts_on_the_second_untouched_sweep() {
         let store = sparse_store(&[1, 2]);

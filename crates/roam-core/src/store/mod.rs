@@ -77,6 +77,7 @@ mod index;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
+use crate::dynamic::DynamicPolicy;
 use crate::id::Key;
 use crate::keyspace::{KeySpace, ValueLengths};
 use crate::optim::Optimizer;
@@ -246,9 +247,7 @@ impl Store {
     /// An empty store for `space` (no key local).
     pub fn new(space: KeySpace) -> Self {
         let layout = space.layout();
-        let clocked = space
-            .dynamic_policies()
-            .any(|p| p.max_rows.is_some() || p.ttl_ns.is_some());
+        let clocked = space.dynamic_policies().any(DynamicPolicy::evicts);
         let mut by_table = Vec::new();
         let (values, replicas) = match space.lengths() {
             ValueLengths::PerTable(tables) => {

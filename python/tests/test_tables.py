@@ -140,7 +140,7 @@ def test_spill_brings_evicted_rows_back_trained(tmp_path):
         ({"dynamic": {"budget": 3}}, ValueError, "unknown dynamic key"),
         ({"dynamic": {"ttl": -1}}, ValueError, "ttl"),
         ({"dynamic": {"ttl_steps": 1}}, ValueError, "ttl_steps = 1 is invalid"),
-        ({"dynamic": {"ttl": 1.0, "ttl_steps": 8}}, ValueError, "ttl_ns and ttl_steps"),
+        ({"dynamic": {"ttl": 1.0, "ttl_steps": 8}}, ValueError, "and ttl_steps are both set"),
         ({"dynamic": 5}, TypeError, "dynamic must be a dict"),
         ({"dynamic": {"spill": 1.5}}, TypeError, "spill\" must be True or False"),
     ],

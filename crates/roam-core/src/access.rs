@@ -243,9 +243,18 @@ impl Front {
             }
             _ => {
                 space.check_batch(keys, out.len())?;
-                misses.per_key(space, keys, |key, at| {
-                    fast && store.pull_local(key, &mut out[at])
-                });
+                match space.named_tables().and_then(|t| t.common_table(keys)) {
+                    // A named table's pull (all its keys in one table): that table's rows
+                    // are uniform, so one loop over its areas (`Store::pull_table_batch_local`).
+                    Some((table, dim)) if fast => {
+                        store.pull_table_batch_local(table, keys, out, dim, |i| {
+                            misses.push(keys[i], i * dim)
+                        });
+                    }
+                    _ => misses.per_key(space, keys, |key, at| {
+                        fast && store.pull_local(key, &mut out[at])
+                    }),
+                }
             }
         }
         let c = &self.counters;

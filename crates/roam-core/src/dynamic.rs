@@ -36,7 +36,9 @@
 //!   so a row untouched for `1.5 × ttl_ns` is gone, and one touched within the last `ttl_ns`
 //!   stays. Time is the core's `now`, an input: no clock is read here. With `ttl_steps` the
 //!   sweeps run every `ttl_steps / 2` steps of the node's clock instead (the largest of its
-//!   workers' clocks, `NodeCounters::worker_clock`), looked at every 5 ms (`STEPS_POLL_NS`).
+//!   workers' clocks, `NodeCounters::worker_clock`), looked at every 5 ms of the core's time
+//!   (`STEPS_POLL_NS`). A node with no worker that ticks (one that joined a running cluster
+//!   hosts none) never sweeps by steps.
 //!
 //! Which rows this node may evict: rows it owns **at their creator** (the default owner, which
 //! its home records as "no record" or as owned by it), not statically replicated, not shared
@@ -79,6 +81,7 @@
 //! leaves none. The sketch is `depth × width × 2` bytes.
 
 use std::collections::BTreeMap;
+use std::sync::atomic;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -173,6 +176,9 @@ pub(crate) struct DynamicState {
     /// When the next TTL sweep begins: the core's time (ns), or with a TTL in steps the node's
     /// clock.
     next_sweep_at: u64,
+    /// With a TTL in steps: when the timer next looks at the node's clock (core time, ns;
+    /// absolute, so that a stream of inputs does not put the look off).
+    next_poll_at: u64,
     /// Scratch for evicted records.
     evicted: Vec<f32>,
     /// Tables (`None`: the one space) in which a creation's full look of the clock found no
@@ -452,7 +458,7 @@ impl Node {
         Some(Time(match (self.dynamic.sweep, ttl) {
             (Some(_), _) => self.clock.0,
             (None, Ttl::Ns(_)) => self.dynamic.next_sweep_at,
-            (None, Ttl::Steps(_)) => self.clock.0.saturating_add(STEPS_POLL_NS),
+            (None, Ttl::Steps(_)) => self.dynamic.next_poll_at,
         }))
     }
 
@@ -462,14 +468,21 @@ impl Node {
             return;
         }
         if let Some(ttl) = self.ttl() {
-            let (at, every) = match ttl {
-                Ttl::Ns(ns) => (now.0, ns),
-                Ttl::Steps(steps) => (
-                    (self.counters.worker_clock).load(std::sync::atomic::Ordering::Relaxed),
-                    steps,
-                ),
+            // Where the sweeps' clock stands now and their period in its units, if it was
+            // looked at (time: at every call; steps: at most every `STEPS_POLL_NS`).
+            let looked = match ttl {
+                Ttl::Ns(ns) => Some((now.0, ns)),
+                Ttl::Steps(steps) if now.0 >= self.dynamic.next_poll_at => {
+                    self.dynamic.next_poll_at = now.0.saturating_add(STEPS_POLL_NS);
+                    let clock = self.counters.worker_clock.load(atomic::Ordering::Relaxed);
+                    Some((clock, steps))
+                }
+                Ttl::Steps(_) => None,
             };
-            if self.dynamic.sweep.is_none() && at >= self.dynamic.next_sweep_at {
+            if let Some((at, every)) = looked
+                && self.dynamic.sweep.is_none()
+                && at >= self.dynamic.next_sweep_at
+            {
                 self.dynamic.sweep = Some((0, self.store.entries()));
                 self.dynamic.next_sweep_at = at.saturating_add(every / 2);
             }

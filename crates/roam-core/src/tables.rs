@@ -365,6 +365,16 @@ impl Tables {
     pub fn index_of(key: Key) -> usize {
         (key >> ID_BITS) as usize
     }
+
+    /// The table every one of `keys` is in and its dimension, if they are all in one existing
+    /// table (a named table's batch); `None` for an empty batch or keys of several tables.
+    pub fn common_table(&self, keys: &[Key]) -> Option<(usize, usize)> {
+        let table = Self::index_of(*keys.first()?);
+        let dim = self.tables.get(table)?.dim();
+        keys.iter()
+            .all(|&key| Self::index_of(key) == table)
+            .then_some((table, dim))
+    }
 }
 
 #[cfg(test)]

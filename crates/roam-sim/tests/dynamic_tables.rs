@@ -445,9 +445,10 @@ fn ttl_evicts_untouched_rows_and_a_pull_creates_them_again() {
     assert_eq!(total(&sim, |c| &c.rows_evicted), cold.len() as u64);
 }
 
-/// TTL in steps: rows untouched for 1.5 × the TTL's steps of the node's clock (its workers'
-/// `advance_clock` ticks) are evicted, rows touched within them stay, and time alone evicts
-/// nothing: after a second of virtual time without a tick every row is still there. Reading
+/// TTL in steps (8): rows untouched for 24 steps of the node's clock (its workers'
+/// `advance_clock` ticks; the bound is 1.5 × the TTL plus the looks' delays) are evicted, rows
+/// touched every 2 steps stay, and time alone evicts nothing: after a second of virtual time
+/// without a tick every row is still there. Reading
 /// a row on the fast path counts as a touch (`Store::new` marks pulled rows REFERENCED when a
 /// TTL in steps is set: without it this fails on the hot rows held where the worker runs).
 #[test]

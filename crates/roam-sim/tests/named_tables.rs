@@ -81,6 +81,15 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
             .with_delay(min_delay, min_delay + rng.random_range(1..=80_000))
             .with_think(0, rng.random_range(0..=20_000));
         let workers = workers_of(&cfg);
+        // The rows of each table, in `rows` order: each worker ends with a pull of every row
+        // (tables mixed: the per-key path) and one pull per table (a named table's batch).
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (r, &key) in rows.iter().enumerate() {
+            let t = Tables::index_of(key);
+            groups.resize(groups.len().max(t + 1), Vec::new());
+            groups[t].push(r);
+        }
+        groups.retain(|g| !g.is_empty());
         let mut sequences: Vec<Vec<Vec<f32>>> = vec![Vec::new(); rows.len()];
         let mut scripts = Vec::new();
         for (w, &worker) in workers.iter().enumerate() {
@@ -117,6 +126,9 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
                 script.push(op);
             }
             script.extend([Op::WaitAll, Op::Barrier, Op::pull(rows.clone())]);
+            script.extend(
+                (groups.iter()).map(|g| Op::pull(g.iter().map(|&r| rows[r]).collect::<Vec<Key>>())),
+            );
             scripts.push((worker, script));
         }
         let sim = run_fault_free(seed, cfg, scripts);
@@ -124,6 +136,7 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
         homes += total(&sim, |c| &c.homes_moved_in);
         runs += 1;
         let mut visible_all = Vec::new();
+        let mut visible = Vec::new();
         for (r, sequence) in sequences.iter().enumerate() {
             let key = rows[r];
             let (len, opt) = (space.len(key), space.optimizer_for(key).unwrap());
@@ -138,14 +151,24 @@ fn rows_of_three_tables_match_their_optimizers_under_relocation() {
                 sequence.len()
             );
             visible_all.extend_from_slice(&want[..len]);
+            visible.push(want[..len].to_vec());
         }
         for w in sim.workers() {
-            let last = sim.history().of_worker(w).last().unwrap();
+            let ops: Vec<_> = sim.history().of_worker(w).collect();
+            let finals = &ops[ops.len() - 1 - groups.len()..];
             assert_eq!(
-                last.outcome,
+                finals[0].outcome,
                 Outcome::Pulled(visible_all.clone()),
                 "seed {seed}: {w}'s final pull"
             );
+            for (g, op) in groups.iter().zip(&finals[1..]) {
+                let want: Vec<f32> = g.iter().flat_map(|&r| visible[r].clone()).collect();
+                assert_eq!(
+                    op.outcome,
+                    Outcome::Pulled(want),
+                    "seed {seed}: {w}'s final pull of one table"
+                );
+            }
         }
     });
     eprintln!(

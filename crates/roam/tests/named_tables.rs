@@ -520,3 +520,66 @@ fn a_tables_checkpoint_in_the_earlier_per_key_layout_still_restores() {
     shutdown(restored);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A table without a row in the checkpoint has tensors of no rows, and the restore takes the
+/// others' rows as they were; a shard of a layout this roam does not know is refused naming
+/// it.
+#[test]
+fn a_table_without_rows_restores_and_an_unknown_layout_is_refused() {
+    let seed = 11;
+    println!("seed {seed}");
+    let dir = std::env::temp_dir().join(format!("roam-tables-empty-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let tables = || vec![item_table(3), user_table()];
+    let users: Vec<u64> = (0..USERS).collect();
+    let nodes = cluster(1, || config(tables()));
+    {
+        let w = nodes[0].worker(0).unwrap();
+        let table = w.table("user").unwrap();
+        let g: Vec<f32> = (users.iter())
+            .flat_map(|&id| gradient(seed, 0, id, 0, 4))
+            .collect();
+        table.push_gradients(&users, &g).unwrap().wait().unwrap();
+        w.checkpoint(&dir).unwrap();
+    }
+    shutdown(nodes);
+    let manifest = roam::checkpoint::manifest_of(&dir).unwrap();
+    let path = dir.join(&manifest.shards[0].file);
+    let (header, _) = read_shard(&path);
+    assert_eq!(header["item.ids"]["shape"], serde_json::json!([0]));
+    assert_eq!(header["item.values"]["shape"], serde_json::json!([0, 6]));
+
+    let user = user_table();
+    let restored = cluster(1, || config(tables()).restore_from(&dir));
+    {
+        let w = restored[0].worker(0).unwrap();
+        let table = w.table("user").unwrap();
+        let mut out = vec![0.0; users.len() * 4];
+        table.pull(&users, &mut out).unwrap().wait().unwrap();
+        for (&id, got) in users.iter().zip(out.chunks(4)) {
+            let want = reference(&user, table.key(id).unwrap(), seed, 0, id, 1);
+            assert_eq!(got, want, "user {id}");
+        }
+    }
+    shutdown(restored);
+
+    let mut bytes = std::fs::read(&path).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let head = String::from_utf8(bytes[8..8 + len].to_vec()).unwrap();
+    let at = 8 + head.find("\"tables\"").unwrap();
+    bytes[at..at + 8].copy_from_slice(b"\"tablez\"");
+    std::fs::write(&path, &bytes).unwrap();
+    let mut cfg = config(tables()).restore_from(&dir);
+    cfg.cluster.num_nodes = Some(1);
+    cfg.cluster.rank = Some(0);
+    let text = roam::NodeHandle::start(cfg)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("layout \"tablez\" is not one this roam reads"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -99,7 +99,9 @@ pub enum DynamicError {
     #[error("ttl_steps = {0} is invalid; it must be at least 2 steps")]
     BadTtlSteps(u64),
     /// A TTL is in time or in steps, not both.
-    #[error("ttl_ns and ttl_steps are both set; a TTL is in time or in steps, not both")]
+    #[error(
+        "ttl_ns (Python \"ttl\") and ttl_steps are both set; a TTL is in time or in steps, not both"
+    )]
     TwoTtls,
 }
 
@@ -226,7 +228,7 @@ mod tests {
         };
         assert_eq!(
             both.validate().unwrap_err().to_string(),
-            "ttl_ns and ttl_steps are both set; a TTL is in time or in steps, not both"
+            "ttl_ns (Python \"ttl\") and ttl_steps are both set; a TTL is in time or in steps, not both"
         );
     }
 

@@ -174,6 +174,46 @@ impl Store {
         Ok(())
     }
 
+    /// Pulls a batch of keys of one named table (`table`, whose rows have `dim` values; the
+    /// caller checked that every key is in it) into `out`, calling `miss(i)` for each key `i`
+    /// not held here. The table's records are uniform, so this is the uniform stores' latched
+    /// loop over the table's own areas: no per-key lookup of the key's table or length, and the
+    /// next keys' words prefetched. Tables are read under the latch (their records are written
+    /// with plain stores, `mod.rs`).
+    pub fn pull_table_batch_local(
+        &self,
+        table: usize,
+        keys: &[Key],
+        out: &mut [f32],
+        dim: usize,
+        mut miss: impl FnMut(usize),
+    ) {
+        debug_assert_eq!(out.len(), keys.len() * dim);
+        let [values, replicas] = &self.by_table[table];
+        let (values, replicas) = (values.uniform_view(), replicas.uniform_view());
+        let clocked = self.clocked;
+        for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(dim)).enumerate() {
+            if let Some(&ahead) = keys.get(i + 4) {
+                self.index.prefetch(ahead);
+            }
+            let Some(state) = self.index.get(key) else {
+                miss(i);
+                continue;
+            };
+            let hit = latched_as(state, HELD, |s| {
+                let area = if s & REPLICA == 0 { values } else { replicas };
+                // SAFETY: held when observed, so the slot was allocated in this table's area,
+                // whose records are `dim` visible values and their hidden state.
+                let visible = unsafe { area.prefix((s & SLOT_MASK) as u32, dim) };
+                load_values::<0>(here, visible, true);
+                if clocked { s | REFERENCED } else { s }
+            });
+            if !hit {
+                miss(i);
+            }
+        }
+    }
+
     /// Applies a batch of updates of the uniform length `len`; like [`Store::pull_batch_local`].
     #[inline]
     pub fn push_batch_local(

@@ -151,6 +151,22 @@ impl Index {
         }
     }
 
+    /// Starts loading where `key`'s lookup begins (its dense word, or its sparse probe's first
+    /// slot), so that a batch's later lookups overlap the earlier ones' cache misses.
+    #[inline(always)]
+    pub(super) fn prefetch(&self, key: Key) {
+        let at = match (self.dense.get(key as usize), &self.sparse) {
+            (Some(state), _) => state.as_ptr().cast_const(),
+            (None, Some(sparse)) => {
+                // SAFETY: as in `find`: a published table, never freed while the index lives.
+                let table = unsafe { &*sparse.table.load(Ordering::Acquire) };
+                table.0[table.home(key)].as_ptr().cast_const().cast()
+            }
+            (None, None) => return,
+        };
+        super::prefetch(at.cast());
+    }
+
     /// The dense words (empty for a sparse space), for prefetching by key.
     #[inline(always)]
     pub(super) fn dense_words(&self) -> &[AtomicU64] {

@@ -252,13 +252,30 @@ fn plan(dir: &Path, info: &ShardInfo, space: &KeySpace) -> Result<Plan, RestoreE
         Ok((shape, [offs[0], offs[1]]))
     };
     let n = info.keys;
-    let named = json["__metadata__"]["layout"] == "tables";
-    let (expect, uniform, tables, total) = if named {
-        let (expect, rows, total) = tables_tensors(&path, space, n, &tensor)?;
-        (expect, None, Some(rows), total)
-    } else {
-        let (expect, uniform, total) = key_tensors(&path, n, &tensor)?;
-        (expect, uniform, None, total)
+    // Every key takes 8 bytes of the file: a larger count is a damaged manifest (and bounds
+    // the arithmetic below).
+    if n > size / 8 {
+        return Err(shard_err(
+            &path,
+            format!("the manifest says {n} keys, more than its {size} bytes hold"),
+        ));
+    }
+    let (expect, uniform, tables, total) = match json["__metadata__"]["layout"].as_str() {
+        Some("tables") => {
+            let (expect, rows, total) = tables_tensors(&path, space, n, &tensor)?;
+            (expect, None, Some(rows), total)
+        }
+        // Absent in no shard roam wrote; read as the keys layouts, which the tensors tell.
+        Some("uniform" | "per-key") | None => {
+            let (expect, uniform, total) = key_tensors(&path, n, &tensor)?;
+            (expect, uniform, None, total)
+        }
+        Some(other) => {
+            return Err(shard_err(
+                &path,
+                format!("layout {other:?} is not one this roam reads (uniform, per-key, tables)"),
+            ));
+        }
     };
     // The tensors lie back to back, in this order, and end where the file does.
     let mut at = 0u64;
@@ -526,9 +543,12 @@ impl Index<'_> {
                     }
                     left -= 1;
                     if key > MAX_ID {
+                        let name = space
+                            .named_tables()
+                            .map_or("?", |t| t.all()[table - 1].name());
                         return Err(shard_err(
                             &p.path,
-                            format!("id {key} of table {} out of range", table - 1),
+                            format!("id {key} of table {name:?} out of range"),
                         ));
                     }
                     key |= ((table - 1) as u64) << ID_BITS;

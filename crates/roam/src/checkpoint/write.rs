@@ -343,8 +343,13 @@ pub(crate) fn write_shard(
     let (mut seen, mut at) = (0u64, 0u64);
     let zeros = vec![0u8; 4096];
     let tables = matches!(layout, Layout::Tables(_));
+    // The header's rows per table, counted again: the ids must fill exactly those tensors.
+    let mut written_rows = vec![0u64; table_rows.len()];
     visit(store, space, primaries, |key, record, len| {
         seen += 1;
+        if let Some(rows) = written_rows.get_mut(Tables::index_of(key)) {
+            *rows += 1;
+        }
         // A named table's tensor holds its ids; its index in the space is the tensor's.
         let stored = if tables { Tables::id_of(key) } else { key };
         keys.put(&stored.to_le_bytes())?;
@@ -363,7 +368,7 @@ pub(crate) fn write_shard(
         Ok(())
     })
     .map_err(io_at(&path))?;
-    if seen != n || at != total {
+    if seen != n || at != total || written_rows != table_rows {
         return Err(CheckpointError::Io {
             path,
             error: io::Error::other("the store changed while the checkpoint was written"),

@@ -389,10 +389,7 @@ fn ttl_evicts_untouched_rows_and_a_pull_creates_them_again() {
         ttl_ns: Some(TTL),
         ..DynamicPolicy::default()
     };
-    let space = KeySpace::sparse(2)
-        .and_then(|s| s.with_initializer(init))
-        .and_then(|s| s.with_dynamic(policy))
-        .unwrap();
+    let space = sparse_space(init, policy);
     let cold: Vec<u64> = (100..120).collect();
     let hot: Vec<u64> = (0..20).collect();
     let ones = |keys: &[u64]| vec![1.0f32; keys.len() * 2];
@@ -415,34 +412,36 @@ fn ttl_evicts_untouched_rows_and_a_pull_creates_them_again() {
         assert!(sim.run_steps(1_000) > 0);
     }
     let ops = sim.history().ops();
-    let last = ops.last().unwrap();
-    let fresh: Vec<f32> = cold
-        .iter()
+    assert_eq!(
+        ops[ops.len() - 1].outcome,
+        Outcome::Pulled(initial_plus(&init, &cold, 0.0)),
+        "cold rows were evicted"
+    );
+    assert_eq!(
+        ops[ops.len() - 2].outcome,
+        Outcome::Pulled(initial_plus(&init, &hot, 1.0)),
+        "hot rows stay"
+    );
+    assert_eq!(total(&sim, |c| &c.rows_evicted), cold.len() as u64);
+}
+
+/// A sparse space of 2 values a key, rows made by `init`, under `policy`.
+fn sparse_space(init: Initializer, policy: DynamicPolicy) -> KeySpace {
+    KeySpace::sparse(2)
+        .and_then(|s| s.with_initializer(init))
+        .and_then(|s| s.with_dynamic(policy))
+        .unwrap()
+}
+
+/// The 2-value rows of `keys` as `init` makes them, plus `pushes` in every value.
+fn initial_plus(init: &Initializer, keys: &[u64], pushes: f32) -> Vec<f32> {
+    keys.iter()
         .flat_map(|&k| {
             let mut row = [0.0; 2];
             init.fill(k, &mut row);
-            row
+            row.map(|v| v + pushes)
         })
-        .collect();
-    assert_eq!(
-        last.outcome,
-        Outcome::Pulled(fresh),
-        "cold rows were evicted"
-    );
-    let hot_pull = &ops[ops.len() - 2];
-    let Outcome::Pulled(values) = &hot_pull.outcome else {
-        panic!("{hot_pull}")
-    };
-    for (i, &k) in hot.iter().enumerate() {
-        let mut row = [0.0; 2];
-        init.fill(k, &mut row);
-        assert_eq!(
-            values[2 * i..2 * i + 2],
-            [row[0] + 1.0, row[1] + 1.0],
-            "hot key {k}"
-        );
-    }
-    assert_eq!(total(&sim, |c| &c.rows_evicted), cold.len() as u64);
+        .collect()
 }
 
 /// TTL in steps (8): rows untouched for 24 steps of the node's clock (its workers'
@@ -462,21 +461,11 @@ fn ttl_in_steps_evicts_rows_untouched_for_that_many_ticks_and_time_alone_does_no
         ttl_steps: Some(STEPS),
         ..DynamicPolicy::default()
     };
-    let space = KeySpace::sparse(2)
-        .and_then(|s| s.with_initializer(init))
-        .and_then(|s| s.with_dynamic(policy))
-        .unwrap();
+    let space = sparse_space(init, policy);
     let cold: Vec<u64> = (100..120).collect();
     let hot: Vec<u64> = (0..20).collect();
     let ones = |keys: &[u64]| vec![1.0f32; keys.len() * 2];
-    let row = |k: u64, pushes: f32| {
-        let mut row = [0.0; 2];
-        init.fill(k, &mut row);
-        [row[0] + pushes, row[1] + pushes]
-    };
-    let rows = |keys: &[u64], pushes: f32| -> Vec<f32> {
-        keys.iter().flat_map(|&k| row(k, pushes)).collect()
-    };
+    let rows = |keys: &[u64], pushes: f32| initial_plus(&init, keys, pushes);
     let mut script = vec![
         Op::push(cold.clone(), ones(&cold)),
         Op::push(hot.clone(), ones(&hot)),

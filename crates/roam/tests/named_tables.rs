@@ -351,11 +351,7 @@ fn two_tables_checkpointed_by_two_nodes_restore_into_three() {
     shutdown(restored);
 
     // A table of another dimension is refused by name.
-    let mut cfg = config(vec![user_table(), item_table(5)]).restore_from(&dir);
-    cfg.cluster.num_nodes = Some(1);
-    cfg.cluster.rank = Some(0);
-    let err = roam::NodeHandle::start(cfg).map(|_| ()).unwrap_err();
-    let text = err.to_string();
+    let text = restore_error(vec![user_table(), item_table(5)], &dir);
     assert!(
         text.contains("table \"item\": the checkpoint's is dim 3"),
         "{text}"
@@ -363,26 +359,42 @@ fn two_tables_checkpointed_by_two_nodes_restore_into_three() {
 
     // A shard whose table tensor does not fit its table (the item records said to be 7
     // floats, not 6: dim 3 and Adagrad's accumulator) is refused naming the table.
-    let shard = dir.join(&manifest.shards[0].file);
-    let mut bytes = std::fs::read(&shard).unwrap();
-    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let head = String::from_utf8(bytes[8..8 + len].to_vec()).unwrap();
-    let at = head.find("\"item.values\"").unwrap();
-    let shape = at + head[at..].find(",6]").unwrap();
-    bytes[8 + shape + 1] = b'7';
-    std::fs::write(&shard, &bytes).unwrap();
-    let mut cfg = config(tables()).restore_from(&dir);
-    cfg.cluster.num_nodes = Some(1);
-    cfg.cluster.rank = Some(0);
-    let text = roam::NodeHandle::start(cfg)
-        .map(|_| ())
-        .unwrap_err()
-        .to_string();
+    patch_header(
+        &dir.join(&manifest.shards[0].file),
+        "\"item.values\"",
+        ",6]",
+        ",7]",
+    );
+    let text = restore_error(tables(), &dir);
     assert!(
         text.contains("table \"item\": values shape") && text.contains(", 7]"),
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Why one node of `tables` cannot start from the checkpoint in `dir`.
+fn restore_error(tables: Vec<TableSpec>, dir: &std::path::Path) -> String {
+    let mut cfg = config(tables).restore_from(dir);
+    cfg.cluster.num_nodes = Some(1);
+    cfg.cluster.rank = Some(0);
+    roam::NodeHandle::start(cfg)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+}
+
+/// Replaces the first `from` after `anchor` in a safetensors file's header by `to` (as long:
+/// the file keeps its size and offsets).
+fn patch_header(path: &std::path::Path, anchor: &str, from: &str, to: &str) {
+    assert_eq!(from.len(), to.len());
+    let mut bytes = std::fs::read(path).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let head = std::str::from_utf8(&bytes[8..8 + len]).unwrap();
+    let at = head.find(anchor).unwrap();
+    let at = 8 + at + head[at..].find(from).unwrap();
+    bytes[at..at + to.len()].copy_from_slice(to.as_bytes());
+    std::fs::write(path, &bytes).unwrap();
 }
 
 /// A safetensors file's JSON header and the bytes after it.
@@ -564,19 +576,8 @@ fn a_table_without_rows_restores_and_an_unknown_layout_is_refused() {
     }
     shutdown(restored);
 
-    let mut bytes = std::fs::read(&path).unwrap();
-    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let head = String::from_utf8(bytes[8..8 + len].to_vec()).unwrap();
-    let at = 8 + head.find("\"tables\"").unwrap();
-    bytes[at..at + 8].copy_from_slice(b"\"tablez\"");
-    std::fs::write(&path, &bytes).unwrap();
-    let mut cfg = config(tables()).restore_from(&dir);
-    cfg.cluster.num_nodes = Some(1);
-    cfg.cluster.rank = Some(0);
-    let text = roam::NodeHandle::start(cfg)
-        .map(|_| ())
-        .unwrap_err()
-        .to_string();
+    patch_header(&path, "\"layout\"", "\"tables\"", "\"tablez\"");
+    let text = restore_error(tables(), &dir);
     assert!(
         text.contains("layout \"tablez\" is not one this roam reads"),
         "{text}"

@@ -2,9 +2,10 @@
 //! loop per mode and compile-time short length (`by_len!`), prefetching a few keys ahead so that
 //! the cache misses of a random batch overlap. Short values of dense spaces go a block of keys
 //! at a time, pass by pass (`pull_blocks`, `push_blocks`): fewer instructions per key and no
-//! key waiting on the one before. Same invariants as the per-key paths (`mod.rs`): a record is
-//! written only under its key's latch, short values are read optimistically, and a copy counts
-//! only if its key's word is unchanged after it.
+//! key waiting on the one before. A pull of one named table's keys is the same latched loop
+//! over that table's areas (`pull_table_batch_local`). Same invariants as the per-key paths
+//! (`mod.rs`): a record is written only under its key's latch, short values are read
+//! optimistically, and a copy counts only if its key's word is unchanged after it.
 
 use super::*;
 

@@ -27,7 +27,8 @@
 //!
 //! A space of named tables (`tables.rs`) has one pair of areas (owned, replicas) per table, of
 //! that table's record length; a key's table (its top bits) picks the pair on the per-key
-//! paths, which are the only ones such a space uses (its lengths are not uniform).
+//! paths, which such a space uses (its lengths are not uniform), except for a pull of one
+//! table's keys, which runs one loop over that table's pair (`batch.rs`).
 //!
 //! A record is the key's visible values followed by its hidden state (`RecordLayout`): pulls copy
 //! the visible part, pushes combine into it, relocation moves the whole record. A replica's
@@ -210,8 +211,9 @@ pub struct Store {
     /// The owned records' area, then the replicas' (a space of named tables: unused).
     areas: [Area; 2],
     /// A space of named tables: each table's owned-record and replica areas, by table index
-    /// (records of one table share a length); empty otherwise. Only the per-key paths use
-    /// them: the batch paths serve uniform spaces, whose records are all in `areas`.
+    /// (records of one table share a length); empty otherwise. The per-key paths and the pull
+    /// of one table's keys use them; the other batch paths serve uniform spaces, whose records
+    /// are all in `areas`.
     by_table: Box<[[Area; 2]]>,
     /// A space of named tables: the keys of each table owned here (the row budgets').
     owned_by_table: Box<[AtomicU64]>,

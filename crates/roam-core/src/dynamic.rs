@@ -17,9 +17,10 @@
 //!   update of one key). A relocation or a share of an uncreated id creates it without asking
 //!   (a worker asked for the row explicitly).
 //! - **Budget (LRU).** With `max_rows`, creating a row while this node holds `max_rows` rows
-//!   first lets one go, by one clock over the store's index (`store/evict.rs`: a REFERENCED
+//!   first lets one go, by a clock over the store's index (`store/evict.rs`: a REFERENCED
 //!   bit in the key's state word, set by the workers' accesses; the hand clears it, and lets
-//!   go the first row found clear), whoever created it: a row this node created and may evict
+//!   go the first row found clear; each named table's budget has a clock of its own, which
+//!   passes over other tables' rows without touching them), whoever created it: a row this node created and may evict
 //!   is evicted; a row that moved here is sent back to its creator (below), and counts as
 //!   gone. If no row can go, the access is refused as unadmitted (and a failed look, twice
 //!   around the index, that found no row in use is not repeated until something may have
@@ -169,8 +170,10 @@ const BARREN_RECHECK_NS: u64 = 100_000_000;
 #[derive(Default)]
 pub(crate) struct DynamicState {
     sketch: Option<CountMin>,
-    /// The LRU clock's hand: an index entry.
-    hand: u64,
+    /// The LRU clocks' hands, index entries: one per named table (`[t + 1]`), or `[0]` for
+    /// the one space. Each budget has its own clock over the shared index, so one table's
+    /// evictions neither advance nor depend on another's.
+    hands: Vec<u64>,
     /// The TTL sweep under way: the next entry, and the entry count when it began.
     sweep: Option<(u64, u64)>,
     /// When the next TTL sweep begins: the core's time (ns), or with a TTL in steps the node's
@@ -201,6 +204,15 @@ impl DynamicState {
     /// a share ended, the directory changed): the next creation under a budget looks again.
     pub(crate) fn may_evict_again(&mut self) {
         self.barren.clear();
+    }
+
+    /// The LRU clock's hand of `table` (`None`: the one space).
+    fn hand(&mut self, table: Option<usize>) -> &mut u64 {
+        let at = table.map_or(0, |t| t + 1);
+        if self.hands.len() <= at {
+            self.hands.resize(at + 1, 0);
+        }
+        &mut self.hands[at]
     }
 
     /// A new input is handled: the rows the last one made may go again.
@@ -335,8 +347,8 @@ impl Node {
 
     /// Lets rows of `table` (or of the one space) go until at most `max` are held here, rows on
     /// their way back counted as gone, in at most `visits` visits of the clock; whether that
-    /// was reached. One clock over the index serves every row held here, so the rows that go
-    /// are the least recently used whoever created them: an unreferenced row this node created
+    /// was reached. The budget's clock (its own hand over the index) serves every row of it held
+    /// here, so the rows that go are the least recently used whoever created them: an unreferenced row this node created
     /// and may evict is evicted; with `send_back`, an unreferenced row that moved here and may
     /// go back is sent to its creator (a `Reclaim` to its home, which is the creator: it
     /// relocates the row to itself, where it may be evicted); a referenced one has its bit
@@ -372,8 +384,9 @@ impl Node {
             // Past the first pass around the index, a row in use was used since this look
             // cleared its bit.
             let second_pass = budget - visits > entries;
-            let i = self.dynamic.hand % entries;
-            self.dynamic.hand = i + 1;
+            let hand = self.dynamic.hand(table);
+            let i = *hand % entries;
+            *hand = i + 1;
             match self.visit(i, Sweep::Lru, table) {
                 Visit::Spared => spared |= second_pass,
                 Visit::Skipped if send_back => {

@@ -55,7 +55,7 @@ impl Store {
         keys: &[Key],
         out: &mut [f32],
         len: usize,
-        mut miss: impl FnMut(usize),
+        miss: impl FnMut(usize),
     ) -> Result<(), Key> {
         // Compile-time lengths are exactly the optimistic ones (see `by_len!`).
         debug_assert_eq!(L > 0, self.optimistic);
@@ -63,10 +63,30 @@ impl Store {
         if L > 0 && !words.is_empty() {
             return self.pull_blocks::<TOUCH, L>(words, keys, out, miss);
         }
-        let len = if L > 0 { L } else { len };
         let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
+        self.pull_rows::<TOUCH, L>(values, replicas, keys, out, len, miss)
+    }
+
+    /// The per-key loop of a pull from the areas `values` and `replicas` (the uniform store's,
+    /// or one named table's), whose records start with `len` visible values (`L` when known at
+    /// compile time, which is exactly when the store reads optimistically): each key's word
+    /// looked up, its record copied optimistically or under the latch, the next keys' words and
+    /// records prefetched.
+    #[inline(always)]
+    fn pull_rows<const TOUCH: bool, const L: usize>(
+        &self,
+        values: UniformView<'_>,
+        replicas: UniformView<'_>,
+        keys: &[Key],
+        out: &mut [f32],
+        len: usize,
+        mut miss: impl FnMut(usize),
+    ) -> Result<(), Key> {
+        debug_assert_eq!(L > 0, self.optimistic);
+        let len = if L > 0 { L } else { len };
+        let ahead = self.ahead(values, replicas);
         for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
-            self.prefetch_ahead(values, replicas, keys, i);
+            self.prefetch_ahead(ahead, keys, i);
             let Some(state) = self.index.get(key) else {
                 if !self.space.contains(key) {
                     return Err(key);
@@ -177,42 +197,95 @@ impl Store {
 
     /// Pulls a batch of keys of one named table (`table`, whose rows have `dim` values; the
     /// caller checked that every key is in it) into `out`, calling `miss(i)` for each key `i`
-    /// not held here. The table's records are uniform, so this is the uniform stores' latched
-    /// loop over the table's own areas: no per-key lookup of the key's table or length, and the
-    /// next keys' words prefetched. Tables are read under the latch (their records are written
-    /// with plain stores, `mod.rs`).
+    /// not held here. The table's records are uniform, so this is the uniform stores' loop over
+    /// the table's own areas: no per-key lookup of the key's table or length. Optimistic when
+    /// the store reads optimistically (every table's dim short, `Store::new`), else latched.
     pub fn pull_table_batch_local(
         &self,
         table: usize,
         keys: &[Key],
         out: &mut [f32],
         dim: usize,
+        miss: impl FnMut(usize),
+    ) -> Result<(), Key> {
+        debug_assert_eq!(out.len(), keys.len() * dim);
+        let (values, replicas) = self.table_views(table);
+        let l = self.compile_time_len(dim);
+        if self.clocked {
+            by_len!(
+                l,
+                self.pull_rows::<true>(values, replicas, keys, out, dim, miss)
+            )
+        } else {
+            by_len!(
+                l,
+                self.pull_rows::<false>(values, replicas, keys, out, dim, miss)
+            )
+        }
+    }
+
+    /// Applies a batch of updates to keys of one named table (`table`, rows of `dim` values;
+    /// the caller checked that every key is in it), like [`Store::push_batch_local`] over the
+    /// table's own areas; gradients step with the table's optimizer.
+    pub fn push_table_batch_local(
+        &self,
+        table: usize,
+        keys: &[Key],
+        update: &[f32],
+        dim: usize,
+        mode: UpdateMode,
         mut miss: impl FnMut(usize),
     ) {
-        debug_assert_eq!(out.len(), keys.len() * dim);
-        let [values, replicas] = &self.by_table[table];
-        let (values, replicas) = (values.uniform_view(), replicas.uniform_view());
-        let clocked = self.clocked;
-        for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(dim)).enumerate() {
-            if let Some(&ahead) = keys.get(i + 4) {
-                self.index.prefetch(ahead);
+        debug_assert_eq!(update.len(), keys.len() * dim * mode.width());
+        let (values, replicas) = self.table_views(table);
+        let l = self.compile_time_len(dim);
+        match mode {
+            UpdateMode::Add => {
+                by_len!(
+                    l,
+                    self.push_rows::<false>(values, replicas, keys, update, dim, miss)
+                )
             }
-            let Some(state) = self.index.get(key) else {
-                miss(i);
-                continue;
-            };
-            let hit = latched_as(state, HELD, |s| {
-                let area = if s & REPLICA == 0 { values } else { replicas };
-                // SAFETY: held when observed, so the slot was allocated in this table's area,
-                // whose records are `dim` visible values and their hidden state.
-                let visible = unsafe { area.prefix((s & SLOT_MASK) as u32, dim) };
-                load_values::<0>(here, visible, true);
-                if clocked { s | REFERENCED } else { s }
-            });
-            if !hit {
-                miss(i);
+            UpdateMode::Set => {
+                by_len!(
+                    l,
+                    self.push_rows::<true>(values, replicas, keys, update, dim, miss)
+                )
+            }
+            UpdateMode::Gradient => {
+                let Some(&first) = keys.first() else { return };
+                let Some(opt) = self.space.optimizer_for(first) else {
+                    (0..keys.len()).for_each(miss);
+                    return;
+                };
+                let record_len = self.space.record_len(first);
+                self.grad_rows_by_optimizer(
+                    values, replicas, keys, update, l, dim, record_len, opt, miss,
+                );
+            }
+            UpdateMode::GradientSums => {
+                for (i, (&key, update)) in keys.iter().zip(update.chunks_exact(2 * dim)).enumerate()
+                {
+                    if !self.push_local(key, update, mode) {
+                        miss(i);
+                    }
+                }
             }
         }
+    }
+
+    /// The value and replica areas of named table `table`.
+    fn table_views(&self, table: usize) -> (UniformView<'_>, UniformView<'_>) {
+        let [values, replicas] = &self.by_table[table];
+        (values.uniform_view(), replicas.uniform_view())
+    }
+
+    /// The length `L` at which a batch loop over records of `len` visible values runs: `len`
+    /// where the store reads optimistically (all its lengths are short), else 0 (known only at
+    /// run time; records are accessed under the latch with plain loads and stores).
+    #[inline(always)]
+    pub(super) fn compile_time_len(&self, len: usize) -> usize {
+        if self.optimistic { len } else { 0 }
     }
 
     /// Applies a batch of updates of the uniform length `len`; like [`Store::pull_batch_local`].
@@ -251,22 +324,40 @@ impl Store {
         keys: &[Key],
         update: &[f32],
         len: usize,
-        mut miss: impl FnMut(usize),
+        miss: impl FnMut(usize),
     ) {
         debug_assert_eq!(L > 0, self.optimistic);
         let words = self.index.dense_words();
         if L > 0 && !words.is_empty() {
             return self.push_blocks::<SET, L>(words, keys, update, miss);
         }
+        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
+        self.push_rows::<SET, L>(values, replicas, keys, update, len, miss)
+    }
+
+    /// The per-key loop of a push (added, or overwriting with `SET`) into the areas `values`
+    /// and `replicas` (the uniform store's, or one named table's), whose records start with
+    /// `len` visible values (`L` when known at compile time: the store reads optimistically).
+    #[inline(always)]
+    fn push_rows<const SET: bool, const L: usize>(
+        &self,
+        values: UniformView<'_>,
+        replicas: UniformView<'_>,
+        keys: &[Key],
+        update: &[f32],
+        len: usize,
+        mut miss: impl FnMut(usize),
+    ) {
+        debug_assert_eq!(L > 0, self.optimistic);
         let (len, plain) = if L > 0 {
             (L, false)
         } else {
             (len, self.plain())
         };
         let accept = if SET { LOCAL } else { HELD };
-        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
+        let ahead = self.ahead(values, replicas);
         for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
-            self.prefetch_ahead(values, replicas, keys, i);
+            self.prefetch_ahead(ahead, keys, i);
             let hit = self.index.get(key).is_some_and(|state| {
                 latched_as(state, accept, |s| {
                     let slot = (s & SLOT_MASK) as u32;
@@ -362,18 +453,38 @@ impl Store {
         );
     }
 
-    /// Prefetches the state word of key `i + 2 * D` and the record of key `i + D` (dense
-    /// spaces; a sparse lookup is a hash probe that a prefetch of the word cannot hide).
+    /// What a batch loop over `values` and `replicas` prefetches ahead (decided once per
+    /// batch, see [`Ahead`]).
     #[inline(always)]
-    pub(super) fn prefetch_ahead(
+    pub(super) fn ahead<'v>(
         &self,
-        values: UniformView<'_>,
-        replicas: UniformView<'_>,
-        keys: &[Key],
-        i: usize,
-    ) {
+        values: UniformView<'v>,
+        replicas: UniformView<'v>,
+    ) -> Ahead<'v> {
+        Ahead {
+            values,
+            replicas,
+            probe: self.index.dense_words().is_empty()
+                && self.index.len() >= PROBE_PREFETCH_MIN_ENTRIES,
+        }
+    }
+
+    /// Prefetches the state word of key `i + 2 * D` and the record of key `i + D` (dense
+    /// spaces), or the first probe slot of key `i + 4`'s lookup (large sparse spaces).
+    #[inline(always)]
+    pub(super) fn prefetch_ahead(&self, ahead: Ahead<'_>, keys: &[Key], i: usize) {
         const D: usize = 8;
         let words = self.index.dense_words();
+        if words.is_empty() {
+            // A sparse lookup: start its probe's first slot a few keys ahead (the record's
+            // place is known only once the probe found the word).
+            if ahead.probe
+                && let Some(&next) = keys.get(i + 4)
+            {
+                self.index.prefetch(next);
+            }
+            return;
+        }
         if let Some(&far) = keys.get(i + 2 * D)
             && let Some(state) = words.get(far as usize)
         {
@@ -385,9 +496,9 @@ impl Store {
             let s = state.load(Ordering::Relaxed);
             // Owned records and replicas (the hot keys of NuPS runs); other keys are not here.
             let area = if s & LOCAL != 0 {
-                Some(values)
+                Some(ahead.values)
             } else if s & REPLICA != 0 {
-                Some(replicas)
+                Some(ahead.replicas)
             } else {
                 None
             };
@@ -400,6 +511,19 @@ impl Store {
             }
         }
     }
+}
+
+/// Sparse indexes of fewer entries are taken to be in cache, where a probe's prefetch only
+/// costs its hash (measured: docs/embeddings.md, "Cost for one key space").
+const PROBE_PREFETCH_MIN_ENTRIES: u64 = 1 << 16;
+
+/// The areas a batch loop reads or writes, and whether it prefetches sparse probes: once the
+/// index is too large to be in cache (a probe of a random key is then a miss to memory).
+#[derive(Clone, Copy)]
+pub(super) struct Ahead<'v> {
+    values: UniformView<'v>,
+    replicas: UniformView<'v>,
+    probe: bool,
 }
 
 /// Prefetches the state word of `keys[at]` (a key of the next block: its word is then in

@@ -289,9 +289,14 @@ impl Store {
             by_table: by_table.into(),
             uniform_len: space.uniform_len().unwrap_or(0),
             clocked,
-            optimistic: space
-                .uniform_len()
-                .is_some_and(|len| len <= MAX_OPTIMISTIC_LEN),
+            // Named tables read optimistically only if every table's rows are short: whether
+            // values are accessed atomically is one choice per store (`plain`).
+            optimistic: match space.named_tables() {
+                Some(tables) => tables.all().iter().all(|t| t.dim() <= MAX_OPTIMISTIC_LEN),
+                None => space
+                    .uniform_len()
+                    .is_some_and(|len| len <= MAX_OPTIMISTIC_LEN),
+            },
             space,
             owned: AtomicU64::new(0),
             workers: parking_lot::Mutex::default(),
@@ -763,5 +768,7 @@ fn prefetch_record(record: *const AtomicU32, len: usize) {
     prefetch(last);
 }
 
+#[cfg(test)]
+mod table_tests;
 #[cfg(test)]
 mod tests;

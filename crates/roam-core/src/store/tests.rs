@@ -363,7 +363,9 @@ fn scan_visits_every_held_record_once_in_bounded_steps() {
     }
 }
 
-fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+pub(super) fn spawn<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
     std::thread::Builder::new()
         .spawn(f)
         .expect("spawning a test thread")

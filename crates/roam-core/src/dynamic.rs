@@ -73,8 +73,9 @@
 //!
 //! Named tables (`tables.rs`): each dynamic table has its own policy. Admission asks the key's
 //! table's; the count sketch is shared (as wide as the widest table asks; keys differ by table);
-//! the row budget counts and evicts the key's table's rows only (one clock serves every table;
-//! a sweep for one table passes over the others' rows without touching their bits); one
+//! the row budget counts and evicts the key's table's rows only (each table's budget has a clock
+//! of its own, a hand over the shared index that passes over other tables' rows without
+//! touching their bits); one
 //! TTL sweep serves the tables that set a TTL, which must share it.
 //!
 //! Memory beyond rows: the sparse index keeps a state word (about 40 bytes with the map entry)

@@ -2,10 +2,10 @@
 //! loop per mode and compile-time short length (`by_len!`), prefetching a few keys ahead so that
 //! the cache misses of a random batch overlap. Short values of dense spaces go a block of keys
 //! at a time, pass by pass (`pull_blocks`, `push_blocks`): fewer instructions per key and no
-//! key waiting on the one before. A pull of one named table's keys is the same latched loop
-//! over that table's areas (`pull_table_batch_local`). Same invariants as the per-key paths
-//! (`mod.rs`): a record is written only under its key's latch, short values are read
-//! optimistically, and a copy counts only if its key's word is unchanged after it.
+//! key waiting on the one before. A batch of one named table's keys runs the same per-key loops
+//! over that table's areas (`pull_table_batch_local`, `push_table_batch_local`). Same invariants
+//! as the per-key paths (`mod.rs`): a record is written only under its key's latch, short values
+//! are read optimistically, and a copy counts only if its key's word is unchanged after it.
 
 use super::*;
 
@@ -200,7 +200,7 @@ impl Store {
     /// not held here. The table's records are uniform, so this is the uniform stores' loop over
     /// the table's own areas: no per-key lookup of the key's table or length. Optimistic when
     /// the store reads optimistically (every table's dim short, `Store::new`), else latched.
-    pub fn pull_table_batch_local(
+    pub(crate) fn pull_table_batch_local(
         &self,
         table: usize,
         keys: &[Key],
@@ -209,6 +209,7 @@ impl Store {
         miss: impl FnMut(usize),
     ) -> Result<(), Key> {
         debug_assert_eq!(out.len(), keys.len() * dim);
+        self.assert_table(table, dim, keys);
         let (values, replicas) = self.table_views(table);
         let l = self.compile_time_len(dim);
         if self.clocked {
@@ -227,7 +228,7 @@ impl Store {
     /// Applies a batch of updates to keys of one named table (`table`, rows of `dim` values;
     /// the caller checked that every key is in it), like [`Store::push_batch_local`] over the
     /// table's own areas; gradients step with the table's optimizer.
-    pub fn push_table_batch_local(
+    pub(crate) fn push_table_batch_local(
         &self,
         table: usize,
         keys: &[Key],
@@ -237,6 +238,7 @@ impl Store {
         mut miss: impl FnMut(usize),
     ) {
         debug_assert_eq!(update.len(), keys.len() * dim * mode.width());
+        self.assert_table(table, dim, keys);
         let (values, replicas) = self.table_views(table);
         let l = self.compile_time_len(dim);
         match mode {
@@ -272,6 +274,24 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// The table loops address slots by the table's dim and areas: another dim would address
+    /// the wrong values, so it is refused outright (once per batch); the caller found every key
+    /// in `table` (`Tables::common_table`).
+    #[inline(always)]
+    fn assert_table(&self, table: usize, dim: usize, keys: &[Key]) {
+        let tables = self.space.named_tables().map(|t| t.all());
+        assert!(
+            tables
+                .and_then(|t| t.get(table))
+                .is_some_and(|t| t.dim() == dim),
+            "batch of dim {dim} for table {table}"
+        );
+        debug_assert!(
+            keys.iter()
+                .all(|&k| crate::tables::Tables::index_of(k) == table)
+        );
     }
 
     /// The value and replica areas of named table `table`.

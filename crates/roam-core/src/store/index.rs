@@ -12,13 +12,16 @@
 //!
 //! Entries are only added by the protocol (one thread at a time, under the node lock), so the
 //! table has a single writer: it fills an entry's key, then publishes the entry's number into a
-//! slot with a release store, which a reader's acquire load of the slot pairs with. When the
-//! table would be over half full the writer builds one twice as large and publishes it with
-//! a release store of the table pointer; the old one is kept until the index drops (a reader
-//! may still be probing it): 4 bytes a slot, so the current table takes 8 to 16 bytes a key
-//! and all of them together 16 to 32, besides the arena's 16. A reader probing a replaced
-//! table misses only keys inserted after it loaded the pointer, as if its lookup had come
-//! first.
+//! slot with a release store, which a reader's acquire load of the slot pairs with. Once the
+//! table is 3/8 full the writer starts a table twice as large and, at each later insert, copies
+//! the next few entries into it (`MIGRATE_PER_INSERT`, in entry order), so that no insert pays
+//! for the whole table (at 10^8 keys, rebuilding it at once held the node lock for 6.5 s); when
+//! every entry is in it, the larger table is published with a release store of the table
+//! pointer, by which time the old one is under 0.43 full (it never is half full). The old one
+//! is kept until the index drops (a reader may still be probing it): 4 bytes a slot, so
+//! the current table takes 8 to 16 bytes a key and all of them together 16 to 32, besides the
+//! arena's 16. A reader probing a replaced table misses only keys inserted after it loaded the
+//! pointer, as if its lookup had come first.
 //!
 //! Why not a concurrent map crate: with `dashmap` (a read-write lock per shard) the lock's
 //! two atomic read-modify-writes were most of a sparse lookup's time (a named-table pull of
@@ -41,6 +44,10 @@ const ENTRY_BASE_SHIFT: u32 = 12;
 const ENTRY_CHUNKS: usize = 21;
 /// Slots of a new sparse index's table (a power of two).
 const FIRST_SLOTS: usize = 1 << 10;
+/// Entries copied into the growing table per insert. It starts when the readers' table is 3/8
+/// full, so it holds every entry after 3/56 of the old table's slots more inserts, when that
+/// is under 0.43 full: tables run between 0.21 and 0.43 full (0.25 and 0.5 when grown at once).
+const MIGRATE_PER_INSERT: u32 = 8;
 const _: () = assert!(
     FIRST_SLOTS.is_power_of_two() && FIRST_SLOTS >= 2,
     "`Slots::home` shifts by 64 − log2(slots)"
@@ -65,6 +72,9 @@ pub(super) struct SparseIndex {
     table: AtomicPtr<Slots>,
     /// Tables replaced by larger ones, freed with the index; protocol-only.
     retired: UnsafeCell<Vec<*mut Slots>>,
+    /// The larger table being filled, not yet seen by readers, and how many entries (the first
+    /// ones, in entry order) it holds; protocol-only.
+    growing: UnsafeCell<Option<(*mut Slots, u32)>>,
     chunks: [AtomicPtr<Entry>; ENTRY_CHUNKS],
     /// Entries handed out: written by the protocol only (after the entry's key), read by
     /// anyone iterating (the checkpoint writer scans from a worker thread).
@@ -120,6 +130,7 @@ impl Index {
             sparse: Some(SparseIndex {
                 table: AtomicPtr::new(Slots::new(FIRST_SLOTS)),
                 retired: UnsafeCell::new(Vec::new()),
+                growing: UnsafeCell::new(None),
                 chunks: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
                 len: AtomicU64::new(0),
             }),
@@ -216,29 +227,45 @@ impl SparseIndex {
         }
     }
 
-    /// Protocol only: makes entry `number` (of `key`, just pushed) findable, first moving to a
-    /// table twice as large if this one would be over half full.
-    fn publish(&self, key: Key, number: u32) {
-        // SAFETY: protocol-only (module docs): no other thread writes the table or `retired`.
+    /// Protocol only: makes entry `number` (of `key`, just pushed) findable, and copies the
+    /// next few entries into the growing table (module docs), publishing it once it holds them
+    /// all. Returns the slots written: at most `1 + MIGRATE_PER_INSERT`.
+    fn publish(&self, key: Key, number: u32) -> usize {
+        // SAFETY: protocol-only (module docs): no other thread writes the tables, `growing` or
+        // `retired`.
         let table = unsafe { &*self.table.load(Ordering::Relaxed) };
+        let growing = unsafe { &mut *self.growing.get() };
+        table.put(key, number, Ordering::Release);
         // `len` already counts the new entry.
-        let len = self.len.load(Ordering::Relaxed) as usize;
-        if len * 2 <= table.0.len() {
-            table.put(key, number, Ordering::Release);
-            return;
+        let len = self.len.load(Ordering::Relaxed);
+        debug_assert!(u64::from(number) + 1 == len && self.entry(number).key == key);
+        debug_assert!(
+            2 * len <= table.0.len() as u64,
+            "the readers' table is at most half full"
+        );
+        if growing.is_none() && 8 * len > 3 * table.0.len() as u64 {
+            *growing = Some((Slots::new(table.0.len() * 2), 0));
         }
-        let larger = Slots::new(table.0.len() * 2);
-        // SAFETY: just allocated, not yet shared.
-        let slots = unsafe { &*larger };
-        // Every entry, the new one included (`key`'s), in entry order: the arena is read
-        // sequentially.
-        debug_assert!(number as usize + 1 == len && self.entry(number).key == key);
-        for n in 0..=number {
+        let Some((larger, copied)) = growing else {
+            return 1;
+        };
+        // SAFETY: allocated by `Slots::new`, not yet shared.
+        let slots = unsafe { &**larger };
+        let upto = (*copied + MIGRATE_PER_INSERT).min(len as u32);
+        // In entry order: the arena is read sequentially.
+        for n in *copied..upto {
             slots.put(self.entry(n).key, n, Ordering::Relaxed);
         }
-        let old = self.table.swap(larger, Ordering::Release);
-        // SAFETY: protocol-only.
-        unsafe { &mut *self.retired.get() }.push(old);
+        let written = 1 + (upto - *copied) as usize;
+        *copied = upto;
+        if u64::from(upto) == len {
+            // Every entry is in it: readers switch (`Release`: after its slots).
+            let old = self.table.swap(*larger, Ordering::Release);
+            // SAFETY: protocol-only.
+            unsafe { &mut *self.retired.get() }.push(old);
+            *growing = None;
+        }
+        written
     }
 
     fn position(entry: u32) -> (usize, usize) {
@@ -290,10 +317,11 @@ impl SparseIndex {
 
 impl Drop for SparseIndex {
     fn drop(&mut self) {
+        let growing = self.growing.get_mut().take().map(|(table, _)| table);
         let tables = self.retired.get_mut().drain(..);
-        for table in tables.chain([*self.table.get_mut()]) {
-            // SAFETY: allocated by `Slots::new`, each freed once (the current table is never
-            // in `retired`); no reader remains once the index drops.
+        for table in tables.chain([*self.table.get_mut()]).chain(growing) {
+            // SAFETY: allocated by `Slots::new`, each freed once (the current and the growing
+            // table are never in `retired`); no reader remains once the index drops.
             drop(unsafe { Box::from_raw(table) });
         }
         for (chunk, ptr) in self.chunks.iter().enumerate() {
@@ -367,6 +395,49 @@ mod tests {
         }
     }
 
+    /// No insert pays for a whole table: each writes at most `1 + MIGRATE_PER_INSERT` slots,
+    /// the readers' table is never over half full, and it is replaced by larger ones (each
+    /// holding every entry so far) as the index grows.
+    #[test]
+    fn the_table_grows_in_steps_of_a_few_slots() {
+        let seed = 0x9_7075_u64;
+        println!("seed {seed}");
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let index = Index::sparse();
+        let sparse = index.sparse.as_ref().unwrap();
+        let (mut tables, mut last) = (1, sparse.table.load(Ordering::Relaxed));
+        for n in 0..300_000u32 {
+            let key = rng.random::<u64>();
+            assert!(
+                sparse.find(key).is_none(),
+                "seed {seed}: key {key:#x} twice"
+            );
+            let number = sparse.push(key);
+            assert_eq!(number, n);
+            let written = sparse.publish(key, number);
+            assert!(
+                written <= 1 + MIGRATE_PER_INSERT as usize,
+                "insert {n} wrote {written}"
+            );
+            let table = sparse.table.load(Ordering::Relaxed);
+            // SAFETY: the index's current table, alive while the index is.
+            let slots = unsafe { &*table }.0.len() as u64;
+            assert!(2 * u64::from(n + 1) <= slots, "insert {n}: {slots} slots");
+            if table != last {
+                (tables, last) = (tables + 1, table);
+                // Every entry so far is in the table readers now probe.
+                for m in (0..=n).step_by(97) {
+                    assert_eq!(
+                        sparse.find(sparse.entry(m).key).map(|e| e.key),
+                        Some(sparse.entry(m).key)
+                    );
+                }
+            }
+        }
+        // 1024 slots, then doubled at least until 300,000 entries fit at a third full.
+        assert!(tables >= 10, "{tables} tables");
+    }
+
     /// Readers probing while the writer inserts and grows the table find every key the writer
     /// published before they looked, with the word the writer wrote before publishing it.
     #[test]
@@ -413,5 +484,37 @@ mod tests {
                 published.store(n + 1, Ordering::Release);
             }
         });
+    }
+
+    /// Not a test: the longest single insert while a sparse index grows to `ROAM_INDEX_KEYS`
+    /// keys (default 10^8; about 3 GB), the pause a node's protocol would see at that insert.
+    /// `cargo test --release -p roam-core --lib index_growth_pause -- --ignored --nocapture`
+    /// (docs/benchmarks.md, "The sparse index grows in steps").
+    #[test]
+    #[ignore = "a measurement: minutes and gigabytes"]
+    // It reads the wall clock to time the index, not to drive the core.
+    #[allow(clippy::disallowed_methods)]
+    fn index_growth_pause() {
+        let n: u64 = std::env::var("ROAM_INDEX_KEYS").map_or(100_000_000, |v| v.parse().unwrap());
+        let index = Index::sparse();
+        let mut rng = SmallRng::seed_from_u64(1);
+        let (mut worst, mut worst_at) = (std::time::Duration::ZERO, 0);
+        let mut over_1ms = 0;
+        let start = std::time::Instant::now();
+        for i in 0..n {
+            let key = rng.random::<u64>();
+            let t = std::time::Instant::now();
+            index.get_or_insert(key).unwrap();
+            let took = t.elapsed();
+            over_1ms += u64::from(took.as_micros() > 1_000);
+            if took > worst {
+                (worst, worst_at) = (took, i);
+            }
+        }
+        println!(
+            "{n} inserts in {:.1} s; longest {:.1} ms (insert {worst_at}); {over_1ms} over 1 ms",
+            start.elapsed().as_secs_f64(),
+            worst.as_secs_f64() * 1e3
+        );
     }
 }

@@ -27,8 +27,9 @@
 //!
 //! A space of named tables (`tables.rs`) has one pair of areas (owned, replicas) per table, of
 //! that table's record length; a key's table (its top bits) picks the pair on the per-key
-//! paths, which such a space uses (its lengths are not uniform), except for a pull of one
-//! table's keys, which runs one loop over that table's pair (`batch.rs`).
+//! paths, which such a space uses (its lengths are not uniform), except for a batch of one
+//! table's keys (a pull, push, set or gradient step), which runs the uniform stores' per-key
+//! loop over that table's pair (`batch.rs`).
 //!
 //! A record is the key's visible values followed by its hidden state (`RecordLayout`): pulls copy
 //! the visible part, pushes combine into it, relocation moves the whole record. A replica's
@@ -43,7 +44,8 @@
 //!   REPLICA is set; acquiring the latch is a compare-and-swap on the exact word observed, so
 //!   "is held here" and "latched" are checked atomically and a stale slot is never written.
 //!   LOCAL and REPLICA are never both set.
-//! - In a store of short uniform values (at most 16 floats), pulls read without the latch, as a
+//! - In a store of short values (uniform, or named tables whose dims are all at most 16 floats),
+//!   pulls read without the latch, as a
 //!   sequence lock: read the word (unlatched, held), copy the
 //!   values, read the word again; the copy counts only if the word did not change, and every
 //!   latch release bumps VERSION, so a copy that overlapped any write (or a move of the key, or
@@ -101,7 +103,7 @@ const CLOCK_MASK: u64 = 0x7 << 32;
 const REFERENCED: u64 = 1 << 32;
 const AGED: u64 = 1 << 33;
 const GONE: u64 = 1 << 34;
-/// Longest uniform value that pulls read optimistically. Optimistic readers need every value
+/// Longest value (uniform, or every named table's dim) that pulls read optimistically. Optimistic readers need every value
 /// access to be atomic, and atomic accesses are not vectorised: longer values are copied and
 /// added faster under the latch with plain vector loads and stores (measured: the quick suite's
 /// KGE and MF epochs, docs/benchmarks.md).
@@ -211,9 +213,9 @@ pub struct Store {
     /// The owned records' area, then the replicas' (a space of named tables: unused).
     areas: [Area; 2],
     /// A space of named tables: each table's owned-record and replica areas, by table index
-    /// (records of one table share a length); empty otherwise. The per-key paths and the pull
-    /// of one table's keys use them; the other batch paths serve uniform spaces, whose records
-    /// are all in `areas`.
+    /// (records of one table share a length); empty otherwise. The per-key paths and the batch
+    /// loops of one table's keys use them; the block paths serve dense uniform spaces, whose
+    /// records are all in `areas`.
     by_table: Box<[[Area; 2]]>,
     /// A space of named tables: the keys of each table owned here (the row budgets').
     owned_by_table: Box<[AtomicU64]>,

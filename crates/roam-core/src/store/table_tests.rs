@@ -1,7 +1,7 @@
 //! Unit tests of the named tables' batch loops (`pull_table_batch_local`,
 //! `push_table_batch_local`): the same answers as the per-key paths, optimistic or latched.
 
-use super::tests::spawn;
+use super::tests::{move_and_join, spawn};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -204,18 +204,5 @@ fn table_reads_never_see_a_torn_or_moved_row<const DIM: usize>() {
             }
         })
     };
-    let mut moved = Vec::new();
-    for round in 0..5_000usize {
-        let key = keys[round % 4];
-        moved.clear();
-        if store.remove(key, &mut moved) {
-            assert!(moved.iter().all(|&v| v == moved[0]));
-            store.insert(key, &moved);
-        }
-    }
-    writer.join().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    for reader in readers {
-        assert!(reader.join().unwrap() >= 1_000);
-    }
+    move_and_join(&store, &keys, writer, &stop, readers);
 }

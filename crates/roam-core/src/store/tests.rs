@@ -422,10 +422,22 @@ fn reads_never_see_a_torn_or_moved_record<const LEN: usize>() {
             }
         })
     };
-    // The protocol's moves: out and back in, into whatever slot is free.
+    move_and_join(&store, &[0, 1, 2, 3], writer, &stop, readers);
+}
+
+/// The protocol's side of the torn-read tests: moves each of `keys` out and back in (into
+/// whatever slot is free) 1,250 times, checking that every record moved whole, then waits
+/// for `writer`, stops the readers and checks that each read at least 1,000 times.
+pub(super) fn move_and_join(
+    store: &Store,
+    keys: &[Key],
+    writer: std::thread::JoinHandle<()>,
+    stop: &std::sync::atomic::AtomicBool,
+    readers: Vec<std::thread::JoinHandle<u64>>,
+) {
     let mut moved = Vec::new();
-    for round in 0..5_000u64 {
-        let key = round % 4;
+    for round in 0..1_250 * keys.len() {
+        let key = keys[round % keys.len()];
         moved.clear();
         if store.remove(key, &mut moved) {
             assert!(moved.iter().all(|&v| v == moved[0]));

@@ -31,6 +31,7 @@ from __future__ import annotations
 import threading
 from typing import Optional, Union
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -70,9 +71,15 @@ def _apply_gradients(
     the call, so they may be freed as soon as it returns.
     """
     if lr is None:
-        worker.push_gradients(keys.numpy(), grads.numpy())
+        worker.push_gradients(_roam_keys(keys), grads.numpy())
     else:
-        worker.push(keys.numpy(), grads.mul_(-lr).numpy())
+        worker.push(_roam_keys(keys), grads.mul_(-lr).numpy())
+
+
+def _roam_keys(keys: torch.Tensor) -> np.ndarray:
+    """The roam keys of int64 ``keys`` (their bit patterns: keys of tables 128 and up, 2^63 and
+    above, are negative as int64), as the ``uint64`` view roam takes, sharing the memory."""
+    return keys.numpy().view(np.uint64)
 
 
 class _PullRows(torch.autograd.Function):
@@ -179,10 +186,6 @@ class _RoamRows(torch.nn.Module):
                 raise ValueError(f"no table named {table!r} (tables: {', '.join(names) or 'none'})")
             if key_offset:
                 raise ValueError("key_offset must be 0 with table (the table places its ids)")
-            if names.index(table) >= 128:
-                # Its keys would not fit the int64 ids torch adds the offset to.
-                raise ValueError(f"table {table!r} is table {names.index(table)}; roam.torch "
-                                 "addresses the first 128 tables")
             key_offset = names.index(table) << 56
             table_dim = dict(source.tables)[table]
         if embedding_dim <= 0:
@@ -231,10 +234,13 @@ class _RoamRows(torch.nn.Module):
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.key_offset = key_offset
+        # What torch adds to an id: the offset's bit pattern as an int64 (tables 128 and up have
+        # keys of 2^63 and above, negative as int64; `_roam_keys` reads them back as uint64).
+        self._offset64 = key_offset - (1 << 64) if key_offset >= 1 << 63 else key_offset
         self.lr = None if lr is None else float(lr)
         self.padding_idx = padding_idx
         self.table = table
-        self.padding_key = None if padding_idx is None else padding_idx + key_offset
+        self.padding_key = None if padding_idx is None else padding_idx + self._offset64
         self._source = source
         # The custom Function's output needs an input that requires grad to be recorded; this
         # tensor is that input. It is not a Parameter, so dense optimizers and DDP never see it.
@@ -275,15 +281,15 @@ class _RoamRows(torch.nn.Module):
             if lo < 0 or hi >= 1 << 56:
                 bad = lo if lo < 0 else hi
                 raise IndexError(f"id {bad} is outside table {self.table!r}'s ids 0..2**56")
-        if self.key_offset:
-            ids = ids + self.key_offset
+        if self._offset64:
+            ids = ids + self._offset64
         return ids.contiguous()
 
     def _pull(self, worker: Worker, keys: torch.Tensor) -> torch.Tensor:
         rows = torch.empty(keys.numel(), self.embedding_dim)
         # NumPy views share the tensors' memory (roam writes the rows in place); they reach
         # the binding's buffer protocol path, ~10 us cheaper per call than __dlpack__.
-        worker.pull(keys.numpy(), rows.numpy()).wait()
+        worker.pull(_roam_keys(keys), rows.numpy()).wait()
         return rows
 
     def _unique_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -324,8 +330,8 @@ class _RoamRows(torch.nn.Module):
         worker = self.worker
         for start in range(0, weight.shape[0], chunk):
             rows = weight[start : start + chunk].contiguous()
-            keys = torch.arange(start, start + rows.shape[0]) + self.key_offset
-            worker.set(keys, rows).wait()
+            keys = torch.arange(start, start + rows.shape[0]) + self._offset64
+            worker.set(_roam_keys(keys), rows).wait()
 
     @torch.no_grad()
     def init_normal_(self, std: float = 1.0, seed: int = 0, *, chunk: int = 65536) -> None:
@@ -343,8 +349,8 @@ class _RoamRows(torch.nn.Module):
             rows = torch.randn(n, self.embedding_dim, generator=gen) * std
             if self.padding_idx is not None and start <= self.padding_idx < start + n:
                 rows[self.padding_idx - start] = 0
-            keys = torch.arange(start, start + n) + self.key_offset
-            worker.set(keys, rows).wait()
+            keys = torch.arange(start, start + n) + self._offset64
+            worker.set(_roam_keys(keys), rows).wait()
 
     def prefetch(self, ids: torch.Tensor, clock: Optional[int] = None) -> None:
         """Announces the next batch's ids so that their rows are local when it runs.
@@ -357,7 +363,7 @@ class _RoamRows(torch.nn.Module):
         ids = torch.as_tensor(ids, dtype=torch.int64)
         if not ids.numel():
             return
-        keys = self._keys(torch.unique(ids))
+        keys = _roam_keys(self._keys(torch.unique(ids)))
         if clock is None:
             self.worker.localize(keys)
         else:

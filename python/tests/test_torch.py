@@ -374,6 +374,34 @@ def test_two_nodes_train_one_table(roam_bin):
         assert f"[node {rank}] OK torch rank {rank}" in out, out
 
 
+def test_modules_address_tables_past_the_first_128():
+    # Table 129's keys are 129 << 56 | id, past 2^63: negative as torch's int64, which the
+    # module hands roam as their uint64 bit patterns.
+    tables = {f"t{i}": {"dim": 1, "num_ids": 4} for i in range(129)}
+    tables["last"] = {"dim": 2, "num_ids": 8, "optimizer": {"kind": "sgd", "lr": 0.5},
+                      "initializer": {"kind": "normal", "mean": 0.0, "std": 0.1, "seed": 7}}
+    with roam.Node(tables=tables, workers=1) as node:
+        w = node.worker(0)
+        last = rt.Embedding(8, 2, node, table="last", lr=None, padding_idx=3)
+        ids = np.array([5, 6], np.uint64)
+        first = w.pull(ids, table="last").wait()
+        out = last(torch.tensor([5, 6, 3]))
+        pad = w.pull(np.array([3], np.uint64), table="last").wait()
+        assert torch.equal(out, torch.from_numpy(np.concatenate([first, pad])))
+        out.sum().backward()
+        # One SGD step of the table's optimizer on each row; the padding row keeps its value.
+        np.testing.assert_allclose(w.pull(ids, table="last").wait(), first - 0.5, rtol=1e-6)
+        np.testing.assert_array_equal(w.pull(np.array([3], np.uint64), table="last").wait(), pad)
+        # set/init and prefetch address the same rows.
+        t128 = rt.Embedding(4, 1, node, table="t128", lr=0.1)
+        t128.load_(torch.tensor([[1.0], [2.0], [3.0], [4.0]]))
+        t128.prefetch(torch.tensor([0, 3]))
+        np.testing.assert_array_equal(
+            w.pull(np.arange(4, dtype=np.uint64), table="t128").wait(), [[1.0], [2.0], [3.0], [4.0]])
+        np.testing.assert_array_equal(
+            w.pull(np.arange(4, dtype=np.uint64), table="t0").wait(), [[0.0]] * 4)
+
+
 def test_modules_on_named_tables_use_each_tables_dim_and_optimizer():
     tables = {
         "user": {"dim": 4, "num_ids": 10, "optimizer": {"kind": "adagrad", "lr": 0.1},

@@ -17,21 +17,20 @@
 //!   update of one key). A relocation or a share of an uncreated id creates it without asking
 //!   (a worker asked for the row explicitly).
 //! - **Budget (LRU).** With `max_rows`, creating a row while this node holds `max_rows` rows
-//!   first lets one go, by a clock over the store's index (`store/evict.rs`: a REFERENCED
-//!   bit in the key's state word, set by the workers' accesses; the hand clears it, and lets
-//!   go the first row found clear; each named table's budget has a clock of its own, which
-//!   passes over other tables' rows without touching them), whoever created it: a row this node created and may evict
-//!   is evicted; a row that moved here is sent back to its creator (below), and counts as
-//!   gone. If no row can go, the access is refused as unadmitted (and a failed look, twice
-//!   around the index, that found no row in use is not repeated until something may have
-//!   made a row evictable: a row landed or was made here, a share or an intent's interest
-//!   ended, the directory changed, or 100 ms passed). The keys of an offer being decided
-//!   (made here if need be, then shared or handed over together) are not let go for the
-//!   offer's later keys, nor a row just made without room for the trim that follows. The
-//!   budget counts rows (records), per node. `max_bytes` states it in bytes instead:
-//!   `max_bytes / (4 × record length)` rows, the record being the visible values and
-//!   the optimizer's state (per table: named tables have their own dimensions and optimizers);
-//!   with both set, the smaller. A byte budget below one record is refused at validation.
+//!   first lets one go, by a clock over the store's index (`store/evict.rs`: a REFERENCED bit in
+//!   the key's state word, set by the workers' accesses; the hand clears it, and lets go the first
+//!   row found clear; each named table's budget has a clock of its own, which passes over other
+//!   tables' rows without touching them), whoever created it: a row this node created and may evict
+//!   is evicted; a row that moved here is sent back to its creator (below), and counts as gone. If
+//!   no row can go, the access is refused as unadmitted (and a failed look, twice around the index,
+//!   that found no row in use is not repeated until something may have made a row evictable: a row
+//!   landed or was made here, a share or an intent's interest ended, the directory changed, or 100
+//!   ms passed). The keys of an offer being decided (made here if need be, then shared or handed
+//!   over together) are not let go for the offer's later keys, nor a row just made without room for
+//!   the trim that follows. The budget counts rows (records), per node. `max_bytes` states it in
+//!   bytes instead: `max_bytes / (4 × record length)` rows, the record being the visible values and
+//!   the optimizer's state (per table: named tables have their own dimensions and optimizers); with
+//!   both set, the smaller. A byte budget below one record is refused at validation.
 //! - **TTL.** With `ttl_ns`, the node's timer sweeps the store every `ttl_ns / 2` (in bounded
 //!   chunks, off the hot path); a row found unreferenced by two consecutive sweeps is evicted,
 //!   so a row untouched for `1.5 × ttl_ns` is gone, and one touched within the last `ttl_ns`
@@ -347,16 +346,16 @@ impl Node {
     }
 
     /// Lets rows of `table` (or of the one space) go until at most `max` are held here, rows on
-    /// their way back counted as gone, in at most `visits` visits of the clock; whether that
-    /// was reached. The budget's clock (its own hand over the index) serves every row of it held
-    /// here, so the rows that go are the least recently used whoever created them: an unreferenced row this node created
-    /// and may evict is evicted; with `send_back`, an unreferenced row that moved here and may
-    /// go back is sent to its creator (a `Reclaim` to its home, which is the creator: it
-    /// relocates the row to itself, where it may be evicted); a referenced one has its bit
+    /// their way back counted as gone, in at most `visits` visits of the clock; whether that was
+    /// reached. The budget's clock (its own hand over the index) serves every row of it held here,
+    /// so the rows that go are the least recently used whoever created them: an unreferenced row
+    /// this node created and may evict is evicted; with `send_back`, an unreferenced row that moved
+    /// here and may go back is sent to its creator (a `Reclaim` to its home, which is the creator:
+    /// it relocates the row to itself, where it may be evicted); a referenced one has its bit
     /// cleared and goes at the next look unless used again (other tables' rows are passed over,
-    /// their bits untouched). Rows made by the input being handled stay ([`Node::pinned`]).
-    /// Returns whether `max` was reached, and whether a candidate was found in use on its second
-    /// visit of this look (used since the first: it may go at the next look).
+    /// their bits untouched). Rows made by the input being handled stay ([`Node::pinned`]). Returns
+    /// whether `max` was reached, and whether a candidate was found in use on its second visit of
+    /// this look (used since the first: it may go at the next look).
     fn free_rows_within(
         &mut self,
         table: Option<usize>,

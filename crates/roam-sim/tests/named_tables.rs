@@ -3,14 +3,14 @@
 //! (`table << 56 | id`), under dynamic allocation with relocations and home moves, 2–4 nodes
 //! and random delays.
 //!
-//! Each row's gradients come from one worker, synchronously (the optimizers are stateful, so
-//! each row must see one sequence); every worker also pulls, localizes and moves homes of rows
-//! of any table, with batches mixing tables (so records of several lengths travel in one
-//! message) and batches of one table (its batch loops; optimistic or latched reads). What is exact and checked: every operation succeeds, no warning, no anomaly;
-//! every row is held by exactly one node at the end, and its whole record (visible values and
-//! its table's optimizer state) is bit-exact equal to its table's initializer row stepped by
-//! its gradient sequence with its table's optimizer; every worker's final pull returns the
-//! visible values only.
+//! Each row's gradients come from one worker, synchronously (the optimizers are stateful, so each
+//! row must see one sequence); every worker also pulls, localizes and moves homes of rows of any
+//! table, with batches mixing tables (so records of several lengths travel in one message) and
+//! batches of one table (its batch loops; optimistic or latched reads). What is exact and checked:
+//! every operation succeeds, no warning, no anomaly; every row is held by exactly one node at the
+//! end, and its whole record (visible values and its table's optimizer state) is bit-exact equal to
+//! its table's initializer row stepped by its gradient sequence with its table's optimizer; every
+//! worker's final pull returns the visible values only.
 
 mod common;
 

@@ -1,4 +1,5 @@
-//! Tests of the access front end: bad batches refused whole, local keys served without the node, misses in batch order, gradients and their aggregates.
+//! Tests of the access front end: bad batches refused whole, local keys served without the
+//! node, misses in batch order, gradients and their aggregates.
 
 use std::sync::atomic::Ordering;
 

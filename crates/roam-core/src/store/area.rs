@@ -266,6 +266,12 @@ pub(super) struct UniformView<'a> {
 }
 
 impl<'a> UniformView<'a> {
+    /// Values per record: a uniform area's whole record length.
+    #[inline(always)]
+    pub(super) fn stride(self) -> usize {
+        self.stride
+    }
+
     /// Chunk base (null while the chunk does not exist) and offset of `slot`.
     #[inline(always)]
     pub(super) fn locate(self, slot: u32) -> (*mut f32, usize) {

@@ -63,20 +63,18 @@ impl Store {
         if L > 0 && !words.is_empty() {
             return self.pull_blocks::<TOUCH, L>(words, keys, out, miss);
         }
-        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
-        self.pull_rows::<TOUCH, L>(values, replicas, keys, out, len, miss)
+        self.pull_rows::<TOUCH, L>(self.uniform_rows(), keys, out, len, miss)
     }
 
-    /// The per-key loop of a pull from the areas `values` and `replicas` (the uniform store's,
-    /// or one named table's), whose records start with `len` visible values (`L` when known at
-    /// compile time, which is exactly when the store reads optimistically): each key's word
-    /// looked up, its record copied optimistically or under the latch, the next keys' words and
-    /// records prefetched.
+    /// The per-key loop of a pull from `rows` (the uniform store's areas, or one named
+    /// table's), whose records start with `len` visible values (`L` when known at compile time,
+    /// which is exactly when the store reads optimistically): each key's word looked up, its
+    /// record copied optimistically or under the latch, the next keys' words and records
+    /// prefetched.
     #[inline(always)]
     fn pull_rows<const TOUCH: bool, const L: usize>(
         &self,
-        values: UniformView<'_>,
-        replicas: UniformView<'_>,
+        rows: Rows<'_>,
         keys: &[Key],
         out: &mut [f32],
         len: usize,
@@ -84,9 +82,9 @@ impl Store {
     ) -> Result<(), Key> {
         debug_assert_eq!(L > 0, self.optimistic);
         let len = if L > 0 { L } else { len };
-        let ahead = self.ahead(values, replicas);
+        let (values, replicas) = (rows.values, rows.replicas);
         for (i, (&key, here)) in keys.iter().zip(out.chunks_exact_mut(len)).enumerate() {
-            self.prefetch_ahead(ahead, keys, i);
+            self.prefetch_ahead(rows, keys, i);
             let Some(state) = self.index.get(key) else {
                 if !self.space.contains(key) {
                     return Err(key);
@@ -210,18 +208,12 @@ impl Store {
     ) -> Result<(), Key> {
         debug_assert_eq!(out.len(), keys.len() * dim);
         self.assert_table(table, dim, keys);
-        let (values, replicas) = self.table_views(table);
+        let rows = self.table_rows(table);
         let l = self.compile_time_len(dim);
         if self.clocked {
-            by_len!(
-                l,
-                self.pull_rows::<true>(values, replicas, keys, out, dim, miss)
-            )
+            by_len!(l, self.pull_rows::<true>(rows, keys, out, dim, miss))
         } else {
-            by_len!(
-                l,
-                self.pull_rows::<false>(values, replicas, keys, out, dim, miss)
-            )
+            by_len!(l, self.pull_rows::<false>(rows, keys, out, dim, miss))
         }
     }
 
@@ -239,31 +231,18 @@ impl Store {
     ) {
         debug_assert_eq!(update.len(), keys.len() * dim * mode.width());
         self.assert_table(table, dim, keys);
-        let (values, replicas) = self.table_views(table);
+        let rows = self.table_rows(table);
         let l = self.compile_time_len(dim);
         match mode {
-            UpdateMode::Add => {
-                by_len!(
-                    l,
-                    self.push_rows::<false>(values, replicas, keys, update, dim, miss)
-                )
-            }
-            UpdateMode::Set => {
-                by_len!(
-                    l,
-                    self.push_rows::<true>(values, replicas, keys, update, dim, miss)
-                )
-            }
+            UpdateMode::Add => by_len!(l, self.push_rows::<false>(rows, keys, update, dim, miss)),
+            UpdateMode::Set => by_len!(l, self.push_rows::<true>(rows, keys, update, dim, miss)),
             UpdateMode::Gradient => {
                 let Some(&first) = keys.first() else { return };
                 let Some(opt) = self.space.optimizer_for(first) else {
                     (0..keys.len()).for_each(miss);
                     return;
                 };
-                let record_len = self.space.record_len(first);
-                self.grad_rows_by_optimizer(
-                    values, replicas, keys, update, l, dim, record_len, opt, miss,
-                );
+                self.grad_rows_by_optimizer(rows, keys, update, dim, opt, miss);
             }
             UpdateMode::GradientSums => {
                 for (i, (&key, update)) in keys.iter().zip(update.chunks_exact(2 * dim)).enumerate()
@@ -295,9 +274,15 @@ impl Store {
     }
 
     /// The value and replica areas of named table `table`.
-    fn table_views(&self, table: usize) -> (UniformView<'_>, UniformView<'_>) {
+    fn table_rows(&self, table: usize) -> Rows<'_> {
         let [values, replicas] = &self.by_table[table];
-        (values.uniform_view(), replicas.uniform_view())
+        self.rows(values.uniform_view(), replicas.uniform_view())
+    }
+
+    /// The uniform store's value and replica areas.
+    #[inline(always)]
+    pub(super) fn uniform_rows(&self) -> Rows<'_> {
+        self.rows(self.values().uniform_view(), self.replicas().uniform_view())
     }
 
     /// The length `L` at which a batch loop over records of `len` visible values runs: `len`
@@ -351,18 +336,16 @@ impl Store {
         if L > 0 && !words.is_empty() {
             return self.push_blocks::<SET, L>(words, keys, update, miss);
         }
-        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
-        self.push_rows::<SET, L>(values, replicas, keys, update, len, miss)
+        self.push_rows::<SET, L>(self.uniform_rows(), keys, update, len, miss)
     }
 
-    /// The per-key loop of a push (added, or overwriting with `SET`) into the areas `values`
-    /// and `replicas` (the uniform store's, or one named table's), whose records start with
-    /// `len` visible values (`L` when known at compile time: the store reads optimistically).
+    /// The per-key loop of a push (added, or overwriting with `SET`) into `rows` (the uniform
+    /// store's areas, or one named table's), whose records start with `len` visible values
+    /// (`L` when known at compile time: the store reads optimistically).
     #[inline(always)]
     fn push_rows<const SET: bool, const L: usize>(
         &self,
-        values: UniformView<'_>,
-        replicas: UniformView<'_>,
+        rows: Rows<'_>,
         keys: &[Key],
         update: &[f32],
         len: usize,
@@ -375,9 +358,9 @@ impl Store {
             (len, self.plain())
         };
         let accept = if SET { LOCAL } else { HELD };
-        let ahead = self.ahead(values, replicas);
+        let (values, replicas) = (rows.values, rows.replicas);
         for (i, (&key, vals)) in keys.iter().zip(update.chunks_exact(len)).enumerate() {
-            self.prefetch_ahead(ahead, keys, i);
+            self.prefetch_ahead(rows, keys, i);
             let hit = self.index.get(key).is_some_and(|state| {
                 latched_as(state, accept, |s| {
                     let slot = (s & SLOT_MASK) as u32;
@@ -473,15 +456,11 @@ impl Store {
         );
     }
 
-    /// What a batch loop over `values` and `replicas` prefetches ahead (decided once per
-    /// batch, see [`Ahead`]).
+    /// A batch loop's areas `values` and `replicas`, and what it prefetches ahead (decided once
+    /// per batch, see [`Rows`]).
     #[inline(always)]
-    pub(super) fn ahead<'v>(
-        &self,
-        values: UniformView<'v>,
-        replicas: UniformView<'v>,
-    ) -> Ahead<'v> {
-        Ahead {
+    fn rows<'v>(&self, values: UniformView<'v>, replicas: UniformView<'v>) -> Rows<'v> {
+        Rows {
             values,
             replicas,
             probe: self.index.dense_words().is_empty()
@@ -492,13 +471,13 @@ impl Store {
     /// Prefetches the state word of key `i + 2 * D` and the record of key `i + D` (dense
     /// spaces), or the first probe slot of key `i + 4`'s lookup (large sparse spaces).
     #[inline(always)]
-    pub(super) fn prefetch_ahead(&self, ahead: Ahead<'_>, keys: &[Key], i: usize) {
+    pub(super) fn prefetch_ahead(&self, rows: Rows<'_>, keys: &[Key], i: usize) {
         const D: usize = 8;
         let words = self.index.dense_words();
         if words.is_empty() {
             // A sparse lookup: start its probe's first slot a few keys ahead (the record's
             // place is known only once the probe found the word).
-            if ahead.probe
+            if rows.probe
                 && let Some(&next) = keys.get(i + 4)
             {
                 self.index.prefetch(next);
@@ -516,9 +495,9 @@ impl Store {
             let s = state.load(Ordering::Relaxed);
             // Owned records and replicas (the hot keys of NuPS runs); other keys are not here.
             let area = if s & LOCAL != 0 {
-                Some(ahead.values)
+                Some(rows.values)
             } else if s & REPLICA != 0 {
-                Some(ahead.replicas)
+                Some(rows.replicas)
             } else {
                 None
             };
@@ -537,12 +516,13 @@ impl Store {
 /// costs its hash (measured: docs/embeddings.md, "Cost for one key space").
 const PROBE_PREFETCH_MIN_ENTRIES: u64 = 1 << 16;
 
-/// The areas a batch loop reads or writes, and whether it prefetches sparse probes: once the
-/// index is too large to be in cache (a probe of a random key is then a miss to memory).
+/// The areas a batch loop reads or writes (owned records, replicas), and whether it
+/// prefetches sparse probes: once the index is too large to be in cache (a probe of a random
+/// key is then a miss to memory).
 #[derive(Clone, Copy)]
-pub(super) struct Ahead<'v> {
-    values: UniformView<'v>,
-    replicas: UniformView<'v>,
+pub(super) struct Rows<'v> {
+    pub(super) values: UniformView<'v>,
+    pub(super) replicas: UniformView<'v>,
     probe: bool,
 }
 

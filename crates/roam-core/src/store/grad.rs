@@ -14,6 +14,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
+use super::batch::Rows;
 use super::*;
 
 impl Store {
@@ -136,52 +137,55 @@ impl Store {
             (0..keys.len()).for_each(miss);
             return;
         };
-        let (values, replicas) = (self.values().uniform_view(), self.replicas().uniform_view());
-        let record_len = self.space.layout().record_len(len);
-        let l = self.compile_time_len(len);
-        self.grad_rows_by_optimizer(values, replicas, keys, grads, l, len, record_len, opt, miss);
+        self.grad_rows_by_optimizer(self.uniform_rows(), keys, grads, len, opt, miss);
     }
 
-    /// [`Store::grad_rows`] with one loop per optimizer and short length (`l`: the length at
-    /// compile time, 0 for run time), so that neither is dispatched per key.
-    #[allow(clippy::too_many_arguments)]
+    /// [`Store::grad_rows`] with one loop per optimizer and short length (where the store
+    /// reads optimistically), so that neither is dispatched per key.
     #[inline(always)]
     pub(super) fn grad_rows_by_optimizer(
         &self,
-        values: UniformView<'_>,
-        replicas: UniformView<'_>,
+        rows: Rows<'_>,
         keys: &[Key],
         grads: &[f32],
-        l: usize,
         len: usize,
-        record_len: usize,
         opt: &Optimizer,
         miss: impl FnMut(usize),
     ) {
-        let args = (values, replicas, keys, grads, len, record_len, opt);
+        let l = self.compile_time_len(len);
         match opt {
-            Optimizer::Sgd { .. } => by_len!(l, self.grad_rows(args, miss)),
-            Optimizer::Adagrad { .. } => by_len!(l, self.grad_rows(args, miss)),
-            Optimizer::Adam { .. } => by_len!(l, self.grad_rows(args, miss)),
-            Optimizer::Ftrl { .. } => by_len!(l, self.grad_rows(args, miss)),
+            Optimizer::Sgd { .. } => by_len!(l, self.grad_rows(rows, keys, grads, len, opt, miss)),
+            Optimizer::Adagrad { .. } => {
+                by_len!(l, self.grad_rows(rows, keys, grads, len, opt, miss))
+            }
+            Optimizer::Adam { .. } => by_len!(l, self.grad_rows(rows, keys, grads, len, opt, miss)),
+            Optimizer::Ftrl { .. } => by_len!(l, self.grad_rows(rows, keys, grads, len, opt, miss)),
         }
     }
 
-    /// Steps the records of `keys` in the areas `values` and `replicas` (the uniform store's,
-    /// or one named table's: records of `len` visible values, `record_len` in all when owned)
-    /// with `opt`, under each key's latch; `miss(i)` for each key `i` not updated here.
+    /// Steps the records of `keys` in `rows` (the uniform store's areas, or one named table's:
+    /// records of `len` visible values, whole records as long as the value area's stride when
+    /// owned) with `opt`, under each key's latch; `miss(i)` for each key `i` not updated here.
     #[inline(always)]
-    fn grad_rows<const L: usize>(&self, args: GradRows<'_, '_>, mut miss: impl FnMut(usize)) {
-        let (values, replicas, keys, grads, len, record_len, opt) = args;
+    fn grad_rows<const L: usize>(
+        &self,
+        rows: Rows<'_>,
+        keys: &[Key],
+        grads: &[f32],
+        len: usize,
+        opt: &Optimizer,
+        mut miss: impl FnMut(usize),
+    ) {
         let len = if L > 0 { L } else { len };
+        let (values, replicas) = (rows.values, rows.replicas);
+        let record_len = values.stride();
         let plain = self.plain();
         let accept = grad_accept(opt);
         // Once per batch, not per row.
         let mut scratch = Scratch::new(record_len, plain);
         let scratch = scratch.get();
-        let ahead = self.ahead(values, replicas);
         for (i, (&key, g)) in keys.iter().zip(grads.chunks_exact(len)).enumerate() {
-            self.prefetch_ahead(ahead, keys, i);
+            self.prefetch_ahead(rows, keys, i);
             let hit = self.index.get(key).is_some_and(|state| {
                 latched_as(state, accept, |s| {
                     let slot = (s & SLOT_MASK) as u32;
@@ -204,18 +208,6 @@ impl Store {
         }
     }
 }
-
-/// What [`Store::grad_rows`] steps: the value and replica areas, the keys, their gradients,
-/// the visible and whole record lengths, the optimizer.
-type GradRows<'v, 'a> = (
-    UniformView<'v>,
-    UniformView<'v>,
-    &'a [Key],
-    &'a [f32],
-    usize,
-    usize,
-    &'a Optimizer,
-);
 
 /// Which holdings a gradient updates here: owned records always; replicas only under a linear
 /// optimizer (SGD), whose step `−lr·g` is summed into the replica's delta like a push. A

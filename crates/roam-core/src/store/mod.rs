@@ -103,10 +103,10 @@ const CLOCK_MASK: u64 = 0x7 << 32;
 const REFERENCED: u64 = 1 << 32;
 const AGED: u64 = 1 << 33;
 const GONE: u64 = 1 << 34;
-/// Longest value (uniform, or every named table's dim) that pulls read optimistically. Optimistic readers need every value
-/// access to be atomic, and atomic accesses are not vectorised: longer values are copied and
-/// added faster under the latch with plain vector loads and stores (measured: the quick suite's
-/// KGE and MF epochs, docs/benchmarks.md).
+/// Longest value (uniform, or every named table's dim) that pulls read optimistically. Optimistic
+/// readers need every value access to be atomic, and atomic accesses are not vectorised: longer
+/// values are copied and added faster under the latch with plain vector loads and stores (measured:
+/// the quick suite's KGE and MF epochs, docs/benchmarks.md).
 const MAX_OPTIMISTIC_LEN: usize = 16;
 /// What a change of a key's flags or slot keeps from its previous word.
 const KEPT: u64 = CLOCK_MASK | VERSION_MASK;
